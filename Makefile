@@ -1,0 +1,26 @@
+GO ?= go
+
+.PHONY: test vet build fuzz bench
+
+## test: vet and run every test with the race detector (the README's test command).
+test: vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+build:
+	$(GO) build ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseSubject$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseIdentity$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseToolCommand$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseCard$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseReport$$' -fuzztime $(FUZZTIME)
+
+## bench: ledger benchmarks with the raw JetStream baseline in the same run.
+bench:
+	$(GO) test ./ledger -run '^$$' -bench . -benchtime 2s

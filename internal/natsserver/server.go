@@ -1,0 +1,113 @@
+// Package natsserver starts an in-process nats-server with JetStream on file
+// storage. It is the one place that knows how cgledger embeds NATS, so the
+// serve command and the test harness embed it the same way.
+package natsserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says where and how the embedded server runs. The zero value is a
+// usable server on a random loopback port that stores nothing durable
+// anywhere sensible, so callers always set StoreDir.
+type Config struct {
+	// StoreDir holds JetStream's file store. Required.
+	StoreDir string
+	// Host to listen on. Empty means 127.0.0.1.
+	Host string
+	// Port to listen on. Zero means a random free port.
+	Port int
+	// ServerName names the server in JetStream metadata. Empty means
+	// "cgledger-embedded"; it must stay the same across restarts on one store.
+	ServerName string
+	// SyncInterval is how often JetStream fsyncs its file store. Zero keeps
+	// nats-server's default (2 minutes): an acknowledged write can be lost if
+	// the host (not just the process) crashes inside that interval.
+	SyncInterval time.Duration
+	// SyncAlways fsyncs every write before it is acknowledged. It closes the
+	// host-crash window at a large throughput cost (see docs/durability.md).
+	SyncAlways bool
+	// MaxStore caps JetStream file storage in bytes. Zero means no cap beyond
+	// the disk.
+	MaxStore int64
+	// ReadyTimeout bounds how long Start waits for the server to accept
+	// connections. Zero means 10 seconds.
+	ReadyTimeout time.Duration
+	// Logging turns on the server's own log output (to stderr).
+	Logging bool
+}
+
+// ErrNotReady is returned when the server did not accept connections in time.
+var ErrNotReady = errors.New("natsserver: server not ready for connections")
+
+// Start starts an embedded nats-server with JetStream and waits until it
+// accepts client connections.
+func Start(cfg Config) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("natsserver: StoreDir is required")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	name := cfg.ServerName
+	if name == "" {
+		name = "cgledger-embedded"
+	}
+	opts := &server.Options{
+		ServerName:   name,
+		Host:         host,
+		Port:         port,
+		JetStream:    true,
+		StoreDir:     cfg.StoreDir,
+		SyncInterval: cfg.SyncInterval,
+		SyncAlways:   cfg.SyncAlways,
+		NoSigs:       true,
+		// A single embedded node never needs the HTTP monitor or cluster ports.
+		HTTPPort: 0,
+	}
+	if cfg.MaxStore > 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsserver: configure: %w", err)
+	}
+	if cfg.Logging {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	wait := cfg.ReadyTimeout
+	if wait == 0 {
+		wait = 10 * time.Second
+	}
+	if !srv.ReadyForConnections(wait) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("%w within %s (listen %s)", ErrNotReady, wait, net.JoinHostPort(host, strconv.Itoa(port)))
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("natsserver: JetStream did not start")
+	}
+	return srv, nil
+}
+
+// Port returns the TCP port a started server listens on.
+func Port(srv *server.Server) int {
+	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
+		return addr.Port
+	}
+	return 0
+}

@@ -1,0 +1,130 @@
+// Package natstest is the shared test harness: a real in-process nats-server
+// with JetStream on file storage in a test's temporary directory, on a random
+// loopback port, shut down by t.Cleanup. It can stop and restart a server on
+// the same store directory and port so tests can check recovery.
+package natstest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/internal/natsserver"
+)
+
+// Server is one embedded JetStream server owned by a test.
+type Server struct {
+	tb  testing.TB
+	cfg natsserver.Config
+
+	mu  sync.Mutex
+	srv *server.Server
+}
+
+// Option adjusts the server configuration before the first start.
+type Option func(*natsserver.Config)
+
+// WithSyncAlways makes the server fsync every write before acknowledging it.
+func WithSyncAlways() Option { return func(c *natsserver.Config) { c.SyncAlways = true } }
+
+// WithStoreDir puts the JetStream store in dir instead of a new temp dir.
+func WithStoreDir(dir string) Option { return func(c *natsserver.Config) { c.StoreDir = dir } }
+
+// Start starts a server for tb and registers its shutdown with tb.Cleanup.
+// It fails the test (it does not panic) when the server cannot start.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	cfg := natsserver.Config{StoreDir: tb.TempDir(), ReadyTimeout: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{tb: tb, cfg: cfg}
+	srv, err := natsserver.Start(cfg)
+	if err != nil {
+		tb.Fatalf("natstest: start server: %v", err)
+		return nil
+	}
+	s.srv = srv
+	// Pin the port so clients reconnect to the same URL after Restart.
+	s.cfg.Port = natsserver.Port(srv)
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+// URL is the client URL of the server.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return "nats://" + s.srv.Addr().String()
+}
+
+// StoreDir is the JetStream store directory, kept across restarts.
+func (s *Server) StoreDir() string { return s.cfg.StoreDir }
+
+// Connect opens a client connection that reconnects forever (so it survives
+// Restart) and is closed by tb.Cleanup.
+func (s *Server) Connect(tb testing.TB) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(s.URL(),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(20*time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+	)
+	if err != nil {
+		tb.Fatalf("natstest: connect %s: %v", s.URL(), err)
+		return nil
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// Shutdown stops the server and waits until it has stopped. It is safe to
+// call more than once.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+}
+
+// Restart stops the server and starts a new one on the same store directory
+// and port. It fails the test when the new server cannot start.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Shutdown()
+	var (
+		srv *server.Server
+		err error
+	)
+	// The old listener's port can take a moment to be released by the kernel;
+	// retry on a deadline rather than sleeping a fixed time.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srv, err = natsserver.Start(s.cfg)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		tb.Fatalf("natstest: restart server on %s: %v", s.cfg.StoreDir, err)
+		return
+	}
+	s.mu.Lock()
+	s.srv = srv
+	s.mu.Unlock()
+}
+
+// NATS returns the running server, for tests that need server internals.
+func (s *Server) NATS() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv
+}

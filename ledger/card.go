@@ -1,0 +1,244 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Card types this ledger stores.
+const (
+	CardToolCall   = "tool.call"
+	CardToolResult = "tool.result"
+)
+
+// Result statuses (L0).
+const (
+	StatusSuccess  = "success"
+	StatusFailed   = "failed"
+	StatusCanceled = "canceled"
+	StatusTimeout  = "timeout"
+	StatusPartial  = "partial"
+)
+
+// ValidStatus reports whether s is one of the five L0 statuses.
+func ValidStatus(s string) bool {
+	switch s {
+	case StatusSuccess, StatusFailed, StatusCanceled, StatusTimeout, StatusPartial:
+		return true
+	}
+	return false
+}
+
+// CardMetadata is the lineage a tool.result card copies verbatim from its
+// tool.call card.
+type CardMetadata struct {
+	TraceID      string `json:"trace_id"`
+	ParentStepID string `json:"parent_step_id"`
+	StepID       string `json:"step_id"`
+}
+
+// ToolCallContent is the content of a tool.call card.
+type ToolCallContent struct {
+	ToolName  string          `json:"tool_name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolError is the error of a tool.result card.
+type ToolError struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Detail  json.RawMessage `json:"detail,omitempty"`
+}
+
+// ToolResultContent is the content of a tool.result card.
+type ToolResultContent struct {
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+	Error  *ToolError      `json:"error,omitempty"`
+}
+
+// Card is a tool.call or tool.result card. Content holds the normalized JSON
+// of a ToolCallContent or ToolResultContent (by Type).
+type Card struct {
+	CardID       string          `json:"card_id"`
+	ProjectID    string          `json:"project_id"`
+	Type         string          `json:"type"`
+	AuthorID     string          `json:"author_id"`
+	FunctionName string          `json:"function_name,omitempty"`
+	AgentTurnID  string          `json:"agent_turn_id"`
+	ToolCallID   string          `json:"tool_call_id"`
+	Content      json.RawMessage `json:"content"`
+	Metadata     CardMetadata    `json:"metadata"`
+}
+
+// StoredCard is a card as stored in the ledger: the card plus the sequence
+// and time of the entry that wrote it.
+type StoredCard struct {
+	Card Card      `json:"card"`
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+}
+
+// ToolCall decodes the content of a tool.call card.
+func (c *Card) ToolCall() (ToolCallContent, error) {
+	var tc ToolCallContent
+	if c.Type != CardToolCall {
+		return tc, fmt.Errorf("card %s is %q, not %s", c.CardID, c.Type, CardToolCall)
+	}
+	if err := json.Unmarshal(c.Content, &tc); err != nil {
+		return tc, fmt.Errorf("decode tool.call content of card %s: %w", c.CardID, err)
+	}
+	return tc, nil
+}
+
+// ToolResult decodes the content of a tool.result card.
+func (c *Card) ToolResult() (ToolResultContent, error) {
+	var tr ToolResultContent
+	if c.Type != CardToolResult {
+		return tr, fmt.Errorf("card %s is %q, not %s", c.CardID, c.Type, CardToolResult)
+	}
+	if err := json.Unmarshal(c.Content, &tr); err != nil {
+		return tr, fmt.Errorf("decode tool.result content of card %s: %w", c.CardID, err)
+	}
+	return tr, nil
+}
+
+// EffectiveAfterExecution returns result.__cg_control.after_execution when it
+// is present and valid, else fallback (the report's own field).
+func (tr ToolResultContent) EffectiveAfterExecution(fallback string) string {
+	var r struct {
+		Control *struct {
+			AfterExecution string `json:"after_execution"`
+		} `json:"__cg_control"`
+	}
+	if len(tr.Result) > 0 && tr.Result[0] == '{' && json.Unmarshal(tr.Result, &r) == nil &&
+		r.Control != nil && ValidAfterExecution(r.Control.AfterExecution) {
+		return r.Control.AfterExecution
+	}
+	return fallback
+}
+
+// ParseCard validates a card and returns it with normalized content. Every
+// violation is returned at once as a bad_request *Error. Unknown fields are
+// dropped; arbitrary dicts or text as content are rejected.
+func ParseCard(data []byte) (*Card, error) {
+	var vs Violations
+	c := parseCard("card", data, &vs)
+	if err := badRequest("card", vs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func parseCard(prefix string, data []byte, vs *Violations) *Card {
+	o, ok := parseObject(prefix, data, vs)
+	if !ok {
+		return nil
+	}
+	c := &Card{
+		CardID:       o.ident("card_id", true),
+		ProjectID:    o.ident("project_id", true),
+		Type:         o.str("type", true),
+		AuthorID:     o.name("author_id", true),
+		AgentTurnID:  o.ident("agent_turn_id", true),
+		ToolCallID:   o.ident("tool_call_id", true),
+		FunctionName: o.name("function_name", false),
+	}
+	if c.Type == CardToolResult && c.FunctionName == "" {
+		o.str("function_name", true)
+	}
+	if md, ok := o.object("metadata", false); ok {
+		c.Metadata = CardMetadata{
+			TraceID:      md.str("trace_id", false),
+			ParentStepID: md.str("parent_step_id", false),
+			StepID:       md.str("step_id", false),
+		}
+	}
+	var content any
+	switch c.Type {
+	case "":
+	case CardToolCall:
+		if tc, ok := parseToolCallContent(o, vs); ok {
+			content = tc
+		}
+	case CardToolResult:
+		if tr, ok := parseToolResultContent(o, vs); ok {
+			content = tr
+		}
+	default:
+		vs.Add(o.path("type"), VInvalidValue, "must be %q or %q, got %q", CardToolCall, CardToolResult, clip(c.Type))
+	}
+	if content != nil {
+		b, err := json.Marshal(content)
+		if err != nil {
+			vs.Add(o.path("content"), VInvalidJSON, "cannot be encoded: %v", err)
+		}
+		c.Content = b
+	}
+	return c
+}
+
+func contentObject(o jsonObject, vs *Violations, kind string) (jsonObject, bool) {
+	r := o.raw("content")
+	if r == nil {
+		vs.Add(o.path("content"), VRequired, "is required (%s)", kind)
+		return jsonObject{}, false
+	}
+	if r[0] != '{' {
+		vs.Add(o.path("content"), VInvalidType, "must be a %s object; text or other JSON is not accepted", kind)
+		return jsonObject{}, false
+	}
+	return parseObject(o.path("content"), r, vs)
+}
+
+func parseToolCallContent(o jsonObject, vs *Violations) (ToolCallContent, bool) {
+	var tc ToolCallContent
+	co, ok := contentObject(o, vs, "ToolCallContent")
+	if !ok {
+		return tc, false
+	}
+	n := len(*vs)
+	tc.ToolName = co.name("tool_name", true)
+	args := co.raw("arguments")
+	switch {
+	case args == nil:
+		vs.Add(co.path("arguments"), VRequired, "is required (a JSON object, {} for none)")
+	case args[0] != '{':
+		vs.Add(co.path("arguments"), VInvalidType, "must be a JSON object")
+	default:
+		tc.Arguments = compactJSON(args)
+	}
+	return tc, len(*vs) == n
+}
+
+func parseToolResultContent(o jsonObject, vs *Violations) (ToolResultContent, bool) {
+	var tr ToolResultContent
+	co, ok := contentObject(o, vs, "ToolResultContent")
+	if !ok {
+		return tr, false
+	}
+	n := len(*vs)
+	tr.Status = co.str("status", true)
+	if tr.Status != "" && !ValidStatus(tr.Status) {
+		vs.Add(co.path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", clip(tr.Status))
+	}
+	tr.Result = compactJSON(co.raw("result"))
+	if eo, ok := co.object("error", false); ok {
+		tr.Error = &ToolError{Code: eo.str("code", true), Message: eo.str("message", false)}
+		if d := eo.raw("detail"); d != nil {
+			if d[0] != '{' {
+				vs.Add(eo.path("detail"), VInvalidType, "must be a JSON object")
+			} else {
+				tr.Error.Detail = compactJSON(d)
+			}
+		}
+	}
+	switch {
+	case tr.Status == StatusSuccess && tr.Error != nil:
+		vs.Add(co.path("error"), VForbidden, "must be absent or null when status is success")
+	case (tr.Status == StatusFailed || tr.Status == StatusTimeout) && tr.Error == nil && co.raw("error") == nil:
+		vs.Add(co.path("error"), VRequired, "is required when status is %s", tr.Status)
+	}
+	return tr, len(*vs) == n
+}

@@ -1,0 +1,168 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PutCardResult is the outcome of a card put.
+type PutCardResult struct {
+	CardID string `json:"card_id"`
+	// Seq is the ledger sequence of the entry holding the card.
+	Seq uint64 `json:"seq"`
+	// Duplicate is true when an identical card was already stored; Seq is then
+	// the original entry's.
+	Duplicate bool `json:"duplicate"`
+}
+
+// maxCardIDs bounds one GetCards call.
+const maxCardIDs = 256
+
+// PutCard validates and stores a card. Cards are immutable: putting an
+// identical card again returns the original (Duplicate), a different card
+// under an existing id is a conflict. The card is readable by id as soon as
+// PutCard returns.
+func (l *Ledger) PutCard(ctx context.Context, card Card) (PutCardResult, error) {
+	data, err := json.Marshal(card)
+	if err != nil {
+		return PutCardResult{}, fmt.Errorf("put card: encode: %w", err)
+	}
+	return l.PutCardJSON(ctx, data)
+}
+
+// PutCardJSON is PutCard for a card given as JSON, as received over the API.
+func (l *Ledger) PutCardJSON(ctx context.Context, data []byte) (PutCardResult, error) {
+	c, err := ParseCard(data)
+	if err != nil {
+		e, _ := AsError(err)
+		var project string
+		var probe struct {
+			ProjectID string `json:"project_id"`
+		}
+		if json.Unmarshal(data, &probe) == nil {
+			project = probe.ProjectID
+		}
+		return PutCardResult{}, l.reject(ctx, OpCardPut, project, Unrouted, e, rejectedRequest("", nil, data))
+	}
+	return l.putCard(ctx, OpCardPut, c, "", func() RejectedRequest { return rejectedRequest("", nil, data) })
+}
+
+// putCard stores a validated card. channel, when known, routes a rejection.
+func (l *Ledger) putCard(ctx context.Context, op string, c *Card, channel string, req func() RejectedRequest) (PutCardResult, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return PutCardResult{}, fmt.Errorf("put card %s: encode: %w", c.CardID, err)
+	}
+	if len(data) > int(l.streams.MaxMsgSize)-4096 {
+		var vs Violations
+		vs.Add("card", VTooLarge, "card is %d bytes; the limit is %d", len(data), int(l.streams.MaxMsgSize)-4096)
+		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+	}
+	msg := &nats.Msg{Subject: CardSubject(l.version, c.ProjectID, c.CardID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(HeaderProjectID, c.ProjectID)
+	msg.Header.Set(HeaderAgentTurnID, c.AgentTurnID)
+	msg.Header.Set(HeaderToolCallID, c.ToolCallID)
+	ack, err := l.appendEntry(ctx, KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case err == nil:
+		return PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
+	case isWrongLastSeq(err):
+		existing, gerr := l.lastForSubject(ctx, msg.Subject)
+		if gerr != nil || existing == nil {
+			return PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %v", c.CardID, gerr)
+		}
+		if bytes.Equal(existing.Data, data) {
+			return PutCardResult{CardID: c.CardID, Seq: existing.Sequence, Duplicate: true}, nil
+		}
+		var vs Violations
+		vs.Add("card.card_id", VConflict, "card %s already exists at ledger seq %d with different content; cards are immutable", c.CardID, existing.Sequence)
+		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeConflict, vs, "card %s already exists with different content", c.CardID), req())
+	case isTooLarge(err):
+		var vs Violations
+		vs.Add("card", VTooLarge, "card exceeds the stream's maximum message size (%d bytes)", l.streams.MaxMsgSize)
+		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+	default:
+		return PutCardResult{}, fmt.Errorf("put card %s: %w", c.CardID, err)
+	}
+}
+
+// GetCard returns one card by id, or an error matching ErrUnknownCard.
+func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*StoredCard, error) {
+	var vs Violations
+	checkIdent(&vs, "project_id", project, true)
+	checkIdent(&vs, "card_id", cardID, true)
+	if err := badRequest("card lookup", vs); err != nil {
+		return nil, err
+	}
+	msg, err := l.lastForSubject(ctx, CardSubject(l.version, project, cardID))
+	if err != nil {
+		return nil, fmt.Errorf("get card %s: %w", cardID, err)
+	}
+	if msg == nil {
+		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s", cardID, project)
+	}
+	sc := &StoredCard{Seq: msg.Sequence, Time: msg.Time.UTC()}
+	if err := json.Unmarshal(msg.Data, &sc.Card); err != nil {
+		return nil, fmt.Errorf("get card %s: decode entry %d: %w", cardID, msg.Sequence, err)
+	}
+	return sc, nil
+}
+
+// GetCards returns the cards with the given ids in request order, and the ids
+// that do not exist. Lookups run concurrently.
+func (l *Ledger) GetCards(ctx context.Context, project string, ids []string) ([]StoredCard, []string, error) {
+	var vs Violations
+	checkIdent(&vs, "project_id", project, true)
+	if len(ids) == 0 {
+		vs.Add("card_ids", VRequired, "at least one card id is required")
+	}
+	if len(ids) > maxCardIDs {
+		vs.Add("card_ids", VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
+	}
+	for i, id := range ids {
+		checkIdent(&vs, fmt.Sprintf("card_ids[%d]", i), id, true)
+	}
+	if err := badRequest("card lookup", vs); err != nil {
+		return nil, nil, err
+	}
+	type res struct {
+		card *StoredCard
+		err  error
+	}
+	out := make([]res, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i].card, out[i].err = l.GetCard(ctx, project, id)
+		}()
+	}
+	wg.Wait()
+	var cards []StoredCard
+	var missing []string
+	for i, r := range out {
+		switch {
+		case r.err == nil:
+			cards = append(cards, *r.card)
+		case isCode(r.err, CodeUnknownCard):
+			missing = append(missing, ids[i])
+		default:
+			return nil, nil, r.err
+		}
+	}
+	return cards, missing, nil
+}
+
+func isCode(err error, code Code) bool {
+	e, ok := AsError(err)
+	return ok && e.Code == code
+}

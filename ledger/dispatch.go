@@ -1,0 +1,225 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DispatchRequest asks the ledger to write a tool.call card and publish the
+// tool command that points at it.
+type DispatchRequest struct {
+	// Subject is the command subject: cg.<ver>.<project>.<channel>.cmd.tool.<target>...
+	// or cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>.
+	Subject  string
+	Identity Identity
+	// Card is the tool.call card; its card_id must equal Payload.ToolCallCardID.
+	Card    Card
+	Payload ToolCommandPayload
+}
+
+// DispatchResult is the outcome of a dispatch.
+type DispatchResult struct {
+	Subject        string `json:"subject"`
+	ToolCallCardID string `json:"tool_call_card_id"`
+	CardSeq        uint64 `json:"card_seq"`
+	CommandSeq     uint64 `json:"command_seq"`
+	// Duplicate is true when this exact dispatch had already been made; the
+	// sequences are the original ones.
+	Duplicate bool `json:"duplicate"`
+}
+
+// dispatchBody is the JSON body of a dispatch API request.
+type dispatchBody struct {
+	Subject string          `json:"subject"`
+	Card    json.RawMessage `json:"card"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Dispatch writes the tool.call card, records the call, and publishes the
+// command, in that order, so a crash never leaves a command whose card is
+// missing. Repeating the same dispatch returns the original outcome.
+func (l *Ledger) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
+	card, err := json.Marshal(req.Card)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+	}
+	payload, err := json.Marshal(req.Payload)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+	}
+	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil)
+}
+
+// DispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
+// body {"subject", "card", "payload"}.
+func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (DispatchResult, error) {
+	var vs Violations
+	o, ok := parseObject("body", body, &vs)
+	if !ok {
+		return DispatchResult{}, l.reject(ctx, OpDispatch, "", "", newError(CodeBadRequest, vs, "invalid dispatch request"), rejectedRequest("", h, body))
+	}
+	subject := o.str("subject", true)
+	var card, payload []byte
+	if r := o.raw("card"); r != nil {
+		card = r
+	}
+	if r := o.raw("payload"); r != nil {
+		payload = r
+	}
+	return l.dispatch(ctx, subject, h, card, payload, vs)
+}
+
+func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations) (DispatchResult, error) {
+	rawReq := func() RejectedRequest {
+		b, _ := json.Marshal(dispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
+		return rejectedRequest("", h, b)
+	}
+	sub := parseSubject(subject, &vs)
+	if sub.Kind != SubjectUnknown && !sub.IsCommand() {
+		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", clip(subject), sub.Kind)
+	}
+	if sub.Kind != SubjectUnknown && sub.Version != l.version {
+		vs.Add("subject", VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)
+	}
+	id, hvs := ParseIdentity(h, IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == SubjectPMOCommand})
+	vs = append(vs, hvs...)
+	payload := parseCommandPayload(payloadJSON, sub, id, hvs, &vs)
+	card := parseCard("card", cardJSON, &vs)
+	if card != nil {
+		crossCheckDispatch(card, sub, id, &payload, &vs)
+	}
+	if len(vs) > 0 {
+		return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
+	}
+
+	put, err := l.putCard(ctx, OpDispatch, card, sub.Channel, rawReq)
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	payloadBytes, err := json.Marshal(payload)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+	}
+	normSubject := sub.String()
+	rec := &CallRecord{
+		State:          StateDispatched,
+		ProjectID:      sub.Project,
+		ChannelID:      sub.Channel,
+		AgentID:        id.AgentID,
+		AgentTurnID:    id.AgentTurnID,
+		TurnEpoch:      id.TurnEpoch,
+		ToolCallID:     id.ToolCallID,
+		StepID:         id.StepID,
+		Subject:        normSubject,
+		ToolName:       payload.ToolName,
+		AfterExecution: payload.AfterExecution,
+		ToolCallCardID: card.CardID,
+		CardSeq:        put.Seq,
+		CardMetadata:   card.Metadata,
+	}
+	rec.DispatchFingerprint = fingerprint(normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
+		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), strconv.FormatUint(put.Seq, 10))
+	key := callKey(sub.Project, id.AgentTurnID, id.ToolCallID)
+	rev, created, err := l.createRecord(ctx, key, rec)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	if !created {
+		existing, erev, err := l.getRecord(ctx, key)
+		if err != nil || existing == nil {
+			return DispatchResult{}, fmt.Errorf("dispatch %s/%s: record exists but cannot be read: %v", id.AgentTurnID, id.ToolCallID, err)
+		}
+		if existing.DispatchFingerprint != rec.DispatchFingerprint {
+			var cvs Violations
+			cvs.Add("header."+HeaderToolCallID, VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
+			return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
+		}
+		if existing.CommandSeq != 0 {
+			return DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true}, nil
+		}
+		// A previous attempt stopped before publishing (or before recording
+		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
+		rec, rev = existing, erev
+	}
+
+	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
+	msg.Header.Set(HeaderMsgID, "cmd."+sub.Project+"."+id.AgentTurnID+"."+id.ToolCallID)
+	ack, err := l.appendEntry(ctx, KindCommand, msg)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	if err := l.recordCommandSeq(ctx, key, rec, rev, ack.Sequence); err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created && ack.Duplicate}, nil
+}
+
+// recordCommandSeq stores the command's sequence in the call record. A report
+// may already have moved the record on (the executor can be that fast), so a
+// lost compare-and-set re-reads and tries again.
+func (l *Ledger) recordCommandSeq(ctx context.Context, key string, rec *CallRecord, rev, seq uint64) error {
+	for range 16 {
+		if rec.CommandSeq != 0 {
+			return nil
+		}
+		rec.CommandSeq = seq
+		_, ok, err := l.updateRecord(ctx, key, rec, rev)
+		if err != nil || ok {
+			return err
+		}
+		if rec, rev, err = l.getRecord(ctx, key); err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("call record %s vanished", key)
+		}
+	}
+	return fmt.Errorf("call record %s: too many concurrent updates", key)
+}
+
+// crossCheckDispatch checks that card, subject, identity and payload agree.
+func crossCheckDispatch(c *Card, sub Subject, id Identity, p *ToolCommandPayload, vs *Violations) {
+	if c.Type != "" && c.Type != CardToolCall {
+		vs.Add("card.type", VInvalidValue, "a dispatch needs a %s card, got %q", CardToolCall, c.Type)
+	}
+	if p.ToolCallCardID != "" && c.CardID != "" && p.ToolCallCardID != c.CardID {
+		vs.Add("payload.tool_call_card_id", VMismatch, "must equal card.card_id (%q), got %q", c.CardID, p.ToolCallCardID)
+	}
+	if sub.Project != "" && c.ProjectID != "" && sub.Project != c.ProjectID {
+		vs.Add("card.project_id", VMismatch, "must equal the subject's project_id (%q), got %q", sub.Project, c.ProjectID)
+	}
+	if id.AgentTurnID != "" && c.AgentTurnID != "" && id.AgentTurnID != c.AgentTurnID {
+		vs.Add("card.agent_turn_id", VMismatch, "must equal header %s (%q), got %q", HeaderAgentTurnID, id.AgentTurnID, c.AgentTurnID)
+	}
+	if id.ToolCallID != "" && c.ToolCallID != "" && id.ToolCallID != c.ToolCallID {
+		vs.Add("card.tool_call_id", VMismatch, "must equal header %s (%q), got %q", HeaderToolCallID, id.ToolCallID, c.ToolCallID)
+	}
+	if c.Type != CardToolCall || len(c.Content) == 0 {
+		return
+	}
+	tc, err := c.ToolCall()
+	if err != nil {
+		return
+	}
+	switch {
+	case p.ToolName == "":
+		p.ToolName = tc.ToolName
+	case tc.ToolName != "" && p.ToolName != tc.ToolName:
+		vs.Add("payload.tool_name", VMismatch, "must equal card.content.tool_name (%q), got %q", tc.ToolName, p.ToolName)
+	}
+}
+
+func nonEmptyJSON(b []byte) []byte {
+	if len(b) == 0 || !json.Valid(b) {
+		if len(b) == 0 {
+			return []byte("null")
+		}
+		s, _ := json.Marshal(string(b))
+		return s
+	}
+	return b
+}

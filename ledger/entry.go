@@ -1,0 +1,125 @@
+package ledger
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// EntryKind is the value of the CG-Entry-Kind header on ledger entries.
+type EntryKind string
+
+// Entry kinds the ledger writes.
+const (
+	KindCard          EntryKind = "card"
+	KindCommand       EntryKind = "command"
+	KindReport        EntryKind = "report"
+	KindDuplicate     EntryKind = "duplicate"
+	KindWakeup        EntryKind = "wakeup"
+	KindWakeupSkipped EntryKind = "wakeup_skipped"
+	KindRejection     EntryKind = "rejection"
+	KindRoster        EntryKind = "roster"
+)
+
+// ReportEntry is the data of a report entry: the callback's routing and
+// pointer fields as sent, plus what the ledger resolved while validating it.
+type ReportEntry struct {
+	ProjectID               string `json:"project_id"`
+	ChannelID               string `json:"channel_id"`
+	AgentID                 string `json:"agent_id"`
+	AgentTurnID             string `json:"agent_turn_id"`
+	TurnEpoch               uint64 `json:"turn_epoch"`
+	ToolCallID              string `json:"tool_call_id"`
+	StepID                  string `json:"step_id,omitempty"`
+	Status                  string `json:"status"`
+	AfterExecution          string `json:"after_execution"`
+	EffectiveAfterExecution string `json:"effective_after_execution"`
+	ToolResultCardID        string `json:"tool_result_card_id"`
+	ToolResultCardSeq       uint64 `json:"tool_result_card_seq"`
+	ToolCallCardID          string `json:"tool_call_card_id"`
+	ToolName                string `json:"tool_name,omitempty"`
+	SourceID                string `json:"source_id"`
+	SourceFunction          string `json:"source_function"`
+	CommandSeq              uint64 `json:"command_seq,omitempty"`
+}
+
+// WakeupEntry is the data of a wakeup published to a worker.
+type WakeupEntry struct {
+	ProjectID               string `json:"project_id"`
+	ChannelID               string `json:"channel_id"`
+	AgentID                 string `json:"agent_id"`
+	WorkerTarget            string `json:"worker_target"`
+	AgentTurnID             string `json:"agent_turn_id"`
+	TurnEpoch               uint64 `json:"turn_epoch"`
+	ToolCallID              string `json:"tool_call_id"`
+	Status                  string `json:"status"`
+	ToolResultCardID        string `json:"tool_result_card_id"`
+	EffectiveAfterExecution string `json:"effective_after_execution"`
+	ReportSeq               uint64 `json:"report_seq"`
+}
+
+// WakeupSkippedEntry records that an accepted report's agent had no roster
+// entry, so no wakeup could be routed.
+type WakeupSkippedEntry struct {
+	ProjectID   string `json:"project_id"`
+	ChannelID   string `json:"channel_id"`
+	AgentID     string `json:"agent_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	ToolCallID  string `json:"tool_call_id"`
+	ReportSeq   uint64 `json:"report_seq"`
+	Reason      string `json:"reason"`
+}
+
+// DuplicateEntry records a report that repeated an already-accepted one.
+type DuplicateEntry struct {
+	ProjectID        string `json:"project_id"`
+	ChannelID        string `json:"channel_id"`
+	AgentID          string `json:"agent_id"`
+	AgentTurnID      string `json:"agent_turn_id"`
+	TurnEpoch        uint64 `json:"turn_epoch"`
+	ToolCallID       string `json:"tool_call_id"`
+	Status           string `json:"status"`
+	ToolResultCardID string `json:"tool_result_card_id"`
+	SourceID         string `json:"source_id"`
+	OriginalSeq      uint64 `json:"original_seq"`
+}
+
+// RosterEntry is the data of a roster entry: the agent's current worker target.
+type RosterEntry struct {
+	ProjectID    string `json:"project_id"`
+	AgentID      string `json:"agent_id"`
+	WorkerTarget string `json:"worker_target"`
+}
+
+// RejectionEntry records a refused request so the history explains every "no".
+type RejectionEntry struct {
+	// Op is the refused operation: card.put, dispatch, report, roster.set.
+	Op         string      `json:"op"`
+	Code       Code        `json:"code"`
+	Message    string      `json:"message"`
+	Violations []Violation `json:"violations,omitempty"`
+	// Request is what was received: subject (if any), headers and data.
+	Request RejectedRequest `json:"request"`
+}
+
+// RejectedRequest is the refused request as received. Data holds the body as
+// JSON when it was valid JSON, else as a JSON string; it is cut at
+// maxRejectedData bytes (Truncated says so).
+type RejectedRequest struct {
+	Subject   string              `json:"subject,omitempty"`
+	Headers   map[string][]string `json:"headers,omitempty"`
+	Data      json.RawMessage     `json:"data,omitempty"`
+	Truncated bool                `json:"truncated,omitempty"`
+}
+
+// maxRejectedData bounds the request body kept in a rejection entry, so a
+// refused oversized request can still be recorded.
+const maxRejectedData = 16 << 10
+
+// Entry is one ledger entry read back from the stream.
+type Entry struct {
+	Seq     uint64              `json:"seq"`
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Data    []byte              `json:"data"`
+	Time    time.Time           `json:"time"`
+}

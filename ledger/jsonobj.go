@@ -1,0 +1,155 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// jsonObject reads the fields of one JSON object for validation, recording a
+// violation for every missing or mistyped field instead of stopping at the first.
+type jsonObject struct {
+	prefix string
+	fields map[string]json.RawMessage
+	vs     *Violations
+}
+
+// parseObject decodes data as a JSON object. It records a violation and
+// returns ok=false when data is not one.
+func parseObject(prefix string, data []byte, vs *Violations) (jsonObject, bool) {
+	o := jsonObject{prefix: prefix, vs: vs}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		vs.Add(prefix, VRequired, "a JSON object is required")
+		return o, false
+	}
+	if trimmed[0] != '{' {
+		vs.Add(prefix, VInvalidType, "must be a JSON object")
+		return o, false
+	}
+	if err := json.Unmarshal(trimmed, &o.fields); err != nil {
+		vs.Add(prefix, VInvalidJSON, "is not valid JSON: %v", err)
+		return o, false
+	}
+	return o, true
+}
+
+// path returns the field path of name.
+func (o jsonObject) path(name string) string {
+	if o.prefix == "" {
+		return name
+	}
+	return o.prefix + "." + name
+}
+
+// has reports whether name is present (even as null).
+func (o jsonObject) has(name string) bool {
+	_, ok := o.fields[name]
+	return ok
+}
+
+// raw returns the field's raw JSON, or nil when absent or null.
+func (o jsonObject) raw(name string) json.RawMessage {
+	r, ok := o.fields[name]
+	if !ok || isNull(r) {
+		return nil
+	}
+	return r
+}
+
+// str reads a string field. Absent and null count as absent.
+func (o jsonObject) str(name string, required bool) string {
+	r := o.raw(name)
+	if r == nil {
+		if required {
+			o.vs.Add(o.path(name), VRequired, "is required")
+		}
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(r, &s); err != nil {
+		o.vs.Add(o.path(name), VInvalidType, "must be a string")
+		return ""
+	}
+	if s == "" && required {
+		o.vs.Add(o.path(name), VEmpty, "must not be empty")
+	}
+	return s
+}
+
+// ident reads a string field that must be a valid identifier.
+func (o jsonObject) ident(name string, required bool) string {
+	s := o.str(name, required)
+	if s != "" && !ValidIdentifier(s) {
+		checkIdent(o.vs, o.path(name), s, required)
+		return ""
+	}
+	return s
+}
+
+// name reads a string field that must be a valid name.
+func (o jsonObject) name(field string, required bool) string {
+	s := o.str(field, required)
+	if s != "" && !ValidName(s) {
+		checkName(o.vs, o.path(field), s, required)
+		return ""
+	}
+	return s
+}
+
+// object reads a field that must be a JSON object.
+func (o jsonObject) object(name string, required bool) (jsonObject, bool) {
+	r := o.raw(name)
+	if r == nil {
+		if required {
+			o.vs.Add(o.path(name), VRequired, "is required")
+		}
+		return jsonObject{}, false
+	}
+	if r[0] != '{' {
+		o.vs.Add(o.path(name), VInvalidType, "must be a JSON object")
+		return jsonObject{}, false
+	}
+	sub, ok := parseObject(o.path(name), r, o.vs)
+	return sub, ok
+}
+
+// epoch reads a turn epoch given as a JSON number or a decimal string.
+func (o jsonObject) epoch(name string) (uint64, bool) {
+	r := o.raw(name)
+	if r == nil {
+		return 0, false
+	}
+	var s string
+	if r[0] == '"' {
+		if err := json.Unmarshal(r, &s); err != nil {
+			o.vs.Add(o.path(name), VInvalidType, "must be an unsigned integer")
+			return 0, false
+		}
+	} else {
+		s = string(r)
+	}
+	n, ok := ParseEpoch(s)
+	if !ok {
+		o.vs.Add(o.path(name), VInvalidValue, "must be an unsigned decimal integer (got %s)", strconv.Quote(clip(s)))
+		return 0, false
+	}
+	return n, true
+}
+
+func isNull(r json.RawMessage) bool {
+	return len(r) == 0 || string(bytes.TrimSpace(r)) == "null"
+}
+
+// compactJSON returns r without insignificant whitespace, so stored bytes and
+// fingerprints do not depend on how a client formatted its JSON.
+func compactJSON(r json.RawMessage) json.RawMessage {
+	if r == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, r); err != nil {
+		return r
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,169 @@
+// Package ledger is the write side of cgledger: the L0 tool-call protocol's
+// wire types, subject grammar, header codec and validation; provisioning of
+// the ledger stream and the call-record KV bucket; and the operations that
+// append to the ledger (put card, dispatch, report, roster). Only this package
+// writes ledger entries.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Ledger. The zero value works against a single embedded
+// server: protocol version v1, default stream and bucket, no metrics
+// registration, logs discarded.
+type Config struct {
+	// Version is the protocol version token written in subjects. Empty means v1.
+	Version string
+	// Streams describes the JetStream resources; see StreamConfig.
+	Streams StreamConfig
+	// Registerer receives the ledger's metrics. Nil means they are kept but
+	// not registered anywhere.
+	Registerer prometheus.Registerer
+	// Logger receives operational logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Step names a point in the report path, for fault-injection tests.
+type Step string
+
+// Report-path steps, in order (docs/report-path.md).
+const (
+	StepClaimed        Step = "claimed"         // claim CAS-written to the KV record
+	StepAppended       Step = "appended"        // report entry acknowledged by the stream
+	StepMarkedReported Step = "marked_reported" // KV record marked reported
+	StepWoken          Step = "woken"           // wakeup (or wakeup_skipped) acknowledged
+	StepMarkedWoken    Step = "marked_woken"    // KV record marked woken
+)
+
+// Ledger appends to and reads from the ledger stream. It is safe for
+// concurrent use.
+type Ledger struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	kv      jetstream.KeyValue
+	version string
+	streams StreamConfig
+	m       *metrics
+	log     *slog.Logger
+
+	// afterStep, when set (tests only), runs after each report-path step; a
+	// non-nil error aborts the report there, as a crash would.
+	afterStep func(Step) error
+}
+
+// Open provisions (idempotently) the ledger stream and bucket and returns a
+// Ledger bound to them.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
+	if nc == nil {
+		return nil, errors.New("ledger: open: nil NATS connection")
+	}
+	version := cfg.Version
+	if version == "" {
+		version = DefaultVersion
+	}
+	if !ValidVersion(version) {
+		return nil, fmt.Errorf("ledger: open: invalid protocol version %q", version)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open: jetstream: %w", err)
+	}
+	streams := cfg.Streams.withDefaults()
+	if err := Provision(ctx, js, streams); err != nil {
+		return nil, fmt.Errorf("ledger: open: %w", err)
+	}
+	stream, err := js.Stream(ctx, streams.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open: bind stream %s: %w", streams.Stream, err)
+	}
+	kv, err := js.KeyValue(ctx, streams.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open: bind bucket %s: %w", streams.Bucket, err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log}, nil
+}
+
+// Version is the protocol version token this ledger writes.
+func (l *Ledger) Version() string { return l.version }
+
+// StreamName is the ledger stream's name.
+func (l *Ledger) StreamName() string { return l.streams.Stream }
+
+// BucketName is the call-record KV bucket's name.
+func (l *Ledger) BucketName() string { return l.streams.Bucket }
+
+// step runs the fault-injection hook.
+func (l *Ledger) step(s Step) error {
+	if l.afterStep == nil {
+		return nil
+	}
+	if err := l.afterStep(s); err != nil {
+		return fmt.Errorf("aborted after step %s: %w", s, err)
+	}
+	return nil
+}
+
+// appendEntry publishes one entry and waits for the stream's acknowledgement.
+func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if msg.Header == nil {
+		msg.Header = nats.Header{}
+	}
+	msg.Header.Set(HeaderEntryKind, string(kind))
+	start := time.Now()
+	ack, err := l.js.PublishMsg(ctx, msg, append(opts, jetstream.WithExpectStream(l.streams.Stream))...)
+	if err != nil {
+		return nil, err
+	}
+	l.m.appendLatency.WithLabelValues(string(kind)).Observe(time.Since(start).Seconds())
+	if !ack.Duplicate {
+		l.m.appends.WithLabelValues(string(kind)).Inc()
+	}
+	return ack, nil
+}
+
+// lastForSubject reads the newest entry on an exact subject. It returns
+// (nil, nil) when there is none.
+func (l *Ledger) lastForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	msg, err := l.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", subject, err)
+	}
+	return msg, nil
+}
+
+// isWrongLastSeq reports a failed "expected last sequence" check. JetStream
+// answers with code 10071, or 10164 on replicated streams.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// isTooLarge reports a message over the stream's size limit.
+func isTooLarge(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) || errors.Is(err, nats.ErrMaxPayload)
+}

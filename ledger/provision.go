@@ -1,0 +1,198 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamConfig is the one place the ledger's JetStream resources are
+// described. Zero values mean the documented defaults.
+type StreamConfig struct {
+	// Stream is the ledger stream name. Empty means "CG_LEDGER".
+	Stream string
+	// Bucket is the KV bucket holding call records and report dedup claims.
+	// Empty means "CG_CALLS".
+	Bucket string
+	// Replicas for the stream and the bucket. Zero means 1 (embedded server);
+	// use 3 on a cluster.
+	Replicas int
+	// DuplicateWindow is JetStream's Nats-Msg-Id dedup window. Zero means 2
+	// minutes. The ledger does not rely on it for exactly-once (see
+	// docs/report-path.md); it only absorbs fast client retries.
+	DuplicateWindow time.Duration
+	// MaxMsgSize caps one entry (card, command, report) in bytes. Zero means
+	// 1 MiB.
+	MaxMsgSize int32
+	// MaxBytes caps the ledger stream. Zero means unlimited. When full, new
+	// writes are refused (DiscardNew); history is never dropped to make room.
+	MaxBytes int64
+	// MaxAge is the explicit retention policy of the ledger stream. Zero means
+	// keep every entry forever.
+	MaxAge time.Duration
+	// CallRecordTTL bounds how long call records stay in the bucket. Zero
+	// means forever. A report arriving after its record expired is rejected
+	// as unknown_call, so set it well above the longest tool deadline.
+	CallRecordTTL time.Duration
+}
+
+// Defaults for StreamConfig.
+const (
+	DefaultStream          = "CG_LEDGER"
+	DefaultBucket          = "CG_CALLS"
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultMaxMsgSize      = 1 << 20
+)
+
+// withDefaults fills zero values.
+func (c StreamConfig) withDefaults() StreamConfig {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.MaxMsgSize == 0 {
+		c.MaxMsgSize = DefaultMaxMsgSize
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = -1
+	}
+	return c
+}
+
+// ErrIncompatibleConfig is returned when a stream or bucket already exists
+// with settings the ledger would have to change. The ledger never changes an
+// existing stream silently.
+var ErrIncompatibleConfig = errors.New("incompatible existing JetStream config")
+
+// ledgerStreamConfig is the ledger stream's full configuration. Direct gets
+// are allowed only on a single replica: on a cluster a direct get may be served
+// by a lagging follower, which would break read-your-writes for cards.
+func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              c.Stream,
+		Description:       "cgledger: append-only ledger of tool commands, cards, reports, wakeups and rejections",
+		Subjects:          []string{Root + ".>"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.Replicas,
+		Duplicates:        c.DuplicateWindow,
+		MaxMsgSize:        c.MaxMsgSize,
+		MaxBytes:          c.MaxBytes,
+		MaxAge:            c.MaxAge,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxMsgsPerSubject: -1,
+		Discard:           jetstream.DiscardNew,
+		DenyDelete:        true,
+		DenyPurge:         true,
+		AllowDirect:       c.Replicas == 1,
+	}
+}
+
+// bucketStreamConfig is the KV bucket's backing stream, written out rather
+// than via CreateKeyValue so that direct gets follow the same rule as above.
+func (c StreamConfig) bucketStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              "KV_" + c.Bucket,
+		Description:       "cgledger: call records and report dedup claims keyed by (project, agent_turn_id, tool_call_id)",
+		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.Replicas,
+		Duplicates:        c.DuplicateWindow,
+		MaxMsgSize:        c.MaxMsgSize,
+		MaxBytes:          -1,
+		MaxAge:            c.CallRecordTTL,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardNew,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		AllowDirect:       c.Replicas == 1,
+	}
+}
+
+// Provision creates the ledger stream and the KV bucket, or checks that
+// existing ones match. Running it twice changes nothing; an existing stream
+// whose settings differ is reported with ErrIncompatibleConfig naming every
+// differing field.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
+	cfg = cfg.withDefaults()
+	if err := ensureStream(ctx, js, cfg.ledgerStreamConfig()); err != nil {
+		return err
+	}
+	return ensureStream(ctx, js, cfg.bucketStreamConfig())
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, want)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("provision: create stream %s: %w", want.Name, err)
+		}
+		// Another process created it first; check what it created.
+		s, err = js.Stream(ctx, want.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("provision: look up stream %s: %w", want.Name, err)
+	}
+	if diffs := diffStreamConfig(want, s.CachedInfo().Config); len(diffs) > 0 {
+		return &IncompatibleConfigError{Stream: want.Name, Diffs: diffs}
+	}
+	return nil
+}
+
+// IncompatibleConfigError lists every setting of an existing stream that
+// differs from what the ledger needs.
+type IncompatibleConfigError struct {
+	Stream string
+	Diffs  []string
+}
+
+// Error implements error.
+func (e *IncompatibleConfigError) Error() string {
+	return fmt.Sprintf("provision: stream %s exists with a different config (%v); change it deliberately or point the ledger at another stream", e.Stream, e.Diffs)
+}
+
+// Unwrap matches ErrIncompatibleConfig.
+func (e *IncompatibleConfigError) Unwrap() error { return ErrIncompatibleConfig }
+
+func diffStreamConfig(want, got jetstream.StreamConfig) []string {
+	var d []string
+	check := func(name string, w, g any) {
+		if fmt.Sprint(w) != fmt.Sprint(g) {
+			d = append(d, fmt.Sprintf("%s: want %v, have %v", name, w, g))
+		}
+	}
+	check("subjects", want.Subjects, got.Subjects)
+	check("retention", want.Retention, got.Retention)
+	check("storage", want.Storage, got.Storage)
+	check("replicas", want.Replicas, got.Replicas)
+	check("duplicate_window", want.Duplicates, got.Duplicates)
+	check("max_msg_size", want.MaxMsgSize, got.MaxMsgSize)
+	check("max_bytes", want.MaxBytes, got.MaxBytes)
+	check("max_age", want.MaxAge, got.MaxAge)
+	check("max_msgs_per_subject", want.MaxMsgsPerSubject, got.MaxMsgsPerSubject)
+	check("discard", want.Discard, got.Discard)
+	check("deny_delete", want.DenyDelete, got.DenyDelete)
+	check("deny_purge", want.DenyPurge, got.DenyPurge)
+	check("allow_rollup", want.AllowRollup, got.AllowRollup)
+	check("allow_direct", want.AllowDirect, got.AllowDirect)
+	return d
+}

@@ -1,0 +1,506 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReportPayload is the business payload of a tool result report: routing and
+// pointer fields only; the result itself lives in the tool.result card.
+type ReportPayload struct {
+	Status           string `json:"status"`
+	AfterExecution   string `json:"after_execution"`
+	ToolResultCardID string `json:"tool_result_card_id"`
+	StepID           string `json:"step_id,omitempty"`
+}
+
+// ReportRequest is a tool result report: the call's identity unchanged from
+// the command, the reporting source, and the payload.
+type ReportRequest struct {
+	ProjectID string
+	ChannelID string
+	Identity  Identity
+	// SourceID and SourceFunction name the reporting tool service; they must
+	// equal the result card's author_id and function_name.
+	SourceID       string
+	SourceFunction string
+	Payload        ReportPayload
+}
+
+// WakeupOutcome says where the agent was woken, or why it was not.
+type WakeupOutcome struct {
+	Subject      string `json:"subject,omitempty"`
+	WorkerTarget string `json:"worker_target,omitempty"`
+	Seq          uint64 `json:"seq,omitempty"`
+	Skipped      bool   `json:"skipped"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// ReportOutcome is the accepted report of a call. For a duplicate it is the
+// original outcome, with Duplicate set.
+type ReportOutcome struct {
+	Seq                     uint64        `json:"seq"`
+	AgentTurnID             string        `json:"agent_turn_id"`
+	ToolCallID              string        `json:"tool_call_id"`
+	ToolResultCardID        string        `json:"tool_result_card_id"`
+	Status                  string        `json:"status"`
+	AfterExecution          string        `json:"after_execution"`
+	EffectiveAfterExecution string        `json:"effective_after_execution"`
+	Duplicate               bool          `json:"duplicate"`
+	DuplicateSeq            uint64        `json:"duplicate_seq,omitempty"`
+	Wakeup                  WakeupOutcome `json:"wakeup"`
+}
+
+// NoRosterEntry is the reason a wakeup is skipped when the agent has no
+// roster entry.
+const NoRosterEntry = "no_roster_entry"
+
+// reportInput is a syntactically valid report.
+type reportInput struct {
+	project, channel string
+	id               Identity
+	sourceID         string
+	sourceFunction   string
+	payload          ReportPayload
+	stepID           string
+}
+
+// Report validates a tool result report, deduplicates it on (agent_turn_id,
+// tool_call_id), fences it on turn_epoch, appends it, and wakes the agent.
+// Every refusal is recorded as a rejection entry and returned as *Error.
+func (l *Ledger) Report(ctx context.Context, req ReportRequest) (ReportOutcome, error) {
+	h := req.Identity.Header()
+	h.Set(HeaderProjectID, req.ProjectID)
+	h.Set(HeaderChannelID, req.ChannelID)
+	h.Set(HeaderSourceID, req.SourceID)
+	h.Set(HeaderSourceFunction, req.SourceFunction)
+	data, err := json.Marshal(req.Payload)
+	if err != nil {
+		return ReportOutcome{}, fmt.Errorf("report: encode payload: %w", err)
+	}
+	return l.ReportMsg(ctx, h, data)
+}
+
+// ReportMsg is Report for a report as received over the API: CG-* headers
+// and the JSON payload.
+func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (ReportOutcome, error) {
+	in, vs := parseReport(h, data)
+	raw := func() RejectedRequest { return rejectedRequest("", h, data) }
+	if len(vs) > 0 {
+		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
+	}
+	return l.report(ctx, in, raw)
+}
+
+func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
+	var vs Violations
+	in := &reportInput{}
+	hdr := func(name string) string {
+		v, ok := headerValue(h, name)
+		switch {
+		case !ok:
+			vs.Add("header."+name, VRequired, "header is required")
+		case v == "":
+			vs.Add("header."+name, VEmpty, "header must not be empty")
+		}
+		return v
+	}
+	in.project = hdr(HeaderProjectID)
+	if in.project != "" {
+		checkIdent(&vs, "header."+HeaderProjectID, in.project, true)
+	}
+	in.channel = hdr(HeaderChannelID)
+	if in.channel != "" {
+		checkIdent(&vs, "header."+HeaderChannelID, in.channel, true)
+	}
+	id, hvs := ParseIdentity(h, IdentityRules{RequireToolCallID: true})
+	vs = append(vs, hvs...)
+	in.id = id
+	in.sourceID = hdr(HeaderSourceID)
+	if in.sourceID != "" {
+		checkName(&vs, "header."+HeaderSourceID, in.sourceID, true)
+	}
+	in.sourceFunction = hdr(HeaderSourceFunction)
+	if in.sourceFunction != "" {
+		checkName(&vs, "header."+HeaderSourceFunction, in.sourceFunction, true)
+	}
+	o, ok := parseObject("payload", data, &vs)
+	if !ok {
+		return in, vs
+	}
+	for _, f := range inlineForbidden {
+		if o.has(f) {
+			vs.Add(o.path(f), VForbidden, "inline %s are not allowed in a report: write it to the tool.result card", f)
+		}
+	}
+	p := ReportPayload{
+		Status:           o.str("status", true),
+		AfterExecution:   o.str("after_execution", true),
+		ToolResultCardID: o.ident("tool_result_card_id", true),
+		StepID:           o.ident("step_id", false),
+	}
+	if p.Status != "" && !ValidStatus(p.Status) {
+		vs.Add(o.path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", clip(p.Status))
+	}
+	if p.AfterExecution != "" && !ValidAfterExecution(p.AfterExecution) {
+		vs.Add(o.path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, clip(p.AfterExecution))
+	}
+	checkPayloadIdentity(o, id, hvs, &vs)
+	in.payload = p
+	in.stepID = id.StepID
+	if in.stepID == "" {
+		in.stepID = p.StepID
+	}
+	return in, vs
+}
+
+func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() RejectedRequest) (ReportOutcome, error) {
+	refuse := func(code Code, vs Violations, format string, args ...any) (ReportOutcome, error) {
+		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(code, vs, format, args...), raw())
+	}
+	key := callKey(in.project, in.id.AgentTurnID, in.id.ToolCallID)
+	rec, rev, err := l.getRecord(ctx, key)
+	if err != nil {
+		return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+	}
+	if rec == nil {
+		var vs Violations
+		vs.Add("header."+HeaderToolCallID, VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
+		return refuse(CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
+	}
+	fp := fingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction)
+	appendedHere := false
+	for range 64 {
+		if in.id.TurnEpoch != rec.TurnEpoch {
+			var vs Violations
+			vs.Add("header."+HeaderTurnEpoch, "stale_epoch", "call %s was dispatched with turn_epoch %d; report has %d", rec.ToolCallID, rec.TurnEpoch, in.id.TurnEpoch)
+			return refuse(CodeStaleEpoch, vs, "stale turn_epoch %d for call %s (dispatched with %d)", in.id.TurnEpoch, rec.ToolCallID, rec.TurnEpoch)
+		}
+		if vs := matchCall(rec, in); len(vs) > 0 {
+			return refuse(CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
+		}
+		if rec.State == StateDispatched {
+			claim, rerr := l.buildClaim(ctx, rec, in, fp)
+			if rerr != nil {
+				if e, ok := AsError(rerr); ok {
+					return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, e, raw())
+				}
+				return ReportOutcome{}, rerr
+			}
+			next := *rec
+			next.State, next.Claim = StateClaimed, claim
+			nrev, ok, err := l.updateRecord(ctx, key, &next, rev)
+			if err != nil {
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: claim: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			if !ok {
+				if rec, rev, err = l.reread(ctx, key); err != nil {
+					return ReportOutcome{}, err
+				}
+				continue
+			}
+			rec, rev = &next, nrev
+			if err := l.step(StepClaimed); err != nil {
+				return ReportOutcome{}, err
+			}
+		} else if rec.Claim == nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: record in state %s has no claim", in.id.AgentTurnID, in.id.ToolCallID, rec.State)
+		} else if rec.Claim.Fingerprint != fp {
+			var vs Violations
+			vs.Add("payload", VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
+				rec.ToolCallID, rec.Claim.SourceID, rec.Claim.Status, rec.Claim.ToolResultCardID, rec.Claim.AfterExecution, rec.State, rec.Claim.Seq)
+			return refuse(CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
+		}
+
+		if rec.State == StateClaimed {
+			seq, here, err := l.appendReport(ctx, rec.Claim)
+			if err != nil {
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			appendedHere = appendedHere || here
+			if err := l.step(StepAppended); err != nil {
+				return ReportOutcome{}, err
+			}
+			next := withClaim(rec)
+			next.State, next.Claim.Seq = StateReported, seq
+			var retry bool
+			if rec, rev, retry, err = l.advance(ctx, key, rec, next, rev); err != nil {
+				return ReportOutcome{}, err
+			} else if retry {
+				continue
+			}
+			if err := l.step(StepMarkedReported); err != nil {
+				return ReportOutcome{}, err
+			}
+		}
+
+		if rec.State == StateReported {
+			next := withClaim(rec)
+			if err := l.wake(ctx, next); err != nil {
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			if err := l.step(StepWoken); err != nil {
+				return ReportOutcome{}, err
+			}
+			next.State = StateWoken
+			var retry bool
+			if rec, rev, retry, err = l.advance(ctx, key, rec, next, rev); err != nil {
+				return ReportOutcome{}, err
+			} else if retry {
+				continue
+			}
+			if err := l.step(StepMarkedWoken); err != nil {
+				return ReportOutcome{}, err
+			}
+		}
+		return l.finishReport(ctx, rec, in, !appendedHere)
+	}
+	return ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
+}
+
+// withClaim copies a record deeply enough to change its claim.
+func withClaim(rec *CallRecord) *CallRecord {
+	next := *rec
+	c := *rec.Claim
+	next.Claim = &c
+	return &next
+}
+
+// advance compare-and-sets next over rec. On a lost race it re-reads the
+// record and reports retry=true, so the caller re-runs the state machine on
+// what the winner wrote.
+func (l *Ledger) advance(ctx context.Context, key string, rec, next *CallRecord, rev uint64) (*CallRecord, uint64, bool, error) {
+	nrev, ok, err := l.updateRecord(ctx, key, next, rev)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("report: mark %s: %w", next.State, err)
+	}
+	if ok {
+		return next, nrev, false, nil
+	}
+	r, rv, err := l.reread(ctx, key)
+	return r, rv, true, err
+}
+
+func (l *Ledger) reread(ctx context.Context, key string) (*CallRecord, uint64, error) {
+	rec, rev, err := l.getRecord(ctx, key)
+	if err != nil {
+		return nil, 0, fmt.Errorf("report: re-read call record: %w", err)
+	}
+	if rec == nil {
+		return nil, 0, fmt.Errorf("report: call record %s vanished", key)
+	}
+	return rec, rev, nil
+}
+
+// matchCall checks the report's routing identity against the dispatched call.
+func matchCall(rec *CallRecord, in *reportInput) Violations {
+	var vs Violations
+	if in.channel != rec.ChannelID {
+		vs.Add("header."+HeaderChannelID, VMismatch, "call %s was dispatched on channel %q, report names %q", rec.ToolCallID, rec.ChannelID, in.channel)
+	}
+	if in.id.AgentID != rec.AgentID {
+		vs.Add("header."+HeaderAgentID, VMismatch, "call %s belongs to agent %q, report names %q", rec.ToolCallID, rec.AgentID, in.id.AgentID)
+	}
+	if in.stepID != "" && rec.StepID != "" && in.stepID != rec.StepID {
+		vs.Add("header."+HeaderStepID, VMismatch, "call %s was dispatched with step_id %q, report names %q", rec.ToolCallID, rec.StepID, in.stepID)
+	}
+	return vs
+}
+
+// buildClaim validates the result card pointer and prepares the report entry.
+func (l *Ledger) buildClaim(ctx context.Context, rec *CallRecord, in *reportInput, fp string) (*Claim, error) {
+	sc, err := l.GetCard(ctx, in.project, in.payload.ToolResultCardID)
+	if err != nil {
+		if isCode(err, CodeUnknownCard) {
+			var vs Violations
+			vs.Add("payload.tool_result_card_id", VNotFound, "card %s does not exist in project %s", in.payload.ToolResultCardID, in.project)
+			return nil, newError(CodeUnknownCard, vs, "result card %s not found", in.payload.ToolResultCardID)
+		}
+		return nil, err
+	}
+	c := &sc.Card
+	var vs Violations
+	if c.Type != CardToolResult {
+		vs.Add("card.type", VMismatch, "card %s is a %s card, not %s", c.CardID, c.Type, CardToolResult)
+	}
+	if c.AgentTurnID != rec.AgentTurnID || c.ToolCallID != rec.ToolCallID {
+		vs.Add("card.tool_call_id", VMismatch, "card %s belongs to call %s/%s, not %s/%s", c.CardID, c.AgentTurnID, c.ToolCallID, rec.AgentTurnID, rec.ToolCallID)
+	}
+	if c.AuthorID != in.sourceID {
+		vs.Add("card.author_id", VMismatch, "card author %q is not the reporting source %q", c.AuthorID, in.sourceID)
+	}
+	if c.FunctionName != in.sourceFunction {
+		vs.Add("card.function_name", VMismatch, "card function_name %q is not the reporting source's %q", c.FunctionName, in.sourceFunction)
+	}
+	want := rec.CardMetadata
+	if c.Metadata.TraceID != want.TraceID {
+		vs.Add("card.metadata.trace_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.TraceID, c.Metadata.TraceID)
+	}
+	if c.Metadata.ParentStepID != want.ParentStepID {
+		vs.Add("card.metadata.parent_step_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.ParentStepID, c.Metadata.ParentStepID)
+	}
+	if c.Metadata.StepID != want.StepID {
+		vs.Add("card.metadata.step_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.StepID, c.Metadata.StepID)
+	}
+	effective := in.payload.AfterExecution
+	if c.Type == CardToolResult {
+		tr, err := c.ToolResult()
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		if tr.Status != in.payload.Status {
+			vs.Add("payload.status", VMismatch, "report status %q differs from the result card's status %q", in.payload.Status, tr.Status)
+		}
+		effective = tr.EffectiveAfterExecution(in.payload.AfterExecution)
+	}
+	if len(vs) > 0 {
+		return nil, newError(CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
+	}
+	entry := ReportEntry{
+		ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
+		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, StepID: in.stepID,
+		Status: in.payload.Status, AfterExecution: in.payload.AfterExecution, EffectiveAfterExecution: effective,
+		ToolResultCardID: c.CardID, ToolResultCardSeq: sc.Seq, ToolCallCardID: rec.ToolCallCardID, ToolName: rec.ToolName,
+		SourceID: in.sourceID, SourceFunction: in.sourceFunction, CommandSeq: rec.CommandSeq,
+	}
+	data, err := json.Marshal(entry)
+	if err != nil {
+		return nil, fmt.Errorf("report: encode entry: %w", err)
+	}
+	h := in.id.Header()
+	h.Set(HeaderProjectID, in.project)
+	h.Set(HeaderChannelID, in.channel)
+	h.Set(HeaderSourceID, in.sourceID)
+	h.Set(HeaderSourceFunction, in.sourceFunction)
+	return &Claim{
+		Fingerprint: fp, Status: in.payload.Status, AfterExecution: in.payload.AfterExecution,
+		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
+		Subject: ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
+		MsgID:   "report." + in.project + "." + in.id.AgentTurnID + "." + in.id.ToolCallID,
+		Header:  h, Data: data,
+	}, nil
+}
+
+// appendReport appends the claimed report entry at most once: the entry's
+// subject is unique to the call, and the append expects that subject to be
+// empty, which holds across restarts (unlike the Nats-Msg-Id window). here is
+// true when this call wrote it.
+func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, here bool, err error) {
+	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
+	for k, v := range c.Header {
+		msg.Header[k] = append([]string(nil), v...)
+	}
+	msg.Header.Set(HeaderMsgID, c.MsgID)
+	ack, err := l.appendEntry(ctx, KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	if err == nil {
+		if ack.Duplicate {
+			return ack.Sequence, false, nil
+		}
+		l.m.reports.WithLabelValues(c.Status).Inc()
+		return ack.Sequence, true, nil
+	}
+	if !isWrongLastSeq(err) {
+		return 0, false, err
+	}
+	existing, gerr := l.lastForSubject(ctx, c.Subject)
+	if gerr != nil {
+		return 0, false, gerr
+	}
+	if existing == nil {
+		return 0, false, fmt.Errorf("report entry %s reported present but not found", c.Subject)
+	}
+	return existing.Sequence, false, nil
+}
+
+// wake publishes the wakeup to the agent's current worker target, or records
+// that there is none. It fills the claim's wakeup fields.
+func (l *Ledger) wake(ctx context.Context, rec *CallRecord) error {
+	c := rec.Claim
+	roster, err := l.GetRoster(ctx, rec.ProjectID, rec.AgentID)
+	if isCode(err, CodeNotFound) {
+		data, merr := json.Marshal(WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
+			AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ReportSeq: c.Seq, Reason: NoRosterEntry})
+		if merr != nil {
+			return merr
+		}
+		subj := WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
+		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
+		msg.Header.Set(HeaderProjectID, rec.ProjectID)
+		msg.Header.Set(HeaderChannelID, rec.ChannelID)
+		msg.Header.Set(HeaderAgentID, rec.AgentID)
+		msg.Header.Set(HeaderAgentTurnID, rec.AgentTurnID)
+		msg.Header.Set(HeaderToolCallID, rec.ToolCallID)
+		ack, err := l.appendEntry(ctx, KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		switch {
+		case err == nil:
+			if !ack.Duplicate {
+				l.m.wakeupsSkipped.Inc()
+			}
+		case isWrongLastSeq(err):
+		default:
+			return err
+		}
+		c.WakeupSkipped, c.WakeupSubject, c.WorkerTarget, c.WakeupSeq = true, "", "", 0
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(WakeupEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
+		WorkerTarget: roster.WorkerTarget, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
+		Status: c.Status, ToolResultCardID: c.ToolResultCardID, EffectiveAfterExecution: c.EffectiveAfterExecution, ReportSeq: c.Seq})
+	if err != nil {
+		return err
+	}
+	subj := WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget)
+	msg := &nats.Msg{Subject: subj, Data: data, Header: Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
+	msg.Header.Set(HeaderMsgID, "wakeup."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
+	ack, err := l.appendEntry(ctx, KindWakeup, msg)
+	if err != nil {
+		return err
+	}
+	if !ack.Duplicate {
+		l.m.wakeups.Inc()
+	}
+	c.WakeupSubject, c.WorkerTarget, c.WakeupSeq, c.WakeupSkipped = subj, roster.WorkerTarget, ack.Sequence, false
+	return nil
+}
+
+// finishReport builds the outcome and, for a duplicate, records it.
+func (l *Ledger) finishReport(ctx context.Context, rec *CallRecord, in *reportInput, duplicate bool) (ReportOutcome, error) {
+	c := rec.Claim
+	out := ReportOutcome{
+		Seq: c.Seq, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ToolResultCardID: c.ToolResultCardID,
+		Status: c.Status, AfterExecution: c.AfterExecution, EffectiveAfterExecution: c.EffectiveAfterExecution,
+		Duplicate: duplicate,
+		Wakeup:    WakeupOutcome{Subject: c.WakeupSubject, WorkerTarget: c.WorkerTarget, Seq: c.WakeupSeq, Skipped: c.WakeupSkipped},
+	}
+	if c.WakeupSkipped {
+		out.Wakeup.Reason = NoRosterEntry
+	}
+	if !duplicate {
+		return out, nil
+	}
+	l.m.duplicates.Inc()
+	data, err := json.Marshal(DuplicateEntry{ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
+		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, Status: in.payload.Status,
+		ToolResultCardID: in.payload.ToolResultCardID, SourceID: in.sourceID, OriginalSeq: c.Seq})
+	if err != nil {
+		return ReportOutcome{}, fmt.Errorf("report: encode duplicate entry: %w", err)
+	}
+	msg := &nats.Msg{Subject: DuplicateSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID), Data: data, Header: in.id.Header()}
+	msg.Header.Set(HeaderProjectID, in.project)
+	msg.Header.Set(HeaderChannelID, in.channel)
+	msg.Header.Set(HeaderSourceID, in.sourceID)
+	ack, err := l.appendEntry(ctx, KindDuplicate, msg)
+	if err != nil {
+		return ReportOutcome{}, fmt.Errorf("report: record duplicate of seq %s: %w", strconv.FormatUint(c.Seq, 10), err)
+	}
+	out.DuplicateSeq = ack.Sequence
+	return out, nil
+}

@@ -1,0 +1,270 @@
+package ledger
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Root is the first token of every ledger subject.
+const Root = "cg"
+
+// DefaultVersion is the protocol version token used when none is configured.
+const DefaultVersion = "v1"
+
+// SubjectKind says which part of the grammar a subject belongs to.
+type SubjectKind int
+
+// Subject kinds. Commands and wakeups are the L0 protocol's own subjects; the
+// rest are the ledger's entries (docs/protocol.md, "Ledger entries").
+const (
+	SubjectUnknown     SubjectKind = iota
+	SubjectToolCommand             // cg.<ver>.<p>.<c>.cmd.tool.<target>[.<more>...]
+	SubjectPMOCommand              // cg.<ver>.<p>.<c>.cmd.sys.pmo.internal.<tool>
+	SubjectWakeup                  // cg.<ver>.<p>.<c>.cmd.agent.<worker_target>.wakeup
+	SubjectReport                  // cg.<ver>.<p>.<c>.ledger.report.<agent_turn_id>.<tool_call_id>
+	SubjectDuplicate               // cg.<ver>.<p>.<c>.ledger.duplicate.<agent_turn_id>.<tool_call_id>
+	SubjectWakeupSkip              // cg.<ver>.<p>.<c>.ledger.wakeup_skipped.<agent_turn_id>.<tool_call_id>
+	SubjectRejection               // cg.<ver>.<p>.<c>.ledger.rejection.<reason>
+	SubjectCard                    // cg.<ver>.<p>.card.<card_id>
+	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
+)
+
+var subjectKindNames = map[SubjectKind]string{
+	SubjectToolCommand: "tool_command",
+	SubjectPMOCommand:  "pmo_command",
+	SubjectWakeup:      "wakeup",
+	SubjectReport:      "report",
+	SubjectDuplicate:   "duplicate",
+	SubjectWakeupSkip:  "wakeup_skipped",
+	SubjectRejection:   "rejection",
+	SubjectCard:        "card",
+	SubjectRoster:      "roster",
+}
+
+// String names the kind as in entry kinds and metrics.
+func (k SubjectKind) String() string {
+	if n, ok := subjectKindNames[k]; ok {
+		return n
+	}
+	return "unknown"
+}
+
+// Subject is a parsed ledger subject. Only the fields of its Kind are set.
+type Subject struct {
+	Kind    SubjectKind
+	Version string
+	Project string
+	Channel string
+	// Target holds the tokens after cmd.tool (at least one).
+	Target []string
+	// Tool is the PMO built-in tool name.
+	Tool string
+	// WorkerTarget is the wakeup's worker target.
+	WorkerTarget string
+	// AgentTurnID and ToolCallID name the call of report/duplicate entries.
+	AgentTurnID string
+	ToolCallID  string
+	// Reason is the rejection reason token.
+	Reason string
+	// CardID is the card of a card entry.
+	CardID string
+	// AgentID is the agent of a roster entry.
+	AgentID string
+}
+
+// String builds the subject text.
+func (s Subject) String() string {
+	p := []string{Root, s.Version, s.Project}
+	switch s.Kind {
+	case SubjectToolCommand:
+		p = append(append(p, s.Channel, "cmd", "tool"), s.Target...)
+	case SubjectPMOCommand:
+		p = append(p, s.Channel, "cmd", "sys", "pmo", "internal", s.Tool)
+	case SubjectWakeup:
+		p = append(p, s.Channel, "cmd", "agent", s.WorkerTarget, "wakeup")
+	case SubjectReport:
+		p = append(p, s.Channel, "ledger", "report", s.AgentTurnID, s.ToolCallID)
+	case SubjectDuplicate:
+		p = append(p, s.Channel, "ledger", "duplicate", s.AgentTurnID, s.ToolCallID)
+	case SubjectWakeupSkip:
+		p = append(p, s.Channel, "ledger", "wakeup_skipped", s.AgentTurnID, s.ToolCallID)
+	case SubjectRejection:
+		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
+	case SubjectCard:
+		p = append(p, "card", s.CardID)
+	case SubjectRoster:
+		p = append(p, "roster", s.AgentID)
+	default:
+		return ""
+	}
+	return strings.Join(p, ".")
+}
+
+// IsCommand reports whether the subject is a tool or PMO command.
+func (s Subject) IsCommand() bool {
+	return s.Kind == SubjectToolCommand || s.Kind == SubjectPMOCommand
+}
+
+// ValidVersion reports whether v is a protocol version token: 'v' and digits.
+func ValidVersion(v string) bool {
+	if len(v) < 2 || len(v) > 10 || v[0] != 'v' {
+		return false
+	}
+	_, err := strconv.ParseUint(v[1:], 10, 32)
+	return err == nil && v[1] != '+'
+}
+
+// ParseSubject parses any subject of the grammar. It returns a bad_request
+// *Error listing every problem when s is not one.
+func ParseSubject(s string) (Subject, error) {
+	var vs Violations
+	sub := parseSubject(s, &vs)
+	if len(vs) > 0 {
+		return Subject{}, badRequest("subject", vs)
+	}
+	return sub, nil
+}
+
+// ParseCommandSubject parses a tool or PMO command subject.
+func ParseCommandSubject(s string) (Subject, error) {
+	sub, err := ParseSubject(s)
+	if err != nil {
+		return Subject{}, err
+	}
+	if !sub.IsCommand() {
+		var vs Violations
+		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not cg.<ver>.<project_id>.<channel_id>.cmd.tool.<target>... or cmd.sys.pmo.internal.<tool>", clip(s), sub.Kind)
+		return Subject{}, badRequest("subject", vs)
+	}
+	return sub, nil
+}
+
+func parseSubject(s string, vs *Violations) Subject {
+	const field = "subject"
+	toks := strings.Split(s, ".")
+	if len(toks) < 5 || toks[0] != Root {
+		vs.Add(field, VInvalidSubject, "%q does not match cg.<ver>.<project_id>...", clip(s))
+		return Subject{}
+	}
+	sub := Subject{Version: toks[1], Project: toks[2]}
+	if !ValidVersion(sub.Version) {
+		vs.Add(field, VInvalidSubject, "version token %q must be 'v' followed by digits", clip(sub.Version))
+	}
+	tokenOK := func(name, t string) {
+		if !ValidIdentifier(t) {
+			vs.Add(field, VInvalidToken, "%s token %q is not a valid identifier", name, clip(t))
+		}
+	}
+	projectOK := func() { tokenOK("project_id", sub.Project) }
+	fail := func() Subject {
+		vs.Add(field, VInvalidSubject, "%q matches no subject of the grammar (see docs/protocol.md)", clip(s))
+		return Subject{}
+	}
+	// Project-scoped entries: cg.<ver>.<p>.card.<id>, cg.<ver>.<p>.roster.<agent>.
+	if len(toks) == 5 {
+		switch toks[3] {
+		case "card":
+			sub.Kind, sub.CardID = SubjectCard, toks[4]
+			projectOK()
+			tokenOK("card_id", sub.CardID)
+			return sub
+		case "roster":
+			sub.Kind, sub.AgentID = SubjectRoster, toks[4]
+			projectOK()
+			tokenOK("agent_id", sub.AgentID)
+			return sub
+		}
+		return fail()
+	}
+	sub.Channel = toks[3]
+	rest := toks[4:]
+	routeOK := func() {
+		// Rejections may carry the reserved Unrouted token in place of ids.
+		if sub.Kind == SubjectRejection && sub.Project == Unrouted && sub.Channel == Unrouted {
+			return
+		}
+		projectOK()
+		tokenOK("channel_id", sub.Channel)
+	}
+	switch {
+	case len(rest) >= 3 && rest[0] == "cmd" && rest[1] == "tool":
+		sub.Kind, sub.Target = SubjectToolCommand, append([]string(nil), rest[2:]...)
+		for _, t := range sub.Target {
+			tokenOK("target", t)
+		}
+	case len(rest) == 5 && rest[0] == "cmd" && rest[1] == "sys" && rest[2] == "pmo" && rest[3] == "internal":
+		sub.Kind, sub.Tool = SubjectPMOCommand, rest[4]
+		tokenOK("tool", sub.Tool)
+	case len(rest) == 4 && rest[0] == "cmd" && rest[1] == "agent" && rest[3] == "wakeup":
+		sub.Kind, sub.WorkerTarget = SubjectWakeup, rest[2]
+		tokenOK("worker_target", sub.WorkerTarget)
+	case len(rest) == 4 && rest[0] == "ledger" && (rest[1] == "report" || rest[1] == "duplicate" || rest[1] == "wakeup_skipped"):
+		switch rest[1] {
+		case "report":
+			sub.Kind = SubjectReport
+		case "duplicate":
+			sub.Kind = SubjectDuplicate
+		default:
+			sub.Kind = SubjectWakeupSkip
+		}
+		sub.AgentTurnID, sub.ToolCallID = rest[2], rest[3]
+		tokenOK("agent_turn_id", sub.AgentTurnID)
+		tokenOK("tool_call_id", sub.ToolCallID)
+	case len(rest) == 3 && rest[0] == "ledger" && rest[1] == "rejection":
+		sub.Kind, sub.Reason = SubjectRejection, rest[2]
+		tokenOK("reason", sub.Reason)
+	default:
+		return fail()
+	}
+	routeOK()
+	return sub
+}
+
+// ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
+func ToolCommandSubject(version, project, channel string, target ...string) string {
+	return Subject{Kind: SubjectToolCommand, Version: version, Project: project, Channel: channel, Target: target}.String()
+}
+
+// PMOCommandSubject builds cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>.
+func PMOCommandSubject(version, project, channel, tool string) string {
+	return Subject{Kind: SubjectPMOCommand, Version: version, Project: project, Channel: channel, Tool: tool}.String()
+}
+
+// WakeupSubject builds cg.<ver>.<project>.<channel>.cmd.agent.<worker_target>.wakeup.
+func WakeupSubject(version, project, channel, workerTarget string) string {
+	return Subject{Kind: SubjectWakeup, Version: version, Project: project, Channel: channel, WorkerTarget: workerTarget}.String()
+}
+
+// CardSubject builds cg.<ver>.<project>.card.<card_id>.
+func CardSubject(version, project, cardID string) string {
+	return Subject{Kind: SubjectCard, Version: version, Project: project, CardID: cardID}.String()
+}
+
+// RosterSubject builds cg.<ver>.<project>.roster.<agent_id>.
+func RosterSubject(version, project, agentID string) string {
+	return Subject{Kind: SubjectRoster, Version: version, Project: project, AgentID: agentID}.String()
+}
+
+// ReportSubject builds cg.<ver>.<project>.<channel>.ledger.report.<agent_turn_id>.<tool_call_id>.
+func ReportSubject(version, project, channel, turnID, callID string) string {
+	return Subject{Kind: SubjectReport, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
+}
+
+// DuplicateSubject builds cg.<ver>.<project>.<channel>.ledger.duplicate.<agent_turn_id>.<tool_call_id>.
+func DuplicateSubject(version, project, channel, turnID, callID string) string {
+	return Subject{Kind: SubjectDuplicate, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
+}
+
+// WakeupSkippedSubject builds cg.<ver>.<project>.<channel>.ledger.wakeup_skipped.<agent_turn_id>.<tool_call_id>.
+func WakeupSkippedSubject(version, project, channel, turnID, callID string) string {
+	return Subject{Kind: SubjectWakeupSkip, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
+}
+
+// RejectionSubject builds cg.<ver>.<project>.<channel>.ledger.rejection.<reason>.
+// Invalid or empty project or channel ids are replaced by Unrouted.
+func RejectionSubject(version, project, channel string, reason Code) string {
+	if !ValidIdentifier(project) || !ValidIdentifier(channel) {
+		project, channel = Unrouted, Unrouted
+	}
+	return Subject{Kind: SubjectRejection, Version: version, Project: project, Channel: channel, Reason: string(reason)}.String()
+}
