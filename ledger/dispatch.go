@@ -100,6 +100,9 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	if err != nil {
 		return DispatchResult{}, err
 	}
+	if err := l.step(StepDispatchCard); err != nil {
+		return DispatchResult{}, err
+	}
 	payloadBytes, err := json.Marshal(payload)
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
@@ -128,7 +131,11 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
-	if !created {
+	if created {
+		if err := l.step(StepDispatchRecord); err != nil {
+			return DispatchResult{}, err
+		}
+	} else {
 		existing, erev, err := l.getRecord(ctx, key)
 		if err != nil || existing == nil {
 			return DispatchResult{}, fmt.Errorf("dispatch %s/%s: record exists but cannot be read: %v", id.AgentTurnID, id.ToolCallID, err)
@@ -151,6 +158,9 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	ack, err := l.appendEntry(ctx, KindCommand, msg)
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	if err := l.step(StepDispatchCommand); err != nil {
+		return DispatchResult{}, err
 	}
 	if err := l.recordCommandSeq(ctx, key, rec, rev, ack.Sequence); err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)

@@ -42,6 +42,10 @@ const (
 	StepMarkedReported Step = "marked_reported" // KV record marked reported
 	StepWoken          Step = "woken"           // wakeup (or wakeup_skipped) acknowledged
 	StepMarkedWoken    Step = "marked_woken"    // KV record marked woken
+
+	StepDispatchCard    Step = "dispatch_card"    // tool.call card acknowledged
+	StepDispatchRecord  Step = "dispatch_record"  // call record created in KV
+	StepDispatchCommand Step = "dispatch_command" // command acknowledged
 )
 
 // Ledger appends to and reads from the ledger stream. It is safe for

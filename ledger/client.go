@@ -1,0 +1,144 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Client calls a ledger's request/reply API over NATS: what a worker or tool
+// service in another process uses. Refusals come back as *Error with the
+// server's code and violations, so errors.Is works as with a local Ledger.
+type Client struct {
+	nc *nats.Conn
+}
+
+// NewClient returns a client using nc.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
+	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("ledger client: %s: %w", msg.Subject, err)
+	}
+	var r APIReply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return fmt.Errorf("ledger client: %s: decode reply: %w", msg.Subject, err)
+	}
+	if !r.OK {
+		if r.Error == nil {
+			return fmt.Errorf("ledger client: %s: reply has neither result nor error", msg.Subject)
+		}
+		return r.Error
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(r.Result, out); err != nil {
+		return fmt.Errorf("ledger client: %s: decode result: %w", msg.Subject, err)
+	}
+	return nil
+}
+
+func jsonMsg(subject string, v any) (*nats.Msg, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("ledger client: encode %s request: %w", subject, err)
+	}
+	return &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}, nil
+}
+
+// PutCard stores a card (see Ledger.PutCard).
+func (c *Client) PutCard(ctx context.Context, card Card) (PutCardResult, error) {
+	var out PutCardResult
+	msg, err := jsonMsg(APICardPut, card)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// GetCards reads cards by id (see Ledger.GetCards).
+func (c *Client) GetCards(ctx context.Context, project string, ids []string) ([]StoredCard, []string, error) {
+	var out struct {
+		Cards   []StoredCard `json:"cards"`
+		Missing []string     `json:"missing"`
+	}
+	msg, err := jsonMsg(APICardGet, map[string]any{"project_id": project, "card_ids": ids})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, nil, err
+	}
+	return out.Cards, out.Missing, nil
+}
+
+// Dispatch writes the tool.call card and publishes the command (see Ledger.Dispatch).
+func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
+	var out DispatchResult
+	card, err := json.Marshal(req.Card)
+	if err != nil {
+		return out, fmt.Errorf("ledger client: encode card: %w", err)
+	}
+	payload, err := json.Marshal(req.Payload)
+	if err != nil {
+		return out, fmt.Errorf("ledger client: encode payload: %w", err)
+	}
+	msg, err := jsonMsg(APIDispatch, dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
+	if err != nil {
+		return out, err
+	}
+	req.Identity.Apply(msg.Header)
+	return out, c.call(ctx, msg, &out)
+}
+
+// Report submits a tool result report (see Ledger.Report).
+func (c *Client) Report(ctx context.Context, req ReportRequest) (ReportOutcome, error) {
+	var out ReportOutcome
+	msg, err := jsonMsg(APIReport, req.Payload)
+	if err != nil {
+		return out, err
+	}
+	req.Identity.Apply(msg.Header)
+	msg.Header.Set(HeaderProjectID, req.ProjectID)
+	msg.Header.Set(HeaderChannelID, req.ChannelID)
+	msg.Header.Set(HeaderSourceID, req.SourceID)
+	msg.Header.Set(HeaderSourceFunction, req.SourceFunction)
+	return out, c.call(ctx, msg, &out)
+}
+
+// SetRoster records an agent's worker target (see Ledger.SetRoster).
+func (c *Client) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, error) {
+	var out RosterResult
+	msg, err := jsonMsg(APIRosterSet, e)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// GetRoster reads an agent's worker target (see Ledger.GetRoster).
+func (c *Client) GetRoster(ctx context.Context, project, agentID string) (RosterResult, error) {
+	var out RosterResult
+	msg, err := jsonMsg(APIRosterGet, map[string]string{"project_id": project, "agent_id": agentID})
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// GetCall reads a call record (see Ledger.GetCall).
+func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*CallRecord, error) {
+	var out CallRecord
+	msg, err := jsonMsg(APICallGet, map[string]string{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
