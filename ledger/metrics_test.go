@@ -1,0 +1,74 @@
+package ledger_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+func TestMetricsCountOutcomesAndPassPromlint(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
+	require.NoError(t, err)
+	c := newCall("turn-m", "call-m", 2)
+	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	_, err = e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	require.NoError(t, err)
+	_, err = e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	require.NoError(t, err)
+	stale := c
+	stale.epoch = 1
+	_, err = e.l.Report(ctx, stale.reportReq(ledger.StatusSuccess, rc.CardID))
+	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
+
+	expected := `
+# HELP cgledger_ledger_duplicate_reports_total Reports answered with the original outcome because the call was already reported.
+# TYPE cgledger_ledger_duplicate_reports_total counter
+cgledger_ledger_duplicate_reports_total 1
+# HELP cgledger_ledger_stale_epochs_total Reports refused because turn_epoch was not the call's dispatch epoch.
+# TYPE cgledger_ledger_stale_epochs_total counter
+cgledger_ledger_stale_epochs_total 1
+# HELP cgledger_ledger_wakeups_total Wakeups published on cmd.agent.<worker_target>.wakeup (JetStream-deduplicated retries excluded).
+# TYPE cgledger_ledger_wakeups_total counter
+cgledger_ledger_wakeups_total 1
+`
+	require.NoError(t, testutil.GatherAndCompare(e.reg, strings.NewReader(expected),
+		"cgledger_ledger_duplicate_reports_total", "cgledger_ledger_stale_epochs_total", "cgledger_ledger_wakeups_total"))
+	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_rejections_total", "reason", "stale_epoch"))
+	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_appends_total", "kind", "report"))
+	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_appends_total", "kind", "command"))
+
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, mfs)
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// counterValue finds the value of one labelled counter series in the registry.
+func counterValue(t *testing.T, e *env, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
+}
