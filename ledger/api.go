@@ -153,11 +153,20 @@ func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
 	var ids []string
 	project := ""
 	if ok {
-		project = o.str("project_id", true)
+		project = o.ident("project_id", true)
 		if r := o.raw("card_ids"); r == nil {
 			vs.Add("body.card_ids", VRequired, "is required")
 		} else if err := json.Unmarshal(r, &ids); err != nil {
 			vs.Add("body.card_ids", VInvalidType, "must be an array of strings")
+		}
+		for i, id := range ids {
+			checkIdent(&vs, fmt.Sprintf("body.card_ids[%d]", i), id, true)
+		}
+		if r := o.raw("card_ids"); r != nil && len(ids) == 0 && len(vs) == 0 {
+			vs.Add("body.card_ids", VEmpty, "at least one card id is required")
+		}
+		if len(ids) > maxCardIDs {
+			vs.Add("body.card_ids", VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
 		}
 	}
 	if err := badRequest("card.get request", vs); err != nil {
@@ -184,7 +193,7 @@ func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
 	o, ok := parseObject("body", m.Data, &vs)
 	var project, agent string
 	if ok {
-		project, agent = o.str("project_id", true), o.str("agent_id", true)
+		project, agent = o.ident("project_id", true), o.ident("agent_id", true)
 	}
 	if err := badRequest("roster.get request", vs); err != nil {
 		return nil, err
@@ -197,7 +206,7 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 	o, ok := parseObject("body", m.Data, &vs)
 	var project, turn, call string
 	if ok {
-		project, turn, call = o.str("project_id", true), o.str("agent_turn_id", true), o.str("tool_call_id", true)
+		project, turn, call = o.ident("project_id", true), o.ident("agent_turn_id", true), o.ident("tool_call_id", true)
 	}
 	if err := badRequest("call.get request", vs); err != nil {
 		return nil, err

@@ -43,12 +43,12 @@ import (
 
 const (
 	rawBenchStream = "RAW_BENCH"
-	// rawBenchPrefix is prepended to the ledger subject an entry would have,
-	// so raw subjects have the ledger's shape (unique card/report subjects,
-	// shared command/wakeup subjects) and length (plus this prefix).
-	rawBenchPrefix = "rawbench."
-	benchCallID    = "call-1"
-	benchWorker    = "worker-1"
+	// rawBenchRoot replaces the ledger's root token in the subject an entry
+	// would have, so raw subjects have the ledger's shape (unique card/report
+	// subjects, shared command/wakeup subjects) and exact length.
+	rawBenchRoot = "rb"
+	benchCallID  = "call-1"
+	benchWorker  = "worker-1"
 	// benchParallelism multiplies GOMAXPROCS for the parallel ledger runs:
 	// each goroutine has one synchronous call in flight.
 	benchParallelism = 8
@@ -90,7 +90,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	require.NoError(b, err)
 	raw, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:       rawBenchStream,
-		Subjects:   []string{rawBenchPrefix + ">"},
+		Subjects:   []string{rawBenchRoot + ".>"},
 		Retention:  jetstream.LimitsPolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   1,
@@ -104,9 +104,22 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	return &benchEnv{env: e, ctx: ctx, js: js, ledger: ls, kv: kv, raw: raw}
 }
 
+// rawSubject maps a ledger subject to the raw stream's subject of equal length.
+func rawSubject(ledgerSubject string) string {
+	return rawBenchRoot + strings.TrimPrefix(ledgerSubject, ledger.Root)
+}
+
+// directGetHeaders are added by the server to a direct get's reply; they are
+// not part of the stored entry.
+var directGetHeaders = map[string]bool{
+	"Nats-Stream": true, "Nats-Sequence": true, "Nats-Subject": true, "Nats-Time-Stamp": true,
+	"Nats-Last-Sequence": true, "Nats-Num-Pending": true, "Nats-UpTo-Sequence": true,
+}
+
 // storedEntry is the data and headers of an entry as the ledger stored it,
-// with each Nats-* header (msg id, publish expectations) renamed to Xats-*:
-// the raw baseline is a plain publish, but of the same number of bytes.
+// with each published Nats-* header (msg id, publish expectations) renamed to
+// Xats-*: the raw baseline is a plain publish, but of the same number of
+// bytes.
 type storedEntry struct {
 	data   []byte
 	header nats.Header
@@ -118,6 +131,9 @@ func (be *benchEnv) sample(b *testing.B, subject string) storedEntry {
 	require.NoError(b, err, "sample %s", subject)
 	h := nats.Header{}
 	for k, v := range m.Header {
+		if directGetHeaders[k] {
+			continue
+		}
 		if rest, ok := strings.CutPrefix(k, "Nats-"); ok {
 			k = "Xats-" + rest
 		}
@@ -146,7 +162,7 @@ func newRawShape(unique storedEntry, uniqueSubject func(string) string, fixed st
 	data := append(append([]byte(nil), unique.data...), fixed.data...)
 	return &rawShape{
 		unique: unique, uniqueSubject: uniqueSubject,
-		fixed: fixed, fixedSubject: rawBenchPrefix + fixedSubject,
+		fixed: fixed, fixedSubject: rawSubject(fixedSubject),
 		merged: storedEntry{data: data, header: h},
 	}
 }
@@ -155,7 +171,7 @@ func newRawShape(unique storedEntry, uniqueSubject func(string) string, fixed st
 // one with the same total bytes when single. Header maps are shared; the
 // jetstream client does not modify them when no publish options are given.
 func (s *rawShape) op(single bool, pub func(*nats.Msg) error) error {
-	subj := rawBenchPrefix + s.uniqueSubject(benchTurn('x'))
+	subj := rawSubject(s.uniqueSubject(benchTurn('x')))
 	if single {
 		return pub(&nats.Msg{Subject: subj, Data: s.merged.data, Header: s.merged.header})
 	}

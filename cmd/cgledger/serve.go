@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cgledger/cgledger/internal/natsserver"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+type serveFlags struct {
+	data         string
+	natsListen   string
+	httpListen   string
+	syncAlways   bool
+	syncInterval time.Duration
+	logFormat    string
+}
+
+func serve(args []string) int {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&f.data, "data", "./data", "directory for the embedded JetStream store")
+	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "address the embedded nats-server listens on")
+	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP server (/healthz, /metrics)")
+	fs.BoolVar(&f.syncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it (durable across host crashes, much slower; see docs/durability.md)")
+	fs.DurationVar(&f.syncInterval, "sync-interval", 0, "JetStream fsync interval (0 keeps nats-server's 2m default)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if f.logFormat == "json" {
+		handler = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	log := slog.New(handler)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runServe(ctx, f, log); err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
+	host, portStr, err := net.SplitHostPort(f.natsListen)
+	if err != nil {
+		return fmt.Errorf("--nats-listen %q: %w", f.natsListen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("--nats-listen %q: bad port: %w", f.natsListen, err)
+	}
+	storeDir, err := filepath.Abs(filepath.Join(f.data, "jetstream"))
+	if err != nil {
+		return fmt.Errorf("--data %q: %w", f.data, err)
+	}
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: f.syncAlways, SyncInterval: f.syncInterval})
+	if err != nil {
+		return fmt.Errorf("start embedded nats-server: %w", err)
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		log.Info("embedded nats-server stopped")
+	}()
+	url := "nats://" + srv.Addr().String()
+	nc, err := nats.Connect(url, nats.Name("cgledger-serve"))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	api, err := l.ServeAPI(ctx, ledger.APIConfig{})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(w, `{"status":"nats disconnected"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", f.httpListen)
+	if err != nil {
+		api.Stop()
+		return fmt.Errorf("--http-listen %q: %w", f.httpListen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	log.Info("cgledger serving", "nats", url, "http", "http://"+ln.Addr().String(), "data", f.data,
+		"stream", l.StreamName(), "bucket", l.BucketName(), "sync_always", f.syncAlways)
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	// Order: stop taking requests, finish in-flight ones, drain NATS, then the
+	// embedded server last (deferred above).
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(shutCtx)
+	api.Stop()
+	if err := nc.Drain(); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return nil
+}

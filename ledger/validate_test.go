@@ -1,0 +1,876 @@
+package ledger_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// vtViol is a violation's field and code, the stable part tests assert on.
+type vtViol struct{ Field, Code string }
+
+func (v vtViol) String() string { return v.Field + "/" + v.Code }
+
+func vtSorted(vs []vtViol) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.String()
+	}
+	sort.Strings(out)
+	return out
+}
+
+// vtRequireViolations asserts that vs holds exactly want (field and code,
+// any order, with multiplicity) and that every violation has a message.
+func vtRequireViolations(t *testing.T, vs []ledger.Violation, want ...vtViol) {
+	t.Helper()
+	got := make([]vtViol, len(vs))
+	for i, v := range vs {
+		got[i] = vtViol{v.Field, v.Code}
+		assert.NotEmpty(t, v.Message, "violation %+v has no message", v)
+	}
+	require.Equal(t, vtSorted(want), vtSorted(got), "violations: %+v", vs)
+}
+
+// vtRequireBadRequest asserts err is a bad_request *ledger.Error holding
+// exactly want.
+func vtRequireBadRequest(t *testing.T, err error, want ...vtViol) {
+	t.Helper()
+	require.Error(t, err)
+	var e *ledger.Error
+	require.True(t, errors.As(err, &e), "error %v (%T) is not a *ledger.Error", err, err)
+	require.Equal(t, ledger.CodeBadRequest, e.Code, "error: %v", err)
+	require.True(t, errors.Is(err, ledger.ErrBadRequest))
+	assert.Contains(t, e.Message, fmt.Sprintf("%d violation(s)", len(want)))
+	vtRequireViolations(t, e.Violations, want...)
+}
+
+const (
+	vtTrace     = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	vtAgent     = "agent-1"
+	vtTurn      = "turn-1"
+	vtCall      = "call-1"
+	vtStep      = "step-1"
+	vtBox       = "box-1"
+	vtEpochText = "7"
+	vtEpoch     = uint64(7)
+)
+
+// vtHeader builds a header from name/value pairs, keeping names verbatim.
+func vtHeader(kv ...string) nats.Header {
+	h := nats.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = append(h[kv[i]], kv[i+1])
+	}
+	return h
+}
+
+// vtIdentityHeader is a header with every identity header set validly.
+func vtIdentityHeader() nats.Header {
+	return vtHeader(
+		ledger.HeaderAgentID, vtAgent,
+		ledger.HeaderAgentTurnID, vtTurn,
+		ledger.HeaderTurnEpoch, vtEpochText,
+		ledger.HeaderToolCallID, vtCall,
+	)
+}
+
+func vtWith(h nats.Header, kv ...string) nats.Header {
+	out := nats.Header{}
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = []string{kv[i+1]}
+	}
+	return out
+}
+
+func vtWithout(h nats.Header, names ...string) nats.Header {
+	out := vtWith(h)
+	for _, n := range names {
+		delete(out, n)
+	}
+	return out
+}
+
+func hdrField(name string) string { return "header." + name }
+
+// ---------------------------------------------------------------------------
+// Identifiers and names.
+
+func TestValidateIdentifierAndName(t *testing.T) {
+	max := strings.Repeat("a", ledger.MaxIdentifierLen)
+	tooLong := max + "a"
+	ids := []struct {
+		s         string
+		ident, nm bool
+	}{
+		{"a", true, true},
+		{"agent-1", true, true},
+		{"A_b-9:x@y", true, true},
+		{"!#$%&'()+,-/:;<=?@[]^`{|}~", true, true},
+		{"__", true, true},
+		{max, true, true},
+		{"", false, false},
+		{"_", false, true},
+		{tooLong, false, false},
+		{"tool.example", false, true},
+		{"a*b", false, true},
+		{"a>b", false, true},
+		{"a b", false, false},
+		{"a\tb", false, false},
+		{"a\nb", false, false},
+		{"a\x00b", false, false},
+		{"a\x7fb", false, false},
+		{"é", false, true},
+		{"日本語", false, true},
+		{"a\u00a0b", false, false}, // NBSP is whitespace
+		{"a\u2028b", false, false}, // line separator
+		{"a\u200bb", false, true},  // zero-width space is not unicode.IsSpace
+		{"\xff", false, false},     // invalid UTF-8
+		{strings.Repeat("é", 128), false, true},
+		{strings.Repeat("é", 129), false, false}, // 258 bytes
+	}
+	for _, tc := range ids {
+		assert.Equal(t, tc.ident, ledger.ValidIdentifier(tc.s), "ValidIdentifier(%q)", tc.s)
+		assert.Equal(t, tc.nm, ledger.ValidName(tc.s), "ValidName(%q)", tc.s)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ParseEpoch and ValidTraceparent.
+
+func TestValidateParseEpoch(t *testing.T) {
+	ok := map[string]uint64{
+		"0":                    0,
+		"1":                    1,
+		"7":                    7,
+		"10":                   10,
+		"1234567890":           1234567890,
+		"18446744073709551615": 18446744073709551615,
+	}
+	for s, want := range ok {
+		n, valid := ledger.ParseEpoch(s)
+		assert.True(t, valid, "ParseEpoch(%q)", s)
+		assert.Equal(t, want, n, "ParseEpoch(%q)", s)
+	}
+	for _, s := range []string{
+		"", "00", "01", "007", "+1", "+0", "-1", "-0", " 1", "1 ", "1\n", "1.0", "1e3", "0x1", "0b1", "0o7",
+		"1_000", "18446744073709551616", "99999999999999999999", "abc", "١", "1,000", "∞",
+	} {
+		_, valid := ledger.ParseEpoch(s)
+		assert.False(t, valid, "ParseEpoch(%q)", s)
+	}
+}
+
+func TestValidateTraceparent(t *testing.T) {
+	valid := []string{
+		vtTrace,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+		"01-00000000000000000000000000000001-0000000000000001-ff",
+		"fe-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	invalid := []string{
+		"",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", // upper case
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", // version ff
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01", // zero trace id
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", // zero parent id
+		"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",  // short trace id
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-01",  // short parent id
+		"0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-00", // extra field
+		"00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",
+		"004bf92f3577b34da6a3ce929d0e0e473600f067aa0ba902b701",
+		vtTrace + "\n",
+		" " + vtTrace,
+		"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01", // non-hex
+	}
+	for _, s := range valid {
+		assert.True(t, ledger.ValidTraceparent(s), "ValidTraceparent(%q)", s)
+	}
+	for _, s := range invalid {
+		assert.False(t, ledger.ValidTraceparent(s), "ValidTraceparent(%q)", s)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ParseIdentity.
+
+func TestValidateIdentityAccepts(t *testing.T) {
+	t.Run("required only", func(t *testing.T) {
+		h := vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderAgentTurnID, vtTurn, ledger.HeaderTurnEpoch, "0")
+		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		require.Empty(t, vs)
+		assert.Equal(t, ledger.Identity{AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: 0}, id)
+	})
+	t.Run("everything", func(t *testing.T) {
+		h := vtWith(vtIdentityHeader(),
+			ledger.HeaderStepID, vtStep,
+			ledger.HeaderContextBoxID, vtBox,
+			ledger.HeaderTraceparent, vtTrace,
+			ledger.HeaderTracestate, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+			"X-Unrelated", "ignored",
+		)
+		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true})
+		require.Empty(t, vs)
+		want := ledger.Identity{
+			AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: vtEpoch, ToolCallID: vtCall, StepID: vtStep,
+			ContextBoxID: vtBox, Traceparent: vtTrace, Tracestate: "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+		}
+		assert.Equal(t, want, id)
+
+		// The identity's own header parses back to it.
+		again, vs := ledger.ParseIdentity(id.Header(), ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true})
+		require.Empty(t, vs)
+		assert.Equal(t, id, again)
+	})
+	t.Run("max epoch and max-length ids", func(t *testing.T) {
+		long := strings.Repeat("z", ledger.MaxIdentifierLen)
+		h := vtHeader(ledger.HeaderAgentID, long, ledger.HeaderAgentTurnID, long, ledger.HeaderTurnEpoch, "18446744073709551615",
+			ledger.HeaderTracestate, strings.Repeat("s", 512))
+		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		require.Empty(t, vs)
+		assert.Equal(t, uint64(18446744073709551615), id.TurnEpoch)
+		assert.Equal(t, long, id.AgentID)
+		assert.Len(t, id.Tracestate, 512)
+	})
+	t.Run("empty tracestate is allowed", func(t *testing.T) {
+		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTracestate, ""), ledger.IdentityRules{})
+		require.Empty(t, vs)
+		assert.Equal(t, "", id.Tracestate)
+	})
+	t.Run("first value of a repeated header wins", func(t *testing.T) {
+		h := vtIdentityHeader()
+		h[ledger.HeaderAgentID] = []string{"first", "second"}
+		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		require.Empty(t, vs)
+		assert.Equal(t, "first", id.AgentID)
+	})
+}
+
+func TestValidateIdentityHeaderNamesAreCaseInsensitive(t *testing.T) {
+	want := ledger.Identity{
+		AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: vtEpoch, ToolCallID: vtCall, StepID: vtStep,
+		ContextBoxID: vtBox, Traceparent: vtTrace, Tracestate: "k=v",
+	}
+	names := []string{
+		ledger.HeaderAgentID, ledger.HeaderAgentTurnID, ledger.HeaderTurnEpoch, ledger.HeaderToolCallID,
+		ledger.HeaderStepID, ledger.HeaderContextBoxID, ledger.HeaderTraceparent, ledger.HeaderTracestate,
+	}
+	values := []string{vtAgent, vtTurn, vtEpochText, vtCall, vtStep, vtBox, vtTrace, "k=v"}
+	transforms := map[string]func(string) string{
+		"lower": strings.ToLower,
+		"upper": strings.ToUpper,
+		"mixed": func(s string) string {
+			b := []byte(s)
+			for i := range b {
+				if i%2 == 0 {
+					b[i] = strings.ToUpper(string(b[i]))[0]
+				} else {
+					b[i] = strings.ToLower(string(b[i]))[0]
+				}
+			}
+			return string(b)
+		},
+	}
+	rules := ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true}
+	for tname, tf := range transforms {
+		t.Run(tname, func(t *testing.T) {
+			h := nats.Header{}
+			for i, n := range names {
+				h[tf(n)] = []string{values[i]}
+			}
+			id, vs := ledger.ParseIdentity(h, rules)
+			require.Empty(t, vs)
+			assert.Equal(t, want, id)
+		})
+	}
+	t.Run("exact name wins over a case variant", func(t *testing.T) {
+		h := vtWith(vtIdentityHeader(), "cg-agent-id", "other")
+		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		require.Empty(t, vs)
+		assert.Equal(t, vtAgent, id.AgentID)
+	})
+	t.Run("violations name the canonical header", func(t *testing.T) {
+		h := vtHeader("cg-agent-id", "a b", "CG-AGENT-TURN-ID", "", "cg-turn-epoch", "01", "TRACEPARENT", "nope")
+		_, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		vtRequireViolations(t, vs,
+			vtViol{hdrField(ledger.HeaderAgentID), ledger.VInvalidToken},
+			vtViol{hdrField(ledger.HeaderAgentTurnID), ledger.VEmpty},
+			vtViol{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue},
+			vtViol{hdrField(ledger.HeaderTraceparent), ledger.VInvalidValue},
+		)
+	})
+}
+
+func TestValidateIdentityRejects(t *testing.T) {
+	base := vtIdentityHeader()
+	long := strings.Repeat("a", ledger.MaxIdentifierLen+1)
+	agent, turn, epoch, call := hdrField(ledger.HeaderAgentID), hdrField(ledger.HeaderAgentTurnID), hdrField(ledger.HeaderTurnEpoch), hdrField(ledger.HeaderToolCallID)
+	step, box, tp, ts := hdrField(ledger.HeaderStepID), hdrField(ledger.HeaderContextBoxID), hdrField(ledger.HeaderTraceparent), hdrField(ledger.HeaderTracestate)
+	tests := []struct {
+		name  string
+		h     nats.Header
+		rules ledger.IdentityRules
+		want  []vtViol
+	}{
+		{"nil header", nil, ledger.IdentityRules{},
+			[]vtViol{{agent, ledger.VRequired}, {turn, ledger.VRequired}, {epoch, ledger.VRequired}}},
+		{"empty header, all rules", nats.Header{}, ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true},
+			[]vtViol{{agent, ledger.VRequired}, {turn, ledger.VRequired}, {epoch, ledger.VRequired}, {call, ledger.VRequired}, {step, ledger.VRequired}}},
+		{"missing agent", vtWithout(base, ledger.HeaderAgentID), ledger.IdentityRules{}, []vtViol{{agent, ledger.VRequired}}},
+		{"missing turn", vtWithout(base, ledger.HeaderAgentTurnID), ledger.IdentityRules{}, []vtViol{{turn, ledger.VRequired}}},
+		{"missing epoch", vtWithout(base, ledger.HeaderTurnEpoch), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VRequired}}},
+		{"header present with no values counts as missing", func() nats.Header {
+			h := vtWithout(base, ledger.HeaderAgentID)
+			h[ledger.HeaderAgentID] = nil
+			h["cg-agent-id"] = []string{}
+			return h
+		}(), ledger.IdentityRules{}, []vtViol{{agent, ledger.VRequired}}},
+		{"missing tool call id when required", vtWithout(base, ledger.HeaderToolCallID), ledger.IdentityRules{RequireToolCallID: true}, []vtViol{{call, ledger.VRequired}}},
+		{"missing tool call id when optional", vtWithout(base, ledger.HeaderToolCallID), ledger.IdentityRules{}, nil},
+		{"missing step id when required", base, ledger.IdentityRules{RequireStepID: true}, []vtViol{{step, ledger.VRequired}}},
+		{"empty agent", vtWith(base, ledger.HeaderAgentID, ""), ledger.IdentityRules{}, []vtViol{{agent, ledger.VEmpty}}},
+		{"empty optional call id", vtWith(base, ledger.HeaderToolCallID, ""), ledger.IdentityRules{}, []vtViol{{call, ledger.VEmpty}}},
+		{"empty optional context box", vtWith(base, ledger.HeaderContextBoxID, ""), ledger.IdentityRules{}, []vtViol{{box, ledger.VEmpty}}},
+		{"empty epoch", vtWith(base, ledger.HeaderTurnEpoch, ""), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VInvalidValue}}},
+		{"agent with dot", vtWith(base, ledger.HeaderAgentID, "a.b"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
+		{"agent with star", vtWith(base, ledger.HeaderAgentID, "a*"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
+		{"turn with gt", vtWith(base, ledger.HeaderAgentTurnID, ">"), ledger.IdentityRules{}, []vtViol{{turn, ledger.VInvalidToken}}},
+		{"turn with space", vtWith(base, ledger.HeaderAgentTurnID, "t 1"), ledger.IdentityRules{}, []vtViol{{turn, ledger.VInvalidToken}}},
+		{"call reserved", vtWith(base, ledger.HeaderToolCallID, "_"), ledger.IdentityRules{}, []vtViol{{call, ledger.VInvalidToken}}},
+		{"step too long", vtWith(base, ledger.HeaderStepID, long), ledger.IdentityRules{}, []vtViol{{step, ledger.VInvalidToken}}},
+		{"box non-ascii", vtWith(base, ledger.HeaderContextBoxID, "bøx"), ledger.IdentityRules{}, []vtViol{{box, ledger.VInvalidToken}}},
+		{"traceparent upper case", vtWith(base, ledger.HeaderTraceparent, strings.ToUpper(vtTrace)), ledger.IdentityRules{}, []vtViol{{tp, ledger.VInvalidValue}}},
+		{"traceparent empty", vtWith(base, ledger.HeaderTraceparent, ""), ledger.IdentityRules{}, []vtViol{{tp, ledger.VInvalidValue}}},
+		{"tracestate too long", vtWith(base, ledger.HeaderTracestate, strings.Repeat("s", 513)), ledger.IdentityRules{}, []vtViol{{ts, ledger.VTooLarge}}},
+		{
+			"every problem at once",
+			vtHeader(
+				ledger.HeaderAgentID, "a b",
+				ledger.HeaderTurnEpoch, "01",
+				ledger.HeaderToolCallID, "",
+				ledger.HeaderContextBoxID, "x.y",
+				ledger.HeaderTraceparent, "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+				ledger.HeaderTracestate, strings.Repeat("s", 600),
+			),
+			ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true},
+			[]vtViol{
+				{agent, ledger.VInvalidToken}, {turn, ledger.VRequired}, {epoch, ledger.VInvalidValue}, {call, ledger.VEmpty},
+				{step, ledger.VRequired}, {box, ledger.VInvalidToken}, {tp, ledger.VInvalidValue}, {ts, ledger.VTooLarge},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, vs := ledger.ParseIdentity(tc.h, tc.rules)
+			vtRequireViolations(t, vs, tc.want...)
+		})
+	}
+}
+
+func TestValidateIdentityEpochs(t *testing.T) {
+	for s, want := range map[string]uint64{"0": 0, "1": 1, "42": 42, "18446744073709551615": 1<<64 - 1} {
+		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTurnEpoch, s), ledger.IdentityRules{})
+		require.Empty(t, vs, "epoch %q", s)
+		assert.Equal(t, want, id.TurnEpoch, "epoch %q", s)
+	}
+	for _, s := range []string{"00", "01", "+1", "-1", " 1", "1 ", "1.0", "1e2", "0x2a", "1_0", "18446744073709551616", "seven"} {
+		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTurnEpoch, s), ledger.IdentityRules{})
+		vtRequireViolations(t, vs, vtViol{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue})
+		assert.Zero(t, id.TurnEpoch, "epoch %q", s)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ParseToolCommand.
+
+var (
+	vtToolSubject = ledger.ToolCommandSubject("v1", "proj-1", "chan-1", "echo")
+	vtPMOSubject  = ledger.PMOCommandSubject("v1", "proj-1", "chan-1", "spawn_agent")
+)
+
+const vtPayload = `{"tool_call_card_id":"card-1","after_execution":"suspend"}`
+
+func vtPMOHeader() nats.Header { return vtWith(vtIdentityHeader(), ledger.HeaderStepID, vtStep) }
+
+func TestValidateToolCommandAccepts(t *testing.T) {
+	tests := []struct {
+		name    string
+		subject string
+		h       nats.Header
+		data    string
+		want    ledger.ToolCommandPayload
+	}{
+		{"minimal", vtToolSubject, vtIdentityHeader(), vtPayload,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"terminate", vtToolSubject, vtIdentityHeader(), `{"tool_call_card_id":"card-1","after_execution":"terminate"}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterTerminate}},
+		{"whitespace around payload", vtToolSubject, vtIdentityHeader(), " \n\t" + vtPayload + "\n ",
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"unknown fields ignored", vtToolSubject, vtIdentityHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","extra":{"nested":[1,2]},"note":"hi","argz":1,"Arguments":{}}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"optional tool name is a free-form name", vtToolSubject, vtIdentityHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","tool_name":"tool.example"}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "tool.example", AfterExecution: ledger.AfterSuspend}},
+		{"tool name need not equal the tool target", vtToolSubject, vtIdentityHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","tool_name":"other"}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "other", AfterExecution: ledger.AfterSuspend}},
+		{"identity fields equal to headers", vtToolSubject, vtWith(vtIdentityHeader(), ledger.HeaderStepID, vtStep, ledger.HeaderContextBoxID, vtBox),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":"agent-1","agent_turn_id":"turn-1",` +
+				`"tool_call_id":"call-1","step_id":"step-1","context_box_id":"box-1","turn_epoch":7}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"turn_epoch as a string", vtToolSubject, vtIdentityHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","turn_epoch":"7"}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"null identity fields are absent", vtToolSubject, vtIdentityHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":null,"turn_epoch":null,"step_id":null}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+		{"pmo command", vtPMOSubject, vtPMOHeader(),
+			`{"tool_call_card_id":"card-1","after_execution":"terminate","tool_name":"spawn_agent"}`,
+			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "spawn_agent", AfterExecution: ledger.AfterTerminate}},
+		{"lower-case headers", vtToolSubject,
+			vtHeader("cg-agent-id", vtAgent, "cg-agent-turn-id", vtTurn, "cg-turn-epoch", vtEpochText, "cg-tool-call-id", vtCall),
+			vtPayload, ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, err := ledger.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
+			require.NoError(t, err)
+			require.NotNil(t, cmd)
+			assert.Equal(t, tc.want, cmd.Payload)
+			sub, err := ledger.ParseCommandSubject(tc.subject)
+			require.NoError(t, err)
+			assert.Equal(t, sub, cmd.Subject)
+			assert.Equal(t, vtAgent, cmd.Identity.AgentID)
+			assert.Equal(t, vtTurn, cmd.Identity.AgentTurnID)
+			assert.Equal(t, vtEpoch, cmd.Identity.TurnEpoch)
+			assert.Equal(t, vtCall, cmd.Identity.ToolCallID)
+		})
+	}
+}
+
+func TestValidateToolCommandRejects(t *testing.T) {
+	const (
+		p        = "payload"
+		cardID   = "payload.tool_call_card_id"
+		after    = "payload.after_execution"
+		toolName = "payload.tool_name"
+	)
+	h := vtIdentityHeader()
+	obj := func(fields string) string {
+		return `{"tool_call_card_id":"card-1","after_execution":"suspend"` + fields + `}`
+	}
+	tests := []struct {
+		name    string
+		subject string
+		h       nats.Header
+		data    string
+		want    []vtViol
+	}{
+		// Payload shape.
+		{"no payload", vtToolSubject, h, "", []vtViol{{p, ledger.VRequired}}},
+		{"blank payload", vtToolSubject, h, " \n\t ", []vtViol{{p, ledger.VRequired}}},
+		{"array payload", vtToolSubject, h, `[]`, []vtViol{{p, ledger.VInvalidType}}},
+		{"string payload", vtToolSubject, h, `"x"`, []vtViol{{p, ledger.VInvalidType}}},
+		{"null payload", vtToolSubject, h, `null`, []vtViol{{p, ledger.VInvalidType}}},
+		{"number payload", vtToolSubject, h, `1`, []vtViol{{p, ledger.VInvalidType}}},
+		{"truncated payload", vtToolSubject, h, `{"tool_call_card_id":"card-1"`, []vtViol{{p, ledger.VInvalidJSON}}},
+		{"trailing garbage", vtToolSubject, h, vtPayload + ` x`, []vtViol{{p, ledger.VInvalidJSON}}},
+		{"two objects", vtToolSubject, h, vtPayload + vtPayload, []vtViol{{p, ledger.VInvalidJSON}}},
+		{"empty object", vtToolSubject, h, `{}`, []vtViol{{cardID, ledger.VRequired}, {after, ledger.VRequired}}},
+
+		// tool_call_card_id.
+		{"card id missing", vtToolSubject, h, `{"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VRequired}}},
+		{"card id null", vtToolSubject, h, `{"tool_call_card_id":null,"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VRequired}}},
+		{"card id empty", vtToolSubject, h, `{"tool_call_card_id":"","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VEmpty}}},
+		{"card id number", vtToolSubject, h, `{"tool_call_card_id":5,"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidType}}},
+		{"card id object", vtToolSubject, h, `{"tool_call_card_id":{},"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidType}}},
+		{"card id with dot", vtToolSubject, h, `{"tool_call_card_id":"a.b","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
+		{"card id reserved", vtToolSubject, h, `{"tool_call_card_id":"_","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
+		{"card id with space", vtToolSubject, h, `{"tool_call_card_id":" card-1","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
+
+		// after_execution.
+		{"after missing", vtToolSubject, h, `{"tool_call_card_id":"card-1"}`, []vtViol{{after, ledger.VRequired}}},
+		{"after empty", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":""}`, []vtViol{{after, ledger.VEmpty}}},
+		{"after unknown", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"continue"}`, []vtViol{{after, ledger.VInvalidValue}}},
+		{"after wrong case", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"Suspend"}`, []vtViol{{after, ledger.VInvalidValue}}},
+		{"after padded", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"suspend "}`, []vtViol{{after, ledger.VInvalidValue}}},
+		{"after bool", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":true}`, []vtViol{{after, ledger.VInvalidType}}},
+
+		// Inline arguments and results.
+		{"inline args", vtToolSubject, h, obj(`,"args":{"x":1}`), []vtViol{{"payload.args", ledger.VForbidden}}},
+		{"inline arguments", vtToolSubject, h, obj(`,"arguments":{}`), []vtViol{{"payload.arguments", ledger.VForbidden}}},
+		{"inline result", vtToolSubject, h, obj(`,"result":"done"`), []vtViol{{"payload.result", ledger.VForbidden}}},
+		{"inline args null", vtToolSubject, h, obj(`,"args":null`), []vtViol{{"payload.args", ledger.VForbidden}}},
+		{"inline arguments null", vtToolSubject, h, obj(`,"arguments":null`), []vtViol{{"payload.arguments", ledger.VForbidden}}},
+		{"inline result null", vtToolSubject, h, obj(`,"result":null`), []vtViol{{"payload.result", ledger.VForbidden}}},
+		{"all three inline", vtToolSubject, h, obj(`,"args":[],"arguments":"","result":0`),
+			[]vtViol{{"payload.args", ledger.VForbidden}, {"payload.arguments", ledger.VForbidden}, {"payload.result", ledger.VForbidden}}},
+
+		// Payload identity must equal the headers.
+		{"agent_id mismatch", vtToolSubject, h, obj(`,"agent_id":"agent-2"`), []vtViol{{"payload.agent_id", ledger.VIdentityMismatch}}},
+		{"agent_turn_id mismatch", vtToolSubject, h, obj(`,"agent_turn_id":"turn-2"`), []vtViol{{"payload.agent_turn_id", ledger.VIdentityMismatch}}},
+		{"tool_call_id mismatch", vtToolSubject, h, obj(`,"tool_call_id":"call-2"`), []vtViol{{"payload.tool_call_id", ledger.VIdentityMismatch}}},
+		{"step_id mismatch", vtToolSubject, vtWith(h, ledger.HeaderStepID, vtStep), obj(`,"step_id":"step-2"`), []vtViol{{"payload.step_id", ledger.VIdentityMismatch}}},
+		// An absent optional header leaves nothing to compare a payload field with.
+		{"step_id without header is accepted", vtToolSubject, h, obj(`,"step_id":"step-1"`), nil},
+		{"context_box_id without header is accepted", vtToolSubject, h, obj(`,"context_box_id":"box-9"`), nil},
+		{"context_box_id mismatch", vtToolSubject, vtWith(h, ledger.HeaderContextBoxID, vtBox), obj(`,"context_box_id":"box-2"`), []vtViol{{"payload.context_box_id", ledger.VIdentityMismatch}}},
+		{"agent_id empty string", vtToolSubject, h, obj(`,"agent_id":""`), []vtViol{{"payload.agent_id", ledger.VIdentityMismatch}}},
+		{"turn_epoch number mismatch", vtToolSubject, h, obj(`,"turn_epoch":8`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
+		{"turn_epoch string mismatch", vtToolSubject, h, obj(`,"turn_epoch":"6"`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
+		{"turn_epoch zero", vtToolSubject, h, obj(`,"turn_epoch":0`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
+		{"turn_epoch leading zero", vtToolSubject, h, obj(`,"turn_epoch":"07"`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch negative", vtToolSubject, h, obj(`,"turn_epoch":-7`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch fraction", vtToolSubject, h, obj(`,"turn_epoch":7.0`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch exponent", vtToolSubject, h, obj(`,"turn_epoch":7e0`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch overflow", vtToolSubject, h, obj(`,"turn_epoch":18446744073709551616`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch bool", vtToolSubject, h, obj(`,"turn_epoch":true`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"turn_epoch empty string", vtToolSubject, h, obj(`,"turn_epoch":""`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
+		{"payload identity not checked against an invalid header", vtToolSubject, vtWith(h, ledger.HeaderAgentID, "bad agent", ledger.HeaderTurnEpoch, "x"),
+			obj(`,"agent_id":"agent-9","turn_epoch":9`),
+			[]vtViol{{hdrField(ledger.HeaderAgentID), ledger.VInvalidToken}, {hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue}}},
+
+		// Headers.
+		{"missing tool call id header", vtToolSubject, vtWithout(h, ledger.HeaderToolCallID), vtPayload,
+			[]vtViol{{hdrField(ledger.HeaderToolCallID), ledger.VRequired}}},
+		{"tool command does not require a step id", vtToolSubject, h, vtPayload, nil},
+		{"no headers", vtToolSubject, nil, vtPayload, []vtViol{
+			{hdrField(ledger.HeaderAgentID), ledger.VRequired}, {hdrField(ledger.HeaderAgentTurnID), ledger.VRequired},
+			{hdrField(ledger.HeaderTurnEpoch), ledger.VRequired}, {hdrField(ledger.HeaderToolCallID), ledger.VRequired},
+		}},
+
+		// PMO commands.
+		{"pmo requires step id", vtPMOSubject, h, obj(`,"tool_name":"spawn_agent"`), []vtViol{{hdrField(ledger.HeaderStepID), ledger.VRequired}}},
+		{"pmo requires tool call id", vtPMOSubject, vtWithout(vtPMOHeader(), ledger.HeaderToolCallID), obj(`,"tool_name":"spawn_agent"`),
+			[]vtViol{{hdrField(ledger.HeaderToolCallID), ledger.VRequired}}},
+		{"pmo requires tool name", vtPMOSubject, vtPMOHeader(), vtPayload, []vtViol{{toolName, ledger.VRequired}}},
+		{"pmo tool name empty", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":""`), []vtViol{{toolName, ledger.VEmpty}}},
+		{"pmo tool name mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"kill_agent"`), []vtViol{{toolName, ledger.VMismatch}}},
+		{"pmo tool name case mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"Spawn_Agent"`), []vtViol{{toolName, ledger.VMismatch}}},
+		{"pmo tool name invalid", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"spawn agent"`), []vtViol{{toolName, ledger.VInvalidValue}}},
+		{"tool name with control character", vtToolSubject, h, obj(`,"tool_name":"a\u0001"`), []vtViol{{toolName, ledger.VInvalidValue}}},
+
+		// Subjects.
+		{"non-command subject", ledger.CardSubject("v1", "proj-1", "card-1"), h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
+		{"wakeup subject", ledger.WakeupSubject("v1", "proj-1", "chan-1", "w"), h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
+		{"garbage subject", "hello", h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
+		{"empty subject", "", h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
+		{"subject with bad tokens", "cg.v1.p*.c.cmd.tool.a b", h, vtPayload, []vtViol{{"subject", ledger.VInvalidToken}, {"subject", ledger.VInvalidToken}}},
+
+		// Everything at once.
+		{
+			"every problem at once",
+			"cg.V1.proj-1.chan-1.cmd.tool.echo",
+			vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderTurnEpoch, "01"),
+			`{"arguments":{},"after_execution":"later","agent_id":"agent-2","result":null}`,
+			[]vtViol{
+				{"subject", ledger.VInvalidSubject},
+				{hdrField(ledger.HeaderAgentTurnID), ledger.VRequired},
+				{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue},
+				{hdrField(ledger.HeaderToolCallID), ledger.VRequired},
+				{"payload.arguments", ledger.VForbidden},
+				{"payload.result", ledger.VForbidden},
+				{cardID, ledger.VRequired},
+				{after, ledger.VInvalidValue},
+				{"payload.agent_id", ledger.VIdentityMismatch},
+			},
+		},
+		{
+			"every pmo problem at once",
+			vtPMOSubject,
+			vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderAgentTurnID, vtTurn, ledger.HeaderTurnEpoch, "7", ledger.HeaderToolCallID, vtCall),
+			`{"tool_call_card_id":"a>b","tool_name":"other","turn_epoch":"8","args":1}`,
+			[]vtViol{
+				{hdrField(ledger.HeaderStepID), ledger.VRequired},
+				{"payload.args", ledger.VForbidden},
+				{cardID, ledger.VInvalidToken},
+				{toolName, ledger.VMismatch},
+				{after, ledger.VRequired},
+				{"payload.turn_epoch", ledger.VIdentityMismatch},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, err := ledger.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
+			if len(tc.want) == 0 {
+				require.NoError(t, err)
+				require.NotNil(t, cmd)
+				return
+			}
+			vtRequireBadRequest(t, err, tc.want...)
+			assert.Nil(t, cmd)
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ParseCard.
+
+// vtCardJSON returns a card as JSON with the given top-level fields
+// overridden (a nil value deletes the field).
+func vtCardJSON(t *testing.T, base map[string]any, override map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range override {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
+func vtCallCard() map[string]any {
+	return map[string]any{
+		"card_id": "cc-1", "project_id": "proj-1", "type": ledger.CardToolCall, "author_id": "agent-1",
+		"agent_turn_id": "turn-1", "tool_call_id": "call-1",
+		"content":  json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi"}}`),
+		"metadata": map[string]any{"trace_id": "tr", "parent_step_id": "ps", "step_id": "st"},
+	}
+}
+
+func vtResultCard() map[string]any {
+	return map[string]any{
+		"card_id": "rc-1", "project_id": "proj-1", "type": ledger.CardToolResult, "author_id": "tool.example",
+		"function_name": "echo", "agent_turn_id": "turn-1", "tool_call_id": "call-1",
+		"content":  json.RawMessage(`{"status":"success","result":{"text":"hi"}}`),
+		"metadata": map[string]any{"trace_id": "tr", "parent_step_id": "ps", "step_id": "st"},
+	}
+}
+
+// vtNull is a JSON null that survives vtCardJSON (nil deletes).
+var vtNull = json.RawMessage(`null`)
+
+func TestValidateCardAccepts(t *testing.T) {
+	t.Run("tool.call normalizes content and drops unknown fields", func(t *testing.T) {
+		data := []byte(`{
+			"card_id": "cc-1", "project_id": "proj-1", "type": "tool.call", "author_id": "agent-1",
+			"agent_turn_id": "turn-1", "tool_call_id": "call-1", "unknown_top": [1, 2],
+			"content": {"tool_name": "echo", "arguments": { "text" : "hi", "n": [1, 2] }, "extra": true},
+			"metadata": {"trace_id": "tr", "parent_step_id": "ps", "step_id": "st", "other": 1}
+		}`)
+		c, err := ledger.ParseCard(data)
+		require.NoError(t, err)
+		assert.Equal(t, ledger.Card{
+			CardID: "cc-1", ProjectID: "proj-1", Type: ledger.CardToolCall, AuthorID: "agent-1",
+			AgentTurnID: "turn-1", ToolCallID: "call-1",
+			Content:  json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi","n":[1,2]}}`),
+			Metadata: ledger.CardMetadata{TraceID: "tr", ParentStepID: "ps", StepID: "st"},
+		}, *c)
+		tc, err := c.ToolCall()
+		require.NoError(t, err)
+		assert.Equal(t, "echo", tc.ToolName)
+		assert.JSONEq(t, `{"text":"hi","n":[1,2]}`, string(tc.Arguments))
+		_, err = c.ToolResult()
+		assert.Error(t, err, "a tool.call card has no tool.result content")
+
+		// Parsing the normalized card again is the identity.
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		again, err := ledger.ParseCard(b)
+		require.NoError(t, err)
+		assert.Equal(t, c, again)
+	})
+	t.Run("tool.call with empty arguments and no metadata", func(t *testing.T) {
+		c, err := ledger.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{
+			"content": json.RawMessage(`{"tool_name":"x","arguments":{}}`), "metadata": nil,
+		}))
+		require.NoError(t, err)
+		assert.Equal(t, `{"tool_name":"x","arguments":{}}`, string(c.Content))
+		assert.Equal(t, ledger.CardMetadata{}, c.Metadata)
+	})
+	t.Run("tool.call keeps a function_name", func(t *testing.T) {
+		c, err := ledger.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{"function_name": "fn.x"}))
+		require.NoError(t, err)
+		assert.Equal(t, "fn.x", c.FunctionName)
+	})
+	t.Run("author_id may contain dots", func(t *testing.T) {
+		c, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), nil))
+		require.NoError(t, err)
+		assert.Equal(t, "tool.example", c.AuthorID)
+		assert.Equal(t, "echo", c.FunctionName)
+	})
+	results := []struct {
+		name, content, want string
+	}{
+		{"success", `{"status":"success","result":{"text":"hi"}}`, `{"status":"success","result":{"text":"hi"}}`},
+		{"success with null error", `{"status":"success","result":1,"error":null}`, `{"status":"success","result":1}`},
+		{"success without result", `{"status":"success"}`, `{"status":"success","result":null}`},
+		{"success with scalar result", `{"status":"success","result":"text is fine inside result"}`, `{"status":"success","result":"text is fine inside result"}`},
+		{"failed with error", `{"status":"failed","result":null,"error":{"code":"boom","message":"it broke"}}`,
+			`{"status":"failed","result":null,"error":{"code":"boom","message":"it broke"}}`},
+		{"failed with error detail", `{"status":"failed","error":{"code":"boom","detail":{"k": [1]}}}`,
+			`{"status":"failed","result":null,"error":{"code":"boom","message":"","detail":{"k":[1]}}}`},
+		{"timeout with error", `{"status":"timeout","error":{"code":"deadline"}}`,
+			`{"status":"timeout","result":null,"error":{"code":"deadline","message":""}}`},
+		{"canceled without error", `{"status":"canceled"}`, `{"status":"canceled","result":null}`},
+		{"canceled with error", `{"status":"canceled","error":{"code":"user"}}`, `{"status":"canceled","result":null,"error":{"code":"user","message":""}}`},
+		{"partial without error", `{"status":"partial","result":[1]}`, `{"status":"partial","result":[1]}`},
+		{"partial with error", `{"status":"partial","result":[1],"error":{"code":"some"}}`, `{"status":"partial","result":[1],"error":{"code":"some","message":""}}`},
+		{"unknown content fields dropped", `{"status":"success","result":{},"logs":["x"]}`, `{"status":"success","result":{}}`},
+	}
+	for _, tc := range results {
+		t.Run("tool.result "+tc.name, func(t *testing.T) {
+			c, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"content": json.RawMessage(tc.content)}))
+			require.NoError(t, err)
+			assert.JSONEq(t, tc.want, string(c.Content))
+			tr, err := c.ToolResult()
+			require.NoError(t, err)
+			assert.True(t, ledger.ValidStatus(tr.Status))
+			_, err = c.ToolCall()
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestValidateCardRejects(t *testing.T) {
+	const (
+		content = "card.content"
+		errF    = "card.content.error"
+	)
+	call, result := vtCallCard(), vtResultCard()
+	withContent := func(base map[string]any, c string) map[string]any {
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		m["content"] = json.RawMessage(c)
+		return m
+	}
+	tests := []struct {
+		name     string
+		base     map[string]any
+		override map[string]any
+		raw      string // used instead of base/override when set
+		want     []vtViol
+	}{
+		// Not an object.
+		{name: "empty input", raw: " ", want: []vtViol{{"card", ledger.VRequired}}},
+		{name: "array", raw: `[{}]`, want: []vtViol{{"card", ledger.VInvalidType}}},
+		{name: "text", raw: `"a card"`, want: []vtViol{{"card", ledger.VInvalidType}}},
+		{name: "invalid json", raw: `{"card_id":`, want: []vtViol{{"card", ledger.VInvalidJSON}}},
+		{name: "empty object", raw: `{}`, want: []vtViol{
+			{"card.card_id", ledger.VRequired}, {"card.project_id", ledger.VRequired}, {"card.type", ledger.VRequired},
+			{"card.author_id", ledger.VRequired}, {"card.agent_turn_id", ledger.VRequired}, {"card.tool_call_id", ledger.VRequired},
+		}},
+
+		// Type.
+		{name: "unknown type", base: call, override: map[string]any{"type": "tool.other"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
+		{name: "text type", base: call, override: map[string]any{"type": "text"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
+		{name: "type wrong case", base: call, override: map[string]any{"type": "Tool.Call"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
+		{name: "type empty", base: call, override: map[string]any{"type": ""}, want: []vtViol{{"card.type", ledger.VEmpty}}},
+		{name: "type missing", base: call, override: map[string]any{"type": nil}, want: []vtViol{{"card.type", ledger.VRequired}}},
+		{name: "type number", base: call, override: map[string]any{"type": 1}, want: []vtViol{{"card.type", ledger.VInvalidType}}},
+
+		// Identifiers and names.
+		{name: "card id with dot", base: call, override: map[string]any{"card_id": "a.b"}, want: []vtViol{{"card.card_id", ledger.VInvalidToken}}},
+		{name: "card id reserved", base: call, override: map[string]any{"card_id": "_"}, want: []vtViol{{"card.card_id", ledger.VInvalidToken}}},
+		{name: "project id wildcard", base: call, override: map[string]any{"project_id": "*"}, want: []vtViol{{"card.project_id", ledger.VInvalidToken}}},
+		{name: "turn id too long", base: call, override: map[string]any{"agent_turn_id": strings.Repeat("t", 257)}, want: []vtViol{{"card.agent_turn_id", ledger.VInvalidToken}}},
+		{name: "call id empty", base: call, override: map[string]any{"tool_call_id": ""}, want: []vtViol{{"card.tool_call_id", ledger.VEmpty}}},
+		{name: "author with space", base: call, override: map[string]any{"author_id": "an agent"}, want: []vtViol{{"card.author_id", ledger.VInvalidValue}}},
+		{name: "author empty", base: call, override: map[string]any{"author_id": ""}, want: []vtViol{{"card.author_id", ledger.VEmpty}}},
+		{name: "author number", base: call, override: map[string]any{"author_id": 7}, want: []vtViol{{"card.author_id", ledger.VInvalidType}}},
+		{name: "function name with newline", base: result, override: map[string]any{"function_name": "echo\n"}, want: []vtViol{{"card.function_name", ledger.VInvalidValue}}},
+		{name: "result without function name", base: result, override: map[string]any{"function_name": nil}, want: []vtViol{{"card.function_name", ledger.VRequired}}},
+		{name: "result with empty function name", base: result, override: map[string]any{"function_name": ""}, want: []vtViol{{"card.function_name", ledger.VEmpty}}},
+
+		// Metadata.
+		{name: "metadata not an object", base: call, override: map[string]any{"metadata": "x"}, want: []vtViol{{"card.metadata", ledger.VInvalidType}}},
+		{name: "metadata array", base: call, override: map[string]any{"metadata": []int{}}, want: []vtViol{{"card.metadata", ledger.VInvalidType}}},
+		{name: "metadata field not a string", base: call, override: map[string]any{"metadata": map[string]any{"trace_id": 1, "step_id": false}},
+			want: []vtViol{{"card.metadata.trace_id", ledger.VInvalidType}, {"card.metadata.step_id", ledger.VInvalidType}}},
+
+		// tool.call content.
+		{name: "call content missing", base: call, override: map[string]any{"content": nil}, want: []vtViol{{content, ledger.VRequired}}},
+		{name: "call content null", base: call, override: map[string]any{"content": vtNull}, want: []vtViol{{content, ledger.VRequired}}},
+		{name: "call content text", base: call, override: map[string]any{"content": "please echo hi"}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "call content array", base: call, override: map[string]any{"content": []any{map[string]any{"tool_name": "echo"}}}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "call content number", base: call, override: map[string]any{"content": 3}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "call content empty object", base: withContent(call, `{}`),
+			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
+		{name: "call content arbitrary dict", base: withContent(call, `{"text":"hi","foo":1}`),
+			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
+		{name: "call arguments null", base: withContent(call, `{"tool_name":"echo","arguments":null}`), want: []vtViol{{"card.content.arguments", ledger.VRequired}}},
+		{name: "call arguments string", base: withContent(call, `{"tool_name":"echo","arguments":"{}"}`), want: []vtViol{{"card.content.arguments", ledger.VInvalidType}}},
+		{name: "call arguments array", base: withContent(call, `{"tool_name":"echo","arguments":[]}`), want: []vtViol{{"card.content.arguments", ledger.VInvalidType}}},
+		{name: "call tool name invalid", base: withContent(call, `{"tool_name":"e cho","arguments":{}}`), want: []vtViol{{"card.content.tool_name", ledger.VInvalidValue}}},
+		{name: "call tool name number", base: withContent(call, `{"tool_name":1,"arguments":{}}`), want: []vtViol{{"card.content.tool_name", ledger.VInvalidType}}},
+		{name: "call with result content", base: withContent(call, `{"status":"success","result":{}}`),
+			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
+
+		// tool.result content.
+		{name: "result content missing", base: result, override: map[string]any{"content": nil}, want: []vtViol{{content, ledger.VRequired}}},
+		{name: "result content text", base: result, override: map[string]any{"content": "hi"}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "result content array", base: result, override: map[string]any{"content": []int{1}}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "result content empty object", base: withContent(result, `{}`), want: []vtViol{{"card.content.status", ledger.VRequired}}},
+		{name: "result status unknown", base: withContent(result, `{"status":"ok"}`), want: []vtViol{{"card.content.status", ledger.VInvalidValue}}},
+		{name: "result status wrong case", base: withContent(result, `{"status":"SUCCESS"}`), want: []vtViol{{"card.content.status", ledger.VInvalidValue}}},
+		{name: "result status empty", base: withContent(result, `{"status":""}`), want: []vtViol{{"card.content.status", ledger.VEmpty}}},
+		{name: "result status number", base: withContent(result, `{"status":0}`), want: []vtViol{{"card.content.status", ledger.VInvalidType}}},
+		{name: "success with error", base: withContent(result, `{"status":"success","result":{},"error":{"code":"x"}}`), want: []vtViol{{errF, ledger.VForbidden}}},
+		{name: "success with empty error", base: withContent(result, `{"status":"success","error":{}}`),
+			want: []vtViol{{errF + ".code", ledger.VRequired}, {errF, ledger.VForbidden}}},
+		{name: "failed without error", base: withContent(result, `{"status":"failed","result":null}`), want: []vtViol{{errF, ledger.VRequired}}},
+		{name: "failed with null error", base: withContent(result, `{"status":"failed","error":null}`), want: []vtViol{{errF, ledger.VRequired}}},
+		{name: "timeout without error", base: withContent(result, `{"status":"timeout"}`), want: []vtViol{{errF, ledger.VRequired}}},
+		{name: "failed with text error", base: withContent(result, `{"status":"failed","error":"boom"}`), want: []vtViol{{errF, ledger.VInvalidType}}},
+		{name: "failed with error without code", base: withContent(result, `{"status":"failed","error":{"message":"m"}}`), want: []vtViol{{errF + ".code", ledger.VRequired}}},
+		{name: "failed with empty error code", base: withContent(result, `{"status":"failed","error":{"code":""}}`), want: []vtViol{{errF + ".code", ledger.VEmpty}}},
+		{name: "error message not a string", base: withContent(result, `{"status":"failed","error":{"code":"c","message":1}}`), want: []vtViol{{errF + ".message", ledger.VInvalidType}}},
+		{name: "error detail not an object", base: withContent(result, `{"status":"failed","error":{"code":"c","detail":"d"}}`), want: []vtViol{{errF + ".detail", ledger.VInvalidType}}},
+
+		// Everything at once.
+		{
+			name: "every card problem at once",
+			raw: `{"card_id":"a.b","project_id":"","type":"tool.result","author_id":"has space","agent_turn_id":"t",` +
+				`"tool_call_id":"_","content":{"status":"success","error":{"code":"x","detail":[1]}},"metadata":{"trace_id":5}}`,
+			want: []vtViol{
+				{"card.card_id", ledger.VInvalidToken}, {"card.project_id", ledger.VEmpty}, {"card.author_id", ledger.VInvalidValue},
+				{"card.tool_call_id", ledger.VInvalidToken}, {"card.function_name", ledger.VRequired},
+				{"card.metadata.trace_id", ledger.VInvalidType}, {errF + ".detail", ledger.VInvalidType}, {errF, ledger.VForbidden},
+			},
+		},
+		{
+			name: "every tool.call problem at once",
+			raw:  `{"card_id":"c","project_id":"p","type":"tool.call","author_id":"","agent_turn_id":"t>","content":{"tool_name":"","arguments":[]}}`,
+			want: []vtViol{
+				{"card.author_id", ledger.VEmpty}, {"card.agent_turn_id", ledger.VInvalidToken}, {"card.tool_call_id", ledger.VRequired},
+				{"card.content.tool_name", ledger.VEmpty}, {"card.content.arguments", ledger.VInvalidType},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(tc.raw)
+			if tc.raw == "" {
+				data = vtCardJSON(t, tc.base, tc.override)
+			}
+			c, err := ledger.ParseCard(data)
+			vtRequireBadRequest(t, err, tc.want...)
+			assert.Nil(t, c)
+		})
+	}
+}
