@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -51,6 +52,11 @@ var ErrNotReady = errors.New("natsserver: server not ready for connections")
 func Start(cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("natsserver: StoreDir is required")
+	}
+	// Creating the store up front turns an unusable path into an immediate,
+	// clear error instead of a server that never becomes ready.
+	if err := os.MkdirAll(cfg.StoreDir, 0o750); err != nil {
+		return nil, fmt.Errorf("natsserver: store dir: %w", err)
 	}
 	host := cfg.Host
 	if host == "" {
