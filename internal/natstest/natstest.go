@@ -20,8 +20,9 @@ type Server struct {
 	tb  testing.TB
 	cfg natsserver.Config
 
-	mu  sync.Mutex
-	srv *server.Server
+	mu    sync.Mutex
+	srv   *server.Server
+	conns []*nats.Conn
 }
 
 // Option adjusts the server configuration before the first start.
@@ -78,6 +79,9 @@ func (s *Server) Connect(tb testing.TB) *nats.Conn {
 		return nil
 	}
 	tb.Cleanup(nc.Close)
+	s.mu.Lock()
+	s.conns = append(s.conns, nc)
+	s.mu.Unlock()
 	return nc
 }
 
@@ -95,9 +99,18 @@ func (s *Server) Shutdown() {
 }
 
 // Restart stops the server and starts a new one on the same store directory
-// and port. It fails the test when the new server cannot start.
+// and port, then waits until every open connection made by Connect has
+// reconnected (a connection can look connected for a moment after its server
+// died, and a request sent then is lost). It fails the test when the new
+// server cannot start or a connection does not come back.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
+	s.mu.Lock()
+	before := make(map[*nats.Conn]uint64, len(s.conns))
+	for _, nc := range s.conns {
+		before[nc] = nc.Stats().Reconnects
+	}
+	s.mu.Unlock()
 	s.Shutdown()
 	var (
 		srv *server.Server
@@ -120,6 +133,15 @@ func (s *Server) Restart(tb testing.TB) {
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
+	for nc, n := range before {
+		for !nc.IsClosed() && (nc.Stats().Reconnects == n || !nc.IsConnected()) {
+			if time.Now().After(deadline.Add(10 * time.Second)) {
+				tb.Fatalf("natstest: connection did not reconnect after restart (status %v)", nc.Status())
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 // NATS returns the running server, for tests that need server internals.
