@@ -17,7 +17,7 @@ import (
 
 var errCrash = errors.New("simulated crash")
 
-var reportSteps = []ledger.Step{ledger.StepClaimed, ledger.StepAppended, ledger.StepMarkedReported, ledger.StepWoken, ledger.StepMarkedWoken}
+var reportSteps = []ledger.Step{ledger.StepClaimed, ledger.StepAppended, ledger.StepWoken, ledger.StepMarkedWoken}
 
 // crashOnce returns a hook that fails the first time step is reached.
 func crashOnce(step ledger.Step, before func()) func(ledger.Step) error {

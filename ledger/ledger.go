@@ -37,11 +37,10 @@ type Step string
 
 // Report-path steps, in order (docs/report-path.md).
 const (
-	StepClaimed        Step = "claimed"         // claim CAS-written to the KV record
-	StepAppended       Step = "appended"        // report entry acknowledged by the stream
-	StepMarkedReported Step = "marked_reported" // KV record marked reported
-	StepWoken          Step = "woken"           // wakeup (or wakeup_skipped) acknowledged
-	StepMarkedWoken    Step = "marked_woken"    // KV record marked woken
+	StepClaimed     Step = "claimed"      // claim CAS-written to the KV record
+	StepAppended    Step = "appended"     // report entry acknowledged by the stream
+	StepWoken       Step = "woken"        // wakeup (or wakeup_skipped) acknowledged
+	StepMarkedWoken Step = "marked_woken" // KV record marked woken, with the report's sequence
 
 	StepDispatchCard    Step = "dispatch_card"    // tool.call card acknowledged
 	StepDispatchRecord  Step = "dispatch_record"  // call record created in KV

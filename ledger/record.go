@@ -14,9 +14,8 @@ import (
 // Call record states, in the order a call moves through them.
 const (
 	StateDispatched = "dispatched" // command published (or about to be)
-	StateClaimed    = "claimed"    // a report won the dedup claim; entry not yet appended
-	StateReported   = "reported"   // report entry appended
-	StateWoken      = "woken"      // wakeup published (or recorded as skipped)
+	StateClaimed    = "claimed"    // a report won the dedup claim; its entry may or may not be appended yet
+	StateWoken      = "woken"      // report appended and wakeup published (or recorded as skipped)
 )
 
 // CallRecord is the KV record of one call, keyed by (project_id,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -159,14 +160,50 @@ func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
 	return in, vs
 }
 
+// prefetched is what the report path reads before deciding anything. The
+// three reads are independent, so they run concurrently: one round trip
+// instead of three.
+type prefetched struct {
+	rec     *CallRecord
+	rev     uint64
+	recErr  error
+	card    *StoredCard
+	cardErr error
+	roster  *RosterResult
+	rostErr error
+}
+
+func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *prefetched {
+	p := &prefetched{}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		p.card, p.cardErr = l.GetCard(ctx, in.project, in.payload.ToolResultCardID)
+	}()
+	go func() {
+		defer wg.Done()
+		r, err := l.GetRoster(ctx, in.project, in.id.AgentID)
+		if err == nil {
+			p.roster = &r
+		} else if !isCode(err, CodeNotFound) {
+			p.rostErr = err
+		}
+	}()
+	p.rec, p.rev, p.recErr = l.getRecord(ctx, key)
+	wg.Wait()
+	return p
+}
+
 func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() RejectedRequest) (ReportOutcome, error) {
 	refuse := func(code Code, vs Violations, format string, args ...any) (ReportOutcome, error) {
 		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(code, vs, format, args...), raw())
 	}
 	key := callKey(in.project, in.id.AgentTurnID, in.id.ToolCallID)
-	rec, rev, err := l.getRecord(ctx, key)
-	if err != nil {
-		return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+	pre := l.prefetch(ctx, key, in)
+	rec, rev := pre.rec, pre.rev
+	if pre.recErr != nil {
+		return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.recErr)
 	}
 	if rec == nil {
 		var vs Violations
@@ -184,8 +221,9 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		if vs := matchCall(rec, in); len(vs) > 0 {
 			return refuse(CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
 		}
-		if rec.State == StateDispatched {
-			claim, rerr := l.buildClaim(ctx, rec, in, fp)
+		switch {
+		case rec.State == StateDispatched:
+			claim, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := AsError(rerr); ok {
 					return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, e, raw())
@@ -208,9 +246,9 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			if err := l.step(StepClaimed); err != nil {
 				return ReportOutcome{}, err
 			}
-		} else if rec.Claim == nil {
+		case rec.Claim == nil:
 			return ReportOutcome{}, fmt.Errorf("report %s/%s: record in state %s has no claim", in.id.AgentTurnID, in.id.ToolCallID, rec.State)
-		} else if rec.Claim.Fingerprint != fp {
+		case rec.Claim.Fingerprint != fp:
 			var vs Violations
 			vs.Add("payload", VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
 				rec.ToolCallID, rec.Claim.SourceID, rec.Claim.Status, rec.Claim.ToolResultCardID, rec.Claim.AfterExecution, rec.State, rec.Claim.Seq)
@@ -218,42 +256,39 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		}
 
 		if rec.State == StateClaimed {
-			seq, here, err := l.appendReport(ctx, rec.Claim)
+			next := withClaim(rec)
+			seq, here, err := l.appendReport(ctx, next.Claim)
 			if err != nil {
 				return ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
 			appendedHere = appendedHere || here
+			next.Claim.Seq = seq
 			if err := l.step(StepAppended); err != nil {
 				return ReportOutcome{}, err
 			}
-			next := withClaim(rec)
-			next.State, next.Claim.Seq = StateReported, seq
-			var retry bool
-			if rec, rev, retry, err = l.advance(ctx, key, rec, next, rev); err != nil {
-				return ReportOutcome{}, err
-			} else if retry {
-				continue
+			if pre.rostErr != nil {
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 			}
-			if err := l.step(StepMarkedReported); err != nil {
-				return ReportOutcome{}, err
-			}
-		}
-
-		if rec.State == StateReported {
-			next := withClaim(rec)
-			if err := l.wake(ctx, next); err != nil {
+			if err := l.wake(ctx, next, pre.roster); err != nil {
 				return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
 			if err := l.step(StepWoken); err != nil {
 				return ReportOutcome{}, err
 			}
 			next.State = StateWoken
-			var retry bool
-			if rec, rev, retry, err = l.advance(ctx, key, rec, next, rev); err != nil {
-				return ReportOutcome{}, err
-			} else if retry {
+			nrev, ok, err := l.updateRecord(ctx, key, next, rev)
+			if err != nil {
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			if !ok {
+				// Another delivery of the same report finished first; re-run
+				// on what it wrote.
+				if rec, rev, err = l.reread(ctx, key); err != nil {
+					return ReportOutcome{}, err
+				}
 				continue
 			}
+			rec, rev = next, nrev
 			if err := l.step(StepMarkedWoken); err != nil {
 				return ReportOutcome{}, err
 			}
@@ -269,21 +304,6 @@ func withClaim(rec *CallRecord) *CallRecord {
 	c := *rec.Claim
 	next.Claim = &c
 	return &next
-}
-
-// advance compare-and-sets next over rec. On a lost race it re-reads the
-// record and reports retry=true, so the caller re-runs the state machine on
-// what the winner wrote.
-func (l *Ledger) advance(ctx context.Context, key string, rec, next *CallRecord, rev uint64) (*CallRecord, uint64, bool, error) {
-	nrev, ok, err := l.updateRecord(ctx, key, next, rev)
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("report: mark %s: %w", next.State, err)
-	}
-	if ok {
-		return next, nrev, false, nil
-	}
-	r, rv, err := l.reread(ctx, key)
-	return r, rv, true, err
 }
 
 func (l *Ledger) reread(ctx context.Context, key string) (*CallRecord, uint64, error) {
@@ -313,8 +333,7 @@ func matchCall(rec *CallRecord, in *reportInput) Violations {
 }
 
 // buildClaim validates the result card pointer and prepares the report entry.
-func (l *Ledger) buildClaim(ctx context.Context, rec *CallRecord, in *reportInput, fp string) (*Claim, error) {
-	sc, err := l.GetCard(ctx, in.project, in.payload.ToolResultCardID)
+func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *StoredCard, err error) (*Claim, error) {
 	if err != nil {
 		if isCode(err, CodeUnknownCard) {
 			var vs Violations
@@ -417,12 +436,12 @@ func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, here b
 	return existing.Sequence, false, nil
 }
 
-// wake publishes the wakeup to the agent's current worker target, or records
-// that there is none. It fills the claim's wakeup fields.
-func (l *Ledger) wake(ctx context.Context, rec *CallRecord) error {
+// wake publishes the wakeup to the agent's worker target (read when the
+// report arrived), or records that the agent has none. It fills the claim's
+// wakeup fields.
+func (l *Ledger) wake(ctx context.Context, rec *CallRecord, roster *RosterResult) error {
 	c := rec.Claim
-	roster, err := l.GetRoster(ctx, rec.ProjectID, rec.AgentID)
-	if isCode(err, CodeNotFound) {
+	if roster == nil {
 		data, merr := json.Marshal(WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 			AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ReportSeq: c.Seq, Reason: NoRosterEntry})
 		if merr != nil {
@@ -447,9 +466,6 @@ func (l *Ledger) wake(ctx context.Context, rec *CallRecord) error {
 		}
 		c.WakeupSkipped, c.WakeupSubject, c.WorkerTarget, c.WakeupSeq = true, "", "", 0
 		return nil
-	}
-	if err != nil {
-		return err
 	}
 	data, err := json.Marshal(WakeupEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 		WorkerTarget: roster.WorkerTarget, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
