@@ -136,18 +136,11 @@ func parseCard(prefix string, data []byte, vs *Violations) *Card {
 	if !ok {
 		return nil
 	}
-	c := &Card{
-		CardID:       o.ident("card_id", true),
-		ProjectID:    o.ident("project_id", true),
-		Type:         o.str("type", true),
-		AuthorID:     o.name("author_id", true),
-		AgentTurnID:  o.ident("agent_turn_id", true),
-		ToolCallID:   o.ident("tool_call_id", true),
-		FunctionName: o.name("function_name", false),
-	}
-	if c.Type == CardToolResult && c.FunctionName == "" {
-		o.str("function_name", true)
-	}
+	c := &Card{CardID: o.ident("card_id", true), ProjectID: o.ident("project_id", true), Type: o.str("type", true)}
+	c.AuthorID = o.name("author_id", true)
+	c.FunctionName = o.name("function_name", c.Type == CardToolResult)
+	c.AgentTurnID = o.ident("agent_turn_id", true)
+	c.ToolCallID = o.ident("tool_call_id", true)
 	if md, ok := o.object("metadata", false); ok {
 		c.Metadata = CardMetadata{
 			TraceID:      md.str("trace_id", false),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -536,4 +537,108 @@ func FuzzParseReport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ---------------------------------------------------------------------------
+// Table tests for the unexported report parser (the API and Report paths call
+// it; only its violations are visible from outside the package).
+
+func TestValidateReportInternal(t *testing.T) {
+	valid := func() nats.Header {
+		h := Identity{AgentID: "agent-1", AgentTurnID: "turn-1", TurnEpoch: 7, ToolCallID: "call-1"}.Header()
+		h.Set(HeaderProjectID, "proj-1")
+		h.Set(HeaderChannelID, "chan-1")
+		h.Set(HeaderSourceID, "tool.echo")
+		h.Set(HeaderSourceFunction, "echo")
+		return h
+	}
+	with := func(kv ...string) nats.Header {
+		h := valid()
+		for i := 0; i+1 < len(kv); i += 2 {
+			h[kv[i]] = []string{kv[i+1]}
+		}
+		return h
+	}
+	const okPayload = `{"status":"success","after_execution":"suspend","tool_result_card_id":"rc-1"}`
+	hf := func(name string) string { return "header." + name }
+	type fc struct{ field, code string }
+	tests := []struct {
+		name     string
+		h        nats.Header
+		data     string
+		want     []fc
+		wantStep string
+	}{
+		{name: "valid", h: valid(), data: okPayload},
+		{name: "step from header", h: with(HeaderStepID, "step-1"), data: okPayload, wantStep: "step-1"},
+		{name: "step from payload when no header", h: valid(),
+			data: `{"status":"failed","after_execution":"terminate","tool_result_card_id":"rc-1","step_id":"step-2"}`, wantStep: "step-2"},
+		{name: "step in payload equal to header", h: with(HeaderStepID, "step-1"),
+			data: `{"status":"partial","after_execution":"suspend","tool_result_card_id":"rc-1","step_id":"step-1","turn_epoch":"7"}`, wantStep: "step-1"},
+		{name: "lower-case header names", h: nats.Header{
+			"cg-project-id": {"proj-1"}, "cg-channel-id": {"chan-1"}, "cg-agent-id": {"agent-1"}, "cg-agent-turn-id": {"turn-1"},
+			"cg-turn-epoch": {"7"}, "cg-tool-call-id": {"call-1"}, "cg-source-id": {"tool.echo"}, "cg-source-function": {"echo"},
+		}, data: okPayload},
+		{name: "nothing at all", h: nil, data: "", want: []fc{
+			{hf(HeaderProjectID), VRequired}, {hf(HeaderChannelID), VRequired}, {hf(HeaderAgentID), VRequired},
+			{hf(HeaderAgentTurnID), VRequired}, {hf(HeaderTurnEpoch), VRequired}, {hf(HeaderToolCallID), VRequired},
+			{hf(HeaderSourceID), VRequired}, {hf(HeaderSourceFunction), VRequired}, {"payload", VRequired},
+		}},
+		{name: "empty routing headers", h: with(HeaderProjectID, "", HeaderChannelID, "", HeaderSourceID, "", HeaderSourceFunction, ""),
+			data: okPayload, want: []fc{
+				{hf(HeaderProjectID), VEmpty}, {hf(HeaderChannelID), VEmpty}, {hf(HeaderSourceID), VEmpty}, {hf(HeaderSourceFunction), VEmpty},
+			}},
+		{name: "step id must match header", h: with(HeaderStepID, "step-1"),
+			data: `{"status":"success","after_execution":"suspend","tool_result_card_id":"rc-1","step_id":"step-2"}`,
+			want: []fc{{"payload.step_id", VIdentityMismatch}}},
+		{name: "every problem at once",
+			h: with(HeaderProjectID, "_", HeaderChannelID, "a.b", HeaderAgentID, "a b", HeaderTurnEpoch, "01",
+				HeaderSourceID, "has space", HeaderSourceFunction, "\t"),
+			data: `{"status":"ok","after_execution":"","tool_result_card_id":"*","result":null,"args":{},"step_id":"x y","agent_turn_id":"turn-2","turn_epoch":"x"}`,
+			want: []fc{
+				{hf(HeaderProjectID), VInvalidToken}, {hf(HeaderChannelID), VInvalidToken}, {hf(HeaderAgentID), VInvalidToken},
+				{hf(HeaderTurnEpoch), VInvalidValue}, {hf(HeaderSourceID), VInvalidValue}, {hf(HeaderSourceFunction), VInvalidValue},
+				{"payload.args", VForbidden}, {"payload.result", VForbidden}, {"payload.status", VInvalidValue},
+				{"payload.after_execution", VEmpty}, {"payload.tool_result_card_id", VInvalidToken}, {"payload.step_id", VInvalidToken},
+				{"payload.agent_turn_id", VIdentityMismatch},
+			}},
+		{name: "payload not an object", h: valid(), data: `["success"]`, want: []fc{{"payload", VInvalidType}}},
+		{name: "payload invalid json", h: valid(), data: `{"status":`, want: []fc{{"payload", VInvalidJSON}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in, vs := parseReport(tc.h, []byte(tc.data))
+			if in == nil {
+				t.Fatal("nil input")
+			}
+			got := make([]fc, len(vs))
+			for i, v := range vs {
+				got[i] = fc{v.Field, v.Code}
+			}
+			// Violations are compared in any order, with multiplicity.
+			want := append([]fc(nil), tc.want...)
+			for _, l := range [][]fc{got, want} {
+				sort.Slice(l, func(i, j int) bool { return l[i].field+"/"+l[i].code < l[j].field+"/"+l[j].code })
+			}
+			if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("violations:\n got %v\nwant %v\n(%+v)", got, tc.want, vs)
+			}
+			if len(vs) > 0 {
+				fzCheckBadRequest(t, badRequest("report", vs))
+				return
+			}
+			if in.project != "proj-1" || in.channel != "chan-1" || in.sourceID != "tool.echo" || in.sourceFunction != "echo" {
+				t.Fatalf("routing: %+v", in)
+			}
+			if in.id.AgentID != "agent-1" || in.id.AgentTurnID != "turn-1" || in.id.TurnEpoch != 7 || in.id.ToolCallID != "call-1" {
+				t.Fatalf("identity: %+v", in.id)
+			}
+			if in.stepID != tc.wantStep {
+				t.Fatalf("step id %q, want %q", in.stepID, tc.wantStep)
+			}
+			if in.payload.ToolResultCardID != "rc-1" {
+				t.Fatalf("payload: %+v", in.payload)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -62,8 +63,15 @@ func headerValue(h nats.Header, name string) (string, bool) {
 	if v, ok := h[name]; ok && len(v) > 0 {
 		return v[0], true
 	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, name) {
+	// Sorted, so a header sent in two case variants resolves the same way
+	// every time.
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v := h[k]; len(v) > 0 && strings.EqualFold(k, name) {
 			return v[0], true
 		}
 	}
@@ -119,6 +127,8 @@ func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
 	id.AgentTurnID = get(HeaderAgentTurnID, true)
 	if v, ok := headerValue(h, HeaderTurnEpoch); !ok {
 		vs.Add("header."+HeaderTurnEpoch, VRequired, "header is required")
+	} else if v == "" {
+		vs.Add("header."+HeaderTurnEpoch, VEmpty, "header must not be empty")
 	} else if n, ok := ParseEpoch(v); !ok {
 		vs.Add("header."+HeaderTurnEpoch, VInvalidValue, "must be an unsigned decimal integer without sign or leading zeros (got %q)", clip(v))
 	} else {

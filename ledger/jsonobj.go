@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
 // jsonObject reads the fields of one JSON object for validation, recording a
@@ -25,6 +26,12 @@ func parseObject(prefix string, data []byte, vs *Violations) (jsonObject, bool) 
 	}
 	if trimmed[0] != '{' {
 		vs.Add(prefix, VInvalidType, "must be a JSON object")
+		return o, false
+	}
+	// JSON text must be UTF-8 (RFC 8259); Go would carry invalid bytes
+	// through into stored entries that strict parsers elsewhere reject.
+	if !utf8.Valid(trimmed) {
+		vs.Add(prefix, VInvalidJSON, "is not valid UTF-8")
 		return o, false
 	}
 	if err := json.Unmarshal(trimmed, &o.fields); err != nil {

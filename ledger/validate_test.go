@@ -345,7 +345,7 @@ func TestValidateIdentityRejects(t *testing.T) {
 		{"empty agent", vtWith(base, ledger.HeaderAgentID, ""), ledger.IdentityRules{}, []vtViol{{agent, ledger.VEmpty}}},
 		{"empty optional call id", vtWith(base, ledger.HeaderToolCallID, ""), ledger.IdentityRules{}, []vtViol{{call, ledger.VEmpty}}},
 		{"empty optional context box", vtWith(base, ledger.HeaderContextBoxID, ""), ledger.IdentityRules{}, []vtViol{{box, ledger.VEmpty}}},
-		{"empty epoch", vtWith(base, ledger.HeaderTurnEpoch, ""), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VInvalidValue}}},
+		{"empty epoch", vtWith(base, ledger.HeaderTurnEpoch, ""), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VEmpty}}},
 		{"agent with dot", vtWith(base, ledger.HeaderAgentID, "a.b"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
 		{"agent with star", vtWith(base, ledger.HeaderAgentID, "a*"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
 		{"turn with gt", vtWith(base, ledger.HeaderAgentTurnID, ">"), ledger.IdentityRules{}, []vtViol{{turn, ledger.VInvalidToken}}},
@@ -873,4 +873,18 @@ func TestValidateCardRejects(t *testing.T) {
 			assert.Nil(t, c)
 		})
 	}
+}
+
+// Regressions: each violation is reported once.
+
+func TestValidateReportsEachViolationOnce(t *testing.T) {
+	t.Run("tool.result function_name of the wrong type is reported once", func(t *testing.T) {
+		_, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"function_name": 123}))
+		vtRequireBadRequest(t, err, vtViol{"card.function_name", ledger.VInvalidType})
+	})
+	t.Run("payload identity field of the wrong type is reported once", func(t *testing.T) {
+		_, err := ledger.ParseToolCommand(vtToolSubject, vtIdentityHeader(),
+			[]byte(`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":5}`))
+		vtRequireBadRequest(t, err, vtViol{"payload.agent_id", ledger.VInvalidType})
+	})
 }
