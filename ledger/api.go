@@ -22,6 +22,7 @@ const (
 	APIRosterSet = APIPrefix + ".roster.set"
 	APIRosterGet = APIPrefix + ".roster.get"
 	APICallGet   = APIPrefix + ".call.get"
+	APIConsume   = APIPrefix + ".inbox.consume"
 )
 
 // APIConfig configures the request/reply API. Zero values mean the defaults.
@@ -77,6 +78,7 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		APIRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
 		APIRosterGet: s.rosterGet,
 		APICallGet:   s.callGet,
+		APIConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
 	}
 	for subj, h := range handlers {
 		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(h))

@@ -142,3 +142,13 @@ func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*
 	}
 	return &out, nil
 }
+
+// Consume records that an agent consumed a call's result (see Ledger.Consume).
+func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult, error) {
+	var out ConsumeResult
+	msg, err := jsonMsg(APIConsume, req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -18,7 +18,19 @@ const (
 	KindWakeupSkipped EntryKind = "wakeup_skipped"
 	KindRejection     EntryKind = "rejection"
 	KindRoster        EntryKind = "roster"
+	KindConsumed      EntryKind = "consumed"
 )
+
+// ConsumedEntry records that an agent consumed a reported result from its
+// Inbox.
+type ConsumedEntry struct {
+	ProjectID   string `json:"project_id"`
+	ChannelID   string `json:"channel_id"`
+	AgentID     string `json:"agent_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	ToolCallID  string `json:"tool_call_id"`
+	ReportSeq   uint64 `json:"report_seq"`
+}
 
 // ReportEntry is the data of a report entry: the callback's routing and
 // pointer fields as sent, plus what the ledger resolved while validating it.

@@ -29,6 +29,9 @@ const (
 	CodeConflict Code = "conflict"
 	// CodeNotFound: a read found nothing (roster entry, call record).
 	CodeNotFound Code = "not_found"
+	// CodeNotReported: the call has no accepted report yet, so there is
+	// nothing to consume.
+	CodeNotReported Code = "not_reported"
 	// CodeInternal: the ledger could not complete the operation (NATS
 	// unavailable, timeout). Nothing was rejected; retry the same request.
 	CodeInternal Code = "internal"
@@ -44,6 +47,7 @@ var (
 	ErrStaleEpoch  = errors.New("stale epoch")
 	ErrConflict    = errors.New("conflict")
 	ErrNotFound    = errors.New("not found")
+	ErrNotReported = errors.New("not reported")
 )
 
 var sentinelByCode = map[Code]error{
@@ -54,6 +58,7 @@ var sentinelByCode = map[Code]error{
 	CodeStaleEpoch:  ErrStaleEpoch,
 	CodeConflict:    ErrConflict,
 	CodeNotFound:    ErrNotFound,
+	CodeNotReported: ErrNotReported,
 }
 
 // Violation is one problem with a request: where (a field path such as

@@ -32,6 +32,8 @@ const (
 
 	// HeaderEntryKind is set on every entry the ledger writes.
 	HeaderEntryKind = "CG-Entry-Kind"
+	// HeaderTime is the time the ledger wrote an entry (RFC 3339, UTC, ns).
+	HeaderTime = "CG-Time"
 	// HeaderMsgID is JetStream's publish dedup id.
 	HeaderMsgID = "Nats-Msg-Id"
 )

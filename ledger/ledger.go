@@ -131,6 +131,9 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 	}
 	msg.Header.Set(HeaderEntryKind, string(kind))
 	start := time.Now()
+	if msg.Header.Get(HeaderTime) == "" {
+		msg.Header.Set(HeaderTime, FormatTime(start))
+	}
 	ack, err := l.js.PublishMsg(ctx, msg, append(opts, jetstream.WithExpectStream(l.streams.Stream))...)
 	if err != nil {
 		return nil, err
@@ -140,6 +143,22 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 		l.m.appends.WithLabelValues(string(kind)).Inc()
 	}
 	return ack, nil
+}
+
+// FormatTime renders an entry time as the CG-Time header does: RFC 3339 in
+// UTC with nanoseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// EntryTime returns an entry's time: its CG-Time header when present and
+// valid, else the stream's timestamp. Views use it so that replaying the same
+// entries into a fresh stream gives the same views.
+func EntryTime(h nats.Header, streamTime time.Time) time.Time {
+	if v := h.Get(HeaderTime); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC()
+		}
+	}
+	return streamTime.UTC()
 }
 
 // lastForSubject reads the newest entry on an exact subject. It returns

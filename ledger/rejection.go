@@ -15,6 +15,7 @@ const (
 	OpDispatch  = "dispatch"
 	OpReport    = "report"
 	OpRosterSet = "roster.set"
+	OpConsume   = "inbox.consume"
 )
 
 // rejectedRequest captures a request as received for a rejection entry.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -396,6 +397,8 @@ func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *Sto
 	h.Set(HeaderChannelID, in.channel)
 	h.Set(HeaderSourceID, in.sourceID)
 	h.Set(HeaderSourceFunction, in.sourceFunction)
+	// The claim fixes the entry's time too, so a retry appends identical bytes.
+	h.Set(HeaderTime, FormatTime(time.Now()))
 	return &Claim{
 		Fingerprint: fp, Status: in.payload.Status, AfterExecution: in.payload.AfterExecution,
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,

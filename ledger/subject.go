@@ -24,6 +24,7 @@ const (
 	SubjectReport                  // cg.<ver>.<p>.<c>.ledger.report.<agent_turn_id>.<tool_call_id>
 	SubjectDuplicate               // cg.<ver>.<p>.<c>.ledger.duplicate.<agent_turn_id>.<tool_call_id>
 	SubjectWakeupSkip              // cg.<ver>.<p>.<c>.ledger.wakeup_skipped.<agent_turn_id>.<tool_call_id>
+	SubjectConsumed                // cg.<ver>.<p>.<c>.ledger.consumed.<agent_turn_id>.<tool_call_id>
 	SubjectRejection               // cg.<ver>.<p>.<c>.ledger.rejection.<reason>
 	SubjectCard                    // cg.<ver>.<p>.card.<card_id>
 	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
@@ -36,6 +37,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectReport:      "report",
 	SubjectDuplicate:   "duplicate",
 	SubjectWakeupSkip:  "wakeup_skipped",
+	SubjectConsumed:    "consumed",
 	SubjectRejection:   "rejection",
 	SubjectCard:        "card",
 	SubjectRoster:      "roster",
@@ -88,6 +90,8 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "duplicate", s.AgentTurnID, s.ToolCallID)
 	case SubjectWakeupSkip:
 		p = append(p, s.Channel, "ledger", "wakeup_skipped", s.AgentTurnID, s.ToolCallID)
+	case SubjectConsumed:
+		p = append(p, s.Channel, "ledger", "consumed", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -198,15 +202,8 @@ func parseSubject(s string, vs *Violations) Subject {
 	case len(rest) == 4 && rest[0] == "cmd" && rest[1] == "agent" && rest[3] == "wakeup":
 		sub.Kind, sub.WorkerTarget = SubjectWakeup, rest[2]
 		tokenOK("worker_target", sub.WorkerTarget)
-	case len(rest) == 4 && rest[0] == "ledger" && (rest[1] == "report" || rest[1] == "duplicate" || rest[1] == "wakeup_skipped"):
-		switch rest[1] {
-		case "report":
-			sub.Kind = SubjectReport
-		case "duplicate":
-			sub.Kind = SubjectDuplicate
-		default:
-			sub.Kind = SubjectWakeupSkip
-		}
+	case len(rest) == 4 && rest[0] == "ledger" && callEntryKinds[rest[1]] != SubjectUnknown:
+		sub.Kind = callEntryKinds[rest[1]]
 		sub.AgentTurnID, sub.ToolCallID = rest[2], rest[3]
 		tokenOK("agent_turn_id", sub.AgentTurnID)
 		tokenOK("tool_call_id", sub.ToolCallID)
@@ -218,6 +215,15 @@ func parseSubject(s string, vs *Violations) Subject {
 	}
 	routeOK()
 	return sub
+}
+
+// callEntryKinds are the ledger entries whose subject ends in
+// <agent_turn_id>.<tool_call_id>.
+var callEntryKinds = map[string]SubjectKind{
+	"report":         SubjectReport,
+	"duplicate":      SubjectDuplicate,
+	"wakeup_skipped": SubjectWakeupSkip,
+	"consumed":       SubjectConsumed,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
@@ -258,6 +264,11 @@ func DuplicateSubject(version, project, channel, turnID, callID string) string {
 // WakeupSkippedSubject builds cg.<ver>.<project>.<channel>.ledger.wakeup_skipped.<agent_turn_id>.<tool_call_id>.
 func WakeupSkippedSubject(version, project, channel, turnID, callID string) string {
 	return Subject{Kind: SubjectWakeupSkip, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
+}
+
+// ConsumedSubject builds cg.<ver>.<project>.<channel>.ledger.consumed.<agent_turn_id>.<tool_call_id>.
+func ConsumedSubject(version, project, channel, turnID, callID string) string {
+	return Subject{Kind: SubjectConsumed, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
 }
 
 // RejectionSubject builds cg.<ver>.<project>.<channel>.ledger.rejection.<reason>.

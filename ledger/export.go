@@ -1,0 +1,271 @@
+package ledger
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Export file format (docs/export-format.md): JSON Lines. The first line is
+// an ExportHeader, then one ExportEntry per ledger entry in sequence order,
+// then an ExportTrailer. The format is versioned and stable across releases.
+const (
+	ExportFormat  = "cgledger.export"
+	ExportVersion = 1
+)
+
+// ExportHeader is the first line of an export file.
+type ExportHeader struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Stream  string `json:"stream"`
+	FromSeq uint64 `json:"from_seq"`
+	// PrevLink is the chain link of entry FromSeq-1 (Genesis for 1).
+	PrevLink string `json:"prev_link"`
+}
+
+// ExportEntry is one entry line: the entry and its chain link.
+type ExportEntry struct {
+	Entry
+	Link string `json:"link"`
+}
+
+// ExportTrailer is the last line; without it the file is truncated.
+type ExportTrailer struct {
+	End     bool   `json:"end"`
+	Count   uint64 `json:"count"`
+	LastSeq uint64 `json:"last_seq"`
+	Head    string `json:"head"`
+}
+
+// ReadEntries calls fn for every entry of the ledger stream from sequence
+// from to the stream's last sequence when the call starts, in order.
+func (l *Ledger) ReadEntries(ctx context.Context, from uint64, fn func(Entry) error) (last uint64, err error) {
+	return ReadStream(ctx, l.js, l.streams.Stream, from, fn)
+}
+
+// ReadStream is ReadEntries for any stream (the projector and the verifier
+// read the ledger stream without a Ledger).
+func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(Entry) error) (uint64, error) {
+	if from == 0 {
+		from = 1
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	if last < from {
+		return last, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: consumer: %w", stream, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	defer it.Stop()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-stopped:
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("read stream %s: %w", stream, ctx.Err())
+			}
+			return 0, fmt.Errorf("read stream %s: %w", stream, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return 0, fmt.Errorf("read stream %s: metadata: %w", stream, err)
+		}
+		e := Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: map[string][]string(m.Headers()), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		if err := fn(e); err != nil {
+			return 0, err
+		}
+		if e.Seq >= last {
+			return last, nil
+		}
+	}
+}
+
+// Export writes the ledger from sequence from (1 if 0) to its current last
+// sequence in the export format. The chain is computed from sequence 1 so
+// that the header can carry the link before from.
+func (l *Ledger) Export(ctx context.Context, w io.Writer, from uint64) (ExportTrailer, error) {
+	if from == 0 {
+		from = 1
+	}
+	bw := bufio.NewWriterSize(w, 1<<16)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	v := NewChainVerifier(1, Genesis)
+	tr := ExportTrailer{End: true}
+	headerDone := false
+	writeHeader := func() error {
+		headerDone = true
+		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: l.streams.Stream, FromSeq: from, PrevLink: v.Head().String()})
+	}
+	_, err := l.ReadEntries(ctx, 1, func(e Entry) error {
+		if e.Seq == from && !headerDone {
+			if err := writeHeader(); err != nil {
+				return err
+			}
+		}
+		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil) {
+			bad, why := v.FirstBad()
+			return fmt.Errorf("export: ledger stream broken at seq %d: %s", bad, why)
+		}
+		if e.Seq < from {
+			return nil
+		}
+		tr.Count++
+		tr.LastSeq = e.Seq
+		return enc.Encode(ExportEntry{Entry: e, Link: v.Head().String()})
+	})
+	if err != nil {
+		return tr, fmt.Errorf("export: %w", err)
+	}
+	if !headerDone {
+		if err := writeHeader(); err != nil {
+			return tr, fmt.Errorf("export: %w", err)
+		}
+	}
+	tr.Head = v.Head().String()
+	if err := enc.Encode(tr); err != nil {
+		return tr, fmt.Errorf("export: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return tr, fmt.Errorf("export: %w", err)
+	}
+	return tr, nil
+}
+
+// ErrBadExport is returned for export files that cannot be read at all.
+var ErrBadExport = errors.New("bad export file")
+
+// ReadExport reads an export file, calling onHeader (if not nil) with its
+// header and fn for every entry in order. The trailer is nil when the file
+// has none (it was truncated).
+func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEntry) error) (ExportHeader, *ExportTrailer, error) {
+	var hdr ExportHeader
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	line := 0
+	var trailer *ExportTrailer
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if line == 1 {
+			if err := json.Unmarshal(b, &hdr); err != nil || hdr.Format != ExportFormat {
+				return hdr, nil, fmt.Errorf("%w: line 1 is not a %s header", ErrBadExport, ExportFormat)
+			}
+			if hdr.Version != ExportVersion {
+				return hdr, nil, fmt.Errorf("%w: version %d is not supported (this build reads %d)", ErrBadExport, hdr.Version, ExportVersion)
+			}
+			if onHeader != nil {
+				if err := onHeader(hdr); err != nil {
+					return hdr, nil, err
+				}
+			}
+			continue
+		}
+		if trailer != nil {
+			return hdr, trailer, fmt.Errorf("%w: line %d follows the trailer", ErrBadExport, line)
+		}
+		var probe struct {
+			End bool `json:"end"`
+		}
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return hdr, nil, fmt.Errorf("%w: line %d: %v", ErrBadExport, line, err)
+		}
+		if probe.End {
+			trailer = &ExportTrailer{}
+			if err := json.Unmarshal(b, trailer); err != nil {
+				return hdr, nil, fmt.Errorf("%w: line %d: %v", ErrBadExport, line, err)
+			}
+			continue
+		}
+		var e ExportEntry
+		if err := json.Unmarshal(b, &e); err != nil {
+			return hdr, nil, fmt.Errorf("%w: line %d: %v", ErrBadExport, line, err)
+		}
+		if err := fn(e); err != nil {
+			return hdr, trailer, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return hdr, trailer, fmt.Errorf("%w: %v", ErrBadExport, err)
+	}
+	if line == 0 {
+		return hdr, nil, fmt.Errorf("%w: empty file", ErrBadExport)
+	}
+	return hdr, trailer, nil
+}
+
+// VerifyReport is the result of verifying a chain.
+type VerifyReport struct {
+	FromSeq uint64 `json:"from_seq"`
+	Count   uint64 `json:"count"`
+	LastSeq uint64 `json:"last_seq"`
+	Head    string `json:"head"`
+	OK      bool   `json:"ok"`
+	// FirstBadSeq is the first sequence that does not match, 0 when OK.
+	FirstBadSeq uint64 `json:"first_bad_seq,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// VerifyExport recomputes the hash chain of an export file and compares each
+// entry with the link recorded for it, naming the first sequence that does
+// not match. A missing trailer or a trailer that disagrees fails too.
+func VerifyExport(r io.Reader) (VerifyReport, error) {
+	var v *ChainVerifier
+	var rep VerifyReport
+	hdr, tr, err := ReadExport(r, func(h ExportHeader) error {
+		prev, err := ParseLink(h.PrevLink)
+		if err != nil {
+			return fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
+		}
+		v = NewChainVerifier(h.FromSeq, prev)
+		return nil
+	}, func(e ExportEntry) error {
+		// An unparseable link cannot match any recomputed one.
+		want, _ := ParseLink(e.Link)
+		v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &want)
+		rep.LastSeq = e.Seq
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.FromSeq = hdr.FromSeq
+	rep.Count, rep.Head = v.Count(), v.Head().String()
+	if bad, why := v.FirstBad(); bad != 0 {
+		rep.FirstBadSeq, rep.Reason = bad, why
+		return rep, nil
+	}
+	switch {
+	case tr == nil:
+		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
+	case tr.Count != v.Count() || tr.Head != rep.Head:
+		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending in %s; file holds %d ending in %s", tr.Count, tr.Head, v.Count(), rep.Head)
+	default:
+		rep.OK = true
+	}
+	return rep, nil
+}
