@@ -33,6 +33,20 @@ func ParseLink(s string) (Link, error) {
 	return l, nil
 }
 
+// ChainedHeaders returns the headers of h the chain covers (nil if none).
+func ChainedHeaders(h map[string][]string) map[string][]string {
+	var out map[string][]string
+	for k, v := range h {
+		if chainedHeader(k) {
+			if out == nil {
+				out = make(map[string][]string, len(h))
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // chainedHeader reports whether a header is covered by the chain: every
 // CG-* header (identity, routing, entry kind, time) and the W3C trace headers.
 // JetStream's own Nats-* headers are not: they steer the server, they are not

@@ -1,0 +1,97 @@
+package projector
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// Key layout (docs/views.md). Every key is a tag, then parts separated by
+// 0x00: strings as their bytes (identifiers and names never contain 0x00),
+// sequences and times as 8-byte big-endian integers so that byte order is
+// numeric order. Versioned rows end in the sequence that wrote them, so "as of
+// sequence S" is a SeekLT to the row's prefix + S+1.
+const (
+	tagMeta     = "meta"   // meta\0applied -> applied seq, chain head, time watermark
+	tagEntry    = "e"      // e\0<seq> -> the entry (subject, headers, data, time)
+	tagLink     = "h"      // h\0<seq> -> chain link after <seq>
+	tagTime     = "ts"     // ts\0<watermark ns>\0<seq> -> (empty): as-of-time lookup
+	tagCard     = "card"   // card\0<project>\0<card_id>\0<seq> -> card JSON (each version)
+	tagTurnCard = "tcard"  // tcard\0<project>\0<turn>\0<seq> -> card_id
+	tagTimeline = "tl"     // tl\0<project>\0<turn>\0<seq> -> entry kind
+	tagStory    = "cs"     // cs\0<project>\0<tool_call_id>\0<turn>\0<seq> -> entry kind
+	tagState    = "st"     // st\0<project>\0<turn>\0<call>\0<seq> -> CallState JSON (each version)
+	tagInbox    = "inbox"  // inbox\0<project>\0<agent>\0<report_seq> -> InboxEntry JSON
+	tagConsumed = "inboxc" // inboxc\0<project>\0<agent>\0<report_seq> -> consumed seq + time
+	tagPending  = "pend"   // pend\0<project>\0<agent>\0<report_seq> -> (empty) while pending
+	tagRoster   = "roster" // roster\0<project>\0<agent>\0<seq> -> worker_target
+	tagIndex    = "ix"     // ix\0<project>\0<dimension>\0<value>\0<dispatch ns>\0<dispatch seq> -> turn\0call
+	tagReject   = "rj"     // rj\0<project>\0<seq> -> rejection code
+)
+
+// Index dimensions of the ix rows.
+const (
+	dimAll     = "all"
+	dimTool    = "tool"
+	dimAgent   = "agent"
+	dimChannel = "channel"
+	dimStatus  = "status"
+	dimState   = "state"
+)
+
+var metaApplied = key(tagMeta, "applied")
+
+// keyBuf builds keys.
+type keyBuf []byte
+
+func key(tag string, parts ...string) keyBuf {
+	k := keyBuf(append(make([]byte, 0, 64), tag...))
+	for _, p := range parts {
+		k = append(k, 0)
+		k = append(k, p...)
+	}
+	return k
+}
+
+// str appends a string part.
+func (k keyBuf) str(s string) keyBuf {
+	k = append(k, 0)
+	return append(k, s...)
+}
+
+// u64 appends a big-endian integer part.
+func (k keyBuf) u64(n uint64) keyBuf {
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, n)
+}
+
+// t appends a time part (Unix nanoseconds; times before 1970 clamp to 0).
+func (k keyBuf) t(t time.Time) keyBuf {
+	ns := t.UnixNano()
+	if ns < 0 {
+		ns = 0
+	}
+	return k.u64(uint64(ns))
+}
+
+// prefix returns the key followed by the separator, for prefix scans.
+func (k keyBuf) prefix() []byte { return append(append([]byte(nil), k...), 0) }
+
+// upperBound returns the smallest key greater than every key with prefix p.
+func upperBound(p []byte) []byte {
+	u := append([]byte(nil), p...)
+	for i := len(u) - 1; i >= 0; i-- {
+		if u[i] < 0xff {
+			u[i]++
+			return u[:i+1]
+		}
+	}
+	return nil
+}
+
+// trailingU64 reads the 8-byte integer at the end of a key.
+func trailingU64(k []byte) uint64 {
+	if len(k) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(k[len(k)-8:])
+}

@@ -1,0 +1,51 @@
+package projector
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	applied   prometheus.Counter
+	appliedTo prometheus.Gauge
+	lag       prometheus.Gauge
+	commit    prometheus.Histogram
+	errors    *prometheus.CounterVec
+	stalled   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		applied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_projector_entries_applied_total",
+			Help: "Ledger entries applied to the views (its rate is the apply rate).",
+		}),
+		appliedTo: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cgledger_projector_applied_sequence",
+			Help: "Last ledger sequence applied to the views.",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cgledger_projector_lag_entries",
+			Help: "Ledger stream last sequence minus the applied sequence, at the last commit.",
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cgledger_projector_batch_commit_duration_seconds",
+			Help:    "Time to commit one batch of applied entries and the checkpoint to Pebble.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_projector_errors_total",
+			Help: "Projector errors by reason: gap and corrupt stop the projector; nats errors are retried.",
+		}, []string{"reason"}),
+		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cgledger_projector_stalled",
+			Help: "1 while the projector is stopped on a gap or a corrupt entry (it never skips), else 0.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.lag, m.commit, m.errors, m.stalled} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

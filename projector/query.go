@@ -1,0 +1,486 @@
+package projector
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// AsOf selects the ledger position a query answers for: the views as they
+// stood right after sequence Seq, or after the last entry whose time is at or
+// before Time. The zero value means the latest applied sequence. Seq wins
+// when both are set.
+type AsOf struct {
+	Seq  uint64
+	Time time.Time
+}
+
+// Queries answers audit queries from a Store. Each query reads one Pebble
+// snapshot, so its answer is consistent even while the projector applies.
+type Queries struct {
+	store *Store
+}
+
+// NewQueries returns the query API over store.
+func NewQueries(store *Store) *Queries { return &Queries{store: store} }
+
+// Query limits.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// view is one query's consistent read of the store at sequence seq.
+type view struct {
+	snap *pebble.Snapshot
+	seq  uint64
+}
+
+func (v *view) close() { _ = v.snap.Close() }
+
+func (q *Queries) open(at AsOf) (*view, error) {
+	snap := q.store.db.NewSnapshot()
+	v := &view{snap: snap}
+	cpRaw, closer, err := snap.Get(metaApplied)
+	applied := uint64(0)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		v.close()
+		return nil, fmt.Errorf("projector: read checkpoint: %w", err)
+	default:
+		cp, derr := decodeCheckpoint(cpRaw)
+		_ = closer.Close()
+		if derr != nil {
+			v.close()
+			return nil, derr
+		}
+		applied = cp.Applied
+	}
+	switch {
+	case at.Seq > 0:
+		v.seq = min(at.Seq, applied)
+	case !at.Time.IsZero():
+		v.seq, err = seqAtTime(snap, at.Time)
+		if err != nil {
+			v.close()
+			return nil, err
+		}
+		v.seq = min(v.seq, applied)
+	default:
+		v.seq = applied
+	}
+	return v, nil
+}
+
+// seqAtTime finds the last sequence whose time watermark is at or before t:
+// one SeekLT on the ts index (docs/views.md).
+func seqAtTime(r reader, t time.Time) (uint64, error) {
+	p := key(tagTime).prefix()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: key(tagTime).t(t.Add(time.Nanosecond))})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	return trailingU64(it.Key()), nil
+}
+
+func notFound(format string, args ...any) error {
+	return &ledger.Error{Code: ledger.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+func badQuery(field, code, format string, args ...any) error {
+	var vs ledger.Violations
+	vs.Add(field, code, format, args...)
+	return &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs}
+}
+
+func checkIDs(pairs ...string) error {
+	var vs ledger.Violations
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !ledger.ValidIdentifier(pairs[i+1]) {
+			vs.Add(pairs[i], ledger.VInvalidToken, "must be an identifier, got %q", pairs[i+1])
+		}
+	}
+	if len(vs) > 0 {
+		return &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs}
+	}
+	return nil
+}
+
+// scan iterates rows with prefix p in key order (or reverse), calling fn
+// until it returns false.
+func scan(r reader, p []byte, lower []byte, fn func(k, v []byte) (bool, error)) error {
+	if lower == nil {
+		lower = p
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upperBound(p)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		more, err := fn(it.Key(), it.Value())
+		if err != nil || !more {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+func get(r reader, k []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+func (v *view) item(seq uint64) (TimelineItem, error) {
+	raw, ok, err := get(v.snap, key(tagEntry).u64(seq))
+	if err != nil {
+		return TimelineItem{}, err
+	}
+	if !ok {
+		return TimelineItem{}, fmt.Errorf("projector: entry %d indexed but not stored", seq)
+	}
+	var se storedEntry
+	if err := json.Unmarshal(raw, &se); err != nil {
+		return TimelineItem{}, fmt.Errorf("projector: decode entry %d: %w", seq, err)
+	}
+	it := TimelineItem{Seq: seq, Time: se.Time, Kind: se.Kind, Subject: se.Subject, Headers: se.Headers}
+	if json.Valid(se.Data) && len(bytes.TrimSpace(se.Data)) > 0 {
+		it.Data = se.Data
+	} else {
+		it.Data, _ = json.Marshal(string(se.Data))
+	}
+	return it, nil
+}
+
+// Timeline is every command, card, report, duplicate, wakeup, consumption
+// and rejection of a turn, in ledger order.
+type Timeline struct {
+	AsOfSeq     uint64         `json:"as_of_seq"`
+	ProjectID   string         `json:"project_id"`
+	AgentTurnID string         `json:"agent_turn_id"`
+	Items       []TimelineItem `json:"items"`
+}
+
+// Timeline answers a turn's timeline.
+func (q *Queries) Timeline(project, turn string, at AsOf) (*Timeline, error) {
+	if err := checkIDs("project_id", project, "agent_turn_id", turn); err != nil {
+		return nil, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	out := &Timeline{AsOfSeq: v.seq, ProjectID: project, AgentTurnID: turn, Items: []TimelineItem{}}
+	err = scan(v.snap, key(tagTimeline, project, turn).prefix(), nil, func(k, _ []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return false, nil
+		}
+		item, err := v.item(seq)
+		out.Items = append(out.Items, item)
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: timeline %s: %w", turn, err)
+	}
+	if len(out.Items) == 0 {
+		return nil, notFound("turn %s has no entries in project %s as of seq %d", turn, project, v.seq)
+	}
+	return out, nil
+}
+
+// CallStory is everything that happened to a tool_call_id: the state of
+// each call with that id (one per turn) and every entry, in ledger order.
+type CallStory struct {
+	AsOfSeq    uint64         `json:"as_of_seq"`
+	ProjectID  string         `json:"project_id"`
+	ToolCallID string         `json:"tool_call_id"`
+	Calls      []CallState    `json:"calls"`
+	Items      []TimelineItem `json:"items"`
+}
+
+// CallStory answers a call's story; turn narrows it to one turn when ids
+// repeat across turns (empty means every turn).
+func (q *Queries) CallStory(project, callID, turn string, at AsOf) (*CallStory, error) {
+	pairs := []string{"project_id", project, "tool_call_id", callID}
+	if turn != "" {
+		pairs = append(pairs, "agent_turn_id", turn)
+	}
+	if err := checkIDs(pairs...); err != nil {
+		return nil, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	p := key(tagStory, project, callID).prefix()
+	if turn != "" {
+		p = key(tagStory, project, callID, turn).prefix()
+	}
+	out := &CallStory{AsOfSeq: v.seq, ProjectID: project, ToolCallID: callID, Calls: []CallState{}, Items: []TimelineItem{}}
+	turns := map[string]bool{}
+	var order []string
+	err = scan(v.snap, p, nil, func(k, _ []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return true, nil
+		}
+		t := string(k[len(key(tagStory, project, callID).prefix()) : len(k)-9])
+		if !turns[t] {
+			turns[t] = true
+			order = append(order, t)
+		}
+		item, err := v.item(seq)
+		out.Items = append(out.Items, item)
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: call %s: %w", callID, err)
+	}
+	if len(out.Items) == 0 {
+		return nil, notFound("call %s has no entries in project %s as of seq %d", callID, project, v.seq)
+	}
+	sortItems(out.Items)
+	for _, t := range order {
+		st, err := loadState(v.snap, project, t, callID, v.seq)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			out.Calls = append(out.Calls, *st)
+		}
+	}
+	return out, nil
+}
+
+func sortItems(items []TimelineItem) {
+	for i := 1; i < len(items); i++ {
+		for j := i; j > 0 && items[j].Seq < items[j-1].Seq; j-- {
+			items[j], items[j-1] = items[j-1], items[j]
+		}
+	}
+}
+
+// CallState answers one call's state.
+func (q *Queries) CallState(project, turn, callID string, at AsOf) (*CallState, uint64, error) {
+	if err := checkIDs("project_id", project, "agent_turn_id", turn, "tool_call_id", callID); err != nil {
+		return nil, 0, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer v.close()
+	st, err := loadState(v.snap, project, turn, callID, v.seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	if st == nil {
+		return nil, v.seq, notFound("call %s/%s not found in project %s as of seq %d", turn, callID, project, v.seq)
+	}
+	return st, v.seq, nil
+}
+
+// Page is one page of a list query.
+type Page[T any] struct {
+	AsOfSeq uint64 `json:"as_of_seq"`
+	Items   []T    `json:"items"`
+	// NextCursor continues the listing; empty when there is no more.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+func clampLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return DefaultLimit
+	case limit > MaxLimit:
+		return MaxLimit
+	}
+	return limit
+}
+
+func encodeCursor(k []byte) string { return base64.RawURLEncoding.EncodeToString(k) }
+
+// decodeCursor checks the cursor belongs to prefix p and returns the key to
+// resume strictly after.
+func decodeCursor(c string, p []byte) ([]byte, error) {
+	if c == "" {
+		return nil, nil
+	}
+	k, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !bytes.HasPrefix(k, p) {
+		return nil, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+	}
+	return append(k, 0), nil
+}
+
+// Inbox answers an agent's Inbox: reported results in arrival order with
+// their state as of the query. state is "pending", "consumed" or "all" ("").
+func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, limit int) (*Page[InboxEntry], error) {
+	if err := checkIDs("project_id", project, "agent_id", agent); err != nil {
+		return nil, err
+	}
+	switch state {
+	case "", "all", InboxPending, InboxConsumed:
+	default:
+		return nil, badQuery("state", ledger.VInvalidValue, "must be pending, consumed or all, got %q", state)
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	limit = clampLimit(limit)
+	p := key(tagInbox, project, agent).prefix()
+	after, err := decodeCursor(cursor, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &Page[InboxEntry]{AsOfSeq: v.seq, Items: []InboxEntry{}}
+	err = scan(v.snap, p, after, func(k, val []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return false, nil
+		}
+		if len(out.Items) == limit {
+			out.NextCursor = encodeCursor(lastKey(out.Items, project, agent))
+			return false, nil
+		}
+		var e InboxEntry
+		if err := json.Unmarshal(val, &e); err != nil {
+			return false, fmt.Errorf("decode inbox entry %d: %w", seq, err)
+		}
+		e.State = InboxPending
+		if c, ok, err := get(v.snap, key(tagConsumed, project, agent).u64(seq)); err != nil {
+			return false, err
+		} else if ok && len(c) == 16 && binary.BigEndian.Uint64(c) <= v.seq {
+			t := time.Unix(0, int64(binary.BigEndian.Uint64(c[8:]))).UTC()
+			e.State, e.ConsumedSeq, e.ConsumedAt = InboxConsumed, binary.BigEndian.Uint64(c), &t
+		}
+		if state == "" || state == "all" || state == e.State {
+			out.Items = append(out.Items, e)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: inbox %s: %w", agent, err)
+	}
+	return out, nil
+}
+
+func lastKey(items []InboxEntry, project, agent string) []byte {
+	return key(tagInbox, project, agent).u64(items[len(items)-1].ReportSeq)
+}
+
+// Card answers a card by id as of the query, with every version up to it.
+func (q *Queries) Card(project, cardID string, at AsOf) (*CardResult, error) {
+	if err := checkIDs("project_id", project, "card_id", cardID); err != nil {
+		return nil, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	out := &CardResult{AsOfSeq: v.seq}
+	err = scan(v.snap, key(tagCard, project, cardID).prefix(), nil, func(k, val []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return false, nil
+		}
+		item, err := v.item(seq)
+		out.Versions = append(out.Versions, CardVersion{Seq: seq, Time: item.Time, Card: append(json.RawMessage(nil), val...)})
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: card %s: %w", cardID, err)
+	}
+	if len(out.Versions) == 0 {
+		return nil, notFound("card %s not found in project %s as of seq %d", cardID, project, v.seq)
+	}
+	out.Card = out.Versions[len(out.Versions)-1]
+	return out, nil
+}
+
+// CardResult is a card's latest version as of the query and all versions up to it.
+type CardResult struct {
+	AsOfSeq  uint64        `json:"as_of_seq"`
+	Card     CardVersion   `json:"card"`
+	Versions []CardVersion `json:"versions"`
+}
+
+// TurnCards answers every card of a turn (each version), in ledger order.
+func (q *Queries) TurnCards(project, turn string, at AsOf) (*Page[CardVersion], error) {
+	if err := checkIDs("project_id", project, "agent_turn_id", turn); err != nil {
+		return nil, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return nil, err
+	}
+	defer v.close()
+	out := &Page[CardVersion]{AsOfSeq: v.seq, Items: []CardVersion{}}
+	err = scan(v.snap, key(tagTurnCard, project, turn).prefix(), nil, func(k, val []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return false, nil
+		}
+		raw, ok, err := get(v.snap, key(tagCard, project, string(val)).u64(seq))
+		if err != nil || !ok {
+			return false, fmt.Errorf("card %s at %d indexed but not stored: %v", val, seq, err)
+		}
+		item, err := v.item(seq)
+		out.Items = append(out.Items, CardVersion{Seq: seq, Time: item.Time, Card: raw})
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projector: cards of turn %s: %w", turn, err)
+	}
+	return out, nil
+}
+
+// Roster answers an agent's worker target as of the query.
+func (q *Queries) Roster(project, agent string, at AsOf) (ledger.RosterResult, uint64, error) {
+	if err := checkIDs("project_id", project, "agent_id", agent); err != nil {
+		return ledger.RosterResult{}, 0, err
+	}
+	v, err := q.open(at)
+	if err != nil {
+		return ledger.RosterResult{}, 0, err
+	}
+	defer v.close()
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: key(tagRoster, project, agent).prefix(), UpperBound: key(tagRoster, project, agent).u64(v.seq + 1)})
+	if err != nil {
+		return ledger.RosterResult{}, 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return ledger.RosterResult{}, 0, err
+		}
+		return ledger.RosterResult{}, v.seq, notFound("agent %s has no roster entry in project %s as of seq %d", agent, project, v.seq)
+	}
+	return ledger.RosterResult{RosterEntry: ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: string(it.Value())}, Seq: trailingU64(it.Key())}, v.seq, nil
+}

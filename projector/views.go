@@ -1,0 +1,115 @@
+package projector
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Call lifecycle states in the call-state view.
+const (
+	StateDispatched = "dispatched"
+	StateReported   = "reported"
+	StateConsumed   = "consumed"
+	StateRejected   = "rejected"
+)
+
+// Inbox entry states.
+const (
+	InboxPending  = "pending"
+	InboxConsumed = "consumed"
+)
+
+// CallState is the state of one call (project, agent_turn_id, tool_call_id)
+// as of a ledger sequence: dispatched -> reported -> consumed, or rejected,
+// with the sequence and time of each step.
+type CallState struct {
+	ProjectID      string `json:"project_id"`
+	ChannelID      string `json:"channel_id,omitempty"`
+	AgentID        string `json:"agent_id,omitempty"`
+	AgentTurnID    string `json:"agent_turn_id"`
+	ToolCallID     string `json:"tool_call_id"`
+	TurnEpoch      uint64 `json:"turn_epoch"`
+	StepID         string `json:"step_id,omitempty"`
+	ToolName       string `json:"tool_name,omitempty"`
+	Subject        string `json:"subject,omitempty"`
+	ToolCallCardID string `json:"tool_call_card_id,omitempty"`
+	State          string `json:"state"`
+
+	DispatchedSeq uint64     `json:"dispatched_seq,omitempty"`
+	DispatchedAt  *time.Time `json:"dispatched_at,omitempty"`
+
+	ReportedSeq             uint64     `json:"reported_seq,omitempty"`
+	ReportedAt              *time.Time `json:"reported_at,omitempty"`
+	Status                  string     `json:"status,omitempty"`
+	ToolResultCardID        string     `json:"tool_result_card_id,omitempty"`
+	AfterExecution          string     `json:"after_execution,omitempty"`
+	EffectiveAfterExecution string     `json:"effective_after_execution,omitempty"`
+	SourceID                string     `json:"source_id,omitempty"`
+
+	WakeupSeq     uint64 `json:"wakeup_seq,omitempty"`
+	WorkerTarget  string `json:"worker_target,omitempty"`
+	WakeupSkipped bool   `json:"wakeup_skipped,omitempty"`
+
+	ConsumedSeq uint64     `json:"consumed_seq,omitempty"`
+	ConsumedAt  *time.Time `json:"consumed_at,omitempty"`
+
+	RejectedSeq   uint64 `json:"rejected_seq,omitempty"`
+	LastRejection string `json:"last_rejection,omitempty"`
+	Rejections    int    `json:"rejections"`
+	Duplicates    int    `json:"duplicates"`
+
+	// UpdatedSeq is the sequence of the entry that produced this version.
+	UpdatedSeq uint64 `json:"updated_seq"`
+}
+
+// InboxEntry is a reported result in an agent's Inbox: the report's routing
+// and pointer fields, the effective after_execution, and whether (as of the
+// query) the agent has consumed it.
+type InboxEntry struct {
+	ReportSeq               uint64     `json:"report_seq"`
+	ReportedAt              time.Time  `json:"reported_at"`
+	ProjectID               string     `json:"project_id"`
+	ChannelID               string     `json:"channel_id"`
+	AgentID                 string     `json:"agent_id"`
+	AgentTurnID             string     `json:"agent_turn_id"`
+	TurnEpoch               uint64     `json:"turn_epoch"`
+	ToolCallID              string     `json:"tool_call_id"`
+	StepID                  string     `json:"step_id,omitempty"`
+	Status                  string     `json:"status"`
+	AfterExecution          string     `json:"after_execution"`
+	EffectiveAfterExecution string     `json:"effective_after_execution"`
+	ToolResultCardID        string     `json:"tool_result_card_id"`
+	ToolCallCardID          string     `json:"tool_call_card_id,omitempty"`
+	ToolName                string     `json:"tool_name,omitempty"`
+	SourceID                string     `json:"source_id,omitempty"`
+	State                   string     `json:"state"`
+	ConsumedSeq             uint64     `json:"consumed_seq,omitempty"`
+	ConsumedAt              *time.Time `json:"consumed_at,omitempty"`
+}
+
+// TimelineItem is one ledger entry in a turn timeline or call story.
+type TimelineItem struct {
+	Seq     uint64              `json:"seq"`
+	Time    time.Time           `json:"time"`
+	Kind    string              `json:"kind"`
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	// Data is the entry's data: JSON when it is JSON, else a JSON string.
+	Data json.RawMessage `json:"data"`
+}
+
+// CardVersion is a card as stored by the entry at Seq.
+type CardVersion struct {
+	Seq  uint64          `json:"seq"`
+	Time time.Time       `json:"time"`
+	Card json.RawMessage `json:"card"`
+}
+
+// storedEntry is the e\0<seq> row: the entry as the projector saw it.
+type storedEntry struct {
+	Subject string              `json:"subject"`
+	Kind    string              `json:"kind"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Data    []byte              `json:"data"`
+	Time    time.Time           `json:"time"`
+}
