@@ -33,17 +33,7 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 	if !ledger.ValidIdentifier(project) {
 		vs.Add("project_id", ledger.VInvalidToken, "must be an identifier, got %q", project)
 	}
-	if f.Status != "" && !ledger.ValidStatus(f.Status) {
-		vs.Add("status", ledger.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
-	}
-	switch f.State {
-	case "", StateDispatched, StateReported, StateConsumed, StateRejected:
-	default:
-		vs.Add("state", ledger.VInvalidValue, "must be one of dispatched, reported, consumed, rejected; got %q", f.State)
-	}
-	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
-		vs.Add("to", ledger.VInvalidValue, "must not be before from")
-	}
+	vs = append(vs, f.violations()...)
 	if len(vs) > 0 {
 		return nil, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid calls query", Violations: vs}
 	}
@@ -119,6 +109,23 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 		return nil, fmt.Errorf("projector: calls: %w", err)
 	}
 	return out, nil
+}
+
+// violations lists every problem with the filter's values.
+func (f CallFilter) violations() ledger.Violations {
+	var vs ledger.Violations
+	if f.Status != "" && !ledger.ValidStatus(f.Status) {
+		vs.Add("status", ledger.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
+	}
+	switch f.State {
+	case "", StateDispatched, StateReported, StateConsumed, StateRejected:
+	default:
+		vs.Add("state", ledger.VInvalidValue, "must be one of dispatched, reported, consumed, rejected; got %q", f.State)
+	}
+	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
+		vs.Add("to", ledger.VInvalidValue, "must not be before from")
+	}
+	return vs
 }
 
 func matches(st *CallState, f CallFilter) bool {

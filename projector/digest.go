@@ -15,9 +15,36 @@ import (
 // the value, the value (docs/views.md). Two stores with the same digest hold
 // byte-identical views.
 func (s *Store) Digest() (string, error) {
-	it, err := s.db.NewIter(nil)
+	d, err := s.DigestNow()
+	return d.Digest, err
+}
+
+// DigestResult is a digest with the applied sequence and chain head it
+// belongs to (the body of GET /v1/digest).
+type DigestResult struct {
+	AppliedSeq uint64 `json:"applied_seq"`
+	Digest     string `json:"digest"`
+	ChainHead  string `json:"chain_head"`
+}
+
+// DigestNow computes the digest, applied sequence and chain head from one
+// snapshot, so the three agree even while the projector applies.
+func (s *Store) DigestNow() (DigestResult, error) {
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	var res DigestResult
+	cp := checkpoint{}
+	if raw, ok, err := get(snap, metaApplied); err != nil {
+		return res, fmt.Errorf("projector: digest: %w", err)
+	} else if ok {
+		if cp, err = decodeCheckpoint(raw); err != nil {
+			return res, err
+		}
+	}
+	res.AppliedSeq, res.ChainHead = cp.Applied, cp.Head.String()
+	it, err := snap.NewIter(nil)
 	if err != nil {
-		return "", fmt.Errorf("projector: digest: %w", err)
+		return res, fmt.Errorf("projector: digest: %w", err)
 	}
 	defer it.Close()
 	h := sha256.New()
@@ -32,9 +59,10 @@ func (s *Store) Digest() (string, error) {
 		h.Write(v)
 	}
 	if err := it.Error(); err != nil {
-		return "", fmt.Errorf("projector: digest: %w", err)
+		return res, fmt.Errorf("projector: digest: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	res.Digest = hex.EncodeToString(h.Sum(nil))
+	return res, nil
 }
 
 // Dump calls fn for every row in key order (tests compare whole stores with it).

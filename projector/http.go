@@ -1,0 +1,244 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// HTTPConfig wires the audit HTTP API.
+type HTTPConfig struct {
+	// Verify, when set, serves GET /v1/verify (chain check against the live
+	// stream).
+	Verify func(ctx context.Context) (ledger.VerifyReport, error)
+}
+
+// Handler serves the audit API under /v1/ (docs/audit-api.md). Every
+// response is JSON; errors are {"error": {"code", "message", "violations"}}.
+func Handler(q *Queries, cfg HTTPConfig) http.Handler {
+	mux := http.NewServeMux()
+	h := &handler{q: q, cfg: cfg}
+	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/timeline", h.timeline)
+	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/cards", h.turnCards)
+	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState)
+	mux.HandleFunc("GET /v1/projects/{project}/calls", h.calls)
+	mux.HandleFunc("GET /v1/projects/{project}/calls/{call}", h.callStory)
+	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox)
+	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/roster", h.roster)
+	mux.HandleFunc("GET /v1/projects/{project}/cards/{card}", h.card)
+	mux.HandleFunc("GET /v1/digest", h.digest)
+	mux.HandleFunc("GET /v1/verify", h.verify)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+type handler struct {
+	q   *Queries
+	cfg HTTPConfig
+}
+
+// params parses the query string, collecting every violation.
+type params struct {
+	r  *http.Request
+	vs ledger.Violations
+}
+
+func (p *params) str(name string) string { return p.r.URL.Query().Get(name) }
+
+func (p *params) uint(name string) uint64 {
+	s := p.str(name)
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		p.vs.Add(name, ledger.VInvalidValue, "must be an unsigned integer, got %q", s)
+	}
+	return n
+}
+
+func (p *params) time(name string) time.Time {
+	s := p.str(name)
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		p.vs.Add(name, ledger.VInvalidValue, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", s)
+	}
+	return t
+}
+
+func (p *params) asOf() AsOf {
+	return AsOf{Seq: p.uint("as_of_seq"), Time: p.time("as_of")}
+}
+
+func (p *params) limit() int {
+	n := p.uint("limit")
+	if n > MaxLimit {
+		p.vs.Add("limit", ledger.VInvalidValue, "must be at most %d", MaxLimit)
+	}
+	return int(n)
+}
+
+// done writes a 400 with every violation when there are any.
+func (p *params) done(w http.ResponseWriter) bool {
+	if len(p.vs) == 0 {
+		return false
+	}
+	writeErr(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	e, ok := ledger.AsError(err)
+	if !ok {
+		e = &ledger.Error{Code: ledger.CodeInternal, Message: err.Error()}
+	}
+	status := http.StatusInternalServerError
+	switch e.Code {
+	case ledger.CodeBadRequest:
+		status = http.StatusBadRequest
+	case ledger.CodeNotFound:
+		status = http.StatusNotFound
+	}
+	writeJSON(w, status, map[string]*ledger.Error{"error": e})
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Timeline(r.PathValue("project"), r.PathValue("turn"), at)
+	reply(w, res, err)
+}
+
+func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.TurnCards(r.PathValue("project"), r.PathValue("turn"), at)
+	reply(w, res, err)
+}
+
+func (h *handler) callState(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	st, seq, err := h.q.CallState(r.PathValue("project"), r.PathValue("turn"), r.PathValue("call"), at)
+	reply(w, struct {
+		AsOfSeq uint64     `json:"as_of_seq"`
+		Call    *CallState `json:"call"`
+	}{seq, st}, err)
+}
+
+func (h *handler) callStory(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	turn := p.str("turn")
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.CallStory(r.PathValue("project"), r.PathValue("call"), turn, at)
+	reply(w, res, err)
+}
+
+func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	f := CallFilter{Tool: p.str("tool"), Status: p.str("status"), State: p.str("state"), Agent: p.str("agent"),
+		Channel: p.str("channel"), From: p.time("from"), To: p.time("to")}
+	limit := p.limit()
+	p.vs = append(p.vs, f.violations()...)
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Calls(r.PathValue("project"), f, at, p.str("cursor"), limit)
+	reply(w, res, err)
+}
+
+func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	limit := p.limit()
+	switch st := p.str("state"); st {
+	case "", "all", InboxPending, InboxConsumed:
+	default:
+		p.vs.Add("state", ledger.VInvalidValue, "must be pending, consumed or all, got %q", st)
+	}
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Inbox(r.PathValue("project"), r.PathValue("agent"), p.str("state"), at, p.str("cursor"), limit)
+	reply(w, res, err)
+}
+
+func (h *handler) roster(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, seq, err := h.q.Roster(r.PathValue("project"), r.PathValue("agent"), at)
+	reply(w, struct {
+		AsOfSeq uint64 `json:"as_of_seq"`
+		ledger.RosterResult
+	}{seq, res}, err)
+}
+
+func (h *handler) card(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Card(r.PathValue("project"), r.PathValue("card"), at)
+	reply(w, res, err)
+}
+
+func (h *handler) digest(w http.ResponseWriter, r *http.Request) {
+	res, err := h.q.store.DigestNow()
+	reply(w, res, err)
+}
+
+func (h *handler) verify(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Verify == nil {
+		writeErr(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "verification against the live stream is not configured here"})
+		return
+	}
+	rep, err := h.cfg.Verify(r.Context())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		writeErr(w, err)
+		return
+	}
+	reply(w, rep, err)
+}

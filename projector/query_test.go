@@ -1,0 +1,253 @@
+package projector_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/projector"
+)
+
+// scenarioViews builds the standard scenario and projects it.
+func scenarioViews(t *testing.T) (*ledgertest.Env, *projector.Store, *projector.Queries) {
+	t.Helper()
+	e := ledgertest.New(t)
+	e.Scenario(t, 12)
+	s := openStore(t, filepath.Join(t.TempDir(), "views"))
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, newProjector(t, e, s, 16).CatchUp(ledgertest.Ctx(t)))
+	return e, s, projector.NewQueries(s)
+}
+
+func kinds(items []projector.TimelineItem) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, it.Kind)
+	}
+	return out
+}
+
+func TestQueriesAnswerTheScenario(t *testing.T) {
+	_, _, q := scenarioViews(t)
+
+	tl, err := q.Timeline("proj", "turn-special", projector.AsOf{})
+	require.NoError(t, err)
+	for i := 1; i < len(tl.Items); i++ {
+		require.Less(t, tl.Items[i-1].Seq, tl.Items[i].Seq, "timeline in ledger order")
+	}
+	require.Equal(t, []string{
+		"card", "command", "card", "report", "wakeup", "duplicate", "rejection", "card", "rejection", // override
+		"card", "command", "rejection", // pending: unknown card
+		"rejection", // bad dispatch
+	}, kinds(tl.Items))
+
+	story, err := q.CallStory("proj", "override", "", projector.AsOf{})
+	require.NoError(t, err)
+	require.Len(t, story.Calls, 1)
+	st := story.Calls[0]
+	require.Equal(t, projector.StateReported, st.State)
+	require.Equal(t, ledger.StatusSuccess, st.Status)
+	require.Equal(t, ledger.AfterSuspend, st.AfterExecution, "the report's own field is kept as sent")
+	require.Equal(t, ledger.AfterTerminate, st.EffectiveAfterExecution, "__cg_control override wins")
+	require.Equal(t, 1, st.Duplicates)
+	require.Equal(t, 2, st.Rejections)
+	require.Equal(t, string(ledger.CodeConflict), st.LastRejection)
+	require.Equal(t, "worker-alice", st.WorkerTarget)
+	require.Equal(t, []string{"card", "command", "card", "report", "wakeup", "duplicate", "rejection", "card", "rejection"}, kinds(story.Items))
+
+	bad, _, err := q.CallState("proj", "turn-special", "bad", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, projector.StateRejected, bad.State)
+	require.Equal(t, string(ledger.CodeBadRequest), bad.LastRejection)
+	pending, _, err := q.CallState("proj", "turn-special", "pending", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, projector.StateDispatched, pending.State)
+	require.Equal(t, string(ledger.CodeUnknownCard), pending.LastRejection)
+
+	inbox, err := q.Inbox("proj", "alice", "", projector.AsOf{}, "", 0)
+	require.NoError(t, err)
+	var ids []string
+	for _, e := range inbox.Items {
+		ids = append(ids, e.ToolCallID+":"+e.State)
+	}
+	require.Equal(t, []string{"call-0:consumed", "call-2:pending", "call-4:pending", "call-6:consumed", "call-8:pending", "call-10:pending", "override:pending"}, ids)
+	pend, err := q.Inbox("proj", "alice", projector.InboxPending, projector.AsOf{}, "", 0)
+	require.NoError(t, err)
+	require.Len(t, pend.Items, 5)
+	require.Equal(t, ledger.AfterTerminate, pend.Items[4].EffectiveAfterExecution)
+
+	cards, err := q.TurnCards("proj", "turn-special", projector.AsOf{})
+	require.NoError(t, err)
+	require.Len(t, cards.Items, 4)
+
+	card, err := q.Card("proj", "rc-turn-special-override-success", projector.AsOf{})
+	require.NoError(t, err)
+	require.Len(t, card.Versions, 1)
+	require.Contains(t, string(card.Card.Card), `"author_id":"tool.search"`)
+
+	r, _, err := q.Roster("proj", "bob", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, "worker-bob", r.WorkerTarget)
+}
+
+func TestQueriesAsOfSequenceAndTime(t *testing.T) {
+	_, _, q := scenarioViews(t)
+	c0, _, err := q.CallState("proj", "turn-alice-0", "call-0", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, projector.StateConsumed, c0.State)
+
+	before := projector.AsOf{Seq: c0.ConsumedSeq - 1}
+	old, seq, err := q.CallState("proj", "turn-alice-0", "call-0", before)
+	require.NoError(t, err)
+	require.Equal(t, c0.ConsumedSeq-1, seq)
+	require.Equal(t, projector.StateReported, old.State)
+	in, err := q.Inbox("proj", "alice", "", before, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, projector.InboxPending, in.Items[0].State)
+	in, err = q.Inbox("proj", "alice", "", projector.AsOf{Seq: c0.ConsumedSeq}, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, projector.InboxConsumed, in.Items[0].State)
+
+	// As of a time just before the report: the call was only dispatched.
+	atTime := projector.AsOf{Time: c0.ReportedAt.Add(-time.Nanosecond)}
+	old, seq, err = q.CallState("proj", "turn-alice-0", "call-0", atTime)
+	require.NoError(t, err)
+	require.Less(t, seq, c0.ReportedSeq)
+	require.Equal(t, projector.StateDispatched, old.State)
+
+	// Before the turn began there is nothing to show.
+	_, err = q.Timeline("proj", "turn-alice-0", projector.AsOf{Seq: 1})
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+	_, err = q.Card("proj", c0.ToolCallCardID, projector.AsOf{Seq: c0.DispatchedSeq - 2})
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+	_, err = q.Card("proj", c0.ToolCallCardID, projector.AsOf{Seq: c0.DispatchedSeq - 1})
+	require.NoError(t, err)
+}
+
+func TestCallsFiltersAndPagination(t *testing.T) {
+	_, _, q := scenarioViews(t)
+	ids := func(p *projector.Page[projector.CallState]) []string {
+		var out []string
+		for _, c := range p.Items {
+			out = append(out, c.ToolCallID)
+		}
+		return out
+	}
+	all := projector.AsOf{}
+	page, err := q.Calls("proj", projector.CallFilter{Tool: "search"}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"call-0", "call-3", "call-6", "call-9", "override"}, ids(page))
+
+	page, err = q.Calls("proj", projector.CallFilter{Status: ledger.StatusFailed}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"call-4", "call-9"}, ids(page))
+
+	page, err = q.Calls("proj", projector.CallFilter{Tool: "search", Status: ledger.StatusSuccess}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"call-0", "call-3", "call-6", "override"}, ids(page))
+
+	page, err = q.Calls("proj", projector.CallFilter{State: projector.StateDispatched}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"pending"}, ids(page))
+	page, err = q.Calls("proj", projector.CallFilter{State: projector.StateRejected}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bad"}, ids(page))
+
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10)
+		page, err = q.Calls("proj", projector.CallFilter{Agent: "bob"}, all, cursor, 2)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page.Items), 2)
+		got = append(got, ids(page)...)
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	require.Equal(t, []string{"call-1", "call-3", "call-5", "call-7", "call-9", "call-11", "pending"}, got)
+
+	first, err := q.Calls("proj", projector.CallFilter{}, all, "", 1)
+	require.NoError(t, err)
+	from := *first.Items[0].DispatchedAt
+	page, err = q.Calls("proj", projector.CallFilter{From: from.Add(time.Nanosecond)}, all, "", 0)
+	require.NoError(t, err)
+	require.NotContains(t, ids(page), first.Items[0].ToolCallID)
+	page, err = q.Calls("proj", projector.CallFilter{To: from}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{first.Items[0].ToolCallID}, ids(page))
+
+	_, err = q.Calls("proj", projector.CallFilter{Status: "meh", State: "gone"}, all, "bogus", 0)
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	le, _ := ledger.AsError(err)
+	require.Len(t, le.Violations, 2)
+	_, err = q.Calls("proj", projector.CallFilter{}, all, "bogus!", 0)
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+}
+
+func TestVerifyAgainstViews(t *testing.T) {
+	e, s, _ := scenarioViews(t)
+	ctx := ledgertest.Ctx(t)
+	rep, err := s.VerifyStream(ctx, e.JS, "")
+	require.NoError(t, err)
+	require.True(t, rep.OK, rep.Reason)
+	applied, head, err := s.ChainHead()
+	require.NoError(t, err)
+	require.Equal(t, applied, rep.LastSeq)
+	require.Equal(t, head.String(), rep.Head)
+}
+
+func TestVerifyExportCatchesARewrittenChain(t *testing.T) {
+	e, s, _ := scenarioViews(t)
+	var buf bytes.Buffer
+	_, err := e.L.Export(ledgertest.Ctx(t), &buf, 0)
+	require.NoError(t, err)
+	rep, err := s.VerifyExport(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.True(t, rep.OK, rep.Reason)
+
+	// An attacker edits a report and recomputes every later link and the
+	// trailer: the file is self-consistent, but not with the views.
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var hdr ledger.ExportHeader
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
+	prev := ledger.Genesis
+	edited := uint64(0)
+	for i := 1; i < len(lines)-1; i++ {
+		var ee ledger.ExportEntry
+		require.NoError(t, json.Unmarshal([]byte(lines[i]), &ee))
+		if edited == 0 && strings.Contains(string(ee.Data), `"status":"failed"`) && ee.Headers[ledger.HeaderEntryKind][0] == "report" {
+			ee.Data = bytes.Replace(ee.Data, []byte(`"status":"failed"`), []byte(`"status":"success"`), 1)
+			edited = ee.Seq
+		}
+		l := ledger.NextLink(prev, ee.Seq, ee.Subject, nats.Header(ee.Headers), ee.Data)
+		ee.Link, prev = l.String(), l
+		b, err := json.Marshal(ee)
+		require.NoError(t, err)
+		lines[i] = string(b)
+	}
+	require.NotZero(t, edited)
+	var tr ledger.ExportTrailer
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &tr))
+	tr.Head = prev.String()
+	b, _ := json.Marshal(tr)
+	lines[len(lines)-1] = string(b)
+	forged := strings.Join(lines, "\n")
+
+	self, err := ledger.VerifyExport(strings.NewReader(forged))
+	require.NoError(t, err)
+	require.True(t, self.OK, "a rewritten file is self-consistent")
+	rep, err = s.VerifyExport(strings.NewReader(forged))
+	require.NoError(t, err)
+	require.False(t, rep.OK)
+	require.Equal(t, edited, rep.FirstBadSeq)
+}

@@ -1,0 +1,106 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// link returns the chain link the views recorded for seq.
+func (s *Store) link(seq uint64) (*ledger.Link, error) {
+	v, ok, err := get(s.db, key(tagLink).u64(seq))
+	if err != nil || !ok {
+		return nil, err
+	}
+	var l ledger.Link
+	copy(l[:], v)
+	return &l, nil
+}
+
+// ChainHead returns the applied sequence and the chain link after it.
+func (s *Store) ChainHead() (uint64, ledger.Link, error) {
+	cp, err := s.checkpoint()
+	return cp.Applied, cp.Head, err
+}
+
+// VerifyStream recomputes the hash chain from the live ledger stream and
+// compares every entry with the link the views recorded when they applied it
+// (the views' checkpoints). It names the first sequence that differs: an
+// entry changed in the stream after it was projected. Entries the views have
+// not applied yet are chained but have nothing to compare with.
+func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream string) (ledger.VerifyReport, error) {
+	if stream == "" {
+		stream = ledger.DefaultStream
+	}
+	v := ledger.NewChainVerifier(1, ledger.Genesis)
+	rep := ledger.VerifyReport{FromSeq: 1}
+	_, err := ledger.ReadStream(ctx, js, stream, 1, func(e ledger.Entry) error {
+		want, err := s.link(e.Seq)
+		if err != nil {
+			return err
+		}
+		v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, want)
+		rep.LastSeq = e.Seq
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("projector: verify stream: %w", err)
+	}
+	return finishReport(rep, v), nil
+}
+
+// VerifyExport checks an export file on its own (ledger.VerifyExport) and
+// also against the links these views recorded, so a file whose links were
+// all recomputed after an edit still fails at the edited entry.
+func (s *Store) VerifyExport(r io.Reader) (ledger.VerifyReport, error) {
+	var v *ledger.ChainVerifier
+	var rep ledger.VerifyReport
+	var fileBad uint64
+	var fileWhy string
+	hdr, tr, err := ledger.ReadExport(r, func(h ledger.ExportHeader) error {
+		prev, err := ledger.ParseLink(h.PrevLink)
+		if err != nil {
+			return fmt.Errorf("%w: header prev_link: %v", ledger.ErrBadExport, err)
+		}
+		v = ledger.NewChainVerifier(h.FromSeq, prev)
+		return nil
+	}, func(e ledger.ExportEntry) error {
+		want, err := s.link(e.Seq)
+		if err != nil {
+			return err
+		}
+		ok := v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, want)
+		if file, perr := ledger.ParseLink(e.Link); ok && fileBad == 0 && (perr != nil || file != v.Head()) {
+			fileBad, fileWhy = e.Seq, fmt.Sprintf("entry %d does not match the link recorded in the file", e.Seq)
+		}
+		rep.LastSeq = e.Seq
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("projector: verify export: %w", err)
+	}
+	rep.FromSeq = hdr.FromSeq
+	rep = finishReport(rep, v)
+	if rep.OK && fileBad != 0 {
+		rep.OK, rep.FirstBadSeq, rep.Reason = false, fileBad, fileWhy
+	}
+	if rep.OK && tr == nil {
+		rep.OK, rep.FirstBadSeq, rep.Reason = false, rep.LastSeq+1, "file is truncated: no trailer"
+	}
+	return rep, nil
+}
+
+func finishReport(rep ledger.VerifyReport, v *ledger.ChainVerifier) ledger.VerifyReport {
+	rep.Count, rep.Head = v.Count(), v.Head().String()
+	if bad, why := v.FirstBad(); bad != 0 {
+		rep.FirstBadSeq, rep.Reason = bad, why
+		return rep
+	}
+	rep.OK = true
+	return rep
+}
