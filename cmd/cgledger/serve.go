@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,16 +13,19 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/projector"
 )
 
 type serveFlags struct {
@@ -97,10 +101,57 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	store, err := projector.OpenStore(filepath.Join(f.data, "views"), projector.StoreOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("close view store", "err", err)
+		}
+	}()
+	proj, err := projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	var projErr atomic.Value
+	projCtx, stopProj := context.WithCancel(ctx)
+	projDone := make(chan struct{})
+	go func() {
+		defer close(projDone)
+		if err := proj.CatchUp(projCtx); err != nil {
+			projErr.Store(err.Error())
+			log.Error("projector catch-up failed", "err", err)
+			if projector.Fatal(err) {
+				return
+			}
+		} else {
+			ready.Store(true)
+			log.Info("projector caught up", "applied", proj.Applied())
+		}
+		if err := proj.Run(projCtx); err != nil {
+			ready.Store(false)
+			projErr.Store(err.Error())
+			log.Error("projector stopped", "err", err)
+		}
+	}()
+	defer func() {
+		stopProj()
+		<-projDone
+		if err := store.Sync(); err != nil {
+			log.Error("sync view store", "err", err)
+		}
+	}()
 	api, err := l.ServeAPI(ctx, ledger.APIConfig{})
 	if err != nil {
 		return err
 	}
+	defer api.Stop()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -111,10 +162,25 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !ready.Load() || !nc.IsConnected() {
+			reason, _ := projErr.Load().(string)
+			if reason == "" {
+				reason = "projector catching up"
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": "not ready", "reason": reason, "applied_seq": proj.Applied()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "applied_seq": proj.Applied()})
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
+		Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return store.VerifyStream(ctx, js, l.StreamName()) },
+	}))
 	ln, err := net.Listen("tcp", f.httpListen)
 	if err != nil {
-		api.Stop()
 		return fmt.Errorf("--http-listen %q: %w", f.httpListen, err)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -128,14 +194,12 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	// Order: stop taking requests, finish in-flight ones, drain NATS, then the
-	// embedded server last (deferred above).
+	// Order: stop the HTTP server, then (deferred, in reverse) stop the API
+	// after its in-flight requests, stop the projector and sync its
+	// checkpoint, close the view store and the connection, and stop the
+	// embedded server last.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)
-	api.Stop()
-	if err := nc.Drain(); err != nil {
-		log.Warn("nats drain", "err", err)
-	}
 	return nil
 }
