@@ -24,3 +24,4 @@ fuzz:
 ## bench: ledger benchmarks with the raw JetStream baseline in the same run.
 bench:
 	$(GO) test ./ledger -run '^$$' -bench . -benchtime 2s
+	$(GO) test ./projector -run '^$$' -bench . -benchtime 2s
