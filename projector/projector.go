@@ -27,6 +27,12 @@ type Config struct {
 	// 512. A batch is also committed whenever the projector reaches the
 	// stream's tail, so a small ledger is never held back.
 	BatchSize int
+	// SyncEvery makes every SyncEvery-th batch, and every batch that reaches
+	// the stream's tail, durable (fsync) before continuing. Zero means 16.
+	// Other batches commit without fsync: a crash can roll them back (never
+	// half of one), and the projector re-applies them; syncing bounds how
+	// much a crash can undo and guarantees progress across repeated crashes.
+	SyncEvery int
 	// Registerer receives the projector's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
@@ -55,6 +61,9 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 512
+	}
+	if cfg.SyncEvery <= 0 {
+		cfg.SyncEvery = 16
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -161,6 +170,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}()
 
 	var pending []ledger.Entry
+	batches := 0
 	a := &applier{b: p.store.db.NewIndexedBatch(), cp: cp}
 	defer func() { _ = a.b.Close() }()
 	for {
@@ -190,7 +200,8 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		}
 		pending = append(pending, e)
 		if len(pending) >= p.cfg.BatchSize || meta.NumPending == 0 || (until > 0 && e.Seq >= until) {
-			if err := p.commit(a, meta.NumPending); err != nil {
+			batches++
+			if err := p.commit(a, meta.NumPending, meta.NumPending == 0 || batches%p.cfg.SyncEvery == 0); err != nil {
 				return err
 			}
 			cp, pending = a.cp, pending[:0]
@@ -208,10 +219,14 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 }
 
-func (p *Projector) commit(a *applier, lag uint64) error {
+func (p *Projector) commit(a *applier, lag uint64, sync bool) error {
 	n := a.cp.Applied - p.Applied()
 	start := time.Now()
-	if err := a.b.Commit(pebble.NoSync); err != nil {
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	if err := a.b.Commit(opts); err != nil {
 		p.m.errors.WithLabelValues("store").Inc()
 		return fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, err)
 	}
@@ -235,7 +250,7 @@ func (p *Projector) recommit(cp checkpoint, good []ledger.Entry) error {
 			return fmt.Errorf("projector: re-apply seq %d: %w", e.Seq, err)
 		}
 	}
-	return p.commit(a, 0)
+	return p.commit(a, 0, true)
 }
 
 func (p *Projector) stop(err error, reason string) error {
