@@ -23,6 +23,9 @@ const (
 	APIRosterGet = APIPrefix + ".roster.get"
 	APICallGet   = APIPrefix + ".call.get"
 	APIConsume   = APIPrefix + ".inbox.consume"
+	APIToolReg   = APIPrefix + ".tool.register"
+	APIToolGet   = APIPrefix + ".tool.get"
+	APIToolList  = APIPrefix + ".tool.list"
 )
 
 // APIConfig configures the request/reply API. Zero values mean the defaults.
@@ -79,6 +82,11 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		APIRosterGet: s.rosterGet,
 		APICallGet:   s.callGet,
 		APIConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
+		APIToolReg: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.RegisterToolYAML(ctx, m.Header.Get(HeaderProjectID), m.Data)
+		},
+		APIToolGet:  s.toolGet,
+		APIToolList: s.toolList,
 	}
 	for subj, h := range handlers {
 		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(h))
@@ -214,4 +222,33 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, err
 	}
 	return s.l.GetCall(ctx, project, turn, call)
+}
+
+func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
+	var vs Violations
+	o, ok := parseObject("body", m.Data, &vs)
+	var project, tool string
+	if ok {
+		project, tool = o.ident("project_id", true), o.ident("tool_name", true)
+	}
+	if err := badRequest("tool.get request", vs); err != nil {
+		return nil, err
+	}
+	return s.l.GetTool(ctx, project, tool)
+}
+
+func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
+	var vs Violations
+	o, ok := parseObject("body", m.Data, &vs)
+	var project string
+	if ok {
+		project = o.ident("project_id", true)
+	}
+	if err := badRequest("tool.list request", vs); err != nil {
+		return nil, err
+	}
+	tools, err := s.l.ListTools(ctx, project)
+	return struct {
+		Tools []StoredTool `json:"tools"`
+	}{tools}, err
 }

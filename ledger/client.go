@@ -152,3 +152,37 @@ func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult
 	}
 	return out, c.call(ctx, msg, &out)
 }
+
+// RegisterTool registers a tool definition given as YAML or JSON (see
+// Ledger.RegisterToolYAML).
+func (c *Client) RegisterTool(ctx context.Context, project string, definition []byte) (RegisterResult, error) {
+	var out RegisterResult
+	msg := &nats.Msg{Subject: APIToolReg, Data: definition, Header: nats.Header{}}
+	msg.Header.Set(HeaderProjectID, project)
+	return out, c.call(ctx, msg, &out)
+}
+
+// GetTool reads a tool definition (see Ledger.GetTool).
+func (c *Client) GetTool(ctx context.Context, project, tool string) (*StoredTool, error) {
+	var out StoredTool
+	msg, err := jsonMsg(APIToolGet, map[string]string{"project_id": project, "tool_name": tool})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListTools reads every tool of a project (see Ledger.ListTools).
+func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, error) {
+	var out struct {
+		Tools []StoredTool `json:"tools"`
+	}
+	msg, err := jsonMsg(APIToolList, map[string]string{"project_id": project})
+	if err != nil {
+		return nil, err
+	}
+	return out.Tools, c.call(ctx, msg, &out)
+}

@@ -19,6 +19,7 @@ const (
 	KindRejection     EntryKind = "rejection"
 	KindRoster        EntryKind = "roster"
 	KindConsumed      EntryKind = "consumed"
+	KindTool          EntryKind = "tool"
 )
 
 // ConsumedEntry records that an agent consumed a reported result from its

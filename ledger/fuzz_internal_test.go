@@ -125,10 +125,11 @@ func FuzzParseSubject(f *testing.F) {
 		case SubjectWakeup:
 			ids["project"], ids["channel"], ids["worker_target"] = sub.Project, sub.Channel, sub.WorkerTarget
 			built = WakeupSubject(sub.Version, sub.Project, sub.Channel, sub.WorkerTarget)
-		case SubjectReport, SubjectDuplicate, SubjectWakeupSkip:
+		case SubjectReport, SubjectDuplicate, SubjectWakeupSkip, SubjectConsumed:
 			ids["project"], ids["channel"], ids["turn"], ids["call"] = sub.Project, sub.Channel, sub.AgentTurnID, sub.ToolCallID
 			build := map[SubjectKind]func(string, string, string, string, string) string{
 				SubjectReport: ReportSubject, SubjectDuplicate: DuplicateSubject, SubjectWakeupSkip: WakeupSkippedSubject,
+				SubjectConsumed: ConsumedSubject,
 			}[sub.Kind]
 			built = build(sub.Version, sub.Project, sub.Channel, sub.AgentTurnID, sub.ToolCallID)
 		case SubjectRejection:
@@ -145,6 +146,9 @@ func FuzzParseSubject(f *testing.F) {
 		case SubjectRoster:
 			ids["project"], ids["agent"] = sub.Project, sub.AgentID
 			built = RosterSubject(sub.Version, sub.Project, sub.AgentID)
+		case SubjectTool:
+			ids["project"], ids["tool"] = sub.Project, sub.Tool
+			built = ToolSubject(sub.Version, sub.Project, sub.Tool)
 		default:
 			t.Fatalf("unexpected kind %v", sub.Kind)
 		}

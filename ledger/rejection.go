@@ -11,11 +11,12 @@ import (
 
 // Operation names, as recorded in rejection entries and metrics.
 const (
-	OpCardPut   = "card.put"
-	OpDispatch  = "dispatch"
-	OpReport    = "report"
-	OpRosterSet = "roster.set"
-	OpConsume   = "inbox.consume"
+	OpCardPut      = "card.put"
+	OpDispatch     = "dispatch"
+	OpReport       = "report"
+	OpRosterSet    = "roster.set"
+	OpConsume      = "inbox.consume"
+	OpToolRegister = "tool.register"
 )
 
 // rejectedRequest captures a request as received for a rejection entry.

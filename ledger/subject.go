@@ -28,6 +28,7 @@ const (
 	SubjectRejection               // cg.<ver>.<p>.<c>.ledger.rejection.<reason>
 	SubjectCard                    // cg.<ver>.<p>.card.<card_id>
 	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
+	SubjectTool                    // cg.<ver>.<p>.tool.<tool_name>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -41,6 +42,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectRejection:   "rejection",
 	SubjectCard:        "card",
 	SubjectRoster:      "roster",
+	SubjectTool:        "tool",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -98,6 +100,8 @@ func (s Subject) String() string {
 		p = append(p, "card", s.CardID)
 	case SubjectRoster:
 		p = append(p, "roster", s.AgentID)
+	case SubjectTool:
+		p = append(p, "tool", s.Tool)
 	default:
 		return ""
 	}
@@ -176,6 +180,11 @@ func parseSubject(s string, vs *Violations) Subject {
 			sub.Kind, sub.AgentID = SubjectRoster, toks[4]
 			projectOK()
 			tokenOK("agent_id", sub.AgentID)
+			return sub
+		case "tool":
+			sub.Kind, sub.Tool = SubjectTool, toks[4]
+			projectOK()
+			tokenOK("tool_name", sub.Tool)
 			return sub
 		}
 		return fail()

@@ -167,6 +167,8 @@ func TestSubjectKindString(t *testing.T) {
 		ledger.SubjectRejection:   "rejection",
 		ledger.SubjectCard:        "card",
 		ledger.SubjectRoster:      "roster",
+		ledger.SubjectConsumed:    "consumed",
+		ledger.SubjectTool:        "tool",
 		ledger.SubjectKind(999):   "unknown",
 	}
 	for k, name := range want {
@@ -176,7 +178,7 @@ func TestSubjectKindString(t *testing.T) {
 }
 
 func TestSubjectIsCommand(t *testing.T) {
-	for k := ledger.SubjectUnknown; k <= ledger.SubjectRoster; k++ {
+	for k := ledger.SubjectUnknown; k <= ledger.SubjectTool; k++ {
 		want := k == ledger.SubjectToolCommand || k == ledger.SubjectPMOCommand
 		assert.Equal(t, want, ledger.Subject{Kind: k}.IsCommand(), "kind %s", k)
 	}

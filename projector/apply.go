@@ -118,6 +118,8 @@ func (a *applier) apply(e ledger.Entry) error {
 		err = a.rejection(ev)
 	case ledger.KindRoster:
 		err = a.roster(ev)
+	case ledger.KindTool:
+		err = a.tool(ev)
 	case "external", "external_wakeup":
 	default:
 		err = corrupt(e.Seq, "unknown entry kind %q", kind)
@@ -433,6 +435,18 @@ func (a *applier) roster(ev event) error {
 		return corrupt(ev.seq, "roster entry without valid project_id/agent_id")
 	}
 	a.set(key(tagRoster, r.ProjectID, r.AgentID).u64(ev.seq), []byte(r.WorkerTarget))
+	return nil
+}
+
+func (a *applier) tool(ev event) error {
+	var d ledger.ToolDefinition
+	if err := decode(ev, &d); err != nil {
+		return err
+	}
+	if !ledger.ValidIdentifier(d.ProjectID) || !ledger.ValidIdentifier(d.ToolName) {
+		return corrupt(ev.seq, "tool entry without valid project_id/tool_name")
+	}
+	a.set(key(tagTool, d.ProjectID, d.ToolName).u64(ev.seq), ev.data)
 	return nil
 }
 

@@ -31,6 +31,8 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox)
 	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/roster", h.roster)
 	mux.HandleFunc("GET /v1/projects/{project}/cards/{card}", h.card)
+	mux.HandleFunc("GET /v1/projects/{project}/tools", h.tools)
+	mux.HandleFunc("GET /v1/projects/{project}/tools/{tool}", h.tool)
 	mux.HandleFunc("GET /v1/digest", h.digest)
 	mux.HandleFunc("GET /v1/verify", h.verify)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +224,26 @@ func (h *handler) card(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.q.Card(r.PathValue("project"), r.PathValue("card"), at)
+	reply(w, res, err)
+}
+
+func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Tools(r.PathValue("project"), at)
+	reply(w, res, err)
+}
+
+func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	at := p.asOf()
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Tool(r.PathValue("project"), r.PathValue("tool"), at)
 	reply(w, res, err)
 }
 

@@ -26,6 +26,7 @@ const (
 	tagRoster   = "roster" // roster\0<project>\0<agent>\0<seq> -> worker_target
 	tagIndex    = "ix"     // ix\0<project>\0<dimension>\0<value>\0<dispatch ns>\0<dispatch seq> -> turn\0call
 	tagReject   = "rj"     // rj\0<project>\0<seq> -> rejection code
+	tagTool     = "tool"   // tool\0<project>\0<tool_name>\0<seq> -> definition JSON (each version)
 )
 
 // Index dimensions of the ix rows.

@@ -1,0 +1,119 @@
+package ledger_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+const searchYAML = `
+tool_name: web_search
+description: Search the web
+parameters:
+  type: object
+  properties:
+    query: {type: string, minLength: 1}
+    session_id: {type: string}
+  required: [query]
+target_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.http.search
+after_execution: suspend
+options:
+  args:
+    defaults: {session_id: "{agent_turn_id}"}
+    fixed: {project_id: "{project_id}"}
+  envs: {api_key: SEARCH_API_KEY}
+  jina: {mode: search, base_url: "https://s.jina.ai", path: /search, method: GET, auth_env: JINA_API_KEY}
+limits: {timeout_ms_default: 5000, timeout_ms_max: 20000, concurrency_max: 4}
+determinism: idempotent
+retry: {max_attempts: 4, base_ms: 100, cap_ms: 1000}
+`
+
+func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	r, err := e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))
+	require.NoError(t, err)
+	require.False(t, r.Unchanged)
+	got, err := e.l.GetTool(ctx, project, "web_search")
+	require.NoError(t, err, "readable as soon as registration returns")
+	require.Equal(t, r.Seq, got.Seq)
+	d := got.Definition
+	require.Equal(t, int64(5000), d.Limits.TimeoutMSDefault)
+	require.Equal(t, 4, d.Limits.ConcurrencyMax)
+	require.Equal(t, ledger.DeterminismIdempotent, d.Determinism)
+	require.Equal(t, "cg.v1.proj-1.chan-9.cmd.tool.http.search", d.TargetFor(project, "chan-9"))
+	opts, err := d.ParsedOptions()
+	require.NoError(t, err)
+	require.Equal(t, "SEARCH_API_KEY", opts.Envs["api_key"])
+	require.Equal(t, "search", opts.Jina.Mode)
+	require.JSONEq(t, `"{agent_turn_id}"`, string(opts.Args.Defaults["session_id"]))
+
+	again, err := e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))
+	require.NoError(t, err)
+	require.True(t, again.Unchanged)
+	require.Equal(t, r.Seq, again.Seq)
+
+	changed, err := e.l.RegisterToolYAML(ctx, project, []byte(strings.Replace(searchYAML, "description: Search the web", "description: Search, v2", 1)))
+	require.NoError(t, err)
+	require.Greater(t, changed.Seq, r.Seq)
+	require.Len(t, e.subjectEntries(t, ledger.ToolSubject("v1", project, "web_search")), 2, "every version is an entry")
+
+	// Defaults are filled for a minimal JSON definition.
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"echo2","parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.echo","after_execution":"terminate"}`))
+	require.NoError(t, err)
+	list, err := e.l.ListTools(ctx, project)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "echo2", list[0].Definition.ToolName)
+	require.Equal(t, ledger.DeterminismSideEffectful, list[0].Definition.Determinism)
+	require.EqualValues(t, ledger.DefaultTimeoutMS, list[0].Definition.Limits.TimeoutMSDefault)
+	require.Equal(t, "Search, v2", list[1].Definition.Description)
+}
+
+func TestRegisterToolListsEveryViolation(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	bad := `
+tool_name: fork_join
+parameters: {type: array, minLength: "x"}
+target_subject: cg.v1.{project_id}.{channel_id}.cmd.sys.pmo.internal.fork_join
+after_execution: later
+options:
+  envs: {api_key: "not a name"}
+  jina: {mode: crawl, base_url: "ftp://x"}
+limits: {timeout_ms_default: 5000, timeout_ms_max: 1000}
+determinism: maybe
+`
+	_, err := e.l.RegisterToolYAML(ctx, project, []byte(bad))
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	le, _ := ledger.AsError(err)
+	got := map[string]string{}
+	for _, v := range le.Violations {
+		got[v.Field] = v.Code
+	}
+	require.Equal(t, map[string]string{
+		"tool.tool_name":             "reserved",
+		"tool.parameters.type":       "invalid_value",
+		"tool.parameters":            "invalid_schema",
+		"tool.target_subject":        "forbidden",
+		"tool.after_execution":       "invalid_value",
+		"tool.options.envs.api_key":  "invalid_value",
+		"tool.options.jina.mode":     "invalid_value",
+		"tool.options.jina.base_url": "invalid_value",
+		"tool.determinism":           "invalid_value",
+		"tool.limits.timeout_ms_max": "invalid_value",
+	}, got)
+	require.NotZero(t, le.Seq, "the refusal is a ledger entry")
+	_, err = e.l.GetTool(ctx, project, "fork_join")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte("tool_name: [unclosed"))
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"x","parameters":{"type":"object"},"target_subject":"cg.v1.other.{channel_id}.cmd.tool.x","after_execution":"suspend"}`))
+	le, _ = ledger.AsError(err)
+	require.Equal(t, "tool.target_subject", le.Violations[0].Field)
+	require.Equal(t, ledger.VMismatch, le.Violations[0].Code)
+}
