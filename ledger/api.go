@@ -26,6 +26,7 @@ const (
 	APIToolReg   = APIPrefix + ".tool.register"
 	APIToolGet   = APIPrefix + ".tool.get"
 	APIToolList  = APIPrefix + ".tool.list"
+	APICancel    = APIPrefix + ".cancel"
 )
 
 // APIConfig configures the request/reply API. Zero values mean the defaults.
@@ -85,6 +86,7 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		APIToolReg: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.RegisterToolYAML(ctx, m.Header.Get(HeaderProjectID), m.Data)
 		},
+		APICancel:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
 		APIToolGet:  s.toolGet,
 		APIToolList: s.toolList,
 	}

@@ -186,3 +186,13 @@ func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, e
 	}
 	return out.Tools, c.call(ctx, msg, &out)
 }
+
+// Cancel asks to cancel a call in flight (see Ledger.Cancel).
+func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
+	var out CancelResult
+	msg, err := jsonMsg(APICancel, req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -22,6 +22,9 @@ type ToolCommandPayload struct {
 	ToolCallCardID string `json:"tool_call_card_id"`
 	ToolName       string `json:"tool_name,omitempty"`
 	AfterExecution string `json:"after_execution"`
+	// TimeoutMS optionally asks for a shorter or longer deadline than the
+	// tool's default; executors cap it at the tool's timeout_ms_max.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // ToolCommand is a validated tool or PMO command.
@@ -72,6 +75,7 @@ func parseCommandPayload(data []byte, sub Subject, id Identity, headerViolations
 	if p.AfterExecution != "" && !ValidAfterExecution(p.AfterExecution) {
 		vs.Add(o.path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, clip(p.AfterExecution))
 	}
+	p.TimeoutMS = intField(o, "timeout_ms", 1, 24*3600*1000)
 	checkPayloadIdentity(o, id, headerViolations, vs)
 	return p
 }

@@ -20,7 +20,18 @@ const (
 	KindRoster        EntryKind = "roster"
 	KindConsumed      EntryKind = "consumed"
 	KindTool          EntryKind = "tool"
+	KindCancel        EntryKind = "cancel"
 )
+
+// CancelEntry records a worker's request to cancel a call in flight.
+type CancelEntry struct {
+	ProjectID   string `json:"project_id"`
+	ChannelID   string `json:"channel_id"`
+	AgentID     string `json:"agent_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	ToolCallID  string `json:"tool_call_id"`
+	Reason      string `json:"reason,omitempty"`
+}
 
 // ConsumedEntry records that an agent consumed a reported result from its
 // Inbox.

@@ -125,11 +125,11 @@ func FuzzParseSubject(f *testing.F) {
 		case SubjectWakeup:
 			ids["project"], ids["channel"], ids["worker_target"] = sub.Project, sub.Channel, sub.WorkerTarget
 			built = WakeupSubject(sub.Version, sub.Project, sub.Channel, sub.WorkerTarget)
-		case SubjectReport, SubjectDuplicate, SubjectWakeupSkip, SubjectConsumed:
+		case SubjectReport, SubjectDuplicate, SubjectWakeupSkip, SubjectConsumed, SubjectCancel:
 			ids["project"], ids["channel"], ids["turn"], ids["call"] = sub.Project, sub.Channel, sub.AgentTurnID, sub.ToolCallID
 			build := map[SubjectKind]func(string, string, string, string, string) string{
 				SubjectReport: ReportSubject, SubjectDuplicate: DuplicateSubject, SubjectWakeupSkip: WakeupSkippedSubject,
-				SubjectConsumed: ConsumedSubject,
+				SubjectConsumed: ConsumedSubject, SubjectCancel: CancelSubject,
 			}[sub.Kind]
 			built = build(sub.Version, sub.Project, sub.Channel, sub.AgentTurnID, sub.ToolCallID)
 		case SubjectRejection:

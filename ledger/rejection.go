@@ -17,6 +17,8 @@ const (
 	OpRosterSet    = "roster.set"
 	OpConsume      = "inbox.consume"
 	OpToolRegister = "tool.register"
+	OpCancel       = "cancel"
+	OpCommand      = "command"
 )
 
 // rejectedRequest captures a request as received for a rejection entry.
@@ -41,6 +43,17 @@ func rejectedRequest(subject string, h nats.Header, data []byte) RejectedRequest
 		rr.Data = b
 	}
 	return rr
+}
+
+// RejectCommand records a tool command that an executor refused (it did not
+// validate, or names a call the ledger never dispatched) as a rejection entry.
+func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *Error) error {
+	sub, _ := ParseSubject(subject)
+	err := l.reject(ctx, OpCommand, sub.Project, sub.Channel, e, rejectedRequest(subject, h, data))
+	if _, refused := AsError(err); refused && e.Seq != 0 {
+		return nil
+	}
+	return err
 }
 
 // reject records e as a rejection entry and returns e with the entry's

@@ -25,6 +25,7 @@ const (
 	SubjectDuplicate               // cg.<ver>.<p>.<c>.ledger.duplicate.<agent_turn_id>.<tool_call_id>
 	SubjectWakeupSkip              // cg.<ver>.<p>.<c>.ledger.wakeup_skipped.<agent_turn_id>.<tool_call_id>
 	SubjectConsumed                // cg.<ver>.<p>.<c>.ledger.consumed.<agent_turn_id>.<tool_call_id>
+	SubjectCancel                  // cg.<ver>.<p>.<c>.ledger.cancel.<agent_turn_id>.<tool_call_id>
 	SubjectRejection               // cg.<ver>.<p>.<c>.ledger.rejection.<reason>
 	SubjectCard                    // cg.<ver>.<p>.card.<card_id>
 	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
@@ -39,6 +40,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectDuplicate:   "duplicate",
 	SubjectWakeupSkip:  "wakeup_skipped",
 	SubjectConsumed:    "consumed",
+	SubjectCancel:      "cancel",
 	SubjectRejection:   "rejection",
 	SubjectCard:        "card",
 	SubjectRoster:      "roster",
@@ -94,6 +96,8 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "wakeup_skipped", s.AgentTurnID, s.ToolCallID)
 	case SubjectConsumed:
 		p = append(p, s.Channel, "ledger", "consumed", s.AgentTurnID, s.ToolCallID)
+	case SubjectCancel:
+		p = append(p, s.Channel, "ledger", "cancel", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -233,6 +237,7 @@ var callEntryKinds = map[string]SubjectKind{
 	"duplicate":      SubjectDuplicate,
 	"wakeup_skipped": SubjectWakeupSkip,
 	"consumed":       SubjectConsumed,
+	"cancel":         SubjectCancel,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
@@ -278,6 +283,11 @@ func WakeupSkippedSubject(version, project, channel, turnID, callID string) stri
 // ConsumedSubject builds cg.<ver>.<project>.<channel>.ledger.consumed.<agent_turn_id>.<tool_call_id>.
 func ConsumedSubject(version, project, channel, turnID, callID string) string {
 	return Subject{Kind: SubjectConsumed, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
+}
+
+// CancelSubject builds cg.<ver>.<project>.<channel>.ledger.cancel.<agent_turn_id>.<tool_call_id>.
+func CancelSubject(version, project, channel, turnID, callID string) string {
+	return Subject{Kind: SubjectCancel, Version: version, Project: project, Channel: channel, AgentTurnID: turnID, ToolCallID: callID}.String()
 }
 
 // RejectionSubject builds cg.<ver>.<project>.<channel>.ledger.rejection.<reason>.

@@ -169,6 +169,7 @@ func TestSubjectKindString(t *testing.T) {
 		ledger.SubjectRoster:      "roster",
 		ledger.SubjectConsumed:    "consumed",
 		ledger.SubjectTool:        "tool",
+		ledger.SubjectCancel:      "cancel",
 		ledger.SubjectKind(999):   "unknown",
 	}
 	for k, name := range want {

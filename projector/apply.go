@@ -120,6 +120,8 @@ func (a *applier) apply(e ledger.Entry) error {
 		err = a.roster(ev)
 	case ledger.KindTool:
 		err = a.tool(ev)
+	case ledger.KindCancel:
+		err = a.cancel(ev)
 	case "external", "external_wakeup":
 	default:
 		err = corrupt(e.Seq, "unknown entry kind %q", kind)
@@ -435,6 +437,21 @@ func (a *applier) roster(ev event) error {
 		return corrupt(ev.seq, "roster entry without valid project_id/agent_id")
 	}
 	a.set(key(tagRoster, r.ProjectID, r.AgentID).u64(ev.seq), []byte(r.WorkerTarget))
+	return nil
+}
+
+func (a *applier) cancel(ev event) error {
+	var c ledger.CancelEntry
+	if err := decode(ev, &c); err != nil {
+		return err
+	}
+	st, err := a.stateFor(c.ProjectID, c.AgentTurnID, c.ToolCallID, ev.seq)
+	if err != nil {
+		return err
+	}
+	st.CancelRequestedSeq = ev.seq
+	a.saveState(st, ev.seq)
+	a.trace(ev, c.ProjectID, c.AgentTurnID, c.ToolCallID)
 	return nil
 }
 

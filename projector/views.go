@@ -53,6 +53,8 @@ type CallState struct {
 	ConsumedSeq uint64     `json:"consumed_seq,omitempty"`
 	ConsumedAt  *time.Time `json:"consumed_at,omitempty"`
 
+	CancelRequestedSeq uint64 `json:"cancel_requested_seq,omitempty"`
+
 	RejectedSeq   uint64 `json:"rejected_seq,omitempty"`
 	LastRejection string `json:"last_rejection,omitempty"`
 	Rejections    int    `json:"rejections"`
