@@ -50,10 +50,11 @@ func rejectedRequest(subject string, h nats.Header, data []byte) RejectedRequest
 func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *Error) error {
 	sub, _ := ParseSubject(subject)
 	err := l.reject(ctx, OpCommand, sub.Project, sub.Channel, e, rejectedRequest(subject, h, data))
-	if _, refused := AsError(err); refused && e.Seq != 0 {
+	if e.Seq != 0 {
 		return nil
 	}
-	return err
+	// Not wrapped: the refusal was not recorded, so callers must retry.
+	return fmt.Errorf("record command rejection: %s", err)
 }
 
 // reject records e as a rejection entry and returns e with the entry's

@@ -1,0 +1,198 @@
+package executor
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// templateVars are the only template variables options may use (seed 003).
+func templateVars(c *Call, meta ledger.CardMetadata) *strings.Replacer {
+	step := c.StepID
+	if step == "" {
+		step = meta.StepID
+	}
+	return strings.NewReplacer(
+		"{project_id}", c.ProjectID, "{channel_id}", c.ChannelID, "{agent_id}", c.AgentID,
+		"{agent_turn_id}", c.AgentTurnID, "{step_id}", step, "{tool_call_id}", c.ToolCallID,
+		"{parent_step_id}", meta.ParentStepID, "{trace_id}", meta.TraceID,
+		"{turn_epoch}", strconv.FormatUint(c.TurnEpoch, 10), "{context_box_id}", c.ContextBoxID,
+	)
+}
+
+// expand replaces template variables in every string of v, recursively.
+func expand(v any, r *strings.Replacer) any {
+	switch t := v.(type) {
+	case string:
+		return r.Replace(t)
+	case map[string]any:
+		for k, x := range t {
+			t[k] = expand(x, r)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = expand(x, r)
+		}
+	}
+	return v
+}
+
+func decodeAny(raw json.RawMessage) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// resolveArgs builds the final arguments: the card's arguments, then
+// options.args.defaults (only where absent; an explicit null counts as
+// given), options.args.fixed (always), template variables in both, then
+// options.envs (parameter <- environment variable value). It returns the
+// secret values injected, for redaction.
+func resolveArgs(c *Call, cardArgs json.RawMessage, opts ledger.ToolOptions, meta ledger.CardMetadata, env func(string) (string, bool)) (map[string]any, []string, *Outcome) {
+	args := map[string]any{}
+	if len(cardArgs) > 0 {
+		v, err := decodeAny(cardArgs)
+		m, ok := v.(map[string]any)
+		if err != nil || !ok {
+			o := Invalid("tool.call arguments are not a JSON object", ledger.Violation{Field: "arguments", Code: ledger.VInvalidType, Message: "must be a JSON object"})
+			return nil, nil, &o
+		}
+		args = m
+	}
+	r := templateVars(c, meta)
+	for _, k := range sortedKeys(opts.Args.Defaults) {
+		if _, given := args[k]; given {
+			continue
+		}
+		v, err := decodeAny(opts.Args.Defaults[k])
+		if err != nil {
+			o := Terminal(CodeToolConfig, fmt.Sprintf("options.args.defaults.%s does not decode", k), "fix the tool registration")
+			return nil, nil, &o
+		}
+		args[k] = expand(v, r)
+	}
+	for _, k := range sortedKeys(opts.Args.Fixed) {
+		v, err := decodeAny(opts.Args.Fixed[k])
+		if err != nil {
+			o := Terminal(CodeToolConfig, fmt.Sprintf("options.args.fixed.%s does not decode", k), "fix the tool registration")
+			return nil, nil, &o
+		}
+		args[k] = expand(v, r)
+	}
+	var secrets []string
+	envKeys := make([]string, 0, len(opts.Envs))
+	for k := range opts.Envs {
+		envKeys = append(envKeys, k)
+	}
+	sort.Strings(envKeys)
+	for _, param := range envKeys {
+		name := opts.Envs[param]
+		val, ok := env(name)
+		if !ok || val == "" {
+			// Only the variable's name is ever recorded.
+			o := Terminal(CodeToolConfig, fmt.Sprintf("environment variable %s (for parameter %s) is not set on the executor", name, param), "set "+name+" in the executor's environment")
+			return nil, nil, &o
+		}
+		args[param] = val
+		secrets = append(secrets, val)
+	}
+	return args, secrets, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// validateArgs checks the final arguments against the tool's schema and
+// lists every violation, field by field.
+func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Violation {
+	if schema == nil {
+		return nil
+	}
+	// Round-trip through JSON so numbers and nested values have the types
+	// the validator expects.
+	b, err := json.Marshal(args)
+	if err != nil {
+		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidJSON, Message: err.Error()}}
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidJSON, Message: err.Error()}}
+	}
+	err = schema.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	ve, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidValue, Message: err.Error()}}
+	}
+	var out []ledger.Violation
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		field := "arguments"
+		for _, p := range e.InstanceLocation {
+			field += "." + p
+		}
+		if req, ok := e.ErrorKind.(*kind.Required); ok {
+			for _, m := range req.Missing {
+				out = append(out, ledger.Violation{Field: field + "." + m, Code: ledger.VRequired, Message: "is required"})
+			}
+			return
+		}
+		code := "schema"
+		if kp := e.ErrorKind.KeywordPath(); len(kp) > 0 {
+			code = kp[0]
+		}
+		out = append(out, ledger.Violation{Field: field, Code: code, Message: e.ErrorKind.LocalizedString(printer)})
+	}
+	walk(ve)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Field < out[j].Field })
+	return out
+}
+
+var printer = message.NewPrinter(language.English)
+
+// redactor removes secret values from anything the executor writes.
+type redactor []string
+
+const redacted = "[REDACTED]"
+
+// bytes replaces every secret, raw and JSON-escaped, in b.
+func (r redactor) bytes(b []byte) []byte {
+	for _, s := range r {
+		if len(s) < 4 {
+			continue
+		}
+		b = bytes.ReplaceAll(b, []byte(s), []byte(redacted))
+		if esc, err := json.Marshal(s); err == nil && len(esc) > 2 {
+			b = bytes.ReplaceAll(b, esc[1:len(esc)-1], []byte(redacted))
+		}
+	}
+	return b
+}
+
+func (r redactor) str(s string) string { return string(r.bytes([]byte(s))) }

@@ -1,0 +1,56 @@
+package executor
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	calls       *prometheus.CounterVec
+	attempts    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	inFlight    *prometheus.GaugeVec
+	deadlines   *prometheus.CounterVec
+	redelivered *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_calls_total",
+			Help: "Tool calls resolved by this executor, by tool, final L0 status and error class (taxonomy class, empty on success).",
+		}, []string{"tool", "status", "error_class"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_attempts_total",
+			Help: "Tool attempts run (first tries and retries), by tool.",
+		}, []string{"tool"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cgledger_executor_call_duration_seconds",
+			Help:    "Time from picking up a command to its report, by tool.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"tool"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cgledger_executor_in_flight_calls",
+			Help: "Calls currently running, by tool.",
+		}, []string{"tool"}),
+		deadlines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_deadline_expiries_total",
+			Help: "Calls that reached their deadline and resolved as timeout, by tool.",
+		}, []string{"tool"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_redeliveries_total",
+			Help: "Commands delivered more than once (after a crash, a nak or an ack timeout), by implementation.",
+		}, []string{"impl"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_commands_rejected_total",
+			Help: "Commands answered with a rejection entry instead of a report, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.calls, m.attempts, m.duration, m.inFlight, m.deadlines, m.redelivered, m.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,67 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// Tool is what a tool implementer writes: run one attempt of a call and
+// return exactly one Outcome. The context carries the call's deadline and is
+// canceled when the worker cancels the call or the executor shuts down.
+type Tool interface {
+	Run(ctx context.Context, call *Call) Outcome
+}
+
+// ToolFunc adapts a function to Tool.
+type ToolFunc func(ctx context.Context, call *Call) Outcome
+
+// Run implements Tool.
+func (f ToolFunc) Run(ctx context.Context, call *Call) Outcome { return f(ctx, call) }
+
+// Call is one tool call as a Tool sees it.
+type Call struct {
+	ProjectID    string
+	ChannelID    string
+	AgentID      string
+	AgentTurnID  string
+	TurnEpoch    uint64
+	ToolCallID   string
+	StepID       string
+	ContextBoxID string
+	ToolName     string
+	// Arguments are the final arguments: the tool.call card's, with the
+	// registry's defaults, fixed values, environment values and template
+	// variables applied, validated against the tool's schema.
+	Arguments map[string]any
+	// Definition is the tool's registry entry (or its built-in default).
+	Definition *ledger.ToolDefinition
+	// Options are the definition's decoded options.
+	Options ledger.ToolOptions
+	// Attempt counts attempts of this delivery, from 1.
+	Attempt int
+	// Deadline is when the call must have its outcome.
+	Deadline time.Time
+}
+
+// ArgString returns a string argument, or "" when absent or not a string.
+func (c *Call) ArgString(name string) string {
+	s, _ := c.Arguments[name].(string)
+	return s
+}
+
+// ArgDuration reads a numeric argument as milliseconds.
+func (c *Call) ArgDuration(name string) (time.Duration, bool) {
+	switch v := c.Arguments[name].(type) {
+	case json.Number:
+		f, err := v.Float64()
+		return time.Duration(f * float64(time.Millisecond)), err == nil
+	case float64:
+		return time.Duration(v * float64(time.Millisecond)), true
+	case int:
+		return time.Duration(v) * time.Millisecond, true
+	}
+	return 0, false
+}
