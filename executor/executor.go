@@ -87,6 +87,7 @@ type Executor struct {
 	impls map[string]*impl
 
 	mu       sync.Mutex
+	stopping bool
 	inflight map[string]context.CancelCauseFunc
 	sems     map[string]chan struct{}
 	schemas  map[string]*jsonschema.Schema
@@ -207,11 +208,23 @@ func (e *Executor) Start(ctx context.Context) error {
 	return e.nc.Flush()
 }
 
-// Stop drains: it stops pulling, waits (up to DrainTimeout or ctx) for calls
-// in flight, then cancels the rest, which are nak'ed for redelivery.
+// Stop drains: it stops pulling (commands already buffered are nak'ed so
+// another executor gets them at once), waits (up to DrainTimeout or ctx) for
+// calls in flight, then cancels the rest, which are nak'ed for redelivery.
+// It is safe to call more than once.
 func (e *Executor) Stop(ctx context.Context) {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
 	for _, cc := range e.ccs {
-		cc.Stop()
+		cc.Drain()
+	}
+	for _, cc := range e.ccs {
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+		case <-time.After(e.cfg.DrainTimeout):
+		}
 	}
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
@@ -248,13 +261,21 @@ func (e *Executor) onCancel(m *nats.Msg) {
 
 func (e *Executor) onMsg(im *impl) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
-		select {
-		case e.global <- struct{}{}:
-		case <-e.runCtx.Done():
+		e.mu.Lock()
+		if e.stopping {
+			e.mu.Unlock()
 			_ = msg.Nak()
 			return
 		}
 		e.wg.Add(1)
+		e.mu.Unlock()
+		select {
+		case e.global <- struct{}{}:
+		case <-e.runCtx.Done():
+			e.wg.Done()
+			_ = msg.Nak()
+			return
+		}
 		go func() {
 			defer func() { <-e.global; e.wg.Done() }()
 			e.process(im, msg)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,10 +65,22 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 	if last < from {
 		return last, nil
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	// A short inactivity threshold and an explicit delete keep repeated reads
+	// (exports, verifications) from piling up consumers against the
+	// server's per-stream limit (1000 by default).
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: 10 * time.Second,
+	})
 	if err != nil {
 		return 0, fmt.Errorf("read stream %s: consumer: %w", stream, err)
 	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return 0, fmt.Errorf("read stream %s: %w", stream, err)
