@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
@@ -153,6 +154,19 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	}
 	defer api.Stop()
 
+	ex, err := executor.New(l, nc, executor.Config{Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := executor.RegisterBuiltins(ex, executor.HTTPToolConfig{Logger: log}); err != nil {
+		return err
+	}
+	if err := ex.Start(ctx); err != nil {
+		return fmt.Errorf("start executor: %w", err)
+	}
+	// Stopped first on shutdown: stop pulling, drain in-flight calls.
+	defer ex.Stop(context.Background())
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {
@@ -176,6 +190,7 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "applied_seq": proj.Applied()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
 	mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
 		Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return store.VerifyStream(ctx, js, l.StreamName()) },
 	}))
@@ -194,10 +209,10 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	// Order: stop the HTTP server, then (deferred, in reverse) stop the API
-	// after its in-flight requests, stop the projector and sync its
-	// checkpoint, close the view store and the connection, and stop the
-	// embedded server last.
+	// Order: stop the HTTP server, then (deferred, in reverse) stop the
+	// executor (stop pulling, drain in-flight calls), stop the API after its
+	// in-flight requests, stop the projector and sync its checkpoint, close
+	// the view store and the connection, and stop the embedded server last.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)
