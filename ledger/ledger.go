@@ -149,16 +149,17 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 // UTC with nanoseconds.
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// EntryTime returns an entry's time: its CG-Time header when present and
-// valid, else the stream's timestamp. Views use it so that replaying the same
+// EntryTime returns an entry's time from its CG-Time header, and false when
+// it has none (entries published on cg.> by others than the ledger). Views
+// use it rather than the stream's timestamp so that replaying the same
 // entries into a fresh stream gives the same views.
-func EntryTime(h nats.Header, streamTime time.Time) time.Time {
+func EntryTime(h nats.Header) (time.Time, bool) {
 	if v := h.Get(HeaderTime); v != "" {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			return t.UTC()
+			return t.UTC(), true
 		}
 	}
-	return streamTime.UTC()
+	return time.Time{}, false
 }
 
 // lastForSubject reads the newest entry on an exact subject. It returns
