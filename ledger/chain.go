@@ -52,28 +52,31 @@ func ChainedHeaders(h map[string][]string) map[string][]string {
 // JetStream's own Nats-* headers are not: they steer the server, they are not
 // part of what happened.
 func chainedHeader(name string) bool {
-	n := strings.ToLower(name)
-	return strings.HasPrefix(n, "cg-") || n == "traceparent" || n == "tracestate"
+	if len(name) >= 3 && (name[0] == 'C' || name[0] == 'c') && (name[1] == 'G' || name[1] == 'g') && name[2] == '-' {
+		return true
+	}
+	return strings.EqualFold(name, "traceparent") || strings.EqualFold(name, "tracestate")
 }
 
 // NextLink computes the link of entry seq from the previous link.
 func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte) Link {
 	sum := sha256.New()
 	var n [8]byte
-	put := func(b []byte) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	putLen := func(l int) {
+		binary.BigEndian.PutUint64(n[:], uint64(l))
 		sum.Write(n[:])
-		sum.Write(b)
 	}
 	sum.Write(prev[:])
 	binary.BigEndian.PutUint64(n[:], seq)
 	sum.Write(n[:])
-	put([]byte(subject))
-	type kv struct{ name, orig string }
-	var names []kv
+	putLen(len(subject))
+	sum.Write([]byte(subject))
+	type hv struct{ name, orig string }
+	var buf [16]hv
+	names := buf[:0]
 	for k := range h {
 		if chainedHeader(k) {
-			names = append(names, kv{strings.ToLower(k), k})
+			names = append(names, hv{lowerASCII(k), k})
 		}
 	}
 	sort.Slice(names, func(i, j int) bool {
@@ -82,21 +85,33 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 		}
 		return names[i].orig < names[j].orig
 	})
-	binary.BigEndian.PutUint64(n[:], uint64(len(names)))
-	sum.Write(n[:])
+	putLen(len(names))
 	for _, k := range names {
-		put([]byte(k.name))
+		putLen(len(k.name))
+		sum.Write([]byte(k.name))
 		vals := h[k.orig]
-		binary.BigEndian.PutUint64(n[:], uint64(len(vals)))
-		sum.Write(n[:])
+		putLen(len(vals))
 		for _, v := range vals {
-			put([]byte(v))
+			putLen(len(v))
+			sum.Write([]byte(v))
 		}
 	}
-	put(data)
+	putLen(len(data))
+	sum.Write(data)
 	var l Link
 	sum.Sum(l[:0])
 	return l
+}
+
+// lowerASCII lower-cases header names without allocating when they are
+// already lower case.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
 }
 
 // ChainVerifier recomputes the chain entry by entry and remembers the first

@@ -57,10 +57,46 @@ func corrupt(seq uint64, format string, args ...any) error {
 	return fmt.Errorf("%w at seq %d: %s", ErrCorruptEntry, seq, fmt.Sprintf(format, args...))
 }
 
-// applier folds entries into one indexed batch.
+// applier folds entries into one batch. It never reads the batch: call
+// states it writes are kept in pending, and anything else it reads was
+// committed before the batch began (the store's cache or the database).
 type applier struct {
-	b  *pebble.Batch
-	cp checkpoint
+	b       *pebble.Batch
+	cp      checkpoint
+	store   *Store
+	pending map[string]*CallState
+}
+
+func newApplier(s *Store, cp checkpoint) *applier {
+	return &applier{b: s.db.NewBatch(), cp: cp, store: s, pending: map[string]*CallState{}}
+}
+
+func stateKey(project, turn, call string) string { return project + "\x00" + turn + "\x00" + call }
+
+// state returns a copy of a call's newest state, or nil.
+func (a *applier) state(project, turn, call string) (*CallState, error) {
+	k := stateKey(project, turn, call)
+	if st, ok := a.pending[k]; ok {
+		c := *st
+		return &c, nil
+	}
+	if st, ok := a.store.cachedState(k); ok {
+		if st == nil {
+			return nil, nil
+		}
+		c := *st
+		return &c, nil
+	}
+	st, err := loadState(a.store.db, project, turn, call, a.cp.Applied)
+	if err != nil {
+		return nil, err
+	}
+	a.store.cacheState(k, st)
+	if st == nil {
+		return nil, nil
+	}
+	c := *st
+	return &c, nil
 }
 
 // apply folds entry e (which must be cp.Applied+1) into the batch and
@@ -92,14 +128,11 @@ func (a *applier) apply(e ledger.Entry) error {
 	a.cp.Applied = e.Seq
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
-	se, err := json.Marshal(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(e.Headers), Data: e.Data, Time: t})
-	if err != nil {
-		return fmt.Errorf("encode entry %d: %w", e.Seq, err)
-	}
-	a.set(key(tagEntry).u64(e.Seq), se)
+	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(e.Headers), Data: e.Data, Time: t}))
 	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
 	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
 
+	var err error
 	ev := event{seq: e.Seq, t: t, kind: kind, h: h, data: e.Data, subject: e.Subject}
 	switch ledger.EntryKind(kind) {
 	case ledger.KindCard:
@@ -206,7 +239,7 @@ func (a *applier) command(ev event, fromLedger bool) error {
 		return nil
 	}
 	sub, id := cmd.Subject, cmd.Identity
-	st, err := loadState(a.b, sub.Project, id.AgentTurnID, id.ToolCallID, ev.seq)
+	st, err := a.state(sub.Project, id.AgentTurnID, id.ToolCallID)
 	if err != nil {
 		return err
 	}
@@ -258,13 +291,21 @@ func (a *applier) saveState(st *CallState, seq uint64) {
 		panic(fmt.Sprintf("projector: encode call state: %v", err))
 	}
 	a.set(key(tagState, st.ProjectID, st.AgentTurnID, st.ToolCallID).u64(seq), b)
+	c := *st
+	a.pending[stateKey(st.ProjectID, st.AgentTurnID, st.ToolCallID)] = &c
+}
+
+// committed publishes the batch's call states to the store's cache once the
+// batch is durable in Pebble.
+func (a *applier) committed() {
+	a.store.cacheStates(a.pending)
 }
 
 // stateFor loads a call's state for an entry that follows its dispatch. A
 // missing state (the ledger never writes one, but an older export might) is
 // started empty rather than failing.
 func (a *applier) stateFor(project, turn, call string, seq uint64) (*CallState, error) {
-	st, err := loadState(a.b, project, turn, call, seq)
+	st, err := a.state(project, turn, call)
 	if err != nil || st != nil {
 		return st, err
 	}
@@ -407,7 +448,7 @@ func (a *applier) rejection(ev event) error {
 		a.trace(ev, project, turn, call)
 		return nil
 	}
-	st, err := loadState(a.b, project, turn, call, ev.seq)
+	st, err := a.state(project, turn, call)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
 	}
 	for len(entries) > 0 {
 		n := min(batch, len(entries))
-		a := &applier{b: s.db.NewIndexedBatch(), cp: cp}
+		a := newApplier(s, cp)
 		for _, e := range entries[:n] {
 			if err := a.apply(e); err != nil {
 				_ = a.b.Close()
@@ -28,6 +28,7 @@ func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
 		if err := a.b.Commit(pebble.NoSync); err != nil {
 			return err
 		}
+		a.committed()
 		_ = a.b.Close()
 		cp, entries = a.cp, entries[n:]
 	}

@@ -171,7 +171,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 
 	var pending []ledger.Entry
 	batches := 0
-	a := &applier{b: p.store.db.NewIndexedBatch(), cp: cp}
+	a := newApplier(p.store, cp)
 	defer func() { _ = a.b.Close() }()
 	for {
 		m, err := it.Next()
@@ -206,7 +206,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			}
 			cp, pending = a.cp, pending[:0]
 			_ = a.b.Close()
-			a = &applier{b: p.store.db.NewIndexedBatch(), cp: cp}
+			a = newApplier(p.store, cp)
 			if p.afterCommit != nil {
 				if err := p.afterCommit(cp.Applied); err != nil {
 					return err
@@ -230,6 +230,7 @@ func (p *Projector) commit(a *applier, lag uint64, sync bool) error {
 		p.m.errors.WithLabelValues("store").Inc()
 		return fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, err)
 	}
+	a.committed()
 	p.m.commit.Observe(time.Since(start).Seconds())
 	p.applied.Store(a.cp.Applied)
 	p.m.applied.Add(float64(n))
@@ -243,7 +244,7 @@ func (p *Projector) recommit(cp checkpoint, good []ledger.Entry) error {
 	if len(good) == 0 {
 		return nil
 	}
-	a := &applier{b: p.store.db.NewIndexedBatch(), cp: cp}
+	a := newApplier(p.store, cp)
 	defer func() { _ = a.b.Close() }()
 	for _, e := range good {
 		if err := a.apply(e); err != nil {

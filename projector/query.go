@@ -40,8 +40,9 @@ const (
 
 // view is one query's consistent read of the store at sequence seq.
 type view struct {
-	snap *pebble.Snapshot
-	seq  uint64
+	snap    *pebble.Snapshot
+	seq     uint64
+	applied uint64
 }
 
 func (v *view) close() { _ = v.snap.Close() }
@@ -65,6 +66,7 @@ func (q *Queries) open(at AsOf) (*view, error) {
 		}
 		applied = cp.Applied
 	}
+	v.applied = applied
 	switch {
 	case at.Seq > 0:
 		v.seq = min(at.Seq, applied)
@@ -159,8 +161,8 @@ func (v *view) item(seq uint64) (TimelineItem, error) {
 	if !ok {
 		return TimelineItem{}, fmt.Errorf("projector: entry %d indexed but not stored", seq)
 	}
-	var se storedEntry
-	if err := json.Unmarshal(raw, &se); err != nil {
+	se, err := decodeEntry(raw)
+	if err != nil {
 		return TimelineItem{}, fmt.Errorf("projector: decode entry %d: %w", seq, err)
 	}
 	it := TimelineItem{Seq: seq, Time: se.Time, Kind: se.Kind, Subject: se.Subject, Headers: se.Headers}
@@ -353,20 +355,33 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 	}
 	defer v.close()
 	limit = clampLimit(limit)
-	p := key(tagInbox, project, agent).prefix()
-	after, err := decodeCursor(cursor, p)
+	after, err := decodeSeqCursor(cursor)
 	if err != nil {
 		return nil, err
 	}
 	out := &Page[InboxEntry]{AsOfSeq: v.seq, Items: []InboxEntry{}}
-	err = scan(v.snap, p, after, func(k, val []byte) (bool, error) {
+	p := key(tagInbox, project, agent).prefix()
+	// Pending entries now: walk the pending index, whose size is the
+	// number of pending entries, not the agent's whole history.
+	if state == InboxPending && v.seq == v.applied {
+		p = key(tagPending, project, agent).prefix()
+	}
+	lower := append(append([]byte(nil), p...), binary.BigEndian.AppendUint64(nil, after+1)...)
+	err = scan(v.snap, p, lower, func(k, val []byte) (bool, error) {
 		seq := trailingU64(k)
 		if seq > v.seq {
 			return false, nil
 		}
 		if len(out.Items) == limit {
-			out.NextCursor = encodeCursor(lastKey(out.Items, project, agent))
+			out.NextCursor = encodeSeqCursor(out.Items[len(out.Items)-1].ReportSeq)
 			return false, nil
+		}
+		if bytes.HasPrefix(k, []byte(tagPending)) {
+			raw, ok, err := get(v.snap, key(tagInbox, project, agent).u64(seq))
+			if err != nil || !ok {
+				return false, fmt.Errorf("pending inbox entry %d not stored: %v", seq, err)
+			}
+			val = raw
 		}
 		var e InboxEntry
 		if err := json.Unmarshal(val, &e); err != nil {
@@ -390,8 +405,20 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 	return out, nil
 }
 
-func lastKey(items []InboxEntry, project, agent string) []byte {
-	return key(tagInbox, project, agent).u64(items[len(items)-1].ReportSeq)
+// Inbox cursors name the last report sequence returned.
+func encodeSeqCursor(seq uint64) string {
+	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte("r"), seq))
+}
+
+func decodeSeqCursor(c string) (uint64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) != 9 || b[0] != 'r' {
+		return 0, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+	}
+	return binary.BigEndian.Uint64(b[1:]), nil
 }
 
 // Card answers a card by id as of the query, with every version up to it.

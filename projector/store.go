@@ -3,14 +3,58 @@ package projector
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Store is the projector's Pebble database holding every view.
 type Store struct {
 	db *pebble.DB
+
+	// states caches committed call states for the applier, so applying a
+	// report or wakeup does not seek the database. The projector is the
+	// only writer, so the cache cannot go stale; it is bounded by clearing.
+	mu     sync.Mutex
+	states map[string]*CallState
+}
+
+// maxCachedStates bounds the call-state cache.
+const maxCachedStates = 200_000
+
+func (s *Store) cachedState(k string) (*CallState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.states[k]
+	return st, ok
+}
+
+func (s *Store) cacheState(k string, st *CallState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.states) >= maxCachedStates {
+		s.states = map[string]*CallState{}
+	}
+	s.states[k] = st
+}
+
+func (s *Store) cacheStates(m map[string]*CallState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.states)+len(m) > maxCachedStates {
+		s.states = make(map[string]*CallState, len(m))
+	}
+	for k, st := range m {
+		s.states[k] = st
+	}
+}
+
+func (s *Store) dropCache() {
+	s.mu.Lock()
+	s.states = map[string]*CallState{}
+	s.mu.Unlock()
 }
 
 // StoreOptions configures OpenStore. The zero value uses the OS filesystem.
@@ -18,11 +62,25 @@ type StoreOptions struct {
 	// FS replaces the filesystem (tests use Pebble's crash-simulating
 	// in-memory filesystem). Nil means the OS filesystem.
 	FS vfs.FS
+	// CacheBytes sizes Pebble's block cache. Zero means 64 MiB.
+	CacheBytes int64
 }
 
 // OpenStore opens (creating if needed) the view database in dir.
 func OpenStore(dir string, o StoreOptions) (*Store, error) {
-	opts := &pebble.Options{Logger: quietLogger{}}
+	cacheSize := o.CacheBytes
+	if cacheSize == 0 {
+		cacheSize = 64 << 20
+	}
+	cache := pebble.NewCache(cacheSize)
+	defer cache.Unref()
+	// A larger memtable absorbs rebuild bursts with fewer flushes.
+	opts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: 32 << 20}
+	// Point reads (entries, cards, call states) dominate queries: bloom
+	// filters let them skip sstables without reading blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
 	if o.FS != nil {
 		opts.FS = o.FS
 	}
@@ -30,7 +88,7 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, states: map[string]*CallState{}}, nil
 }
 
 // Close flushes and closes the store.
@@ -76,6 +134,7 @@ func (s *Store) Applied() (uint64, error) {
 
 // Reset deletes every view (for a rebuild from sequence 1).
 func (s *Store) Reset() error {
+	s.dropCache()
 	if err := s.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, pebble.Sync); err != nil {
 		return fmt.Errorf("projector: reset views: %w", err)
 	}
