@@ -145,7 +145,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	if err != nil {
 		return fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
 	}
-	if first := s.CachedInfo().State.FirstSeq; first > cp.Applied+1 && s.CachedInfo().State.Msgs > 0 {
+	if first := s.CachedInfo().State.FirstSeq; first > cp.Applied+1 {
 		return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, first), "gap")
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
@@ -154,7 +154,9 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	if err != nil {
 		return fmt.Errorf("projector: consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * p.cfg.BatchSize))
+	// A read-ahead floor keeps tiny batch sizes from starving the client's
+	// pull loop (which then waits out a missed heartbeat).
+	it, err := cons.Messages(jetstream.PullMaxMessages(max(2*p.cfg.BatchSize, 256)))
 	if err != nil {
 		return fmt.Errorf("projector: messages: %w", err)
 	}
@@ -214,6 +216,11 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			}
 			if until > 0 && cp.Applied >= until {
 				return nil
+			}
+			if until > 0 && meta.NumPending == 0 {
+				// Nothing is left in the stream, yet the sequences up to
+				// until were there when CatchUp began: they are missing.
+				return p.stop(fmt.Errorf("%w: sequence %d is missing (the stream ends at %d)", ErrGap, cp.Applied+1, cp.Applied), "gap")
 			}
 		}
 	}
