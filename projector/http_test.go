@@ -60,7 +60,7 @@ func TestHTTPAuditAPI(t *testing.T) {
 	require.Equal(t, 1, story.Calls[0].Duplicates)
 
 	var state struct {
-		AsOfSeq uint64               `json:"as_of_seq"`
+		AsOfSeq uint64              `json:"as_of_seq"`
 		Call    projector.CallState `json:"call"`
 	}
 	require.Equal(t, 200, getJSON(t, base+"/turns/turn-special/calls/pending", &state))
