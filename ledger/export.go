@@ -122,6 +122,12 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 // sequence in the export format. The chain is computed from sequence 1 so
 // that the header can carry the link before from.
 func (l *Ledger) Export(ctx context.Context, w io.Writer, from uint64) (ExportTrailer, error) {
+	return ExportStream(ctx, l.js, l.streams.Stream, w, from)
+}
+
+// ExportStream is Export for any ledger stream, without opening a Ledger
+// (clients export a running server's ledger with it).
+func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w io.Writer, from uint64) (ExportTrailer, error) {
 	if from == 0 {
 		from = 1
 	}
@@ -133,9 +139,9 @@ func (l *Ledger) Export(ctx context.Context, w io.Writer, from uint64) (ExportTr
 	headerDone := false
 	writeHeader := func() error {
 		headerDone = true
-		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: l.streams.Stream, FromSeq: from, PrevLink: v.Head().String()})
+		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: stream, FromSeq: from, PrevLink: v.Head().String()})
 	}
-	_, err := l.ReadEntries(ctx, 1, func(e Entry) error {
+	_, err := ReadStream(ctx, js, stream, 1, func(e Entry) error {
 		if e.Seq == from && !headerDone {
 			if err := writeHeader(); err != nil {
 				return err

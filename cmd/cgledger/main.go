@@ -18,10 +18,21 @@ var (
 const usage = `cgledger: an event-sourced callback ledger for AI-agent tool calls on NATS JetStream.
 
 Usage:
-  cgledger serve [flags]   run the embedded nats-server, the ledger API and /metrics
-  cgledger version         print the build version and commit
+  cgledger serve [flags]                       run the ledger (embedded nats-server by default)
+  cgledger check-config [flags]                validate the serve configuration and print it
+  cgledger call --project P --agent A --tool T --args JSON
+                                               dispatch a tool call and wait for its result
+  cgledger tools register FILE.yaml --project P
+  cgledger tools list --project P              register and list tools
+  cgledger audit turn|call|agent|card ID --project P [--as-of-seq N | --as-of TIME]
+                                               read history from the views
+  cgledger export --out FILE [--from-seq N]    export the ledger (versioned JSON Lines)
+  cgledger replay FILE [--expect DIGEST]       replay an export in a fresh embedded server
+  cgledger verify [FILE]                       check the hash chain (of a file, or the live ledger)
+  cgledger version                             print the build version and commit
 
-Run "cgledger serve --help" for the serve flags.
+Every command takes --help. Exit codes: 0 ok, 1 the operation said no (call not success,
+verification failed, request refused), 2 usage or configuration error, 3 server unreachable.
 `
 
 func main() {
@@ -36,8 +47,22 @@ func run(args []string) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:])
+	case "check-config":
+		return checkConfig(args[1:])
+	case "call":
+		return call(args[1:])
+	case "tools":
+		return tools(args[1:])
+	case "audit":
+		return audit(args[1:])
+	case "export":
+		return export(args[1:])
+	case "replay":
+		return replayCmd(args[1:])
+	case "verify":
+		return verify(args[1:])
 	case "version", "--version":
-		fmt.Printf("cgledger %s %s\n", version, buildCommit())
+		fmt.Fprintf(stdout, "cgledger %s %s\n", version, buildCommit())
 		return 0
 	case "help", "-h", "--help":
 		fmt.Print(usage)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,76 +28,124 @@ import (
 	"github.com/cgledger/cgledger/projector"
 )
 
-type serveFlags struct {
-	data         string
-	natsListen   string
-	httpListen   string
-	syncAlways   bool
-	syncInterval time.Duration
-	logFormat    string
-}
+const serveHelp = `Run cgledger. With no flags: an embedded JetStream nats-server (data under ./data,
+NATS on 127.0.0.1:4222), the ledger and its NATS request/reply API, the executor with the
+built-in tools, the projector, and an HTTP server on 127.0.0.1:8080 with /healthz, /readyz,
+/metrics, the audit API under /v1/ and the tool registry under /projects/.
+
+With --nats-url it uses an existing NATS JetStream server or cluster instead (use
+--replicas 3 on a cluster); --roles runs only some parts (api, executor, projector), so
+several processes can share one cluster. Settings come from defaults, a config file
+(--config or CGLEDGER_CONFIG), CGLEDGER_* environment variables and flags, later ones
+winning; "cgledger check-config" shows the result.
+
+SIGTERM or SIGINT shuts down gracefully (stop pulling commands, drain in-flight calls, stop
+the API, sync the projector checkpoint, drain NATS, stop the embedded server last); a second
+signal exits at once.`
 
 func serve(args []string) int {
-	var f serveFlags
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.StringVar(&f.data, "data", "./data", "directory for the embedded JetStream store")
-	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "address the embedded nats-server listens on")
-	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP server (/healthz, /metrics)")
-	fs.BoolVar(&f.syncAlways, "sync-always", false, "fsync every JetStream write before acknowledging it (durable across host crashes, much slower; see docs/durability.md)")
-	fs.DurationVar(&f.syncInterval, "sync-interval", 0, "JetStream fsync interval (0 keeps nats-server's 2m default)")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	fs := newFlagSet("serve", "serve [flags]", serveHelp)
+	cfgPath, values := configFlags(fs)
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	s, _, err := loadSettings(fs, *cfgPath, values)
+	if err != nil {
+		return failf(exitUsage, "%v", err)
+	}
+	if vs := s.validate(); len(vs) > 0 {
+		for _, v := range vs {
+			fmt.Fprintf(os.Stderr, "cgledger serve: %s: %s\n", v.Field, v.Message)
 		}
-		return 2
+		return exitUsage
 	}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, nil)
-	if f.logFormat == "json" {
-		handler = slog.NewJSONHandler(os.Stderr, nil)
-	}
-	log := slog.New(handler)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := runServe(ctx, f, log); err != nil {
+	log := newLogger(s)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		log.Info("signal received: shutting down (send it again to exit at once)")
+		stop()
+		<-sigs
+		log.Warn("second signal: exiting at once")
+		os.Exit(130)
+	}()
+	if err := runServe(ctx, s, log, nil); err != nil {
 		log.Error("serve failed", "err", err)
-		return 1
+		return exitFailed
 	}
-	return 0
+	return exitOK
 }
 
-func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
-	host, portStr, err := net.SplitHostPort(f.natsListen)
-	if err != nil {
-		return fmt.Errorf("--nats-listen %q: %w", f.natsListen, err)
+func newLogger(s Settings) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(s.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("--nats-listen %q: bad port: %w", f.natsListen, err)
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// natsOptions are the connection options for --nats-url.
+func natsOptions(s Settings, name string) []nats.Option {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if s.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(s.NATSCreds))
 	}
-	storeDir, err := filepath.Abs(filepath.Join(f.data, "jetstream"))
-	if err != nil {
-		return fmt.Errorf("--data %q: %w", f.data, err)
+	if s.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(s.NATSUser, s.NATSPassword))
 	}
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: f.syncAlways, SyncInterval: f.syncInterval})
-	if err != nil {
-		return fmt.Errorf("start embedded nats-server: %w", err)
+	if s.NATSToken != "" {
+		opts = append(opts, nats.Token(s.NATSToken))
 	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		log.Info("embedded nats-server stopped")
-	}()
-	url := "nats://" + srv.Addr().String()
-	nc, err := nats.Connect(url, nats.Name("cgledger-serve"))
+	return opts
+}
+
+// runServe runs until ctx ends. ready, when not nil, receives the HTTP and
+// NATS addresses once serving (tests).
+func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(httpAddr, natsURL string)) error {
+	url := s.NATSURL
+	if url == "" {
+		host, portStr, _ := net.SplitHostPort(s.NATSListen)
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return fmt.Errorf("nats_listen %q: bad port: %w", s.NATSListen, err)
+		}
+		storeDir, err := filepath.Abs(filepath.Join(s.Data, "jetstream"))
+		if err != nil {
+			return fmt.Errorf("data %q: %w", s.Data, err)
+		}
+		cfg := natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: s.SyncAlways}
+		if s.SyncInterval != "" {
+			cfg.SyncInterval, _ = time.ParseDuration(s.SyncInterval)
+		}
+		srv, err := natsserver.Start(cfg)
+		if err != nil {
+			return fmt.Errorf("start embedded nats-server: %w", err)
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			log.Info("embedded nats-server stopped")
+		}()
+		url = "nats://" + srv.Addr().String()
+	}
+	nc, err := nats.Connect(url, natsOptions(s, "cgledger-serve")...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
+	defer func() {
+		if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			log.Warn("nats drain", "err", err)
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log})
+	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}})
 	if err != nil {
 		return err
 	}
@@ -106,97 +153,119 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := projector.OpenStore(filepath.Join(f.data, "views"), projector.StoreOptions{})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			log.Error("close view store", "err", err)
-		}
-	}()
-	proj, err := projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log})
-	if err != nil {
-		return err
-	}
-	var ready atomic.Bool
+
+	var ready0 atomic.Bool
 	var projErr atomic.Value
-	projCtx, stopProj := context.WithCancel(ctx)
-	projDone := make(chan struct{})
-	go func() {
-		defer close(projDone)
-		if err := proj.CatchUp(projCtx); err != nil {
-			projErr.Store(err.Error())
-			log.Error("projector catch-up failed", "err", err)
-			if projector.Fatal(err) {
-				return
-			}
-		} else {
-			ready.Store(true)
-			log.Info("projector caught up", "applied", proj.Applied())
-		}
-		if err := proj.Run(projCtx); err != nil {
-			ready.Store(false)
-			projErr.Store(err.Error())
-			log.Error("projector stopped", "err", err)
-		}
-	}()
-	defer func() {
-		stopProj()
-		<-projDone
-		if err := store.Sync(); err != nil {
-			log.Error("sync view store", "err", err)
-		}
-	}()
-	api, err := l.ServeAPI(ctx, ledger.APIConfig{})
-	if err != nil {
-		return err
-	}
-	defer api.Stop()
-
-	ex, err := executor.New(l, nc, executor.Config{Registerer: reg, Logger: log})
-	if err != nil {
-		return err
-	}
-	if err := executor.RegisterBuiltins(ex, executor.HTTPToolConfig{Logger: log}); err != nil {
-		return err
-	}
-	if err := ex.Start(ctx); err != nil {
-		return fmt.Errorf("start executor: %w", err)
-	}
-	// Stopped first on shutdown: stop pulling, drain in-flight calls.
-	defer ex.Stop(context.Background())
-
 	mux := http.NewServeMux()
+	var proj *projector.Projector
+	if s.has("projector") {
+		store, err := projector.OpenStore(filepath.Join(s.Data, "views"), projector.StoreOptions{})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := store.Close(); err != nil {
+				log.Error("close view store", "err", err)
+			}
+		}()
+		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		projCtx, stopProj := context.WithCancel(ctx)
+		projDone := make(chan struct{})
+		go func() {
+			defer close(projDone)
+			if err := proj.CatchUp(projCtx); err != nil {
+				if projCtx.Err() != nil {
+					return
+				}
+				projErr.Store(err.Error())
+				log.Error("projector catch-up failed", "err", err)
+				if projector.Fatal(err) {
+					return
+				}
+			} else {
+				ready0.Store(true)
+				log.Info("projector caught up", "applied", proj.Applied())
+			}
+			if err := proj.Run(projCtx); err != nil {
+				ready0.Store(false)
+				projErr.Store(err.Error())
+				log.Error("projector stopped", "err", err)
+			}
+		}()
+		defer func() {
+			stopProj()
+			<-projDone
+			if err := store.Sync(); err != nil {
+				log.Error("sync view store", "err", err)
+			}
+			log.Info("projector stopped", "applied", proj.Applied())
+		}()
+		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
+			Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return store.VerifyStream(ctx, js, l.StreamName()) },
+		}))
+	} else {
+		ready0.Store(true)
+	}
+	if s.has("api") {
+		api, err := l.ServeAPI(ctx, ledger.APIConfig{})
+		if err != nil {
+			return err
+		}
+		defer api.Stop()
+		mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
+	}
+	if s.has("executor") {
+		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		if err := executor.RegisterBuiltins(ex, executor.HTTPToolConfig{Logger: log}); err != nil {
+			return err
+		}
+		if err := ex.Start(ctx); err != nil {
+			return fmt.Errorf("start executor: %w", err)
+		}
+		defer func() {
+			ex.Stop(context.Background())
+			log.Info("executor drained")
+		}()
+	}
+
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
 		if !nc.IsConnected() {
-			http.Error(w, `{"status":"nats disconnected"}`, http.StatusServiceUnavailable)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"nats disconnected"}` + "\n"))
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		if !ready.Load() || !nc.IsConnected() {
+		body := map[string]any{"status": "ready", "roles": s.Roles}
+		if proj != nil {
+			body["applied_seq"] = proj.Applied()
+		}
+		if !ready0.Load() || !nc.IsConnected() {
 			reason, _ := projErr.Load().(string)
 			if reason == "" {
 				reason = "projector catching up"
 			}
+			if !nc.IsConnected() {
+				reason = "nats disconnected"
+			}
+			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]any{"status": "not ready", "reason": reason, "applied_seq": proj.Applied()})
-			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "applied_seq": proj.Applied()})
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
-	mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
-		Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return store.VerifyStream(ctx, js, l.StreamName()) },
-	}))
-	ln, err := net.Listen("tcp", f.httpListen)
+	ln, err := net.Listen("tcp", s.HTTPListen)
 	if err != nil {
-		return fmt.Errorf("--http-listen %q: %w", f.httpListen, err)
+		return fmt.Errorf("http_listen %q: %w", s.HTTPListen, err)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -204,15 +273,18 @@ func runServe(ctx context.Context, f serveFlags, log *slog.Logger) error {
 			log.Error("http server", "err", err)
 		}
 	}()
-	log.Info("cgledger serving", "nats", url, "http", "http://"+ln.Addr().String(), "data", f.data,
-		"stream", l.StreamName(), "bucket", l.BucketName(), "sync_always", f.syncAlways)
+	log.Info("cgledger serving", "nats", url, "http", "http://"+ln.Addr().String(), "data", s.Data,
+		"roles", s.Roles, "stream", l.StreamName(), "replicas", s.Replicas, "sync_always", s.SyncAlways)
+	if ready != nil {
+		ready("http://"+ln.Addr().String(), url)
+	}
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	// Order: stop the HTTP server, then (deferred, in reverse) stop the
-	// executor (stop pulling, drain in-flight calls), stop the API after its
+	// Order: stop the HTTP server; then, deferred in reverse: drain the
+	// executor (stop pulling, finish in-flight calls), stop the API after its
 	// in-flight requests, stop the projector and sync its checkpoint, close
-	// the view store and the connection, and stop the embedded server last.
+	// the view store, drain the NATS connection, stop the embedded server.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/projector"
+)
+
+func randomID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func call(args []string) int {
+	fs := newFlagSet("call", "call --project P --agent A --tool NAME --args JSON [--channel C] [--timeout D] [--turn ID] [--call-id ID] [--epoch N] [--json]",
+		`Dispatch a real tool call through the protocol as a worker would: write the tool.call card,
+publish the command on the tool's target subject, wait until the report reaches the agent's
+Inbox, and print the result. Exit 0 only when the status is success. --turn, --call-id and
+--epoch set the identity (generated when absent), so a call can be repeated on purpose: the
+ledger answers a repeat with the original outcome.`)
+	var cf clientFlags
+	cf.register(fs, true, true)
+	project := fs.String("project", "", "project id (required)")
+	channel := fs.String("channel", "main", "channel id")
+	agent := fs.String("agent", "", "agent id (required)")
+	tool := fs.String("tool", "", "tool name (required)")
+	argsJSON := fs.String("args", "{}", "tool arguments as a JSON object")
+	timeout := fs.Duration("timeout", 30*time.Second, "the call's deadline, also how long to wait for its result")
+	turn := fs.String("turn", "", "agent_turn_id (generated when absent)")
+	callID := fs.String("call-id", "", "tool_call_id (generated when absent)")
+	epoch := fs.Uint64("epoch", 1, "turn_epoch")
+	after := fs.String("after-execution", ledger.AfterSuspend, "suspend or terminate")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	var missing []string
+	for name, v := range map[string]string{"project": *project, "agent": *agent, "tool": *tool} {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) > 0 {
+		return failf(exitUsage, "call: missing %v", missing)
+	}
+	if !json.Valid([]byte(*argsJSON)) || len(*argsJSON) == 0 || (*argsJSON)[0] != '{' {
+		return failf(exitUsage, "call: --args must be a JSON object, got %q", *argsJSON)
+	}
+	if *turn == "" {
+		*turn = randomID("turn-")
+	}
+	if *callID == "" {
+		*callID = randomID("call-")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+15*time.Second)
+	defer cancel()
+	nc, err := cf.connect()
+	if err != nil {
+		return failf(exitUnreachable, "%v", err)
+	}
+	defer nc.Close()
+	cl := ledger.NewClient(nc)
+
+	subject := ledger.ToolCommandSubject(ledger.DefaultVersion, *project, *channel, *tool)
+	if st, err := cl.GetTool(ctx, *project, *tool); err == nil {
+		subject = st.Definition.TargetFor(*project, *channel)
+	} else if !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrBadRequest) {
+		return failf(exitFor(err), "call: read tool %s: %v", *tool, err)
+	}
+	traceID := randomID("")
+	id := ledger.Identity{AgentID: *agent, AgentTurnID: *turn, TurnEpoch: *epoch, ToolCallID: *callID,
+		Traceparent: "00-" + traceID + randomID("") + "-" + randomID("") + "-01"}
+	cardID := "cc-" + *callID
+	req := ledger.DispatchRequest{
+		Subject: subject, Identity: id,
+		Card: ledger.Card{CardID: cardID, ProjectID: *project, Type: ledger.CardToolCall, AuthorID: *agent,
+			AgentTurnID: *turn, ToolCallID: *callID,
+			Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":%s}`, *tool, *argsJSON)),
+			Metadata: ledger.CardMetadata{TraceID: traceID, ParentStepID: *turn, StepID: "step-" + *callID}},
+		Payload: ledger.ToolCommandPayload{ToolCallCardID: cardID, ToolName: *tool, AfterExecution: *after, TimeoutMS: timeout.Milliseconds()},
+	}
+	d, err := cl.Dispatch(ctx, req)
+	if err != nil {
+		return failf(exitFor(err), "call: dispatch: %v", err)
+	}
+	identity := map[string]any{"project_id": *project, "channel_id": *channel, "agent_id": *agent, "agent_turn_id": *turn,
+		"tool_call_id": *callID, "turn_epoch": *epoch, "subject": d.Subject, "tool_call_card_id": cardID, "duplicate_dispatch": d.Duplicate}
+
+	// Wait until the report is projected into the agent's Inbox.
+	var state struct {
+		AsOfSeq uint64               `json:"as_of_seq"`
+		Call    projector.CallState `json:"call"`
+	}
+	deadline := time.Now().Add(*timeout + 10*time.Second)
+	for {
+		err := cf.httpDo(ctx, "GET", "/v1/projects/"+url.PathEscape(*project)+"/turns/"+url.PathEscape(*turn)+"/calls/"+url.PathEscape(*callID), nil, nil, &state)
+		if err == nil && state.Call.ReportedSeq != 0 {
+			break
+		}
+		if errors.Is(err, errUnreachable) {
+			return failf(exitUnreachable, "call: %v", err)
+		}
+		if time.Now().After(deadline) {
+			return failf(exitFailed, "call: no result for %s/%s within %s", *turn, *callID, *timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return failf(exitFailed, "call: %v", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cards, _, err := cl.GetCards(ctx, *project, []string{state.Call.ToolResultCardID})
+	if err != nil || len(cards) != 1 {
+		return failf(exitFor(err), "call: read result card %s: %v", state.Call.ToolResultCardID, err)
+	}
+	tr, _ := cards[0].Card.ToolResult()
+	if cf.asJSON {
+		printJSON(map[string]any{"identity": identity, "report": state.Call, "result_card": cards[0]})
+	} else {
+		fmt.Fprintf(stdout, "status:     %s\n", tr.Status)
+		fmt.Fprintf(stdout, "tool:       %s (%s)\n", *tool, d.Subject)
+		fmt.Fprintf(stdout, "call:       project=%s channel=%s agent=%s turn=%s call=%s epoch=%d\n", *project, *channel, *agent, *turn, *callID, *epoch)
+		fmt.Fprintf(stdout, "ledger:     card seq %d, command seq %d, report seq %d\n", d.CardSeq, d.CommandSeq, state.Call.ReportedSeq)
+		fmt.Fprintf(stdout, "after:      %s (effective %s)\n", state.Call.AfterExecution, state.Call.EffectiveAfterExecution)
+		fmt.Fprintf(stdout, "result:     %s\n", string(tr.Result))
+		if tr.Error != nil {
+			fmt.Fprintf(stdout, "error:      %s: %s\n", tr.Error.Code, tr.Error.Message)
+			if len(tr.Error.Detail) > 0 {
+				fmt.Fprintf(stdout, "detail:     %s\n", string(tr.Error.Detail))
+			}
+		}
+	}
+	if tr.Status != ledger.StatusSuccess {
+		return exitFailed
+	}
+	return exitOK
+}

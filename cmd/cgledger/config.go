@@ -1,0 +1,304 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// Settings is the effective configuration of `cgledger serve`: defaults,
+// then a config file, then CGLEDGER_* environment variables, then flags
+// (docs/configuration.md).
+type Settings struct {
+	Data         string   `json:"data" yaml:"data"`
+	NATSListen   string   `json:"nats_listen" yaml:"nats_listen"`
+	HTTPListen   string   `json:"http_listen" yaml:"http_listen"`
+	NATSURL      string   `json:"nats_url" yaml:"nats_url"`
+	NATSCreds    string   `json:"nats_creds" yaml:"nats_creds"`
+	NATSUser     string   `json:"nats_user" yaml:"nats_user"`
+	NATSPassword string   `json:"nats_password" yaml:"nats_password"`
+	NATSToken    string   `json:"nats_token" yaml:"nats_token"`
+	Replicas     int      `json:"replicas" yaml:"replicas"`
+	SyncAlways   bool     `json:"sync_always" yaml:"sync_always"`
+	SyncInterval string   `json:"sync_interval" yaml:"sync_interval"`
+	LogFormat    string   `json:"log_format" yaml:"log_format"`
+	LogLevel     string   `json:"log_level" yaml:"log_level"`
+	Roles        []string `json:"roles" yaml:"roles"`
+	SourceID     string   `json:"source_id" yaml:"source_id"`
+}
+
+// setting describes one setting: its flag, environment variable and how to
+// set it from text.
+type setting struct {
+	key, flag, env, usage string
+	set                   func(*Settings, string) error
+	get                   func(*Settings) string
+	secret                bool
+}
+
+func str(f func(*Settings) *string) (func(*Settings, string) error, func(*Settings) string) {
+	return func(s *Settings, v string) error { *f(s) = v; return nil }, func(s *Settings) string { return *f(s) }
+}
+
+var settings = func() []setting {
+	mk := func(key, flag, usage string, f func(*Settings) *string) setting {
+		set, get := str(f)
+		return setting{key: key, flag: flag, env: "CGLEDGER_" + strings.ToUpper(key), usage: usage, set: set, get: get}
+	}
+	list := []setting{
+		mk("data", "data", "directory for the embedded JetStream store and the views", func(s *Settings) *string { return &s.Data }),
+		mk("nats_listen", "nats-listen", "address the embedded nats-server listens on", func(s *Settings) *string { return &s.NATSListen }),
+		mk("http_listen", "http-listen", "address of the HTTP server (/healthz, /readyz, /metrics, /v1/, /projects/)", func(s *Settings) *string { return &s.HTTPListen }),
+		mk("nats_url", "nats-url", "use an existing NATS JetStream server or cluster instead of the embedded one", func(s *Settings) *string { return &s.NATSURL }),
+		mk("nats_creds", "nats-creds", "NATS credentials file (with --nats-url)", func(s *Settings) *string { return &s.NATSCreds }),
+		mk("nats_user", "nats-user", "NATS user (with --nats-url)", func(s *Settings) *string { return &s.NATSUser }),
+		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
+		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
+		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
+		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
+	}
+	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
+	pw.secret = true
+	tok := mk("nats_token", "nats-token", "NATS token (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSToken })
+	tok.secret = true
+	list = append(list, pw, tok,
+		setting{key: "replicas", flag: "replicas", env: "CGLEDGER_REPLICAS", usage: "replicas of the ledger stream and bucket (3 on a cluster)",
+			set: func(s *Settings, v string) error {
+				n, err := strconv.Atoi(v)
+				s.Replicas = n
+				return err
+			}, get: func(s *Settings) string { return strconv.Itoa(s.Replicas) }},
+		setting{key: "sync_always", flag: "sync-always", env: "CGLEDGER_SYNC_ALWAYS", usage: "fsync every JetStream write before acknowledging it (see docs/durability.md)",
+			set: func(s *Settings, v string) error {
+				b, err := strconv.ParseBool(v)
+				s.SyncAlways = b
+				return err
+			}, get: func(s *Settings) string { return strconv.FormatBool(s.SyncAlways) }},
+		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector",
+			set: func(s *Settings, v string) error {
+				s.Roles = nil
+				for _, r := range strings.Split(v, ",") {
+					if r = strings.TrimSpace(r); r != "" {
+						s.Roles = append(s.Roles, r)
+					}
+				}
+				return nil
+			}, get: func(s *Settings) string { return strings.Join(s.Roles, ",") }},
+	)
+	return list
+}()
+
+func defaultSettings() Settings {
+	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1,
+		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor"}
+}
+
+// configFlags registers every setting as a flag (with no default: unset
+// flags do not override lower layers) plus --config.
+func configFlags(fs *flag.FlagSet) (configPath *string, values map[string]*string) {
+	configPath = fs.String("config", "", "YAML or JSON config file (also CGLEDGER_CONFIG)")
+	values = map[string]*string{}
+	for _, st := range settings {
+		if st.key == "sync_always" {
+			b := fs.Bool(st.flag, false, st.usage)
+			v := new(string)
+			values[st.key] = v
+			// Bool flags are recorded through Visit below.
+			_ = b
+			continue
+		}
+		values[st.key] = fs.String(st.flag, "", st.usage+" (env "+st.env+")")
+	}
+	return configPath, values
+}
+
+// loadSettings layers defaults, file, environment and flags, recording the
+// source of each value.
+func loadSettings(fs *flag.FlagSet, configPath string, values map[string]*string) (Settings, map[string]string, error) {
+	s := defaultSettings()
+	source := map[string]string{}
+	for _, st := range settings {
+		source[st.key] = "default"
+	}
+	if configPath == "" {
+		configPath = os.Getenv("CGLEDGER_CONFIG")
+	}
+	if configPath != "" {
+		raw, err := os.ReadFile(configPath)
+		if err != nil {
+			return s, source, fmt.Errorf("config file: %w", err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			return s, source, fmt.Errorf("config file %s: %w", configPath, err)
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			st := lookupSetting(k)
+			if st == nil {
+				return s, source, fmt.Errorf("config file %s: unknown setting %q", configPath, k)
+			}
+			v := m[k]
+			text := fmt.Sprint(v)
+			if list, ok := v.([]any); ok {
+				parts := make([]string, len(list))
+				for i, x := range list {
+					parts[i] = fmt.Sprint(x)
+				}
+				text = strings.Join(parts, ",")
+			}
+			if err := st.set(&s, text); err != nil {
+				return s, source, fmt.Errorf("config file %s: %s: %w", configPath, k, err)
+			}
+			source[k] = "file " + configPath
+		}
+	}
+	for _, st := range settings {
+		if v, ok := os.LookupEnv(st.env); ok {
+			if err := st.set(&s, v); err != nil {
+				return s, source, fmt.Errorf("%s: %w", st.env, err)
+			}
+			source[st.key] = "env " + st.env
+		}
+	}
+	var ferr error
+	fs.Visit(func(f *flag.Flag) {
+		for _, st := range settings {
+			if st.flag == f.Name {
+				if err := st.set(&s, f.Value.String()); err != nil && ferr == nil {
+					ferr = fmt.Errorf("--%s: %w", f.Name, err)
+				}
+				source[st.key] = "flag --" + f.Name
+			}
+		}
+	})
+	return s, source, ferr
+}
+
+func lookupSetting(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+// validate lists every problem with the settings.
+func (s Settings) validate() ledger.Violations {
+	var vs ledger.Violations
+	if s.NATSURL == "" {
+		if s.Data == "" {
+			vs.Add("data", ledger.VRequired, "is required with the embedded server")
+		}
+		if _, _, err := net.SplitHostPort(s.NATSListen); err != nil {
+			vs.Add("nats_listen", ledger.VInvalidValue, "must be host:port, got %q", s.NATSListen)
+		}
+		if s.Replicas > 1 {
+			vs.Add("replicas", ledger.VInvalidValue, "the embedded server is a single node: use replicas 1, or --nats-url with a cluster")
+		}
+	} else {
+		u, err := url.Parse(strings.Split(s.NATSURL, ",")[0])
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
+			vs.Add("nats_url", ledger.VInvalidValue, "must be a nats://, tls://, ws:// or wss:// URL (comma-separated for several), got %q", s.NATSURL)
+		}
+		if s.NATSCreds != "" {
+			if _, err := os.Stat(s.NATSCreds); err != nil {
+				vs.Add("nats_creds", ledger.VNotFound, "cannot read %s: %v", s.NATSCreds, err)
+			}
+		}
+	}
+	if _, _, err := net.SplitHostPort(s.HTTPListen); err != nil {
+		vs.Add("http_listen", ledger.VInvalidValue, "must be host:port, got %q", s.HTTPListen)
+	}
+	if s.Replicas < 1 || s.Replicas > 5 {
+		vs.Add("replicas", ledger.VInvalidValue, "must be between 1 and 5, got %d", s.Replicas)
+	}
+	if s.SyncInterval != "" {
+		if d, err := time.ParseDuration(s.SyncInterval); err != nil || d < 0 {
+			vs.Add("sync_interval", ledger.VInvalidValue, "must be a duration such as 1s, got %q", s.SyncInterval)
+		}
+	}
+	if s.LogFormat != "text" && s.LogFormat != "json" {
+		vs.Add("log_format", ledger.VInvalidValue, "must be text or json, got %q", s.LogFormat)
+	}
+	switch s.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		vs.Add("log_level", ledger.VInvalidValue, "must be debug, info, warn or error, got %q", s.LogLevel)
+	}
+	if len(s.Roles) == 0 {
+		vs.Add("roles", ledger.VRequired, "at least one of api, executor, projector")
+	}
+	for _, r := range s.Roles {
+		if r != "api" && r != "executor" && r != "projector" {
+			vs.Add("roles", ledger.VInvalidValue, "unknown role %q (api, executor, projector)", r)
+		}
+	}
+	if !ledger.ValidName(s.SourceID) {
+		vs.Add("source_id", ledger.VInvalidValue, "must be a name without whitespace, got %q", s.SourceID)
+	}
+	return vs
+}
+
+func (s Settings) has(role string) bool {
+	for _, r := range s.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// checkConfig implements `cgledger check-config`.
+func checkConfig(args []string) int {
+	fs := newFlagSet("check-config", "check-config [--config FILE] [serve flags...]",
+		"Validate the serve configuration (file, CGLEDGER_* environment, flags) and print the effective settings with where each came from. Secrets are masked. Exit 0 when valid, 2 when not.")
+	cfgPath, values := configFlags(fs)
+	_ = values
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	s, source, err := loadSettings(fs, *cfgPath, values)
+	if err != nil {
+		return failf(exitUsage, "%v", err)
+	}
+	type item struct {
+		Value  string `json:"value"`
+		Source string `json:"source"`
+	}
+	out := map[string]item{}
+	for _, st := range settings {
+		v := st.get(&s)
+		if st.secret && v != "" {
+			v = "********"
+		}
+		out[st.key] = item{Value: v, Source: source[st.key]}
+	}
+	vs := s.validate()
+	body := map[string]any{"valid": len(vs) == 0, "settings": out}
+	if len(vs) > 0 {
+		body["violations"] = vs
+	}
+	b, _ := json.MarshalIndent(body, "", "  ")
+	fmt.Fprintln(stdout, string(b))
+	if len(vs) > 0 {
+		return exitUsage
+	}
+	return exitOK
+}

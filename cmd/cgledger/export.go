@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/internal/replay"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+func export(args []string) int {
+	fs := newFlagSet("export", "export --out FILE [--from-seq N] [--stream NAME]",
+		`Write the ledger of a running server, from sequence N (default 1) to its current end, as
+a versioned JSON Lines export file (docs/tamper-evidence.md): a header, one line per entry
+with its sequence, subject, headers, data, time and hash-chain link, and a trailer.`)
+	var cf clientFlags
+	cf.register(fs, true, false)
+	out := fs.String("out", "", "file to write (required; - for standard output)")
+	from := fs.Uint64("from-seq", 1, "first sequence to export")
+	stream := fs.String("stream", ledger.DefaultStream, "ledger stream")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	if *out == "" {
+		return failf(exitUsage, "export: --out is required")
+	}
+	nc, err := cf.connect()
+	if err != nil {
+		return failf(exitUnreachable, "%v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return failf(exitFailed, "export: %v", err)
+	}
+	w := os.Stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return failf(exitUsage, "export: %v", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	bw := bufio.NewWriter(w)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	tr, err := ledger.ExportStream(ctx, js, *stream, bw, *from)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return failf(exitFor(err), "export: %v", err)
+	}
+	if *out != "-" {
+		if cf.asJSON {
+			printJSON(map[string]any{"file": *out, "count": tr.Count, "last_seq": tr.LastSeq, "chain_head": tr.Head})
+		} else {
+			fmt.Fprintf(stdout, "exported %d entries (through seq %d) to %s\nchain head: %s\n", tr.Count, tr.LastSeq, *out, tr.Head)
+		}
+	}
+	return exitOK
+}
+
+func replayCmd(args []string) int {
+	fs := newFlagSet("replay", "replay FILE [--expect DIGEST] [--json]",
+		`Start a fresh embedded JetStream server in a temporary directory, load the export file,
+run the projector, and print the view digest and hash-chain head. Replays are deterministic:
+the same file gives the same digest every time, on any machine. With --expect (another
+build's digest), exit 0 when the two builds agree and 1 when they differ.`)
+	asJSON := fs.Bool("json", false, "print JSON")
+	expect := fs.String("expect", "", "digest to compare with")
+	pos, code, ok := parseOrExit(fs, args, 1)
+	if !ok {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	res, err := replay.Run(ctx, pos[0], replay.Options{})
+	if err != nil {
+		return failf(exitFailed, "replay: %v", err)
+	}
+	agree := *expect == "" || *expect == res.Digest
+	if *asJSON {
+		body := map[string]any{"entries": res.Entries, "applied_seq": res.AppliedSeq, "digest": res.Digest, "chain_head": res.ChainHead}
+		if *expect != "" {
+			body["expected"], body["agree"] = *expect, agree
+		}
+		printJSON(body)
+	} else {
+		fmt.Fprintf(stdout, "entries:    %d\ndigest:     %s\nchain head: %s\n", res.Entries, res.Digest, res.ChainHead)
+		if *expect != "" {
+			if agree {
+				fmt.Fprintln(stdout, "builds agree: digest matches --expect")
+			} else {
+				fmt.Fprintf(stdout, "builds DIFFER: expected %s\n", *expect)
+			}
+		}
+	}
+	if !agree {
+		return exitFailed
+	}
+	return exitOK
+}
+
+func verify(args []string) int {
+	fs := newFlagSet("verify", "verify [FILE] [--json]",
+		`Check the ledger's hash chain. With FILE (an export), recompute the chain from the file and
+name the first sequence that does not match, then replay it to print the view digest. Without
+FILE, ask the running server (GET /v1/verify and /v1/digest): it recomputes the chain from the
+live stream against the links its views recorded. Exit 1 when verification fails.`)
+	var cf clientFlags
+	cf.register(fs, false, true)
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return failf(exitUsage, "verify: at most one FILE")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if len(pos) == 1 {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return failf(exitUsage, "verify: %v", err)
+		}
+		rep, err := ledger.VerifyExport(f)
+		f.Close()
+		if err != nil {
+			return failf(exitFailed, "verify: %v", err)
+		}
+		body := map[string]any{"file": pos[0], "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head}
+		if !rep.OK {
+			body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
+		} else if res, err := replay.Run(ctx, pos[0], replay.Options{}); err == nil {
+			body["digest"] = res.Digest
+		} else {
+			return failf(exitFailed, "verify: replay for the view digest: %v", err)
+		}
+		return report(cf.asJSON, body, rep.OK)
+	}
+	var rep ledger.VerifyReport
+	if err := cf.httpDo(ctx, "GET", "/v1/verify", url.Values{}, nil, &rep); err != nil {
+		return failf(exitFor(err), "verify: %v", err)
+	}
+	var d struct {
+		AppliedSeq uint64 `json:"applied_seq"`
+		Digest     string `json:"digest"`
+		ChainHead  string `json:"chain_head"`
+	}
+	if err := cf.httpDo(ctx, "GET", "/v1/digest", nil, nil, &d); err != nil {
+		return failf(exitFor(err), "verify: %v", err)
+	}
+	body := map[string]any{"server": cf.server, "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head,
+		"views_applied_seq": d.AppliedSeq, "views_chain_head": d.ChainHead, "digest": d.Digest}
+	if !rep.OK {
+		body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
+	}
+	return report(cf.asJSON, body, rep.OK)
+}
+
+func report(asJSON bool, body map[string]any, ok bool) int {
+	if asJSON {
+		printJSON(body)
+	} else {
+		if ok {
+			fmt.Fprintln(stdout, "chain:      OK")
+		} else {
+			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
+		}
+		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "views_applied_seq", "views_chain_head", "digest"} {
+			if v, found := body[k]; found {
+				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
+			}
+		}
+	}
+	if !ok {
+		return exitFailed
+	}
+	return exitOK
+}

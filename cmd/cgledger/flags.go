@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes (documented in docs/cli.md).
+const (
+	exitOK          = 0
+	exitFailed      = 1 // the operation ran and said no: call not success, verification failed, refused request
+	exitUsage       = 2 // bad flags, arguments or configuration
+	exitUnreachable = 3 // the server (NATS or HTTP) could not be reached
+)
+
+// parseArgs parses flags wherever they appear among the positional
+// arguments, as users of Go CLIs expect ("audit turn T1 --project p" and
+// "audit turn --project p T1" both work).
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// newFlagSet makes a flag set whose usage shows the verb's synopsis.
+func newFlagSet(name, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: cgledger %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(description))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseOrExit parses args; ok=false means the caller returns code.
+func parseOrExit(fs *flag.FlagSet, args []string, npos ...int) (pos []string, code int, ok bool) {
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, exitOK, false
+	}
+	if err != nil {
+		return nil, exitUsage, false
+	}
+	if len(npos) > 0 && len(pos) != npos[0] {
+		fmt.Fprintf(fs.Output(), "cgledger %s: want %d argument(s), got %d\n", fs.Name(), npos[0], len(pos))
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
+}
+
+// failf prints an error to stderr and returns code.
+func failf(code int, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "cgledger: "+format+"\n", args...)
+	return code
+}
+
+var stdout io.Writer = os.Stdout
