@@ -96,7 +96,7 @@ ledger answers a repeat with the original outcome.`)
 
 	// Wait until the report is projected into the agent's Inbox.
 	var state struct {
-		AsOfSeq uint64               `json:"as_of_seq"`
+		AsOfSeq uint64              `json:"as_of_seq"`
 		Call    projector.CallState `json:"call"`
 	}
 	deadline := time.Now().Add(*timeout + 10*time.Second)

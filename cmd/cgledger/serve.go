@@ -204,7 +204,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 			log.Info("projector stopped", "applied", proj.Applied())
 		}()
 		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
-			Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return store.VerifyStream(ctx, js, l.StreamName()) },
+			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
+				return store.VerifyStream(ctx, js, l.StreamName())
+			},
 		}))
 	} else {
 		ready0.Store(true)
