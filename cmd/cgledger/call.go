@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -75,9 +76,12 @@ ledger answers a repeat with the original outcome.`)
 	} else if !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrBadRequest) {
 		return failf(exitFor(err), "call: read tool %s: %v", *tool, err)
 	}
-	traceID := randomID("")
+	// The card must be the same every time the same call is repeated (cards
+	// are immutable), so its trace id derives from the identity.
+	sum := sha256.Sum256([]byte(*project + "\x00" + *turn + "\x00" + *callID))
+	traceID := hex.EncodeToString(sum[:16])
 	id := ledger.Identity{AgentID: *agent, AgentTurnID: *turn, TurnEpoch: *epoch, ToolCallID: *callID,
-		Traceparent: "00-" + traceID + randomID("") + "-" + randomID("") + "-01"}
+		Traceparent: "00-" + traceID + "-" + randomID("") + "-01"}
 	cardID := "cc-" + *callID
 	req := ledger.DispatchRequest{
 		Subject: subject, Identity: id,

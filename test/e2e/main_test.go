@@ -1,0 +1,126 @@
+// Package e2e runs the cgledger binary as a process, as a new user would:
+// serve on free ports, call tools, register tools, audit, kill -9, restart,
+// and speak the raw wire protocol with nothing but a NATS client.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cgledger-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	binary = filepath.Join(dir, "cgledger")
+	build := exec.Command("go", "build", "-o", binary, "github.com/cgledger/cgledger/cmd/cgledger")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build cgledger:", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// server is a running `cgledger serve` process.
+type server struct {
+	cmd      *exec.Cmd
+	data     string
+	natsPort int
+	httpPort int
+	log      *bytes.Buffer
+}
+
+func (s *server) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
+func (s *server) httpURL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.httpPort) }
+
+func startServer(t *testing.T, data string, natsPort, httpPort int) *server {
+	t.Helper()
+	s := &server{data: data, natsPort: natsPort, httpPort: httpPort, log: &bytes.Buffer{}}
+	s.cmd = exec.Command(binary, "serve", "--data", data,
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json")
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	require.NoError(t, s.cmd.Start())
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", s.log.String())
+		}
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(s.httpURL() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "serve becomes ready")
+	return s
+}
+
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGKILL))
+	_ = s.cmd.Wait()
+}
+
+// run runs a client verb against s and returns stdout and the exit code.
+func (s *server) run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL())
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	if code != 0 {
+		t.Logf("cgledger %s: exit %d, stderr: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	return out.String(), code
+}
+
+func getJSON(t *testing.T, url string, out any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return resp.StatusCode
+}

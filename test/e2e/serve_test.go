@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+type callJSON struct {
+	Identity map[string]any `json:"identity"`
+	Report   struct {
+		State       string `json:"state"`
+		Status      string `json:"status"`
+		ReportedSeq uint64 `json:"reported_seq"`
+		Duplicates  int    `json:"duplicates"`
+	} `json:"report"`
+	ResultCard struct {
+		Card struct {
+			Content struct {
+				Status string          `json:"status"`
+				Result json.RawMessage `json:"result"`
+			} `json:"content"`
+		} `json:"card"`
+	} `json:"result_card"`
+}
+
+func TestServeCallAuditKillRestart(t *testing.T) {
+	data := t.TempDir()
+	np, hp := freePort(t), freePort(t)
+	s := startServer(t, data, np, hp)
+
+	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"hi"}`, "--turn", "t1", "--call-id", "c1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "status:     success")
+	require.Contains(t, out, `{"text":"hi"}`)
+
+	// Flags after the positional argument work too; --json is parseable.
+	out, code = s.run(t, "call", "--json", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":5000}`, "--timeout", "300ms", "--turn", "t1", "--call-id", "c2")
+	require.Equal(t, 1, code, "a timeout is not success")
+	var cj callJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &cj), out)
+	require.Equal(t, "timeout", cj.Report.Status)
+
+	def := filepath.Join(t.TempDir(), "shout.yaml")
+	require.NoError(t, os.WriteFile(def, []byte("tool_name: shout\nparameters: {type: object, properties: {text: {type: string}}, required: [text]}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: terminate\noptions: {args: {fixed: {loud: true}}}\n"), 0o600))
+	out, code = s.run(t, "tools", "register", def, "--project", "demo")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "registered shout")
+	out, code = s.run(t, "tools", "list", "--project", "demo")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "shout")
+	require.Contains(t, out, "built-in")
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "shout", "--args", `{"text":"x"}`, "--turn", "t1", "--call-id", "c3", "--json")
+	require.Equal(t, 0, code)
+	cj = callJSON{}
+	require.NoError(t, json.Unmarshal([]byte(out), &cj))
+	require.JSONEq(t, `{"text":"x","loud":true}`, string(cj.ResultCard.Card.Content.Result))
+	_, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "shout", "--args", `{}`, "--turn", "t1", "--call-id", "c4")
+	require.Equal(t, 1, code, "schema violation -> failed")
+
+	out, code = s.run(t, "audit", "turn", "t1", "--project", "demo")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "turn t1 in project demo")
+	require.Equal(t, 4, strings.Count(out, " report "), out)
+	var tl struct {
+		Items []struct {
+			Kind string `json:"kind"`
+		} `json:"items"`
+	}
+	require.Equal(t, 200, getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl))
+	out, code = s.run(t, "audit", "call", "c1", "--project", "demo", "--json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"state":"reported"`)
+	_, code = s.run(t, "audit", "card", "nope", "--project", "demo")
+	require.Equal(t, 1, code)
+
+	// kill -9 and restart on the same data: nothing acknowledged is lost.
+	s.kill(t)
+	s = startServer(t, data, np, hp)
+	var tl2 struct {
+		Items []struct {
+			Kind string `json:"kind"`
+		} `json:"items"`
+	}
+	require.Equal(t, 200, getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl2))
+	require.Equal(t, len(tl.Items), len(tl2.Items), "the views came back with every entry")
+
+	// Repeating a call on purpose returns the original outcome, not a second report.
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"hi"}`, "--turn", "t1", "--call-id", "c1", "--json")
+	require.Equal(t, 0, code)
+	cj = callJSON{}
+	require.NoError(t, json.Unmarshal([]byte(out), &cj))
+	require.Equal(t, true, cj.Identity["duplicate_dispatch"])
+
+	// A new call works after the restart, and the ledger holds exactly one
+	// report per call.
+	_, code = s.run(t, "call", "--project", "demo", "--agent", "bob", "--tool", "echo", "--args", `{}`, "--turn", "t2", "--call-id", "c5")
+	require.Equal(t, 0, code)
+	export := filepath.Join(t.TempDir(), "ledger.jsonl")
+	out, code = s.run(t, "export", "--out", export)
+	require.Equal(t, 0, code, out)
+	raw, err := os.ReadFile(export)
+	require.NoError(t, err)
+	reports := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var e struct {
+			Subject string              `json:"subject"`
+			Headers map[string][]string `json:"headers"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &e))
+		if kind := e.Headers["CG-Entry-Kind"]; len(kind) == 1 && kind[0] == "report" {
+			reports[e.Subject]++
+		}
+	}
+	require.Len(t, reports, 5)
+	for subj, n := range reports {
+		require.Equal(t, 1, n, subj)
+	}
+
+	out, code = s.run(t, "verify", "--json")
+	require.Equal(t, 0, code)
+	var live map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &live))
+	require.Equal(t, true, live["ok"])
+	out, code = s.run(t, "replay", export, "--json", "--expect", live["digest"].(string))
+	require.Equal(t, 0, code, "the replayed views equal the live server's: %s", out)
+	out, code = s.run(t, "verify", export)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "chain:      OK")
+
+	// An edited export fails verification at the edited entry.
+	edited := strings.Replace(string(raw), `"CG-Agent-Id":["bob"]`, `"CG-Agent-Id":["mallory"]`, 1)
+	require.NotEqual(t, string(raw), edited)
+	bad := filepath.Join(t.TempDir(), "edited.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(edited), 0o600))
+	out, code = s.run(t, "verify", bad)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "BROKEN at seq")
+}
+
+func TestCLIUsageAndConfig(t *testing.T) {
+	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	_, code := s.run(t, "nonsense")
+	require.Equal(t, 2, code)
+	out, code := s.run(t, "version")
+	require.Equal(t, 0, code)
+	require.True(t, strings.HasPrefix(out, "cgledger "))
+	_, code = s.run(t, "call", "--project", "p")
+	require.Equal(t, 2, code, "missing required flags")
+	_, code = s.run(t, "call", "--project", "p", "--agent", "a", "--tool", "echo")
+	require.Equal(t, 3, code, "no server to reach")
+
+	cfg := filepath.Join(t.TempDir(), "cgledger.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("data: /srv/cg\nhttp_listen: 127.0.0.1:9999\nlog_format: json\nroles: [api, projector]\nnats_password: hunter22\n"), 0o600))
+	t.Setenv("CGLEDGER_HTTP_LISTEN", "127.0.0.1:7777")
+	out, code = s.run(t, "check-config", "--config", cfg, "--log-format", "text")
+	require.Equal(t, 0, code, out)
+	var cc struct {
+		Valid    bool `json:"valid"`
+		Settings map[string]struct {
+			Value  string `json:"value"`
+			Source string `json:"source"`
+		} `json:"settings"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &cc))
+	require.True(t, cc.Valid)
+	require.Equal(t, "/srv/cg", cc.Settings["data"].Value)
+	require.Contains(t, cc.Settings["data"].Source, "file")
+	require.Equal(t, "127.0.0.1:7777", cc.Settings["http_listen"].Value, "env beats file")
+	require.Equal(t, "text", cc.Settings["log_format"].Value, "flag beats file")
+	require.Equal(t, "api,projector", cc.Settings["roles"].Value)
+	require.Equal(t, "********", cc.Settings["nats_password"].Value)
+	require.NotContains(t, out, "hunter22")
+
+	out, code = s.run(t, "check-config", "--replicas", "3", "--log-level", "loud", "--roles", "api,cook")
+	require.Equal(t, 2, code)
+	require.Contains(t, out, `"replicas"`)
+	require.Contains(t, out, `"log_level"`)
+	require.Contains(t, out, `"roles"`)
+}
