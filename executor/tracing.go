@@ -11,6 +11,7 @@ import (
 // headerCarrier lets OpenTelemetry's propagators read and write NATS headers.
 type headerCarrier nats.Header
 
+// Get implements propagation.TextMapCarrier, matching names case-insensitively.
 func (c headerCarrier) Get(key string) string {
 	for k, v := range c {
 		if len(v) > 0 && equalFold(k, key) {
@@ -20,8 +21,10 @@ func (c headerCarrier) Get(key string) string {
 	return ""
 }
 
+// Set implements propagation.TextMapCarrier.
 func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
 
+// Keys implements propagation.TextMapCarrier.
 func (c headerCarrier) Keys() []string {
 	keys := make([]string, 0, len(c))
 	for k := range c {

@@ -122,6 +122,7 @@ func (d *ToolDefinition) CompileSchema() (*jsonschema.Schema, error) {
 
 type noLoader struct{}
 
+// Load refuses every remote reference.
 func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("remote $ref %q is not allowed: tool schemas must be self-contained", url)
 }

@@ -144,8 +144,11 @@ func (s *Store) Reset() error {
 // quietLogger keeps Pebble's informational logs out of the service's output.
 type quietLogger struct{}
 
-func (quietLogger) Infof(string, ...any)  {}
+// Infof drops Pebble's informational logs.
+func (quietLogger) Infof(string, ...any) {}
+// Errorf drops Pebble's error logs; failures surface as returned errors.
 func (quietLogger) Errorf(string, ...any) {}
+// Fatalf panics, as Pebble expects of a fatal log.
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }

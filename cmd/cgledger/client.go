@@ -74,6 +74,7 @@ type apiError struct {
 	}
 }
 
+// Error renders the server's code, message and violations.
 func (e *apiError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", e.Body.Error.Code, e.Body.Error.Message)
