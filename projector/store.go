@@ -146,8 +146,10 @@ type quietLogger struct{}
 
 // Infof drops Pebble's informational logs.
 func (quietLogger) Infof(string, ...any) {}
+
 // Errorf drops Pebble's error logs; failures surface as returned errors.
 func (quietLogger) Errorf(string, ...any) {}
+
 // Fatalf panics, as Pebble expects of a fatal log.
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
