@@ -56,6 +56,9 @@ type APIServer struct {
 	wg   sync.WaitGroup
 	ctx  context.Context
 	stop context.CancelFunc
+
+	mu      sync.Mutex
+	stopped bool
 }
 
 type apiHandler func(ctx context.Context, m *nats.Msg) (any, error)
@@ -105,8 +108,12 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	return s, nil
 }
 
-// Stop unsubscribes and waits for in-flight requests to finish.
+// Stop unsubscribes and waits for in-flight requests to finish. It is safe
+// to call more than once.
 func (s *APIServer) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
@@ -116,12 +123,19 @@ func (s *APIServer) Stop() {
 
 func (s *APIServer) handle(h apiHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		select {
-		case s.sem <- struct{}{}:
-		case <-s.ctx.Done():
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
 			return
 		}
 		s.wg.Add(1)
+		s.mu.Unlock()
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.ctx.Done():
+			s.wg.Done()
+			return
+		}
 		go func() {
 			defer func() { <-s.sem; s.wg.Done() }()
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
