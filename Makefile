@@ -9,8 +9,12 @@ test: vet
 vet:
 	$(GO) vet ./...
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+## build: the cgledger binary in bin/, stamped with version and commit.
 build:
-	$(GO) build ./...
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/cgledger ./cmd/cgledger
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
