@@ -1,0 +1,429 @@
+package test
+
+// Deterministic replay harness: scripted recordings and their goldens.
+//
+// Each scenario below is a script run against a real embedded JetStream
+// server, a real ledger and (where the scenario needs tools) a real
+// executor. Every step waits for the ledger to reach the state it expects
+// before the next one, so a script always writes the same entries in the
+// same order; only times, trace ids and the deadlines quoted in timeout
+// messages differ between two recordings.
+//
+// Files, per scenario <name>, in testdata/ (written only by -update):
+//
+//	<name>.jsonl            the recording: ledger.Export of the scenario's ledger
+//	<name>.digest           replay.Run's view digest, chain head, entry count
+//	<name>.timelines.json   every turn's Timeline and every agent's Inbox
+//	                        (all states) after replaying the recording
+//
+// Flow (CI never skips; every test asserts in both modes):
+//
+//   - go test ./test -run TestRecordScenarios -update
+//     records every scenario, writes the three files per scenario, and (in
+//     the same run) TestReplayGoldens replays them back and checks them.
+//     This is the only way the goldens change; never edit them by hand.
+//
+//   - go test ./test   (CI)
+//     TestRecordScenarios records every scenario afresh into t.TempDir() and
+//     checks that the fresh recording has the committed recording's shape:
+//     the same entry kinds and subjects in the same sequence, the same
+//     entry kinds in every turn's timeline, the same Inbox calls with the
+//     same status, effective after_execution and state. A behaviour change
+//     in the ledger or executor fails here until the goldens are
+//     regenerated (and the diff reviewed).
+//     TestReplayGoldens replays every committed recording with replay.Run
+//     and compares the digest, chain head and views JSON with the goldens
+//     byte for byte, and checks ledger.VerifyExport on the file. It also
+//     fails when a scenario has no golden or a golden has no scenario.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+type replayScenario struct {
+	name   string
+	script func(t *testing.T, r *replayRig)
+}
+
+var replayScenarios = []replayScenario{
+	{"happy_path", happyPath},
+	{"duplicates_and_stale_epochs", duplicatesAndStaleEpochs},
+	{"invalid_commands", invalidCommands},
+	{"timeouts_and_retries", timeoutsAndRetries},
+	{"cancellation", cancellation},
+	{"cg_control_overrides", cgControlOverrides},
+}
+
+// happyPath: two rostered agents and one without a roster entry run echo
+// calls through the executor (echo registered in the project); some results
+// are consumed, some stay pending.
+func happyPath(t *testing.T, r *replayRig) {
+	r.roster("alice", "bob")
+	echo := *executor.EchoDefinition
+	echo.ProjectID, echo.Description = scProject, "Returns its arguments (registered by the project)."
+	_, err := r.L.RegisterTool(r.ctx(), &echo)
+	require.NoError(t, err)
+	r.startExecutor()
+
+	weather := scCall("alice", "turn-alice-1", "call-weather", 1, "echo")
+	news := scCall("alice", "turn-alice-1", "call-news", 1, "echo")
+	lookup := scCall("bob", "turn-bob-1", "call-lookup", 1, "echo")
+	ping := scCall("carol", "turn-carol-1", "call-ping", 1, "echo") // carol has no roster entry
+	summary := scCall("bob", "turn-bob-2", "call-summary", 2, "echo")
+	require.Equal(t, ledger.StatusSuccess, r.run(weather, `{"city":"Lisbon"}`, nil).Status)
+	require.Equal(t, ledger.StatusSuccess, r.run(news, `{"topic":"markets","limit":3}`, nil).Status)
+	require.Equal(t, ledger.StatusSuccess, r.run(lookup, `{"id":42}`, nil).Status)
+	require.Equal(t, ledger.StatusSuccess, r.run(ping, `{"ping":true}`, nil).Status)
+	tr := r.run(summary, `{"text":"all done"}`, func(req *ledger.DispatchRequest) { req.Payload.AfterExecution = ledger.AfterTerminate })
+	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.JSONEq(t, `{"text":"all done"}`, string(tr.Result))
+
+	r.consume(weather)
+	r.consume(lookup)
+	r.consume(ping)
+	again := r.consume(weather)
+	require.True(t, again.Duplicate, "consuming twice is idempotent")
+}
+
+// duplicatesAndStaleEpochs: a reported call reported again (duplicates),
+// with a stale and a future epoch, with a different result (conflict), by
+// the wrong agent (mismatch); a repeated and a conflicting dispatch; a
+// repeated consume.
+func duplicatesAndStaleEpochs(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	first := scCall("alice", "turn-dup", "call-first", 3, "search")
+	second := scCall("alice", "turn-dup", "call-second", 3, "search")
+
+	out := r.Complete(t, first, ledger.StatusSuccess, `{"hits":3}`)
+	require.False(t, out.Duplicate)
+	for range 2 {
+		dup, err := r.L.Report(r.ctx(), first.Report(ledger.StatusSuccess))
+		require.NoError(t, err)
+		require.True(t, dup.Duplicate)
+		require.Equal(t, out.Seq, dup.Seq, "a duplicate answers with the original report")
+	}
+	again, err := r.L.Dispatch(r.ctx(), first.Dispatch())
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "the same dispatch again is a duplicate")
+
+	for _, epoch := range []uint64{2, 4} {
+		stale := first
+		stale.Epoch = epoch
+		_, err := r.L.Report(r.ctx(), stale.Report(ledger.StatusSuccess))
+		requireRefused(t, err, ledger.ErrStaleEpoch, "report with another epoch")
+	}
+
+	_, err = r.L.PutCard(r.ctx(), first.ResultCard(ledger.StatusFailed, `null`))
+	require.NoError(t, err)
+	_, err = r.L.Report(r.ctx(), first.Report(ledger.StatusFailed))
+	requireRefused(t, err, ledger.ErrConflict, "a different result")
+
+	wrong := first
+	wrong.Agent = "mallory"
+	_, err = r.L.Report(r.ctx(), wrong.Report(ledger.StatusSuccess))
+	requireRefused(t, err, ledger.ErrMismatch, "report by another agent")
+
+	changed := dispatchReq(first, `{"q":"something else"}`)
+	_, err = r.L.Dispatch(r.ctx(), changed)
+	requireRefused(t, err, ledger.ErrConflict, "the same call dispatched with different content")
+
+	r.Complete(t, second, ledger.StatusSuccess, `{"hits":0}`)
+	require.False(t, r.consume(second).Duplicate)
+	require.True(t, r.consume(second).Duplicate)
+	dup, err := r.L.Report(r.ctx(), second.Report(ledger.StatusSuccess))
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate, "a duplicate after consumption")
+}
+
+// invalidCommands: a dispatch refused with several violations; raw commands
+// published straight on cmd.tool.echo that the executor answers with
+// rejection entries (no identity, a call never dispatched, a payload that is
+// not JSON) or, when the identity names a dispatched call, with a failed
+// bad_request result; arguments that fail the tool's schema; reports naming
+// a result card or a call that does not exist.
+func invalidCommands(t *testing.T, r *replayRig) {
+	r.roster("bob")
+	r.startExecutor()
+	rejections := 0
+	nextRejection := func() {
+		t.Helper()
+		rejections++
+		r.waitKind(string(ledger.KindRejection), rejections)
+	}
+
+	bad := scCall("bob", "turn-invalid", "call-bad", 1, "echo")
+	req := bad.Dispatch()
+	req.Payload.AfterExecution = "later"
+	req.Payload.ToolCallCardID = "cc-somewhere-else"
+	req.Card.ProjectID = "other"
+	req.Card.Content = json.RawMessage(`{"tool_name":"echo"}`)
+	_, err := r.L.Dispatch(r.ctx(), req)
+	le := requireRefused(t, err, ledger.ErrBadRequest, "invalid dispatch")
+	require.GreaterOrEqual(t, len(le.Violations), 3, "every violation at once: %+v", le.Violations)
+	nextRejection()
+
+	publish := func(h nats.Header, data string) {
+		t.Helper()
+		_, err := r.JS.PublishMsg(r.ctx(), &nats.Msg{Subject: "cg.v1.proj.main.cmd.tool.echo", Header: h, Data: []byte(data)})
+		require.NoError(t, err)
+	}
+	// No identity, inline arguments: one rejection listing every problem.
+	publish(nats.Header{"X-Client": {"raw-publisher"}}, `{"args":{"x":1}}`)
+	nextRejection()
+	// A well-formed command for a call the ledger never dispatched.
+	ghost := scCall("bob", "turn-invalid", "call-ghost", 1, "echo")
+	publish(ghost.Identity().Header(), `{"tool_call_card_id":"cc-turn-invalid-call-ghost","after_execution":"suspend"}`)
+	nextRejection()
+	// A payload that is not JSON.
+	publish(ghost.Identity().Header(), `not json at all`)
+	nextRejection()
+
+	// An invalid command reusing the identity of a dispatched call (parked
+	// on a tool no executor serves): answered through the report path.
+	parked := scCall("bob", "turn-invalid", "call-parked", 1, "parked")
+	r.dispatch(dispatchReq(parked, `{"x":1}`))
+	publish(parked.Identity().Header(), `{"arguments":{"x":1}}`)
+	tr := r.resolved(parked)
+	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
+
+	// Arguments that do not match sleep's schema.
+	sleepy := scCall("bob", "turn-invalid", "call-sleepy", 1, "sleep")
+	tr = r.run(sleepy, `{"ms":"soon","extra":true}`, nil)
+	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
+
+	// A report pointing at a result card that was never written.
+	orphan := scCall("bob", "turn-invalid", "call-orphan", 1, "parked")
+	r.dispatch(dispatchReq(orphan, `{}`))
+	_, err = r.L.Report(r.ctx(), orphan.Report(ledger.StatusSuccess))
+	requireRefused(t, err, ledger.ErrUnknownCard, "unknown result card")
+	nextRejection()
+	// A report for a call that was never dispatched.
+	_, err = r.L.Report(r.ctx(), ghost.Report(ledger.StatusSuccess))
+	requireRefused(t, err, ledger.ErrUnknownCall, "unknown call")
+	nextRejection()
+}
+
+// timeoutsAndRetries: sleep past a small timeout_ms; a flaky idempotent
+// tool that succeeds on its third attempt; one whose retries run out; a
+// side-effectful one that is never retried.
+func timeoutsAndRetries(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	flaky := executor.ToolFunc(func(_ context.Context, c *executor.Call) executor.Outcome {
+		if c.Attempt < 3 {
+			return executor.Retryable("R-UPSTREAM-503", "upstream busy", 0)
+		}
+		return executor.Success(map[string]any{"attempt": c.Attempt})
+	})
+	down := executor.ToolFunc(func(context.Context, *executor.Call) executor.Outcome {
+		return executor.Retryable("R-UPSTREAM-503", "upstream still down", 0)
+	})
+	tiny := ledger.RetryPolicy{MaxAttempts: 5, BaseMS: 1, CapMS: 2}
+	r.startExecutor(
+		toolImpl{"flaky", flaky, toolDef("flaky", ledger.DeterminismIdempotent, tiny)},
+		toolImpl{"down", down, toolDef("down", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 2, BaseMS: 1, CapMS: 2})},
+		toolImpl{"charge", down, toolDef("charge", ledger.DeterminismSideEffectful, tiny)},
+	)
+	type detail struct {
+		TaxonomyCode string `json:"taxonomy_code"`
+		Attempts     int    `json:"attempts"`
+	}
+	errDetail := func(tr ledger.ToolResultContent) detail {
+		t.Helper()
+		require.NotNil(t, tr.Error)
+		var d detail
+		require.NoError(t, json.Unmarshal(tr.Error.Detail, &d))
+		return d
+	}
+
+	slow := scCall("alice", "turn-retry", "call-slow", 1, "sleep")
+	tr := r.run(slow, `{"ms":60000}`, func(req *ledger.DispatchRequest) { req.Payload.TimeoutMS = 50 })
+	require.Equal(t, ledger.StatusTimeout, tr.Status)
+	require.Equal(t, executor.ErrToolTimeout, tr.Error.Code)
+	require.Equal(t, executor.CodeTimeout, errDetail(tr).TaxonomyCode)
+
+	fl := scCall("alice", "turn-retry", "call-flaky", 1, "flaky")
+	tr = r.run(fl, `{}`, nil)
+	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.JSONEq(t, `{"attempt":3}`, string(tr.Result))
+
+	dn := scCall("alice", "turn-retry", "call-down", 1, "down")
+	tr = r.run(dn, `{}`, nil)
+	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, executor.ErrUpstreamUnavailable, tr.Error.Code)
+	require.Equal(t, 2, errDetail(tr).Attempts)
+
+	ch := scCall("alice", "turn-retry", "call-charge", 1, "charge")
+	tr = r.run(ch, `{}`, nil)
+	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, 1, errDetail(tr).Attempts, "side-effectful tools are never retried")
+}
+
+// cancellation: a call canceled before any executor picked it up (answered
+// without running), one canceled while its tool runs, a repeated cancel,
+// and a cancel of a call that already has its result (refused).
+func cancellation(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	started := make(chan string, 4)
+	blocker := executor.ToolFunc(func(ctx context.Context, c *executor.Call) executor.Outcome {
+		started <- c.ToolCallID
+		<-ctx.Done()
+		return executor.Retryable("R-UPSTREAM-NET", "interrupted", 0)
+	})
+	ex := r.newExecutor(toolImpl{"blocker", blocker, toolDef("blocker", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 1, BaseMS: 1, CapMS: 1})})
+	cancel := func(c ledgertest.Call, reason string) (ledger.CancelResult, error) {
+		return r.L.Cancel(r.ctx(), ledger.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: reason})
+	}
+
+	queued := scCall("alice", "turn-cancel", "call-queued", 1, "blocker")
+	r.dispatch(dispatchReq(queued, `{}`))
+	res, err := cancel(queued, "changed my mind")
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	r.start(ex)
+	tr := r.resolved(queued)
+	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Empty(t, started, "a call canceled before pickup never runs")
+
+	running := scCall("alice", "turn-cancel", "call-running", 1, "blocker")
+	r.dispatch(dispatchReq(running, `{}`))
+	select {
+	case id := <-started:
+		require.Equal(t, running.ID, id)
+	case <-time.After(scWaitFor):
+		t.Fatal("blocker never started")
+	}
+	_, err = cancel(running, "user stop")
+	require.NoError(t, err)
+	tr = r.resolved(running)
+	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Equal(t, "canceled", tr.Error.Code)
+	res, err = cancel(running, "user stop")
+	require.NoError(t, err)
+	require.True(t, res.Duplicate, "canceling again is idempotent")
+
+	done := scCall("alice", "turn-cancel", "call-done", 1, "echo")
+	require.Equal(t, ledger.StatusSuccess, r.run(done, `{"v":1}`, nil).Status)
+	_, err = cancel(done, "too late")
+	requireRefused(t, err, ledger.ErrConflict, "cancel after the result")
+}
+
+// cgControlOverrides: result cards whose result.__cg_control.after_execution
+// overrides the report's after_execution: terminate over suspend, suspend
+// over terminate, an invalid value and a non-object control (both ignored),
+// and an override that comes out of a real tool (echo returns it).
+func cgControlOverrides(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	r.startExecutor()
+	complete := func(c ledgertest.Call, result, reportAfter, want string) {
+		t.Helper()
+		r.dispatch(c.Dispatch())
+		_, err := r.L.PutCard(r.ctx(), c.ResultCard(ledger.StatusSuccess, result))
+		require.NoError(t, err)
+		rep := c.Report(ledger.StatusSuccess)
+		rep.Payload.AfterExecution = reportAfter
+		out, err := r.L.Report(r.ctx(), rep)
+		require.NoError(t, err)
+		require.Equal(t, want, out.EffectiveAfterExecution, c.ID)
+	}
+	complete(scCall("alice", "turn-control", "call-terminate", 1, "search"),
+		`{"answer":42,"__cg_control":{"after_execution":"terminate"}}`, ledger.AfterSuspend, ledger.AfterTerminate)
+	complete(scCall("alice", "turn-control", "call-suspend", 1, "search"),
+		`{"draft":true,"__cg_control":{"after_execution":"suspend"}}`, ledger.AfterTerminate, ledger.AfterSuspend)
+	complete(scCall("alice", "turn-control", "call-invalid", 1, "search"),
+		`{"answer":0,"__cg_control":{"after_execution":"later"}}`, ledger.AfterSuspend, ledger.AfterSuspend)
+	complete(scCall("alice", "turn-control", "call-not-object", 1, "search"),
+		`{"answer":1,"__cg_control":"terminate"}`, ledger.AfterSuspend, ledger.AfterSuspend)
+
+	viaTool := scCall("alice", "turn-control", "call-echo", 1, "echo")
+	tr := r.run(viaTool, `{"note":"stop here","__cg_control":{"after_execution":"terminate"}}`, nil)
+	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, ledger.AfterTerminate, tr.EffectiveAfterExecution(ledger.AfterSuspend))
+	r.consume(scCall("alice", "turn-control", "call-terminate", 1, "search"))
+}
+
+// TestRecordScenarios records every scenario: into testdata with -update
+// (then writing the goldens), else into a temporary directory, checking the
+// fresh recording's shape against the committed one.
+func TestRecordScenarios(t *testing.T) {
+	for _, sc := range replayScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newReplayRig(t)
+			sc.script(t, r)
+			fresh := filepath.Join(t.TempDir(), sc.name+".jsonl")
+			r.export(fresh)
+			got := replayFile(t, fresh, false)
+			if *update {
+				require.NoError(t, os.MkdirAll(testdataDir, 0o755))
+				require.NoError(t, writeGolden(goldenPath(sc.name, ".digest"), stableJSON(t, got.digestFile())))
+				require.NoError(t, writeGolden(goldenPath(sc.name, ".timelines.json"), stableJSON(t, got.views)))
+				require.NoError(t, copyGolden(fresh, goldenPath(sc.name, ".jsonl")))
+				return
+			}
+			golden := goldenPath(sc.name, ".jsonl")
+			require.FileExists(t, golden, "regenerate: go test ./test -run TestRecordScenarios -update")
+			require.Equal(t, fileShape(t, golden), fileShape(t, fresh), "entry kinds and subjects of a fresh recording")
+			require.Equal(t, viewsShape(readViews(t, goldenPath(sc.name, ".timelines.json"))), viewsShape(got.views), "timelines and inboxes of a fresh recording")
+		})
+	}
+}
+
+// TestReplayGoldens replays every committed recording and compares it with
+// its goldens byte for byte. It runs after TestRecordScenarios (same file,
+// declared later, and parallel tests wait for the sequential ones), so an
+// -update run checks the files it has just written.
+func TestReplayGoldens(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(testdataDir, "*.jsonl"))
+	require.NoError(t, err)
+	var have, want []string
+	for _, f := range files {
+		have = append(have, strings.TrimSuffix(filepath.Base(f), ".jsonl"))
+	}
+	for _, sc := range replayScenarios {
+		want = append(want, sc.name)
+	}
+	sort.Strings(have)
+	sort.Strings(want)
+	require.Equal(t, want, have, "one recording per scenario (regenerate: go test ./test -run TestRecordScenarios -update)")
+
+	for _, name := range have {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := goldenPath(name, ".jsonl")
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			rep, err := ledger.VerifyExport(f)
+			require.NoError(t, f.Close())
+			require.NoError(t, err)
+			require.True(t, rep.OK, "%s verifies: first bad seq %d: %s", path, rep.FirstBadSeq, rep.Reason)
+
+			got := replayFile(t, path, false)
+			require.Equal(t, rep.Count, got.res.Entries)
+			require.Equal(t, rep.Head, got.res.ChainHead, "the projected chain head is the file's")
+
+			wantDigest, err := os.ReadFile(goldenPath(name, ".digest"))
+			require.NoError(t, err)
+			require.Equal(t, string(wantDigest), string(stableJSON(t, got.digestFile())), "digest golden")
+			wantViews, err := os.ReadFile(goldenPath(name, ".timelines.json"))
+			require.NoError(t, err)
+			require.Equal(t, string(wantViews), string(stableJSON(t, got.views)), "timelines golden")
+		})
+	}
+}
