@@ -385,7 +385,8 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		return
 	}
 
-	deadline := time.Now().Add(e.timeout(call.Definition, cmd.Payload.TimeoutMS))
+	call.Timeout = e.timeout(call.Definition, cmd.Payload.TimeoutMS)
+	deadline := time.Now().Add(call.Timeout)
 	call.Deadline = deadline
 	dctx, dcancel := context.WithDeadline(runCtx, deadline)
 	defer dcancel()
@@ -607,7 +608,7 @@ func (e *Executor) interrupted(ctx context.Context, call *Call) Outcome {
 		return Outcome{Kind: KindTerminal, Code: "S-TOOL-SHUTDOWN", Message: "executor shutting down"}
 	default:
 		e.m.deadlines.WithLabelValues(call.ToolName).Inc()
-		return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline (%s)", call.Deadline.Format(time.RFC3339Nano)), 0)
+		return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline of %d ms", call.Timeout.Milliseconds()), 0)
 	}
 }
 

@@ -42,8 +42,10 @@ type Call struct {
 	Options ledger.ToolOptions
 	// Attempt counts attempts of this delivery, from 1.
 	Attempt int
-	// Deadline is when the call must have its outcome.
+	// Deadline is when the call must have its outcome; Timeout is the
+	// budget it was computed from.
 	Deadline time.Time
+	Timeout  time.Duration
 }
 
 // ArgString returns a string argument, or "" when absent or not a string.
