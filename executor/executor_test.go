@@ -385,3 +385,26 @@ func TestExecutorMetricsPassPromlint(t *testing.T) {
 	require.Empty(t, problems)
 	require.True(t, strings.Contains(func() string { b, _ := json.Marshal(mfs); return string(b) }(), "cgledger_executor_calls_total"))
 }
+
+func TestHeartbeatsKeepLongCallsFromRedelivery(t *testing.T) {
+	var runs atomic.Int32
+	long := executor.ToolFunc(func(ctx context.Context, _ *executor.Call) executor.Outcome {
+		runs.Add(1)
+		timer := time.NewTimer(2500 * time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			return executor.Success("done")
+		case <-ctx.Done():
+			return executor.Retryable(executor.CodeTimeout, "interrupted", 0)
+		}
+	})
+	// AckWait is far shorter than the call: only heartbeats keep JetStream
+	// from handing the command to a second run.
+	r := newRig(t, executor.Config{AckWait: 600 * time.Millisecond}, map[string]impl{"long": {long, def("long", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)}})
+	c := r.dispatch(t, callOpts{tool: "long"})
+	_, tr, _ := r.result(t, c)
+	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.EqualValues(t, 1, runs.Load(), "never run twice")
+	require.Zero(t, counterSum(t, r, "cgledger_executor_redeliveries_total"))
+}

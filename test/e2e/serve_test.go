@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -181,4 +182,19 @@ func TestCLIUsageAndConfig(t *testing.T) {
 	require.Contains(t, out, `"replicas"`)
 	require.Contains(t, out, `"log_level"`)
 	require.Contains(t, out, `"roles"`)
+}
+
+func TestSIGTERMShutsDownGracefully(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	_, code := s.run(t, "call", "--project", "demo", "--agent", "a", "--tool", "echo", "--args", `{}`)
+	require.Equal(t, 0, code)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	err := s.cmd.Wait()
+	require.NoError(t, err, "exit code 0 after a graceful shutdown")
+	log := s.log.String()
+	for _, step := range []string{"shutting down", "executor drained", "projector stopped", "embedded nats-server stopped"} {
+		require.Contains(t, log, step)
+	}
+	require.Less(t, strings.Index(log, "executor drained"), strings.Index(log, "projector stopped"))
+	require.Less(t, strings.Index(log, "projector stopped"), strings.Index(log, "embedded nats-server stopped"))
 }
