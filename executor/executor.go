@@ -34,6 +34,7 @@ type Ledger interface {
 	PutCard(ctx context.Context, card ledger.Card) (ledger.PutCardResult, error)
 	Report(ctx context.Context, req ledger.ReportRequest) (ledger.ReportOutcome, error)
 	Canceled(ctx context.Context, project, channel, turnID, callID string) (bool, error)
+	Resume(ctx context.Context, project, turnID, callID string) (ledger.ReportOutcome, error)
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *ledger.Error) error
 }
 
@@ -325,6 +326,18 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		return
 	case err != nil:
 		e.retryLater(msg, "read call record", err)
+		return
+	case rec.State == ledger.StateClaimed:
+		// A report won the claim but its reporter may have died before
+		// finishing: finish it (idempotent) rather than run the tool again.
+		ctx, cancel := e.opCtx()
+		_, err := e.l.Resume(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
+		cancel()
+		if _, refused := ledger.AsError(err); err != nil && !refused {
+			e.retryLater(msg, "resume claimed report", err)
+			return
+		}
+		_ = msg.Ack()
 		return
 	case rec.State != ledger.StateDispatched:
 		// Already answered (a redelivery after the report, or a repeated

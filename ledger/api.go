@@ -87,7 +87,7 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		APICallGet:   s.callGet,
 		APIConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
 		APIToolReg: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.RegisterToolYAML(ctx, m.Header.Get(HeaderProjectID), m.Data)
+			return l.RegisterToolYAML(ctx, HeaderGet(m.Header, HeaderProjectID), m.Data)
 		},
 		APICancel:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
 		APIToolGet:  s.toolGet,

@@ -162,6 +162,9 @@ func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w 
 		return tr, fmt.Errorf("export: %w", err)
 	}
 	if !headerDone {
+		if from > v.next {
+			return tr, fmt.Errorf("export: --from-seq %d is past the end of the ledger (last seq %d)", from, v.next-1)
+		}
 		if err := writeHeader(); err != nil {
 			return tr, fmt.Errorf("export: %w", err)
 		}

@@ -249,3 +249,26 @@ func TestTenThousandDistinctCallsAllAccepted(t *testing.T) {
 		require.EqualValues(t, 1, count, subj)
 	}
 }
+
+func TestResumeFinishesAStuckClaim(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	for i, step := range []ledger.Step{ledger.StepClaimed, ledger.StepAppended, ledger.StepWoken} {
+		c := newCall("turn-resume", fmt.Sprintf("call-%d", i), 1)
+		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+		e.l.SetAfterStep(crashOnce(step, nil))
+		_, err := e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		require.ErrorIs(t, err, errCrash)
+		e.l.SetAfterStep(nil)
+		rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
+		require.NoError(t, err)
+		require.Equal(t, ledger.StateClaimed, rec.State, "stuck after %s", step)
+
+		out, err := e.l.Resume(ctx, project, c.turn, c.id)
+		require.NoError(t, err)
+		assertExactlyOneReport(t, e, c, out)
+		require.Equal(t, ledger.StatusSuccess, out.Status)
+	}
+	_, err := e.l.Resume(ctx, project, "turn-resume", "nope")
+	require.ErrorIs(t, err, ledger.ErrUnknownCall)
+}

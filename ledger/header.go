@@ -56,8 +56,15 @@ type IdentityRules struct {
 	RequireStepID     bool
 }
 
-// headerValue looks a header up by exact name first, then case-insensitively,
-// because clients in other languages do not all preserve header case.
+// HeaderGet returns a header's first value, matching the name exactly first,
+// then case-insensitively, because clients in other languages do not all
+// preserve header case.
+func HeaderGet(h nats.Header, name string) string {
+	v, _ := headerValue(h, name)
+	return v
+}
+
+// headerValue looks a header up by exact name first, then case-insensitively.
 func headerValue(h nats.Header, name string) (string, bool) {
 	if h == nil {
 		return "", false

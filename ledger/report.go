@@ -523,3 +523,31 @@ func (l *Ledger) finishReport(ctx context.Context, rec *CallRecord, in *reportIn
 	out.DuplicateSeq = ack.Sequence
 	return out, nil
 }
+
+// Resume finishes a report whose claim was written but whose entry,
+// wakeup or final mark may be missing (its reporter crashed or gave up):
+// it replays the claimed report exactly, so the ledger ends with the one
+// report the claim names. Executors call it when a redelivered command finds
+// its call claimed. A call not in the claimed state is returned as is.
+func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (ReportOutcome, error) {
+	rec, err := l.GetCall(ctx, project, turnID, callID)
+	if err != nil {
+		return ReportOutcome{}, err
+	}
+	if rec.Claim == nil {
+		return ReportOutcome{}, newError(CodeNotReported, nil, "call %s has no claimed report to resume", callID)
+	}
+	h := nats.Header{}
+	for k, v := range rec.Claim.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	var entry ReportEntry
+	if err := json.Unmarshal(rec.Claim.Data, &entry); err != nil {
+		return ReportOutcome{}, fmt.Errorf("resume %s/%s: decode claimed entry: %w", turnID, callID, err)
+	}
+	data, err := json.Marshal(ReportPayload{Status: entry.Status, AfterExecution: entry.AfterExecution, ToolResultCardID: entry.ToolResultCardID, StepID: entry.StepID})
+	if err != nil {
+		return ReportOutcome{}, fmt.Errorf("resume %s/%s: %w", turnID, callID, err)
+	}
+	return l.ReportMsg(ctx, h, data)
+}

@@ -425,7 +425,8 @@ func (a *applier) rejection(ev event) error {
 	}
 	project := ev.h.Get(ledger.HeaderProjectID)
 	rh := nats.Header(r.Request.Headers)
-	turn, call := rh.Get(ledger.HeaderAgentTurnID), rh.Get(ledger.HeaderToolCallID)
+	// The refused request's headers are as the client sent them: any case.
+	turn, call := ledger.HeaderGet(rh, ledger.HeaderAgentTurnID), ledger.HeaderGet(rh, ledger.HeaderToolCallID)
 	if turn == "" || call == "" {
 		// Body-addressed requests (inbox.consume) name the call in the body.
 		var body struct {
@@ -458,7 +459,7 @@ func (a *applier) rejection(ev event) error {
 			return nil
 		}
 		st = &CallState{ProjectID: project, AgentTurnID: turn, ToolCallID: call, State: StateRejected,
-			ChannelID: ev.h.Get(ledger.HeaderChannelID), AgentID: rh.Get(ledger.HeaderAgentID)}
+			ChannelID: ev.h.Get(ledger.HeaderChannelID), AgentID: ledger.HeaderGet(rh, ledger.HeaderAgentID)}
 		a.index(st, dimState, StateRejected)
 	}
 	st.Rejections++

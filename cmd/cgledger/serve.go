@@ -176,19 +176,30 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		projDone := make(chan struct{})
 		go func() {
 			defer close(projDone)
-			if err := proj.CatchUp(projCtx); err != nil {
+			// Ready means caught up at start: retry transient failures until
+			// that holds; a gap or corrupt entry stops here for good.
+			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+				err := proj.CatchUp(projCtx)
 				if projCtx.Err() != nil {
 					return
+				}
+				if err == nil {
+					break
 				}
 				projErr.Store(err.Error())
 				log.Error("projector catch-up failed", "err", err)
 				if projector.Fatal(err) {
 					return
 				}
-			} else {
-				ready0.Store(true)
-				log.Info("projector caught up", "applied", proj.Applied())
+				select {
+				case <-projCtx.Done():
+					return
+				case <-time.After(backoff):
+				}
 			}
+			projErr.Store("")
+			ready0.Store(true)
+			log.Info("projector caught up", "applied", proj.Applied())
 			if err := proj.Run(projCtx); err != nil {
 				ready0.Store(false)
 				projErr.Store(err.Error())
