@@ -2,10 +2,10 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 
+	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -28,31 +28,31 @@ func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handle
 	mux.HandleFunc("POST /projects/{project}/tools", func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(req.Body, maxDefinitionBytes+1))
 		if err != nil {
-			writeError(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+			httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "cannot read body: " + err.Error()})
 			return
 		}
 		if len(body) > maxDefinitionBytes {
 			var vs ledger.Violations
 			vs.Add("body", ledger.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
-			writeError(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "definition too large", Violations: vs})
+			httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "definition too large", Violations: vs})
 			return
 		}
 		res, err := r.RegisterToolYAML(req.Context(), req.PathValue("project"), body)
 		if err != nil {
-			writeError(w, err)
+			httpjson.Error(w, err)
 			return
 		}
 		status := http.StatusCreated
 		if res.Unchanged {
 			status = http.StatusOK
 		}
-		writeJSONStatus(w, status, res)
+		httpjson.Write(w, status, res)
 	})
 	mux.HandleFunc("GET /projects/{project}/tools", func(w http.ResponseWriter, req *http.Request) {
 		project := req.PathValue("project")
 		tools, err := r.ListTools(req.Context(), project)
 		if err != nil {
-			writeError(w, err)
+			httpjson.Error(w, err)
 			return
 		}
 		type item struct {
@@ -72,7 +72,7 @@ func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handle
 				out = append(out, item{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
 			}
 		}
-		writeJSONStatus(w, http.StatusOK, map[string]any{"project_id": project, "tools": out})
+		httpjson.Write(w, http.StatusOK, map[string]any{"project_id": project, "tools": out})
 	})
 	mux.HandleFunc("GET /projects/{project}/tools/{tool}", func(w http.ResponseWriter, req *http.Request) {
 		project, name := req.PathValue("project"), req.PathValue("tool")
@@ -83,15 +83,15 @@ func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handle
 					if b.ToolName == name {
 						d := *b
 						d.ProjectID = project
-						writeJSONStatus(w, http.StatusOK, map[string]any{"seq": 0, "definition": d, "builtin": true})
+						httpjson.Write(w, http.StatusOK, map[string]any{"seq": 0, "definition": d, "builtin": true})
 						return
 					}
 				}
 			}
-			writeError(w, err)
+			httpjson.Error(w, err)
 			return
 		}
-		writeJSONStatus(w, http.StatusOK, t)
+		httpjson.Write(w, http.StatusOK, t)
 	})
 	return mux
 }
@@ -99,25 +99,4 @@ func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handle
 func isNotFound(err error) bool {
 	e, ok := ledger.AsError(err)
 	return ok && e.Code == ledger.CodeNotFound
-}
-
-func writeJSONStatus(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	e, ok := ledger.AsError(err)
-	if !ok {
-		e = &ledger.Error{Code: ledger.CodeInternal, Message: err.Error()}
-	}
-	status := http.StatusInternalServerError
-	switch e.Code {
-	case ledger.CodeBadRequest:
-		status = http.StatusBadRequest
-	case ledger.CodeNotFound:
-		status = http.StatusNotFound
-	}
-	writeJSONStatus(w, status, map[string]*ledger.Error{"error": e})
 }

@@ -2,12 +2,12 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -36,7 +36,7 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("GET /v1/digest", h.digest)
 	mux.HandleFunc("GET /v1/verify", h.verify)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return mux
 }
@@ -95,39 +95,16 @@ func (p *params) done(w http.ResponseWriter) bool {
 	if len(p.vs) == 0 {
 		return false
 	}
-	writeErr(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
+	httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
 	return true
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
-
-func writeErr(w http.ResponseWriter, err error) {
-	e, ok := ledger.AsError(err)
-	if !ok {
-		e = &ledger.Error{Code: ledger.CodeInternal, Message: err.Error()}
-	}
-	status := http.StatusInternalServerError
-	switch e.Code {
-	case ledger.CodeBadRequest:
-		status = http.StatusBadRequest
-	case ledger.CodeNotFound:
-		status = http.StatusNotFound
-	}
-	writeJSON(w, status, map[string]*ledger.Error{"error": e})
 }
 
 func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
-		writeErr(w, err)
+		httpjson.Error(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	httpjson.Write(w, http.StatusOK, v)
 }
 
 func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
@@ -254,12 +231,12 @@ func (h *handler) digest(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) verify(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Verify == nil {
-		writeErr(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "verification against the live stream is not configured here"})
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "verification against the live stream is not configured here"})
 		return
 	}
 	rep, err := h.cfg.Verify(r.Context())
 	if err != nil && !errors.Is(err, context.Canceled) {
-		writeErr(w, err)
+		httpjson.Error(w, err)
 		return
 	}
 	reply(w, rep, err)
