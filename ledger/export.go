@@ -257,8 +257,17 @@ type VerifyReport struct {
 // entry with the link recorded for it, naming the first sequence that does
 // not match. A missing trailer or a trailer that disagrees fails too.
 func VerifyExport(r io.Reader) (VerifyReport, error) {
+	return VerifyExportAgainst(r, nil)
+}
+
+// VerifyExportAgainst is VerifyExport that also compares every entry with a
+// reference link (ref returns nil when it has none), such as the links a
+// projector recorded: a file whose links were all recomputed after an edit
+// is self-consistent, but fails against the reference at the edited entry.
+func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (VerifyReport, error) {
 	var v *ChainVerifier
 	var rep VerifyReport
+	var fileBad uint64
 	hdr, tr, err := ReadExport(r, func(h ExportHeader) error {
 		prev, err := ParseLink(h.PrevLink)
 		if err != nil {
@@ -267,10 +276,20 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 		v = NewChainVerifier(h.FromSeq, prev)
 		return nil
 	}, func(e ExportEntry) error {
-		// An unparseable link cannot match any recomputed one.
-		want, _ := ParseLink(e.Link)
-		v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &want)
 		rep.LastSeq = e.Seq
+		// An unparseable link cannot match any recomputed one.
+		file, _ := ParseLink(e.Link)
+		if ref == nil {
+			v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file)
+			return nil
+		}
+		want, err := ref(e.Seq)
+		if err != nil {
+			return err
+		}
+		if v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, want) && fileBad == 0 && file != v.Head() {
+			fileBad = e.Seq
+		}
 		return nil
 	})
 	if err != nil {
@@ -278,11 +297,11 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 	}
 	rep.FromSeq = hdr.FromSeq
 	rep.Count, rep.Head = v.Count(), v.Head().String()
-	if bad, why := v.FirstBad(); bad != 0 {
+	switch bad, why := v.FirstBad(); {
+	case bad != 0:
 		rep.FirstBadSeq, rep.Reason = bad, why
-		return rep, nil
-	}
-	switch {
+	case fileBad != 0:
+		rep.FirstBadSeq, rep.Reason = fileBad, fmt.Sprintf("entry %d does not match the link recorded in the file", fileBad)
 	case tr == nil:
 		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
 	case tr.Count != v.Count() || tr.Head != rep.Head:

@@ -407,7 +407,11 @@ func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []by
 		e, _ := AsError(err)
 		return RegisterResult{}, l.reject(ctx, OpToolRegister, project, Unrouted, e, rejectedRequest("", nats.Header{HeaderProjectID: {project}}, body))
 	}
-	return l.RegisterTool(ctx, d)
+	data, err := json.Marshal(d)
+	if err != nil {
+		return RegisterResult{}, fmt.Errorf("register tool: encode: %w", err)
+	}
+	return l.registerTool(ctx, d, data)
 }
 
 // RegisterTool records an already validated definition (see RegisterToolYAML).
@@ -420,6 +424,11 @@ func (l *Ledger) RegisterTool(ctx context.Context, d *ToolDefinition) (RegisterR
 		e, _ := AsError(err)
 		return RegisterResult{}, l.reject(ctx, OpToolRegister, d.ProjectID, Unrouted, e, rejectedRequest("", nil, data))
 	}
+	return l.registerTool(ctx, d, data)
+}
+
+// registerTool writes a validated definition unless it is already in force.
+func (l *Ledger) registerTool(ctx context.Context, d *ToolDefinition, data []byte) (RegisterResult, error) {
 	subj := ToolSubject(l.version, d.ProjectID, d.ToolName)
 	for range 8 {
 		cur, err := l.lastForSubject(ctx, subj)

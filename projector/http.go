@@ -99,6 +99,14 @@ func (p *params) done(w http.ResponseWriter) bool {
 	return true
 }
 
+// asOfOnly parses the as-of parameters of an endpoint that takes nothing
+// else; ok=false means a 400 was written.
+func asOfOnly(w http.ResponseWriter, r *http.Request) (AsOf, bool) {
+	p := &params{r: r}
+	at := p.asOf()
+	return at, !p.done(w)
+}
+
 func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		httpjson.Error(w, err)
@@ -108,9 +116,8 @@ func reply(w http.ResponseWriter, v any, err error) {
 }
 
 func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.q.Timeline(r.PathValue("project"), r.PathValue("turn"), at)
@@ -118,9 +125,8 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.q.TurnCards(r.PathValue("project"), r.PathValue("turn"), at)
@@ -128,9 +134,8 @@ func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) callState(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	st, seq, err := h.q.CallState(r.PathValue("project"), r.PathValue("turn"), r.PathValue("call"), at)
@@ -182,9 +187,8 @@ func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) roster(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, seq, err := h.q.Roster(r.PathValue("project"), r.PathValue("agent"), at)
@@ -195,9 +199,8 @@ func (h *handler) roster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) card(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.q.Card(r.PathValue("project"), r.PathValue("card"), at)
@@ -205,9 +208,8 @@ func (h *handler) card(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.q.Tools(r.PathValue("project"), at)
@@ -215,9 +217,8 @@ func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
-	p := &params{r: r}
-	at := p.asOf()
-	if p.done(w) {
+	at, ok := asOfOnly(w, r)
+	if !ok {
 		return
 	}
 	res, err := h.q.Tool(r.PathValue("project"), r.PathValue("tool"), at)

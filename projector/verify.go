@@ -58,39 +58,9 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 // also against the links these views recorded, so a file whose links were
 // all recomputed after an edit still fails at the edited entry.
 func (s *Store) VerifyExport(r io.Reader) (ledger.VerifyReport, error) {
-	var v *ledger.ChainVerifier
-	var rep ledger.VerifyReport
-	var fileBad uint64
-	var fileWhy string
-	hdr, tr, err := ledger.ReadExport(r, func(h ledger.ExportHeader) error {
-		prev, err := ledger.ParseLink(h.PrevLink)
-		if err != nil {
-			return fmt.Errorf("%w: header prev_link: %v", ledger.ErrBadExport, err)
-		}
-		v = ledger.NewChainVerifier(h.FromSeq, prev)
-		return nil
-	}, func(e ledger.ExportEntry) error {
-		want, err := s.link(e.Seq)
-		if err != nil {
-			return err
-		}
-		ok := v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, want)
-		if file, perr := ledger.ParseLink(e.Link); ok && fileBad == 0 && (perr != nil || file != v.Head()) {
-			fileBad, fileWhy = e.Seq, fmt.Sprintf("entry %d does not match the link recorded in the file", e.Seq)
-		}
-		rep.LastSeq = e.Seq
-		return nil
-	})
+	rep, err := ledger.VerifyExportAgainst(r, s.link)
 	if err != nil {
 		return rep, fmt.Errorf("projector: verify export: %w", err)
-	}
-	rep.FromSeq = hdr.FromSeq
-	rep = finishReport(rep, v)
-	if rep.OK && fileBad != 0 {
-		rep.OK, rep.FirstBadSeq, rep.Reason = false, fileBad, fileWhy
-	}
-	if rep.OK && tr == nil {
-		rep.OK, rep.FirstBadSeq, rep.Reason = false, rep.LastSeq+1, "file is truncated: no trailer"
 	}
 	return rep, nil
 }

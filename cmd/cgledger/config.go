@@ -105,27 +105,23 @@ func defaultSettings() Settings {
 }
 
 // configFlags registers every setting as a flag (with no default: unset
-// flags do not override lower layers) plus --config.
-func configFlags(fs *flag.FlagSet) (configPath *string, values map[string]*string) {
+// flags do not override lower layers; loadSettings reads only the flags the
+// user set) plus --config.
+func configFlags(fs *flag.FlagSet) (configPath *string) {
 	configPath = fs.String("config", "", "YAML or JSON config file (also CGLEDGER_CONFIG)")
-	values = map[string]*string{}
 	for _, st := range settings {
 		if st.key == "sync_always" {
-			b := fs.Bool(st.flag, false, st.usage)
-			v := new(string)
-			values[st.key] = v
-			// Bool flags are recorded through Visit below.
-			_ = b
+			fs.Bool(st.flag, false, st.usage+" (env "+st.env+")")
 			continue
 		}
-		values[st.key] = fs.String(st.flag, "", st.usage+" (env "+st.env+")")
+		fs.String(st.flag, "", st.usage+" (env "+st.env+")")
 	}
-	return configPath, values
+	return configPath
 }
 
 // loadSettings layers defaults, file, environment and flags, recording the
 // source of each value.
-func loadSettings(fs *flag.FlagSet, configPath string, values map[string]*string) (Settings, map[string]string, error) {
+func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]string, error) {
 	s := defaultSettings()
 	source := map[string]string{}
 	for _, st := range settings {
@@ -269,12 +265,11 @@ func (s Settings) has(role string) bool {
 func checkConfig(args []string) int {
 	fs := newFlagSet("check-config", "check-config [--config FILE] [serve flags...]",
 		"Validate the serve configuration (file, CGLEDGER_* environment, flags) and print the effective settings with where each came from. Secrets are masked. Exit 0 when valid, 2 when not.")
-	cfgPath, values := configFlags(fs)
-	_ = values
+	cfgPath := configFlags(fs)
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
-	s, source, err := loadSettings(fs, *cfgPath, values)
+	s, source, err := loadSettings(fs, *cfgPath)
 	if err != nil {
 		return failf(exitUsage, "%v", err)
 	}

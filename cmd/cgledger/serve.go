@@ -45,11 +45,11 @@ signal exits at once.`
 
 func serve(args []string) int {
 	fs := newFlagSet("serve", "serve [flags]", serveHelp)
-	cfgPath, values := configFlags(fs)
+	cfgPath := configFlags(fs)
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
-	s, _, err := loadSettings(fs, *cfgPath, values)
+	s, _, err := loadSettings(fs, *cfgPath)
 	if err != nil {
 		return failf(exitUsage, "%v", err)
 	}
