@@ -4,30 +4,36 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // API subjects: the ledger's operations over NATS request/reply, for clients
-// in any language (docs/protocol.md, "Ledger API"). They sit outside the
-// cg.> namespace so the ledger stream never captures a request.
+// in any language (docs/protocol.md, "Ledger API"). A request goes to
+// cgledger.v1.<project_id>.<actor>.<op>: the project and the actor (the agent
+// or tool the caller acts as) sit in the subject so that NATS permissions can
+// scope them, and the ledger checks the request against them. They sit
+// outside the cg.> namespace so the ledger stream never captures a request.
+const APIPrefix = auth.APIPrefix
+
+// Read operations (writes are the Op* names of rejection entries).
 const (
-	APIPrefix    = "cgledger.v1"
-	APICardPut   = APIPrefix + ".card.put"
-	APICardGet   = APIPrefix + ".card.get"
-	APIDispatch  = APIPrefix + ".dispatch"
-	APIReport    = APIPrefix + ".report"
-	APIRosterSet = APIPrefix + ".roster.set"
-	APIRosterGet = APIPrefix + ".roster.get"
-	APICallGet   = APIPrefix + ".call.get"
-	APIConsume   = APIPrefix + ".inbox.consume"
-	APIToolReg   = APIPrefix + ".tool.register"
-	APIToolGet   = APIPrefix + ".tool.get"
-	APIToolList  = APIPrefix + ".tool.list"
-	APICancel    = APIPrefix + ".cancel"
+	OpCardGet      = "card.get"
+	OpRosterGet    = "roster.get"
+	OpCallGet      = "call.get"
+	OpToolGet      = "tool.get"
+	OpToolList     = "tool.list"
+	OpToolConsumer = "tool.consumer"
 )
+
+// APISubject is the subject of an API operation for project, sent by actor.
+func APISubject(project, actor, op string) string { return auth.APISubject(project, actor, op) }
 
 // APIConfig configures the request/reply API. Zero values mean the defaults.
 type APIConfig struct {
@@ -78,23 +84,26 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{l: l, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	handlers := map[string]apiHandler{
-		APICardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.PutCardJSON(ctx, m.Data) },
-		APICardGet:   s.cardGet,
-		APIDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.DispatchMsg(ctx, m.Header, m.Data) },
-		APIReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.ReportMsg(ctx, m.Header, m.Data) },
-		APIRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
-		APIRosterGet: s.rosterGet,
-		APICallGet:   s.callGet,
-		APIConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
-		APIToolReg: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.RegisterToolYAML(ctx, HeaderGet(m.Header, HeaderProjectID), m.Data)
+		OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.PutCardJSON(ctx, m.Data) },
+		OpCardGet:   s.cardGet,
+		OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.DispatchMsg(ctx, m.Header, m.Data) },
+		OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.ReportMsg(ctx, m.Header, m.Data) },
+		OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
+		OpRosterGet: s.rosterGet,
+		OpCallGet:   s.callGet,
+		OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
+		OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
+			c, _ := CallerFrom(ctx)
+			return l.RegisterToolYAML(ctx, c.Project, m.Data)
 		},
-		APICancel:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
-		APIToolGet:  s.toolGet,
-		APIToolList: s.toolList,
+		OpCancel:       func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
+		OpToolGet:      s.toolGet,
+		OpToolList:     s.toolList,
+		OpToolConsumer: s.toolConsumer,
 	}
-	for subj, h := range handlers {
-		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(h))
+	for op, h := range handlers {
+		subj := APISubject("*", "*", op)
+		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(op, h))
 		if err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("ledger api: subscribe %s: %w", subj, err)
@@ -121,7 +130,45 @@ func (s *APIServer) Stop() {
 	s.stop()
 }
 
-func (s *APIServer) handle(h apiHandler) nats.MsgHandler {
+// writeOps are the operations whose refusals are recorded as rejection
+// entries.
+var writeOps = map[string]bool{OpCardPut: true, OpDispatch: true, OpReport: true, OpRosterSet: true, OpConsume: true, OpCancel: true, OpToolRegister: true}
+
+// caller reads the project and actor from an API subject and checks the
+// request against them. A refusal of a write is recorded like any other.
+func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller, error) {
+	toks := strings.SplitN(m.Subject, ".", 5)
+	var c Caller
+	var vs Violations
+	if len(toks) == 5 {
+		c.Project, c.Actor = toks[2], toks[3]
+	}
+	if !ValidIdentifier(c.Project) {
+		vs.Add("subject", VInvalidToken, "project token %q of %s is not an identifier", clip(c.Project), APISubject("<project_id>", "<actor>", op))
+	}
+	if !ValidIdentifier(c.Actor) {
+		vs.Add("subject", VInvalidToken, "actor token %q of %s is not an identifier", clip(c.Actor), APISubject("<project_id>", "<actor>", op))
+	}
+	code, msg := CodeBadRequest, "invalid API subject"
+	if len(vs) == 0 {
+		vs = checkCaller(op, c, m.Header, m.Data)
+		code, msg = CodeForbidden, "request does not match the project or actor of its subject"
+	}
+	if len(vs) == 0 {
+		return c, nil
+	}
+	e := newError(code, vs, "%s: %s", op, msg)
+	if !writeOps[op] {
+		return c, e
+	}
+	project := ""
+	if ValidIdentifier(c.Project) {
+		project = c.Project
+	}
+	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, rejectedRequest("", m.Header, m.Data))
+}
+
+func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		s.mu.Lock()
 		if s.stopped {
@@ -140,7 +187,11 @@ func (s *APIServer) handle(h apiHandler) nats.MsgHandler {
 			defer func() { <-s.sem; s.wg.Done() }()
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 			defer cancel()
-			res, err := h(ctx, m)
+			c, err := s.caller(ctx, op, m)
+			var res any
+			if err == nil {
+				res, err = h(WithCaller(ctx, c), m)
+			}
 			if m.Reply == "" {
 				return
 			}
@@ -267,4 +318,45 @@ func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
 	return struct {
 		Tools []StoredTool `json:"tools"`
 	}{tools}, err
+}
+
+// ToolConsumer names the durable consumer a tool service pulls its commands
+// from (see docs/protocol.md, "tool.consumer").
+type ToolConsumer struct {
+	Stream         string   `json:"stream"`
+	Consumer       string   `json:"consumer"`
+	FilterSubjects []string `json:"filter_subjects"`
+}
+
+// EnsureToolConsumer creates (or finds) the durable consumer of a project's
+// tool target: the only JetStream consumer a tool credential may pull from,
+// so a tool service in any language gets durable, redelivered commands
+// without any right to the JetStream API beyond it.
+func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (ToolConsumer, error) {
+	var vs Violations
+	checkIdent(&vs, "subject", project, true)
+	checkIdent(&vs, "subject", tool, true)
+	if err := badRequest("tool.consumer request", vs); err != nil {
+		return ToolConsumer{}, err
+	}
+	base := Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
+	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}}
+	_, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
+		Durable:        tc.Consumer,
+		Description:    "cgledger: commands of tool " + clip(tool) + " in project " + clip(project),
+		FilterSubjects: tc.FilterSubjects,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxDeliver:     5,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
+	}
+	return tc, nil
+}
+
+func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) {
+	c, _ := CallerFrom(ctx)
+	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
 }

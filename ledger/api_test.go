@@ -50,7 +50,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	serveAPI(t, e)
 	nc := e.srv.Connect(t)
 
-	r := request(t, nc, ledger.APIRosterSet, nil, `{"project_id":"p1","agent_id":"a1","worker_target":"worker_x"}`)
+	r := request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterSet), nil, `{"project_id":"p1","agent_id":"a1","worker_target":"worker_x"}`)
 	require.True(t, r.OK, "%+v", r.Error)
 
 	wake, err := nc.SubscribeSync("cg.v1.p1.c1.cmd.agent.worker_x.wakeup")
@@ -69,7 +69,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	          "content":{"tool_name":"search","arguments":{"q":"nats"}},
 	          "metadata":{"trace_id":"tr1","parent_step_id":"ps1","step_id":"s1"}},
 	  "payload":{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend"}}`
-	r = request(t, nc, ledger.APIDispatch, h, dispatch)
+	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpDispatch), h, dispatch)
 	require.True(t, r.OK, "%+v", r.Error)
 	var d ledger.DispatchResult
 	require.NoError(t, json.Unmarshal(r.Result, &d))
@@ -83,7 +83,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, "2", cmd.Header.Get("CG-Turn-Epoch"))
 	require.JSONEq(t, `{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend"}`, string(cmd.Data))
 
-	r = request(t, nc, ledger.APICardGet, nil, `{"project_id":"p1","card_ids":["call-card-1","nope"]}`)
+	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpCardGet), nil, `{"project_id":"p1","card_ids":["call-card-1","nope"]}`)
 	require.True(t, r.OK, "%+v", r.Error)
 	var got struct {
 		Cards []struct {
@@ -102,7 +102,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, "nats", got.Cards[0].Card.Content.Arguments["q"])
 	require.Equal(t, []string{"nope"}, got.Missing)
 
-	r = request(t, nc, ledger.APICardPut, nil, `{"card_id":"res-card-1","project_id":"p1","type":"tool.result","author_id":"tool.search","function_name":"search",
+	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpCardPut), nil, `{"card_id":"res-card-1","project_id":"p1","type":"tool.result","author_id":"tool.search","function_name":"search",
 	  "agent_turn_id":"t1","tool_call_id":"k1","content":{"status":"success","result":{"hits":3,"__cg_control":{"after_execution":"terminate"}}},
 	  "metadata":{"trace_id":"tr1","parent_step_id":"ps1","step_id":"s1"}}`)
 	require.True(t, r.OK, "%+v", r.Error)
@@ -115,7 +115,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	rh.Set("CG-Channel-Id", "c1")
 	rh.Set("CG-Source-Id", "tool.search")
 	rh.Set("CG-Source-Function", "search")
-	r = request(t, nc, ledger.APIReport, rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
+	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
 	var out ledger.ReportOutcome
 	require.NoError(t, json.Unmarshal(r.Result, &out))
@@ -127,22 +127,22 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a1", w.Header.Get("CG-Agent-Id"))
 
-	r = request(t, nc, ledger.APIReport, rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
+	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
 	require.True(t, r.OK)
 	var dup ledger.ReportOutcome
 	require.NoError(t, json.Unmarshal(r.Result, &dup))
 	require.True(t, dup.Duplicate)
 	require.Equal(t, out.Seq, dup.Seq)
 
-	r = request(t, nc, ledger.APICallGet, nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
 	var rec ledger.CallRecord
 	require.NoError(t, json.Unmarshal(r.Result, &rec))
 	require.Equal(t, ledger.StateWoken, rec.State)
 
-	r = request(t, nc, ledger.APIRosterGet, nil, `{"project_id":"p1","agent_id":"a1"}`)
+	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterGet), nil, `{"project_id":"p1","agent_id":"a1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
-	r = request(t, nc, ledger.APIRosterGet, nil, `{"project_id":"p1","agent_id":"nobody"}`)
+	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterGet), nil, `{"project_id":"p1","agent_id":"nobody"}`)
 	require.False(t, r.OK)
 	require.Equal(t, "not_found", r.Error.Code)
 }
@@ -159,7 +159,7 @@ func TestAPIBadDispatchListsEveryViolationAndIsRecorded(t *testing.T) {
 	body := `{"subject":"cg.v1.p1.c1.cmd.tool.search",
 	  "card":{"card_id":"cc","project_id":"p1","type":"tool.call","author_id":"a1","agent_turn_id":"t1","tool_call_id":"k1","content":"just text"},
 	  "payload":{"tool_call_card_id":"","args":{"q":1},"after_execution":"later"}}`
-	r := request(t, nc, ledger.APIDispatch, h, body)
+	r := request(t, nc, ledger.APISubject("p1", "a1", ledger.OpDispatch), h, body)
 	require.False(t, r.OK)
 	require.Equal(t, "bad_request", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq)
@@ -196,11 +196,11 @@ func TestAPIGarbageBodiesAreRejectedPrecisely(t *testing.T) {
 	for _, tc := range []struct {
 		subject, body, field, code string
 	}{
-		{ledger.APIDispatch, `not json`, "body", "invalid_type"},
-		{ledger.APIReport, `[1,2]`, "payload", "invalid_type"},
-		{ledger.APICardPut, ``, "card", "required"},
-		{ledger.APIRosterSet, `{"project_id":"p","agent_id":"a.b","worker_target":"w"}`, "body.agent_id", "invalid_token"},
-		{ledger.APICardGet, `{"project_id":"p"}`, "body.card_ids", "required"},
+		{ledger.APISubject("p", "a1", ledger.OpDispatch), `not json`, "body", "invalid_type"},
+		{ledger.APISubject("p", "x", ledger.OpReport), `[1,2]`, "payload", "invalid_type"},
+		{ledger.APISubject("p", "x", ledger.OpCardPut), ``, "card", "required"},
+		{ledger.APISubject("p", "x", ledger.OpRosterSet), `{"project_id":"p","agent_id":"a.b","worker_target":"w"}`, "body.agent_id", "invalid_token"},
+		{ledger.APISubject("p", "x", ledger.OpCardGet), `{"project_id":"p"}`, "body.card_ids", "required"},
 	} {
 		r := request(t, nc, tc.subject, nil, tc.body)
 		require.False(t, r.OK, tc.subject)

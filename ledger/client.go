@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -11,12 +12,49 @@ import (
 // Client calls a ledger's request/reply API over NATS: what a worker or tool
 // service in another process uses. Refusals come back as *Error with the
 // server's code and violations, so errors.Is works as with a local Ledger.
+//
+// Each request goes to cgledger.v1.<project>.<actor>.<op>. Where the ledger
+// checks the actor against an agent (dispatch, roster.set, inbox.consume,
+// cancel) the client takes it from the request; a report goes out as its
+// source function when that is an identifier (the ledger wants the call's
+// tool target: set WithActor when they differ); elsewhere the client's actor.
 type Client struct {
-	nc *nats.Conn
+	nc    *nats.Conn
+	actor string
 }
 
+// DefaultActor is the actor token of a client that was given none.
+const DefaultActor = "client"
+
+// ClientOption adjusts a Client.
+type ClientOption func(*Client)
+
+// WithActor sets the actor token for requests whose actor the ledger does not
+// derive from the request: a worker credential bound to one agent must use
+// that agent id, a tool credential its tool.
+func WithActor(actor string) ClientOption { return func(c *Client) { c.actor = actor } }
+
 // NewClient returns a client using nc.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
+	c := &Client{nc: nc, actor: DefaultActor}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// subject builds an API subject; an empty actor means the client's own.
+func (c *Client) subject(project, actor, op string) string {
+	if actor == "" {
+		actor = c.actor
+	}
+	// An empty token would make an invalid subject no server answers; "_"
+	// reaches the ledger, which lists the missing id as a violation.
+	if project == "" {
+		project = "_"
+	}
+	return APISubject(project, actor, op)
+}
 
 func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
@@ -53,7 +91,7 @@ func jsonMsg(subject string, v any) (*nats.Msg, error) {
 // PutCard stores a card (see Ledger.PutCard).
 func (c *Client) PutCard(ctx context.Context, card Card) (PutCardResult, error) {
 	var out PutCardResult
-	msg, err := jsonMsg(APICardPut, card)
+	msg, err := jsonMsg(c.subject(card.ProjectID, "", OpCardPut), card)
 	if err != nil {
 		return out, err
 	}
@@ -66,7 +104,7 @@ func (c *Client) GetCards(ctx context.Context, project string, ids []string) ([]
 		Cards   []StoredCard `json:"cards"`
 		Missing []string     `json:"missing"`
 	}
-	msg, err := jsonMsg(APICardGet, map[string]any{"project_id": project, "card_ids": ids})
+	msg, err := jsonMsg(c.subject(project, "", OpCardGet), map[string]any{"project_id": project, "card_ids": ids})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -87,7 +125,7 @@ func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode payload: %w", err)
 	}
-	msg, err := jsonMsg(APIDispatch, dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
+	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, OpDispatch), dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
 	if err != nil {
 		return out, err
 	}
@@ -98,7 +136,7 @@ func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 // Report submits a tool result report (see Ledger.Report).
 func (c *Client) Report(ctx context.Context, req ReportRequest) (ReportOutcome, error) {
 	var out ReportOutcome
-	msg, err := jsonMsg(APIReport, req.Payload)
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(req.SourceFunction), OpReport), req.Payload)
 	if err != nil {
 		return out, err
 	}
@@ -113,7 +151,7 @@ func (c *Client) Report(ctx context.Context, req ReportRequest) (ReportOutcome, 
 // SetRoster records an agent's worker target (see Ledger.SetRoster).
 func (c *Client) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, error) {
 	var out RosterResult
-	msg, err := jsonMsg(APIRosterSet, e)
+	msg, err := jsonMsg(c.subject(e.ProjectID, e.AgentID, OpRosterSet), e)
 	if err != nil {
 		return out, err
 	}
@@ -123,7 +161,7 @@ func (c *Client) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, er
 // GetRoster reads an agent's worker target (see Ledger.GetRoster).
 func (c *Client) GetRoster(ctx context.Context, project, agentID string) (RosterResult, error) {
 	var out RosterResult
-	msg, err := jsonMsg(APIRosterGet, map[string]string{"project_id": project, "agent_id": agentID})
+	msg, err := jsonMsg(c.subject(project, "", OpRosterGet), map[string]string{"project_id": project, "agent_id": agentID})
 	if err != nil {
 		return out, err
 	}
@@ -133,7 +171,7 @@ func (c *Client) GetRoster(ctx context.Context, project, agentID string) (Roster
 // GetCall reads a call record (see Ledger.GetCall).
 func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*CallRecord, error) {
 	var out CallRecord
-	msg, err := jsonMsg(APICallGet, map[string]string{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
+	msg, err := jsonMsg(c.subject(project, "", OpCallGet), map[string]string{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +184,7 @@ func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*
 // Consume records that an agent consumed a call's result (see Ledger.Consume).
 func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult, error) {
 	var out ConsumeResult
-	msg, err := jsonMsg(APIConsume, req)
+	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, OpConsume), req)
 	if err != nil {
 		return out, err
 	}
@@ -157,15 +195,14 @@ func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult
 // Ledger.RegisterToolYAML).
 func (c *Client) RegisterTool(ctx context.Context, project string, definition []byte) (RegisterResult, error) {
 	var out RegisterResult
-	msg := &nats.Msg{Subject: APIToolReg, Data: definition, Header: nats.Header{}}
-	msg.Header.Set(HeaderProjectID, project)
+	msg := &nats.Msg{Subject: c.subject(project, "", OpToolRegister), Data: definition, Header: nats.Header{}}
 	return out, c.call(ctx, msg, &out)
 }
 
 // GetTool reads a tool definition (see Ledger.GetTool).
 func (c *Client) GetTool(ctx context.Context, project, tool string) (*StoredTool, error) {
 	var out StoredTool
-	msg, err := jsonMsg(APIToolGet, map[string]string{"project_id": project, "tool_name": tool})
+	msg, err := jsonMsg(c.subject(project, "", OpToolGet), map[string]string{"project_id": project, "tool_name": tool})
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +217,7 @@ func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, e
 	var out struct {
 		Tools []StoredTool `json:"tools"`
 	}
-	msg, err := jsonMsg(APIToolList, map[string]string{"project_id": project})
+	msg, err := jsonMsg(c.subject(project, "", OpToolList), map[string]string{"project_id": project})
 	if err != nil {
 		return nil, err
 	}
@@ -190,9 +227,39 @@ func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, e
 // Cancel asks to cancel a call in flight (see Ledger.Cancel).
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
 	var out CancelResult
-	msg, err := jsonMsg(APICancel, req)
+	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, OpCancel), req)
 	if err != nil {
 		return out, err
 	}
 	return out, c.call(ctx, msg, &out)
+}
+
+// EnsureToolConsumer asks for the durable consumer of the client's actor as a
+// tool target (see Ledger.EnsureToolConsumer).
+func (c *Client) EnsureToolConsumer(ctx context.Context, project string) (ToolConsumer, error) {
+	var out ToolConsumer
+	msg, err := jsonMsg(c.subject(project, "", OpToolConsumer), struct{}{})
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// identOr returns s when it can be an actor token, else "" (the client's
+// own actor).
+func identOr(s string) string {
+	if ValidIdentifier(s) {
+		return s
+	}
+	return ""
+}
+
+// subjectProject is the project of a command subject, or "" when it does not
+// parse (the ledger then refuses the request with every violation).
+func subjectProject(subject string) string {
+	toks := strings.SplitN(subject, ".", 4)
+	if len(toks) < 4 {
+		return ""
+	}
+	return toks[2]
 }

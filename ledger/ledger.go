@@ -130,6 +130,9 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 		msg.Header = nats.Header{}
 	}
 	msg.Header.Set(HeaderEntryKind, string(kind))
+	if c, ok := CallerFrom(ctx); ok && c.Actor != "" && kind != KindWakeup {
+		msg.Header.Set(HeaderActor, c.Actor)
+	}
 	start := time.Now()
 	if msg.Header.Get(HeaderTime) == "" {
 		msg.Header.Set(HeaderTime, FormatTime(start))

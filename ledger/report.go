@@ -211,6 +211,9 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		vs.Add("header."+HeaderToolCallID, VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
 		return refuse(CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
 	}
+	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+		return refuse(CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
+	}
 	fp := fingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction)
 	appendedHere := false
 	for range 64 {

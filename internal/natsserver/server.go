@@ -4,6 +4,7 @@
 package natsserver
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +12,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // Config says where and how the embedded server runs. The zero value is a
@@ -42,6 +46,13 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Logging turns on the server's own log output (to stderr).
 	Logging bool
+	// Trust runs the server in operator mode: only credentials signed for
+	// the ledger account connect, each limited to its permissions. Nil runs
+	// without authentication (--no-auth and most package tests).
+	Trust *auth.ServerTrust
+	// TLS, when set, makes clients connect over TLS (and verifies client
+	// certificates when its ClientAuth says so).
+	TLS *tls.Config
 }
 
 // ErrNotReady is returned when the server did not accept connections in time.
@@ -84,6 +95,22 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	if cfg.MaxStore > 0 {
 		opts.JetStreamMaxStore = cfg.MaxStore
+	}
+	if cfg.Trust != nil {
+		res := &server.MemAccResolver{}
+		for acc, tok := range cfg.Trust.AccountJWTs {
+			if err := res.Store(acc, tok); err != nil {
+				return nil, fmt.Errorf("natsserver: store account: %w", err)
+			}
+		}
+		opts.TrustedOperators = []*jwt.OperatorClaims{cfg.Trust.Operator}
+		opts.AccountResolver = res
+		opts.SystemAccount = cfg.Trust.SystemAccount
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig = cfg.TLS
+		opts.TLS = true
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

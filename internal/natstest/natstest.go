@@ -12,13 +12,16 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/natsserver"
 )
 
 // Server is one embedded JetStream server owned by a test.
 type Server struct {
-	tb  testing.TB
-	cfg natsserver.Config
+	tb     testing.TB
+	cfg    natsserver.Config
+	keys   *auth.Keys
+	ledger *auth.Credential
 
 	mu    sync.Mutex
 	srv   *server.Server
@@ -34,6 +37,12 @@ func WithSyncAlways() Option { return func(c *natsserver.Config) { c.SyncAlways 
 // WithStoreDir puts the JetStream store in dir instead of a new temp dir.
 func WithStoreDir(dir string) Option { return func(c *natsserver.Config) { c.StoreDir = dir } }
 
+// WithAuth runs the server in operator mode with fresh keys, as serve does by
+// default: Connect then connects as the ledger, and ConnectAs as a client.
+func WithAuth() Option {
+	return func(c *natsserver.Config) { c.Trust = &auth.ServerTrust{} }
+}
+
 // Start starts a server for tb and registers its shutdown with tb.Cleanup.
 // It fails the test (it does not panic) when the server cannot start.
 func Start(tb testing.TB, opts ...Option) *Server {
@@ -43,6 +52,20 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		o(&cfg)
 	}
 	s := &Server{tb: tb, cfg: cfg}
+	if cfg.Trust != nil {
+		keys, err := auth.LoadOrCreateKeys(tb.TempDir())
+		if err != nil {
+			tb.Fatalf("natstest: keys: %v", err)
+			return nil
+		}
+		trust, err := keys.Trust()
+		if err != nil {
+			tb.Fatalf("natstest: trust: %v", err)
+			return nil
+		}
+		s.keys, s.cfg.Trust, cfg.Trust = keys, trust, trust
+		s.ledger = s.Issue(tb, auth.Grant{Role: auth.RoleLedger, Label: "natstest"}, 0)
+	}
 	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		tb.Fatalf("natstest: start server: %v", err)
@@ -65,15 +88,69 @@ func (s *Server) URL() string {
 // StoreDir is the JetStream store directory, kept across restarts.
 func (s *Server) StoreDir() string { return s.cfg.StoreDir }
 
+// Keys are the server's keys under WithAuth (nil otherwise).
+func (s *Server) Keys() *auth.Keys { return s.keys }
+
+// Issue signs a credential for g (valid for ttl; zero means no expiry). It
+// needs WithAuth.
+func (s *Server) Issue(tb testing.TB, g auth.Grant, ttl time.Duration) *auth.Credential {
+	tb.Helper()
+	if s.keys == nil {
+		tb.Fatalf("natstest: Issue needs WithAuth")
+		return nil
+	}
+	is, err := s.keys.Issuer()
+	if err != nil {
+		tb.Fatalf("natstest: issuer: %v", err)
+		return nil
+	}
+	c, err := is.Issue(g, ttl, time.Now())
+	if err != nil {
+		tb.Fatalf("natstest: issue: %v", err)
+		return nil
+	}
+	return c
+}
+
 // Connect opens a client connection that reconnects forever (so it survives
-// Restart) and is closed by tb.Cleanup.
+// Restart) and is closed by tb.Cleanup. Under WithAuth it connects as the
+// ledger itself.
 func (s *Server) Connect(tb testing.TB) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(s.URL(),
+	return s.connect(tb, s.ledger)
+}
+
+// ConnectAs connects with a credential, using the inbox prefix its
+// permissions allow.
+func (s *Server) ConnectAs(tb testing.TB, c *auth.Credential) *nats.Conn {
+	tb.Helper()
+	return s.connect(tb, c)
+}
+
+// Dial connects with the given options only (no credential, or the caller's
+// own), without failing the test: for tests that expect a refusal.
+func (s *Server) Dial(opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(s.URL(), opts...)
+	if err == nil {
+		s.tb.Cleanup(nc.Close)
+	}
+	return nc, err
+}
+
+func (s *Server) connect(tb testing.TB, c *auth.Credential) *nats.Conn {
+	tb.Helper()
+	opts := []nats.Option{
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectWait(20 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
-	)
+	}
+	if c != nil {
+		opts = append(opts, nats.UserJWTAndSeed(c.JWT, c.Seed))
+		if c.Grant.Role != auth.RoleLedger {
+			opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+		}
+	}
+	nc, err := nats.Connect(s.URL(), opts...)
 	if err != nil {
 		tb.Fatalf("natstest: connect %s: %v", s.URL(), err)
 		return nil

@@ -1,0 +1,200 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Role is what a credential may do.
+type Role string
+
+// Roles. Every role but RoleLedger is a client of the ledger's API; only
+// RoleLedger may write the ledger's stream and bucket or touch the
+// JetStream API beyond pulling a tool's own consumer.
+const (
+	RoleWorker  Role = "worker"
+	RoleTool    Role = "tool"
+	RoleAuditor Role = "auditor"
+	RoleAdmin   Role = "admin"
+	RoleLedger  Role = "ledger"
+)
+
+// APIPrefix starts every API subject: cgledger.v1.<project>.<actor>.<op>.
+const APIPrefix = "cgledger.v1"
+
+// GlobalProject is the project token of API operations that belong to no
+// project (projector.skip). "_" is never a valid project id.
+const GlobalProject = "_"
+
+// AllProjects in a grant's Project means every project (admin and auditor
+// only).
+const AllProjects = "*"
+
+// DefaultStream is the ledger stream whose consumers tool credentials pull.
+const DefaultStream = "CG_LEDGER"
+
+// API operation names (the <op> of an API subject), by role.
+var (
+	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "inbox.consume", "cancel", "tool.get", "tool.list"}
+	ToolOps    = []string{"card.put", "card.get", "call.get", "report", "tool.get", "tool.consumer"}
+	AuditorOps = []string{"card.get", "call.get", "roster.get", "tool.get", "tool.list"}
+	// GlobalOps are admin operations outside any project; only an admin of
+	// every project may call them.
+	GlobalOps = []string{"projector.skip"}
+)
+
+// Grant says what one credential may do. Empty Agent, Tool and Target mean
+// "any in the project".
+type Grant struct {
+	Role    Role   `json:"role"`
+	Project string `json:"project"`
+	// Agent binds a worker to one agent id: it can act only as that agent.
+	Agent string `json:"agent,omitempty"`
+	// Target is the worker target whose wakeups a worker may receive.
+	// Empty means Agent (or any target when Agent is empty too).
+	Target string `json:"target,omitempty"`
+	// Tool binds a tool credential to one tool target (the first token after
+	// cmd.tool); it is required to pull the tool's durable consumer.
+	Tool string `json:"tool,omitempty"`
+	// Label names the holder, for logs and audits.
+	Label string `json:"label,omitempty"`
+	// Stream is the ledger stream name. Empty means DefaultStream.
+	Stream string `json:"-"`
+}
+
+// Validate lists every problem with the grant.
+func (g Grant) Validate() []string {
+	var errs []string
+	switch g.Role {
+	case RoleWorker, RoleTool, RoleAuditor, RoleAdmin, RoleLedger:
+	default:
+		errs = append(errs, fmt.Sprintf("role %q: want worker, tool, auditor, admin or ledger", g.Role))
+	}
+	if g.Role != RoleLedger {
+		switch {
+		case g.Project == "":
+			errs = append(errs, "project is required")
+		case g.Project == AllProjects:
+			if g.Role != RoleAdmin && g.Role != RoleAuditor {
+				errs = append(errs, "project \"*\" (every project) is only for admin and auditor credentials")
+			}
+		case !IsIdent(g.Project):
+			errs = append(errs, fmt.Sprintf("project %q is not an identifier (1-256 printable ASCII bytes without '.', '*', '>', not \"_\")", g.Project))
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"agent", g.Agent}, {"target", g.Target}, {"tool", g.Tool}} {
+		if f.v != "" && !IsIdent(f.v) {
+			errs = append(errs, fmt.Sprintf("%s %q is not an identifier", f.name, f.v))
+		}
+	}
+	if (g.Agent != "" || g.Target != "") && g.Role != RoleWorker {
+		errs = append(errs, "agent and target are for worker credentials only")
+	}
+	if g.Tool != "" && g.Role != RoleTool {
+		errs = append(errs, "tool is for tool credentials only")
+	}
+	if strings.ContainsAny(g.Label, "\x00\n\r") || len(g.Label) > 256 {
+		errs = append(errs, "label must be at most 256 bytes on one line")
+	}
+	return errs
+}
+
+// IsIdent reports whether s is a protocol identifier: 1 to 256 bytes of
+// printable ASCII without '.', '*' or '>', and not "_".
+func IsIdent(s string) bool {
+	if len(s) == 0 || len(s) > 256 || s == "_" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c > 0x7e || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}
+
+// APISubject is the subject of an API operation.
+func APISubject(project, actor, op string) string {
+	return APIPrefix + "." + project + "." + actor + "." + op
+}
+
+// ToolConsumerName is the durable consumer the ledger keeps for a tool of a
+// project. Project ids may hold characters consumer names may not, so the
+// name is derived from a hash.
+func ToolConsumerName(project, tool string) string {
+	h := sha256.Sum256([]byte(project + "\x00" + tool))
+	return "cgtool-" + hex.EncodeToString(h[:12])
+}
+
+// InboxPrefix is the only prefix under which a credential may receive
+// replies: requests must set it as the client's inbox prefix, so no client
+// can read another's replies.
+func InboxPrefix(userPublicKey string) string { return "_INBOX_" + userPublicKey }
+
+// DefaultTTL is how long an issued credential lives unless told otherwise.
+const DefaultTTL = time.Hour
+
+// Permissions returns the publish and subscribe allow lists of the grant for
+// a user key. Everything not listed is denied by NATS.
+func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
+	if g.Role == RoleLedger {
+		return []string{">"}, []string{">"}
+	}
+	stream := g.Stream
+	if stream == "" {
+		stream = DefaultStream
+	}
+	sub = []string{InboxPrefix(userPublicKey) + ".>"}
+	any := func(v string) string {
+		if v == "" {
+			return "*"
+		}
+		return v
+	}
+	proj := g.Project
+	switch g.Role {
+	case RoleWorker:
+		for _, op := range WorkerOps {
+			pub = append(pub, APISubject(proj, any(g.Agent), op))
+		}
+		target := g.Target
+		if target == "" {
+			target = g.Agent
+		}
+		sub = append(sub, "cg.v1."+proj+".*.cmd.agent."+any(target)+".wakeup")
+	case RoleTool:
+		tool := any(g.Tool)
+		for _, op := range ToolOps {
+			pub = append(pub, APISubject(proj, tool, op))
+		}
+		sub = append(sub, "cg.v1."+proj+".*.cmd.tool."+tool, "cg.v1."+proj+".*.cmd.tool."+tool+".>", "cg.v1."+proj+".*.ledger.cancel.>")
+		if g.Tool != "" {
+			c := ToolConsumerName(g.Project, g.Tool)
+			pub = append(pub,
+				"$JS.API.CONSUMER.INFO."+stream+"."+c,
+				"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c,
+				"$JS.ACK."+stream+"."+c+".>")
+		}
+	case RoleAuditor:
+		for _, op := range AuditorOps {
+			pub = append(pub, APISubject(proj, "*", op))
+		}
+	case RoleAdmin:
+		if proj == AllProjects {
+			pub = append(pub, APIPrefix+".>")
+		} else {
+			pub = append(pub, APISubject(proj, "*", ">"))
+		}
+	}
+	return pub, sub
+}
+
+// Allows reports whether the grant covers project (for HTTP checks). An
+// AllProjects grant covers every project.
+func (g Grant) Allows(project string) bool {
+	return g.Role == RoleLedger || g.Project == AllProjects || g.Project == project
+}

@@ -1,0 +1,95 @@
+package auth
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+)
+
+// Issuer signs user credentials for the ledger account.
+type Issuer struct {
+	account string
+	signer  nkeys.KeyPair
+}
+
+// NewIssuer returns an issuer signing with signer on behalf of account.
+func NewIssuer(account, signer nkeys.KeyPair) (*Issuer, error) {
+	pub, err := account.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("auth: account key: %w", err)
+	}
+	return &Issuer{account: pub, signer: signer}, nil
+}
+
+// Issuer returns an issuer for the keys.
+func (k *Keys) Issuer() (*Issuer, error) { return NewIssuer(k.Account, k.Signing) }
+
+// Credential is an issued user credential.
+type Credential struct {
+	// Creds is a standard NATS .creds file (user JWT and seed).
+	Creds []byte
+	// JWT is the user JWT alone: the HTTP bearer token.
+	JWT string
+	// Seed is the user's nkey seed (secret).
+	Seed string
+	// PublicKey is the user's public key.
+	PublicKey string
+	// InboxPrefix is the inbox prefix the client must use for replies.
+	InboxPrefix string
+	// Expires is when the credential stops working; zero means never.
+	Expires time.Time
+	// Grant is what it may do.
+	Grant Grant
+}
+
+// Issue creates a new user key and a credential for g, valid for ttl (zero
+// means no expiry: only for the ledger's own and the embedded admin's
+// credentials, which are re-issued on every start).
+func (is *Issuer) Issue(g Grant, ttl time.Duration, now time.Time) (*Credential, error) {
+	if errs := g.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("auth: invalid grant: %v", errs)
+	}
+	if ttl < 0 {
+		return nil, fmt.Errorf("auth: negative ttl %s", ttl)
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("auth: create user key: %w", err)
+	}
+	pub, err := user.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("auth: user key: %w", err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("auth: user seed: %w", err)
+	}
+	uc := jwt.NewUserClaims(pub)
+	name, err := json.Marshal(g)
+	if err != nil {
+		return nil, fmt.Errorf("auth: encode grant: %w", err)
+	}
+	uc.Name = string(name)
+	uc.IssuerAccount = is.account
+	uc.IssuedAt = now.Unix()
+	var expires time.Time
+	if ttl > 0 {
+		expires = now.Add(ttl).Truncate(time.Second)
+		uc.Expires = expires.Unix()
+	}
+	p, s := g.Permissions(pub)
+	uc.Pub.Allow.Add(p...)
+	uc.Sub.Allow.Add(s...)
+	tok, err := uc.Encode(is.signer)
+	if err != nil {
+		return nil, fmt.Errorf("auth: sign user: %w", err)
+	}
+	creds, err := jwt.FormatUserConfig(tok, seed)
+	if err != nil {
+		return nil, fmt.Errorf("auth: format creds: %w", err)
+	}
+	return &Credential{Creds: creds, JWT: tok, Seed: string(seed), PublicKey: pub, InboxPrefix: InboxPrefix(pub), Expires: expires, Grant: g}, nil
+}
