@@ -10,10 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // clientFlags are the flags every client verb shares.
@@ -21,8 +24,24 @@ type clientFlags struct {
 	natsURL  string
 	server   string
 	creds    string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
 	asJSON   bool
 	deadline time.Duration
+}
+
+// defaultCreds is the admin credential serve writes on the embedded default,
+// found under CGLEDGER_DATA (default ./data) when no credential is named.
+func defaultCreds() string {
+	if v := os.Getenv("CGLEDGER_NATS_CREDS"); v != "" {
+		return v
+	}
+	p := filepath.Join(envOr("CGLEDGER_DATA", "./data"), "auth", auth.AdminCredsFile)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return ""
 }
 
 func envOr(name, def string) string {
@@ -35,18 +54,33 @@ func envOr(name, def string) string {
 func (c *clientFlags) register(fs *flag.FlagSet, withNATS, withHTTP bool) {
 	if withNATS {
 		fs.StringVar(&c.natsURL, "nats-url", envOr("CGLEDGER_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL of the running server (env CGLEDGER_NATS_URL)")
-		fs.StringVar(&c.creds, "nats-creds", os.Getenv("CGLEDGER_NATS_CREDS"), "NATS credentials file (env CGLEDGER_NATS_CREDS)")
 	}
 	if withHTTP {
 		fs.StringVar(&c.server, "server", envOr("CGLEDGER_SERVER", "http://127.0.0.1:8080"), "HTTP base URL of the running server (env CGLEDGER_SERVER)")
 	}
+	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials file from `cgledger creds issue`, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; default: ./data/auth/admin.creds when it exists, under CGLEDGER_DATA)")
+	fs.StringVar(&c.creds, "nats-creds", c.creds, "same as --creds")
+	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("CGLEDGER_TLS_CA"), "PEM CA bundle to verify the server's NATS and HTTPS certificates (env CGLEDGER_TLS_CA)")
+	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("CGLEDGER_TLS_CERT"), "PEM client certificate, when the server requires one (env CGLEDGER_TLS_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("CGLEDGER_TLS_KEY"), "PEM key of --tls-cert (env CGLEDGER_TLS_KEY)")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
 }
 
 func (c *clientFlags) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("cgledger-cli"), nats.Timeout(5 * time.Second)}
 	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
+		_, inbox, err := auth.ReadCreds(c.creds)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(c.creds), nats.CustomInboxPrefix(inbox))
+	}
+	tc, err := loadTLS(c.tlsCert, c.tlsKey, c.tlsCA, false)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, nats.Secure(tc))
 	}
 	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {
@@ -94,7 +128,11 @@ func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Val
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc, err := c.httpClient(req)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", errUnreachable, c.server, err)
 	}
@@ -118,6 +156,23 @@ func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Val
 		return nil
 	}
 	return json.Unmarshal(raw, out)
+}
+
+// httpClient adds the bearer token to req and returns a client with the TLS
+// settings.
+func (c *clientFlags) httpClient(req *http.Request) (*http.Client, error) {
+	if c.creds != "" {
+		tok, _, err := auth.ReadCreds(c.creds)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	tc, err := loadTLS(c.tlsCert, c.tlsKey, c.tlsCA, false)
+	if err != nil || tc == nil {
+		return http.DefaultClient, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}, nil
 }
 
 // exitFor maps an error to an exit code.

@@ -36,6 +36,10 @@ type Settings struct {
 	LogLevel     string   `json:"log_level" yaml:"log_level"`
 	Roles        []string `json:"roles" yaml:"roles"`
 	SourceID     string   `json:"source_id" yaml:"source_id"`
+	NoAuth       bool     `json:"no_auth" yaml:"no_auth"`
+	TLSCert      string   `json:"tls_cert" yaml:"tls_cert"`
+	TLSKey       string   `json:"tls_key" yaml:"tls_key"`
+	TLSCA        string   `json:"tls_ca" yaml:"tls_ca"`
 }
 
 // setting describes one setting: its flag, environment variable and how to
@@ -67,6 +71,9 @@ var settings = func() []setting {
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
+		mk("tls_cert", "tls-cert", "PEM certificate: serve NATS (embedded) and HTTP over TLS; with --nats-url, the client certificate", func(s *Settings) *string { return &s.TLSCert }),
+		mk("tls_key", "tls-key", "PEM private key of --tls-cert", func(s *Settings) *string { return &s.TLSKey }),
+		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
 	pw.secret = true
@@ -85,6 +92,12 @@ var settings = func() []setting {
 				s.SyncAlways = b
 				return err
 			}, get: func(s *Settings) string { return strconv.FormatBool(s.SyncAlways) }},
+		setting{key: "no_auth", flag: "no-auth", env: "CGLEDGER_NO_AUTH", usage: "run the embedded NATS and HTTP without authentication (anyone who reaches them can forge, halt or delete the ledger; see docs/security.md)",
+			set: func(s *Settings, v string) error {
+				b, err := strconv.ParseBool(v)
+				s.NoAuth = b
+				return err
+			}, get: func(s *Settings) string { return strconv.FormatBool(s.NoAuth) }},
 		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector",
 			set: func(s *Settings, v string) error {
 				s.Roles = nil
@@ -110,7 +123,7 @@ func defaultSettings() Settings {
 func configFlags(fs *flag.FlagSet) (configPath *string) {
 	configPath = fs.String("config", "", "YAML or JSON config file (also CGLEDGER_CONFIG)")
 	for _, st := range settings {
-		if st.key == "sync_always" {
+		if st.key == "sync_always" || st.key == "no_auth" {
 			fs.Bool(st.flag, false, st.usage+" (env "+st.env+")")
 			continue
 		}
@@ -244,6 +257,16 @@ func (s Settings) validate() ledger.Violations {
 	for _, r := range s.Roles {
 		if r != "api" && r != "executor" && r != "projector" {
 			vs.Add("roles", ledger.VInvalidValue, "unknown role %q (api, executor, projector)", r)
+		}
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		vs.Add("tls_cert", ledger.VInvalidValue, "tls_cert and tls_key go together")
+	}
+	for key, path := range map[string]string{"tls_cert": s.TLSCert, "tls_key": s.TLSKey, "tls_ca": s.TLSCA} {
+		if path != "" {
+			if _, err := os.Stat(path); err != nil {
+				vs.Add(key, ledger.VNotFound, "cannot read %s: %v", path, err)
+			}
 		}
 	}
 	if !ledger.ValidName(s.SourceID) {

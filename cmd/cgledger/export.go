@@ -4,66 +4,105 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/internal/replay"
 	"github.com/cgledger/cgledger/ledger"
 )
 
 func export(args []string) int {
-	fs := newFlagSet("export", "export --out FILE [--from-seq N] [--stream NAME]",
+	fs := newFlagSet("export", "export --out FILE [--from-seq N]",
 		`Write the ledger of a running server, from sequence N (default 1) to its current end, as
 a versioned JSON Lines export file (docs/tamper-evidence.md): a header, one line per entry
-with its sequence, subject, headers, data, time and hash-chain link, and a trailer.`)
+with its sequence, subject, headers, data, time and hash-chain link, and a trailer. It is
+read over the HTTP API (GET /v1/export) and needs an auditor or admin credential of every
+project ("*"), such as the embedded admin credential.`)
 	var cf clientFlags
-	cf.register(fs, true, false)
+	cf.register(fs, false, true)
 	out := fs.String("out", "", "file to write (required; - for standard output)")
 	from := fs.Uint64("from-seq", 1, "first sequence to export")
-	stream := fs.String("stream", ledger.DefaultStream, "ledger stream")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
 	if *out == "" {
 		return failf(exitUsage, "export: --out is required")
 	}
-	nc, err := cf.connect()
-	if err != nil {
-		return failf(exitUnreachable, "%v", err)
+	if *from == 0 {
+		return failf(exitUsage, "export: --from-seq must be at least 1")
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return failf(exitFailed, "export: %v", err)
-	}
-	w := os.Stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return failf(exitUsage, "export: %v", err)
-		}
-		defer f.Close()
-		w = f
-	}
-	bw := bufio.NewWriter(w)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	tr, err := ledger.ExportStream(ctx, js, *stream, bw, *from)
+	u := strings.TrimRight(cf.server, "/") + "/v1/export?from_seq=" + strconv.FormatUint(*from, 10)
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return failf(exitUsage, "export: %v", err)
+	}
+	hc, err := cf.httpClient(req)
+	if err != nil {
+		return failf(exitUsage, "export: %v", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return failf(exitUnreachable, "export: %s: %v", cf.server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return failf(exitFailed, "export: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
+	}
+	if *out == "-" {
+		if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
+			return failf(exitFailed, "export: transfer interrupted: %v", err)
+		}
+		return exitOK
+	}
+	// Write beside the target and verify before renaming: a transfer cut
+	// short must not leave behind something that looks like an export.
+	partial := *out + ".partial"
+	f, err := os.Create(partial)
+	if err != nil {
+		return failf(exitUsage, "export: %v", err)
+	}
+	defer os.Remove(partial)
+	bw := bufio.NewWriter(f)
+	_, err = io.Copy(bw, resp.Body)
 	if err == nil {
 		err = bw.Flush()
 	}
-	if err != nil {
-		return failf(exitFor(err), "export: %v", err)
+	if err == nil {
+		err = f.Sync()
 	}
-	if *out != "-" {
-		if cf.asJSON {
-			printJSON(map[string]any{"file": *out, "count": tr.Count, "last_seq": tr.LastSeq, "chain_head": tr.Head})
-		} else {
-			fmt.Fprintf(stdout, "exported %d entries (through seq %d) to %s\nchain head: %s\n", tr.Count, tr.LastSeq, *out, tr.Head)
-		}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return failf(exitFailed, "export: transfer interrupted: %v", err)
+	}
+	rf, err := os.Open(partial)
+	if err != nil {
+		return failf(exitFailed, "export: %v", err)
+	}
+	rep, err := ledger.VerifyExport(bufio.NewReader(rf))
+	rf.Close()
+	if err == nil && !rep.OK {
+		err = fmt.Errorf("chain broken at seq %d: %s", rep.FirstBadSeq, rep.Reason)
+	}
+	if err != nil {
+		return failf(exitFailed, "export: received file does not verify: %v", err)
+	}
+	if err := os.Rename(partial, *out); err != nil {
+		return failf(exitUsage, "export: %v", err)
+	}
+	if cf.asJSON {
+		printJSON(map[string]any{"file": *out, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head})
+	} else {
+		fmt.Fprintf(stdout, "exported %d entries (through seq %d) to %s\nchain head: %s\n", rep.Count, rep.LastSeq, *out, rep.Head)
 	}
 	return exitOK
 }

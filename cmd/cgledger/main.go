@@ -29,6 +29,8 @@ Usage:
   cgledger export --out FILE [--from-seq N]    export the ledger (versioned JSON Lines)
   cgledger replay FILE [--expect DIGEST]       replay an export in a fresh embedded server
   cgledger verify [FILE]                       check the hash chain (of a file, or the live ledger)
+  cgledger creds issue --project P --role worker|tool|auditor|admin [--agent A] [--tool T] [--ttl D]
+                                               issue a scoped, short-lived NATS credential
   cgledger version                             print the build version and commit
 
 Every command takes --help. Exit codes: 0 ok, 1 the operation said no (call not success,
@@ -55,6 +57,8 @@ func run(args []string) int {
 		return tools(args[1:])
 	case "audit":
 		return audit(args[1:])
+	case "creds":
+		return creds(args[1:])
 	case "export":
 		return export(args[1:])
 	case "replay":

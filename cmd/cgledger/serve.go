@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
@@ -107,7 +110,24 @@ func natsOptions(s Settings, name string) []nats.Option {
 // NATS addresses once serving (tests).
 func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(httpAddr, natsURL string)) error {
 	url := s.NATSURL
-	if url == "" {
+	embedded := url == ""
+	var sa *serveAuth
+	if s.NoAuth {
+		log.Warn("authentication is OFF (--no-auth): anyone who reaches NATS or HTTP can forge, halt or delete the ledger; see docs/security.md")
+	} else {
+		var err error
+		if sa, err = setupAuth(s.Data, embedded, log); err != nil {
+			if !embedded {
+				return fmt.Errorf("HTTP authentication needs the ledger account's keys in %s (see docs/security.md, \"External cluster\"), or --no-auth: %w", authDir(s.Data), err)
+			}
+			return err
+		}
+	}
+	serverTLS, err := loadTLS(s.TLSCert, s.TLSKey, s.TLSCA, true)
+	if err != nil {
+		return err
+	}
+	if embedded {
 		host, portStr, _ := net.SplitHostPort(s.NATSListen)
 		port, err := strconv.Atoi(portStr)
 		if err != nil {
@@ -117,7 +137,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		if err != nil {
 			return fmt.Errorf("data %q: %w", s.Data, err)
 		}
-		cfg := natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: s.SyncAlways}
+		cfg := natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: s.SyncAlways, TLS: serverTLS}
+		if sa != nil {
+			cfg.Trust = sa.trust
+		}
 		if s.SyncInterval != "" {
 			cfg.SyncInterval, _ = time.ParseDuration(s.SyncInterval)
 		}
@@ -130,9 +153,27 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 			srv.WaitForShutdown()
 			log.Info("embedded nats-server stopped")
 		}()
-		url = "nats://" + srv.Addr().String()
+		scheme := "nats://"
+		if serverTLS != nil {
+			scheme = "tls://"
+		}
+		url = scheme + srv.Addr().String()
 	}
-	nc, err := nats.Connect(url, natsOptions(s, "cgledger-serve")...)
+	opts := natsOptions(s, "cgledger-serve")
+	if embedded && sa != nil {
+		opts = append(opts, nats.UserJWTAndSeed(sa.ledger.JWT, sa.ledger.Seed))
+	}
+	if clientTLS, err := loadTLS(s.TLSCert, s.TLSKey, s.TLSCA, false); err != nil {
+		return err
+	} else if clientTLS != nil {
+		if embedded && s.TLSCA == "" {
+			// The embedded server's certificate is ours; without a CA to check
+			// it against, trust it as the server we just started.
+			clientTLS.InsecureSkipVerify = true //nolint:gosec // loopback to our own listener
+		}
+		opts = append(opts, nats.Secure(clientTLS))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -145,22 +186,14 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}})
-	if err != nil {
-		return err
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-
-	var ready0 atomic.Bool
-	var projErr atomic.Value
-	mux := http.NewServeMux()
-	var proj *projector.Projector
+	var store *projector.Store
+	var viewsApplied uint64
 	if s.has("projector") {
-		store, err := projector.OpenStore(filepath.Join(s.Data, "views"), projector.StoreOptions{})
-		if err != nil {
+		if store, err = projector.OpenStore(filepath.Join(s.Data, "views"), projector.StoreOptions{}); err != nil {
 			return err
 		}
 		defer func() {
@@ -168,6 +201,26 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 				log.Error("close view store", "err", err)
 			}
 		}()
+		if viewsApplied, err = store.Applied(); err != nil {
+			return err
+		}
+	}
+	if err := checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied); err != nil {
+		return err
+	}
+	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}})
+	if err != nil {
+		return err
+	}
+	if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
+		return err
+	}
+
+	var ready0 atomic.Bool
+	var projErr atomic.Value
+	mux := http.NewServeMux()
+	var proj *projector.Projector
+	if s.has("projector") {
 		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log})
 		if err != nil {
 			return err
@@ -247,6 +300,31 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		}()
 	}
 
+	mux.HandleFunc("GET /v1/export", func(w http.ResponseWriter, r *http.Request) {
+		from := uint64(1)
+		if v := r.URL.Query().Get("from_seq"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n == 0 {
+				httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "from_seq must be a positive integer",
+					Violations: []ledger.Violation{{Field: "from_seq", Code: ledger.VInvalidValue, Message: fmt.Sprintf("want a sequence >= 1, got %q", v)}}})
+				return
+			}
+			from = n
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		sw := &startedWriter{w: w}
+		if _, err := ledger.ExportStream(r.Context(), js, l.StreamName(), sw, from); err != nil {
+			if !sw.started {
+				w.Header().Del("Content-Type")
+				httpjson.Error(w, fmt.Errorf("export: %w", err))
+				return
+			}
+			// Mid-stream: abort the connection so the client sees a failed
+			// transfer, never a short file that ends like a complete one.
+			log.Error("export aborted", "err", err)
+			panic(http.ErrAbortHandler)
+		}
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if !nc.IsConnected() {
@@ -280,16 +358,25 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 	if err != nil {
 		return fmt.Errorf("http_listen %q: %w", s.HTTPListen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpScheme := "http://"
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
+		httpScheme = "https://"
+	}
+	var handler http.Handler = mux
+	if sa != nil {
+		handler = sa.policy.Wrap(mux)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()
-	log.Info("cgledger serving", "nats", url, "http", "http://"+ln.Addr().String(), "data", s.Data,
+	log.Info("cgledger serving", "nats", url, "http", httpScheme+ln.Addr().String(), "data", s.Data, "auth", !s.NoAuth,
 		"roles", s.Roles, "stream", l.StreamName(), "replicas", s.Replicas, "sync_always", s.SyncAlways)
 	if ready != nil {
-		ready("http://"+ln.Addr().String(), url)
+		ready(httpScheme+ln.Addr().String(), url)
 	}
 
 	<-ctx.Done()
@@ -302,4 +389,15 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)
 	return nil
+}
+
+// startedWriter remembers whether a response body was begun.
+type startedWriter struct {
+	w       io.Writer
+	started bool
+}
+
+func (s *startedWriter) Write(p []byte) (int, error) {
+	s.started = s.started || len(p) > 0
+	return s.w.Write(p)
 }

@@ -95,6 +95,20 @@ func LoadKeys(dir string) (*Keys, error) {
 	return &k, nil
 }
 
+// LoadAccountKeys reads only the ledger account's keys: what serve needs on
+// an external cluster, whose operator is not ours.
+func LoadAccountKeys(dir string) (*Keys, error) {
+	var k Keys
+	var err error
+	if k.Account, err = readSeed(filepath.Join(dir, accountSeedFile), nkeys.PrefixByteAccount); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
+	}
+	if k.Signing, err = readSeed(filepath.Join(dir, signingSeedFile), nkeys.PrefixByteAccount); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
+	}
+	return &k, nil
+}
+
 // LoadIssuer reads what issuing credentials needs: the ledger account's
 // public key and its signing key.
 func LoadIssuer(dir string) (*Issuer, error) {

@@ -101,6 +101,10 @@ func (s *server) run(t *testing.T, args ...string) (string, int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL())
+	if s.data != "" {
+		// The CLI finds serve's admin credential under CGLEDGER_DATA.
+		cmd.Env = append(cmd.Env, "CGLEDGER_DATA="+s.data)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -116,9 +120,16 @@ func (s *server) run(t *testing.T, args ...string) (string, int) {
 	return out.String(), code
 }
 
-func getJSON(t *testing.T, url string, out any) int {
+// getJSON reads url as the embedded admin (the credential serve writes).
+func (s *server) getJSON(t *testing.T, url string, out any) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	b, err := os.ReadFile(filepath.Join(s.data, "auth", "admin.creds"))
+	require.NoError(t, err)
+	tok := strings.Split(string(b), "\n")[1]
+	rq, err := http.NewRequest("GET", url, nil)
+	require.NoError(t, err)
+	rq.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(rq)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,23 +41,76 @@ func req(t *testing.T, nc *nats.Conn, subject string, h nats.Header, body any) r
 	return r
 }
 
+// credential is what `cgledger creds issue --json` prints.
+type credential struct {
+	Creds       string `json:"creds"`
+	JWT         string `json:"jwt"`
+	InboxPrefix string `json:"inbox_prefix"`
+	path        string
+}
+
+// issue runs `cgledger creds issue` against s's data directory.
+func (s *server) issue(t *testing.T, args ...string) credential {
+	t.Helper()
+	out, code := s.run(t, append([]string{"creds", "issue", "--json"}, args...)...)
+	require.Equal(t, 0, code, out)
+	var c credential
+	require.NoError(t, json.Unmarshal([]byte(out), &c))
+	c.path = filepath.Join(t.TempDir(), "user.creds")
+	require.NoError(t, os.WriteFile(c.path, []byte(c.Creds), 0o600))
+	return c
+}
+
+// connectAs connects to s with a credential, as any NATS client would: the
+// .creds file and the inbox prefix its permissions allow.
+func (s *server) connectAs(t *testing.T, c credential) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(c.path), nats.CustomInboxPrefix(c.InboxPrefix))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// httpAs sends an HTTP request with a credential's JWT as bearer token.
+func httpAs(t *testing.T, c credential, method, url, body string) *http.Response {
+	t.Helper()
+	rq, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if c.JWT != "" {
+		rq.Header.Set("Authorization", "Bearer "+c.JWT)
+	}
+	resp, err := http.DefaultClient.Do(rq)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
 func TestRawWireProtocolToolService(t *testing.T) {
 	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
-	nc, err := nats.Connect(s.natsURL())
-	require.NoError(t, err)
-	defer nc.Close()
+	admin := s.issue(t, "--project", "p1", "--role", "admin")
+	auditor := s.issue(t, "--project", "p1", "--role", "auditor")
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1", "--target", "w1")
+	tool := s.issue(t, "--project", "p1", "--role", "tool", "--tool", "rawsvc")
+	wc := s.connectAs(t, worker)
+	tc := s.connectAs(t, tool)
 
-	// Register the tool over HTTP (YAML body).
+	// Register the tool over HTTP (YAML body) as the project's admin.
 	def := "tool_name: upper\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.rawsvc.upper\nafter_execution: suspend\n"
-	resp, err := http.Post(s.httpURL()+"/projects/p1/tools", "application/yaml", strings.NewReader(def))
-	require.NoError(t, err)
-	resp.Body.Close()
+	resp := httpAs(t, admin, "POST", s.httpURL()+"/projects/p1/tools", def)
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	require.True(t, req(t, nc, "cgledger.v1.roster.set", nil, map[string]string{"project_id": "p1", "agent_id": "a1", "worker_target": "w1"}).OK)
+	require.True(t, req(t, wc, "cgledger.v1.p1.a1.roster.set", nil, map[string]string{"project_id": "p1", "agent_id": "a1", "worker_target": "w1"}).OK)
 
-	// The tool service: a queue subscription on the tool's subject.
+	// The tool service: pulls the durable consumer the ledger keeps for its
+	// tool (the only JetStream API its credential reaches).
+	cons := req(t, tc, "cgledger.v1.p1.rawsvc.tool.consumer", nil, map[string]any{})
+	require.True(t, cons.OK, "%+v", cons.Error)
+	var ci struct {
+		Stream   string `json:"stream"`
+		Consumer string `json:"consumer"`
+	}
+	require.NoError(t, json.Unmarshal(cons.Result, &ci))
 	served := make(chan string, 1)
-	sub, err := nc.QueueSubscribe("cg.v1.p1.*.cmd.tool.rawsvc.>", "rawsvc", func(cmd *nats.Msg) {
+	handle := func(cmd *nats.Msg) {
 		parts := strings.Split(cmd.Subject, ".")
 		project, channel := parts[2], parts[3]
 		var payload struct {
@@ -66,7 +121,7 @@ func TestRawWireProtocolToolService(t *testing.T) {
 		if json.Unmarshal(cmd.Data, &payload) != nil {
 			return
 		}
-		r := req(t, nc, "cgledger.v1.card.get", nil, map[string]any{"project_id": project, "card_ids": []string{payload.ToolCallCardID}})
+		r := req(t, tc, "cgledger.v1."+project+".rawsvc.card.get", nil, map[string]any{"project_id": project, "card_ids": []string{payload.ToolCallCardID}})
 		var got struct {
 			Cards []struct {
 				Card struct {
@@ -90,7 +145,7 @@ func TestRawWireProtocolToolService(t *testing.T) {
 			"content":  map[string]any{"status": "success", "result": map[string]string{"text": strings.ToUpper(call.Content.Arguments["text"])}},
 			"metadata": call.Metadata,
 		}
-		if !req(t, nc, "cgledger.v1.card.put", nil, result).OK {
+		if !req(t, tc, "cgledger.v1."+project+".rawsvc.card.put", nil, result).OK {
 			return
 		}
 		h := nats.Header{}
@@ -102,14 +157,36 @@ func TestRawWireProtocolToolService(t *testing.T) {
 		h.Set("CG-Source-Id", "svc.upper")
 		h.Set("CG-Source-Function", payload.ToolName)
 		h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01")
-		rep := req(t, nc, "cgledger.v1.report", h, map[string]string{"status": "success", "after_execution": payload.AfterExecution, "tool_result_card_id": "res-" + call.ToolCallID})
+		rep := req(t, tc, "cgledger.v1."+project+".rawsvc.report", h, map[string]string{"status": "success", "after_execution": payload.AfterExecution, "tool_result_card_id": "res-" + call.ToolCallID})
 		if rep.OK {
+			_ = cmd.Ack()
 			served <- call.ToolCallID
 		}
-	})
+	}
+	// A JetStream pull, spelled out as the JetStream wire API:
+	// $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> with the reply inbox.
+	pullInbox := tool.InboxPrefix + ".pull"
+	msgs, err := tc.SubscribeSync(pullInbox)
 	require.NoError(t, err)
-	defer sub.Unsubscribe()
-	wake, err := nc.SubscribeSync("cg.v1.p1.c1.cmd.agent.w1.wakeup")
+	go func() {
+		for {
+			if err := tc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+ci.Stream+"."+ci.Consumer, pullInbox, []byte(`{"batch":1,"expires":1000000000}`)); err != nil {
+				return
+			}
+			m, err := msgs.NextMsg(5 * time.Second)
+			if err != nil {
+				if tc.IsClosed() {
+					return
+				}
+				continue
+			}
+			if len(m.Data) > 0 && strings.HasPrefix(m.Reply, "$JS.ACK.") {
+				handle(m)
+				return
+			}
+		}
+	}()
+	wake, err := wc.SubscribeSync("cg.v1.p1.c1.cmd.agent.w1.wakeup")
 	require.NoError(t, err)
 
 	// The worker: dispatch through the ledger API.
@@ -118,7 +195,7 @@ func TestRawWireProtocolToolService(t *testing.T) {
 	h.Set("CG-Agent-Turn-Id", "t1")
 	h.Set("CG-Turn-Epoch", "1")
 	h.Set("CG-Tool-Call-Id", "k1")
-	d := req(t, nc, "cgledger.v1.dispatch", h, map[string]any{
+	d := req(t, wc, "cgledger.v1.p1.a1.dispatch", h, map[string]any{
 		"subject": "cg.v1.p1.c1.cmd.tool.rawsvc.upper",
 		"card": map[string]any{"card_id": "cc-k1", "project_id": "p1", "type": "tool.call", "author_id": "a1",
 			"agent_turn_id": "t1", "tool_call_id": "k1",
@@ -139,11 +216,7 @@ func TestRawWireProtocolToolService(t *testing.T) {
 
 	// The result is in the agent's Inbox (audit API) and the call is done.
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.httpURL() + "/v1/projects/p1/agents/a1/inbox?state=pending")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
+		resp := httpAs(t, auditor, "GET", s.httpURL()+"/v1/projects/p1/agents/a1/inbox?state=pending", "")
 		var in struct {
 			Items []struct {
 				ToolCallID string `json:"tool_call_id"`
@@ -152,13 +225,13 @@ func TestRawWireProtocolToolService(t *testing.T) {
 		}
 		return json.NewDecoder(resp.Body).Decode(&in) == nil && len(in.Items) == 1 && in.Items[0].Status == "success"
 	}, 30*time.Second, 50*time.Millisecond)
-	c := req(t, nc, "cgledger.v1.call.get", nil, map[string]string{"project_id": "p1", "agent_turn_id": "t1", "tool_call_id": "k1"})
+	c := req(t, wc, "cgledger.v1.p1.a1.call.get", nil, map[string]string{"project_id": "p1", "agent_turn_id": "t1", "tool_call_id": "k1"})
 	require.True(t, c.OK)
 	require.Contains(t, string(c.Result), `"state":"woken"`)
-	require.True(t, req(t, nc, "cgledger.v1.inbox.consume", nil, map[string]string{"project_id": "p1", "agent_id": "a1", "agent_turn_id": "t1", "tool_call_id": "k1"}).OK)
+	require.True(t, req(t, wc, "cgledger.v1.p1.a1.inbox.consume", nil, map[string]string{"project_id": "p1", "agent_id": "a1", "agent_turn_id": "t1", "tool_call_id": "k1"}).OK)
 
 	// A malformed report lists every violation.
-	bad := req(t, nc, "cgledger.v1.report", nats.Header{"CG-Turn-Epoch": {"x"}}, map[string]any{"status": "done", "result": 1})
+	bad := req(t, tc, "cgledger.v1.p1.rawsvc.report", nats.Header{"CG-Turn-Epoch": {"x"}}, map[string]any{"status": "done", "result": 1})
 	require.False(t, bad.OK)
 	require.Equal(t, "bad_request", bad.Error.Code)
 	require.GreaterOrEqual(t, len(bad.Error.Violations), 8)

@@ -72,7 +72,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 			Kind string `json:"kind"`
 		} `json:"items"`
 	}
-	require.Equal(t, 200, getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl))
+	require.Equal(t, 200, s.getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl))
 	out, code = s.run(t, "audit", "call", "c1", "--project", "demo", "--json")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"state":"reported"`)
@@ -87,7 +87,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 			Kind string `json:"kind"`
 		} `json:"items"`
 	}
-	require.Equal(t, 200, getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl2))
+	require.Equal(t, 200, s.getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/timeline", &tl2))
 	require.Equal(t, len(tl.Items), len(tl2.Items), "the views came back with every entry")
 
 	// Repeating a call on purpose returns the original outcome, not a second report.

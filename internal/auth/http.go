@@ -1,0 +1,96 @@
+package auth
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// HTTPPolicy guards cgledger's HTTP API with the same credentials NATS
+// takes: the user JWT of a .creds file as a bearer token, scoped like its
+// NATS permissions.
+//
+//   - /healthz, /readyz and /metrics are open: they carry no project data.
+//   - GET /v1/projects/{project}/...: an auditor or admin of the project.
+//   - /v1/... outside a project (digest, verify, export, unrecognized): an
+//     auditor or admin of every project ("*").
+//   - POST /projects/{project}/tools: an admin of the project.
+//   - GET /projects/{project}/tools...: any credential of the project.
+type HTTPPolicy struct {
+	Verifier *Verifier
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Wrap returns next behind the policy.
+func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			next.ServeHTTP(w, r)
+			return
+		}
+		now := time.Now
+		if p.Now != nil {
+			now = p.Now
+		}
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			tok = ""
+		}
+		g, err := p.Verifier.Verify(tok, now())
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cgledger"`)
+			msg := "a bearer token is required: the user JWT of a credential from `cgledger creds issue`"
+			if !errors.Is(err, ErrNoCredential) {
+				msg = err.Error()
+			}
+			writeError(w, http.StatusUnauthorized, "unauthenticated", msg)
+			return
+		}
+		if why := authorizeHTTP(g, r.Method, r.URL.Path); why != "" {
+			writeError(w, http.StatusForbidden, "forbidden", why)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorizeHTTP returns why g may not make the request, or "".
+func authorizeHTTP(g Grant, method, path string) string {
+	if g.Role == RoleLedger {
+		return ""
+	}
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
+	switch {
+	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":
+		if !readRole || !g.Allows(parts[2]) {
+			return "the audit API of project " + parts[2] + " needs an auditor or admin credential of that project"
+		}
+	case len(parts) >= 1 && parts[0] == "v1":
+		if !readRole || g.Project != AllProjects {
+			return "this endpoint covers every project: it needs an auditor or admin credential of project \"*\""
+		}
+	case len(parts) >= 2 && parts[0] == "projects":
+		if !g.Allows(parts[1]) {
+			return "credential is for project " + g.Project + ", not " + parts[1]
+		}
+		if method != http.MethodGet && method != http.MethodHead && g.Role != RoleAdmin {
+			return "registering tools needs an admin credential of the project"
+		}
+	default:
+		if g.Role != RoleAdmin {
+			return "needs an admin credential"
+		}
+	}
+	return ""
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
