@@ -1,0 +1,344 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/internal/natstest"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// authEnv is a ledger on a server that enforces credentials, as serve runs by
+// default, with the API served.
+type authEnv struct {
+	*env
+	js jetstream.JetStream
+}
+
+func newAuthEnv(t *testing.T) *authEnv {
+	t.Helper()
+	e := newEnv(t, natstest.WithAuth())
+	serveAPI(t, e)
+	js, err := jetstream.New(e.nc)
+	require.NoError(t, err)
+	return &authEnv{env: e, js: js}
+}
+
+// client is a connection under one credential that records the permission
+// violations NATS reports to it.
+type client struct {
+	nc   *nats.Conn
+	cred *auth.Credential
+	mu   sync.Mutex
+	errs []string
+}
+
+func (e *authEnv) client(t *testing.T, g auth.Grant) *client {
+	t.Helper()
+	c := &client{cred: e.srv.Issue(t, g, time.Hour)}
+	nc, err := e.srv.Dial(nats.UserJWTAndSeed(c.cred.JWT, c.cred.Seed), nats.CustomInboxPrefix(c.cred.InboxPrefix),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			c.mu.Lock()
+			c.errs = append(c.errs, err.Error())
+			c.mu.Unlock()
+		}))
+	require.NoError(t, err)
+	c.nc = nc
+	return c
+}
+
+// denied waits until NATS has reported a permission violation naming subject.
+func (c *client) denied(t *testing.T, subject string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, e := range c.errs {
+			if strings.Contains(e, "Permissions Violation") && strings.Contains(e, `"`+subject+`"`) {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 10*time.Millisecond, "no permission violation for %s", subject)
+}
+
+// request sends an API request and decodes the reply.
+func (c *client) request(t *testing.T, subject string, h nats.Header, body string) rawReply {
+	t.Helper()
+	resp, err := c.nc.RequestMsg(&nats.Msg{Subject: subject, Header: h, Data: []byte(body)}, 10*time.Second)
+	require.NoError(t, err, subject)
+	var r rawReply
+	require.NoError(t, json.Unmarshal(resp.Data, &r), string(resp.Data))
+	return r
+}
+
+// refusedByNATS publishes a request NATS must not deliver and checks that it
+// was reported as a violation and nothing reached the ledger.
+func (e *authEnv) refusedByNATS(t *testing.T, c *client, subject string, h nats.Header, body string) {
+	t.Helper()
+	before := e.lastSeq(t)
+	_, err := c.nc.RequestMsg(&nats.Msg{Subject: subject, Header: h, Data: []byte(body)}, 2*time.Second)
+	require.Error(t, err, "%s must not be answered", subject)
+	c.denied(t, subject)
+	require.Equal(t, before, e.lastSeq(t), "nothing was written for %s", subject)
+}
+
+func (e *authEnv) lastSeq(t *testing.T) uint64 {
+	t.Helper()
+	s, err := e.js.Stream(ctxT(t), ledger.DefaultStream)
+	require.NoError(t, err)
+	info, err := s.Info(ctxT(t))
+	require.NoError(t, err)
+	return info.State.LastSeq
+}
+
+func dispatchBodyFor(c call, args string) string {
+	card := c.card
+	card.Content = json.RawMessage(`{"tool_name":"echo","arguments":` + args + `}`)
+	cb, _ := json.Marshal(card)
+	return `{"subject":"` + ledger.ToolCommandSubject("v1", project, channel, "echo") + `","card":` + string(cb) +
+		`,"payload":{"tool_call_card_id":"` + c.card.CardID + `","tool_name":"echo","after_execution":"suspend"}}`
+}
+
+func TestAuthNoCredentialOrForeignOrExpiredCredentialCannotConnect(t *testing.T) {
+	e := newAuthEnv(t)
+	_, err := e.srv.Dial()
+	require.Error(t, err, "anonymous connection")
+
+	expired, err := func() (*auth.Credential, error) {
+		is, err := e.srv.Keys().Issuer()
+		if err != nil {
+			return nil, err
+		}
+		return is.Issue(auth.Grant{Role: auth.RoleAdmin, Project: project}, time.Hour, time.Now().Add(-2*time.Hour))
+	}()
+	require.NoError(t, err)
+	_, err = e.srv.Dial(nats.UserJWTAndSeed(expired.JWT, expired.Seed))
+	require.Error(t, err, "expired credential")
+
+	other := natstest.Start(t, natstest.WithAuth())
+	foreign := other.Issue(t, auth.Grant{Role: auth.RoleAdmin, Project: auth.AllProjects}, time.Hour)
+	_, err = e.srv.Dial(nats.UserJWTAndSeed(foreign.JWT, foreign.Seed))
+	require.Error(t, err, "credential of another ledger")
+}
+
+// TestAuthNoClientWritesOrDeletesTheLedger: every client role is refused by
+// NATS itself on the ledger's stream subjects, its bucket and the JetStream
+// API; the stream and its entries survive.
+func TestAuthNoClientWritesOrDeletesTheLedger(t *testing.T) {
+	e := newAuthEnv(t)
+	c := newCall("t1", "k1", 1)
+	e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	for _, g := range []auth.Grant{
+		{Role: auth.RoleWorker, Project: project},
+		{Role: auth.RoleTool, Project: project, Tool: "echo"},
+		{Role: auth.RoleAuditor, Project: auth.AllProjects},
+		{Role: auth.RoleAdmin, Project: auth.AllProjects},
+	} {
+		t.Run(string(g.Role), func(t *testing.T) {
+			cl := e.client(t, g)
+			forged := nats.Header{}
+			forged.Set(ledger.HeaderEntryKind, "bogus")
+			for _, subj := range []string{
+				ledger.ReportSubject("v1", project, channel, c.turn, c.id),        // a forged report
+				"cg.v1." + project + ".anything",                                  // any entry
+				ledger.ToolCommandSubject("v1", project, channel, "echo"),         // a raw command
+				"$JS.API.STREAM.DELETE." + ledger.DefaultStream,                   // delete the ledger
+				"$JS.API.STREAM.PURGE." + ledger.DefaultStream,                    // purge it
+				"$JS.API.STREAM.UPDATE." + ledger.DefaultStream,                   // edit it
+				"$JS.API.STREAM.MSG.DELETE." + ledger.DefaultStream,               // delete one entry
+				"$JS.API.CONSUMER.DELETE." + ledger.DefaultStream + ".cgledger-x", // delete a consumer
+				"$KV.CG_CALLS.x",                                  // write the call bucket
+				"$JS.API.STREAM.DELETE.KV_CG_CALLS",               // delete it
+				"$JS.API.CONSUMER.CREATE." + ledger.DefaultStream, // read everything
+			} {
+				err := cl.nc.PublishMsg(&nats.Msg{Subject: subj, Header: forged, Data: []byte(`{}`)})
+				require.NoError(t, err)
+				cl.denied(t, subj)
+			}
+			_, err := e.js.Stream(ctxT(t), ledger.DefaultStream)
+			require.NoError(t, err, "the ledger stream survives")
+			rec, err := e.l.GetCall(ctxT(t), project, c.turn, c.id)
+			require.NoError(t, err)
+			require.Equal(t, ledger.StateDispatched, rec.State, "no forged report was accepted")
+		})
+	}
+}
+
+// TestAuthProjectIsolation: a credential of project B cannot reach project
+// A's API (NATS refuses), and a request on B's own subjects naming A is
+// refused by the ledger and recorded.
+func TestAuthProjectIsolation(t *testing.T) {
+	e := newAuthEnv(t)
+	c := newCall("t1", "k1", 1)
+	ctx := ctxT(t)
+	_, err := e.l.Dispatch(ctx, ledger.DispatchRequest{Subject: c.dispatchReq().Subject, Identity: c.identity(),
+		Card: func() ledger.Card {
+			card := c.card
+			card.Content = json.RawMessage(`{"tool_name":"echo","arguments":{"api_key":"sk-secret-A"}}`)
+			return card
+		}(), Payload: c.dispatchReq().Payload})
+	require.NoError(t, err)
+	rc := c.resultCard(ledger.StatusSuccess)
+	_, err = e.l.PutCard(ctx, rc)
+	require.NoError(t, err)
+
+	const other = "proj-B"
+	bWorker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: other})
+	bTool := e.client(t, auth.Grant{Role: auth.RoleTool, Project: other, Tool: "echo"})
+	bAdmin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: other})
+
+	cardGet := `{"project_id":"` + project + `","card_ids":["` + c.card.CardID + `"]}`
+	callGet := `{"project_id":"` + project + `","agent_turn_id":"t1","tool_call_id":"k1"}`
+	// NATS: B's credentials do not reach A's subjects at all.
+	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCardGet), nil, cardGet)
+	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCallGet), nil, callGet)
+	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpConsume), nil, `{}`)
+	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCancel), nil, `{}`)
+	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpRosterSet), nil, `{}`)
+	e.refusedByNATS(t, bTool, ledger.APISubject(project, "echo", ledger.OpReport), nil, `{}`)
+	e.refusedByNATS(t, bTool, ledger.APISubject(project, "echo", ledger.OpCardPut), nil, `{}`)
+	e.refusedByNATS(t, bAdmin, ledger.APISubject(project, "ops", ledger.OpToolRegister), nil, `tool_name: echo`)
+	// Nor can B listen to A's replies, commands or wakeups.
+	for _, subj := range []string{"_INBOX.>", "cg.>", "cg.v1." + project + ".*.cmd.tool.echo", "cg.v1." + project + ".*.cmd.agent.*.wakeup"} {
+		_, err := bWorker.nc.SubscribeSync(subj)
+		require.NoError(t, err)
+		bWorker.denied(t, subj)
+	}
+
+	// The ledger: on B's own subjects, naming A is forbidden and recorded.
+	r := bWorker.request(t, ledger.APISubject(other, agent, ledger.OpCardGet), nil, cardGet)
+	require.False(t, r.OK)
+	require.Equal(t, "forbidden", r.Error.Code)
+	require.NotContains(t, string(r.Result), "sk-secret-A")
+	r = bWorker.request(t, ledger.APISubject(other, agent, ledger.OpConsume), nil,
+		`{"project_id":"`+project+`","agent_id":"`+agent+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	require.Equal(t, "forbidden", r.Error.Code)
+	require.NotZero(t, r.Error.RejectionSeq, "a refused write is recorded")
+	rh := nats.Header{}
+	c.identity().Apply(rh)
+	rh.Set(ledger.HeaderProjectID, project)
+	rh.Set(ledger.HeaderChannelID, channel)
+	rh.Set(ledger.HeaderSourceID, source)
+	rh.Set(ledger.HeaderSourceFunction, toolFn)
+	r = bTool.request(t, ledger.APISubject(other, "echo", ledger.OpReport), rh,
+		`{"status":"success","after_execution":"suspend","tool_result_card_id":"`+rc.CardID+`"}`)
+	require.Equal(t, "forbidden", r.Error.Code)
+	var vs []string
+	for _, v := range r.Error.Violations {
+		vs = append(vs, v.Field+"/"+v.Code)
+	}
+	require.Equal(t, []string{"header.CG-Project-Id/forbidden"}, vs)
+
+	rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateDispatched, rec.State, "A's call is untouched")
+}
+
+// TestAuthActorScopes: a worker acts only as its agent, a tool reports only
+// calls dispatched to it, an auditor only reads; entries record the actor.
+func TestAuthActorScopes(t *testing.T) {
+	e := newAuthEnv(t)
+	alice := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project, Agent: agent})
+	c := newCall("t1", "k1", 1)
+	h := nats.Header{}
+	c.identity().Apply(h)
+	body := dispatchBodyFor(c, `{"text":"hi"}`)
+
+	// As another agent: NATS refuses the subject; the ledger refuses a
+	// header naming another agent on alice's own subject.
+	e.refusedByNATS(t, alice, ledger.APISubject(project, "mallory", ledger.OpDispatch), h, body)
+	mh := nats.Header{}
+	for k, v := range h {
+		mh[k] = v
+	}
+	mh.Set(ledger.HeaderAgentID, "mallory")
+	r := alice.request(t, ledger.APISubject(project, agent, ledger.OpDispatch), mh, body)
+	require.Equal(t, "forbidden", r.Error.Code)
+	require.Equal(t, "header.CG-Agent-Id", r.Error.Violations[0].Field)
+
+	r = alice.request(t, ledger.APISubject(project, agent, ledger.OpDispatch), h, body)
+	require.True(t, r.OK, "%+v", r.Error)
+	cmd := e.subjectEntries(t, ledger.ToolCommandSubject("v1", project, channel, "echo"))
+	require.Len(t, cmd, 1)
+	require.Equal(t, agent, cmd[0].Header.Get(ledger.HeaderActor), "the command records who dispatched it")
+
+	// A worker does not report; an auditor does not write.
+	e.refusedByNATS(t, alice, ledger.APISubject(project, agent, ledger.OpReport), nil, `{}`)
+	aud := e.client(t, auth.Grant{Role: auth.RoleAuditor, Project: project})
+	e.refusedByNATS(t, aud, ledger.APISubject(project, "x", ledger.OpCardPut), nil, `{}`)
+	r = aud.request(t, ledger.APISubject(project, "x", ledger.OpCallGet), nil, `{"project_id":"`+project+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	require.True(t, r.OK, "an auditor reads")
+
+	// Another tool of the same project cannot report echo's call.
+	rc := c.resultCard(ledger.StatusSuccess)
+	_, err := e.l.PutCard(ctxT(t), rc)
+	require.NoError(t, err)
+	rh := nats.Header{}
+	c.identity().Apply(rh)
+	rh.Set(ledger.HeaderProjectID, project)
+	rh.Set(ledger.HeaderChannelID, channel)
+	rh.Set(ledger.HeaderSourceID, source)
+	rh.Set(ledger.HeaderSourceFunction, toolFn)
+	report := `{"status":"success","after_execution":"suspend","tool_result_card_id":"` + rc.CardID + `"}`
+	spoof := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "spoof"})
+	r = spoof.request(t, ledger.APISubject(project, "spoof", ledger.OpReport), rh, report)
+	require.Equal(t, "forbidden", r.Error.Code)
+	require.NotZero(t, r.Error.RejectionSeq)
+	e.refusedByNATS(t, spoof, ledger.APISubject(project, "echo", ledger.OpReport), rh, report)
+
+	// The echo tool can, and its report records it.
+	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
+	r = echo.request(t, ledger.APISubject(project, "echo", ledger.OpReport), rh, report)
+	require.True(t, r.OK, "%+v", r.Error)
+	rep := e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id))
+	require.Len(t, rep, 1)
+	require.Equal(t, "echo", rep[0].Header.Get(ledger.HeaderActor))
+}
+
+// TestAuthToolPullsOnlyItsOwnConsumer: a tool credential gets durable
+// commands from the consumer the ledger keeps for it, and from no other.
+func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
+	e := newAuthEnv(t)
+	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
+	cl := ledger.NewClient(echo.nc, ledger.WithActor("echo"))
+	tc, err := cl.EnsureToolConsumer(ctxT(t), project)
+	require.NoError(t, err)
+	require.Equal(t, auth.ToolConsumerName(project, "echo"), tc.Consumer)
+
+	c := newCall("t1", "k1", 1)
+	_, err = e.l.Dispatch(ctxT(t), c.dispatchReq())
+	require.NoError(t, err)
+
+	js, err := jetstream.New(echo.nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctxT(t), tc.Stream, tc.Consumer)
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(30*time.Second))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+		require.NoError(t, m.Ack())
+	}
+	require.Len(t, got, 1)
+	require.Equal(t, c.id, got[0].Headers().Get(ledger.HeaderToolCallID))
+
+	// Another project's tool consumer, or creating one, is out of reach.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = js.Consumer(ctx, tc.Stream, auth.ToolConsumerName("proj-B", "echo"))
+	require.Error(t, err)
+	echo.denied(t, "$JS.API.CONSUMER.INFO."+tc.Stream+"."+auth.ToolConsumerName("proj-B", "echo"))
+	_, err = js.CreateOrUpdateConsumer(ctx, tc.Stream, jetstream.ConsumerConfig{Durable: "mine"})
+	require.Error(t, err)
+}
