@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// TestServeHTTPScopesAndNATSRefusals runs the binary as a new user would and
+// attacks it from outside: no credentials, another project's credentials,
+// a worker where an admin is needed.
+func TestServeHTTPScopesAndNATSRefusals(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	info, err := os.Stat(filepath.Join(s.data, "auth", "admin.creds"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the admin credential is private")
+
+	// No credential: NATS refuses the connection, HTTP answers 401.
+	_, err = nats.Connect(s.natsURL())
+	require.Error(t, err)
+	for _, path := range []string{"/v1/projects/demo/turns/t1/timeline", "/v1/digest", "/v1/export", "/projects/demo/tools"} {
+		resp, err := http.Get(s.httpURL() + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
+		require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+	}
+	resp, err := http.Get(s.httpURL() + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "health needs no credential")
+
+	// Replacing a project's tool needs that project's admin.
+	def := "tool_name: echo\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.evil\nafter_execution: suspend\n"
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--project", "other", "--role", "admin"}, http.StatusForbidden},
+		{[]string{"--project", "demo", "--role", "worker"}, http.StatusForbidden},
+		{[]string{"--project", "demo", "--role", "auditor"}, http.StatusForbidden},
+		{[]string{"--project", "demo", "--role", "admin"}, http.StatusCreated},
+	} {
+		c := s.issue(t, tc.args...)
+		resp := httpAs(t, c, "POST", s.httpURL()+"/projects/demo/tools", def)
+		require.Equal(t, tc.want, resp.StatusCode, "%v", tc.args)
+	}
+	// The audit API of a project: its auditor yes, another project's no, a
+	// worker no; the whole-ledger endpoints need "*".
+	other := s.issue(t, "--project", "other", "--role", "auditor")
+	demo := s.issue(t, "--project", "demo", "--role", "auditor")
+	worker := s.issue(t, "--project", "demo", "--role", "worker")
+	require.Equal(t, http.StatusForbidden, httpAs(t, other, "GET", s.httpURL()+"/v1/projects/demo/tools", "").StatusCode)
+	require.Equal(t, http.StatusForbidden, httpAs(t, worker, "GET", s.httpURL()+"/v1/projects/demo/tools", "").StatusCode)
+	require.Equal(t, http.StatusOK, httpAs(t, demo, "GET", s.httpURL()+"/v1/projects/demo/tools", "").StatusCode)
+	require.Equal(t, http.StatusForbidden, httpAs(t, demo, "GET", s.httpURL()+"/v1/export", "").StatusCode)
+	garbage := credential{JWT: "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.AAAA"}
+	require.Equal(t, http.StatusUnauthorized, httpAs(t, garbage, "GET", s.httpURL()+"/v1/projects/demo/tools", "").StatusCode)
+
+	// A credential that expired is refused by NATS and HTTP alike.
+	short := s.issue(t, "--project", "demo", "--role", "auditor", "--ttl", "1s")
+	require.Eventually(t, func() bool {
+		return httpAs(t, short, "GET", s.httpURL()+"/v1/projects/demo/tools", "").StatusCode == http.StatusUnauthorized
+	}, time.Minute, 100*time.Millisecond)
+	// The server may accept the CONNECT and then close the connection as
+	// expired: either way, nothing can be sent on it.
+	if nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(short.path), nats.NoReconnect()); err == nil {
+		require.Eventually(t, nc.IsClosed, time.Minute, 10*time.Millisecond, "expired credential's connection is closed")
+	}
+
+	// Bad grants are refused with every problem listed.
+	out, code := s.run(t, "creds", "issue", "--role", "tool", "--project", "a.b", "--agent", "x")
+	require.Equal(t, 2, code, out)
+}
+
+// TestServeRefusesAMissingLedger: with the stream gone (deleted outside,
+// restored wrongly), serve does not create an empty ledger and call it
+// ready; it says what is wrong and exits.
+func TestServeRefusesAMissingLedger(t *testing.T) {
+	data := t.TempDir()
+	natsPort, httpPort := freePort(t), freePort(t)
+	s := startServer(t, data, natsPort, httpPort)
+	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`)
+	require.Equal(t, 0, code)
+	s.kill(t)
+
+	streams, err := filepath.Glob(filepath.Join(data, "jetstream", "jetstream", "*", "streams", "CG_LEDGER"))
+	require.NoError(t, err)
+	require.Len(t, streams, 1)
+	require.NoError(t, os.RemoveAll(streams[0]))
+
+	cmd := exec.Command(binary, "serve", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort),
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort))
+	done := make(chan []byte, 1)
+	go func() {
+		out, _ := cmd.CombinedOutput()
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		require.Equal(t, 1, cmd.ProcessState.ExitCode(), string(out))
+		require.Contains(t, string(out), "ledger stream missing")
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("serve kept running on a missing ledger")
+	}
+}
+
+// TestServeNoAuthIsExplicit: --no-auth opens NATS and HTTP, and says so.
+func TestServeNoAuthIsExplicit(t *testing.T) {
+	data := t.TempDir()
+	s := &server{data: data, natsPort: freePort(t), httpPort: freePort(t)}
+	cmd := exec.Command(binary, "serve", "--no-auth", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", s.natsPort),
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json")
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(s.httpURL() + "/v1/digest")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var d map[string]any
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&d) == nil
+	}, time.Minute, 50*time.Millisecond)
+	nc, err := nats.Connect(s.natsURL())
+	require.NoError(t, err)
+	nc.Close()
+	require.Contains(t, log.String(), "authentication is OFF")
+	_, err = os.Stat(filepath.Join(data, "auth"))
+	require.True(t, os.IsNotExist(err), "no keys are made without auth")
+}
