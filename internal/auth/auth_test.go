@@ -1,0 +1,155 @@
+package auth_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/auth"
+)
+
+func keys(t *testing.T) (*auth.Keys, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "auth")
+	k, err := auth.LoadOrCreateKeys(dir)
+	require.NoError(t, err)
+	return k, dir
+}
+
+func TestKeysPersistAndAreSecret(t *testing.T) {
+	k, dir := keys(t)
+	again, err := auth.LoadOrCreateKeys(dir)
+	require.NoError(t, err)
+	a1, _ := k.Account.PublicKey()
+	a2, _ := again.Account.PublicKey()
+	require.Equal(t, a1, a2, "the account key survives restarts")
+	info, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
+	files, _ := filepath.Glob(filepath.Join(dir, "*.nk"))
+	require.Len(t, files, 4)
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+	}
+
+	// Deleting the signing key rotates it: old credentials stop verifying,
+	// the account stays.
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	old, err := is.Issue(auth.Grant{Role: auth.RoleAuditor, Project: "p"}, time.Hour, time.Now())
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(dir, "ledger-signing.nk")))
+	rotated, err := auth.LoadOrCreateKeys(dir)
+	require.NoError(t, err)
+	a3, _ := rotated.Account.PublicKey()
+	require.Equal(t, a1, a3)
+	v, err := rotated.Verifier()
+	require.NoError(t, err)
+	_, err = v.Verify(old.JWT, time.Now())
+	require.ErrorIs(t, err, auth.ErrBadCredential)
+
+	// A half-deleted key set is not silently replaced.
+	require.NoError(t, os.Remove(filepath.Join(dir, "operator.nk")))
+	_, err = auth.LoadOrCreateKeys(dir)
+	require.Error(t, err)
+}
+
+func TestGrantValidationListsEveryProblem(t *testing.T) {
+	errs := auth.Grant{Role: "boss", Project: "a.b", Agent: "x>y", Tool: "t"}.Validate()
+	require.Len(t, errs, 5, "%v", errs) // role, project, agent invalid, agent and tool on a role that takes neither
+	require.NotEmpty(t, auth.Grant{Role: auth.RoleWorker, Project: "*"}.Validate(), "only admin and auditor span projects")
+	require.NotEmpty(t, auth.Grant{Role: auth.RoleWorker, Project: "_"}.Validate())
+	require.Empty(t, auth.Grant{Role: auth.RoleAdmin, Project: "*"}.Validate())
+	require.Empty(t, auth.Grant{Role: auth.RoleWorker, Project: "p", Agent: "a", Target: "w"}.Validate())
+}
+
+func TestIssuedCredentialCarriesPermissionsAndExpiry(t *testing.T) {
+	k, _ := keys(t)
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	now := time.Now()
+	c, err := is.Issue(auth.Grant{Role: auth.RoleTool, Project: "p", Tool: "echo"}, 10*time.Minute, now)
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(c.Creds), "BEGIN NATS USER JWT"))
+	uc, err := jwt.DecodeUserClaims(c.JWT)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(10*time.Minute).Truncate(time.Second).Unix(), uc.Expires)
+	require.Contains(t, uc.Pub.Allow, "cgledger.v1.p.echo.report")
+	require.Contains(t, uc.Pub.Allow, "$JS.API.CONSUMER.MSG.NEXT.CG_LEDGER."+auth.ToolConsumerName("p", "echo"))
+	require.Contains(t, uc.Sub.Allow, c.InboxPrefix+".>")
+	for _, s := range append(uc.Pub.Allow, uc.Sub.Allow...) {
+		require.False(t, strings.HasPrefix(s, "cg.>") || s == ">" || strings.HasPrefix(s, "$KV") || s == "_INBOX.>", s)
+	}
+	for _, s := range uc.Pub.Allow {
+		require.False(t, strings.HasPrefix(s, "cg."), "a client never publishes on the ledger stream: %s", s)
+	}
+	require.NotEqual(t, auth.ToolConsumerName("p", "echo"), auth.ToolConsumerName("p2", "echo"))
+}
+
+func TestHTTPPolicy(t *testing.T) {
+	k, _ := keys(t)
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	v, err := k.Verifier()
+	require.NoError(t, err)
+	now := time.Now()
+	pol := &auth.HTTPPolicy{Verifier: v, Now: func() time.Time { return now }}
+	srv := httptest.NewServer(pol.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })))
+	defer srv.Close()
+	tok := func(g auth.Grant, ttl time.Duration) string {
+		c, err := is.Issue(g, ttl, now)
+		require.NoError(t, err)
+		return c.JWT
+	}
+	other, _ := auth.LoadOrCreateKeys(filepath.Join(t.TempDir(), "other"))
+	ois, _ := other.Issuer()
+	foreign, _ := ois.Issue(auth.Grant{Role: auth.RoleAdmin, Project: "*"}, time.Hour, now)
+	expired, _ := is.Issue(auth.Grant{Role: auth.RoleAdmin, Project: "*"}, time.Hour, now.Add(-2*time.Hour))
+
+	adminA := tok(auth.Grant{Role: auth.RoleAdmin, Project: "A"}, time.Hour)
+	auditorA := tok(auth.Grant{Role: auth.RoleAuditor, Project: "A"}, time.Hour)
+	auditorAll := tok(auth.Grant{Role: auth.RoleAuditor, Project: "*"}, time.Hour)
+	workerA := tok(auth.Grant{Role: auth.RoleWorker, Project: "A"}, time.Hour)
+	for _, tc := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"GET", "/healthz", "", http.StatusTeapot},
+		{"GET", "/metrics", "", http.StatusTeapot},
+		{"GET", "/v1/projects/A/calls", "", http.StatusUnauthorized},
+		{"GET", "/v1/projects/A/calls", "garbage", http.StatusUnauthorized},
+		{"GET", "/v1/projects/A/calls", foreign.JWT, http.StatusUnauthorized},
+		{"GET", "/v1/projects/A/calls", expired.JWT, http.StatusUnauthorized},
+		{"GET", "/v1/projects/A/calls", auditorA, http.StatusTeapot},
+		{"GET", "/v1/projects/B/calls", auditorA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/calls", workerA, http.StatusForbidden},
+		{"GET", "/v1/projects/B/calls", auditorAll, http.StatusTeapot},
+		{"GET", "/v1/export", auditorA, http.StatusForbidden},
+		{"GET", "/v1/export", auditorAll, http.StatusTeapot},
+		{"POST", "/projects/A/tools", workerA, http.StatusForbidden},
+		{"POST", "/projects/A/tools", auditorA, http.StatusForbidden},
+		{"POST", "/projects/B/tools", adminA, http.StatusForbidden},
+		{"POST", "/projects/A/tools", adminA, http.StatusTeapot},
+		{"GET", "/projects/A/tools", workerA, http.StatusTeapot},
+		{"GET", "/projects/B/tools", workerA, http.StatusForbidden},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		require.NoError(t, err)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
+	}
+}
