@@ -21,7 +21,30 @@ const (
 	KindConsumed      EntryKind = "consumed"
 	KindTool          EntryKind = "tool"
 	KindCancel        EntryKind = "cancel"
+	KindSkip          EntryKind = "skip"
 )
+
+// knownKinds are the CG-Entry-Kind values this build can interpret; any
+// other value is an unrecognized entry (RecognizeEntry).
+var knownKinds = map[EntryKind]bool{
+	KindCard: true, KindCommand: true, KindReport: true, KindDuplicate: true, KindWakeup: true,
+	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
+	KindCancel: true, KindSkip: true,
+}
+
+// SkipEntry is the data of a skip entry: an operator's audited decision that
+// the projector records entry Seq as skipped instead of stopping on it,
+// because it cannot be applied (docs/views.md, "Operator recovery").
+type SkipEntry struct {
+	// Seq is the skipped entry's sequence; it precedes the skip entry.
+	Seq uint64 `json:"seq"`
+	// Reason is the operator's explanation, required.
+	Reason string `json:"reason"`
+	// Subject is the skipped entry's subject when the skip was written
+	// (empty if the stream no longer held it), so the audit trail names what
+	// was skipped without the entry itself.
+	Subject string `json:"subject,omitempty"`
+}
 
 // CancelEntry records a worker's request to cancel a call in flight.
 type CancelEntry struct {

@@ -251,6 +251,61 @@ type VerifyReport struct {
 	// FirstBadSeq is the first sequence that does not match, 0 when OK.
 	FirstBadSeq uint64 `json:"first_bad_seq,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// Unrecognized names the chained messages that are not ledger entries
+	// (RecognizeEntry): the projector records them as unrecognized and goes
+	// on, so they do not fail verification. At most MaxNoted are listed;
+	// UnrecognizedCount counts them all.
+	Unrecognized      []NotedEntry `json:"unrecognized,omitempty"`
+	UnrecognizedCount uint64       `json:"unrecognized_count,omitempty"`
+	// Skips names the skip entries (Ledger.Skip) in the range: each is an
+	// operator's decision that the projector records the entry it names as
+	// skipped. At most MaxNoted are listed; SkipCount counts them all.
+	Skips     []NotedSkip `json:"skips,omitempty"`
+	SkipCount uint64      `json:"skip_count,omitempty"`
+}
+
+// MaxNoted bounds the entries a VerifyReport lists by name, so a flood of
+// stray messages cannot make the report unbounded.
+const MaxNoted = 1000
+
+// NotedEntry is an unrecognized entry named in a VerifyReport.
+type NotedEntry struct {
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	Code    string `json:"code"`
+	Reason  string `json:"reason"`
+}
+
+// NotedSkip is a skip entry named in a VerifyReport.
+type NotedSkip struct {
+	// Seq is the skipped sequence; SkipSeq the skip entry's own.
+	Seq     uint64 `json:"seq"`
+	SkipSeq uint64 `json:"skip_seq"`
+	Reason  string `json:"reason"`
+}
+
+// Note records entry seq in the report when it is unrecognized or a skip
+// entry. Both verifiers call it for every entry they chain.
+func (r *VerifyReport) Note(seq uint64, subject string, h nats.Header, data []byte) {
+	rec := RecognizeEntry(subject, h)
+	switch {
+	case rec.Unrecognized():
+		r.UnrecognizedCount++
+		if len(r.Unrecognized) < MaxNoted {
+			r.Unrecognized = append(r.Unrecognized, NotedEntry{Seq: seq, Subject: clip(subject), Code: rec.Code, Reason: rec.Reason})
+		}
+	case rec.Kind == string(KindSkip):
+		sub, err := ParseSubject(subject)
+		if err != nil {
+			return
+		}
+		if s, ok := ParseSkip(seq, subject, h, data, sub.Seq); ok {
+			r.SkipCount++
+			if len(r.Skips) < MaxNoted {
+				r.Skips = append(r.Skips, NotedSkip{Seq: s.Seq, SkipSeq: seq, Reason: s.Reason})
+			}
+		}
+	}
 }
 
 // VerifyExport recomputes the hash chain of an export file and compares each
@@ -277,6 +332,7 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 		return nil
 	}, func(e ExportEntry) error {
 		rep.LastSeq = e.Seq
+		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		// An unparseable link cannot match any recomputed one.
 		file, _ := ParseLink(e.Link)
 		if ref == nil {

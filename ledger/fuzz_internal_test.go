@@ -63,6 +63,9 @@ func FuzzParseSubject(f *testing.F) {
 		"cg.v1._._.ledger.rejection.bad_request",
 		"cg.v1.p.card.x",
 		"cg.v1.p.roster.a",
+		"cg.v1._._.ledger.skip.42",
+		"cg.v1._._.ledger.skip.042",
+		"cg.v1.p.c.ledger.skip.42",
 		"",
 		"cg",
 		"cg.v1.p.c.cmd.tool.",
@@ -149,6 +152,11 @@ func FuzzParseSubject(f *testing.F) {
 		case SubjectTool:
 			ids["project"], ids["tool"] = sub.Project, sub.Tool
 			built = ToolSubject(sub.Version, sub.Project, sub.Tool)
+		case SubjectSkip:
+			if sub.Project != Unrouted || sub.Channel != Unrouted || sub.Seq == 0 {
+				t.Fatalf("accepted skip subject %q as %+v", s, sub)
+			}
+			built = SkipSubject(sub.Version, sub.Seq)
 		default:
 			t.Fatalf("unexpected kind %v", sub.Kind)
 		}

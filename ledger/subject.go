@@ -30,6 +30,7 @@ const (
 	SubjectCard                    // cg.<ver>.<p>.card.<card_id>
 	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
 	SubjectTool                    // cg.<ver>.<p>.tool.<tool_name>
+	SubjectSkip                    // cg.<ver>._._.ledger.skip.<seq>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -45,6 +46,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectCard:        "card",
 	SubjectRoster:      "roster",
 	SubjectTool:        "tool",
+	SubjectSkip:        "skip",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -76,6 +78,8 @@ type Subject struct {
 	CardID string
 	// AgentID is the agent of a roster entry.
 	AgentID string
+	// Seq is the sequence a skip entry names.
+	Seq uint64
 }
 
 // String builds the subject text.
@@ -106,6 +110,8 @@ func (s Subject) String() string {
 		p = append(p, "roster", s.AgentID)
 	case SubjectTool:
 		p = append(p, "tool", s.Tool)
+	case SubjectSkip:
+		p = append(p, s.Channel, "ledger", "skip", strconv.FormatUint(s.Seq, 10))
 	default:
 		return ""
 	}
@@ -223,11 +229,39 @@ func parseSubject(s string, vs *Violations) Subject {
 	case len(rest) == 3 && rest[0] == "ledger" && rest[1] == "rejection":
 		sub.Kind, sub.Reason = SubjectRejection, rest[2]
 		tokenOK("reason", sub.Reason)
+	case len(rest) == 3 && rest[0] == "ledger" && rest[1] == "skip":
+		// Skips belong to the ledger as a whole, not to a project: the
+		// project and channel tokens are always Unrouted.
+		sub.Kind = SubjectSkip
+		if sub.Project != Unrouted || sub.Channel != Unrouted {
+			vs.Add(field, VInvalidSubject, "skip entries are under cg.<ver>._._.ledger.skip.<seq>, not %q", clip(s))
+		}
+		n, ok := parseSeqToken(rest[2])
+		if !ok {
+			vs.Add(field, VInvalidToken, "seq token %q must be a sequence number (decimal, at least 1, no leading zeros)", clip(rest[2]))
+		}
+		sub.Seq = n
+		return sub
 	default:
 		return fail()
 	}
 	routeOK()
 	return sub
+}
+
+// parseSeqToken parses a sequence token in its one canonical spelling, so
+// that every skip has exactly one subject.
+func parseSeqToken(t string) (uint64, bool) {
+	if t == "" || t[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] < '0' || t[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	return n, err == nil
 }
 
 // callEntryKinds are the ledger entries whose subject ends in
@@ -297,4 +331,9 @@ func RejectionSubject(version, project, channel string, reason Code) string {
 		project, channel = Unrouted, Unrouted
 	}
 	return Subject{Kind: SubjectRejection, Version: version, Project: project, Channel: channel, Reason: string(reason)}.String()
+}
+
+// SkipSubject builds cg.<ver>._._.ledger.skip.<seq>.
+func SkipSubject(version string, seq uint64) string {
+	return Subject{Kind: SubjectSkip, Version: version, Project: Unrouted, Channel: Unrouted, Seq: seq}.String()
 }

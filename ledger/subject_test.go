@@ -125,6 +125,12 @@ func TestSubjectBuildParseRoundTrip(t *testing.T) {
 				AgentTurnID: long, ToolCallID: "a"},
 		},
 		{
+			name:  "skip",
+			built: ledger.SkipSubject("v1", 18446744073709551615),
+			text:  "cg.v1._._.ledger.skip.18446744073709551615",
+			want:  ledger.Subject{Kind: ledger.SubjectSkip, Version: "v1", Project: "_", Channel: "_", Seq: 18446744073709551615},
+		},
+		{
 			name:  "grammar keywords as ids",
 			built: ledger.CardSubject("v0", "card", "roster"),
 			text:  "cg.v0.card.card.roster",
@@ -170,6 +176,7 @@ func TestSubjectKindString(t *testing.T) {
 		ledger.SubjectConsumed:    "consumed",
 		ledger.SubjectTool:        "tool",
 		ledger.SubjectCancel:      "cancel",
+		ledger.SubjectSkip:        "skip",
 		ledger.SubjectKind(999):   "unknown",
 	}
 	for k, name := range want {
@@ -179,7 +186,7 @@ func TestSubjectKindString(t *testing.T) {
 }
 
 func TestSubjectIsCommand(t *testing.T) {
-	for k := ledger.SubjectUnknown; k <= ledger.SubjectTool; k++ {
+	for k := ledger.SubjectUnknown; k <= ledger.SubjectSkip; k++ {
 		want := k == ledger.SubjectToolCommand || k == ledger.SubjectPMOCommand
 		assert.Equal(t, want, ledger.Subject{Kind: k}.IsCommand(), "kind %s", k)
 	}
@@ -238,6 +245,16 @@ func TestSubjectParseRejects(t *testing.T) {
 		{"empty card id", "cg.v1.p.card.", []string{tok}},
 		{"empty agent id", "cg.v1.p.roster.", []string{tok}},
 		{"trailing dot", "cg.v1.p.c.cmd.tool.echo.", []string{tok}},
+
+		// Skip subjects: ledger-wide, one spelling per sequence.
+		{"skip under a project", "cg.v1.p.c.ledger.skip.5", []string{sub}},
+		{"skip seq zero", "cg.v1._._.ledger.skip.0", []string{tok}},
+		{"skip seq leading zero", "cg.v1._._.ledger.skip.05", []string{tok}},
+		{"skip seq not a number", "cg.v1._._.ledger.skip.five", []string{tok}},
+		{"skip seq signed", "cg.v1._._.ledger.skip.+5", []string{tok}},
+		{"skip seq overflows", "cg.v1._._.ledger.skip.18446744073709551616", []string{tok}},
+		{"skip seq empty", "cg.v1._._.ledger.skip.", []string{tok}},
+		{"skip with extra token", "cg.v1._._.ledger.skip.5.6", []string{sub}},
 
 		// Wildcards.
 		{"star project", "cg.v1.*.c.cmd.tool.echo", []string{tok}},

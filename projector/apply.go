@@ -46,8 +46,9 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	return c, nil
 }
 
-// ErrCorruptEntry marks an entry the projector cannot apply. The projector
-// stops there; it never skips an entry.
+// ErrCorruptEntry marks a ledger entry the projector cannot apply (a known
+// kind whose data does not decode or validate). The projector stops there
+// until a skip entry for that sequence exists (ledger.Ledger.Skip).
 var ErrCorruptEntry = errors.New("corrupt ledger entry")
 
 // ErrGap marks a missing sequence in the ledger stream.
@@ -65,6 +66,13 @@ type applier struct {
 	cp      checkpoint
 	store   *Store
 	pending map[string]*CallState
+
+	// skippedHere holds the entries skipped in this batch, for their skip
+	// entries later in the same batch.
+	skippedHere map[uint64]skipMark
+	// nUnrecognized and nSkipped count this batch's entries of those kinds,
+	// for the metrics once it commits.
+	nUnrecognized, nSkipped int
 }
 
 func newApplier(s *Store, cp checkpoint) *applier {
@@ -99,6 +107,17 @@ func (a *applier) state(project, turn, call string) (*CallState, error) {
 	return &c, nil
 }
 
+// View kinds of entries the projector records without applying them
+// (docs/views.md). Neither is ever a CG-Entry-Kind.
+const (
+	// KindUnrecognized is a stream message that is not a ledger entry
+	// (ledger.RecognizeEntry).
+	KindUnrecognized = ledger.ViewKindUnrecognized
+	// KindSkipped is an entry that could not be applied and that a skip
+	// entry (ledger.Ledger.Skip) told the projector to pass.
+	KindSkipped = "skipped"
+)
+
 // apply folds entry e (which must be cp.Applied+1) into the batch and
 // advances the checkpoint.
 func (a *applier) apply(e ledger.Entry) error {
@@ -106,31 +125,16 @@ func (a *applier) apply(e ledger.Entry) error {
 		return fmt.Errorf("%w: expected seq %d, got %d", ErrGap, a.cp.Applied+1, e.Seq)
 	}
 	h := nats.Header(e.Headers)
-	kind := h.Get(ledger.HeaderEntryKind)
-	if kind == "" {
-		kind = "external"
-		if sub, err := ledger.ParseSubject(e.Subject); err == nil {
-			switch {
-			case sub.IsCommand():
-				kind = string(ledger.KindCommand)
-			case sub.Kind == ledger.SubjectWakeup:
-				kind = "external_wakeup"
-			}
-		}
+	rec := ledger.RecognizeEntry(e.Subject, h)
+	if rec.Unrecognized() {
+		a.unrecognized(e, rec)
+		return nil
 	}
+	kind := rec.Kind
 	// Entries without CG-Time (published by others) get no time: their
 	// stream timestamp would differ in a replay.
 	t, _ := ledger.EntryTime(h)
-	if t.After(a.cp.Watermark) {
-		a.cp.Watermark = t
-	}
-	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, h, e.Data)
-	a.cp.Applied = e.Seq
-	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
-	// server and differ when the same entries are replayed elsewhere.
-	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(e.Headers), Data: e.Data, Time: t}))
-	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
-	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
+	a.record(e, kind, t, true)
 
 	var err error
 	ev := event{seq: e.Seq, t: t, kind: kind, h: h, data: e.Data, subject: e.Subject}
@@ -157,15 +161,149 @@ func (a *applier) apply(e ledger.Entry) error {
 		err = a.tool(ev)
 	case ledger.KindCancel:
 		err = a.cancel(ev)
-	case "external", "external_wakeup":
+	case ledger.KindSkip:
+		err = a.skip(ev)
+	case ledger.ViewKindExternalWakeup:
 	default:
-		err = corrupt(e.Seq, "unknown entry kind %q", kind)
+		// RecognizeEntry only answers kinds handled above; reaching here
+		// means the two disagree, which must not pass silently.
+		err = corrupt(e.Seq, "entry kind %q is recognized but has no view", kind)
 	}
 	if err != nil {
 		return err
 	}
 	a.set(metaApplied, a.cp.encode())
 	return nil
+}
+
+// record writes the rows every entry has (the entry, its chain link, its
+// as-of-time row) and advances the checkpoint past it. Only a trusted time
+// (an entry the projector could apply) moves the time watermark: one stray
+// message claiming a far-future CG-Time would otherwise pin every later
+// entry to that time in as-of-time queries.
+func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool) {
+	h := nats.Header(e.Headers)
+	if trusted && t.After(a.cp.Watermark) {
+		a.cp.Watermark = t
+	}
+	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, h, e.Data)
+	a.cp.Applied = e.Seq
+	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
+	// server and differ when the same entries are replayed elsewhere.
+	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(e.Headers), Data: e.Data, Time: t}))
+	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
+	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
+}
+
+// unrecognized records a stream message that is not a ledger entry: it
+// stays in the chain and the views (listed, and in the timeline of the turn
+// it names, if any) without changing any other view.
+func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
+	h := nats.Header(e.Headers)
+	t, _ := ledger.EntryTime(h)
+	a.record(e, KindUnrecognized, t, false)
+	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
+	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, e.Headers)
+	a.nUnrecognized++
+	a.set(metaApplied, a.cp.encode())
+}
+
+// skipped records entry e, which could not be applied, as skipped by the
+// skip entry s, with no effect on any other view.
+func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
+	h := nats.Header(e.Headers)
+	t, _ := ledger.EntryTime(h)
+	a.record(e, KindSkipped, t, false)
+	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
+	a.place(event{seq: e.Seq, kind: KindSkipped}, e.Subject, e.Headers)
+	if a.skippedHere == nil {
+		a.skippedHere = map[uint64]skipMark{}
+	}
+	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(e.Headers)}
+	a.nSkipped++
+	a.set(metaApplied, a.cp.encode())
+}
+
+// skipMark is what the applier remembers of an entry it skipped in the
+// current batch, which it cannot read back from the batch.
+type skipMark struct {
+	by      uint64
+	subject string
+	headers map[string][]string
+}
+
+// appendSkipRow encodes the sk and skp rows: a sequence, then the reason.
+func appendSkipRow(b []byte, seq uint64, reason string) []byte {
+	return append(binary.BigEndian.AppendUint64(b, seq), reason...)
+}
+
+// skip applies a skip entry: it is listed, and placed in the timeline of the
+// entry it skipped. A skip entry that is not valid (ledger.ParseSkip) or
+// names an entry that applied fine has no effect beyond its own rows.
+func (a *applier) skip(ev event) error {
+	var se ledger.SkipEntry
+	if err := decode(ev, &se); err != nil {
+		return err
+	}
+	sub, err := ledger.ParseSubject(ev.subject)
+	if err != nil {
+		return corrupt(ev.seq, "skip entry subject: %v", err)
+	}
+	s, ok := ledger.ParseSkip(ev.seq, ev.subject, ev.h, ev.data, sub.Seq)
+	if !ok {
+		return nil
+	}
+	a.set(key(tagSkip).u64(ev.seq), appendSkipRow(nil, s.Seq, s.Reason))
+	mark, ok, err := a.skippedBy(s.Seq)
+	if err != nil || !ok || mark.by != ev.seq {
+		return err
+	}
+	a.place(ev, mark.subject, mark.headers)
+	return nil
+}
+
+// skippedBy returns how entry seq was skipped, from this batch or from the
+// committed views; ok is false when it was not skipped.
+func (a *applier) skippedBy(seq uint64) (skipMark, bool, error) {
+	if m, ok := a.skippedHere[seq]; ok {
+		return m, true, nil
+	}
+	row, ok, err := get(a.store.db, key(tagSkipped).u64(seq))
+	if err != nil || !ok || len(row) < 8 {
+		return skipMark{}, false, err
+	}
+	raw, ok, err := get(a.store.db, key(tagEntry).u64(seq))
+	if err != nil || !ok {
+		return skipMark{}, false, fmt.Errorf("projector: skipped entry %d not stored: %v", seq, err)
+	}
+	se, err := decodeEntry(raw)
+	if err != nil {
+		return skipMark{}, false, fmt.Errorf("projector: decode skipped entry %d: %w", seq, err)
+	}
+	return skipMark{by: binary.BigEndian.Uint64(row), subject: se.Subject, headers: se.Headers}, true, nil
+}
+
+// place puts an entry the projector does not apply into the timeline and
+// call story its subject or headers name, if they name a turn.
+func (a *applier) place(ev event, subject string, headers map[string][]string) {
+	h := nats.Header(headers)
+	var project, turn, call string
+	if sub, err := ledger.ParseSubject(subject); err == nil {
+		if sub.Project != ledger.Unrouted {
+			project = sub.Project
+		}
+		turn, call = sub.AgentTurnID, sub.ToolCallID
+	}
+	if project == "" {
+		project = ledger.HeaderGet(h, ledger.HeaderProjectID)
+	}
+	if turn == "" {
+		turn = ledger.HeaderGet(h, ledger.HeaderAgentTurnID)
+	}
+	if call == "" {
+		call = ledger.HeaderGet(h, ledger.HeaderToolCallID)
+	}
+	a.trace(ev, project, turn, call)
 }
 
 type event struct {

@@ -16,14 +16,29 @@ func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
 	if err != nil {
 		return err
 	}
+	all := entries
+	// Skips are looked up among the given entries, as the projector looks
+	// them up in the stream.
+	find := func(seq uint64) (ledger.SkipRecord, bool, error) {
+		for _, e := range all {
+			if rec, ok := ledger.ParseSkip(e.Seq, e.Subject, e.Headers, e.Data, seq); ok {
+				return rec, true, nil
+			}
+		}
+		return ledger.SkipRecord{}, false, nil
+	}
 	for len(entries) > 0 {
 		n := min(batch, len(entries))
 		a := newApplier(s, cp)
+		var pending []pendingEntry
 		for _, e := range entries[:n] {
-			if err := a.apply(e); err != nil {
+			var pe pendingEntry
+			var err error
+			if a, pe, err = applyOrSkip(s, a, cp, pending, e, find); err != nil {
 				_ = a.b.Close()
 				return err
 			}
+			pending = append(pending, pe)
 		}
 		if err := a.b.Commit(pebble.NoSync); err != nil {
 			return err

@@ -33,6 +33,9 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("GET /v1/projects/{project}/cards/{card}", h.card)
 	mux.HandleFunc("GET /v1/projects/{project}/tools", h.tools)
 	mux.HandleFunc("GET /v1/projects/{project}/tools/{tool}", h.tool)
+	mux.HandleFunc("GET /v1/unrecognized", h.unrecognized)
+	mux.HandleFunc("GET /v1/skipped", h.skipped)
+	mux.HandleFunc("GET /v1/skips", h.skips)
 	mux.HandleFunc("GET /v1/digest", h.digest)
 	mux.HandleFunc("GET /v1/verify", h.verify)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +225,41 @@ func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.q.Tool(r.PathValue("project"), r.PathValue("tool"), at)
+	reply(w, res, err)
+}
+
+// pageParams parses as-of, cursor and limit, the parameters of the global
+// listings; ok=false means a 400 was written.
+func pageParams(w http.ResponseWriter, r *http.Request) (at AsOf, cursor string, limit int, ok bool) {
+	p := &params{r: r}
+	at, cursor, limit = p.asOf(), p.str("cursor"), p.limit()
+	return at, cursor, limit, !p.done(w)
+}
+
+func (h *handler) unrecognized(w http.ResponseWriter, r *http.Request) {
+	at, cursor, limit, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
+	res, err := h.q.Unrecognized(at, cursor, limit)
+	reply(w, res, err)
+}
+
+func (h *handler) skipped(w http.ResponseWriter, r *http.Request) {
+	at, cursor, limit, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
+	res, err := h.q.Skipped(at, cursor, limit)
+	reply(w, res, err)
+}
+
+func (h *handler) skips(w http.ResponseWriter, r *http.Request) {
+	at, cursor, limit, ok := pageParams(w, r)
+	if !ok {
+		return
+	}
+	res, err := h.q.Skips(at, cursor, limit)
 	reply(w, res, err)
 }
 

@@ -9,6 +9,9 @@ type metrics struct {
 	commit    prometheus.Histogram
 	errors    *prometheus.CounterVec
 	stalled   prometheus.Gauge
+
+	unrecognized prometheus.Counter
+	skipped      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,13 +39,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cgledger_projector_stalled",
-			Help: "1 while the projector is stopped on a gap or a corrupt entry (it never skips), else 0.",
+			Help: "1 while the projector is stopped on a gap or a corrupt entry, else 0.",
+		}),
+		unrecognized: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_projector_unrecognized_entries_total",
+			Help: "Stream messages recorded as unrecognized (not ledger entries) since the process started, counting re-applies after a rebuild.",
+		}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_projector_skipped_entries_total",
+			Help: "Entries recorded as skipped because a skip entry named them, since the process started, counting re-applies after a rebuild.",
 		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.lag, m.commit, m.errors, m.stalled} {
+	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.lag, m.commit, m.errors, m.stalled, m.unrecognized, m.skipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

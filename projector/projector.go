@@ -37,6 +37,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
 	Logger *slog.Logger
+	// SkipPollInterval is how often WaitForSkip looks for a skip entry
+	// while the projector is stopped on a corrupt entry. Zero means 2s: an
+	// operator's skip takes effect within seconds, and a stalled projector
+	// costs one direct get per interval.
+	SkipPollInterval time.Duration
 }
 
 // Projector applies ledger entries to a Store.
@@ -65,6 +70,9 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 	if cfg.SyncEvery <= 0 {
 		cfg.SyncEvery = 16
 	}
+	if cfg.SkipPollInterval <= 0 {
+		cfg.SkipPollInterval = 2 * time.Second
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("projector: register metrics: %w", err)
@@ -89,10 +97,103 @@ func (p *Projector) Store() *Store { return p.store }
 // Applied is the last sequence committed to the views.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
 
-// Fatal reports whether err stops the projector for good (a gap or a
-// corrupt entry) rather than a transient failure worth retrying.
+// Fatal reports whether err stops the projector (a gap or a corrupt entry)
+// rather than a transient failure worth retrying. A gap stops it for good;
+// a corrupt entry until an operator skips it (see WaitForSkip).
 func Fatal(err error) bool {
 	return errors.Is(err, ErrGap) || errors.Is(err, ErrCorruptEntry)
+}
+
+// WaitForSkip is what a long-running caller does after CatchUp or Run
+// stopped with stop: when stop is a corrupt entry (ErrCorruptEntry), it
+// polls the ledger stream every Config.SkipPollInterval for a valid skip
+// entry naming the sequence the views stop before (Applied()+1), and returns
+// nil as soon as there is one; the caller then calls CatchUp or Run again,
+// which record that entry as skipped and go on. Any other stop (a gap,
+// which no skip can mend, or nil) is returned as is, at once. It returns
+// ctx's error when ctx ends first; lookup failures are logged and retried.
+func (p *Projector) WaitForSkip(ctx context.Context, stop error) error {
+	if !errors.Is(stop, ErrCorruptEntry) {
+		return stop
+	}
+	seq := p.Applied() + 1
+	p.log.Warn("projector: waiting for a skip entry (ledger.Ledger.Skip) for the entry it stopped on", "seq", seq, "poll", p.cfg.SkipPollInterval)
+	for {
+		_, found, err := p.findSkip(ctx, seq)
+		if err == nil && found {
+			p.log.Info("projector: skip entry found; resuming", "seq", seq)
+			return nil
+		}
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("projector: looking for a skip entry failed; will retry", "seq", seq, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(p.cfg.SkipPollInterval):
+		}
+	}
+}
+
+// findSkip looks up the skip entry for seq in the ledger stream.
+func (p *Projector) findSkip(ctx context.Context, seq uint64) (ledger.SkipRecord, bool, error) {
+	s, err := p.js.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		return ledger.SkipRecord{}, false, fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
+	}
+	return ledger.FindSkip(ctx, s, seq)
+}
+
+// pendingEntry is an entry of the batch being built; skip is set when it is
+// recorded as skipped rather than applied.
+type pendingEntry struct {
+	e    ledger.Entry
+	skip *ledger.SkipRecord
+}
+
+// skipFinder looks up the skip entry of a sequence.
+type skipFinder func(seq uint64) (ledger.SkipRecord, bool, error)
+
+// applyOrSkip applies e after the pending entries of a's batch. When e
+// cannot be applied and find has a skip entry for it, the batch is rebuilt
+// from cp and pending (the failed apply may have left part of e in it) and
+// e is recorded as skipped. It returns the applier to go on with.
+func applyOrSkip(s *Store, a *applier, cp checkpoint, pending []pendingEntry, e ledger.Entry, find skipFinder) (*applier, pendingEntry, error) {
+	pe := pendingEntry{e: e}
+	err := a.apply(e)
+	if err == nil || !errors.Is(err, ErrCorruptEntry) {
+		return a, pe, err
+	}
+	rec, found, ferr := find(e.Seq)
+	if ferr != nil {
+		// Not fatal: whether the entry is skipped is not known yet.
+		return a, pe, fmt.Errorf("projector: look for a skip of seq %d (%v): %w", e.Seq, err, ferr)
+	}
+	if !found {
+		return a, pe, err
+	}
+	_ = a.b.Close()
+	a = newApplier(s, cp)
+	if err := reapply(a, pending); err != nil {
+		return a, pe, err
+	}
+	pe.skip = &rec
+	a.skipped(e, rec)
+	return a, pe, nil
+}
+
+// reapply folds already-applied entries into a fresh batch.
+func reapply(a *applier, pending []pendingEntry) error {
+	for _, pe := range pending {
+		if pe.skip != nil {
+			a.skipped(pe.e, *pe.skip)
+			continue
+		}
+		if err := a.apply(pe.e); err != nil {
+			return fmt.Errorf("projector: re-apply seq %d: %w", pe.e.Seq, err)
+		}
+	}
+	return nil
 }
 
 // CatchUp applies entries until the views include the stream's last
@@ -111,6 +212,8 @@ func (p *Projector) CatchUp(ctx context.Context) error {
 
 // Run applies entries as they arrive until ctx ends or a gap or corrupt
 // entry stops it. Transient NATS failures are retried from the checkpoint.
+// A corrupt entry that already has a skip entry is recorded as skipped; one
+// that has none returns at once (see WaitForSkip).
 func (p *Projector) Run(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for {
@@ -171,10 +274,11 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		}
 	}()
 
-	var pending []ledger.Entry
+	var pending []pendingEntry
 	batches := 0
 	a := newApplier(p.store, cp)
 	defer func() { _ = a.b.Close() }()
+	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -188,19 +292,27 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			return fmt.Errorf("projector: entry metadata: %w", err)
 		}
 		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
-		if err := a.apply(e); err != nil {
-			reason := "corrupt"
-			if errors.Is(err, ErrGap) {
-				reason = "gap"
-			}
+		var pe pendingEntry
+		a, pe, err = applyOrSkip(p.store, a, cp, pending, e, find)
+		if err != nil {
 			// Commit the good entries of this batch so the views stop exactly
 			// before the bad one.
 			if cerr := p.recommit(cp, pending); cerr != nil {
 				return errors.Join(err, cerr)
 			}
+			if !Fatal(err) {
+				return err
+			}
+			reason := "corrupt"
+			if errors.Is(err, ErrGap) {
+				reason = "gap"
+			}
 			return p.stop(err, reason)
 		}
-		pending = append(pending, e)
+		if pe.skip != nil {
+			p.log.Warn("projector: entry recorded as skipped, as a skip entry says", "seq", e.Seq, "skip_seq", pe.skip.SkipSeq, "reason", pe.skip.Reason)
+		}
+		pending = append(pending, pe)
 		if len(pending) >= p.cfg.BatchSize || meta.NumPending == 0 || (until > 0 && e.Seq >= until) {
 			batches++
 			if err := p.commit(a, meta.NumPending, meta.NumPending == 0 || batches%p.cfg.SyncEvery == 0); err != nil {
@@ -243,20 +355,22 @@ func (p *Projector) commit(a *applier, lag uint64, sync bool) error {
 	p.m.applied.Add(float64(n))
 	p.m.appliedTo.Set(float64(a.cp.Applied))
 	p.m.lag.Set(float64(lag))
+	p.m.unrecognized.Add(float64(a.nUnrecognized))
+	p.m.skipped.Add(float64(a.nSkipped))
+	// Committing past the entry it stopped on (a skip) ends a stall.
+	p.m.stalled.Set(0)
 	return nil
 }
 
 // recommit re-applies the good entries of a failed batch in a fresh batch.
-func (p *Projector) recommit(cp checkpoint, good []ledger.Entry) error {
+func (p *Projector) recommit(cp checkpoint, good []pendingEntry) error {
 	if len(good) == 0 {
 		return nil
 	}
 	a := newApplier(p.store, cp)
 	defer func() { _ = a.b.Close() }()
-	for _, e := range good {
-		if err := a.apply(e); err != nil {
-			return fmt.Errorf("projector: re-apply seq %d: %w", e.Seq, err)
-		}
+	if err := reapply(a, good); err != nil {
+		return err
 	}
 	return p.commit(a, 0, true)
 }
@@ -264,6 +378,6 @@ func (p *Projector) recommit(cp checkpoint, good []ledger.Entry) error {
 func (p *Projector) stop(err error, reason string) error {
 	p.m.errors.WithLabelValues(reason).Inc()
 	p.m.stalled.Set(1)
-	p.log.Error("projector stopped; it will not skip the entry", "err", err, "applied", p.Applied())
+	p.log.Error("projector stopped; a gap is final, a corrupt entry waits for an operator's skip entry (ledger.Ledger.Skip)", "err", err, "applied", p.Applied())
 	return err
 }

@@ -166,6 +166,9 @@ func (v *view) item(seq uint64) (TimelineItem, error) {
 		return TimelineItem{}, fmt.Errorf("projector: decode entry %d: %w", seq, err)
 	}
 	it := TimelineItem{Seq: seq, Time: se.Time, Kind: se.Kind, Subject: se.Subject, Headers: se.Headers}
+	if err := v.annotate(&it, se); err != nil {
+		return TimelineItem{}, fmt.Errorf("projector: entry %d: %w", seq, err)
+	}
 	if json.Valid(se.Data) && len(bytes.TrimSpace(se.Data)) > 0 {
 		it.Data = se.Data
 	} else {

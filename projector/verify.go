@@ -46,6 +46,7 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 		}
 		v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, want)
 		rep.LastSeq = e.Seq
+		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		return nil
 	})
 	if err != nil {

@@ -98,6 +98,10 @@ type TimelineItem struct {
 	Headers map[string][]string `json:"headers,omitempty"`
 	// Data is the entry's data: JSON when it is JSON, else a JSON string.
 	Data json.RawMessage `json:"data"`
+	// Reason says why an unrecognized entry is not a ledger entry, or why
+	// the operator skipped a skipped one; SkipSeq is that skip entry.
+	Reason  string `json:"reason,omitempty"`
+	SkipSeq uint64 `json:"skip_seq,omitempty"`
 }
 
 // CardVersion is a card as stored by the entry at Seq.
