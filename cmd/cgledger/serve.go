@@ -229,35 +229,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		projDone := make(chan struct{})
 		go func() {
 			defer close(projDone)
-			// Ready means caught up at start: retry transient failures until
-			// that holds; a gap or corrupt entry stops here for good.
-			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-				err := proj.CatchUp(projCtx)
-				if projCtx.Err() != nil {
-					return
-				}
-				if err == nil {
-					break
-				}
-				projErr.Store(err.Error())
-				log.Error("projector catch-up failed", "err", err)
-				if projector.Fatal(err) {
-					return
-				}
-				select {
-				case <-projCtx.Done():
-					return
-				case <-time.After(backoff):
-				}
-			}
-			projErr.Store("")
-			ready0.Store(true)
-			log.Info("projector caught up", "applied", proj.Applied())
-			if err := proj.Run(projCtx); err != nil {
-				ready0.Store(false)
-				projErr.Store(err.Error())
-				log.Error("projector stopped", "err", err)
-			}
+			runProjector(projCtx, proj, log, &ready0, &projErr)
 		}()
 		defer func() {
 			stopProj()
@@ -400,4 +372,62 @@ type startedWriter struct {
 func (s *startedWriter) Write(p []byte) (int, error) {
 	s.started = s.started || len(p) > 0
 	return s.w.Write(p)
+}
+
+// runProjector keeps the projector following the ledger: ready means caught
+// up at start. Transient failures are retried with backoff; a corrupt entry
+// waits (not ready) until an operator's skip entry names it; a gap stops for
+// good.
+func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logger, ready *atomic.Bool, reason *atomic.Value) {
+	for {
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			err := proj.CatchUp(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				break
+			}
+			reason.Store(err.Error())
+			log.Error("projector catch-up failed", "err", err)
+			if projector.Fatal(err) {
+				if !waitSkip(ctx, proj, log, err) {
+					return
+				}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		reason.Store("")
+		ready.Store(true)
+		log.Info("projector caught up", "applied", proj.Applied())
+		err := proj.Run(ctx)
+		if ctx.Err() != nil || err == nil {
+			return
+		}
+		ready.Store(false)
+		reason.Store(err.Error())
+		log.Error("projector stopped", "err", err)
+		if projector.Fatal(err) && !waitSkip(ctx, proj, log, err) {
+			return
+		}
+	}
+}
+
+// waitSkip waits for an operator's skip of the entry the projector stopped
+// at; false means it cannot be skipped (a gap) or the server is stopping.
+func waitSkip(ctx context.Context, proj *projector.Projector, log *slog.Logger, stop error) bool {
+	log.Warn("projector stopped on an entry it cannot apply; waiting for `cgledger projector skip --seq N --reason ...` (docs/views.md)", "err", stop)
+	if err := proj.WaitForSkip(ctx, stop); err != nil {
+		if ctx.Err() == nil {
+			log.Error("projector cannot continue", "err", err)
+		}
+		return false
+	}
+	log.Info("skip entry found: projector continues")
+	return true
 }
