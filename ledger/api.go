@@ -150,6 +150,12 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 		vs.Add("subject", VInvalidToken, "actor token %q of %s is not an identifier", clip(c.Actor), APISubject("<project_id>", "<actor>", op))
 	}
 	code, msg := CodeBadRequest, "invalid API subject"
+	if len(vs) == 0 && op != OpDispatch && op != OpReport {
+		// Dispatch and report check their headers with the identity; the
+		// others take none they read, but a bad block is refused all the same.
+		vs, _ = checkHeaders(m.Header)
+		msg = "invalid request headers"
+	}
 	if len(vs) == 0 {
 		vs = checkCaller(op, c, m.Header, m.Data)
 		code, msg = CodeForbidden, "request does not match the project or actor of its subject"

@@ -66,7 +66,9 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	var f callerFields
 	_ = json.Unmarshal(body, &f) // malformed bodies are refused by the operation itself
 	project := func(field string, v any) {
-		if s, ok := asString(v); ok && s != c.Project {
+		// An id that is not an identifier is left to the operation's own
+		// validation, which names the precise problem.
+		if s, ok := asString(v); ok && ValidIdentifier(s) && s != c.Project {
 			vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", clip(s), c.Project)
 		}
 	}

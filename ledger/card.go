@@ -169,6 +169,11 @@ func parseCard(prefix string, data []byte, vs *Violations) *Card {
 		}
 		c.Content = b
 	}
+	// The limit applies to the stored form, which can be larger than what
+	// was sent (Go escapes <, > and & in JSON strings as \u003c...).
+	if b, err := json.Marshal(c); err == nil && len(b) > MaxCardBytes {
+		vs.Add(prefix, VTooLarge, "card is %d bytes when normalized; the limit is %d", len(b), MaxCardBytes)
+	}
 	return c
 }
 
@@ -182,7 +187,7 @@ func contentObject(o jsonObject, vs *Violations, kind string) (jsonObject, bool)
 		vs.Add(o.path("content"), VInvalidType, "must be a %s object; text or other JSON is not accepted", kind)
 		return jsonObject{}, false
 	}
-	return parseObject(o.path("content"), r, vs)
+	return parseMember(o.path("content"), r, vs)
 }
 
 func parseToolCallContent(o jsonObject, vs *Violations) (ToolCallContent, bool) {

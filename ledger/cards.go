@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -74,8 +75,19 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *Card, channel string
 		return PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
 	case isWrongLastSeq(err):
 		existing, gerr := l.lastForSubject(ctx, msg.Subject)
+		if gerr == nil && existing != nil {
+			if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
+				// Not the ledger's: compare with the first message instead.
+				existing, gerr = l.firstForSubject(ctx, msg.Subject)
+			}
+		}
 		if gerr != nil || existing == nil {
 			return PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %v", c.CardID, gerr)
+		}
+		if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
+			var vs Violations
+			vs.Add("card.card_id", VConflict, "the subject of card %s holds a message that is not a card entry (ledger seq %d); choose another card_id", c.CardID, existing.Sequence)
+			return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeConflict, vs, "card id %s is taken by a foreign message", c.CardID), req())
 		}
 		if bytes.Equal(existing.Data, data) {
 			return PutCardResult{CardID: c.CardID, Seq: existing.Sequence, Duplicate: true}, nil
@@ -100,18 +112,67 @@ func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*StoredCa
 	if err := badRequest("card lookup", vs); err != nil {
 		return nil, err
 	}
-	msg, err := l.lastForSubject(ctx, CardSubject(l.version, project, cardID))
+	subject := CardSubject(l.version, project, cardID)
+	// The newest message is the cheap read and, normally, the only one.
+	msg, err := l.lastForSubject(ctx, subject)
 	if err != nil {
 		return nil, fmt.Errorf("get card %s: %w", cardID, err)
 	}
 	if msg == nil {
 		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s", cardID, project)
 	}
-	sc := &StoredCard{Seq: msg.Sequence, Time: msg.Time.UTC()}
-	if err := json.Unmarshal(msg.Data, &sc.Card); err != nil {
-		return nil, fmt.Errorf("get card %s: decode entry %d: %w", cardID, msg.Sequence, err)
+	sc, ok := decodeCardEntry(msg, project, cardID)
+	if !ok {
+		// Someone else published on the subject; the ledger's card, if
+		// any, is the first message there.
+		if msg, err = l.firstForSubject(ctx, subject); err != nil {
+			return nil, fmt.Errorf("get card %s: %w", cardID, err)
+		}
+		if msg != nil {
+			sc, ok = decodeCardEntry(msg, project, cardID)
+		}
+	}
+	if !ok {
+		// Whatever it is, it is not a card: the id does not name one.
+		l.log.Warn("card subject holds a message that is not a card entry", "project", project, "card_id", cardID, "seq", msg.Sequence)
+		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s (its subject holds a message that is not a card entry)", cardID, project)
 	}
 	return sc, nil
+}
+
+// firstForSubject reads the oldest entry on an exact subject, or (nil, nil)
+// when there is none. The ledger writes a card only to an empty subject, so
+// the first message is the only one on it the ledger can have written;
+// anything after it was published by someone else and must not hide it.
+func (l *Ledger) firstForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	msg, err := l.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", subject, err)
+	}
+	return msg, nil
+}
+
+// decodeCardEntry returns the card stored in msg, or ok=false when msg is not
+// a card entry for (project, cardID): a client allowed to publish on cg.>
+// can put anything on a card subject, and an empty or foreign object must
+// not be served as a card.
+func decodeCardEntry(msg *jetstream.RawStreamMsg, project, cardID string) (*StoredCard, bool) {
+	if HeaderGet(msg.Header, HeaderEntryKind) != string(KindCard) {
+		return nil, false
+	}
+	sc := &StoredCard{Seq: msg.Sequence, Time: msg.Time.UTC()}
+	if err := json.Unmarshal(msg.Data, &sc.Card); err != nil {
+		return nil, false
+	}
+	c := &sc.Card
+	if c.CardID != cardID || c.ProjectID != project || (c.Type != CardToolCall && c.Type != CardToolResult) ||
+		len(c.Content) == 0 || c.Content[0] != '{' {
+		return nil, false
+	}
+	return sc, true
 }
 
 // GetCards returns the cards with the given ids in request order, and the ids

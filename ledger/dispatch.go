@@ -58,9 +58,11 @@ func (l *Ledger) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 // body {"subject", "card", "payload"}.
 func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (DispatchResult, error) {
 	var vs Violations
-	o, ok := parseObject("body", body, &vs)
+	// card and payload are checked as documents of their own below, so
+	// their violations carry the documented card.* and payload.* paths.
+	o, ok := parseObject("body", body, &vs, "card", "payload")
 	if !ok {
-		return DispatchResult{}, l.reject(ctx, OpDispatch, "", "", newError(CodeBadRequest, vs, "invalid dispatch request"), rejectedRequest("", h, body))
+		return DispatchResult{}, l.reject(ctx, OpDispatch, "", "", newError(CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), rejectedRequest("", h, body))
 	}
 	subject := o.str("subject", true)
 	var card, payload []byte

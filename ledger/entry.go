@@ -148,19 +148,32 @@ type RejectionEntry struct {
 	Request RejectedRequest `json:"request"`
 }
 
-// RejectedRequest is the refused request as received. Data holds the body as
-// JSON when it was valid JSON, else as a JSON string; it is cut at
-// maxRejectedData bytes (Truncated says so).
+// RejectedRequest is the refused request as received. The entry must always
+// be valid JSON and valid UTF-8, whatever the client sent:
+//   - Data holds the body as JSON when it was valid JSON, else as a JSON
+//     string; DataBase64 holds it instead (standard base64) when it is not
+//     valid UTF-8.
+//   - Headers holds the headers whose name and values are valid UTF-8;
+//     HeadersBase64 holds the others, name and values base64-encoded.
+//
+// The body is cut at maxRejectedData bytes and the headers at
+// maxRejectedHeaders bytes; Truncated says when either was cut.
 type RejectedRequest struct {
-	Subject   string              `json:"subject,omitempty"`
-	Headers   map[string][]string `json:"headers,omitempty"`
-	Data      json.RawMessage     `json:"data,omitempty"`
-	Truncated bool                `json:"truncated,omitempty"`
+	Subject       string              `json:"subject,omitempty"`
+	Headers       map[string][]string `json:"headers,omitempty"`
+	HeadersBase64 map[string][]string `json:"headers_base64,omitempty"`
+	Data          json.RawMessage     `json:"data,omitempty"`
+	DataBase64    string              `json:"data_base64,omitempty"`
+	Truncated     bool                `json:"truncated,omitempty"`
 }
 
 // maxRejectedData bounds the request body kept in a rejection entry, so a
 // refused oversized request can still be recorded.
 const maxRejectedData = 16 << 10
+
+// maxRejectedHeaders bounds the request headers kept in a rejection entry
+// (counted as in MaxHeaderBytes), for the same reason.
+const maxRejectedHeaders = MaxHeaderBytes
 
 // Entry is one ledger entry read back from the stream.
 type Entry struct {

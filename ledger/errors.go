@@ -85,6 +85,14 @@ const (
 	VInvalidSubject   = "invalid_subject"
 	VConflict         = "conflict"
 	VNotFound         = "not_found"
+	// VInvalidUTF8: a body, a header name or a header value holds bytes that
+	// are not UTF-8. JSON text must be UTF-8 (RFC 8259), and the ledger never
+	// stores what strict parsers elsewhere would reject.
+	VInvalidUTF8 = "invalid_utf8"
+	// VDuplicate: a JSON object repeats a key, or a request repeats a CG-*
+	// (or traceparent) header. Decoders disagree on which copy wins, so the
+	// ledger refuses rather than pick one.
+	VDuplicate = "duplicate"
 )
 
 // Violations collects violations in the order they are found.

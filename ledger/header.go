@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 )
@@ -109,11 +110,114 @@ func ParseEpoch(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// ParseIdentity reads the identity headers, collecting every violation.
-func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
+// knownHeaders are the headers the ledger reads or writes; a violation on
+// one of them names it as written here, whatever case the client used.
+var knownHeaders = []string{
+	HeaderAgentID, HeaderAgentTurnID, HeaderTurnEpoch, HeaderToolCallID, HeaderStepID, HeaderContextBoxID,
+	HeaderTraceparent, HeaderTracestate, HeaderProjectID, HeaderChannelID, HeaderSourceID, HeaderSourceFunction,
+	HeaderEntryKind, HeaderTime,
+}
+
+// canonicalHeader returns the known header name k matches as headerValue
+// matches it (strings.EqualFold), else k itself.
+func canonicalHeader(k string) string {
+	for _, n := range knownHeaders {
+		if strings.EqualFold(k, n) {
+			return n
+		}
+	}
+	return k
+}
+
+// singleValued reports whether a header may be sent only once: every CG-*
+// header, because a second value would make the identity ambiguous, and
+// traceparent, which W3C Trace Context forbids repeating.
+func singleValued(lower string) bool {
+	return strings.HasPrefix(lower, "cg-") || lower == strings.ToLower(HeaderTraceparent)
+}
+
+// checkHeaders validates a request's header block as a whole: every name and
+// value is UTF-8, no single-valued header is sent twice (in any case
+// variants of its name, since names are matched case-insensitively), and
+// the block fits in MaxHeaderBytes. It returns the violations and the
+// lower-cased names of the headers they name, so that per-header checks
+// skip those rather than pile more violations on the same header.
+func checkHeaders(h nats.Header) (Violations, map[string]bool) {
 	var vs Violations
+	bad := map[string]bool{}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	// Sorted, so violations come in the same order every time.
+	sort.Strings(keys)
+	type group struct {
+		name    string
+		values  int
+		badUTF8 bool
+	}
+	groups := map[string]*group{}
+	var order []string
+	size := 0
+	for _, k := range keys {
+		for _, v := range h[k] {
+			size += len(k) + len(v) + 4
+		}
+		if !utf8.ValidString(k) {
+			vs.Add("header", VInvalidUTF8, "header name %q is not valid UTF-8", k)
+			continue
+		}
+		canon := canonicalHeader(k)
+		lower := strings.ToLower(canon)
+		g := groups[lower]
+		if g == nil {
+			g = &group{name: canon}
+			groups[lower] = g
+			order = append(order, lower)
+		}
+		g.values += len(h[k])
+		for _, v := range h[k] {
+			if !utf8.ValidString(v) {
+				g.badUTF8 = true
+			}
+		}
+	}
+	for _, lower := range order {
+		g := groups[lower]
+		field := "header." + g.name
+		if g.badUTF8 {
+			vs.Add(field, VInvalidUTF8, "header value is not valid UTF-8")
+			bad[lower] = true
+		}
+		if g.values > 1 && singleValued(lower) {
+			vs.Add(field, VDuplicate, "header is sent %d times (names match case-insensitively); send it once", g.values)
+			bad[lower] = true
+		}
+	}
+	if size > MaxHeaderBytes {
+		vs.Add("header", VTooLarge, "headers are %d bytes (name, value and 4 bytes per value); the limit is %d", size, MaxHeaderBytes)
+	}
+	return vs, bad
+}
+
+// ParseIdentity reads the identity headers, collecting every violation. It
+// also checks the header block as a whole (UTF-8, repeated CG-* headers,
+// size; see checkHeaders).
+func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
+	id, vs, _ := parseIdentity(h, rules)
+	return id, vs
+}
+
+// parseIdentity is ParseIdentity that also returns the lower-cased names of
+// headers already refused by checkHeaders, for callers reading more headers.
+func parseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations, map[string]bool) {
+	vs, bad := checkHeaders(h)
 	var id Identity
+	skip := func(name string) bool { return bad[strings.ToLower(name)] }
 	get := func(name string, required bool) string {
+		if skip(name) {
+			return ""
+		}
 		v, ok := headerValue(h, name)
 		field := "header." + name
 		if !ok {
@@ -134,7 +238,9 @@ func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
 	}
 	id.AgentID = get(HeaderAgentID, true)
 	id.AgentTurnID = get(HeaderAgentTurnID, true)
-	if v, ok := headerValue(h, HeaderTurnEpoch); !ok {
+	if skip(HeaderTurnEpoch) {
+		// Already refused as a whole.
+	} else if v, ok := headerValue(h, HeaderTurnEpoch); !ok {
 		vs.Add("header."+HeaderTurnEpoch, VRequired, "header is required")
 	} else if v == "" {
 		vs.Add("header."+HeaderTurnEpoch, VEmpty, "header must not be empty")
@@ -146,21 +252,21 @@ func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
 	id.ToolCallID = get(HeaderToolCallID, rules.RequireToolCallID)
 	id.StepID = get(HeaderStepID, rules.RequireStepID)
 	id.ContextBoxID = get(HeaderContextBoxID, false)
-	if v, ok := headerValue(h, HeaderTraceparent); ok {
+	if v, ok := headerValue(h, HeaderTraceparent); ok && !skip(HeaderTraceparent) {
 		if ValidTraceparent(v) {
 			id.Traceparent = v
 		} else {
 			vs.Add("header."+HeaderTraceparent, VInvalidValue, "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero), got %q", clip(v))
 		}
 	}
-	if v, ok := headerValue(h, HeaderTracestate); ok {
+	if v, ok := headerValue(h, HeaderTracestate); ok && !skip(HeaderTracestate) {
 		if len(v) > 512 {
 			vs.Add("header."+HeaderTracestate, VTooLarge, "must be at most 512 bytes")
 		} else {
 			id.Tracestate = v
 		}
 	}
-	return id, vs
+	return id, vs, bad
 }
 
 // Apply writes the identity into h under the canonical header names,

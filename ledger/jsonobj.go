@@ -15,23 +15,60 @@ type jsonObject struct {
 	vs     *Violations
 }
 
-// parseObject decodes data as a JSON object. It records a violation and
-// returns ok=false when data is not one.
-func parseObject(prefix string, data []byte, vs *Violations) (jsonObject, bool) {
+// Size limits of the protocol (docs/protocol.md, "Limits"). They sit well
+// under NATS's default max_payload (1 MiB, headers included), so an
+// oversized request still reaches the ledger and is refused with a
+// violation and a rejection entry instead of failing inside the client.
+const (
+	// MaxRequestBytes bounds the body of every API request (and of a tool
+	// command an executor reads).
+	MaxRequestBytes = 768 << 10
+	// MaxHeaderBytes bounds the headers of a dispatch, a report or a tool
+	// command, counted as on the wire: len(name)+len(value)+4 per value.
+	MaxHeaderBytes = 16 << 10
+	// MaxCardBytes bounds a card in its stored, normalized form. It leaves
+	// room under the stream's default 1 MiB message size for the entry's
+	// headers, and under MaxRequestBytes for the rest of a dispatch body.
+	MaxCardBytes = 512 << 10
+)
+
+// parseObject decodes data, a whole request document (an API body, a
+// command payload, a card), as a JSON object. It records a violation and
+// returns ok=false when data is too large, not UTF-8, not a JSON object, or
+// repeats a key anywhere. Members of the root object named in opaque are not
+// checked for repeated keys: the caller parses them as documents of their own.
+func parseObject(prefix string, data []byte, vs *Violations, opaque ...string) (jsonObject, bool) {
+	if len(data) > MaxRequestBytes {
+		vs.Add(prefix, VTooLarge, "is %d bytes; the limit is %d", len(data), MaxRequestBytes)
+		return jsonObject{prefix: prefix, vs: vs}, false
+	}
+	o, ok := parseMember(prefix, data, vs)
+	if !ok {
+		return o, false
+	}
+	n := len(*vs)
+	checkDuplicateKeys(prefix, bytes.TrimSpace(data), vs, opaque...)
+	return o, len(*vs) == n
+}
+
+// parseMember decodes data as a JSON object without the document-level
+// checks: for an object nested in a document parseObject already checked.
+func parseMember(prefix string, data []byte, vs *Violations) (jsonObject, bool) {
 	o := jsonObject{prefix: prefix, vs: vs}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		vs.Add(prefix, VRequired, "a JSON object is required")
 		return o, false
 	}
-	if trimmed[0] != '{' {
-		vs.Add(prefix, VInvalidType, "must be a JSON object")
-		return o, false
-	}
 	// JSON text must be UTF-8 (RFC 8259); Go would carry invalid bytes
 	// through into stored entries that strict parsers elsewhere reject.
+	// Checked before the shape so that such a body is always named as such.
 	if !utf8.Valid(trimmed) {
-		vs.Add(prefix, VInvalidJSON, "is not valid UTF-8")
+		vs.Add(prefix, VInvalidUTF8, "is not valid UTF-8")
+		return o, false
+	}
+	if trimmed[0] != '{' {
+		vs.Add(prefix, VInvalidType, "must be a JSON object")
 		return o, false
 	}
 	if err := json.Unmarshal(trimmed, &o.fields); err != nil {
@@ -117,8 +154,7 @@ func (o jsonObject) object(name string, required bool) (jsonObject, bool) {
 		o.vs.Add(o.path(name), VInvalidType, "must be a JSON object")
 		return jsonObject{}, false
 	}
-	sub, ok := parseObject(o.path(name), r, o.vs)
-	return sub, ok
+	return parseMember(o.path(name), r, o.vs)
 }
 
 // epoch reads a turn epoch given as a JSON number or a decimal string.

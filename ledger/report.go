@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,9 +101,13 @@ func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (Rep
 }
 
 func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
-	var vs Violations
 	in := &reportInput{}
+	id, vs, bad := parseIdentity(h, IdentityRules{RequireToolCallID: true})
+	hvs := append(Violations(nil), vs...)
 	hdr := func(name string) string {
+		if bad[strings.ToLower(name)] {
+			return ""
+		}
 		v, ok := headerValue(h, name)
 		switch {
 		case !ok:
@@ -120,8 +125,6 @@ func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
 	if in.channel != "" {
 		checkIdent(&vs, "header."+HeaderChannelID, in.channel, true)
 	}
-	id, hvs := ParseIdentity(h, IdentityRules{RequireToolCallID: true})
-	vs = append(vs, hvs...)
 	in.id = id
 	in.sourceID = hdr(HeaderSourceID)
 	if in.sourceID != "" {
@@ -222,7 +225,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			vs.Add("header."+HeaderTurnEpoch, "stale_epoch", "call %s was dispatched with turn_epoch %d; report has %d", rec.ToolCallID, rec.TurnEpoch, in.id.TurnEpoch)
 			return refuse(CodeStaleEpoch, vs, "stale turn_epoch %d for call %s (dispatched with %d)", in.id.TurnEpoch, rec.ToolCallID, rec.TurnEpoch)
 		}
-		if vs := matchCall(rec, in); len(vs) > 0 {
+		if vs := matchCall(rec, in, fp); len(vs) > 0 {
 			return refuse(CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
 		}
 		switch {
@@ -321,8 +324,9 @@ func (l *Ledger) reread(ctx context.Context, key string) (*CallRecord, uint64, e
 	return rec, rev, nil
 }
 
-// matchCall checks the report's routing identity against the dispatched call.
-func matchCall(rec *CallRecord, in *reportInput) Violations {
+// matchCall checks the report's routing identity, and its after_execution,
+// against the dispatched call. fp is the report's fingerprint.
+func matchCall(rec *CallRecord, in *reportInput, fp string) Violations {
 	var vs Violations
 	if in.channel != rec.ChannelID {
 		vs.Add("header."+HeaderChannelID, VMismatch, "call %s was dispatched on channel %q, report names %q", rec.ToolCallID, rec.ChannelID, in.channel)
@@ -332,6 +336,16 @@ func matchCall(rec *CallRecord, in *reportInput) Violations {
 	}
 	if in.stepID != "" && rec.StepID != "" && in.stepID != rec.StepID {
 		vs.Add("header."+HeaderStepID, VMismatch, "call %s was dispatched with step_id %q, report names %q", rec.ToolCallID, rec.StepID, in.stepID)
+	}
+	// after_execution is the dispatcher's decision, carried through
+	// unchanged; only the result card's __cg_control may override it, as the
+	// effective value. A report repeating the claim already accepted is
+	// exempt, so that a call accepted before this check existed still
+	// answers its retries (and Resume) as a duplicate.
+	repeat := rec.Claim != nil && rec.Claim.Fingerprint == fp
+	if rec.AfterExecution != "" && in.payload.AfterExecution != rec.AfterExecution && !repeat {
+		vs.Add("payload.after_execution", VMismatch, "call %s was dispatched with after_execution %q, report has %q; it must be carried through unchanged (the result card's result.__cg_control.after_execution may override the effective value)",
+			rec.ToolCallID, rec.AfterExecution, in.payload.AfterExecution)
 	}
 	return vs
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,6 +135,24 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // once as a bad_request *Error.
 func ParseToolYAML(project string, data []byte) (*ToolDefinition, error) {
 	var vs Violations
+	if len(data) > MaxRequestBytes {
+		vs.Add("body", VTooLarge, "is %d bytes; the limit is %d", len(data), MaxRequestBytes)
+		return nil, badRequest("tool definition", vs)
+	}
+	// Checked here rather than left to the YAML decoder so that the
+	// violation is the same as for every other request body.
+	if !utf8.Valid(data) {
+		vs.Add("body", VInvalidUTF8, "is not valid UTF-8")
+		return nil, badRequest("tool definition", vs)
+	}
+	// JSON is YAML, but YAML's duplicate-key error does not name the path;
+	// a JSON body gets the same duplicate-key violations as other requests.
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
+		checkDuplicateKeys("tool", trimmed, &vs)
+		if err := badRequest("tool definition", vs); err != nil {
+			return nil, err
+		}
+	}
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		vs.Add("body", VInvalidValue, "is not valid YAML or JSON: %v", err)
@@ -177,7 +196,11 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 	if !ok {
 		return nil, badRequest("tool definition", vs)
 	}
-	checkIdent(&vs, "project_id", project, true)
+	if utf8.ValidString(project) {
+		checkIdent(&vs, "project_id", project, true)
+	} else {
+		vs.Add("project_id", VInvalidUTF8, "the %s header is not valid UTF-8", HeaderProjectID)
+	}
 	if p := o.str("project_id", false); p != "" && p != project {
 		vs.Add(o.path("project_id"), VMismatch, "must equal the project the tool is registered in (%q), got %q", project, p)
 	}
@@ -296,7 +319,13 @@ func intField(o jsonObject, name string, lo, hi int64) int64 {
 // checkTarget validates a target subject: a cmd.tool subject of this
 // project, with {project_id} and {channel_id} the only placeholders.
 func checkTarget(vs *Violations, field, project, target string) {
-	probe := strings.NewReplacer("{project_id}", project, "{channel_id}", "channel").Replace(target)
+	// An invalid project is a violation of its own; probe with a valid
+	// stand-in so the target's own problems are still all found.
+	probeProject := project
+	if !ValidIdentifier(project) {
+		probeProject = "project"
+	}
+	probe := strings.NewReplacer("{project_id}", probeProject, "{channel_id}", "channel").Replace(target)
 	if strings.ContainsAny(probe, "{}") {
 		vs.Add(field, VInvalidValue, "only {project_id} and {channel_id} may be used as placeholders")
 		return
@@ -311,7 +340,7 @@ func checkTarget(vs *Violations, field, project, target string) {
 		vs.Add(field, VInvalidSubject, "must look like cg.<ver>.{project_id}.{channel_id}.cmd.tool.<target>[...], got %q", clip(target))
 		return
 	}
-	if sub.Project != project {
+	if sub.Project != probeProject && ValidIdentifier(project) {
 		vs.Add(field, VMismatch, "names project %q; use {project_id} or %q", sub.Project, project)
 	}
 }

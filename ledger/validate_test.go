@@ -251,12 +251,11 @@ func TestValidateIdentityAccepts(t *testing.T) {
 		require.Empty(t, vs)
 		assert.Equal(t, "", id.Tracestate)
 	})
-	t.Run("first value of a repeated header wins", func(t *testing.T) {
+	t.Run("a repeated non-CG header is allowed", func(t *testing.T) {
 		h := vtIdentityHeader()
-		h[ledger.HeaderAgentID] = []string{"first", "second"}
-		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		h["X-Other"] = []string{"first", "second"}
+		_, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
 		require.Empty(t, vs)
-		assert.Equal(t, "first", id.AgentID)
 	})
 }
 
@@ -297,11 +296,11 @@ func TestValidateIdentityHeaderNamesAreCaseInsensitive(t *testing.T) {
 			assert.Equal(t, want, id)
 		})
 	}
-	t.Run("exact name wins over a case variant", func(t *testing.T) {
+	t.Run("a case variant of a header already sent is a duplicate", func(t *testing.T) {
 		h := vtWith(vtIdentityHeader(), "cg-agent-id", "other")
 		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
-		require.Empty(t, vs)
-		assert.Equal(t, vtAgent, id.AgentID)
+		vtRequireViolations(t, vs, vtViol{hdrField(ledger.HeaderAgentID), ledger.VDuplicate})
+		assert.Empty(t, id.AgentID, "neither value is used")
 	})
 	t.Run("violations name the canonical header", func(t *testing.T) {
 		h := vtHeader("cg-agent-id", "a b", "CG-AGENT-TURN-ID", "", "cg-turn-epoch", "01", "TRACEPARENT", "nope")

@@ -326,13 +326,16 @@ func cancellation(t *testing.T, r *replayRig) {
 // cgControlOverrides: result cards whose result.__cg_control.after_execution
 // overrides the report's after_execution: terminate over suspend, suspend
 // over terminate, an invalid value and a non-object control (both ignored),
-// and an override that comes out of a real tool (echo returns it).
+// and an override that comes out of a real tool (echo returns it). The
+// report carries the command's after_execution unchanged, as it must.
 func cgControlOverrides(t *testing.T, r *replayRig) {
 	r.roster("alice")
 	r.startExecutor()
 	complete := func(c ledgertest.Call, result, reportAfter, want string) {
 		t.Helper()
-		r.dispatch(c.Dispatch())
+		d := c.Dispatch()
+		d.Payload.AfterExecution = reportAfter
+		r.dispatch(d)
 		_, err := r.L.PutCard(r.ctx(), c.ResultCard(ledger.StatusSuccess, result))
 		require.NoError(t, err)
 		rep := c.Report(ledger.StatusSuccess)

@@ -1,0 +1,25 @@
+package ledger
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A call whose report was accepted before after_execution had to equal the
+// command's must still answer retries of that report (and Resume) as a
+// duplicate: the check exempts a repeat of the accepted claim.
+func TestMatchCallAfterExecution(t *testing.T) {
+	rec := &CallRecord{ChannelID: "c", AgentID: "a", ToolCallID: "k", AfterExecution: AfterSuspend}
+	in := &reportInput{channel: "c", id: Identity{AgentID: "a"}, payload: ReportPayload{AfterExecution: AfterTerminate}}
+	vs := matchCall(rec, in, "fp-new")
+	require.Len(t, vs, 1)
+	require.Equal(t, Violation{Field: "payload.after_execution", Code: VMismatch, Message: vs[0].Message}, vs[0])
+
+	rec.Claim = &Claim{Fingerprint: "fp-old", AfterExecution: AfterTerminate}
+	require.Empty(t, matchCall(rec, in, "fp-old"), "a repeat of the accepted claim is not re-judged")
+	require.Len(t, matchCall(rec, in, "fp-other"), 1)
+
+	in.payload.AfterExecution = AfterSuspend
+	require.Empty(t, matchCall(rec, in, "fp-other"))
+}
