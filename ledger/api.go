@@ -30,6 +30,8 @@ const (
 	OpToolGet      = "tool.get"
 	OpToolList     = "tool.list"
 	OpToolConsumer = "tool.consumer"
+	// OpProjectorSkip is global: its subject's project token is "_".
+	OpProjectorSkip = "projector.skip"
 )
 
 // APISubject is the subject of an API operation for project, sent by actor.
@@ -96,10 +98,11 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 			c, _ := CallerFrom(ctx)
 			return l.RegisterToolYAML(ctx, c.Project, m.Data)
 		},
-		OpCancel:       func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
-		OpToolGet:      s.toolGet,
-		OpToolList:     s.toolList,
-		OpToolConsumer: s.toolConsumer,
+		OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
+		OpToolGet:       s.toolGet,
+		OpToolList:      s.toolList,
+		OpToolConsumer:  s.toolConsumer,
+		OpProjectorSkip: s.projectorSkip,
 	}
 	for op, h := range handlers {
 		subj := APISubject("*", "*", op)
@@ -143,7 +146,11 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	if len(toks) == 5 {
 		c.Project, c.Actor = toks[2], toks[3]
 	}
-	if !ValidIdentifier(c.Project) {
+	global := op == OpProjectorSkip
+	switch {
+	case global && c.Project != auth.GlobalProject:
+		vs.Add("subject", VInvalidToken, "%s belongs to no project: its subject is %s", op, APISubject(auth.GlobalProject, "<actor>", op))
+	case !global && !ValidIdentifier(c.Project):
 		vs.Add("subject", VInvalidToken, "project token %q of %s is not an identifier", clip(c.Project), APISubject("<project_id>", "<actor>", op))
 	}
 	if !ValidIdentifier(c.Actor) {
@@ -156,7 +163,7 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 		vs, _ = checkHeaders(m.Header)
 		msg = "invalid request headers"
 	}
-	if len(vs) == 0 {
+	if len(vs) == 0 && !global {
 		vs = checkCaller(op, c, m.Header, m.Data)
 		code, msg = CodeForbidden, "request does not match the project or actor of its subject"
 	}
@@ -365,4 +372,28 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) {
 	c, _ := CallerFrom(ctx)
 	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
+}
+
+// SkipRequest is the body of projector.skip.
+type SkipRequest struct {
+	Seq    uint64 `json:"seq"`
+	Reason string `json:"reason"`
+}
+
+func (s *APIServer) projectorSkip(ctx context.Context, m *nats.Msg) (any, error) {
+	var vs Violations
+	o, ok := parseObject("body", m.Data, &vs)
+	var req SkipRequest
+	if ok {
+		if r := o.raw("seq"); r == nil {
+			vs.Add("body.seq", VRequired, "is required")
+		} else if err := json.Unmarshal(r, &req.Seq); err != nil {
+			vs.Add("body.seq", VInvalidType, "must be a positive integer")
+		}
+		req.Reason = o.str("reason", true)
+	}
+	if err := badRequest("projector.skip request", vs); err != nil {
+		return nil, err
+	}
+	return s.l.Skip(ctx, req.Seq, req.Reason)
 }

@@ -342,3 +342,30 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	_, err = js.CreateOrUpdateConsumer(ctx, tc.Stream, jetstream.ConsumerConfig{Durable: "mine"})
 	require.Error(t, err)
 }
+
+// TestAuthProjectorSkipNeedsAnAdminOfEveryProject: the global skip is only
+// for an admin of "*", and it records who decided.
+func TestAuthProjectorSkipNeedsAnAdminOfEveryProject(t *testing.T) {
+	e := newAuthEnv(t)
+	c := newCall("t1", "k1", 1)
+	e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	body := `{"seq":1,"reason":"test"}`
+	subject := ledger.APISubject("_", "oncall", ledger.OpProjectorSkip)
+	projAdmin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: project})
+	e.refusedByNATS(t, projAdmin, subject, nil, body)
+	auditor := e.client(t, auth.Grant{Role: auth.RoleAuditor, Project: auth.AllProjects})
+	e.refusedByNATS(t, auditor, subject, nil, body)
+
+	admin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: auth.AllProjects})
+	r := admin.request(t, ledger.APISubject(project, "oncall", ledger.OpProjectorSkip), nil, body)
+	require.Equal(t, "bad_request", r.Error.Code, "a project-scoped subject is not the skip's")
+	r = admin.request(t, subject, nil, `{"seq":"x"}`)
+	require.Equal(t, "bad_request", r.Error.Code)
+	require.Len(t, r.Error.Violations, 2, "seq and reason")
+	res, err := ledger.NewClient(admin.nc, ledger.WithActor("oncall")).Skip(ctxT(t), 1, "test")
+	require.NoError(t, err)
+	entries := e.subjectEntries(t, ledger.SkipSubject("v1", 1))
+	require.Len(t, entries, 1)
+	require.Equal(t, "oncall", entries[0].Header.Get(ledger.HeaderActor))
+	require.Equal(t, mustSeq(t, entries[0]), res.SkipSeq)
+}

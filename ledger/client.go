@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // Client calls a ledger's request/reply API over NATS: what a worker or tool
@@ -262,4 +264,15 @@ func subjectProject(subject string) string {
 		return ""
 	}
 	return toks[2]
+}
+
+// Skip asks the ledger to record an operator's skip of the entry at seq
+// (see Ledger.Skip); it needs an admin credential of every project.
+func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (SkipResult, error) {
+	var out SkipResult
+	msg, err := jsonMsg(APISubject(auth.GlobalProject, c.actor, OpProjectorSkip), SkipRequest{Seq: seq, Reason: reason})
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
 }

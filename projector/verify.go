@@ -52,7 +52,16 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 	if err != nil {
 		return rep, fmt.Errorf("projector: verify stream: %w", err)
 	}
-	return finishReport(rep, v), nil
+	rep = finishReport(rep, v)
+	// A stream that ends before the views lost entries the views hold (it
+	// was truncated, or replaced by a shorter one): the chain of what is
+	// left can be intact, so say so explicitly.
+	if applied, err := s.Applied(); err == nil && applied > rep.LastSeq && rep.OK {
+		rep.OK = false
+		rep.FirstBadSeq = rep.LastSeq + 1
+		rep.Reason = fmt.Sprintf("the stream ends at seq %d but the views were built from it up to seq %d: entries are missing", rep.LastSeq, applied)
+	}
+	return rep, nil
 }
 
 // VerifyExport checks an export file on its own (ledger.VerifyExport) and

@@ -176,6 +176,7 @@ live stream against the links its views recorded. Exit 1 when verification fails
 			return failf(exitFailed, "verify: %v", err)
 		}
 		body := map[string]any{"file": pos[0], "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head}
+		noted(body, rep)
 		switch {
 		case !rep.OK:
 			body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
@@ -206,10 +207,21 @@ live stream against the links its views recorded. Exit 1 when verification fails
 	}
 	body := map[string]any{"server": cf.server, "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head,
 		"views_applied_seq": d.AppliedSeq, "views_chain_head": d.ChainHead, "digest": d.Digest}
+	noted(body, rep)
 	if !rep.OK {
 		body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
 	}
 	return report(cf.asJSON, body, rep.OK)
+}
+
+// noted adds the unrecognized and skipped entries a verification named.
+func noted(body map[string]any, rep ledger.VerifyReport) {
+	if rep.UnrecognizedCount > 0 {
+		body["unrecognized_count"], body["unrecognized"] = rep.UnrecognizedCount, rep.Unrecognized
+	}
+	if rep.SkipCount > 0 {
+		body["skip_count"], body["skips"] = rep.SkipCount, rep.Skips
+	}
 }
 
 func report(asJSON bool, body map[string]any, ok bool) int {
@@ -221,9 +233,19 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 		} else {
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
-		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "views_applied_seq", "views_chain_head", "digest"} {
+		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
 			if v, found := body[k]; found {
 				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
+			}
+		}
+		if list, ok := body["unrecognized"].([]ledger.NotedEntry); ok {
+			for _, e := range list {
+				fmt.Fprintf(stdout, "  unrecognized seq %d %s: %s (%s)\n", e.Seq, e.Subject, e.Reason, e.Code)
+			}
+		}
+		if list, ok := body["skips"].([]ledger.NotedSkip); ok {
+			for _, e := range list {
+				fmt.Fprintf(stdout, "  skipped seq %d by skip entry %d: %s\n", e.Seq, e.SkipSeq, e.Reason)
 			}
 		}
 	}

@@ -31,6 +31,8 @@ Usage:
   cgledger verify [FILE]                       check the hash chain (of a file, or the live ledger)
   cgledger creds issue --project P --role worker|tool|auditor|admin [--agent A] [--tool T] [--ttl D]
                                                issue a scoped, short-lived NATS credential
+  cgledger projector skip --seq N --reason TEXT
+                                               record an audited skip of an entry the projector cannot apply
   cgledger version                             print the build version and commit
 
 Every command takes --help. Exit codes: 0 ok, 1 the operation said no (call not success,
@@ -57,6 +59,8 @@ func run(args []string) int {
 		return tools(args[1:])
 	case "audit":
 		return audit(args[1:])
+	case "projector":
+		return projectorCmd(args[1:])
 	case "creds":
 		return creds(args[1:])
 	case "export":

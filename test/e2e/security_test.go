@@ -141,3 +141,71 @@ func TestServeNoAuthIsExplicit(t *testing.T) {
 	_, err = os.Stat(filepath.Join(data, "auth"))
 	require.True(t, os.IsNotExist(err), "no keys are made without auth")
 }
+
+// TestOperatorSkipsACorruptEntry: on a server without authentication (the
+// only way an outsider's message reaches the stream), a bogus entry kind is
+// recorded as unrecognized and the server stays ready; a corrupt card entry
+// makes it not ready until `cgledger projector skip`, which is recorded and
+// un-sticks it without a restart.
+func TestOperatorSkipsACorruptEntry(t *testing.T) {
+	data := t.TempDir()
+	s := &server{data: data, natsPort: freePort(t), httpPort: freePort(t)}
+	cmd := exec.Command(binary, "serve", "--no-auth", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", s.natsPort),
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json")
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("serve log:\n%s", log.String())
+		}
+	})
+	readyz := func() (int, map[string]any) {
+		resp, err := http.Get(s.httpURL() + "/readyz")
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	require.Eventually(t, func() bool { c, _ := readyz(); return c == http.StatusOK }, time.Minute, 50*time.Millisecond)
+	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`, "--turn", "t1", "--call-id", "c1")
+	require.Equal(t, 0, code)
+
+	nc, err := nats.Connect(s.natsURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	bogus := &nats.Msg{Subject: "cg.v1.demo.card.zzz", Header: nats.Header{"CG-Entry-Kind": {"bogus"}}, Data: []byte(`{}`)}
+	ack, err := js.PublishMsg(bogus)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, body := readyz()
+		applied, _ := body["applied_seq"].(float64)
+		return c == http.StatusOK && uint64(applied) >= ack.Sequence
+	}, time.Minute, 50*time.Millisecond, "an unrecognized entry does not stop the projector")
+
+	corrupt := &nats.Msg{Subject: "cg.v1.demo.card.broken", Header: nats.Header{"CG-Entry-Kind": {"card"}}, Data: []byte(`{not json`)}
+	ack, err = js.PublishMsg(corrupt)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { c, _ := readyz(); return c == http.StatusServiceUnavailable }, time.Minute, 50*time.Millisecond)
+
+	out, code := s.run(t, "projector", "skip", "--seq", fmt.Sprint(ack.Sequence+100), "--reason", "typo")
+	require.Equal(t, 1, code, "a skip past the end is refused: %s", out)
+	out, code = s.run(t, "projector", "skip", "--seq", fmt.Sprint(ack.Sequence), "--reason", "garbage published by hand", "--actor", "oncall", "--json")
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool { c, _ := readyz(); return c == http.StatusOK }, time.Minute, 50*time.Millisecond, "the skip un-sticks the projector")
+
+	out, code = s.run(t, "verify", "--json")
+	require.Equal(t, 0, code, out)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.EqualValues(t, 1, v["unrecognized_count"])
+	require.EqualValues(t, 1, v["skip_count"])
+	require.Contains(t, out, "garbage published by hand")
+}
