@@ -224,12 +224,7 @@ func TestAuthProjectIsolation(t *testing.T) {
 		`{"project_id":"`+project+`","agent_id":"`+agent+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
 	require.Equal(t, "forbidden", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq, "a refused write is recorded")
-	rh := nats.Header{}
-	c.identity().Apply(rh)
-	rh.Set(ledger.HeaderProjectID, project)
-	rh.Set(ledger.HeaderChannelID, channel)
-	rh.Set(ledger.HeaderSourceID, source)
-	rh.Set(ledger.HeaderSourceFunction, toolFn)
+	rh := reportHeader(c)
 	r = bTool.request(t, ledger.APISubject(other, "echo", ledger.OpReport), rh,
 		`{"status":"success","after_execution":"suspend","tool_result_card_id":"`+rc.CardID+`"}`)
 	require.Equal(t, "forbidden", r.Error.Code)
@@ -283,12 +278,7 @@ func TestAuthActorScopes(t *testing.T) {
 	rc := c.resultCard(ledger.StatusSuccess)
 	_, err := e.l.PutCard(ctxT(t), rc)
 	require.NoError(t, err)
-	rh := nats.Header{}
-	c.identity().Apply(rh)
-	rh.Set(ledger.HeaderProjectID, project)
-	rh.Set(ledger.HeaderChannelID, channel)
-	rh.Set(ledger.HeaderSourceID, source)
-	rh.Set(ledger.HeaderSourceFunction, toolFn)
+	rh := reportHeader(c)
 	report := `{"status":"success","after_execution":"suspend","tool_result_card_id":"` + rc.CardID + `"}`
 	spoof := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "spoof"})
 	r = spoof.request(t, ledger.APISubject(project, "spoof", ledger.OpReport), rh, report)
@@ -368,4 +358,15 @@ func TestAuthProjectorSkipNeedsAnAdminOfEveryProject(t *testing.T) {
 	require.Len(t, entries, 1)
 	require.Equal(t, "oncall", entries[0].Header.Get(ledger.HeaderActor))
 	require.Equal(t, mustSeq(t, entries[0]), res.SkipSeq)
+}
+
+// reportHeader is the header of c's report, as the echo tool sends it.
+func reportHeader(c call) nats.Header {
+	h := nats.Header{}
+	c.identity().Apply(h)
+	h.Set(ledger.HeaderProjectID, project)
+	h.Set(ledger.HeaderChannelID, channel)
+	h.Set(ledger.HeaderSourceID, source)
+	h.Set(ledger.HeaderSourceFunction, toolFn)
+	return h
 }

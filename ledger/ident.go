@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // MaxIdentifierLen bounds every identifier (ids, targets, names) in bytes.
@@ -17,18 +19,9 @@ const Unrouted = "_"
 // ValidIdentifier reports whether s can be used as an identifier: a single
 // NATS subject token of printable ASCII (0x21-0x7e) with no '.', '*' or '>',
 // 1 to MaxIdentifierLen bytes, and not the reserved token "_".
-func ValidIdentifier(s string) bool {
-	if s == "" || len(s) > MaxIdentifierLen || s == Unrouted {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x21 || c > 0x7e || c == '.' || c == '*' || c == '>' {
-			return false
-		}
-	}
-	return true
-}
+// The grammar lives in internal/auth, which scopes credentials by the same
+// tokens.
+func ValidIdentifier(s string) bool { return auth.IsIdent(s) }
 
 // checkIdent adds a violation unless s is a valid identifier. Empty values are
 // reported as required (when required) or empty.

@@ -103,7 +103,8 @@ func (g Grant) Validate() []string {
 }
 
 // IsIdent reports whether s is a protocol identifier: 1 to 256 bytes of
-// printable ASCII without '.', '*' or '>', and not "_".
+// printable ASCII (0x21-0x7e) without '.', '*' or '>', and not the reserved
+// token "_": a single NATS subject token that can be named in a permission.
 func IsIdent(s string) bool {
 	if len(s) == 0 || len(s) > 256 || s == "_" {
 		return false

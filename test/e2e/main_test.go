@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,17 +56,38 @@ type server struct {
 	data     string
 	natsPort int
 	httpPort int
-	log      *bytes.Buffer
+	log      *syncBuffer
+}
+
+// syncBuffer is a log buffer the child process's output copier writes while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func (s *server) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
 func (s *server) httpURL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.httpPort) }
 
-func startServer(t *testing.T, data string, natsPort, httpPort int) *server {
+// startServer runs `cgledger serve` (with extra flags) until the test ends
+// and waits until it is ready.
+func startServer(t *testing.T, data string, natsPort, httpPort int, extra ...string) *server {
 	t.Helper()
-	s := &server{data: data, natsPort: natsPort, httpPort: httpPort, log: &bytes.Buffer{}}
-	s.cmd = exec.Command(binary, "serve", "--data", data,
-		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json")
+	s := &server{data: data, natsPort: natsPort, httpPort: httpPort, log: &syncBuffer{}}
+	s.cmd = exec.Command(binary, append([]string{"serve", "--data", data,
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	require.NoError(t, s.cmd.Start())
 	t.Cleanup(func() {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -118,26 +117,15 @@ func TestServeRefusesAMissingLedger(t *testing.T) {
 // TestServeNoAuthIsExplicit: --no-auth opens NATS and HTTP, and says so.
 func TestServeNoAuthIsExplicit(t *testing.T) {
 	data := t.TempDir()
-	s := &server{data: data, natsPort: freePort(t), httpPort: freePort(t)}
-	cmd := exec.Command(binary, "serve", "--no-auth", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", s.natsPort),
-		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json")
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.httpURL() + "/v1/digest")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var d map[string]any
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&d) == nil
-	}, time.Minute, 50*time.Millisecond)
+	s := startServer(t, data, freePort(t), freePort(t), "--no-auth")
+	resp, err := http.Get(s.httpURL() + "/v1/digest")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "no bearer token needed")
 	nc, err := nats.Connect(s.natsURL())
 	require.NoError(t, err)
 	nc.Close()
-	require.Contains(t, log.String(), "authentication is OFF")
+	require.Contains(t, s.log.String(), "authentication is OFF")
 	_, err = os.Stat(filepath.Join(data, "auth"))
 	require.True(t, os.IsNotExist(err), "no keys are made without auth")
 }
@@ -148,20 +136,7 @@ func TestServeNoAuthIsExplicit(t *testing.T) {
 // makes it not ready until `cgledger projector skip`, which is recorded and
 // un-sticks it without a restart.
 func TestOperatorSkipsACorruptEntry(t *testing.T) {
-	data := t.TempDir()
-	s := &server{data: data, natsPort: freePort(t), httpPort: freePort(t)}
-	cmd := exec.Command(binary, "serve", "--no-auth", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", s.natsPort),
-		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json")
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("serve log:\n%s", log.String())
-		}
-	})
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t), "--no-auth")
 	readyz := func() (int, map[string]any) {
 		resp, err := http.Get(s.httpURL() + "/readyz")
 		if err != nil {
@@ -172,7 +147,6 @@ func TestOperatorSkipsACorruptEntry(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		return resp.StatusCode, body
 	}
-	require.Eventually(t, func() bool { c, _ := readyz(); return c == http.StatusOK }, time.Minute, 50*time.Millisecond)
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`, "--turn", "t1", "--call-id", "c1")
 	require.Equal(t, 0, code)
 
