@@ -133,6 +133,13 @@ func (s *APIServer) Stop() {
 	s.stop()
 }
 
+// validReply reports whether the ledger may answer on reply: a client inbox
+// (_INBOX. or a credential's _INBOX_<key>.), or the reply a cross-account
+// service import made for one (_R_.).
+func validReply(reply string) bool {
+	return strings.HasPrefix(reply, "_INBOX.") || strings.HasPrefix(reply, "_INBOX_") || strings.HasPrefix(reply, "_R_.")
+}
+
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
 var writeOps = map[string]bool{OpCardPut: true, OpDispatch: true, OpReport: true, OpRosterSet: true, OpConsume: true, OpCancel: true, OpToolRegister: true}
@@ -157,6 +164,13 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 		vs.Add("subject", VInvalidToken, "actor token %q of %s is not an identifier", clip(c.Actor), APISubject("<project_id>", "<actor>", op))
 	}
 	code, msg := CodeBadRequest, "invalid API subject"
+	if m.Reply != "" && !validReply(m.Reply) {
+		// Answering would publish the reply wherever the requester chose,
+		// a ledger subject included: refuse, record, and send nothing.
+		vs.Add("reply", VInvalidValue, "reply subject %q is not an inbox (it must start with _INBOX)", clip(m.Reply))
+		msg = "invalid reply subject"
+		m.Reply = ""
+	}
 	if len(vs) == 0 && op != OpDispatch && op != OpReport {
 		// Dispatch and report check their headers with the identity; the
 		// others take none they read, but a bad block is refused all the same.
@@ -171,7 +185,7 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 		return c, nil
 	}
 	e := newError(code, vs, "%s: %s", op, msg)
-	if !writeOps[op] {
+	if !writeOps[op] && m.Reply != "" {
 		return c, e
 	}
 	project := ""
@@ -339,6 +353,9 @@ type ToolConsumer struct {
 	Stream         string   `json:"stream"`
 	Consumer       string   `json:"consumer"`
 	FilterSubjects []string `json:"filter_subjects"`
+	// APIPrefix is the JetStream API prefix to pull it with (credentials
+	// on): the tool service's JetStream client must use it.
+	APIPrefix string `json:"api_prefix"`
 }
 
 // EnsureToolConsumer creates (or finds) the durable consumer of a project's
@@ -353,7 +370,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		return ToolConsumer{}, err
 	}
 	base := Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
-	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}}
+	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
 	_, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
 		Description:    "cgledger: commands of tool " + clip(tool) + " in project " + clip(project),

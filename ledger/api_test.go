@@ -246,3 +246,32 @@ func TestClientMatchesLocalLedger(t *testing.T) {
 	_, err = cl.GetCall(ctx, project, c.turn, "nope")
 	require.ErrorIs(t, err, ledger.ErrUnknownCall)
 }
+
+// TestAPIAnswersOnlyOnInboxes: without credentials everyone shares one
+// account, so an answer on a reply subject under cg.> would be stored in the
+// ledger. The ledger refuses to answer anywhere but an inbox, records the
+// attempt, and sends nothing.
+func TestAPIAnswersOnlyOnInboxes(t *testing.T) {
+	e := newEnv(t)
+	serveAPI(t, e)
+	nc := e.srv.Connect(t)
+	evil := "cg.v1.p1.card.evil"
+	for _, op := range []string{ledger.OpCardGet, ledger.OpRosterSet} {
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: ledger.APISubject("p1", "a1", op), Reply: evil,
+			Data: []byte(`{"project_id":"p1","agent_id":"a1","worker_target":"w","card_ids":["x"]}`)}))
+	}
+	var ops []string
+	require.Eventually(t, func() bool {
+		ops = ops[:0]
+		for _, m := range e.subjectEntries(t, "cg.v1.*.*.ledger.rejection.bad_request") {
+			var re ledger.RejectionEntry
+			require.NoError(t, json.Unmarshal(m.Data, &re))
+			require.Equal(t, "reply", re.Violations[0].Field)
+			ops = append(ops, re.Op)
+		}
+		return len(ops) == 2
+	}, time.Minute, 20*time.Millisecond)
+	require.ElementsMatch(t, []string{ledger.OpCardGet, ledger.OpRosterSet}, ops)
+	require.Empty(t, e.subjectEntries(t, evil), "the ledger answered on a ledger subject")
+	require.Empty(t, e.subjectEntries(t, "cg.v1.p1.roster.>"), "a refused request writes nothing else")
+}

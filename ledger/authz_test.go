@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/auth"
@@ -311,7 +313,7 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	_, err = e.l.Dispatch(ctxT(t), c.dispatchReq())
 	require.NoError(t, err)
 
-	js, err := jetstream.New(echo.nc)
+	js, err := jetstream.NewWithAPIPrefix(echo.nc, tc.APIPrefix)
 	require.NoError(t, err)
 	cons, err := js.Consumer(ctxT(t), tc.Stream, tc.Consumer)
 	require.NoError(t, err)
@@ -324,13 +326,20 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	}
 	require.Len(t, got, 1)
 	require.Equal(t, c.id, got[0].Headers().Get(ledger.HeaderToolCallID))
+	// The ack crossed into the ledger's account.
+	ledgerCons, err := e.js.Consumer(ctxT(t), tc.Stream, tc.Consumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := ledgerCons.Info(ctxT(t))
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0
+	}, time.Minute, 20*time.Millisecond)
 
 	// Another project's tool consumer, or creating one, is out of reach.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_, err = js.Consumer(ctx, tc.Stream, auth.ToolConsumerName("proj-B", "echo"))
 	require.Error(t, err)
-	echo.denied(t, "$JS.API.CONSUMER.INFO."+tc.Stream+"."+auth.ToolConsumerName("proj-B", "echo"))
+	echo.denied(t, tc.APIPrefix+".CONSUMER.INFO."+tc.Stream+"."+auth.ToolConsumerName("proj-B", "echo"))
 	_, err = js.CreateOrUpdateConsumer(ctx, tc.Stream, jetstream.ConsumerConfig{Durable: "mine"})
 	require.Error(t, err)
 }
@@ -371,4 +380,75 @@ func reportHeader(c call) nats.Header {
 	h.Set(ledger.HeaderSourceID, source)
 	h.Set(ledger.HeaderSourceFunction, toolFn)
 	return h
+}
+
+// TestAuthReplySubjectsCannotReachTheLedger: NATS answers a request on the
+// reply subject the requester chose. Clients live in another account than
+// the ledger's streams, so no answer (the ledger's, JetStream's, a pulled
+// command) to a client can land on a ledger subject: it lands in the
+// clients' account, where a spy sees it and the stream does not.
+func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
+	e := newAuthEnv(t)
+	c := newCall("t1", "k1", 1)
+	_, err := e.l.Dispatch(ctxT(t), c.dispatchReq())
+	require.NoError(t, err)
+	evil := "cg.v1." + project + ".card.evil"
+	witness, err := e.nc.SubscribeSync(evil) // in the ledger's account
+	require.NoError(t, err)
+	require.NoError(t, e.nc.Flush())
+
+	// A spy in the clients' account, allowed to see everything there.
+	keys := e.srv.Keys()
+	clientsPub, err := keys.Clients.PublicKey()
+	require.NoError(t, err)
+	spyKey, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	spyPub, _ := spyKey.PublicKey()
+	spySeed, _ := spyKey.Seed()
+	uc := jwt.NewUserClaims(spyPub)
+	uc.IssuerAccount = clientsPub
+	uc.Sub.Allow.Add(">")
+	spyJWT, err := uc.Encode(keys.ClientsSigning)
+	require.NoError(t, err)
+	spyNC, err := e.srv.Dial(nats.UserJWTAndSeed(spyJWT, string(spySeed)))
+	require.NoError(t, err)
+	spy, err := spyNC.SubscribeSync(evil)
+	require.NoError(t, err)
+	require.NoError(t, spyNC.Flush())
+
+	worker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project})
+	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
+	tc, err := ledger.NewClient(echo.nc, ledger.WithActor("echo")).EnsureToolConsumer(ctxT(t), project)
+	require.NoError(t, err)
+	before := e.lastSeq(t)
+
+	cardGet := `{"project_id":"` + project + `","card_ids":["` + c.card.CardID + `"]}`
+	for _, m := range []struct {
+		cl   *client
+		subj string
+		body string
+	}{
+		{worker, ledger.APISubject(project, agent, ledger.OpCardGet), cardGet},
+		{echo, tc.APIPrefix + ".CONSUMER.INFO." + tc.Stream + "." + tc.Consumer, ``},
+		{echo, tc.APIPrefix + ".CONSUMER.MSG.NEXT." + tc.Stream + "." + tc.Consumer, `{"batch":1}`},
+	} {
+		require.NoError(t, m.cl.nc.PublishMsg(&nats.Msg{Subject: m.subj, Reply: evil, Data: []byte(m.body)}))
+	}
+	got := map[string]bool{}
+	for len(got) < 3 {
+		m, err := spy.NextMsg(time.Minute)
+		require.NoError(t, err, "answers so far: %v", got)
+		switch {
+		case strings.Contains(string(m.Data), c.card.CardID) && strings.Contains(string(m.Data), `"ok":true`):
+			got["ledger reply"] = true
+		case strings.Contains(string(m.Data), "consumer_info_response"):
+			got["jetstream reply"] = true
+		case m.Header.Get(ledger.HeaderToolCallID) == c.id:
+			got["pulled command"] = true
+		}
+	}
+	_, err = witness.NextMsg(100 * time.Millisecond)
+	require.ErrorIs(t, err, nats.ErrTimeout, "nothing reached the ledger's account")
+	require.Empty(t, e.subjectEntries(t, evil))
+	require.Equal(t, before, e.lastSeq(t), "nothing was written")
 }

@@ -34,7 +34,7 @@ func TestKeysPersistAndAreSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
 	files, _ := filepath.Glob(filepath.Join(dir, "*.nk"))
-	require.Len(t, files, 4)
+	require.Len(t, files, 6)
 	for _, f := range files {
 		fi, err := os.Stat(f)
 		require.NoError(t, err)
@@ -47,7 +47,7 @@ func TestKeysPersistAndAreSecret(t *testing.T) {
 	require.NoError(t, err)
 	old, err := is.Issue(auth.Grant{Role: auth.RoleAuditor, Project: "p"}, time.Hour, time.Now())
 	require.NoError(t, err)
-	require.NoError(t, os.Remove(filepath.Join(dir, "ledger-signing.nk")))
+	require.NoError(t, os.Remove(filepath.Join(dir, "clients-signing.nk")))
 	rotated, err := auth.LoadOrCreateKeys(dir)
 	require.NoError(t, err)
 	a3, _ := rotated.Account.PublicKey()
@@ -84,7 +84,7 @@ func TestIssuedCredentialCarriesPermissionsAndExpiry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, now.Add(10*time.Minute).Truncate(time.Second).Unix(), uc.Expires)
 	require.Contains(t, uc.Pub.Allow, "cgledger.v1.p.echo.report")
-	require.Contains(t, uc.Pub.Allow, "$JS.API.CONSUMER.MSG.NEXT.CG_LEDGER."+auth.ToolConsumerName("p", "echo"))
+	require.Contains(t, uc.Pub.Allow, auth.ToolJSAPIPrefix+".CONSUMER.MSG.NEXT.CG_LEDGER."+auth.ToolConsumerName("p", "echo"))
 	require.Contains(t, uc.Sub.Allow, c.InboxPrefix+".>")
 	for _, s := range append(uc.Pub.Allow, uc.Sub.Allow...) {
 		require.False(t, strings.HasPrefix(s, "cg.>") || s == ">" || strings.HasPrefix(s, "$KV") || s == "_INBOX.>", s)
@@ -141,6 +141,10 @@ func TestHTTPPolicy(t *testing.T) {
 		{"POST", "/projects/A/tools", adminA, http.StatusTeapot},
 		{"GET", "/projects/A/tools", workerA, http.StatusTeapot},
 		{"GET", "/projects/B/tools", workerA, http.StatusForbidden},
+		// An escaped slash is part of the project id, as the router reads it.
+		{"GET", "/v1/projects/A%2Fx/calls", auditorA, http.StatusForbidden},
+		{"POST", "/projects/A%2Fx/tools", adminA, http.StatusForbidden},
+		{"GET", "/v1/projects/A%2F%2E%2E%2FB/calls", auditorA, http.StatusForbidden},
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		require.NoError(t, err)

@@ -33,6 +33,12 @@ const GlobalProject = "_"
 // only).
 const AllProjects = "*"
 
+// ToolJSAPIPrefix is the JetStream API prefix tool services use to pull
+// their consumer (the CLIENTS account imports those two API subjects under
+// it): nats.go jetstream.NewWithAPIPrefix(nc, ToolJSAPIPrefix), nats.js
+// jetstream(nc, {apiPrefix}).
+const ToolJSAPIPrefix = "cgledger.js.API"
+
 // DefaultStream is the ledger stream whose consumers tool credentials pull.
 const DefaultStream = "CG_LEDGER"
 
@@ -72,6 +78,9 @@ func (g Grant) Validate() []string {
 	case RoleWorker, RoleTool, RoleAuditor, RoleAdmin, RoleLedger:
 	default:
 		errs = append(errs, fmt.Sprintf("role %q: want worker, tool, auditor, admin or ledger", g.Role))
+	}
+	if g.Role == RoleLedger && g.Project != "" {
+		errs = append(errs, "a ledger credential covers the whole ledger account: it takes no project")
 	}
 	if g.Role != RoleLedger {
 		switch {
@@ -176,8 +185,8 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 		if g.Tool != "" {
 			c := ToolConsumerName(g.Project, g.Tool)
 			pub = append(pub,
-				"$JS.API.CONSUMER.INFO."+stream+"."+c,
-				"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c,
+				ToolJSAPIPrefix+".CONSUMER.INFO."+stream+"."+c,
+				ToolJSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+"."+c,
 				"$JS.ACK."+stream+"."+c+".>")
 		}
 	case RoleAuditor:

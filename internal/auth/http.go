@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -50,7 +51,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "unauthenticated", msg)
 			return
 		}
-		if why := authorizeHTTP(g, r.Method, r.URL.Path); why != "" {
+		if why := authorizeHTTP(g, r.Method, r.URL.EscapedPath()); why != "" {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
@@ -58,12 +59,22 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// authorizeHTTP returns why g may not make the request, or "".
-func authorizeHTTP(g Grant, method, path string) string {
+// authorizeHTTP returns why g may not make the request, or "". It splits the
+// escaped path, as the router does, and unescapes each segment: splitting
+// the decoded path would read /v1/projects/B%2Fx/... as project "B" while
+// the router serves project "B/x".
+func authorizeHTTP(g Grant, method, escapedPath string) string {
 	if g.Role == RoleLedger {
 		return ""
 	}
-	parts := strings.Split(strings.Trim(path, "/"), "/")
+	parts := strings.Split(strings.Trim(escapedPath, "/"), "/")
+	for i, p := range parts {
+		u, err := url.PathUnescape(p)
+		if err != nil {
+			return "malformed path"
+		}
+		parts[i] = u
+	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":

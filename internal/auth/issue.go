@@ -9,23 +9,37 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// Issuer signs user credentials for the ledger account.
+// Issuer signs user credentials: the ledger's own in the LEDGER account,
+// every other role's in the CLIENTS account.
 type Issuer struct {
-	account string
-	signer  nkeys.KeyPair
+	ledger, clients signer
 }
 
-// NewIssuer returns an issuer signing with signer on behalf of account.
-func NewIssuer(account, signer nkeys.KeyPair) (*Issuer, error) {
+type signer struct {
+	account string
+	key     nkeys.KeyPair
+}
+
+func newSigner(account, key nkeys.KeyPair) (signer, error) {
 	pub, err := account.PublicKey()
 	if err != nil {
-		return nil, fmt.Errorf("auth: account key: %w", err)
+		return signer{}, fmt.Errorf("auth: account key: %w", err)
 	}
-	return &Issuer{account: pub, signer: signer}, nil
+	return signer{account: pub, key: key}, nil
 }
 
 // Issuer returns an issuer for the keys.
-func (k *Keys) Issuer() (*Issuer, error) { return NewIssuer(k.Account, k.Signing) }
+func (k *Keys) Issuer() (*Issuer, error) {
+	l, err := newSigner(k.Account, k.Signing)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newSigner(k.Clients, k.ClientsSigning)
+	if err != nil {
+		return nil, err
+	}
+	return &Issuer{ledger: l, clients: c}, nil
+}
 
 // Credential is an issued user credential.
 type Credential struct {
@@ -73,7 +87,11 @@ func (is *Issuer) Issue(g Grant, ttl time.Duration, now time.Time) (*Credential,
 		return nil, fmt.Errorf("auth: encode grant: %w", err)
 	}
 	uc.Name = string(name)
-	uc.IssuerAccount = is.account
+	sg := is.clients
+	if g.Role == RoleLedger {
+		sg = is.ledger
+	}
+	uc.IssuerAccount = sg.account
 	uc.IssuedAt = now.Unix()
 	var expires time.Time
 	if ttl > 0 {
@@ -83,7 +101,7 @@ func (is *Issuer) Issue(g Grant, ttl time.Duration, now time.Time) (*Credential,
 	p, s := g.Permissions(pub)
 	uc.Pub.Allow.Add(p...)
 	uc.Sub.Allow.Add(s...)
-	tok, err := uc.Encode(is.signer)
+	tok, err := uc.Encode(sg.key)
 	if err != nil {
 		return nil, fmt.Errorf("auth: sign user: %w", err)
 	}

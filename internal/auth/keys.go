@@ -1,9 +1,17 @@
-// Package auth holds cgledger's NATS identities: the operator, system and
-// ledger account keys of the embedded server, the credentials issued to
-// workers, tool services, auditors and admins, the subject permissions each
-// role gets, and the verification of those credentials as HTTP bearer tokens.
-// NATS enforces the permissions; the ledger checks them again (defence in
-// depth) from the subject a request arrived on.
+// Package auth holds cgledger's NATS identities: the operator and system
+// account of the embedded server, the LEDGER account that owns the streams
+// and the ledger's own identity, the CLIENTS account every worker, tool
+// service, auditor and admin credential lives in, the subject permissions
+// each role gets, and the verification of those credentials as HTTP bearer
+// tokens.
+//
+// Clients are in another account than the ledger's streams on purpose: a
+// client then has no way to make anything land on a ledger subject, not even
+// as the reply to one of its own requests (NATS answers a request on the
+// requester's reply subject, and in one account that subject could be cg.>
+// and be captured by the stream). Only what LEDGER exports reaches CLIENTS:
+// the API as a service, commands, wakeups and cancel entries as streams, and
+// the pull and ack subjects of tool consumers.
 package auth
 
 import (
@@ -23,104 +31,102 @@ const (
 	operatorSeedFile = "operator.nk"
 	systemSeedFile   = "system-account.nk"
 	accountSeedFile  = "ledger-account.nk"
-	// signingSeedFile signs user credentials. Deleting it and restarting
-	// serve rotates it: every credential signed by the old key stops working,
-	// while the account (and its JetStream data) stays the same.
-	signingSeedFile = "ledger-signing.nk"
+	// signingSeedFile signs the ledger's own credentials.
+	signingSeedFile        = "ledger-signing.nk"
+	clientsSeedFile        = "clients-account.nk"
+	clientsSigningSeedFile = "clients-signing.nk"
 	// AdminCredsFile is the admin credential serve writes for the CLI.
 	AdminCredsFile = "admin.creds"
 )
 
-// AccountName is the name of the account that holds the ledger's streams and
-// every client identity.
-const AccountName = "CGLEDGER"
+// Account names.
+const (
+	AccountName        = "CGLEDGER"
+	ClientsAccountName = "CGLEDGER_CLIENTS"
+)
 
-// Keys are the keys of an embedded deployment: an operator, the system
-// account the server needs in operator mode, the ledger account, and the
-// account's signing key, which signs every user credential.
+// Keys are the keys of a deployment. Signing keys sign user credentials;
+// deleting one and restarting serve rotates it (every credential it signed
+// stops working) while the account, and for LEDGER its JetStream data,
+// stays. Operator and System are only needed by the embedded server.
 type Keys struct {
-	Operator nkeys.KeyPair
-	System   nkeys.KeyPair
-	Account  nkeys.KeyPair
-	Signing  nkeys.KeyPair
+	Operator       nkeys.KeyPair
+	System         nkeys.KeyPair
+	Account        nkeys.KeyPair
+	Signing        nkeys.KeyPair
+	Clients        nkeys.KeyPair
+	ClientsSigning nkeys.KeyPair
 }
 
-// LoadOrCreateKeys reads the keys from dir, creating any that are missing on
-// first start. Creating only some of them on a later start would orphan the
-// account's data (JetStream stores it under the account key), so an
-// incomplete directory is an error, not something to repair.
+// LoadOrCreateKeys reads the keys from dir, creating them on first start.
+// The operator and the two accounts are created together or not at all:
+// creating only some later would orphan data stored under the old ones, so
+// an incomplete set is an error. Missing signing keys are created (that is
+// how they are rotated).
 func LoadOrCreateKeys(dir string) (*Keys, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("auth: key dir: %w", err)
 	}
-	files := []string{operatorSeedFile, systemSeedFile, accountSeedFile}
+	core := []string{operatorSeedFile, systemSeedFile, accountSeedFile, clientsSeedFile}
 	present := 0
-	for _, f := range files {
+	for _, f := range core {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			present++
 		}
 	}
-	if present > 0 && present < len(files) {
-		return nil, fmt.Errorf("auth: %s holds only %d of the %d key files (%s): restore them from backup", dir, present, len(files), strings.Join(files, ", "))
+	if present > 0 && present < len(core) {
+		return nil, fmt.Errorf("auth: %s holds only %d of the %d key files (%s): restore them from backup", dir, present, len(core), strings.Join(core, ", "))
 	}
 	if present == 0 {
-		if err := createKeys(dir, operatorSeedFile, systemSeedFile, accountSeedFile); err != nil {
+		if err := createKeys(dir, core...); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, signingSeedFile)); errors.Is(err, os.ErrNotExist) {
-		if err := createKeys(dir, signingSeedFile); err != nil {
-			return nil, err
+	for _, f := range []string{signingSeedFile, clientsSigningSeedFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); errors.Is(err, os.ErrNotExist) {
+			if err := createKeys(dir, f); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return LoadKeys(dir)
-}
-
-// LoadKeys reads existing keys from dir.
-func LoadKeys(dir string) (*Keys, error) {
-	var k Keys
-	var err error
+	k, err := LoadAccountKeys(dir)
+	if err != nil {
+		return nil, err
+	}
 	if k.Operator, err = readSeed(filepath.Join(dir, operatorSeedFile), nkeys.PrefixByteOperator); err != nil {
 		return nil, err
 	}
 	if k.System, err = readSeed(filepath.Join(dir, systemSeedFile), nkeys.PrefixByteAccount); err != nil {
 		return nil, err
 	}
-	if k.Account, err = readSeed(filepath.Join(dir, accountSeedFile), nkeys.PrefixByteAccount); err != nil {
-		return nil, err
-	}
-	if k.Signing, err = readSeed(filepath.Join(dir, signingSeedFile), nkeys.PrefixByteAccount); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return k, nil
 }
 
-// LoadAccountKeys reads only the ledger account's keys: what serve needs on
-// an external cluster, whose operator is not ours.
+// LoadAccountKeys reads the two accounts' keys and signing keys: what serve
+// needs on an external cluster, whose operator is not ours, and what issuing
+// credentials needs.
 func LoadAccountKeys(dir string) (*Keys, error) {
 	var k Keys
-	var err error
-	if k.Account, err = readSeed(filepath.Join(dir, accountSeedFile), nkeys.PrefixByteAccount); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
-	}
-	if k.Signing, err = readSeed(filepath.Join(dir, signingSeedFile), nkeys.PrefixByteAccount); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
+	for _, f := range []struct {
+		name string
+		dst  *nkeys.KeyPair
+	}{{accountSeedFile, &k.Account}, {signingSeedFile, &k.Signing}, {clientsSeedFile, &k.Clients}, {clientsSigningSeedFile, &k.ClientsSigning}} {
+		kp, err := readSeed(filepath.Join(dir, f.name), nkeys.PrefixByteAccount)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
+		}
+		*f.dst = kp
 	}
 	return &k, nil
 }
 
-// LoadIssuer reads what issuing credentials needs: the ledger account's
-// public key and its signing key.
+// LoadIssuer reads what issuing credentials needs.
 func LoadIssuer(dir string) (*Issuer, error) {
-	acc, err := readSeed(filepath.Join(dir, accountSeedFile), nkeys.PrefixByteAccount)
+	k, err := LoadAccountKeys(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
+		return nil, err
 	}
-	sk, err := readSeed(filepath.Join(dir, signingSeedFile), nkeys.PrefixByteAccount)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
-	}
-	return NewIssuer(acc, sk)
+	return k.Issuer()
 }
 
 func createKeys(dir string, names ...string) error {
@@ -129,16 +135,15 @@ func createKeys(dir string, names ...string) error {
 		if name == operatorSeedFile {
 			fn = nkeys.CreateOperator
 		}
-		m := struct{ file string }{name}
 		kp, err := fn()
 		if err != nil {
-			return fmt.Errorf("auth: create %s: %w", m.file, err)
+			return fmt.Errorf("auth: create %s: %w", name, err)
 		}
 		seed, err := kp.Seed()
 		if err != nil {
-			return fmt.Errorf("auth: seed %s: %w", m.file, err)
+			return fmt.Errorf("auth: seed %s: %w", name, err)
 		}
-		if err := writeSecret(filepath.Join(dir, m.file), append(seed, '\n')); err != nil {
+		if err := writeSecret(filepath.Join(dir, name), append(seed, '\n')); err != nil {
 			return err
 		}
 	}
@@ -193,20 +198,61 @@ type ServerTrust struct {
 	SystemAccount string
 }
 
+// Exports of the LEDGER account, imported by CLIENTS under the same
+// subjects. Everything else of LEDGER is out of CLIENTS' reach.
+func ledgerExports(stream string) []*jwt.Export {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	svc := func(name, subj string, rt jwt.ResponseType) *jwt.Export {
+		return &jwt.Export{Name: name, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: rt}
+	}
+	str := func(name, subj string) *jwt.Export {
+		return &jwt.Export{Name: name, Subject: jwt.Subject(subj), Type: jwt.Stream}
+	}
+	return []*jwt.Export{
+		svc("ledger api", APIPrefix+".>", jwt.ResponseTypeSingleton),
+		svc("tool consumer pull", "$JS.API.CONSUMER.MSG.NEXT."+stream+".*", jwt.ResponseTypeStream),
+		svc("tool consumer info", "$JS.API.CONSUMER.INFO."+stream+".*", jwt.ResponseTypeSingleton),
+		svc("tool consumer ack", "$JS.ACK."+stream+".>", jwt.ResponseTypeSingleton),
+		str("commands and wakeups", "cg.*.*.*.cmd.>"),
+		str("cancel entries", "cg.*.*.*.ledger.cancel.>"),
+	}
+}
+
 // Trust builds the operator and account claims from the keys. They are
 // re-signed on every start; only the keys persist.
 func (k *Keys) Trust() (*ServerTrust, error) {
-	opPub, err := k.Operator.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("auth: operator key: %w", err)
+	pub := func(kp nkeys.KeyPair, what string) (string, error) {
+		p, err := kp.PublicKey()
+		if err != nil {
+			return "", fmt.Errorf("auth: %s key: %w", what, err)
+		}
+		return p, nil
 	}
-	sysPub, err := k.System.PublicKey()
+	opPub, err := pub(k.Operator, "operator")
 	if err != nil {
-		return nil, fmt.Errorf("auth: system key: %w", err)
+		return nil, err
 	}
-	accPub, err := k.Account.PublicKey()
+	sysPub, err := pub(k.System, "system")
 	if err != nil {
-		return nil, fmt.Errorf("auth: account key: %w", err)
+		return nil, err
+	}
+	accPub, err := pub(k.Account, "ledger account")
+	if err != nil {
+		return nil, err
+	}
+	sigPub, err := pub(k.Signing, "ledger signing")
+	if err != nil {
+		return nil, err
+	}
+	cliPub, err := pub(k.Clients, "clients account")
+	if err != nil {
+		return nil, err
+	}
+	cliSigPub, err := pub(k.ClientsSigning, "clients signing")
+	if err != nil {
+		return nil, err
 	}
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "cgledger"
@@ -220,26 +266,47 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: operator claims: %w", err)
 	}
+	jwts := map[string]string{}
+	sign := func(c *jwt.AccountClaims) error {
+		tok, err := c.Encode(k.Operator)
+		if err != nil {
+			return fmt.Errorf("auth: sign account %s: %w", c.Name, err)
+		}
+		jwts[c.Subject] = tok
+		return nil
+	}
 	sc := jwt.NewAccountClaims(sysPub)
 	sc.Name = "SYS"
-	sysJWT, err := sc.Encode(k.Operator)
-	if err != nil {
-		return nil, fmt.Errorf("auth: sign system account: %w", err)
-	}
-	sigPub, err := k.Signing.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("auth: signing key: %w", err)
+	if err := sign(sc); err != nil {
+		return nil, err
 	}
 	ac := jwt.NewAccountClaims(accPub)
 	ac.Name = AccountName
 	ac.SigningKeys.Add(sigPub)
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
-	accJWT, err := ac.Encode(k.Operator)
-	if err != nil {
-		return nil, fmt.Errorf("auth: sign ledger account: %w", err)
+	exports := ledgerExports(DefaultStream)
+	ac.Exports.Add(exports...)
+	if err := sign(ac); err != nil {
+		return nil, err
 	}
-	return &ServerTrust{Operator: opClaims, AccountJWTs: map[string]string{sysPub: sysJWT, accPub: accJWT}, SystemAccount: sysPub}, nil
+	cc := jwt.NewAccountClaims(cliPub)
+	cc.Name = ClientsAccountName
+	cc.SigningKeys.Add(cliSigPub)
+	for _, e := range exports {
+		im := &jwt.Import{Name: e.Name, Subject: e.Subject, Account: accPub, Type: e.Type}
+		// CLIENTS has no JetStream of its own, and the server answers its
+		// $JS.API.> itself ("not enabled"): the JetStream API of tool
+		// consumers is imported under ToolJSAPIPrefix instead.
+		if rest, ok := strings.CutPrefix(string(e.Subject), "$JS.API."); ok {
+			im.LocalSubject = jwt.RenamingSubject(ToolJSAPIPrefix + "." + rest)
+		}
+		cc.Imports.Add(im)
+	}
+	if err := sign(cc); err != nil {
+		return nil, err
+	}
+	return &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub}, nil
 }
 
 // ErrNoKeys is returned when a directory has no account keys to issue with.
-var ErrNoKeys = errors.New("auth: no ledger account key")
+var ErrNoKeys = errors.New("auth: no account keys")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 )
 
 // Verification errors. Callers branch on them to answer 401.
@@ -18,33 +19,30 @@ var (
 	ErrExpired       = errors.New("auth: credential expired")
 )
 
-// Verifier checks user JWTs (HTTP bearer tokens) against the ledger
-// account: signed by one of its signing keys, not expired, carrying a grant.
+// Verifier checks user JWTs (HTTP bearer tokens): signed by the signing key
+// of the account their role lives in, not expired, carrying a grant.
 type Verifier struct {
-	account string
-	signers map[string]bool
+	ledger, clients signerPub
 }
 
-// NewVerifier trusts JWTs of account signed by any of signers.
-func NewVerifier(account string, signers ...string) *Verifier {
-	v := &Verifier{account: account, signers: map[string]bool{}}
-	for _, s := range signers {
-		v.signers[s] = true
-	}
-	return v
-}
+type signerPub struct{ account, key string }
 
-// Verifier returns a verifier trusting the keys' account and signing key.
+// Verifier returns a verifier trusting the keys' accounts and signing keys.
 func (k *Keys) Verifier() (*Verifier, error) {
-	acc, err := k.Account.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("auth: account key: %w", err)
+	var v Verifier
+	for _, p := range []struct {
+		dst  *string
+		kp   nkeys.KeyPair
+		what string
+	}{{&v.ledger.account, k.Account, "ledger account"}, {&v.ledger.key, k.Signing, "ledger signing"},
+		{&v.clients.account, k.Clients, "clients account"}, {&v.clients.key, k.ClientsSigning, "clients signing"}} {
+		pub, err := p.kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("auth: %s key: %w", p.what, err)
+		}
+		*p.dst = pub
 	}
-	sig, err := k.Signing.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("auth: signing key: %w", err)
-	}
-	return NewVerifier(acc, sig), nil
+	return &v, nil
 }
 
 // Verify decodes and checks a user JWT and returns its grant.
@@ -57,15 +55,29 @@ func (v *Verifier) Verify(token string, now time.Time) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadCredential, err)
 	}
-	if !v.signers[uc.Issuer] || uc.IssuerAccount != v.account {
+	fromClients := uc.Issuer == v.clients.key && uc.IssuerAccount == v.clients.account
+	fromLedger := uc.Issuer == v.ledger.key && uc.IssuerAccount == v.ledger.account
+	if !fromClients && !fromLedger {
 		return Grant{}, fmt.Errorf("%w: not issued by this ledger", ErrBadCredential)
 	}
 	if uc.Expires > 0 && now.Unix() >= uc.Expires {
 		return Grant{}, fmt.Errorf("%w at %s", ErrExpired, time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
 	}
+	if uc.NotBefore > 0 && now.Unix() < uc.NotBefore {
+		return Grant{}, fmt.Errorf("%w: not valid before %s", ErrBadCredential, time.Unix(uc.NotBefore, 0).UTC().Format(time.RFC3339))
+	}
+	vr := jwt.CreateValidationResults()
+	uc.Validate(vr)
+	if vr.IsBlocking(false) {
+		return Grant{}, fmt.Errorf("%w: %v", ErrBadCredential, vr.Errors())
+	}
 	var g Grant
 	if err := json.Unmarshal([]byte(uc.Name), &g); err != nil || len(g.Validate()) > 0 {
 		return Grant{}, fmt.Errorf("%w: no cgledger grant", ErrBadCredential)
+	}
+	// A grant is only worth what the account it was signed in allows.
+	if (g.Role == RoleLedger) != fromLedger {
+		return Grant{}, fmt.Errorf("%w: role %s signed in the wrong account", ErrBadCredential, g.Role)
 	}
 	return g, nil
 }

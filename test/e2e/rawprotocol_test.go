@@ -105,8 +105,9 @@ func TestRawWireProtocolToolService(t *testing.T) {
 	cons := req(t, tc, "cgledger.v1.p1.rawsvc.tool.consumer", nil, map[string]any{})
 	require.True(t, cons.OK, "%+v", cons.Error)
 	var ci struct {
-		Stream   string `json:"stream"`
-		Consumer string `json:"consumer"`
+		Stream    string `json:"stream"`
+		Consumer  string `json:"consumer"`
+		APIPrefix string `json:"api_prefix"`
 	}
 	require.NoError(t, json.Unmarshal(cons.Result, &ci))
 	served := make(chan string, 1)
@@ -163,14 +164,15 @@ func TestRawWireProtocolToolService(t *testing.T) {
 			served <- call.ToolCallID
 		}
 	}
-	// A JetStream pull, spelled out as the JetStream wire API:
-	// $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> with the reply inbox.
+	// A JetStream pull, spelled out as the JetStream wire API under the
+	// prefix tool.consumer names: <api_prefix>.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	// with the reply inbox.
 	pullInbox := tool.InboxPrefix + ".pull"
 	msgs, err := tc.SubscribeSync(pullInbox)
 	require.NoError(t, err)
 	go func() {
 		for {
-			if err := tc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+ci.Stream+"."+ci.Consumer, pullInbox, []byte(`{"batch":1,"expires":1000000000}`)); err != nil {
+			if err := tc.PublishRequest(ci.APIPrefix+".CONSUMER.MSG.NEXT."+ci.Stream+"."+ci.Consumer, pullInbox, []byte(`{"batch":1,"expires":1000000000}`)); err != nil {
 				return
 			}
 			m, err := msgs.NextMsg(5 * time.Second)
