@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -73,6 +74,12 @@ type Config struct {
 	// Logger receives operational logs (never arguments or secrets). Nil
 	// discards them.
 	Logger *slog.Logger
+	// CardIDKey keys the ids of result cards. With a secret key nobody else
+	// can predict them, so no one who may put cards in a project can take a
+	// result card's id first and make every delivery of a call fail. Empty
+	// means unkeyed (predictable) ids: fine for tests and replays, not for a
+	// server others can reach.
+	CardIDKey []byte
 }
 
 // Executor runs tools for commands on the ledger stream.
@@ -653,9 +660,15 @@ func (e *Executor) sem(project string, def *ledger.ToolDefinition) chan struct{}
 // resultCardID is deterministic per delivery: a redelivered command writes
 // its own card rather than colliding with a card an earlier run may have
 // written before crashing.
-func resultCardID(rec *ledger.CallRecord, delivery uint64) string {
-	h := sha256.Sum256([]byte(rec.ProjectID + "\x00" + rec.AgentTurnID + "\x00" + rec.ToolCallID + "\x00" + strconv.FormatUint(delivery, 10)))
-	return "res-" + hex.EncodeToString(h[:16])
+func resultCardID(key []byte, rec *ledger.CallRecord, delivery uint64) string {
+	msg := []byte(rec.ProjectID + "\x00" + rec.AgentTurnID + "\x00" + rec.ToolCallID + "\x00" + strconv.FormatUint(delivery, 10))
+	if len(key) == 0 {
+		h := sha256.Sum256(msg)
+		return "res-" + hex.EncodeToString(h[:16])
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(msg)
+	return "res-" + hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 // finish writes the result card and reports it, then acks. A transient
@@ -675,7 +688,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	}
 	content = red.bytes(content)
 	card := ledger.Card{
-		CardID: resultCardID(rec, ans.delivery), ProjectID: rec.ProjectID, Type: ledger.CardToolResult,
+		CardID: resultCardID(e.cfg.CardIDKey, rec, ans.delivery), ProjectID: rec.ProjectID, Type: ledger.CardToolResult,
 		AuthorID: e.cfg.SourceID, FunctionName: ans.toolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
 		Content: content, Metadata: rec.CardMetadata,
 	}

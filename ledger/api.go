@@ -359,7 +359,8 @@ type ToolConsumer struct {
 }
 
 // EnsureToolConsumer creates (or finds) the durable consumer of a project's
-// tool target: the only JetStream consumer a tool credential may pull from,
+// tool target, which must be the target of a registered tool (else
+// not_found): the only JetStream consumer a tool credential may pull from,
 // so a tool service in any language gets durable, redelivered commands
 // without any right to the JetStream API beyond it.
 func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (ToolConsumer, error) {
@@ -369,9 +370,27 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 	if err := badRequest("tool.consumer request", vs); err != nil {
 		return ToolConsumer{}, err
 	}
+	// Only tools an admin registered get a consumer: each one is a resource
+	// of the stream (which caps consumers), not something any tool
+	// credential may mint.
+	tools, err := l.ListTools(ctx, project)
+	if err != nil {
+		return ToolConsumer{}, fmt.Errorf("tool consumer: %w", err)
+	}
+	registered := false
+	for _, t := range tools {
+		if sub, err := ParseSubject(t.Definition.TargetFor(project, "c")); err == nil && len(sub.Target) > 0 && sub.Target[0] == tool {
+			registered = true
+			break
+		}
+	}
+	if !registered {
+		vs.Add("subject", VNotFound, "no tool registered in project %s has target %q (cg.v1.{project_id}.{channel_id}.cmd.tool.%s...): register it first", project, tool, tool)
+		return ToolConsumer{}, newError(CodeNotFound, vs, "no registered tool with target %s", tool)
+	}
 	base := Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
 	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
-	_, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
+	_, err = l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
 		Description:    "cgledger: commands of tool " + clip(tool) + " in project " + clip(project),
 		FilterSubjects: tc.FilterSubjects,

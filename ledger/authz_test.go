@@ -305,6 +305,9 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	e := newAuthEnv(t)
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
 	cl := ledger.NewClient(echo.nc, ledger.WithActor("echo"))
+	_, err := cl.EnsureToolConsumer(ctxT(t), project)
+	require.ErrorIs(t, err, ledger.ErrNotFound, "only registered tools get a consumer")
+	registerEcho(t, e)
 	tc, err := cl.EnsureToolConsumer(ctxT(t), project)
 	require.NoError(t, err)
 	require.Equal(t, auth.ToolConsumerName(project, "echo"), tc.Consumer)
@@ -418,6 +421,7 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 
 	worker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project})
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
+	registerEcho(t, e)
 	tc, err := ledger.NewClient(echo.nc, ledger.WithActor("echo")).EnsureToolConsumer(ctxT(t), project)
 	require.NoError(t, err)
 	before := e.lastSeq(t)
@@ -451,4 +455,11 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 	require.ErrorIs(t, err, nats.ErrTimeout, "nothing reached the ledger's account")
 	require.Empty(t, e.subjectEntries(t, evil))
 	require.Equal(t, before, e.lastSeq(t), "nothing was written")
+}
+
+// registerEcho registers a tool whose target is echo in the test project.
+func registerEcho(t *testing.T, e *authEnv) {
+	t.Helper()
+	_, err := e.l.RegisterToolYAML(ctxT(t), project, []byte("tool_name: echo\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	require.NoError(t, err)
 }

@@ -256,7 +256,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
 	}
 	if s.has("executor") {
-		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log})
+		var cardKey []byte
+		if sa != nil {
+			if cardKey, err = sa.keys.DeriveKey("executor result card ids"); err != nil {
+				return err
+			}
+		}
+		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey})
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,8 @@
 package auth
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -310,3 +312,16 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 
 // ErrNoKeys is returned when a directory has no account keys to issue with.
 var ErrNoKeys = errors.New("auth: no account keys")
+
+// DeriveKey returns a secret for purpose, derived from the ledger account's
+// seed: stable across restarts and processes of one deployment, unknown to
+// anyone without the keys.
+func (k *Keys) DeriveKey(purpose string) ([]byte, error) {
+	seed, err := k.Account.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("auth: account seed: %w", err)
+	}
+	m := hmac.New(sha256.New, seed)
+	m.Write([]byte("cgledger/" + purpose))
+	return m.Sum(nil), nil
+}

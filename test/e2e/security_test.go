@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -182,4 +184,26 @@ func TestOperatorSkipsACorruptEntry(t *testing.T) {
 	require.EqualValues(t, 1, v["unrecognized_count"])
 	require.EqualValues(t, 1, v["skip_count"])
 	require.Contains(t, out, "garbage published by hand")
+}
+
+// TestResultCardIDsCannotBeSquatted: a client that may put cards in a
+// project takes, ahead of time, every id the executor would use for a call's
+// result card if those ids were predictable; the call still resolves.
+func TestResultCardIDsCannotBeSquatted(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "mallory")
+	nc := s.connectAs(t, worker)
+	for delivery := 1; delivery <= 5; delivery++ {
+		sum := sha256.Sum256([]byte(fmt.Sprintf("demo\x00t-sq\x00c-sq\x00%d", delivery)))
+		id := "res-" + hex.EncodeToString(sum[:16])
+		r := req(t, nc, "cgledger.v1.demo.mallory.card.put", nil, map[string]any{
+			"card_id": id, "project_id": "demo", "type": "tool.result", "author_id": "cgledger.executor",
+			"function_name": "echo", "agent_turn_id": "t-sq", "tool_call_id": "c-sq",
+			"content": map[string]any{"status": "failed", "error": map[string]string{"code": "internal_error"}},
+		})
+		require.True(t, r.OK, "%+v", r.Error)
+	}
+	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"mine"}`, "--turn", "t-sq", "--call-id", "c-sq")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `"text":"mine"`)
 }
