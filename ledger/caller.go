@@ -42,18 +42,6 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
-// callerFields are the request fields the ledger compares with the caller. A
-// field that is absent or not a string is left to the operation's own
-// validation, which reports it precisely.
-type callerFields struct {
-	ProjectID any `json:"project_id"`
-	AgentID   any `json:"agent_id"`
-	Subject   any `json:"subject"`
-	Card      *struct {
-		ProjectID any `json:"project_id"`
-	} `json:"card"`
-}
-
 func asString(v any) (string, bool) {
 	s, ok := v.(string)
 	return s, ok
@@ -63,8 +51,12 @@ func asString(v any) (string, bool) {
 // behind NATS permissions, and the only check when running without them.
 func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	var vs Violations
-	var f callerFields
-	_ = json.Unmarshal(body, &f) // malformed bodies are refused by the operation itself
+	// Exact keys, as the operations read them (encoding/json would match
+	// struct fields case-insensitively). Malformed bodies are refused by the
+	// operation itself.
+	var f map[string]any
+	_ = json.Unmarshal(body, &f)
+	card, _ := f["card"].(map[string]any)
 	project := func(field string, v any) {
 		// An id that is not an identifier is left to the operation's own
 		// validation, which names the precise problem.
@@ -79,15 +71,15 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	}
 	switch op {
 	case OpCardPut:
-		project("card.project_id", f.ProjectID)
+		project("card.project_id", f["project_id"])
 	case OpDispatch:
-		if s, ok := asString(f.Subject); ok {
+		if s, ok := asString(f["subject"]); ok {
 			if sub, err := ParseSubject(s); err == nil && sub.Project != c.Project {
 				vs.Add("body.subject", VForbidden, "subject project %q is not the project of the request subject (%q)", clip(sub.Project), c.Project)
 			}
 		}
-		if f.Card != nil {
-			project("card.project_id", f.Card.ProjectID)
+		if card != nil {
+			project("card.project_id", card["project_id"])
 		}
 		if a := HeaderGet(h, HeaderAgentID); a != "" {
 			actor("header."+HeaderAgentID, a)
@@ -99,10 +91,10 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 			project("header."+HeaderProjectID, p)
 		}
 	case OpRosterSet, OpConsume, OpCancel:
-		project("body.project_id", f.ProjectID)
-		actor("body.agent_id", f.AgentID)
+		project("body.project_id", f["project_id"])
+		actor("body.agent_id", f["agent_id"])
 	default: // reads
-		project("body.project_id", f.ProjectID)
+		project("body.project_id", f["project_id"])
 	}
 	return vs
 }

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -77,9 +78,22 @@ func (p *params) time(name string) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		p.vs.Add(name, ledger.VInvalidValue, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", s)
+		return t
+	}
+	// Views index time in int64 nanoseconds since 1970: outside that range
+	// a time cannot be compared, so it is refused rather than misread.
+	if t.Before(minIndexTime) || t.After(maxIndexTime) {
+		p.vs.Add(name, ledger.VInvalidValue, "must be between %s and %s, got %q", minIndexTime.Format(time.RFC3339), maxIndexTime.Format(time.RFC3339), s)
 	}
 	return t
 }
+
+// The times the views' indexes can hold (int64 nanoseconds, and not before
+// the epoch, which the index does not order).
+var (
+	minIndexTime = time.Unix(0, 0).UTC()
+	maxIndexTime = time.Unix(0, math.MaxInt64).UTC().Truncate(time.Second)
+)
 
 func (p *params) asOf() AsOf {
 	return AsOf{Seq: p.uint("as_of_seq"), Time: p.time("as_of")}

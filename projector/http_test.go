@@ -107,6 +107,11 @@ func TestHTTPAuditAPI(t *testing.T) {
 	eb = errBody{}
 	require.Equal(t, 400, getJSON(t, base+"/agents/bob/inbox?state=eaten", &eb))
 	require.Equal(t, "state", eb.Error.Violations[0].Field)
+	// Times the index cannot hold are refused, not read as "before
+	// everything" (int64 nanoseconds overflow after 2262).
+	eb = errBody{}
+	require.Equal(t, 400, getJSON(t, base+"/turns/turn-special/timeline?as_of=9999-12-31T23:59:59Z", &eb))
+	require.Equal(t, "as_of", eb.Error.Violations[0].Field)
 }
 
 func itoa(n uint64) string {

@@ -145,6 +145,9 @@ func TestHTTPPolicy(t *testing.T) {
 		{"GET", "/v1/projects/A%2Fx/calls", auditorA, http.StatusForbidden},
 		{"POST", "/projects/A%2Fx/tools", adminA, http.StatusForbidden},
 		{"GET", "/v1/projects/A%2F%2E%2E%2FB/calls", auditorA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/../B/calls", auditorA, http.StatusBadRequest},
+		{"GET", "/v1/projects/A/%2E%2E/B/calls", auditorA, http.StatusBadRequest},
+		{"GET", "/v1//projects/A/calls", auditorA, http.StatusBadRequest},
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		require.NoError(t, err)

@@ -33,6 +33,12 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A path with empty, "." or ".." segments would be redirected by the
+		// router to another path (with an HTML body): refuse it plainly.
+		if p := r.URL.EscapedPath(); p != "/" && (strings.Contains(p, "//") || hasDotSegment(p)) {
+			writeError(w, http.StatusBadRequest, "bad_request", "the path has empty, \".\" or \"..\" segments: send the canonical path")
+			return
+		}
 		now := time.Now
 		if p.Now != nil {
 			now = p.Now
@@ -98,6 +104,15 @@ func authorizeHTTP(g Grant, method, escapedPath string) string {
 		}
 	}
 	return ""
+}
+
+func hasDotSegment(escapedPath string) bool {
+	for _, seg := range strings.Split(escapedPath, "/") {
+		if u, err := url.PathUnescape(seg); err != nil || u == "." || u == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
