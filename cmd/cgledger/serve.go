@@ -175,6 +175,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
+		if !embedded && os.Getenv("CGLEDGER_NATS_URL") != "" {
+			return fmt.Errorf("connect %s (from CGLEDGER_NATS_URL: with it set, serve uses that server instead of starting the embedded one): %w", url, err)
+		}
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
