@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -138,9 +139,9 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 			return DispatchResult{}, err
 		}
 	} else {
-		existing, erev, err := l.getRecord(ctx, key)
-		if err != nil || existing == nil {
-			return DispatchResult{}, fmt.Errorf("dispatch %s/%s: record exists but cannot be read: %v", id.AgentTurnID, id.ToolCallID, err)
+		existing, erev, err := l.readExisting(ctx, key)
+		if err != nil {
+			return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 		}
 		if existing.DispatchFingerprint != rec.DispatchFingerprint {
 			var cvs Violations
@@ -167,7 +168,26 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	if err := l.recordCommandSeq(ctx, key, rec, rev, ack.Sequence); err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
-	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created && ack.Duplicate}, nil
+	// Whoever created the record dispatched the call; any other caller,
+	// even one that finished publishing for it, repeated it.
+	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
+}
+
+// readExisting reads a record whose create just failed because it exists.
+// On a replicated bucket the read can reach a replica that has not applied
+// the create yet, so it retries for a moment before calling it an error.
+func (l *Ledger) readExisting(ctx context.Context, key string) (*CallRecord, uint64, error) {
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		rec, rev, err := l.getRecord(ctx, key)
+		if err == nil && rec != nil {
+			return rec, rev, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("call record exists but cannot be read (last: %v): %w", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // recordCommandSeq stores the command's sequence in the call record. A report

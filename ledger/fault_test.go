@@ -68,6 +68,8 @@ func assertExactlyOneReport(t *testing.T, e *env, c call, out ledger.ReportOutco
 
 func TestReportCrashAfterEachStepThenRetry(t *testing.T) {
 	e := newEnv(t)
+	// A retry after a crash waits out the crashed report's lease.
+	e.l.SetReportLease(100 * time.Millisecond)
 	ctx := ctxT(t)
 	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
@@ -98,6 +100,8 @@ func TestReportCrashAfterEachStepThenRetry(t *testing.T) {
 
 func TestReportNATSServerRestartBetweenSteps(t *testing.T) {
 	e := newEnv(t)
+	// A retry after a crash waits out the crashed report's lease.
+	e.l.SetReportLease(100 * time.Millisecond)
 	ctx := ctxT(t)
 	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
@@ -123,6 +127,8 @@ func TestReportNATSServerRestartBetweenSteps(t *testing.T) {
 // then retries, as a real executor would.
 func TestReportRestartMidFlightThenRetry(t *testing.T) {
 	e := newEnv(t)
+	// A retry after a crash waits out the crashed report's lease.
+	e.l.SetReportLease(100 * time.Millisecond)
 	for i, step := range reportSteps {
 		t.Run(string(step), func(t *testing.T) {
 			c := newCall("turn-midflight", fmt.Sprintf("call-%d", i), 1)
@@ -255,6 +261,8 @@ func TestTenThousandDistinctCallsAllAccepted(t *testing.T) {
 
 func TestResumeFinishesAStuckClaim(t *testing.T) {
 	e := newEnv(t)
+	// A retry after a crash waits out the crashed report's lease.
+	e.l.SetReportLease(100 * time.Millisecond)
 	ctx := ctxT(t)
 	for i, step := range []ledger.Step{ledger.StepClaimed, ledger.StepAppended, ledger.StepWoken} {
 		c := newCall("turn-resume", fmt.Sprintf("call-%d", i), 1)

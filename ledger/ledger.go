@@ -30,6 +30,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
 	Logger *slog.Logger
+	// ReportLease is how long the writer of a report's claim alone finishes
+	// it (append, wakeup, mark woken) before a concurrent or retried report
+	// takes over. Zero means 5s.
+	ReportLease time.Duration
 }
 
 // Step names a point in the report path, for fault-injection tests.
@@ -58,6 +62,7 @@ type Ledger struct {
 	streams StreamConfig
 	m       *metrics
 	log     *slog.Logger
+	lease   time.Duration
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
@@ -101,7 +106,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log}, nil
+	lease := cfg.ReportLease
+	if lease <= 0 {
+		lease = 5 * time.Second
+	}
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease}, nil
 }
 
 // Version is the protocol version token this ledger writes.
@@ -137,7 +146,19 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 	if msg.Header.Get(HeaderTime) == "" {
 		msg.Header.Set(HeaderTime, FormatTime(start))
 	}
-	ack, err := l.js.PublishMsg(ctx, msg, append(opts, jetstream.WithExpectStream(l.streams.Stream))...)
+	opts = append(opts, jetstream.WithExpectStream(l.streams.Stream))
+	ack, err := l.js.PublishMsg(ctx, msg, opts...)
+	// Two identical publishes (same Nats-Msg-Id) in flight at once: the
+	// second is refused while the first is stored. Once it is, the same
+	// publish is answered as a duplicate with the original sequence.
+	for backoff := time.Millisecond; err != nil && isMsgIDInProcess(err); backoff = min(2*backoff, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (after: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		ack, err = l.js.PublishMsg(ctx, msg, opts...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +208,13 @@ func isWrongLastSeq(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// isMsgIDInProcess reports JetStream's 10158: a message with the same
+// Nats-Msg-Id is being stored right now.
+func isMsgIDInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
 }
 
 // isTooLarge reports a message over the stream's size limit.

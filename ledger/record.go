@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -62,6 +63,12 @@ type Claim struct {
 	WakeupSeq               uint64              `json:"wakeup_seq,omitempty"`
 	WorkerTarget            string              `json:"worker_target,omitempty"`
 	WakeupSkipped           bool                `json:"wakeup_skipped,omitempty"`
+	// LeaseUntil is how long the claim's writer alone may append the entry
+	// and publish the wakeup: a concurrent identical report waits for it to
+	// finish and answers duplicate, and takes over only after the lease
+	// (its writer crashed or stalled). One wakeup per report reaches core
+	// NATS subscribers, except after such a takeover.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 // callKey is the KV key of a call. Ids are base64url-encoded because

@@ -273,6 +273,19 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			if err := l.step(StepAppended); err != nil {
 				return ReportOutcome{}, err
 			}
+			if !appendedHere {
+				// Another report appended the entry: it publishes the one
+				// wakeup. Wait for it to finish; take over only once its
+				// lease is gone (it crashed or stalled).
+				woken, wrec, wrev, err := l.awaitWoken(ctx, key, rec.Claim.LeaseUntil)
+				if err != nil {
+					return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+				}
+				if woken {
+					rec, rev = wrec, wrev
+					continue
+				}
+			}
 			if pre.rostErr != nil {
 				return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 			}
@@ -303,6 +316,29 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		return l.finishReport(ctx, rec, in, !appendedHere)
 	}
 	return ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
+}
+
+// awaitWoken polls the call record until it is woken (true, with the
+// record) or the claim's lease has passed (false). Polling, rather than a
+// KV watch, because it only runs for concurrent identical reports.
+func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *CallRecord, uint64, error) {
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		rec, rev, err := l.getRecord(ctx, key)
+		if err != nil {
+			return false, nil, 0, err
+		}
+		if rec != nil && rec.State == StateWoken {
+			return true, rec, rev, nil
+		}
+		if !time.Now().Before(leaseUntil) {
+			return false, nil, 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil, 0, fmt.Errorf("waiting for the report being finished: %w", ctx.Err())
+		case <-time.After(min(backoff, time.Until(leaseUntil)+time.Millisecond)):
+		}
+	}
 }
 
 // withClaim copies a record deeply enough to change its claim.
@@ -417,6 +453,7 @@ func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *Sto
 	// The claim fixes the entry's time too, so a retry appends identical bytes.
 	h.Set(HeaderTime, FormatTime(time.Now()))
 	return &Claim{
+		LeaseUntil:  time.Now().Add(l.lease),
 		Fingerprint: fp, Status: in.payload.Status, AfterExecution: in.payload.AfterExecution,
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
 		Subject: ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),

@@ -1,0 +1,124 @@
+package ledger_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// ledgers opens n ledgers on their own connections to e's server: n
+// processes serving one ledger.
+func (e *env) ledgers(t *testing.T, n int) []*ledger.Ledger {
+	t.Helper()
+	out := []*ledger.Ledger{e.l}
+	for len(out) < n {
+		l, err := ledger.Open(ctxT(t), e.srv.Connect(t), ledger.Config{})
+		require.NoError(t, err)
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestRacingIdenticalDispatchesHaveOneFirst: identical dispatches at once,
+// through three ledger processes: every caller gets a definite answer,
+// exactly one hears "first", and one card and one command are stored.
+func TestRacingIdenticalDispatchesHaveOneFirst(t *testing.T) {
+	e := newEnv(t)
+	ls := e.ledgers(t, 3)
+	for round := range 5 {
+		c := newCall("turn-race", "call-"+string(rune('a'+round)), 1)
+		const n = 60
+		var wg sync.WaitGroup
+		firsts := make(chan ledger.DispatchResult, n)
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := ls[i%len(ls)].Dispatch(ctxT(t), c.dispatchReq())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !res.Duplicate {
+					firsts <- res
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		close(firsts)
+		for err := range errs {
+			t.Fatalf("round %d: a racing dispatch got no definite answer: %v", round, err)
+		}
+		require.Len(t, firsts, 1, "round %d: exactly one caller dispatched", round)
+		require.Len(t, e.subjectEntries(t, ledger.CardSubject("v1", project, c.card.CardID)), 1)
+		cmds := 0
+		for _, m := range e.subjectEntries(t, ledger.ToolCommandSubject("v1", project, channel, "echo")) {
+			if m.Header.Get(ledger.HeaderToolCallID) == c.id {
+				cmds++
+			}
+		}
+		require.Equal(t, 1, cmds, "round %d: one command", round)
+	}
+}
+
+// TestRacingIdenticalReportsHaveOneFirstAndOneWakeup: identical reports at
+// once, through three ledger processes: every caller gets a definite
+// answer, exactly one hears "first", and a core NATS subscriber of the
+// worker target receives exactly one wakeup.
+func TestRacingIdenticalReportsHaveOneFirstAndOneWakeup(t *testing.T) {
+	e := newEnv(t)
+	ls := e.ledgers(t, 3)
+	_, err := e.l.SetRoster(ctxT(t), ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-race"})
+	require.NoError(t, err)
+	watcher := e.srv.Connect(t)
+	wakeups, err := watcher.SubscribeSync(ledger.WakeupSubject("v1", project, channel, "w-race"))
+	require.NoError(t, err)
+	require.NoError(t, watcher.Flush())
+	for round := range 5 {
+		c := newCall("turn-race", "rcall-"+string(rune('a'+round)), 1)
+		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+		const n = 100
+		var wg sync.WaitGroup
+		firsts := make(chan ledger.ReportOutcome, n)
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := ls[i%len(ls)].Report(ctxT(t), c.reportReq(ledger.StatusSuccess, rc.CardID))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !out.Duplicate {
+					firsts <- out
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		close(firsts)
+		for err := range errs {
+			t.Fatalf("round %d: a racing report got no definite answer: %v", round, err)
+		}
+		require.Len(t, firsts, 1, "round %d: exactly one caller's report was accepted", round)
+		// Every publish happened before its Report returned; a flush makes
+		// the server deliver what it has for the watcher.
+		require.NoError(t, watcher.Flush())
+		got := 0
+		for {
+			m, err := wakeups.NextMsg(0)
+			if err != nil {
+				break
+			}
+			require.Equal(t, c.id, m.Header.Get(ledger.HeaderToolCallID))
+			got++
+		}
+		require.Equal(t, 1, got, "round %d: one wakeup reached the worker", round)
+	}
+}
