@@ -40,6 +40,7 @@ type Settings struct {
 	TLSCert      string   `json:"tls_cert" yaml:"tls_cert"`
 	TLSKey       string   `json:"tls_key" yaml:"tls_key"`
 	TLSCA        string   `json:"tls_ca" yaml:"tls_ca"`
+	PProf        string   `json:"pprof" yaml:"pprof"`
 }
 
 // setting describes one setting: its flag, environment variable and how to
@@ -73,6 +74,7 @@ var settings = func() []setting {
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
 		mk("tls_cert", "tls-cert", "PEM certificate: serve NATS (embedded) and HTTP over TLS; with --nats-url, the client certificate", func(s *Settings) *string { return &s.TLSCert }),
 		mk("tls_key", "tls-key", "PEM private key of --tls-cert", func(s *Settings) *string { return &s.TLSKey }),
+		mk("pprof", "pprof", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060; off when empty; no authentication: keep it on loopback)", func(s *Settings) *string { return &s.PProf }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
@@ -257,6 +259,11 @@ func (s Settings) validate() ledger.Violations {
 	for _, r := range s.Roles {
 		if r != "api" && r != "executor" && r != "projector" {
 			vs.Add("roles", ledger.VInvalidValue, "unknown role %q (api, executor, projector)", r)
+		}
+	}
+	if s.PProf != "" {
+		if _, _, err := net.SplitHostPort(s.PProf); err != nil {
+			vs.Add("pprof", ledger.VInvalidValue, "must be host:port, got %q", s.PProf)
 		}
 	}
 	if (s.TLSCert == "") != (s.TLSKey == "") {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -335,6 +336,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if s.PProf != "" {
+		stopPprof, err := servePprof(s.PProf, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	ln, err := net.Listen("tcp", s.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("http_listen %q: %w", s.HTTPListen, err)
@@ -439,4 +447,28 @@ func waitSkip(ctx context.Context, proj *projector.Projector, log *slog.Logger, 
 	}
 	log.Info("skip entry found: projector continues")
 	return true
+}
+
+// servePprof serves net/http/pprof on its own listener, apart from the API
+// (and its authentication): profiles expose internals, so it is off unless
+// asked for, and meant for loopback.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pprof %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("pprof server", "err", err)
+		}
+	}()
+	log.Warn("pprof serving (no authentication)", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() { _ = hs.Close() }, nil
 }

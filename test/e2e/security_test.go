@@ -207,3 +207,18 @@ func TestResultCardIDsCannotBeSquatted(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `"text":"mine"`)
 }
+
+// TestServePprofIsOptIn: profiles are served only when asked for, on their
+// own address, and never on the API's.
+func TestServePprofIsOptIn(t *testing.T) {
+	pprofPort := freePort(t)
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t), "--pprof", fmt.Sprintf("127.0.0.1:%d", pprofPort))
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", pprofPort))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get(s.httpURL() + "/debug/pprof/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEqual(t, http.StatusOK, resp.StatusCode, "not on the API listener")
+}
