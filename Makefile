@@ -25,7 +25,9 @@ fuzz:
 	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseCard$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseReport$$' -fuzztime $(FUZZTIME)
 
-## bench: ledger benchmarks with the raw JetStream baseline in the same run.
+## bench: the tool call against raw JetStream side by side (cgledger bench), then the Go
+## benchmarks of the ledger and projector, each with its raw baseline in the same run.
 bench:
+	$(GO) run ./cmd/cgledger bench
 	$(GO) test ./ledger -run '^$$' -bench . -benchtime 2s
 	$(GO) test ./projector -run '^$$' -bench . -benchtime 2s

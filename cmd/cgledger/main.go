@@ -33,6 +33,8 @@ Usage:
                                                issue a scoped, short-lived NATS credential
   cgledger projector skip --seq N --reason TEXT
                                                record an audited skip of an entry the projector cannot apply
+  cgledger bench [--inflight 1,16,256] [--sync-always]
+                                               measure a tool call against raw JetStream, side by side
   cgledger version                             print the build version and commit
 
 Every command takes --help. Exit codes: 0 ok, 1 the operation said no (call not success,
@@ -59,6 +61,8 @@ func run(args []string) int {
 		return tools(args[1:])
 	case "audit":
 		return audit(args[1:])
+	case "bench":
+		return bench(args[1:])
 	case "projector":
 		return projectorCmd(args[1:])
 	case "creds":

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,9 +108,16 @@ func natsOptions(s Settings, name string) []nats.Option {
 	return opts
 }
 
-// runServe runs until ctx ends. ready, when not nil, receives the HTTP and
-// NATS addresses once serving (tests).
-func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(httpAddr, natsURL string)) error {
+// serving describes a running serve, for callers in this process (bench).
+type serving struct {
+	HTTP, NATS string
+	// Embedded is the embedded nats-server (nil with --nats-url).
+	Embedded *server.Server
+}
+
+// runServe runs until ctx ends. ready, when not nil, is told where it serves
+// once it does.
+func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serving)) error {
 	url := s.NATSURL
 	embedded := url == ""
 	var sa *serveAuth
@@ -128,6 +136,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 	if err != nil {
 		return err
 	}
+	var embeddedSrv *server.Server
 	if embedded {
 		host, portStr, _ := net.SplitHostPort(s.NATSListen)
 		port, err := strconv.Atoi(portStr)
@@ -149,6 +158,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 		if err != nil {
 			return fmt.Errorf("start embedded nats-server: %w", err)
 		}
+		embeddedSrv = srv
 		defer func() {
 			srv.Shutdown()
 			srv.WaitForShutdown()
@@ -365,7 +375,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(http
 	log.Info("cgledger serving", "nats", url, "http", httpScheme+ln.Addr().String(), "data", s.Data, "auth", !s.NoAuth,
 		"roles", s.Roles, "stream", l.StreamName(), "replicas", s.Replicas, "sync_always", s.SyncAlways)
 	if ready != nil {
-		ready(httpScheme+ln.Addr().String(), url)
+		ready(serving{HTTP: httpScheme + ln.Addr().String(), NATS: url, Embedded: embeddedSrv})
 	}
 
 	<-ctx.Done()

@@ -198,3 +198,31 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	require.Less(t, strings.Index(log, "executor drained"), strings.Index(log, "projector stopped"))
 	require.Less(t, strings.Index(log, "projector stopped"), strings.Index(log, "embedded nats-server stopped"))
 }
+
+// TestBenchRunsAndReportsRatios: `cgledger bench` measures both sides in one
+// run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
+// not in assertions).
+func TestBenchRunsAndReportsRatios(t *testing.T) {
+	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	out, code := s.run(t, "bench", "--duration", "200ms", "--rounds", "1", "--inflight", "2", "--json")
+	require.Equal(t, 0, code, out)
+	var res struct {
+		Rows []struct {
+			Workload string  `json:"workload"`
+			Ratio    float64 `json:"ratio_per_second"`
+			CgLedger struct {
+				Calls int `json:"calls"`
+			} `json:"cgledger"`
+			Raw struct {
+				Calls int `json:"calls"`
+			} `json:"raw"`
+		} `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Len(t, res.Rows, 2)
+	for _, r := range res.Rows {
+		require.Positive(t, r.CgLedger.Calls, r.Workload)
+		require.Positive(t, r.Raw.Calls, r.Workload)
+		require.Positive(t, r.Ratio, r.Workload)
+	}
+}

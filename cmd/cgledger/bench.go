@@ -1,0 +1,520 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+const benchHelp = `Measure what a tool call costs against raw JetStream on the same machine, in one
+run: a fresh embedded server (credentials on, as serve runs by default) in a temporary
+directory, the full serve stack in this process, and a load generator speaking the wire
+protocol with a worker credential. For each in-flight level and round it alternates:
+
+  raw      publish a command to a stream, a pull consumer receives it and publishes a
+           result to a stream, the caller receives it (the raw JetStream round trip);
+  e2e      dispatch -> built-in echo executor -> result card -> report -> wakeup received
+           -> Inbox consumed;
+
+then duplicate reports against failing KV creates (the raw cost of "already there").
+It prints medians over the rounds and the ratios (cgledger / raw), with process CPU per
+call (server and load generator share this process), messages the ledger's own connections
+sent the server per call (JetStream publishes, KV operations, reads, replies, acks; the
+server's account statistics) and projector batch commits per call. See BENCHMARKS.md.`
+
+// benchResult is one measured run.
+type benchResult struct {
+	Calls      int     `json:"calls"`
+	PerSecond  float64 `json:"per_second"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	CPUMicros  float64 `json:"cpu_us_per_call"`
+	LedgerMsgs float64 `json:"ledger_msgs_per_call,omitempty"`
+	CommitsPer float64 `json:"projector_commits_per_call,omitempty"`
+	Errors     int     `json:"errors"`
+}
+
+// benchRow is the medians of one workload at one in-flight level.
+type benchRow struct {
+	Workload string      `json:"workload"`
+	InFlight int         `json:"in_flight"`
+	CgLedger benchResult `json:"cgledger"`
+	Raw      benchResult `json:"raw"`
+	Ratio    float64     `json:"ratio_per_second"`
+	P99Ratio float64     `json:"ratio_p99"`
+}
+
+func bench(args []string) int {
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json]", benchHelp)
+	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
+	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
+	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
+	syncAlways := fs.Bool("sync-always", false, "fsync every JetStream write (the embedded server's --sync-always)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	var inflight []int
+	for _, f := range strings.Split(*levels, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			return failf(exitUsage, "bench: --inflight: %q is not a number from 1 to 4096", f)
+		}
+		inflight = append(inflight, n)
+	}
+	if *rounds < 1 || *duration <= 0 {
+		return failf(exitUsage, "bench: --rounds and --duration must be positive")
+	}
+	rows, err := runBench(*duration, *rounds, inflight, *syncAlways)
+	if err != nil {
+		return failf(exitFailed, "bench: %v", err)
+	}
+	if *asJSON {
+		printJSON(map[string]any{"sync_always": *syncAlways, "duration": duration.String(), "rounds": *rounds, "rows": rows})
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "cgledger bench: %d rounds of %s, sync_always=%v (medians; ratio = cgledger / raw)\n\n", *rounds, *duration, *syncAlways)
+	fmt.Fprintf(stdout, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %7s %7s\n",
+		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x")
+	for _, r := range rows {
+		fmt.Fprintf(stdout, "%-16s %6d | %10.0f %8.2f %8.2f %9.0f %7.1f %7.2f | %10.0f %8.2f %8.2f %9.0f | %7.3f %7.1f\n",
+			r.Workload, r.InFlight, r.CgLedger.PerSecond, r.CgLedger.P50Ms, r.CgLedger.P99Ms, r.CgLedger.CPUMicros, r.CgLedger.LedgerMsgs, r.CgLedger.CommitsPer,
+			r.Raw.PerSecond, r.Raw.P50Ms, r.Raw.P99Ms, r.Raw.CPUMicros, r.Ratio, r.P99Ratio)
+	}
+	return exitOK
+}
+
+// benchEnv is the server under test and the clients that load it.
+type benchEnv struct {
+	httpURL string
+	srv     *server.Server
+	// ledgerAccount is the account whose traffic is counted.
+	ledgerAccount string
+	worker        *nats.Conn
+	admin         *nats.Conn
+	js            jetstream.JetStream // the ledger account (raw baselines, counters)
+	cl            *ledger.Client
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{}
+	seq     atomic.Int64
+}
+
+func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]benchRow, error) {
+	dir, err := os.MkdirTemp("", "cgledger-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	s := defaultSettings()
+	s.Data, s.NATSListen, s.HTTPListen, s.SyncAlways = dir, "127.0.0.1:0", "127.0.0.1:0", syncAlways
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan serving, 1)
+	served := make(chan error, 1)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { served <- runServe(ctx, s, quiet, func(sv serving) { ready <- sv }) }()
+	var a serving
+	select {
+	case a = <-ready:
+	case err := <-served:
+		return nil, fmt.Errorf("serve: %w", err)
+	case <-time.After(time.Minute):
+		return nil, errors.New("serve did not start within a minute")
+	}
+	defer func() {
+		cancel()
+		<-served
+	}()
+	is, err := auth.LoadIssuer(filepath.Join(dir, "auth"))
+	if err != nil {
+		return nil, err
+	}
+	connect := func(g auth.Grant) (*nats.Conn, error) {
+		c, err := is.Issue(g, time.Hour, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		opts := []nats.Option{nats.UserJWTAndSeed(c.JWT, c.Seed), nats.Name("cgledger-bench")}
+		if g.Role != auth.RoleLedger {
+			opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+		}
+		return nats.Connect(a.NATS, opts...)
+	}
+	e := &benchEnv{httpURL: a.HTTP, srv: a.Embedded, waiters: map[string]chan struct{}{}}
+	if e.worker, err = connect(auth.Grant{Role: auth.RoleWorker, Project: "bench"}); err != nil {
+		return nil, err
+	}
+	defer e.worker.Close()
+	if e.admin, err = connect(auth.Grant{Role: auth.RoleAdmin, Project: auth.AllProjects}); err != nil {
+		return nil, err
+	}
+	defer e.admin.Close()
+	ln, err := connect(auth.Grant{Role: auth.RoleLedger, Label: "bench raw baseline"})
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	if e.js, err = jetstream.New(ln); err != nil {
+		return nil, err
+	}
+	e.cl = ledger.NewClient(e.worker)
+	if k, err := auth.LoadAccountKeys(filepath.Join(dir, "auth")); err == nil {
+		e.ledgerAccount, _ = k.Account.PublicKey()
+	}
+	if err := e.setup(ctx); err != nil {
+		return nil, err
+	}
+	raw, err := newRawBench(ctx, e.js)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.close()
+
+	var rows []benchRow
+	for _, n := range inflight {
+		var cg, rw []benchResult
+		for range rounds {
+			r, err := e.measure(ctx, d, n, raw.call, false)
+			if err != nil {
+				return nil, err
+			}
+			rw = append(rw, r)
+			if r, err = e.measure(ctx, d, n, e.call, true); err != nil {
+				return nil, err
+			}
+			cg = append(cg, r)
+		}
+		rows = append(rows, row("e2e echo", n, cg, rw))
+	}
+	// Duplicates: a repeated report against a KV create of an existing key.
+	dup, err := e.duplicateReport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := 16
+	var cg, rw []benchResult
+	for range rounds {
+		r, err := e.measure(ctx, d, n, raw.failingCreate, false)
+		if err != nil {
+			return nil, err
+		}
+		rw = append(rw, r)
+		if r, err = e.measure(ctx, d, n, dup, true); err != nil {
+			return nil, err
+		}
+		cg = append(cg, r)
+	}
+	rows = append(rows, row("duplicate report", n, cg, rw))
+	return rows, nil
+}
+
+func row(workload string, n int, cg, rw []benchResult) benchRow {
+	r := benchRow{Workload: workload, InFlight: n, CgLedger: median(cg), Raw: median(rw)}
+	if r.Raw.PerSecond > 0 {
+		r.Ratio = r.CgLedger.PerSecond / r.Raw.PerSecond
+	}
+	if r.Raw.P99Ms > 0 {
+		r.P99Ratio = r.CgLedger.P99Ms / r.Raw.P99Ms
+	}
+	return r
+}
+
+// median takes each figure's median over the rounds.
+func median(rs []benchResult) benchResult {
+	pick := func(f func(benchResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	out := benchResult{
+		PerSecond:  pick(func(r benchResult) float64 { return r.PerSecond }),
+		P50Ms:      pick(func(r benchResult) float64 { return r.P50Ms }),
+		P99Ms:      pick(func(r benchResult) float64 { return r.P99Ms }),
+		CPUMicros:  pick(func(r benchResult) float64 { return r.CPUMicros }),
+		LedgerMsgs: pick(func(r benchResult) float64 { return r.LedgerMsgs }),
+		CommitsPer: pick(func(r benchResult) float64 { return r.CommitsPer }),
+	}
+	for _, r := range rs {
+		out.Calls += r.Calls
+		out.Errors += r.Errors
+	}
+	return out
+}
+
+// setup gives the bench's agents a roster entry and routes wakeups to the
+// calls waiting for them.
+func (e *benchEnv) setup(ctx context.Context) error {
+	if _, err := e.cl.SetRoster(ctx, ledger.RosterEntry{ProjectID: "bench", AgentID: "agent", WorkerTarget: "bench-worker"}); err != nil {
+		return fmt.Errorf("roster: %w", err)
+	}
+	_, err := e.worker.Subscribe("cg.v1.bench.*.cmd.agent.bench-worker.wakeup", func(m *nats.Msg) {
+		id := m.Header.Get(ledger.HeaderToolCallID)
+		e.mu.Lock()
+		ch := e.waiters[id]
+		delete(e.waiters, id)
+		e.mu.Unlock()
+		if ch != nil {
+			close(ch)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return e.worker.Flush()
+}
+
+// call runs one tool call end to end, as a worker does.
+func (e *benchEnv) call(ctx context.Context) error {
+	n := e.seq.Add(1)
+	turn, id := "turn-"+strconv.FormatInt(n/100, 10), "call-"+strconv.FormatInt(n, 10)
+	woken := make(chan struct{})
+	e.mu.Lock()
+	e.waiters[id] = woken
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.waiters, id)
+		e.mu.Unlock()
+	}()
+	sum := sha256.Sum256([]byte(turn + id))
+	card := ledger.Card{CardID: "cc-" + id, ProjectID: "bench", Type: ledger.CardToolCall, AuthorID: "agent",
+		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"echo","arguments":{"text":"bench"}}`),
+		Metadata: ledger.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
+	_, err := e.cl.Dispatch(ctx, ledger.DispatchRequest{
+		Subject:  ledger.ToolCommandSubject(ledger.DefaultVersion, "bench", "main", "echo"),
+		Identity: ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
+		Card:     card,
+		Payload:  ledger.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: "echo", AfterExecution: ledger.AfterSuspend},
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-woken:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	_, err = e.cl.Consume(ctx, ledger.ConsumeRequest{ProjectID: "bench", AgentID: "agent", AgentTurnID: turn, ToolCallID: id})
+	return err
+}
+
+// duplicateReport returns a function that repeats the report of one
+// finished call, as a retrying tool service would.
+func (e *benchEnv) duplicateReport(ctx context.Context) (func(context.Context) error, error) {
+	if err := e.call(ctx); err != nil {
+		return nil, fmt.Errorf("a call to repeat: %w", err)
+	}
+	n := e.seq.Load()
+	turn, id := "turn-"+strconv.FormatInt(n/100, 10), "call-"+strconv.FormatInt(n, 10)
+	admin := ledger.NewClient(e.admin, ledger.WithActor("echo"))
+	rec, err := admin.GetCall(ctx, "bench", turn, id)
+	if err != nil || rec.Claim == nil {
+		return nil, fmt.Errorf("read the call to repeat: %v", err)
+	}
+	req := ledger.ReportRequest{ProjectID: "bench", ChannelID: rec.ChannelID, SourceID: rec.Claim.SourceID, SourceFunction: "echo",
+		Identity: ledger.Identity{AgentID: rec.AgentID, AgentTurnID: turn, TurnEpoch: rec.TurnEpoch, ToolCallID: id},
+		Payload:  ledger.ReportPayload{Status: rec.Claim.Status, AfterExecution: rec.Claim.AfterExecution, ToolResultCardID: rec.Claim.ToolResultCardID}}
+	return func(ctx context.Context) error {
+		out, err := admin.Report(ctx, req)
+		if err == nil && !out.Duplicate {
+			return errors.New("a repeated report was not a duplicate")
+		}
+		return err
+	}, nil
+}
+
+// measure runs op with n callers for d and collects the figures.
+func (e *benchEnv) measure(ctx context.Context, d time.Duration, n int, op func(context.Context) error, counters bool) (benchResult, error) {
+	var api0, commits0 float64
+	if counters {
+		api0, commits0 = e.counters(ctx)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	end := start.Add(d)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for time.Now().Before(end) {
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				t0 := time.Now()
+				err := op(cctx)
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	if len(lat) == 0 {
+		return benchResult{}, fmt.Errorf("no call completed (%d errors, first: %v)", errs.Load(), firstErr.Load())
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	r := benchResult{Calls: len(lat), PerSecond: float64(len(lat)) / elapsed.Seconds(), P50Ms: q(0.50), P99Ms: q(0.99),
+		CPUMicros: float64(cpu.Microseconds()) / float64(len(lat)), Errors: int(errs.Load())}
+	if counters {
+		api1, commits1 := e.counters(ctx)
+		r.LedgerMsgs, r.CommitsPer = (api1-api0)/float64(len(lat)), (commits1-commits0)/float64(len(lat))
+	}
+	return r, nil
+}
+
+// counters reads how many messages the ledger account's connections sent
+// the server (JetStream publishes, KV operations, reads, API replies, acks:
+// the server's own account statistics) and the projector's batch commits.
+func (e *benchEnv) counters(ctx context.Context) (msgs, commits float64) {
+	if e.srv != nil {
+		if st, err := e.srv.AccountStatz(&server.AccountStatzOptions{Accounts: []string{e.ledgerAccount}}); err == nil && len(st.Accounts) == 1 {
+			msgs = float64(st.Accounts[0].Received.Msgs)
+		}
+	}
+	resp, err := http.Get(e.httpURL + "/metrics")
+	if err != nil {
+		return msgs, 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "cgledger_projector_batch_commit_duration_seconds_count "); ok {
+			commits, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return msgs, commits
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rawBench is the baseline: the same round trip with nothing but JetStream.
+type rawBench struct {
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	cc      jetstream.ConsumeContext
+	kv      jetstream.KeyValue
+	mu      sync.Mutex
+	waiters map[string]chan struct{}
+	seq     atomic.Int64
+}
+
+func newRawBench(ctx context.Context, js jetstream.JetStream) (*rawBench, error) {
+	r := &rawBench{js: js, nc: js.Conn(), waiters: map[string]chan struct{}{}}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_RAW", Subjects: []string{"rawbench.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("raw stream: %w", err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "BENCH_RAW", jetstream.ConsumerConfig{Durable: "worker", FilterSubject: "rawbench.cmd.>", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("raw consumer: %w", err)
+	}
+	r.cc, err = cons.Consume(func(m jetstream.Msg) {
+		id := strings.TrimPrefix(m.Subject(), "rawbench.cmd.")
+		if _, err := js.Publish(context.Background(), "rawbench.res."+id, m.Data()); err == nil {
+			_ = m.Ack()
+		}
+	}, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.nc.Subscribe("rawbench.res.>", func(m *nats.Msg) {
+		id := strings.TrimPrefix(m.Subject, "rawbench.res.")
+		r.mu.Lock()
+		ch := r.waiters[id]
+		delete(r.waiters, id)
+		r.mu.Unlock()
+		if ch != nil {
+			close(ch)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if r.kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "BENCH_RAW_KV"}); err != nil {
+		return nil, fmt.Errorf("raw bucket: %w", err)
+	}
+	if _, err := r.kv.Create(ctx, "taken", []byte("x")); err != nil {
+		return nil, err
+	}
+	return r, r.nc.Flush()
+}
+
+func (r *rawBench) close() { r.cc.Stop() }
+
+// call: publish a command, a pull consumer publishes the result, the caller
+// receives it.
+func (r *rawBench) call(ctx context.Context) error {
+	id := strconv.FormatInt(r.seq.Add(1), 10)
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.waiters[id] = done
+	r.mu.Unlock()
+	if _, err := r.js.Publish(ctx, "rawbench.cmd."+id, []byte(`{"tool_call_card_id":"cc","tool_name":"echo","after_execution":"suspend"}`)); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// failingCreate: the raw cost of finding out that something already exists.
+func (r *rawBench) failingCreate(ctx context.Context) error {
+	_, err := r.kv.Create(ctx, "taken", []byte("x"))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	if err == nil {
+		return errors.New("create of an existing key succeeded")
+	}
+	return err
+}
