@@ -247,7 +247,11 @@ func encodeReply(res any, err error) []byte {
 			r.OK, r.Result = true, b
 		}
 	}
-	b, _ := json.Marshal(r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Never an empty reply: say what failed in a body that always encodes.
+		b, _ = json.Marshal(APIReply{Error: &Error{Code: CodeInternal, Message: "encode reply: " + clipHead(err.Error(), MaxViolationText)}})
+	}
 	return b
 }
 

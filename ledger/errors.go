@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Code is a stable, machine-readable protocol error code. Codes appear in API
@@ -99,8 +100,42 @@ const (
 type Violations []Violation
 
 // Add appends a violation.
+//
+// Fields and messages are cut to MaxViolationText bytes (keeping the end of
+// a field path, which names the offending key): a request can make paths as
+// long as itself, and the refusal must still fit in one reply and one
+// rejection entry.
 func (vs *Violations) Add(field, code, format string, args ...any) {
-	*vs = append(*vs, Violation{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
+	*vs = append(*vs, Violation{Field: clipTail(field, MaxViolationText), Code: code, Message: clipHead(fmt.Sprintf(format, args...), MaxViolationText)})
+}
+
+// MaxViolationText bounds a violation's field and message, in bytes.
+const MaxViolationText = 512
+
+// clipTail keeps the last n bytes of s (on a UTF-8 boundary), marked with
+// a leading "...".
+func clipTail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n + 3
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return "..." + s[i:]
+}
+
+// clipHead keeps the first n bytes of s (on a UTF-8 boundary), marked with
+// a trailing "...".
+func clipHead(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - 3
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // Error is the typed error of every ledger operation that is refused. It

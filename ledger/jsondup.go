@@ -14,6 +14,12 @@ import (
 // then the refusal could not be recorded at all.
 const maxDuplicateKeyViolations = 100
 
+// MaxJSONDepth bounds how deeply a request's JSON may nest. Deeper
+// documents are refused: every reader of a stored card (the ledger's own
+// encoder, clients in other languages) has a nesting limit, and a card one
+// of them cannot read back is worse than a card refused up front.
+const MaxJSONDepth = 256
+
 // dupFrame is one open JSON container while scanning for duplicate keys.
 type dupFrame struct {
 	// seen counts the member names of an object; nil for an array.
@@ -44,10 +50,24 @@ func checkDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...st
 	var stack []*dupFrame
 	found := 0
 	skip := 0 // depth inside an opaque member's value
+	// path renders the current path, keeping only its last
+	// MaxViolationText bytes: a document can nest keys as long as itself.
 	path := func() string {
+		n := len(prefix)
+		first := 0
+		for i := len(stack) - 1; i >= 0; i-- {
+			if n+len(stack[i].elem) > MaxViolationText {
+				first = i + 1
+				break
+			}
+			n += len(stack[i].elem)
+		}
 		var b strings.Builder
 		b.WriteString(prefix)
-		for _, f := range stack {
+		if first > 0 {
+			b.WriteString("...")
+		}
+		for _, f := range stack[first:] {
 			b.WriteString(f.elem)
 		}
 		return b.String()
@@ -116,7 +136,7 @@ func checkDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...st
 				}
 				found++
 				where := path()
-				vs.Add(where+"."+key, VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(clip(key)), where)
+				vs.Add(where+"."+clip(key), VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(clip(key)), clipTail(where, 200))
 			}
 			top.key, top.haveKey = key, true
 			if len(stack) == 1 && slices.Contains(opaque, key) {
@@ -134,6 +154,10 @@ func checkDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...st
 			continue
 		}
 		d, isDelim := tok.(json.Delim)
+		if isDelim && (d == '{' || d == '[') && len(stack) >= MaxJSONDepth {
+			vs.Add(path(), VTooLarge, "nests deeper than %d levels", MaxJSONDepth)
+			return
+		}
 		switch {
 		case isDelim && d == '{':
 			stack = append(stack, &dupFrame{seen: map[string]int{}, elem: childElem()})
