@@ -158,3 +158,54 @@ func (v *ChainVerifier) Count() uint64 { return v.count }
 
 // FirstBad is the first sequence that failed, or 0; Reason says why.
 func (v *ChainVerifier) FirstBad() (uint64, string) { return v.firstBad, v.reason }
+
+// CanonicalHeaders returns h with the names of chained headers (CG-* and
+// trace headers) in one spelling: the ledger's own for the headers it knows,
+// lower case for other CG-* headers. The chain hashes header names case-
+// insensitively, so everything that reads an entry's meaning (the views)
+// must read them the same way: two entries with the same chain link then
+// always mean the same thing. Values of names that collide are kept in the
+// order of the original names, sorted. Other headers are returned as they
+// are. h itself is not modified.
+func CanonicalHeaders(h map[string][]string) map[string][]string {
+	clean := true
+	for k := range h {
+		if chainedHeader(k) && canonicalChained(k) != k {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return h
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string][]string, len(h))
+	for _, k := range keys {
+		name := k
+		if chainedHeader(k) {
+			name = canonicalChained(k)
+		}
+		out[name] = append(out[name], h[k]...)
+	}
+	return out
+}
+
+func canonicalChained(k string) string {
+	if c := canonicalHeader(k); c != k || isKnownHeader(k) {
+		return c
+	}
+	return lowerASCII(k)
+}
+
+func isKnownHeader(k string) bool {
+	for _, n := range knownHeaders {
+		if n == k {
+			return true
+		}
+	}
+	return false
+}

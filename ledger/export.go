@@ -287,6 +287,8 @@ type NotedSkip struct {
 // Note records entry seq in the report when it is unrecognized or a skip
 // entry. Both verifiers call it for every entry they chain.
 func (r *VerifyReport) Note(seq uint64, subject string, h nats.Header, data []byte) {
+	// Read as the views read it: header names case-insensitively.
+	h = nats.Header(CanonicalHeaders(h))
 	rec := RecognizeEntry(subject, h)
 	switch {
 	case rec.Unrecognized():

@@ -115,7 +115,7 @@ func ParseEpoch(s string) (uint64, bool) {
 var knownHeaders = []string{
 	HeaderAgentID, HeaderAgentTurnID, HeaderTurnEpoch, HeaderToolCallID, HeaderStepID, HeaderContextBoxID,
 	HeaderTraceparent, HeaderTracestate, HeaderProjectID, HeaderChannelID, HeaderSourceID, HeaderSourceFunction,
-	HeaderEntryKind, HeaderTime,
+	HeaderEntryKind, HeaderTime, HeaderActor,
 }
 
 // canonicalHeader returns the known header name k matches as headerValue

@@ -53,11 +53,19 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		require.Len(t, vs, maxDuplicateKeyViolations+1)
 		require.Equal(t, "p", vs[len(vs)-1].Field, "the last violation says more were left out")
 	})
-	t.Run("deep nesting", func(t *testing.T) {
+	t.Run("nesting up to the limit", func(t *testing.T) {
+		doc := strings.Repeat(`{"a":`, MaxJSONDepth) + "1" + strings.Repeat("}", MaxJSONDepth)
+		var vs Violations
+		checkDuplicateKeys("p", []byte(doc), &vs)
+		require.Empty(t, vs)
+	})
+	t.Run("nesting past the limit", func(t *testing.T) {
 		const depth = 5000
 		doc := strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth)
 		var vs Violations
 		checkDuplicateKeys("p", []byte(doc), &vs)
-		require.Empty(t, vs)
+		require.Len(t, vs, 1)
+		require.Equal(t, VTooLarge, vs[0].Code)
+		require.LessOrEqual(t, len(vs[0].Field), MaxViolationText+3, "the path is cut")
 	})
 }

@@ -178,7 +178,7 @@ func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // use it rather than the stream's timestamp so that replaying the same
 // entries into a fresh stream gives the same views.
 func EntryTime(h nats.Header) (time.Time, bool) {
-	if v := h.Get(HeaderTime); v != "" {
+	if v := HeaderGet(h, HeaderTime); v != "" {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			return t.UTC(), true
 		}

@@ -63,8 +63,10 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 // verifiers agree on which messages are unrecognized. A known kind whose
 // data does not decode is not unrecognized: it is a corrupt entry, which
 // stops the projector until an operator skips it.
+//
+// Header names are matched case-insensitively, as the chain hashes them.
 func RecognizeEntry(subject string, h nats.Header) Recognition {
-	kind := h.Get(HeaderEntryKind)
+	kind, _ := headerValue(h, HeaderEntryKind)
 	sub, err := ParseSubject(subject)
 	unrec := func(code, format string, args ...any) Recognition {
 		return Recognition{Kind: ViewKindUnrecognized, Code: code, Reason: fmt.Sprintf(format, args...)}

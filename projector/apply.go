@@ -62,10 +62,13 @@ func corrupt(seq uint64, format string, args ...any) error {
 // states it writes are kept in pending, and anything else it reads was
 // committed before the batch began (the store's cache or the database).
 type applier struct {
-	b       *pebble.Batch
-	cp      checkpoint
-	store   *Store
-	pending map[string]*CallState
+	// linkHeaders are the current entry's headers as stored, for its chain
+	// link (the views read a canonical copy).
+	linkHeaders map[string][]string
+	b           *pebble.Batch
+	cp          checkpoint
+	store       *Store
+	pending     map[string]*CallState
 
 	// skippedHere holds the entries skipped in this batch, for their skip
 	// entries later in the same batch.
@@ -124,6 +127,10 @@ func (a *applier) apply(e ledger.Entry) error {
 	if e.Seq != a.cp.Applied+1 {
 		return fmt.Errorf("%w: expected seq %d, got %d", ErrGap, a.cp.Applied+1, e.Seq)
 	}
+	// The chain link is over the headers as stored; everything else reads
+	// them as the chain does, case-insensitively (ledger.CanonicalHeaders).
+	a.linkHeaders = e.Headers
+	e.Headers = ledger.CanonicalHeaders(e.Headers)
 	h := nats.Header(e.Headers)
 	rec := ledger.RecognizeEntry(e.Subject, h)
 	if rec.Unrecognized() {
@@ -186,7 +193,12 @@ func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool)
 	if trusted && t.After(a.cp.Watermark) {
 		a.cp.Watermark = t
 	}
-	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, h, e.Data)
+	lh := h
+	if a.linkHeaders != nil {
+		lh = nats.Header(a.linkHeaders)
+		a.linkHeaders = nil
+	}
+	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, lh, e.Data)
 	a.cp.Applied = e.Seq
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
@@ -211,6 +223,8 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 // skipped records entry e, which could not be applied, as skipped by the
 // skip entry s, with no effect on any other view.
 func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
+	a.linkHeaders = e.Headers
+	e.Headers = ledger.CanonicalHeaders(e.Headers)
 	h := nats.Header(e.Headers)
 	t, _ := ledger.EntryTime(h)
 	a.record(e, KindSkipped, t, false)
