@@ -393,6 +393,10 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		return ToolConsumer{}, newError(CodeNotFound, vs, "no registered tool with target %s", tool)
 	}
 	base := Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
+	name := auth.ToolConsumerName(project, tool)
+	if err := l.checkConsumerQuota(ctx, project, name); err != nil {
+		return ToolConsumer{}, err
+	}
 	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
 	_, err = l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
@@ -402,6 +406,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		AckWait:        30 * time.Second,
 		MaxDeliver:     5,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		Metadata:       map[string]string{consumerProjectKey: project, "cgledger.tool": tool},
 	})
 	if err != nil {
 		return ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
@@ -436,4 +441,49 @@ func (s *APIServer) projectorSkip(ctx context.Context, m *nats.Msg) (any, error)
 		return nil, err
 	}
 	return s.l.Skip(ctx, req.Seq, req.Reason)
+}
+
+// Tool consumer quotas. The server caps the consumers of an account, and
+// export, verify, the projector and the executors need consumers too: one
+// project (an admin may register any number of tools) must not be able to
+// take them all.
+const (
+	// MaxToolConsumersPerProject bounds one project's tool consumers.
+	MaxToolConsumersPerProject = 32
+	// MaxToolConsumers bounds all tool consumers of the ledger stream.
+	MaxToolConsumers = 512
+
+	consumerProjectKey = "cgledger.project"
+)
+
+// checkConsumerQuota refuses a new tool consumer past the quotas; an
+// existing one (name) is always answered.
+func (l *Ledger) checkConsumerQuota(ctx context.Context, project, name string) error {
+	perProject, total := 0, 0
+	lister := l.stream.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if info.Name == name {
+			return nil
+		}
+		if !strings.HasPrefix(info.Name, "cgtool-") {
+			continue
+		}
+		total++
+		if info.Config.Metadata[consumerProjectKey] == project {
+			perProject++
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return fmt.Errorf("tool consumer quota: %w", err)
+	}
+	var vs Violations
+	switch {
+	case perProject >= MaxToolConsumersPerProject:
+		vs.Add("subject", VTooLarge, "project %s already has %d tool consumers, the most a project may have", project, perProject)
+	case total >= MaxToolConsumers:
+		vs.Add("subject", VTooLarge, "the ledger already has %d tool consumers, the most it keeps", total)
+	default:
+		return nil
+	}
+	return newError(CodeBadRequest, vs, "no more tool consumers")
 }

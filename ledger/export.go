@@ -163,7 +163,9 @@ func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w 
 	}
 	if !headerDone {
 		if from > v.next {
-			return tr, fmt.Errorf("export: --from-seq %d is past the end of the ledger (last seq %d)", from, v.next-1)
+			var vs Violations
+			vs.Add("from_seq", VInvalidValue, "sequence %d is past the end of the ledger (last seq %d)", from, v.next-1)
+			return tr, newError(CodeBadRequest, vs, "export from seq %d: past the end of the ledger (last seq %d)", from, v.next-1)
 		}
 		if err := writeHeader(); err != nil {
 			return tr, fmt.Errorf("export: %w", err)

@@ -88,12 +88,16 @@ func audit(args []string) int {
 	switch kind {
 	case "turn":
 		var tl projector.Timeline
-		_ = json.Unmarshal(raw, &tl)
+		if err := json.Unmarshal(raw, &tl); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		}
 		fmt.Fprintf(stdout, "turn %s in project %s, as of seq %d: %d entries\n", tl.AgentTurnID, tl.ProjectID, tl.AsOfSeq, len(tl.Items))
 		printItems(tl.Items)
 	case "call":
 		var st projector.CallStory
-		_ = json.Unmarshal(raw, &st)
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		}
 		fmt.Fprintf(stdout, "call %s in project %s, as of seq %d\n", st.ToolCallID, st.ProjectID, st.AsOfSeq)
 		for _, c := range st.Calls {
 			fmt.Fprintf(stdout, "  turn %s: %s", c.AgentTurnID, c.State)
@@ -105,14 +109,18 @@ func audit(args []string) int {
 		printItems(st.Items)
 	case "agent":
 		var in projector.Page[projector.InboxEntry]
-		_ = json.Unmarshal(raw, &in)
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		}
 		fmt.Fprintf(stdout, "inbox of agent %s in project %s, as of seq %d: %d entries\n", pos[0], *project, in.AsOfSeq, len(in.Items))
 		for _, e := range in.Items {
 			fmt.Fprintf(stdout, "  seq %-6d %-9s %-8s turn %s call %s tool %s card %s after %s\n", e.ReportSeq, e.State, e.Status, e.AgentTurnID, e.ToolCallID, e.ToolName, e.ToolResultCardID, e.EffectiveAfterExecution)
 		}
 	case "card":
 		var c projector.CardResult
-		_ = json.Unmarshal(raw, &c)
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		}
 		fmt.Fprintf(stdout, "card %s in project %s, as of seq %d: %d version(s)\n", pos[0], *project, c.AsOfSeq, len(c.Versions))
 		for _, v := range c.Versions {
 			fmt.Fprintf(stdout, "  seq %d at %s\n    %s\n", v.Seq, v.Time.Format(time.RFC3339Nano), string(v.Card))

@@ -152,7 +152,7 @@ func TestHTTPPolicy(t *testing.T) {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		require.NoError(t, err)
 		if tc.token != "" {
-			req.Header.Set("Authorization", "Bearer "+tc.token)
+			req.Header.Set("Authorization", "bEaReR "+tc.token) // the scheme is case-insensitive
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)

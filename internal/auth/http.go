@@ -43,9 +43,10 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 		if p.Now != nil {
 			now = p.Now
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			tok = ""
+		// The scheme is case-insensitive (RFC 7235).
+		tok := ""
+		if scheme, rest, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			tok = rest
 		}
 		g, err := p.Verifier.Verify(tok, now())
 		if err != nil {
