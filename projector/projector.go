@@ -33,6 +33,12 @@ type Config struct {
 	// half of one), and the projector re-applies them; syncing bounds how
 	// much a crash can undo and guarantees progress across repeated crashes.
 	SyncEvery int
+	// TailSyncInterval spaces out the fsyncs of batches that reach the tail
+	// while Run follows the ledger: at most one per interval (CatchUp always
+	// fsyncs at the tail). The stream is the source of truth, so a crash can
+	// only roll the views back by that much, and they are re-applied. Zero
+	// means 1s; a negative value fsyncs every tail batch.
+	TailSyncInterval time.Duration
 	// Registerer receives the projector's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
@@ -49,6 +55,8 @@ type Projector struct {
 	store *Store
 	js    jetstream.JetStream
 	cfg   Config
+	// lastSync is when a batch was last fsynced (by consume only).
+	lastSync time.Time
 	m     *metrics
 	log   *slog.Logger
 
@@ -72,6 +80,9 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 	}
 	if cfg.SkipPollInterval <= 0 {
 		cfg.SkipPollInterval = 2 * time.Second
+	}
+	if cfg.TailSyncInterval == 0 {
+		cfg.TailSyncInterval = time.Second
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -315,7 +326,13 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		pending = append(pending, pe)
 		if len(pending) >= p.cfg.BatchSize || meta.NumPending == 0 || (until > 0 && e.Seq >= until) {
 			batches++
-			if err := p.commit(a, meta.NumPending, meta.NumPending == 0 || batches%p.cfg.SyncEvery == 0); err != nil {
+			atTail := meta.NumPending == 0
+			sync := batches%p.cfg.SyncEvery == 0 ||
+				(atTail && (until > 0 || p.cfg.TailSyncInterval < 0 || time.Since(p.lastSync) >= p.cfg.TailSyncInterval))
+			if sync {
+				p.lastSync = time.Now()
+			}
+			if err := p.commit(a, meta.NumPending, sync); err != nil {
 				return err
 			}
 			cp, pending = a.cp, pending[:0]
