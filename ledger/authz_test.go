@@ -386,10 +386,10 @@ func reportHeader(c call) nats.Header {
 }
 
 // TestAuthReplySubjectsCannotReachTheLedger: NATS answers a request on the
-// reply subject the requester chose. Clients live in another account than
-// the ledger's streams, so no answer (the ledger's, JetStream's, a pulled
-// command) to a client can land on a ledger subject: it lands in the
-// clients' account, where a spy sees it and the stream does not.
+// reply subject the requester chose. Clients live in their project's
+// account, not the ledger's, so no answer (the ledger's, JetStream's, a
+// pulled command) to a client can land on a ledger subject: it lands in the
+// project's account, where a spy sees it and the stream does not.
 func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 	e := newAuthEnv(t)
 	c := newCall("t1", "k1", 1)
@@ -400,26 +400,13 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.nc.Flush())
 
-	// A spy in the clients' account, allowed to see everything there.
-	keys := e.srv.Keys()
-	clientsPub, err := keys.Clients.PublicKey()
-	require.NoError(t, err)
-	spyKey, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	spyPub, _ := spyKey.PublicKey()
-	spySeed, _ := spyKey.Seed()
-	uc := jwt.NewUserClaims(spyPub)
-	uc.IssuerAccount = clientsPub
-	uc.Sub.Allow.Add(">")
-	spyJWT, err := uc.Encode(keys.ClientsSigning)
-	require.NoError(t, err)
-	spyNC, err := e.srv.Dial(nats.UserJWTAndSeed(spyJWT, string(spySeed)))
-	require.NoError(t, err)
+	// A spy in the project's own account, allowed to see everything there.
+	worker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project}) // makes the account known
+	spyNC := e.spy(t, project)
 	spy, err := spyNC.SubscribeSync(evil)
 	require.NoError(t, err)
 	require.NoError(t, spyNC.Flush())
 
-	worker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project})
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
 	registerEcho(t, e)
 	tc, err := ledger.NewClient(echo.nc, ledger.WithActor("echo")).EnsureToolConsumer(ctxT(t), project)
@@ -462,4 +449,63 @@ func registerEcho(t *testing.T, e *authEnv) {
 	t.Helper()
 	_, err := e.l.RegisterToolYAML(ctxT(t), project, []byte("tool_name: echo\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
 	require.NoError(t, err)
+}
+
+// spy connects a user of project's account that may subscribe to anything
+// there (tests only: no grant gives that).
+func (e *authEnv) spy(t *testing.T, project string) *nats.Conn {
+	t.Helper()
+	acc, err := e.srv.Keys().ProjectAccount(project)
+	require.NoError(t, err)
+	key, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, _ := key.PublicKey()
+	seed, _ := key.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Sub.Allow.Add(">")
+	tok, err := uc.Encode(acc)
+	require.NoError(t, err)
+	nc, err := e.srv.Dial(nats.UserJWTAndSeed(tok, string(seed)))
+	require.NoError(t, err)
+	return nc
+}
+
+// TestAuthRepliesStayInTheRequestersProject: a client of project B that
+// addresses an answer (the ledger's, or a command pulled from its own
+// consumer) to project A's wakeup or command subjects reaches only its own
+// project's account: A's subscribers receive nothing.
+func TestAuthRepliesStayInTheRequestersProject(t *testing.T) {
+	e := newAuthEnv(t)
+	const other = "proj-B"
+	alice := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project, Agent: agent})
+	aTool := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
+	wakeA := ledger.WakeupSubject("v1", project, channel, agent)
+	cmdA := ledger.ToolCommandSubject("v1", project, channel, "echo")
+	wakeups, err := alice.nc.SubscribeSync(wakeA)
+	require.NoError(t, err)
+	cmds, err := aTool.nc.SubscribeSync(cmdA)
+	require.NoError(t, err)
+	require.NoError(t, alice.nc.Flush())
+	require.NoError(t, aTool.nc.Flush())
+
+	bWorker := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: other})
+	spyNC := e.spy(t, other)
+	spy, err := spyNC.SubscribeSync("cg.>")
+	require.NoError(t, err)
+	require.NoError(t, spyNC.Flush())
+	body := `{"project_id":"` + other + `","agent_turn_id":"t","tool_call_id":"k"}`
+	for _, reply := range []string{wakeA, cmdA} {
+		require.NoError(t, bWorker.nc.PublishMsg(&nats.Msg{Subject: ledger.APISubject(other, agent, ledger.OpCallGet), Reply: reply, Data: []byte(body)}))
+	}
+	for range 2 {
+		m, err := spy.NextMsg(time.Minute)
+		require.NoError(t, err, "the answers land in B's own account")
+		require.Contains(t, string(m.Data), "unknown_call")
+	}
+	require.NoError(t, alice.nc.Flush())
+	require.NoError(t, aTool.nc.Flush())
+	_, err = wakeups.NextMsg(100 * time.Millisecond)
+	require.ErrorIs(t, err, nats.ErrTimeout, "nothing reached project A's worker")
+	_, err = cmds.NextMsg(100 * time.Millisecond)
+	require.ErrorIs(t, err, nats.ErrTimeout, "nothing reached project A's tool")
 }

@@ -57,8 +57,8 @@ type Projector struct {
 	cfg   Config
 	// lastSync is when a batch was last fsynced (by consume only).
 	lastSync time.Time
-	m     *metrics
-	log   *slog.Logger
+	m        *metrics
+	log      *slog.Logger
 
 	applied atomic.Uint64
 

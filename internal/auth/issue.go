@@ -3,15 +3,21 @@ package auth
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 )
 
-// Issuer signs user credentials: the ledger's own in the LEDGER account,
-// every other role's in the CLIENTS account.
+// Issuer signs user credentials: the ledger's own in the ledger's account,
+// a project's in that project's account (its JWT written for the server to
+// find), every-project ("*") ones in the clients' account. Without the
+// operator key (an external cluster), project credentials go to the
+// clients' account too.
 type Issuer struct {
+	keys            *Keys
 	ledger, clients signer
 }
 
@@ -38,7 +44,39 @@ func (k *Keys) Issuer() (*Issuer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Issuer{ledger: l, clients: c}, nil
+	return &Issuer{keys: k, ledger: l, clients: c}, nil
+}
+
+// signerFor picks the account a grant's credential lives in, making the
+// project's account known to the server first.
+func (is *Issuer) signerFor(g Grant) (signer, error) {
+	switch {
+	case g.Role == RoleLedger:
+		return is.ledger, nil
+	case g.Project == AllProjects || is.keys.Operator == nil || is.keys.Dir == "":
+		return is.clients, nil
+	}
+	acc, err := is.keys.ProjectAccount(g.Project)
+	if err != nil {
+		return signer{}, err
+	}
+	pub, err := acc.PublicKey()
+	if err != nil {
+		return signer{}, fmt.Errorf("auth: project account key: %w", err)
+	}
+	tok, err := is.keys.projectAccountJWT(g.Project, acc)
+	if err != nil {
+		return signer{}, err
+	}
+	dir := filepath.Join(is.keys.Dir, accountsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return signer{}, fmt.Errorf("auth: accounts dir: %w", err)
+	}
+	if err := writeSecret(filepath.Join(dir, pub+".jwt"), []byte(tok+"\n")); err != nil {
+		return signer{}, err
+	}
+	// Signed by the account key itself: the JWT names no issuer account.
+	return signer{key: acc}, nil
 }
 
 // Credential is an issued user credential.
@@ -87,9 +125,9 @@ func (is *Issuer) Issue(g Grant, ttl time.Duration, now time.Time) (*Credential,
 		return nil, fmt.Errorf("auth: encode grant: %w", err)
 	}
 	uc.Name = string(name)
-	sg := is.clients
-	if g.Role == RoleLedger {
-		sg = is.ledger
+	sg, err := is.signerFor(g)
+	if err != nil {
+		return nil, err
 	}
 	uc.IssuerAccount = sg.account
 	uc.IssuedAt = now.Unix()

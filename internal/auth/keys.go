@@ -52,6 +52,9 @@ const (
 // stops working) while the account, and for LEDGER its JetStream data,
 // stays. Operator and System are only needed by the embedded server.
 type Keys struct {
+	// Dir is the directory the keys were read from; project account JWTs
+	// are written under it.
+	Dir            string
 	Operator       nkeys.KeyPair
 	System         nkeys.KeyPair
 	Account        nkeys.KeyPair
@@ -108,7 +111,7 @@ func LoadOrCreateKeys(dir string) (*Keys, error) {
 // needs on an external cluster, whose operator is not ours, and what issuing
 // credentials needs.
 func LoadAccountKeys(dir string) (*Keys, error) {
-	var k Keys
+	k := Keys{Dir: dir}
 	for _, f := range []struct {
 		name string
 		dst  *nkeys.KeyPair
@@ -122,11 +125,15 @@ func LoadAccountKeys(dir string) (*Keys, error) {
 	return &k, nil
 }
 
-// LoadIssuer reads what issuing credentials needs.
+// LoadIssuer reads what issuing credentials needs: the account keys, and
+// the operator key when present (to make project accounts).
 func LoadIssuer(dir string) (*Issuer, error) {
 	k, err := LoadAccountKeys(dir)
 	if err != nil {
 		return nil, err
+	}
+	if op, err := readSeed(filepath.Join(dir, operatorSeedFile), nkeys.PrefixByteOperator); err == nil {
+		k.Operator = op
 	}
 	return k.Issuer()
 }
@@ -198,6 +205,8 @@ type ServerTrust struct {
 	Operator      *jwt.OperatorClaims
 	AccountJWTs   map[string]string
 	SystemAccount string
+	// AccountsDir holds project account JWTs, read when first needed.
+	AccountsDir string
 }
 
 // Exports of the LEDGER account, imported by CLIENTS under the same
@@ -294,20 +303,17 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 	cc := jwt.NewAccountClaims(cliPub)
 	cc.Name = ClientsAccountName
 	cc.SigningKeys.Add(cliSigPub)
-	for _, e := range exports {
-		im := &jwt.Import{Name: e.Name, Subject: e.Subject, Account: accPub, Type: e.Type}
-		// CLIENTS has no JetStream of its own, and the server answers its
-		// $JS.API.> itself ("not enabled"): the JetStream API of tool
-		// consumers is imported under ToolJSAPIPrefix instead.
-		if rest, ok := strings.CutPrefix(string(e.Subject), "$JS.API."); ok {
-			im.LocalSubject = jwt.RenamingSubject(ToolJSAPIPrefix + "." + rest)
-		}
+	for _, im := range clientImports(accPub, DefaultStream, "") {
 		cc.Imports.Add(im)
 	}
 	if err := sign(cc); err != nil {
 		return nil, err
 	}
-	return &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub}, nil
+	tr := &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub}
+	if k.Dir != "" {
+		tr.AccountsDir = filepath.Join(k.Dir, accountsDir)
+	}
+	return tr, nil
 }
 
 // ErrNoKeys is returned when a directory has no account keys to issue with.

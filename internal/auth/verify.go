@@ -22,6 +22,7 @@ var (
 // Verifier checks user JWTs (HTTP bearer tokens): signed by the signing key
 // of the account their role lives in, not expired, carrying a grant.
 type Verifier struct {
+	keys            *Keys
 	ledger, clients signerPub
 }
 
@@ -29,7 +30,7 @@ type signerPub struct{ account, key string }
 
 // Verifier returns a verifier trusting the keys' accounts and signing keys.
 func (k *Keys) Verifier() (*Verifier, error) {
-	var v Verifier
+	v := Verifier{keys: k}
 	for _, p := range []struct {
 		dst  *string
 		kp   nkeys.KeyPair
@@ -55,10 +56,27 @@ func (v *Verifier) Verify(token string, now time.Time) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadCredential, err)
 	}
+	// The grant says which account the credential must have been signed in;
+	// it is only trusted once that signature is checked below.
+	var g Grant
+	if err := json.Unmarshal([]byte(uc.Name), &g); err != nil || len(g.Validate()) > 0 {
+		return Grant{}, fmt.Errorf("%w: no cgledger grant", ErrBadCredential)
+	}
 	fromClients := uc.Issuer == v.clients.key && uc.IssuerAccount == v.clients.account
 	fromLedger := uc.Issuer == v.ledger.key && uc.IssuerAccount == v.ledger.account
-	if !fromClients && !fromLedger {
+	fromProject := false
+	if g.Role != RoleLedger && g.Project != AllProjects && uc.IssuerAccount == "" {
+		if acc, err := v.keys.ProjectAccount(g.Project); err == nil {
+			pub, _ := acc.PublicKey()
+			fromProject = uc.Issuer == pub
+		}
+	}
+	switch {
+	case !fromClients && !fromLedger && !fromProject:
 		return Grant{}, fmt.Errorf("%w: not issued by this ledger", ErrBadCredential)
+	case (g.Role == RoleLedger) != fromLedger:
+		// A grant is only worth what the account it was signed in allows.
+		return Grant{}, fmt.Errorf("%w: role %s signed in the wrong account", ErrBadCredential, g.Role)
 	}
 	if uc.Expires > 0 && now.Unix() >= uc.Expires {
 		return Grant{}, fmt.Errorf("%w at %s", ErrExpired, time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
@@ -70,14 +88,6 @@ func (v *Verifier) Verify(token string, now time.Time) (Grant, error) {
 	uc.Validate(vr)
 	if vr.IsBlocking(false) {
 		return Grant{}, fmt.Errorf("%w: %v", ErrBadCredential, vr.Errors())
-	}
-	var g Grant
-	if err := json.Unmarshal([]byte(uc.Name), &g); err != nil || len(g.Validate()) > 0 {
-		return Grant{}, fmt.Errorf("%w: no cgledger grant", ErrBadCredential)
-	}
-	// A grant is only worth what the account it was signed in allows.
-	if (g.Role == RoleLedger) != fromLedger {
-		return Grant{}, fmt.Errorf("%w: role %s signed in the wrong account", ErrBadCredential, g.Role)
 	}
 	return g, nil
 }

@@ -97,11 +97,9 @@ func Start(cfg Config) (*server.Server, error) {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
 	if cfg.Trust != nil {
-		res := &server.MemAccResolver{}
-		for acc, tok := range cfg.Trust.AccountJWTs {
-			if err := res.Store(acc, tok); err != nil {
-				return nil, fmt.Errorf("natsserver: store account: %w", err)
-			}
+		res, err := auth.NewAccountResolver(cfg.Trust.AccountJWTs, cfg.Trust.AccountsDir)
+		if err != nil {
+			return nil, fmt.Errorf("natsserver: %w", err)
 		}
 		opts.TrustedOperators = []*jwt.OperatorClaims{cfg.Trust.Operator}
 		opts.AccountResolver = res
