@@ -194,42 +194,41 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]b
 	}
 	defer raw.close()
 
-	var rows []benchRow
-	for _, n := range inflight {
+	// alternate measures the raw baseline and the cgledger side by turns,
+	// so both see the same machine.
+	alternate := func(workload string, n int, rawOp, cgOp func(context.Context) error) (benchRow, error) {
 		var cg, rw []benchResult
 		for range rounds {
-			r, err := e.measure(ctx, d, n, raw.call, false)
+			r, err := e.measure(ctx, d, n, rawOp, false)
 			if err != nil {
-				return nil, err
+				return benchRow{}, err
 			}
 			rw = append(rw, r)
-			if r, err = e.measure(ctx, d, n, e.call, true); err != nil {
-				return nil, err
+			if r, err = e.measure(ctx, d, n, cgOp, true); err != nil {
+				return benchRow{}, err
 			}
 			cg = append(cg, r)
 		}
-		rows = append(rows, row("e2e echo", n, cg, rw))
+		return row(workload, n, cg, rw), nil
+	}
+	var rows []benchRow
+	for _, n := range inflight {
+		r, err := alternate("e2e echo", n, raw.call, e.call)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
 	}
 	// Duplicates: a repeated report against a KV create of an existing key.
 	dup, err := e.duplicateReport(ctx)
 	if err != nil {
 		return nil, err
 	}
-	n := 16
-	var cg, rw []benchResult
-	for range rounds {
-		r, err := e.measure(ctx, d, n, raw.failingCreate, false)
-		if err != nil {
-			return nil, err
-		}
-		rw = append(rw, r)
-		if r, err = e.measure(ctx, d, n, dup, true); err != nil {
-			return nil, err
-		}
-		cg = append(cg, r)
+	r, err := alternate("duplicate report", 16, raw.failingCreate, dup)
+	if err != nil {
+		return nil, err
 	}
-	rows = append(rows, row("duplicate report", n, cg, rw))
-	return rows, nil
+	return append(rows, r), nil
 }
 
 func row(workload string, n int, cg, rw []benchResult) benchRow {
