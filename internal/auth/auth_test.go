@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +160,78 @@ func TestHTTPPolicy(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
 	}
+}
+
+// TestProjectAccountsFollowTheKeys: a project credential's account JWT is
+// written where the server's resolver finds it; after the clients' signing
+// key is rotated, the resolver ignores the old JWT left on disk, so every
+// old project credential is revoked on NATS too.
+func TestProjectAccountsFollowTheKeys(t *testing.T) {
+	k, dir := keys(t)
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	c, err := is.Issue(auth.Grant{Role: auth.RoleWorker, Project: "p/1"}, time.Hour, time.Now())
+	require.NoError(t, err)
+	uc, err := jwt.DecodeUserClaims(c.JWT)
+	require.NoError(t, err)
+	acc := uc.Issuer
+	trust, err := k.Trust()
+	require.NoError(t, err)
+	res, err := auth.NewAccountResolver(trust.AccountJWTs, trust.AccountsDir, k)
+	require.NoError(t, err)
+	tok, err := res.Fetch(acc)
+	require.NoError(t, err)
+	ac, err := jwt.DecodeAccountClaims(tok)
+	require.NoError(t, err)
+	require.Equal(t, "project:p/1", ac.Name)
+	for _, im := range ac.Imports {
+		if im.Name == "ledger api" {
+			require.Equal(t, "cgledger.v1.p/1.>", string(im.Subject), "only its own project's API")
+		}
+	}
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "clients-signing.nk")))
+	rotated, err := auth.LoadOrCreateKeys(dir)
+	require.NoError(t, err)
+	trust, err = rotated.Trust()
+	require.NoError(t, err)
+	res, err = auth.NewAccountResolver(trust.AccountJWTs, trust.AccountsDir, rotated)
+	require.NoError(t, err)
+	_, err = res.Fetch(acc)
+	require.Error(t, err, "a stale project account is not served")
+	v, err := rotated.Verifier()
+	require.NoError(t, err)
+	_, err = v.Verify(c.JWT, time.Now())
+	require.ErrorIs(t, err, auth.ErrBadCredential)
+}
+
+// TestConcurrentIssuesForOneProject: issuing many credentials for one
+// project at once (each writes the project's account JWT) all succeed and
+// leave a whole file.
+func TestConcurrentIssuesForOneProject(t *testing.T) {
+	k, _ := keys(t)
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := is.Issue(auth.Grant{Role: auth.RoleAdmin, Project: "race"}, time.Hour, time.Now())
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	files, err := filepath.Glob(filepath.Join(k.Dir, "accounts", "*"))
+	require.NoError(t, err)
+	require.Len(t, files, 1, "one account file, no temporary files left: %v", files)
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	_, err = jwt.DecodeAccountClaims(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
 }

@@ -161,18 +161,28 @@ func createKeys(dir string, names ...string) error {
 
 // writeSecret writes a file readable by its owner only, atomically, so a
 // crash never leaves a half-written key behind.
+// Each writer has its own temporary file, so concurrent writers of the
+// same file (two `creds issue` for one project) never rename each other's
+// half-written bytes into place.
 func writeSecret(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return fmt.Errorf("auth: write %s: %w", path, err)
 	}
-	f, err := os.Open(tmp)
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op once renamed
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
 	if err == nil {
 		err = f.Sync()
-		_ = f.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("auth: sync %s: %w", path, err)
+		return fmt.Errorf("auth: write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("auth: rename %s: %w", path, err)
@@ -207,6 +217,9 @@ type ServerTrust struct {
 	SystemAccount string
 	// AccountsDir holds project account JWTs, read when first needed.
 	AccountsDir string
+	// Keys check that a project account JWT on disk belongs to the current
+	// keys (a rotated signing key leaves stale ones behind).
+	Keys *Keys
 }
 
 // Exports of the LEDGER account, imported by CLIENTS under the same
@@ -309,7 +322,7 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 	if err := sign(cc); err != nil {
 		return nil, err
 	}
-	tr := &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub}
+	tr := &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub, Keys: k}
 	if k.Dir != "" {
 		tr.AccountsDir = filepath.Join(k.Dir, accountsDir)
 	}

@@ -104,13 +104,17 @@ func clientImports(ledgerPub, stream, project string) []*jwt.Import {
 // they are issued.
 type AccountResolver struct {
 	server.MemAccResolver
-	dir string
+	dir  string
+	keys *Keys
 }
 
 // NewAccountResolver resolves static JWTs (by account public key) and then
-// the files of dir.
-func NewAccountResolver(static map[string]string, dir string) (*AccountResolver, error) {
-	r := &AccountResolver{dir: dir}
+// the project account files of dir that belong to keys: a file whose
+// project account key does not derive from the current keys (left behind
+// by a rotation, or put there by hand) is ignored, so rotating the clients'
+// signing key revokes every project credential whatever dir holds.
+func NewAccountResolver(static map[string]string, dir string, keys *Keys) (*AccountResolver, error) {
+	r := &AccountResolver{dir: dir, keys: keys}
 	for acc, tok := range static {
 		if err := r.MemAccResolver.Store(acc, tok); err != nil {
 			return nil, fmt.Errorf("auth: store account: %w", err)
@@ -132,5 +136,24 @@ func (r *AccountResolver) Fetch(name string) (string, error) {
 	if err != nil {
 		return "", server.ErrMissingAccount
 	}
-	return strings.TrimSpace(string(b)), nil
+	tok := strings.TrimSpace(string(b))
+	if r.keys == nil {
+		return "", server.ErrMissingAccount
+	}
+	ac, err := jwt.DecodeAccountClaims(tok)
+	if err != nil || ac.Subject != name {
+		return "", server.ErrMissingAccount
+	}
+	project, ok := strings.CutPrefix(ac.Name, "project:")
+	if !ok {
+		return "", server.ErrMissingAccount
+	}
+	want, err := r.keys.ProjectAccount(project)
+	if err != nil {
+		return "", server.ErrMissingAccount
+	}
+	if pub, err := want.PublicKey(); err != nil || pub != name {
+		return "", server.ErrMissingAccount
+	}
+	return tok, nil
 }
