@@ -89,6 +89,19 @@ func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (SkipResul
 	// answers duplicate or conflict. The loop ends because every retry
 	// follows a message appended by someone else.
 	for attempt := 0; ; attempt++ {
+		// Read the subject's last sequence before looking for a skip: a
+		// skip appended after this read makes the publish below fail (and
+		// this loop look again), where reading it after the search could
+		// expect that very skip as "last" and write a second one.
+		// Messages on the subject that are not valid skips (published by
+		// others) must not block the operator: expect the subject's last
+		// sequence as it is rather than 0.
+		var lastOnSubject uint64
+		if m, err := l.lastForSubject(ctx, subject); err != nil {
+			return SkipResult{}, fmt.Errorf("skip seq %d: %w", seq, err)
+		} else if m != nil {
+			lastOnSubject = m.Sequence
+		}
 		existing, found, err := FindSkip(ctx, l.stream, seq)
 		if err != nil {
 			return SkipResult{}, fmt.Errorf("skip seq %d: %w", seq, err)
@@ -99,15 +112,6 @@ func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (SkipResul
 				return res, nil
 			}
 			return res, newError(CodeConflict, nil, "sequence %d is already skipped by entry %d with reason %q", seq, existing.SkipSeq, clip(existing.Reason))
-		}
-		// Messages on the subject that are not valid skips (published by
-		// others) must not block the operator: expect the subject's last
-		// sequence as it is now rather than 0.
-		var lastOnSubject uint64
-		if m, err := l.lastForSubject(ctx, subject); err != nil {
-			return SkipResult{}, fmt.Errorf("skip seq %d: %w", seq, err)
-		} else if m != nil {
-			lastOnSubject = m.Sequence
 		}
 		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 		ack, err := l.appendEntry(ctx, KindSkip, msg, jetstream.WithExpectLastSequencePerSubject(lastOnSubject))
