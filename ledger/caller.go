@@ -42,59 +42,72 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
-func asString(v any) (string, bool) {
-	s, ok := v.(string)
-	return s, ok
+// stringField reads a top-level string member of a JSON object, by its
+// exact key (as the operations read them; encoding/json would match struct
+// fields case-insensitively). Anything else reads as absent.
+func stringField(obj map[string]json.RawMessage, key string) (string, bool) {
+	var s string
+	if r, ok := obj[key]; !ok || json.Unmarshal(r, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// topLevel decodes one level of a JSON object; a malformed body decodes to
+// nothing (the operation refuses it itself, precisely).
+func topLevel(b []byte) map[string]json.RawMessage {
+	var obj map[string]json.RawMessage
+	_ = json.Unmarshal(b, &obj)
+	return obj
 }
 
 // checkCaller lists where a request contradicts its caller: defence in depth
 // behind NATS permissions, and the only check when running without them.
+// It decodes only the top level of the body (and of a dispatch's card), and
+// only for the operations whose body names a project or an agent.
 func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	var vs Violations
-	// Exact keys, as the operations read them (encoding/json would match
-	// struct fields case-insensitively). Malformed bodies are refused by the
-	// operation itself.
-	var f map[string]any
-	_ = json.Unmarshal(body, &f)
-	card, _ := f["card"].(map[string]any)
-	project := func(field string, v any) {
+	project := func(field, v string, ok bool) {
 		// An id that is not an identifier is left to the operation's own
 		// validation, which names the precise problem.
-		if s, ok := asString(v); ok && ValidIdentifier(s) && s != c.Project {
-			vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", clip(s), c.Project)
+		if ok && ValidIdentifier(v) && v != c.Project {
+			vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", clip(v), c.Project)
 		}
 	}
-	actor := func(field string, v any) {
-		if a, ok := asString(v); ok && ValidIdentifier(a) && a != c.Actor {
-			vs.Add(field, VForbidden, "%q is not the actor of the request subject (%q)", a, c.Actor)
+	actor := func(field, v string, ok bool) {
+		if ok && ValidIdentifier(v) && v != c.Actor {
+			vs.Add(field, VForbidden, "%q is not the actor of the request subject (%q)", v, c.Actor)
 		}
 	}
 	switch op {
 	case OpCardPut:
-		project("card.project_id", f["project_id"])
+		p, ok := stringField(topLevel(body), "project_id")
+		project("card.project_id", p, ok)
 	case OpDispatch:
-		if s, ok := asString(f["subject"]); ok {
+		f := topLevel(body)
+		if s, ok := stringField(f, "subject"); ok {
 			if sub, err := ParseSubject(s); err == nil && sub.Project != c.Project {
 				vs.Add("body.subject", VForbidden, "subject project %q is not the project of the request subject (%q)", clip(sub.Project), c.Project)
 			}
 		}
-		if card != nil {
-			project("card.project_id", card["project_id"])
-		}
-		if a := HeaderGet(h, HeaderAgentID); a != "" {
-			actor("header."+HeaderAgentID, a)
-		}
+		p, ok := stringField(topLevel(f["card"]), "project_id")
+		project("card.project_id", p, ok)
+		a := HeaderGet(h, HeaderAgentID)
+		actor("header."+HeaderAgentID, a, a != "")
 	case OpReport, OpToolRegister:
 		// A report's actor is checked against its call's tool once the call
 		// is read (callerOwnsCall).
-		if p := HeaderGet(h, HeaderProjectID); p != "" {
-			project("header."+HeaderProjectID, p)
-		}
+		p := HeaderGet(h, HeaderProjectID)
+		project("header."+HeaderProjectID, p, p != "")
 	case OpRosterSet, OpConsume, OpCancel:
-		project("body.project_id", f["project_id"])
-		actor("body.agent_id", f["agent_id"])
+		f := topLevel(body)
+		p, ok := stringField(f, "project_id")
+		project("body.project_id", p, ok)
+		a, ok := stringField(f, "agent_id")
+		actor("body.agent_id", a, ok)
 	default: // reads
-		project("body.project_id", f["project_id"])
+		p, ok := stringField(topLevel(body), "project_id")
+		project("body.project_id", p, ok)
 	}
 	return vs
 }

@@ -22,6 +22,30 @@ func (e *env) ledgers(t *testing.T, n int) []*ledger.Ledger {
 	return out
 }
 
+// race runs op n times at once, spread over ls, and counts the callers
+// told they were first; errs are the calls that got no definite answer.
+func race(n int, ls []*ledger.Ledger, op func(*ledger.Ledger) (first bool, err error)) (firsts int, errs []error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first, err := op(ls[i%len(ls)])
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case first:
+				firsts++
+			}
+		}()
+	}
+	wg.Wait()
+	return firsts, errs
+}
+
 // TestRacingIdenticalDispatchesHaveOneFirst: identical dispatches at once,
 // through three ledger processes: every caller gets a definite answer,
 // exactly one hears "first", and one card and one command are stored.
@@ -30,31 +54,14 @@ func TestRacingIdenticalDispatchesHaveOneFirst(t *testing.T) {
 	ls := e.ledgers(t, 3)
 	for round := range 5 {
 		c := newCall("turn-race", "call-"+string(rune('a'+round)), 1)
-		const n = 60
-		var wg sync.WaitGroup
-		firsts := make(chan ledger.DispatchResult, n)
-		errs := make(chan error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := ls[i%len(ls)].Dispatch(ctxT(t), c.dispatchReq())
-				if err != nil {
-					errs <- err
-					return
-				}
-				if !res.Duplicate {
-					firsts <- res
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		close(firsts)
-		for err := range errs {
+		firsts, errs := race(60, ls, func(l *ledger.Ledger) (bool, error) {
+			res, err := l.Dispatch(ctxT(t), c.dispatchReq())
+			return !res.Duplicate, err
+		})
+		for _, err := range errs {
 			t.Fatalf("round %d: a racing dispatch got no definite answer: %v", round, err)
 		}
-		require.Len(t, firsts, 1, "round %d: exactly one caller dispatched", round)
+		require.Equal(t, 1, firsts, "round %d: exactly one caller dispatched", round)
 		require.Len(t, e.subjectEntries(t, ledger.CardSubject("v1", project, c.card.CardID)), 1)
 		cmds := 0
 		for _, m := range e.subjectEntries(t, ledger.ToolCommandSubject("v1", project, channel, "echo")) {
@@ -82,31 +89,14 @@ func TestRacingIdenticalReportsHaveOneFirstAndOneWakeup(t *testing.T) {
 	for round := range 5 {
 		c := newCall("turn-race", "rcall-"+string(rune('a'+round)), 1)
 		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		const n = 100
-		var wg sync.WaitGroup
-		firsts := make(chan ledger.ReportOutcome, n)
-		errs := make(chan error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := ls[i%len(ls)].Report(ctxT(t), c.reportReq(ledger.StatusSuccess, rc.CardID))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if !out.Duplicate {
-					firsts <- out
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		close(firsts)
-		for err := range errs {
+		firsts, errs := race(100, ls, func(l *ledger.Ledger) (bool, error) {
+			out, err := l.Report(ctxT(t), c.reportReq(ledger.StatusSuccess, rc.CardID))
+			return !out.Duplicate, err
+		})
+		for _, err := range errs {
 			t.Fatalf("round %d: a racing report got no definite answer: %v", round, err)
 		}
-		require.Len(t, firsts, 1, "round %d: exactly one caller's report was accepted", round)
+		require.Equal(t, 1, firsts, "round %d: exactly one caller's report was accepted", round)
 		// Every publish happened before its Report returned; a flush makes
 		// the server deliver what it has for the watcher.
 		require.NoError(t, watcher.Flush())

@@ -62,13 +62,10 @@ func corrupt(seq uint64, format string, args ...any) error {
 // states it writes are kept in pending, and anything else it reads was
 // committed before the batch began (the store's cache or the database).
 type applier struct {
-	// linkHeaders are the current entry's headers as stored, for its chain
-	// link (the views read a canonical copy).
-	linkHeaders map[string][]string
-	b           *pebble.Batch
-	cp          checkpoint
-	store       *Store
-	pending     map[string]*CallState
+	b       *pebble.Batch
+	cp      checkpoint
+	store   *Store
+	pending map[string]*CallState
 
 	// skippedHere holds the entries skipped in this batch, for their skip
 	// entries later in the same batch.
@@ -127,21 +124,22 @@ func (a *applier) apply(e ledger.Entry) error {
 	if e.Seq != a.cp.Applied+1 {
 		return fmt.Errorf("%w: expected seq %d, got %d", ErrGap, a.cp.Applied+1, e.Seq)
 	}
-	// The chain link is over the headers as stored; everything else reads
-	// them as the chain does, case-insensitively (ledger.CanonicalHeaders).
-	a.linkHeaders = e.Headers
+	// The chain link is over the headers as stored (record takes raw);
+	// everything else reads them as the chain does, case-insensitively
+	// (ledger.CanonicalHeaders).
+	raw := e
 	e.Headers = ledger.CanonicalHeaders(e.Headers)
 	h := nats.Header(e.Headers)
 	rec := ledger.RecognizeEntry(e.Subject, h)
 	if rec.Unrecognized() {
-		a.unrecognized(e, rec)
+		a.unrecognized(raw, rec)
 		return nil
 	}
 	kind := rec.Kind
 	// Entries without CG-Time (published by others) get no time: their
 	// stream timestamp would differ in a replay.
 	t, _ := ledger.EntryTime(h)
-	a.record(e, kind, t, true)
+	a.record(raw, kind, t, true)
 
 	var err error
 	ev := event{seq: e.Seq, t: t, kind: kind, h: h, data: e.Data, subject: e.Subject}
@@ -187,35 +185,29 @@ func (a *applier) apply(e ledger.Entry) error {
 // as-of-time row) and advances the checkpoint past it. Only a trusted time
 // (an entry the projector could apply) moves the time watermark: one stray
 // message claiming a far-future CG-Time would otherwise pin every later
-// entry to that time in as-of-time queries.
+// entry to that time in as-of-time queries. e is the entry as stored: its
+// link covers the headers as they are, the row keeps them canonical.
 func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool) {
-	h := nats.Header(e.Headers)
 	if trusted && t.After(a.cp.Watermark) {
 		a.cp.Watermark = t
 	}
-	lh := h
-	if a.linkHeaders != nil {
-		lh = nats.Header(a.linkHeaders)
-		a.linkHeaders = nil
-	}
-	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, lh, e.Data)
+	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 	a.cp.Applied = e.Seq
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
-	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(e.Headers), Data: e.Data, Time: t}))
+	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(ledger.CanonicalHeaders(e.Headers)), Data: e.Data, Time: t}))
 	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
 	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
 }
 
 // unrecognized records a stream message that is not a ledger entry: it
 // stays in the chain and the views (listed, and in the timeline of the turn
-// it names, if any) without changing any other view.
+// it names, if any) without changing any other view. e is as stored.
 func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
-	h := nats.Header(e.Headers)
-	t, _ := ledger.EntryTime(h)
+	t, _ := ledger.EntryTime(nats.Header(e.Headers))
 	a.record(e, KindUnrecognized, t, false)
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
-	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, e.Headers)
+	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, ledger.CanonicalHeaders(e.Headers))
 	a.nUnrecognized++
 	a.set(metaApplied, a.cp.encode())
 }
@@ -223,17 +215,15 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 // skipped records entry e, which could not be applied, as skipped by the
 // skip entry s, with no effect on any other view.
 func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
-	a.linkHeaders = e.Headers
-	e.Headers = ledger.CanonicalHeaders(e.Headers)
-	h := nats.Header(e.Headers)
-	t, _ := ledger.EntryTime(h)
+	t, _ := ledger.EntryTime(nats.Header(e.Headers))
 	a.record(e, KindSkipped, t, false)
 	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
-	a.place(event{seq: e.Seq, kind: KindSkipped}, e.Subject, e.Headers)
+	canon := ledger.CanonicalHeaders(e.Headers)
+	a.place(event{seq: e.Seq, kind: KindSkipped}, e.Subject, canon)
 	if a.skippedHere == nil {
 		a.skippedHere = map[uint64]skipMark{}
 	}
-	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(e.Headers)}
+	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(canon)}
 	a.nSkipped++
 	a.set(metaApplied, a.cp.encode())
 }

@@ -34,9 +34,9 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("GET /v1/projects/{project}/cards/{card}", h.card)
 	mux.HandleFunc("GET /v1/projects/{project}/tools", h.tools)
 	mux.HandleFunc("GET /v1/projects/{project}/tools/{tool}", h.tool)
-	mux.HandleFunc("GET /v1/unrecognized", h.unrecognized)
-	mux.HandleFunc("GET /v1/skipped", h.skipped)
-	mux.HandleFunc("GET /v1/skips", h.skips)
+	mux.HandleFunc("GET /v1/unrecognized", listing(h.q.Unrecognized))
+	mux.HandleFunc("GET /v1/skipped", listing(h.q.Skipped))
+	mux.HandleFunc("GET /v1/skips", listing(h.q.Skips))
 	mux.HandleFunc("GET /v1/digest", h.digest)
 	mux.HandleFunc("GET /v1/verify", h.verify)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -250,31 +250,16 @@ func pageParams(w http.ResponseWriter, r *http.Request) (at AsOf, cursor string,
 	return at, cursor, limit, !p.done(w)
 }
 
-func (h *handler) unrecognized(w http.ResponseWriter, r *http.Request) {
-	at, cursor, limit, ok := pageParams(w, r)
-	if !ok {
-		return
+// listing serves one of the global paged listings (as-of, cursor, limit).
+func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		at, cursor, limit, ok := pageParams(w, r)
+		if !ok {
+			return
+		}
+		res, err := list(at, cursor, limit)
+		reply(w, res, err)
 	}
-	res, err := h.q.Unrecognized(at, cursor, limit)
-	reply(w, res, err)
-}
-
-func (h *handler) skipped(w http.ResponseWriter, r *http.Request) {
-	at, cursor, limit, ok := pageParams(w, r)
-	if !ok {
-		return
-	}
-	res, err := h.q.Skipped(at, cursor, limit)
-	reply(w, res, err)
-}
-
-func (h *handler) skips(w http.ResponseWriter, r *http.Request) {
-	at, cursor, limit, ok := pageParams(w, r)
-	if !ok {
-		return
-	}
-	res, err := h.q.Skips(at, cursor, limit)
-	reply(w, res, err)
 }
 
 func (h *handler) digest(w http.ResponseWriter, r *http.Request) {

@@ -70,7 +70,7 @@ allow replies only there). Short-lived by default (--ttl 1h); --ttl 0 means no e
 		return exitOK
 	}
 	if *out != "" {
-		if err := writeFile0600(*out, c.Creds); err != nil {
+		if err := auth.WriteSecret(*out, c.Creds); err != nil {
 			return failf(exitUsage, "creds issue: %v", err)
 		}
 	} else {

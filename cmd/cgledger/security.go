@@ -65,7 +65,7 @@ func setupAuth(data string, embedded bool, log *slog.Logger) (*serveAuth, error)
 		return nil, err
 	}
 	path := filepath.Join(dir, auth.AdminCredsFile)
-	if err := writeFile0600(path, admin.Creds); err != nil {
+	if err := auth.WriteSecret(path, admin.Creds); err != nil {
 		return nil, err
 	}
 	v, err := keys.Verifier()
@@ -75,17 +75,6 @@ func setupAuth(data string, embedded bool, log *slog.Logger) (*serveAuth, error)
 	sa.policy = &auth.HTTPPolicy{Verifier: v}
 	log.Info("authentication on", "admin_creds", path, "admin_expires", admin.Expires.Format(time.RFC3339))
 	return sa, nil
-}
-
-func writeFile0600(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // loadTLS builds a TLS config from PEM files. With a CA, peers must present
@@ -135,39 +124,41 @@ var errLedgerMissing = errors.New("ledger stream missing")
 
 // checkLedgerStream refuses a ledger whose stream is missing, re-created or
 // behind the views. A new stream is created only for a data directory that
-// has never seen one.
-func checkLedgerStream(ctx context.Context, js jetstream.JetStream, stream, data string, viewsApplied uint64) error {
+// has never seen one. recorded says the data directory already names its
+// stream (recordLedgerStream need not run).
+func checkLedgerStream(ctx context.Context, js jetstream.JetStream, stream, data string, viewsApplied uint64) (recorded bool, err error) {
 	var known *streamMarker
 	if b, err := os.ReadFile(filepath.Join(data, markerFile)); err == nil {
 		known = &streamMarker{}
 		if err := json.Unmarshal(b, known); err != nil {
-			return fmt.Errorf("read %s: %w", markerFile, err)
+			return false, fmt.Errorf("read %s: %w", markerFile, err)
 		}
 	}
 	st, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if known != nil || viewsApplied > 0 {
-			return fmt.Errorf("%w: %s is not on this NATS server (or not visible to this identity), but the views in %s were built from it up to seq %d; "+
+			return false, fmt.Errorf("%w: %s is not on this NATS server (or not visible to this identity), but the views in %s were built from it up to seq %d; "+
 				"restore the stream from backup or replay an export (see docs/security.md, \"Recovery\"). A data directory written without authentication needs --no-auth",
 				errLedgerMissing, stream, data, viewsApplied)
 		}
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read stream %s: %w", stream, err)
+		return false, fmt.Errorf("read stream %s: %w", stream, err)
 	}
 	info := st.CachedInfo()
 	if known != nil && !known.Created.Equal(info.Created) {
-		return fmt.Errorf("%w: %s was created at %s, but the views in %s were built from the one created at %s: it was deleted and re-created",
+		return false, fmt.Errorf("%w: %s was created at %s, but the views in %s were built from the one created at %s: it was deleted and re-created",
 			errLedgerMissing, stream, info.Created.Format(time.RFC3339Nano), data, known.Created.Format(time.RFC3339Nano))
 	}
 	if info.State.LastSeq < viewsApplied {
-		return fmt.Errorf("%w: %s ends at seq %d, behind the views in %s (seq %d)", errLedgerMissing, stream, info.State.LastSeq, data, viewsApplied)
+		return false, fmt.Errorf("%w: %s ends at seq %d, behind the views in %s (seq %d)", errLedgerMissing, stream, info.State.LastSeq, data, viewsApplied)
 	}
-	return nil
+	return known != nil, nil
 }
 
-// recordLedgerStream writes the marker after the stream exists.
+// recordLedgerStream writes the marker once the stream exists, on the first
+// start of a data directory.
 func recordLedgerStream(ctx context.Context, js jetstream.JetStream, stream, data string) error {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -177,5 +168,5 @@ func recordLedgerStream(ctx context.Context, js jetstream.JetStream, stream, dat
 	if err := os.MkdirAll(data, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	return writeFile0600(filepath.Join(data, markerFile), b)
+	return auth.WriteSecret(filepath.Join(data, markerFile), b)
 }

@@ -219,15 +219,18 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 	}
-	if err := checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied); err != nil {
+	recorded, err := checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied)
+	if err != nil {
 		return err
 	}
 	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}})
 	if err != nil {
 		return err
 	}
-	if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
-		return err
+	if !recorded {
+		if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
+			return err
+		}
 	}
 
 	var ready0 atomic.Bool

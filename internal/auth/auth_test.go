@@ -177,7 +177,7 @@ func TestProjectAccountsFollowTheKeys(t *testing.T) {
 	acc := uc.Issuer
 	trust, err := k.Trust()
 	require.NoError(t, err)
-	res, err := auth.NewAccountResolver(trust.AccountJWTs, trust.AccountsDir, k)
+	res, err := auth.NewAccountResolver(trust.AccountJWTs, k)
 	require.NoError(t, err)
 	tok, err := res.Fetch(acc)
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestProjectAccountsFollowTheKeys(t *testing.T) {
 	require.NoError(t, err)
 	trust, err = rotated.Trust()
 	require.NoError(t, err)
-	res, err = auth.NewAccountResolver(trust.AccountJWTs, trust.AccountsDir, rotated)
+	res, err = auth.NewAccountResolver(trust.AccountJWTs, rotated)
 	require.NoError(t, err)
 	_, err = res.Fetch(acc)
 	require.Error(t, err, "a stale project account is not served")

@@ -67,8 +67,6 @@ type Grant struct {
 	Tool string `json:"tool,omitempty"`
 	// Label names the holder, for logs and audits.
 	Label string `json:"label,omitempty"`
-	// Stream is the ledger stream name. Empty means DefaultStream.
-	Stream string `json:"-"`
 }
 
 // Validate lists every problem with the grant.
@@ -154,10 +152,6 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 	if g.Role == RoleLedger {
 		return []string{">"}, []string{">"}
 	}
-	stream := g.Stream
-	if stream == "" {
-		stream = DefaultStream
-	}
 	sub = []string{InboxPrefix(userPublicKey) + ".>"}
 	any := func(v string) string {
 		if v == "" {
@@ -185,9 +179,9 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 		if g.Tool != "" {
 			c := ToolConsumerName(g.Project, g.Tool)
 			pub = append(pub,
-				ToolJSAPIPrefix+".CONSUMER.INFO."+stream+"."+c,
-				ToolJSAPIPrefix+".CONSUMER.MSG.NEXT."+stream+"."+c,
-				"$JS.ACK."+stream+"."+c+".>")
+				ToolJSAPIPrefix+".CONSUMER.INFO."+DefaultStream+"."+c,
+				ToolJSAPIPrefix+".CONSUMER.MSG.NEXT."+DefaultStream+"."+c,
+				"$JS.ACK."+DefaultStream+"."+c+".>")
 		}
 	case RoleAuditor:
 		for _, op := range AuditorOps {

@@ -72,7 +72,7 @@ func (is *Issuer) signerFor(g Grant) (signer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return signer{}, fmt.Errorf("auth: accounts dir: %w", err)
 	}
-	if err := writeSecret(filepath.Join(dir, pub+".jwt"), []byte(tok+"\n")); err != nil {
+	if err := WriteSecret(filepath.Join(dir, pub+".jwt"), []byte(tok+"\n")); err != nil {
 		return signer{}, err
 	}
 	// Signed by the account key itself: the JWT names no issuer account.

@@ -152,19 +152,19 @@ func createKeys(dir string, names ...string) error {
 		if err != nil {
 			return fmt.Errorf("auth: seed %s: %w", name, err)
 		}
-		if err := writeSecret(filepath.Join(dir, name), append(seed, '\n')); err != nil {
+		if err := WriteSecret(filepath.Join(dir, name), append(seed, '\n')); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeSecret writes a file readable by its owner only, atomically, so a
-// crash never leaves a half-written key behind.
+// WriteSecret writes a file readable by its owner only, atomically, so a
+// crash never leaves a half-written key or credential behind.
 // Each writer has its own temporary file, so concurrent writers of the
 // same file (two `creds issue` for one project) never rename each other's
 // half-written bytes into place.
-func writeSecret(path string, data []byte) error {
+func WriteSecret(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("auth: write %s: %w", path, err)
@@ -215,19 +215,15 @@ type ServerTrust struct {
 	Operator      *jwt.OperatorClaims
 	AccountJWTs   map[string]string
 	SystemAccount string
-	// AccountsDir holds project account JWTs, read when first needed.
-	AccountsDir string
-	// Keys check that a project account JWT on disk belongs to the current
-	// keys (a rotated signing key leaves stale ones behind).
+	// Keys find project account JWTs (under their Dir) and check that they
+	// belong to the current keys (a rotated signing key leaves stale ones).
 	Keys *Keys
 }
 
-// Exports of the LEDGER account, imported by CLIENTS under the same
-// subjects. Everything else of LEDGER is out of CLIENTS' reach.
-func ledgerExports(stream string) []*jwt.Export {
-	if stream == "" {
-		stream = DefaultStream
-	}
+// ledgerExports are what the ledger's account offers the clients'
+// accounts. Everything else of it is out of their reach.
+func ledgerExports() []*jwt.Export {
+	stream := DefaultStream
 	svc := func(name, subj string, rt jwt.ResponseType) *jwt.Export {
 		return &jwt.Export{Name: name, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: rt}
 	}
@@ -308,7 +304,7 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 	ac.Name = AccountName
 	ac.SigningKeys.Add(sigPub)
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit}
-	exports := ledgerExports(DefaultStream)
+	exports := ledgerExports()
 	ac.Exports.Add(exports...)
 	if err := sign(ac); err != nil {
 		return nil, err
@@ -316,17 +312,13 @@ func (k *Keys) Trust() (*ServerTrust, error) {
 	cc := jwt.NewAccountClaims(cliPub)
 	cc.Name = ClientsAccountName
 	cc.SigningKeys.Add(cliSigPub)
-	for _, im := range clientImports(accPub, DefaultStream, "") {
+	for _, im := range clientImports(accPub, "") {
 		cc.Imports.Add(im)
 	}
 	if err := sign(cc); err != nil {
 		return nil, err
 	}
-	tr := &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub, Keys: k}
-	if k.Dir != "" {
-		tr.AccountsDir = filepath.Join(k.Dir, accountsDir)
-	}
-	return tr, nil
+	return &ServerTrust{Operator: opClaims, AccountJWTs: jwts, SystemAccount: sysPub, Keys: k}, nil
 }
 
 // ErrNoKeys is returned when a directory has no account keys to issue with.
@@ -336,9 +328,15 @@ var ErrNoKeys = errors.New("auth: no account keys")
 // seed: stable across restarts and processes of one deployment, unknown to
 // anyone without the keys.
 func (k *Keys) DeriveKey(purpose string) ([]byte, error) {
-	seed, err := k.Account.Seed()
+	return derive(k.Account, purpose)
+}
+
+// derive is HMAC-SHA256 keyed by kp's seed over a purpose: secrets that
+// follow a key (rotating the key replaces them) without being stored.
+func derive(kp nkeys.KeyPair, purpose string) ([]byte, error) {
+	seed, err := kp.Seed()
 	if err != nil {
-		return nil, fmt.Errorf("auth: account seed: %w", err)
+		return nil, fmt.Errorf("auth: seed: %w", err)
 	}
 	m := hmac.New(sha256.New, seed)
 	m.Write([]byte("cgledger/" + purpose))

@@ -1,8 +1,6 @@
 package auth
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -26,21 +24,19 @@ import (
 // project id, so nothing has to be stored per project and rotating that
 // seed replaces every project account (their credentials stop working;
 // project accounts hold no data). Its JWT is signed by the operator and
-// written to AccountsDir when a credential is issued; the embedded server
-// reads it from there when the first such credential connects.
+// written under the key directory (accounts/) when a credential is issued;
+// the embedded server reads it from there when the first such credential connects.
 
 // accountsDir is where project account JWTs are kept, under the key dir.
 const accountsDir = "accounts"
 
 // ProjectAccount derives the account key of a project.
 func (k *Keys) ProjectAccount(project string) (nkeys.KeyPair, error) {
-	seed, err := k.ClientsSigning.Seed()
+	raw, err := derive(k.ClientsSigning, "project-account\x00"+project)
 	if err != nil {
-		return nil, fmt.Errorf("auth: clients signing seed: %w", err)
+		return nil, err
 	}
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte("cgledger/project-account\x00" + project))
-	kp, err := nkeys.FromRawSeed(nkeys.PrefixByteAccount, m.Sum(nil)[:32])
+	kp, err := nkeys.FromRawSeed(nkeys.PrefixByteAccount, raw)
 	if err != nil {
 		return nil, fmt.Errorf("auth: project account key: %w", err)
 	}
@@ -62,7 +58,7 @@ func (k *Keys) projectAccountJWT(project string, acc nkeys.KeyPair) (string, err
 	}
 	ac := jwt.NewAccountClaims(pub)
 	ac.Name = "project:" + project
-	for _, im := range clientImports(ledgerPub, DefaultStream, project) {
+	for _, im := range clientImports(ledgerPub, project) {
 		ac.Imports.Add(im)
 	}
 	tok, err := ac.Encode(k.Operator)
@@ -75,9 +71,9 @@ func (k *Keys) projectAccountJWT(project string, acc nkeys.KeyPair) (string, err
 // clientImports are the imports of a clients' account from the ledger's:
 // every project's subjects for the all-projects account (project ""), one
 // project's otherwise.
-func clientImports(ledgerPub, stream, project string) []*jwt.Import {
+func clientImports(ledgerPub, project string) []*jwt.Import {
 	var out []*jwt.Import
-	for _, e := range ledgerExports(stream) {
+	for _, e := range ledgerExports() {
 		subj := string(e.Subject)
 		if project != "" {
 			switch {
@@ -109,12 +105,16 @@ type AccountResolver struct {
 }
 
 // NewAccountResolver resolves static JWTs (by account public key) and then
-// the project account files of dir that belong to keys: a file whose
-// project account key does not derive from the current keys (left behind
-// by a rotation, or put there by hand) is ignored, so rotating the clients'
-// signing key revokes every project credential whatever dir holds.
-func NewAccountResolver(static map[string]string, dir string, keys *Keys) (*AccountResolver, error) {
-	r := &AccountResolver{dir: dir, keys: keys}
+// the project account files under keys' directory that belong to keys: a
+// file whose project account key does not derive from the current keys
+// (left behind by a rotation, or put there by hand) is ignored, so rotating
+// the clients' signing key revokes every project credential whatever the
+// directory holds. Nil keys resolve the static JWTs only.
+func NewAccountResolver(static map[string]string, keys *Keys) (*AccountResolver, error) {
+	r := &AccountResolver{keys: keys}
+	if keys != nil && keys.Dir != "" {
+		r.dir = filepath.Join(keys.Dir, accountsDir)
+	}
 	for acc, tok := range static {
 		if err := r.MemAccResolver.Store(acc, tok); err != nil {
 			return nil, fmt.Errorf("auth: store account: %w", err)
@@ -137,9 +137,6 @@ func (r *AccountResolver) Fetch(name string) (string, error) {
 		return "", server.ErrMissingAccount
 	}
 	tok := strings.TrimSpace(string(b))
-	if r.keys == nil {
-		return "", server.ErrMissingAccount
-	}
 	ac, err := jwt.DecodeAccountClaims(tok)
 	if err != nil || ac.Subject != name {
 		return "", server.ErrMissingAccount

@@ -97,7 +97,7 @@ func Start(cfg Config) (*server.Server, error) {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
 	if cfg.Trust != nil {
-		res, err := auth.NewAccountResolver(cfg.Trust.AccountJWTs, cfg.Trust.AccountsDir, cfg.Trust.Keys)
+		res, err := auth.NewAccountResolver(cfg.Trust.AccountJWTs, cfg.Trust.Keys)
 		if err != nil {
 			return nil, fmt.Errorf("natsserver: %w", err)
 		}
