@@ -29,12 +29,11 @@ import (
 // provides it; every read is read-your-writes, so the executor never depends
 // on a projection.
 type Ledger interface {
+	ReadExecutionInputs(ctx context.Context, q ledger.ExecutionQuery) ledger.ExecutionInputs
 	GetCall(ctx context.Context, project, turnID, callID string) (*ledger.CallRecord, error)
-	GetCard(ctx context.Context, project, cardID string) (*ledger.StoredCard, error)
 	GetTool(ctx context.Context, project, tool string) (*ledger.StoredTool, error)
 	PutCard(ctx context.Context, card ledger.Card) (ledger.PutCardResult, error)
 	Report(ctx context.Context, req ledger.ReportRequest) (ledger.ReportOutcome, error)
-	Canceled(ctx context.Context, project, channel, turnID, callID string) (bool, error)
 	Resume(ctx context.Context, project, turnID, callID string) (ledger.ReportOutcome, error)
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *ledger.Error) error
 }
@@ -322,7 +321,7 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		return
 	}
 	sub, id := cmd.Subject, cmd.Identity
-	pre := e.prefetch(cmd)
+	pre := e.prefetch(cmd, meta.NumDelivered > 1)
 	rec, err := pre.rec, pre.recErr
 	switch {
 	case errors.Is(err, ledger.ErrUnknownCall):
@@ -333,14 +332,18 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	case err != nil:
 		e.retryLater(msg, "read call record", err)
 		return
-	case rec.State == ledger.StateClaimed:
-		// A report won the claim but its reporter may have died before
-		// finishing: finish it (idempotent) rather than run the tool again.
+	case rec.State == ledger.StateClaimed || (rec.State == ledger.StateDispatched && meta.NumDelivered > 1):
+		// A redelivery: a report may be stored whose reporter died before
+		// waking the agent. Finish it (idempotent) rather than run the tool
+		// again; only a call with no stored report runs.
 		ctx, cancel := e.opCtx()
 		_, err := e.l.Resume(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
 		cancel()
+		if errors.Is(err, ledger.ErrNotReported) && rec.State == ledger.StateDispatched {
+			break
+		}
 		if _, refused := ledger.AsError(err); err != nil && !refused {
-			e.retryLater(msg, "resume claimed report", err)
+			e.retryLater(msg, "resume stored report", err)
 			return
 		}
 		_ = msg.Ack()
@@ -437,34 +440,19 @@ type prefetched struct {
 // prefetch reads the call record, the cancellation, the tool.call card and
 // the tool definition named by the payload at once. Reads a command turns
 // out not to need (an unknown or finished call) cost nothing but the wait.
-func (e *Executor) prefetch(cmd *ledger.ToolCommand) *prefetched {
+func (e *Executor) prefetch(cmd *ledger.ToolCommand, redelivered bool) *prefetched {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	sub, id := cmd.Subject, cmd.Identity
-	p := &prefetched{}
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		p.rec, p.recErr = e.l.GetCall(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
-	}()
-	go func() {
-		defer wg.Done()
-		p.canceled, p.cancelErr = e.l.Canceled(ctx, sub.Project, sub.Channel, id.AgentTurnID, id.ToolCallID)
-	}()
-	go func() {
-		defer wg.Done()
-		p.card, p.cardErr = e.l.GetCard(ctx, sub.Project, cmd.Payload.ToolCallCardID)
-	}()
-	if name := cmd.Payload.ToolName; ledger.ValidIdentifier(name) {
-		p.toolName = name
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.tool, p.toolErr = e.l.GetTool(ctx, sub.Project, name)
-		}()
+	in := e.l.ReadExecutionInputs(ctx, ledger.ExecutionQuery{
+		Project: sub.Project, Channel: sub.Channel, AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
+		ToolCallCardID: cmd.Payload.ToolCallCardID, ToolName: cmd.Payload.ToolName, Fresh: redelivered,
+	})
+	p := &prefetched{rec: in.Record, recErr: in.RecordErr, canceled: in.Canceled, cancelErr: in.CancelErr,
+		card: in.Card, cardErr: in.CardErr, tool: in.Tool, toolErr: in.ToolErr}
+	if ledger.ValidIdentifier(cmd.Payload.ToolName) {
+		p.toolName = cmd.Payload.ToolName
 	}
-	wg.Wait()
 	return p
 }
 

@@ -368,6 +368,7 @@ func TestGracefulStopFinishesInFlightCalls(t *testing.T) {
 	go func() { r.ex.Stop(context.Background()); close(stopped) }()
 	close(release)
 	<-stopped
+	r.L.Flush()
 	rec, err := r.L.GetCall(context.Background(), c.Project, c.Turn, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateWoken, rec.State, "the in-flight call was reported before Stop returned")

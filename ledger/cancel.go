@@ -61,11 +61,30 @@ func (l *Ledger) CancelJSON(ctx context.Context, body []byte) (CancelResult, err
 		return CancelResult{}, l.reject(ctx, OpCancel, rec.ProjectID, rec.ChannelID, newError(CodeMismatch, vs, "call %s is not agent %s's", rec.ToolCallID, req.AgentID), raw())
 	}
 	subj := CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
-	if rec.State != StateDispatched {
+	reported := rec.State != StateDispatched
+	if !reported {
+		// The record is marked after the report is stored: look at the
+		// report's own subject too.
+		m, err := l.lastForSubject(ctx, ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
+		if err != nil {
+			return CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		}
+		if m != nil {
+			reported = true
+			if c, err := l.claimFromEntry(m); err == nil {
+				rec.Claim = c
+			}
+		}
+	}
+	if reported {
 		if prev, _ := l.lastForSubject(ctx, subj); prev != nil {
 			return CancelResult{Seq: prev.Sequence, Duplicate: true}, nil
 		}
-		vs.Add("body.tool_call_id", VConflict, "call %s already has a report (%s)", rec.ToolCallID, rec.Claim.Status)
+		status := "unknown status"
+		if rec.Claim != nil {
+			status = rec.Claim.Status
+		}
+		vs.Add("body.tool_call_id", VConflict, "call %s already has a report (%s)", rec.ToolCallID, status)
 		return CancelResult{}, l.reject(ctx, OpCancel, rec.ProjectID, rec.ChannelID, newError(CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
 	}
 	data, err := json.Marshal(CancelEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,

@@ -72,6 +72,7 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *Card, channel string
 	ack, err := l.appendEntry(ctx, KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
+		l.cache.cards.put(msg.Subject, &StoredCard{Card: *c, Seq: ack.Sequence})
 		return PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
 	case isWrongLastSeq(err):
 		existing, gerr := l.lastForSubject(ctx, msg.Subject)
@@ -137,6 +138,8 @@ func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*StoredCa
 		l.log.Warn("card subject holds a message that is not a card entry", "project", project, "card_id", cardID, "seq", msg.Sequence)
 		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s (its subject holds a message that is not a card entry)", cardID, project)
 	}
+	c := *sc
+	l.cache.cards.put(subject, &c)
 	return sc, nil
 }
 

@@ -50,7 +50,9 @@ func (l *Ledger) ConsumeJSON(ctx context.Context, body []byte) (ConsumeResult, e
 	if len(vs) > 0 {
 		return ConsumeResult{}, l.reject(ctx, OpConsume, req.ProjectID, Unrouted, newError(CodeBadRequest, vs, "invalid consume: %d violation(s)", len(vs)), raw())
 	}
-	rec, _, err := l.getRecord(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID))
+	// A cached record may be behind (not yet woken): the report's stream
+	// subject is read then, below.
+	rec, _, err := l.recordCached(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID))
 	if err != nil {
 		return ConsumeResult{}, fmt.Errorf("consume %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
@@ -66,9 +68,9 @@ func (l *Ledger) ConsumeJSON(ctx context.Context, body []byte) (ConsumeResult, e
 	if rec.Claim != nil {
 		reportSeq = rec.Claim.Seq
 	}
-	if reportSeq == 0 && rec.State == StateClaimed {
-		// The report may be appended while the record is not yet marked.
-		m, err := l.lastForSubject(ctx, rec.Claim.Subject)
+	if reportSeq == 0 {
+		// The report may be stored while the record is not yet marked.
+		m, err := l.lastForSubject(ctx, ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
 		if err != nil {
 			return ConsumeResult{}, fmt.Errorf("consume %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // DispatchRequest asks the ledger to write a tool.call card and publish the
@@ -99,16 +100,13 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 		return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
 	}
 
-	put, err := l.putCard(ctx, OpDispatch, card, sub.Channel, rawReq)
-	if err != nil {
-		return DispatchResult{}, err
-	}
-	if err := l.step(StepDispatchCard); err != nil {
-		return DispatchResult{}, err
-	}
 	payloadBytes, err := json.Marshal(payload)
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+	}
+	cardBytes, err := json.Marshal(card)
+	if err != nil {
+		return DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
 	}
 	normSubject := sub.String()
 	rec := &CallRecord{
@@ -124,13 +122,38 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 		ToolName:       payload.ToolName,
 		AfterExecution: payload.AfterExecution,
 		ToolCallCardID: card.CardID,
-		CardSeq:        put.Seq,
 		CardMetadata:   card.Metadata,
 	}
 	rec.DispatchFingerprint = fingerprint(normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
-		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), strconv.FormatUint(put.Seq, 10))
+		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), string(cardBytes))
 	key := callKey(sub.Project, id.AgentTurnID, id.ToolCallID)
+
+	// The card and the call record are independent writes: one round trip
+	// for both. The command, which must never exist without them, waits.
+	var put PutCardResult
+	var putErr error
+	putDone := make(chan struct{})
+	go func() {
+		defer close(putDone)
+		put, putErr = l.putCard(ctx, OpDispatch, card, sub.Channel, rawReq)
+	}()
 	rev, created, err := l.createRecord(ctx, key, rec)
+	<-putDone
+	if putErr != nil {
+		if _, refused := AsError(putErr); refused && created {
+			// The card can never be stored as given (its id holds another
+			// card): take back the record this attempt created, so a
+			// corrected dispatch of the call is not refused as a conflict.
+			if derr := l.kv.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev)); derr != nil {
+				l.log.Warn("dispatch: remove the record of a refused dispatch", "key", key, "err", derr)
+			}
+			l.cache.records.drop(key)
+		}
+		return DispatchResult{}, putErr
+	}
+	if err := l.step(StepDispatchCard); err != nil {
+		return DispatchResult{}, err
+	}
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
@@ -165,9 +188,21 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	if err := l.step(StepDispatchCommand); err != nil {
 		return DispatchResult{}, err
 	}
-	if err := l.recordCommandSeq(ctx, key, rec, rev, ack.Sequence); err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
-	}
+	// The answer does not wait for the record to hold the sequences: this
+	// process's executor and report read them from memory, and a repeated
+	// dispatch before the record has them publishes again, which Nats-Msg-Id
+	// answers with the same sequence.
+	rec.CardSeq, rec.CommandSeq = put.Seq, ack.Sequence
+	l.cacheRecord(key, rec, rev)
+	l.bg.start()
+	go func() {
+		defer l.bg.done()
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := l.recordSequences(bctx, key, rec, rev); err != nil {
+			l.log.Warn("dispatch: record the command's sequence", "key", key, "err", err)
+		}
+	}()
 	// Whoever created the record dispatched the call; any other caller,
 	// even one that finished publishing for it, repeated it.
 	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
@@ -190,25 +225,29 @@ func (l *Ledger) readExisting(ctx context.Context, key string) (*CallRecord, uin
 	}
 }
 
-// recordCommandSeq stores the command's sequence in the call record. A report
-// may already have moved the record on (the executor can be that fast), so a
-// lost compare-and-set re-reads and tries again.
-func (l *Ledger) recordCommandSeq(ctx context.Context, key string, rec *CallRecord, rev, seq uint64) error {
+// recordSequences stores the card's and the command's sequences in the call
+// record, starting from revision rev. A report may already have moved the
+// record on (the executor can be that fast), so a lost compare-and-set
+// re-reads and sets them on what it finds.
+func (l *Ledger) recordSequences(ctx context.Context, key string, want *CallRecord, rev uint64) error {
+	rec := cloneRecord(want)
 	for range 16 {
-		if rec.CommandSeq != 0 {
-			return nil
-		}
-		rec.CommandSeq = seq
 		_, ok, err := l.updateRecord(ctx, key, rec, rev)
 		if err != nil || ok {
 			return err
 		}
-		if rec, rev, err = l.getRecord(ctx, key); err != nil {
+		cur, crev, err := l.getRecord(ctx, key)
+		if err != nil {
 			return err
 		}
-		if rec == nil {
+		if cur == nil {
 			return fmt.Errorf("call record %s vanished", key)
 		}
+		if cur.CommandSeq != 0 {
+			return nil
+		}
+		rec, rev = cur, crev
+		rec.CardSeq, rec.CommandSeq = want.CardSeq, want.CommandSeq
 	}
 	return fmt.Errorf("call record %s: too many concurrent updates", key)
 }

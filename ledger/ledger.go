@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,9 +31,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
 	Logger *slog.Logger
-	// ReportLease is how long the writer of a report's claim alone finishes
-	// it (append, wakeup, mark woken) before a concurrent or retried report
-	// takes over. Zero means 5s.
+	// ReportLease is how long, from a report entry's time, its writer alone
+	// finishes it (wakeup, mark woken) before a concurrent or retried
+	// identical report takes over. Zero means 5s.
 	ReportLease time.Duration
 }
 
@@ -41,10 +42,9 @@ type Step string
 
 // Report-path steps, in order (docs/report-path.md).
 const (
-	StepClaimed     Step = "claimed"      // claim CAS-written to the KV record
-	StepAppended    Step = "appended"     // report entry acknowledged by the stream
+	StepAppended    Step = "appended"     // report entry acknowledged by the stream (the claim)
 	StepWoken       Step = "woken"        // wakeup (or wakeup_skipped) acknowledged
-	StepMarkedWoken Step = "marked_woken" // KV record marked woken, with the report's sequence
+	StepMarkedWoken Step = "marked_woken" // KV record marked woken (after the answer, for the writer)
 
 	StepDispatchCard    Step = "dispatch_card"    // tool.call card acknowledged
 	StepDispatchRecord  Step = "dispatch_record"  // call record created in KV
@@ -63,10 +63,12 @@ type Ledger struct {
 	m       *metrics
 	log     *slog.Logger
 	lease   time.Duration
+	cache   *caches
+	bg      background
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
-	afterStep func(Step) error
+	afterStep atomic.Pointer[func(Step) error]
 }
 
 // Open provisions (idempotently) the ledger stream and bucket and returns a
@@ -110,7 +112,20 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if lease <= 0 {
 		lease = 5 * time.Second
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease}, nil
+	c := newCaches()
+	if err := c.watch(nc, version); err != nil {
+		// Without the watch, roster and tool entries are read every time.
+		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
+	}
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c}, nil
+}
+
+// Close stops the cache watch and waits for work the ledger finishes after
+// answering (marking reported calls woken). It does not close the NATS
+// connection, which the caller owns.
+func (l *Ledger) Close() {
+	l.cache.close()
+	l.bg.wait()
 }
 
 // Version is the protocol version token this ledger writes.
@@ -124,10 +139,11 @@ func (l *Ledger) BucketName() string { return l.streams.Bucket }
 
 // step runs the fault-injection hook.
 func (l *Ledger) step(s Step) error {
-	if l.afterStep == nil {
+	f := l.afterStep.Load()
+	if f == nil || *f == nil {
 		return nil
 	}
-	if err := l.afterStep(s); err != nil {
+	if err := (*f)(s); err != nil {
 		return fmt.Errorf("aborted after step %s: %w", s, err)
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 // Call record states, in the order a call moves through them.
 const (
 	StateDispatched = "dispatched" // command published (or about to be)
-	StateClaimed    = "claimed"    // a report won the dedup claim; its entry may or may not be appended yet
+	StateClaimed    = "claimed"    // a report is stored; the agent is being woken (or, in records of earlier versions, the entry is being appended)
 	StateWoken      = "woken"      // report appended and wakeup published (or recorded as skipped)
 )
 
@@ -100,7 +100,38 @@ func (l *Ledger) getRecord(ctx context.Context, key string) (*CallRecord, uint64
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, 0, fmt.Errorf("decode call record rev %d: %w", e.Revision(), err)
 	}
+	l.cacheRecord(key, &rec, e.Revision())
 	return &rec, e.Revision(), nil
+}
+
+// recordCached returns the record as this process last wrote or read it,
+// reading it only when it has none. The answer may be behind the bucket
+// (another process moved the call on): callers use it only where a
+// compare-and-set or an expected-last-sequence append catches that, or for
+// the fields dispatch fixed and nothing changes.
+func (l *Ledger) recordCached(ctx context.Context, key string) (*CallRecord, uint64, error) {
+	if c, ok := l.cache.records.get(key); ok {
+		return cloneRecord(c.rec), c.rev, nil
+	}
+	return l.getRecord(ctx, key)
+}
+
+// cacheRecord remembers a record at a revision, unless a later revision is
+// already remembered (a read can answer after a newer write).
+func (l *Ledger) cacheRecord(key string, rec *CallRecord, rev uint64) {
+	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
+		func(cur, v cachedRecord) bool { return cur.rev > v.rev })
+}
+
+// cloneRecord copies a record deeply enough that the copy's state and claim
+// can be changed without touching the original.
+func cloneRecord(rec *CallRecord) *CallRecord {
+	c := *rec
+	if rec.Claim != nil {
+		cl := *rec.Claim
+		c.Claim = &cl
+	}
+	return &c
 }
 
 // createRecord writes a new record. ok=false means the key already exists
@@ -112,11 +143,13 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *CallRecord) 
 	}
 	rev, err = l.kv.Create(ctx, key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
+		l.cache.records.drop(key)
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("create call record: %w", err)
 	}
+	l.cacheRecord(key, rec, rev)
 	return rev, true, nil
 }
 
@@ -129,17 +162,43 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *CallRecord, 
 	}
 	nrev, err := l.kv.Update(ctx, key, b, rev)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
+		l.cache.records.drop(key)
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("update call record: %w", err)
 	}
+	l.cacheRecord(key, rec, nrev)
 	return nrev, true, nil
 }
 
 // GetCall returns the record of a call dispatched through the ledger, or an
-// error matching ErrUnknownCall. Executors use it to skip calls already reported.
+// error matching ErrUnknownCall. Executors use it to skip calls already
+// reported. The bucket marks a call woken only after its report is answered,
+// so for a record still dispatched GetCall also looks at the report's own
+// subject: a stored report shows as StateClaimed with its claim (sequence
+// and outcome) read from the entry.
 func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*CallRecord, error) {
+	rec, err := l.getCall(ctx, project, turnID, callID, false)
+	if err != nil || rec.State != StateDispatched {
+		return rec, err
+	}
+	m, err := l.lastForSubject(ctx, ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
+	if err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
+	if m != nil {
+		c, err := l.claimFromEntry(m)
+		if err != nil {
+			return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+		}
+		c.LeaseUntil = time.Time{}
+		rec.State, rec.Claim = StateClaimed, c
+	}
+	return rec, nil
+}
+
+func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, cached bool) (*CallRecord, error) {
 	var vs Violations
 	checkIdent(&vs, "project_id", project, true)
 	checkIdent(&vs, "agent_turn_id", turnID, true)
@@ -147,7 +206,11 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 	if err := badRequest("call lookup", vs); err != nil {
 		return nil, err
 	}
-	rec, _, err := l.getRecord(ctx, callKey(project, turnID, callID))
+	read := l.getRecord
+	if cached {
+		read = l.recordCached
+	}
+	rec, _, err := read(ctx, callKey(project, turnID, callID))
 	if err != nil {
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}

@@ -165,8 +165,10 @@ func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
 }
 
 // prefetched is what the report path reads before deciding anything. The
-// three reads are independent, so they run concurrently: one round trip
-// instead of three.
+// three reads are independent, so they run concurrently, and each is served
+// from this process's memory when it wrote or read the value before: on the
+// hot path (dispatch, executor and report in one process) none of them
+// reaches the server.
 type prefetched struct {
 	rec     *CallRecord
 	rev     uint64
@@ -183,18 +185,18 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		p.card, p.cardErr = l.GetCard(ctx, in.project, in.payload.ToolResultCardID)
+		p.card, p.cardErr = l.cardCached(ctx, in.project, in.payload.ToolResultCardID)
 	}()
 	go func() {
 		defer wg.Done()
-		r, err := l.GetRoster(ctx, in.project, in.id.AgentID)
+		r, err := l.rosterCached(ctx, in.project, in.id.AgentID)
 		if err == nil {
 			p.roster = &r
 		} else if !isCode(err, CodeNotFound) {
 			p.rostErr = err
 		}
 	}()
-	p.rec, p.rev, p.recErr = l.getRecord(ctx, key)
+	p.rec, p.rev, p.recErr = l.recordCached(ctx, key)
 	wg.Wait()
 	return p
 }
@@ -218,7 +220,12 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		return refuse(CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
 	}
 	fp := fingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction)
-	appendedHere := false
+	conflict := func(c *Claim, state string) (ReportOutcome, error) {
+		var vs Violations
+		vs.Add("payload", VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
+			rec.ToolCallID, c.SourceID, c.Status, c.ToolResultCardID, c.AfterExecution, state, c.Seq)
+		return refuse(CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
+	}
 	for range 64 {
 		if in.id.TurnEpoch != rec.TurnEpoch {
 			var vs Violations
@@ -228,99 +235,138 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		if vs := matchCall(rec, in, fp); len(vs) > 0 {
 			return refuse(CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
 		}
+		var claim *Claim
 		switch {
 		case rec.State == StateDispatched:
-			claim, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
+			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := AsError(rerr); ok {
 					return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, e, raw())
 				}
 				return ReportOutcome{}, rerr
 			}
-			next := *rec
-			next.State, next.Claim = StateClaimed, claim
-			nrev, ok, err := l.updateRecord(ctx, key, &next, rev)
-			if err != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: claim: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
-			}
-			if !ok {
-				if rec, rev, err = l.reread(ctx, key); err != nil {
-					return ReportOutcome{}, err
-				}
-				continue
-			}
-			rec, rev = &next, nrev
-			if err := l.step(StepClaimed); err != nil {
-				return ReportOutcome{}, err
-			}
+			claim = c
 		case rec.Claim == nil:
 			return ReportOutcome{}, fmt.Errorf("report %s/%s: record in state %s has no claim", in.id.AgentTurnID, in.id.ToolCallID, rec.State)
 		case rec.Claim.Fingerprint != fp:
-			var vs Violations
-			vs.Add("payload", VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
-				rec.ToolCallID, rec.Claim.SourceID, rec.Claim.Status, rec.Claim.ToolResultCardID, rec.Claim.AfterExecution, rec.State, rec.Claim.Seq)
-			return refuse(CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
+			return conflict(rec.Claim, rec.State)
+		case rec.State == StateWoken:
+			return l.finishReport(ctx, rec, in, true)
+		default:
+			// A claim written by an earlier version of the ledger, before
+			// the report entry itself became the claim: append its bytes.
+			claim = withClaim(rec).Claim
 		}
 
-		if rec.State == StateClaimed {
-			next := withClaim(rec)
-			seq, here, err := l.appendReport(ctx, next.Claim)
+		// The append is the claim: the subject is the call's own and must be
+		// empty, so of any number of concurrent reports exactly one stores
+		// its entry, through any number of ledger processes.
+		seq, stored, err := l.appendReport(ctx, claim)
+		if err != nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		}
+		here := stored == nil
+		if !here {
+			if stored.Fingerprint != fp {
+				return conflict(stored, "reported")
+			}
+			claim = stored
+		}
+		claim.Seq = seq
+		if err := l.step(StepAppended); err != nil {
+			return ReportOutcome{}, err
+		}
+		if !here {
+			// Another report stored the entry: it publishes the one wakeup.
+			// Wait for it to finish; take over only once the entry is older
+			// than the lease (its writer crashed or stalled).
+			woken, wrec, wrev, err := l.awaitWoken(ctx, key, claim.LeaseUntil)
 			if err != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+				return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
-			appendedHere = appendedHere || here
-			next.Claim.Seq = seq
-			if err := l.step(StepAppended); err != nil {
-				return ReportOutcome{}, err
-			}
-			if !appendedHere {
-				// Another report appended the entry: it publishes the one
-				// wakeup. Wait for it to finish; take over only once its
-				// lease is gone (it crashed or stalled).
-				woken, wrec, wrev, err := l.awaitWoken(ctx, key, rec.Claim.LeaseUntil)
-				if err != nil {
-					return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
-				}
-				if woken {
-					rec, rev = wrec, wrev
-					continue
-				}
-			}
-			if pre.rostErr != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
-			}
-			if err := l.wake(ctx, next, pre.roster); err != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
-			}
-			if err := l.step(StepWoken); err != nil {
-				return ReportOutcome{}, err
-			}
-			next.State = StateWoken
-			nrev, ok, err := l.updateRecord(ctx, key, next, rev)
-			if err != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
-			}
-			if !ok {
-				// Another delivery of the same report finished first; re-run
-				// on what it wrote.
-				if rec, rev, err = l.reread(ctx, key); err != nil {
-					return ReportOutcome{}, err
-				}
+			if woken {
+				rec, rev = wrec, wrev
 				continue
 			}
-			rec, rev = next, nrev
-			if err := l.step(StepMarkedWoken); err != nil {
+			if rec, rev, err = l.reread(ctx, key); err != nil {
 				return ReportOutcome{}, err
 			}
+			if rec.State == StateWoken {
+				continue
+			}
 		}
-		return l.finishReport(ctx, rec, in, !appendedHere)
+		next := cloneRecord(rec)
+		next.Claim = claim
+		if pre.rostErr != nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
+		}
+		if err := l.wake(ctx, next, pre.roster); err != nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		}
+		if err := l.step(StepWoken); err != nil {
+			return ReportOutcome{}, err
+		}
+		next.State = StateWoken
+		// The record keeps the outcome, not the entry's bytes: the stream
+		// holds those.
+		next.Claim.Header, next.Claim.Data, next.Claim.LeaseUntil = nil, nil, time.Time{}
+		if here {
+			// The answer does not wait for the record: the entry and the
+			// wakeup are stored, and until the mark lands a duplicate finds
+			// the entry and waits for it.
+			l.bg.start()
+			go func() {
+				defer l.bg.done()
+				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if err := l.markWoken(mctx, key, next, rev); err != nil {
+					l.log.Warn("report: mark call woken", "key", key, "err", err)
+				}
+			}()
+			return l.finishReport(ctx, next, in, false)
+		}
+		if err := l.markWoken(ctx, key, next, rev); err != nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		}
+		return l.finishReport(ctx, next, in, true)
 	}
 	return ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
 }
 
+// markWoken compare-and-sets the record to woken with the accepted report's
+// outcome, starting from revision rev (which may be behind: a lost
+// compare-and-set re-reads and tries again, and a record already woken is
+// left as it is).
+func (l *Ledger) markWoken(ctx context.Context, key string, next *CallRecord, rev uint64) error {
+	cur := next
+	for range 16 {
+		_, ok, err := l.updateRecord(ctx, key, cur, rev)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if err := l.step(StepMarkedWoken); err != nil {
+				return err
+			}
+			return nil
+		}
+		rec, nrev, err := l.reread(ctx, key)
+		if err != nil {
+			return err
+		}
+		if rec.State == StateWoken {
+			return nil
+		}
+		cur = cloneRecord(rec)
+		cur.State, cur.Claim = StateWoken, next.Claim
+		rev = nrev
+	}
+	return fmt.Errorf("call record %s: too many concurrent updates", key)
+}
+
 // awaitWoken polls the call record until it is woken (true, with the
-// record) or the claim's lease has passed (false). Polling, rather than a
-// KV watch, because it only runs for concurrent identical reports.
+// record) or the lease has passed (false). Polling, rather than a KV watch,
+// because it only runs for concurrent identical reports.
 func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *CallRecord, uint64, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		rec, rev, err := l.getRecord(ctx, key)
@@ -462,35 +508,56 @@ func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *Sto
 	}, nil
 }
 
-// appendReport appends the claimed report entry at most once: the entry's
-// subject is unique to the call, and the append expects that subject to be
-// empty, which holds across restarts (unlike the Nats-Msg-Id window). here is
-// true when this call wrote it.
-func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, here bool, err error) {
+// appendReport appends a report entry at most once: the entry's subject is
+// unique to the call, and the append expects that subject to be empty, which
+// holds across restarts (unlike the Nats-Msg-Id window). stored is nil when
+// this call wrote the entry; otherwise it is the entry already there, as a
+// claim, and seq is its sequence.
+func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, stored *Claim, err error) {
 	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		msg.Header[k] = append([]string(nil), v...)
 	}
 	msg.Header.Set(HeaderMsgID, c.MsgID)
 	ack, err := l.appendEntry(ctx, KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
-	if err == nil {
-		if ack.Duplicate {
-			return ack.Sequence, false, nil
-		}
+	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
-		return ack.Sequence, true, nil
+		return ack.Sequence, nil, nil
 	}
-	if !isWrongLastSeq(err) {
-		return 0, false, err
+	if err != nil && !isWrongLastSeq(err) {
+		return 0, nil, err
 	}
 	existing, gerr := l.lastForSubject(ctx, c.Subject)
 	if gerr != nil {
-		return 0, false, gerr
+		return 0, nil, gerr
 	}
 	if existing == nil {
-		return 0, false, fmt.Errorf("report entry %s reported present but not found", c.Subject)
+		return 0, nil, fmt.Errorf("report entry %s reported present but not found", c.Subject)
 	}
-	return existing.Sequence, false, nil
+	stored, err = l.claimFromEntry(existing)
+	if err != nil {
+		return 0, nil, err
+	}
+	return existing.Sequence, stored, nil
+}
+
+// claimFromEntry reads a stored report entry back as the claim it won: its
+// fingerprint, outcome and the lease its writer holds from the entry's time.
+func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*Claim, error) {
+	var e ReportEntry
+	if err := json.Unmarshal(m.Data, &e); err != nil {
+		return nil, fmt.Errorf("decode report entry %d: %w", m.Sequence, err)
+	}
+	at, ok := EntryTime(m.Header)
+	if !ok {
+		at = m.Time
+	}
+	return &Claim{
+		Fingerprint: fingerprint(e.Status, e.AfterExecution, e.ToolResultCardID, e.StepID, e.SourceID, e.SourceFunction),
+		Status:      e.Status, AfterExecution: e.AfterExecution, EffectiveAfterExecution: e.EffectiveAfterExecution,
+		ToolResultCardID: e.ToolResultCardID, SourceID: e.SourceID, Subject: m.Subject,
+		MsgID: HeaderGet(m.Header, HeaderMsgID), Seq: m.Sequence, LeaseUntil: at.Add(l.lease),
+	}, nil
 }
 
 // wake publishes the wakeup to the agent's worker target (read when the
@@ -578,30 +645,38 @@ func (l *Ledger) finishReport(ctx context.Context, rec *CallRecord, in *reportIn
 	return out, nil
 }
 
-// Resume finishes a report whose claim was written but whose entry,
-// wakeup or final mark may be missing (its reporter crashed or gave up):
-// it replays the claimed report exactly, so the ledger ends with the one
-// report the claim names. Executors call it when a redelivered command finds
-// its call claimed. A call not in the claimed state is returned as is.
+// Resume finishes a report whose entry is stored but whose wakeup or final
+// mark may be missing (its reporter crashed or gave up): it replays the
+// stored report exactly, so the ledger ends with the one report the entry
+// holds. Executors call it when a redelivered command finds its call not yet
+// woken, instead of running the tool again. A call with no stored report
+// (nor a claim written by an earlier version) is an error matching
+// ErrNotReported.
 func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (ReportOutcome, error) {
 	rec, err := l.GetCall(ctx, project, turnID, callID)
 	if err != nil {
 		return ReportOutcome{}, err
 	}
-	if rec.Claim == nil {
-		return ReportOutcome{}, newError(CodeNotReported, nil, "call %s has no claimed report to resume", callID)
-	}
-	h := nats.Header{}
-	for k, v := range rec.Claim.Header {
-		h[k] = append([]string(nil), v...)
-	}
-	var entry ReportEntry
-	if err := json.Unmarshal(rec.Claim.Data, &entry); err != nil {
-		return ReportOutcome{}, fmt.Errorf("resume %s/%s: decode claimed entry: %w", turnID, callID, err)
-	}
-	data, err := json.Marshal(ReportPayload{Status: entry.Status, AfterExecution: entry.AfterExecution, ToolResultCardID: entry.ToolResultCardID, StepID: entry.StepID})
+	m, err := l.lastForSubject(ctx, ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
 	if err != nil {
 		return ReportOutcome{}, fmt.Errorf("resume %s/%s: %w", turnID, callID, err)
 	}
-	return l.ReportMsg(ctx, h, data)
+	var data []byte
+	switch {
+	case m != nil:
+		data = m.Data
+	case rec.Claim != nil && len(rec.Claim.Data) > 0:
+		data = rec.Claim.Data
+	default:
+		return ReportOutcome{}, newError(CodeNotReported, nil, "call %s has no stored report to resume", callID)
+	}
+	var e ReportEntry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return ReportOutcome{}, fmt.Errorf("resume %s/%s: decode report entry: %w", turnID, callID, err)
+	}
+	return l.Report(ctx, ReportRequest{
+		ProjectID: e.ProjectID, ChannelID: e.ChannelID, SourceID: e.SourceID, SourceFunction: e.SourceFunction,
+		Identity: Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
+		Payload:  ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID},
+	})
 }

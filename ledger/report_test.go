@@ -49,6 +49,7 @@ func TestReportHappyPathWakesCurrentWorkerTarget(t *testing.T) {
 	require.Equal(t, out.Seq, w.ReportSeq)
 	require.Equal(t, "call-1", m.Header.Get(ledger.HeaderToolCallID))
 
+	e.l.Flush()
 	rec, err := e.l.GetCall(ctx, project, "turn-1", "call-1")
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateWoken, rec.State)

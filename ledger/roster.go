@@ -55,6 +55,8 @@ func (l *Ledger) setRoster(ctx context.Context, e RosterEntry, data []byte) (Ros
 	msg.Header.Set(HeaderProjectID, e.ProjectID)
 	msg.Header.Set(HeaderAgentID, e.AgentID)
 	ack, err := l.appendEntry(ctx, KindRoster, msg)
+	// Read-your-writes in this process, whatever the watch's delay.
+	l.cache.changed(msg.Subject)
 	if err != nil {
 		return RosterResult{}, fmt.Errorf("set roster %s/%s: %w", e.ProjectID, e.AgentID, err)
 	}

@@ -474,6 +474,8 @@ func (l *Ledger) registerTool(ctx context.Context, d *ToolDefinition, data []byt
 		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
 		msg.Header.Set(HeaderProjectID, d.ProjectID)
 		ack, err := l.appendEntry(ctx, KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		// Read-your-writes in this process, whatever the watch's delay.
+		l.cache.changed(subj)
 		if isWrongLastSeq(err) {
 			continue // a concurrent registration won; compare with it
 		}

@@ -227,6 +227,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if err != nil {
 		return err
 	}
+	// After the executor and the API have stopped: finish marking answered
+	// calls before the connection drains.
+	defer l.Close()
 	if !recorded {
 		if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
 			return err
@@ -386,7 +389,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// Order: stop the HTTP server; then, deferred in reverse: drain the
 	// executor (stop pulling, finish in-flight calls), stop the API after its
 	// in-flight requests, stop the projector and sync its checkpoint, close
-	// the view store, drain the NATS connection, stop the embedded server.
+	// the view store, finish the ledger's background record marks, drain the
+	// NATS connection, stop the embedded server.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)

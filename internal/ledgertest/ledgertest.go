@@ -40,6 +40,7 @@ func New(tb testing.TB) *Env {
 	if err != nil {
 		tb.Fatalf("ledgertest: open ledger: %v", err)
 	}
+	tb.Cleanup(l.Close)
 	return &Env{Srv: srv, NC: nc, JS: js, L: l}
 }
 

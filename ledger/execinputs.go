@@ -1,0 +1,75 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+)
+
+// ExecutionQuery names a delivered command's call, the tool.call card it
+// points at and the tool definition it asks for.
+type ExecutionQuery struct {
+	Project, Channel, AgentTurnID, ToolCallID string
+	// ToolCallCardID is the payload's tool_call_card_id.
+	ToolCallCardID string
+	// ToolName is the definition to read; empty reads none.
+	ToolName string
+	// Fresh reads everything from the server. Executors set it for a
+	// redelivered command, whose call another process may have moved on.
+	Fresh bool
+}
+
+// ExecutionInputs is what an executor reads before running a call. Each
+// read has its own error: an executor decides per read whether the call can
+// go on.
+type ExecutionInputs struct {
+	Record    *CallRecord
+	RecordErr error
+	Canceled  bool
+	CancelErr error
+	Card      *StoredCard
+	CardErr   error
+	Tool      *StoredTool
+	ToolErr   error
+}
+
+// ReadExecutionInputs reads the call record, the cancellation, the tool.call
+// card and the tool definition at once. Unless q.Fresh, the record, card
+// and definition come from this process's memory when it wrote or read them
+// before (the ledger that dispatched the call usually did): the record as
+// dispatch left it (an executor only acts on a first delivery's record,
+// which nothing else has moved on yet, and the report path re-checks it),
+// the card as stored (cards never change), the definition as last seen
+// (dropped when any ledger process writes a new one). The cancellation is
+// always read from the server, so a cancel recorded by any process before
+// the read is never missed.
+func (l *Ledger) ReadExecutionInputs(ctx context.Context, q ExecutionQuery) ExecutionInputs {
+	var in ExecutionInputs
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		in.Canceled, in.CancelErr = l.Canceled(ctx, q.Project, q.Channel, q.AgentTurnID, q.ToolCallID)
+	}()
+	go func() {
+		defer wg.Done()
+		if q.Fresh {
+			in.Card, in.CardErr = l.GetCard(ctx, q.Project, q.ToolCallCardID)
+		} else {
+			in.Card, in.CardErr = l.cardCached(ctx, q.Project, q.ToolCallCardID)
+		}
+	}()
+	if ValidIdentifier(q.ToolName) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if q.Fresh {
+				in.Tool, in.ToolErr = l.GetTool(ctx, q.Project, q.ToolName)
+			} else {
+				in.Tool, in.ToolErr = l.toolCached(ctx, q.Project, q.ToolName)
+			}
+		}()
+	}
+	in.Record, in.RecordErr = l.getCall(ctx, q.Project, q.AgentTurnID, q.ToolCallID, !q.Fresh)
+	wg.Wait()
+	return in
+}
