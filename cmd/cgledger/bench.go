@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,14 +69,26 @@ type benchRow struct {
 }
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json] [--cpuprofile FILE]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
 	syncAlways := fs.Bool("sync-always", false, "fsync every JetStream write (the embedded server's --sync-always)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return failf(exitFailed, "bench: --cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return failf(exitFailed, "bench: --cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var inflight []int
 	for _, f := range strings.Split(*levels, ",") {
