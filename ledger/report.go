@@ -313,7 +313,10 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		if here {
 			// The answer does not wait for the record: the entry and the
 			// wakeup are stored, and until the mark lands a duplicate finds
-			// the entry and waits for it.
+			// the entry and waits for it. This process knows the outcome
+			// now (at the old revision, which the mark's compare-and-set
+			// replaces): its duplicates and the agent's consume need no read.
+			l.cacheRecord(key, next, rev)
 			l.bg.start()
 			go func() {
 				defer l.bg.done()
