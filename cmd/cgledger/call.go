@@ -82,7 +82,9 @@ ledger answers a repeat with the original outcome.`)
 	traceID := hex.EncodeToString(sum[:16])
 	id := ledger.Identity{AgentID: *agent, AgentTurnID: *turn, TurnEpoch: *epoch, ToolCallID: *callID,
 		Traceparent: "00-" + traceID + "-" + randomID("") + "-01"}
-	cardID := "cc-" + *callID
+	// Calls are keyed by (project, turn, call): the card id is too, so the
+	// same --call-id in another turn is another card.
+	cardID := "cc-" + hex.EncodeToString(sum[16:28])
 	req := ledger.DispatchRequest{
 		Subject: subject, Identity: id,
 		Card: ledger.Card{CardID: cardID, ProjectID: *project, Type: ledger.CardToolCall, AuthorID: *agent,

@@ -38,6 +38,11 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "status:     success")
 	require.Contains(t, out, `{"text":"hi"}`)
+	// Calls are keyed by (project, turn, call): the same call id in another
+	// turn is another call with its own card, not a conflict.
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"again"}`, "--turn", "t0", "--call-id", "c1")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `{"text":"again"}`)
 
 	// Flags after the positional argument work too; --json is parseable.
 	out, code = s.run(t, "call", "--json", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":5000}`, "--timeout", "300ms", "--turn", "t1", "--call-id", "c2")
@@ -117,7 +122,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 			reports[e.Subject]++
 		}
 	}
-	require.Len(t, reports, 5)
+	require.Len(t, reports, 6)
 	for subj, n := range reports {
 		require.Equal(t, 1, n, subj)
 	}
