@@ -120,11 +120,21 @@ type serving struct {
 func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serving)) error {
 	url := s.NATSURL
 	embedded := url == ""
+	unlock, err := preflight(s, embedded)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Listening first: a port in use is reported before anything starts.
+	ln, err := net.Listen("tcp", s.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("http_listen %q: %w", s.HTTPListen, err)
+	}
+	defer ln.Close()
 	var sa *serveAuth
 	if s.NoAuth {
 		log.Warn("authentication is OFF (--no-auth): anyone who reaches NATS or HTTP can forge, halt or delete the ledger; see docs/security.md")
 	} else {
-		var err error
 		if sa, err = setupAuth(s.Data, embedded, log); err != nil {
 			if !embedded {
 				return fmt.Errorf("HTTP authentication needs the ledger account's keys in %s (see docs/security.md, \"External cluster\"), or --no-auth: %w", authDir(s.Data), err)
@@ -358,10 +368,6 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer stopPprof()
-	}
-	ln, err := net.Listen("tcp", s.HTTPListen)
-	if err != nil {
-		return fmt.Errorf("http_listen %q: %w", s.HTTPListen, err)
 	}
 	httpScheme := "http://"
 	if serverTLS != nil {
