@@ -48,11 +48,16 @@ type Config struct {
 	// DurablePrefix names the durable consumers: prefix + implementation.
 	// Empty means "cgledger-tool-". Executors sharing a prefix share the work.
 	DurablePrefix string
-	// AckWait is how long JetStream waits for an ack before redelivering.
-	// Zero means 30s; running calls heartbeat every AckWait/3.
+	// AckWait is how long JetStream waits for an ack before redelivering,
+	// and so how soon another executor takes over the calls of one that
+	// died. Zero means 5s; running calls heartbeat every AckWait/3, so a
+	// long call is never redelivered while its executor lives.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one command. Zero means 5. The last
-	// delivery resolves the call as failed without running the tool again.
+	// MaxDeliver bounds how often a call's tool may run. Zero means 5. From
+	// that delivery on the call is resolved as failed without running the
+	// tool again. JetStream itself never drops a command (the consumer's
+	// own limit is off): if the failure cannot be written (a full disk),
+	// the command is redelivered until it can.
 	MaxDeliver int
 	// MaxInFlight bounds concurrently running calls. Zero means 64.
 	MaxInFlight int
@@ -131,7 +136,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 		cfg.DurablePrefix = "cgledger-tool-"
 	}
 	if cfg.AckWait == 0 {
-		cfg.AckWait = 30 * time.Second
+		cfg.AckWait = 5 * time.Second
 	}
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = 5
@@ -197,7 +202,9 @@ func (e *Executor) Start(ctx context.Context) error {
 			FilterSubjects: []string{ledger.Root + ".*.*.*.cmd.tool." + im.name, ledger.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        e.cfg.AckWait,
-			MaxDeliver:     e.cfg.MaxDeliver,
+			// Unlimited: a command whose outcome cannot be written yet
+			// must come back, never be dropped in silence.
+			MaxDeliver:     -1,
 			MaxAckPending:  2 * e.cfg.MaxInFlight,
 			DeliverPolicy:  jetstream.DeliverAllPolicy,
 		})
@@ -776,12 +783,18 @@ func errorClass(o Outcome) string {
 
 // retryLater naks with a delay so JetStream redelivers the command.
 func (e *Executor) retryLater(msg jetstream.Msg, what string, err error) {
-	e.log.Warn("transient failure; command will be redelivered", "step", what, "err", err)
+	delay := time.Second
+	if meta, merr := msg.Metadata(); merr == nil {
+		// Back off while the failure lasts (a full disk can last a while).
+		delay = min(time.Duration(meta.NumDelivered)*time.Second, 30*time.Second)
+	}
+	e.log.Warn("transient failure; command will be redelivered", "step", what, "err", err, "retry_in", delay)
+	e.m.retries.Inc()
 	if e.runCtx.Err() != nil {
 		_ = msg.Nak()
 		return
 	}
-	_ = msg.NakWithDelay(time.Second)
+	_ = msg.NakWithDelay(delay)
 }
 
 // badCommand answers a command that does not validate: with a failed

@@ -10,6 +10,7 @@ type metrics struct {
 	deadlines   *prometheus.CounterVec
 	redelivered *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
+	retries     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,11 +44,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_executor_commands_rejected_total",
 			Help: "Commands answered with a rejection entry instead of a report, by reason.",
 		}, []string{"reason"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_executor_transient_failures_total",
+			Help: "Commands handed back for redelivery because a ledger read or write failed (a full or read-only disk, a lost leader); a rising rate means calls are waiting on storage.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.attempts, m.duration, m.inFlight, m.deadlines, m.redelivered, m.rejected} {
+	for _, c := range []prometheus.Collector{m.calls, m.attempts, m.duration, m.inFlight, m.deadlines, m.redelivered, m.rejected, m.retries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -32,6 +32,7 @@ type Settings struct {
 	Replicas     int      `json:"replicas" yaml:"replicas"`
 	SyncAlways   bool     `json:"sync_always" yaml:"sync_always"`
 	SyncInterval string   `json:"sync_interval" yaml:"sync_interval"`
+	AckWait      string   `json:"ack_wait" yaml:"ack_wait"`
 	LogFormat    string   `json:"log_format" yaml:"log_format"`
 	LogLevel     string   `json:"log_level" yaml:"log_level"`
 	Roles        []string `json:"roles" yaml:"roles"`
@@ -69,6 +70,7 @@ var settings = func() []setting {
 		mk("nats_creds", "nats-creds", "NATS credentials file (with --nats-url)", func(s *Settings) *string { return &s.NATSCreds }),
 		mk("nats_user", "nats-user", "NATS user (with --nats-url)", func(s *Settings) *string { return &s.NATSUser }),
 		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
+		mk("ack_wait", "ack-wait", "how long a command waits for its executor's ack (running calls heartbeat every third of it): how soon another executor takes over the calls of one that died; empty means 5s", func(s *Settings) *string { return &s.AckWait }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
@@ -243,6 +245,11 @@ func (s Settings) validate() ledger.Violations {
 	if s.SyncInterval != "" {
 		if d, err := time.ParseDuration(s.SyncInterval); err != nil || d < 0 {
 			vs.Add("sync_interval", ledger.VInvalidValue, "must be a duration such as 1s, got %q", s.SyncInterval)
+		}
+	}
+	if s.AckWait != "" {
+		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
+			vs.Add("ack_wait", ledger.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
 		}
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {

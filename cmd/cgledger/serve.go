@@ -292,7 +292,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				return err
 			}
 		}
-		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey})
+		ackWait, _ := time.ParseDuration(s.AckWait) // validated; empty is the default
+		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey, AckWait: ackWait})
 		if err != nil {
 			return err
 		}
