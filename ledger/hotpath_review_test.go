@@ -198,7 +198,7 @@ func (p *hpProxy) sever() {
 // not for a sub-millisecond window (docs/performance.md) but until the next
 // roster write or eviction.
 func TestHotpathRosterCacheStaleAfterReconnect(t *testing.T) {
-	t.Skip("BUG: ledger/cache.go watch: roster/tool invalidations lost while the connection is down are never made up; B wakes the old worker target forever after a reconnect")
+	_ = ("BUG: ledger/cache.go watch: roster/tool invalidations lost while the connection is down are never made up; B wakes the old worker target forever after a reconnect")
 	e := newEnv(t)
 	a := e.l
 	proxy := newHPProxy(t, e.srv.URL())
@@ -253,7 +253,7 @@ func TestHotpathRosterCacheStaleAfterReconnect(t *testing.T) {
 // c.subs without a lock while every report reads it in watching(): a data
 // race, which -race reports.
 func TestHotpathCloseRacesInFlightReports(t *testing.T) {
-	t.Skip("BUG: ledger/cache.go:close writes c.subs unsynchronised while rosterCached/toolCached read it via watching(); Close with reports in flight is a data race")
+	_ = ("BUG: ledger/cache.go:close writes c.subs unsynchronised while rosterCached/toolCached read it via watching(); Close with reports in flight is a data race")
 	e := newEnv(t)
 	ctx := ctxT(t)
 	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
@@ -294,7 +294,7 @@ func TestHotpathCloseRacesInFlightReports(t *testing.T) {
 // its record never marked woken: a retry waits out the lease and wakes the
 // agent a second time.
 func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
-	t.Skip("BUG: ledger/ledger.go:Close/background.go: Close does not wait for (or refuse) reports in flight; one answered after Close is never marked woken")
+	_ = ("BUG: ledger/ledger.go:Close/background.go: Close does not wait for (or refuse) reports in flight; one answered after Close is never marked woken")
 	e := newEnv(t)
 	ncA := e.srv.Connect(t)
 	a := hpOpen(t, ncA)
@@ -362,7 +362,7 @@ func refusedDispatch(c call) ledger.DispatchRequest {
 // creates a new record with different fields. B still serves D's record: a
 // correct report through B is refused as a mismatch.
 func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
-	t.Skip("BUG: ledger/dispatch.go:147 deletes a record other processes may have cached (record.go recordCached assumes dispatch fields never change); a correct report through them is refused")
+	_ = ("BUG: ledger/dispatch.go:147 deletes a record other processes may have cached (record.go recordCached assumes dispatch fields never change); a correct report through them is refused")
 	e := newEnv(t)
 	a := e.l
 	b := hpOpen(t, e.srv.Connect(t))
@@ -428,7 +428,7 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 // the context ends: E hangs for its whole deadline and gets an internal
 // error, although the call is free and nothing was dispatched.
 func TestHotpathCorrectedDispatchRacingRefusedOneGetsAnAnswer(t *testing.T) {
-	t.Skip("BUG: ledger/dispatch.go:214 readExisting polls a record that a refused dispatch deleted until ctx ends; the racing corrected dispatch gets no answer")
+	_ = ("BUG: ledger/dispatch.go:214 readExisting polls a record that a refused dispatch deleted until ctx ends; the racing corrected dispatch gets no answer")
 	e := newEnv(t)
 	a := e.l
 	b := hpOpen(t, e.srv.Connect(t))
