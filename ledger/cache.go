@@ -73,6 +73,16 @@ func (c *boundedCache[V]) drop(key string) {
 	c.gen++
 }
 
+// clear forgets everything.
+func (c *boundedCache[V]) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.items)
+	clear(c.order)
+	c.next = 0
+	c.gen++
+}
+
 // generation counts drops. A reader takes it before reading the source and
 // stores with putIfUnchanged, so a value read before a concurrent change is
 // never cached after that change's drop.
@@ -109,7 +119,14 @@ type caches struct {
 	cards   *boundedCache[*StoredCard]
 	rosters *boundedCache[*RosterResult] // by subject; nil: the agent has none
 	tools   *boundedCache[*StoredTool]   // by subject; nil: not registered
-	subs    []*nats.Subscription
+
+	mu   sync.Mutex
+	nc   *nats.Conn
+	subs []*nats.Subscription
+	// reconnects is the connection's reconnect count when the roster and
+	// tool caches were last known complete: a change made while the
+	// connection was down was never seen, so a reconnect empties them.
+	reconnects uint64
 }
 
 func newCaches() *caches {
@@ -122,19 +139,22 @@ func newCaches() *caches {
 }
 
 // watch subscribes to the subjects whose entries can change under the cache.
-// A process that cannot subscribe keeps no mutable cache at all.
+// A process that cannot subscribe keeps no roster or tool cache at all.
 func (c *caches) watch(nc *nats.Conn, version string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, subj := range []string{
 		"cg." + version + ".*.roster.*",
 		"cg." + version + ".*.tool.*",
 	} {
 		s, err := nc.Subscribe(subj, func(m *nats.Msg) { c.changed(m.Subject) })
 		if err != nil {
-			c.close()
+			c.unsubscribe()
 			return err
 		}
 		c.subs = append(c.subs, s)
 	}
+	c.nc, c.reconnects = nc, nc.Stats().Reconnects
 	// The subscriptions must be registered with the server before a cached
 	// value can be trusted to be dropped on change.
 	return nc.Flush()
@@ -146,9 +166,34 @@ func (c *caches) changed(subject string) {
 	c.tools.drop(subject)
 }
 
-func (c *caches) watching() bool { return len(c.subs) > 0 }
+// watching reports whether roster and tool entries may be served from
+// memory: the watch is on and has seen every change since they were cached.
+// While the connection is down, changes go unseen: nothing is served from
+// memory then, and after a reconnect everything cached before is dropped.
+func (c *caches) watching() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.subs) == 0 {
+		return false
+	}
+	if !c.nc.IsConnected() {
+		return false
+	}
+	if r := c.nc.Stats().Reconnects; r != c.reconnects {
+		c.rosters.clear()
+		c.tools.clear()
+		c.reconnects = r
+	}
+	return true
+}
 
 func (c *caches) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unsubscribe()
+}
+
+func (c *caches) unsubscribe() {
 	for _, s := range c.subs {
 		_ = s.Unsubscribe()
 	}

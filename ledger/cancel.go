@@ -61,31 +61,24 @@ func (l *Ledger) CancelJSON(ctx context.Context, body []byte) (CancelResult, err
 		return CancelResult{}, l.reject(ctx, OpCancel, rec.ProjectID, rec.ChannelID, newError(CodeMismatch, vs, "call %s is not agent %s's", rec.ToolCallID, req.AgentID), raw())
 	}
 	subj := CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
-	reported := rec.State != StateDispatched
-	if !reported {
-		// The record is marked after the report is stored: look at the
-		// report's own subject too.
-		m, err := l.lastForSubject(ctx, ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
-		if err != nil {
-			return CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
-		}
-		if m != nil {
-			reported = true
-			if c, err := l.claimFromEntry(m); err == nil {
-				rec.Claim = c
-			}
-		}
+	reportSubj := ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
+	if prev, err := l.lastForSubject(ctx, subj); err != nil {
+		return CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+	} else if prev != nil {
+		return CancelResult{Seq: prev.Sequence, Duplicate: true}, nil
 	}
-	if reported {
-		if prev, _ := l.lastForSubject(ctx, subj); prev != nil {
-			return CancelResult{Seq: prev.Sequence, Duplicate: true}, nil
-		}
+	alreadyReported := func() (CancelResult, error) {
 		status := "unknown status"
-		if rec.Claim != nil {
-			status = rec.Claim.Status
+		if m, _ := l.lastForSubject(ctx, reportSubj); m != nil {
+			if c, err := l.claimFromEntry(m); err == nil {
+				status = c.Status
+			}
 		}
 		vs.Add("body.tool_call_id", VConflict, "call %s already has a report (%s)", rec.ToolCallID, status)
 		return CancelResult{}, l.reject(ctx, OpCancel, rec.ProjectID, rec.ChannelID, newError(CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
+	}
+	if rec.State != StateDispatched {
+		return alreadyReported()
 	}
 	data, err := json.Marshal(CancelEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 		AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, Reason: req.Reason})
@@ -95,18 +88,21 @@ func (l *Ledger) CancelJSON(ctx context.Context, body []byte) (CancelResult, err
 	msg := &nats.Msg{Subject: subj, Data: data, Header: Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID}.Header()}
 	msg.Header.Set(HeaderProjectID, rec.ProjectID)
 	msg.Header.Set(HeaderChannelID, rec.ChannelID)
-	ack, err := l.appendEntry(ctx, KindCancel, msg, jetstream.WithExpectLastSequencePerSubject(0))
-	if err == nil {
-		return CancelResult{Seq: ack.Sequence}, nil
-	}
-	if !isWrongLastSeq(err) {
+	// Concurrent cancels of one call store one entry (the others are told
+	// duplicate); a later one finds it above.
+	msg.Header.Set(HeaderMsgID, "cancel."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
+	// The append itself checks that the call has no report: a report
+	// stored between any read above and this append makes it fail, so a
+	// cancel is never stored after its call's report.
+	ack, err := l.appendEntry(ctx, KindCancel, msg, jetstream.WithExpectLastSequenceForSubject(0, reportSubj))
+	switch {
+	case err == nil:
+		return CancelResult{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	case isWrongLastSeq(err):
+		return alreadyReported()
+	default:
 		return CancelResult{}, fmt.Errorf("cancel %s/%s: append: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
-	prev, gerr := l.lastForSubject(ctx, subj)
-	if gerr != nil || prev == nil {
-		return CancelResult{}, fmt.Errorf("cancel %s/%s: entry exists but cannot be read: %v", req.AgentTurnID, req.ToolCallID, gerr)
-	}
-	return CancelResult{Seq: prev.Sequence, Duplicate: true}, nil
 }
 
 // Canceled reports whether a cancellation was recorded for the call.

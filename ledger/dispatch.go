@@ -137,7 +137,7 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 		defer close(putDone)
 		put, putErr = l.putCard(ctx, OpDispatch, card, sub.Channel, rawReq)
 	}()
-	rev, created, err := l.createRecord(ctx, key, rec)
+	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
 	<-putDone
 	if putErr != nil {
 		if _, refused := AsError(putErr); refused && created {
@@ -162,10 +162,6 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 			return DispatchResult{}, err
 		}
 	} else {
-		existing, erev, err := l.readExisting(ctx, key)
-		if err != nil {
-			return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
-		}
 		if existing.DispatchFingerprint != rec.DispatchFingerprint {
 			var cvs Violations
 			cvs.Add("header."+HeaderToolCallID, VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
@@ -208,14 +204,36 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
 }
 
+// createOrRead creates the call record or, when it exists, reads it. The
+// record can vanish between the two (a dispatch whose card was refused takes
+// its record back): then the create is tried again.
+func (l *Ledger) createOrRead(ctx context.Context, key string, rec *CallRecord) (rev uint64, created bool, existing *CallRecord, erev uint64, err error) {
+	for range 8 {
+		rev, created, err = l.createRecord(ctx, key, rec)
+		if err != nil || created {
+			return rev, created, nil, 0, err
+		}
+		existing, erev, err = l.readExisting(ctx, key)
+		if err != nil || existing != nil {
+			return 0, false, existing, erev, err
+		}
+	}
+	return 0, false, nil, 0, fmt.Errorf("call record %s: created and removed again too often", key)
+}
+
 // readExisting reads a record whose create just failed because it exists.
 // On a replicated bucket the read can reach a replica that has not applied
-// the create yet, so it retries for a moment before calling it an error.
+// the create yet, so it retries for a moment; a record still absent after
+// that was removed (nil, and no error).
 func (l *Ledger) readExisting(ctx context.Context, key string) (*CallRecord, uint64, error) {
-	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+	deadline := time.Now().Add(250 * time.Millisecond)
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		rec, rev, err := l.getRecord(ctx, key)
 		if err == nil && rec != nil {
 			return rec, rev, nil
+		}
+		if err == nil && !time.Now().Before(deadline) {
+			return nil, 0, nil
 		}
 		select {
 		case <-ctx.Done():

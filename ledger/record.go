@@ -117,8 +117,14 @@ func (l *Ledger) recordCached(ctx context.Context, key string) (*CallRecord, uin
 }
 
 // cacheRecord remembers a record at a revision, unless a later revision is
-// already remembered (a read can answer after a newer write).
+// already remembered (a read can answer after a newer write). Only a record
+// whose command is published is remembered: until then its dispatch can
+// still be refused and the record taken back and written anew, and no
+// process may keep the first version.
 func (l *Ledger) cacheRecord(key string, rec *CallRecord, rev uint64) {
+	if rec.CommandSeq == 0 && rec.State == StateDispatched {
+		return
+	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
 		func(cur, v cachedRecord) bool { return cur.rev > v.rev })
 }
@@ -149,7 +155,6 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *CallRecord) 
 	if err != nil {
 		return 0, false, fmt.Errorf("create call record: %w", err)
 	}
-	l.cacheRecord(key, rec, rev)
 	return rev, true, nil
 }
 

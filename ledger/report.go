@@ -202,6 +202,10 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 }
 
 func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() RejectedRequest) (ReportOutcome, error) {
+	// Close waits for reports in flight too: one it let go between the
+	// append and the mark would leave the record unmarked.
+	l.bg.start()
+	defer l.bg.done()
 	refuse := func(code Code, vs Violations, format string, args ...any) (ReportOutcome, error) {
 		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(code, vs, format, args...), raw())
 	}
