@@ -31,6 +31,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
 	Logger *slog.Logger
+	// WriteGuard, when set, is asked before every write; an error refuses
+	// the write (wrapped) before it reaches the server. serve sets it to
+	// the data directory's free-space check on the embedded server, so
+	// writes stop before the disk is full. Nil means no check.
+	WriteGuard func() error
 	// ReportLease is how long, from a report entry's time, its writer alone
 	// finishes it (wakeup, mark woken) before a concurrent or retried
 	// identical report takes over. Zero means 5s.
@@ -64,6 +69,7 @@ type Ledger struct {
 	log     *slog.Logger
 	lease   time.Duration
 	cache   *caches
+	guard   func() error
 	bg      background
 
 	// afterStep, when set (tests only), runs after each report-path step; a
@@ -117,7 +123,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c}, nil
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after
@@ -151,6 +157,9 @@ func (l *Ledger) step(s Step) error {
 
 // appendEntry publishes one entry and waits for the stream's acknowledgement.
 func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if err := l.writable(); err != nil {
+		return nil, err
+	}
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
@@ -183,6 +192,18 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 		l.m.appends.WithLabelValues(string(kind)).Inc()
 	}
 	return ack, nil
+}
+
+// writable asks the write guard, if any.
+func (l *Ledger) writable() error {
+	if l.guard == nil {
+		return nil
+	}
+	if err := l.guard(); err != nil {
+		l.m.writesRefused.Inc()
+		return fmt.Errorf("write refused: %w", err)
+	}
+	return nil
 }
 
 // FormatTime renders an entry time as the CG-Time header does: RFC 3339 in

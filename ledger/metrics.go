@@ -11,6 +11,7 @@ type metrics struct {
 	appendLatency  *prometheus.HistogramVec
 	rejections     *prometheus.CounterVec
 	duplicates     prometheus.Counter
+	writesRefused  prometheus.Counter
 	staleEpochs    prometheus.Counter
 	conflicts      prometheus.Counter
 	wakeups        prometheus.Counter
@@ -33,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_rejections_total",
 			Help: "Requests refused and recorded as rejection entries, by reason (protocol error code) and operation.",
 		}, []string{"reason", "op"}),
+		writesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_ledger_writes_refused_total",
+			Help: "Writes refused before reaching the server because the data directory's file system is nearly full (serve's write guard); nothing was stored.",
+		}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cgledger_ledger_duplicate_reports_total",
 			Help: "Reports answered with the original outcome because the call was already reported.",
@@ -61,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.duplicates, m.staleEpochs, m.conflicts, m.wakeups, m.wakeupsSkipped, m.reports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.staleEpochs, m.conflicts, m.wakeups, m.wakeupsSkipped, m.reports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

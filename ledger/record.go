@@ -147,6 +147,9 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *CallRecord) 
 	if err != nil {
 		return 0, false, fmt.Errorf("encode call record: %w", err)
 	}
+	if err := l.writable(); err != nil {
+		return 0, false, err
+	}
 	rev, err = l.kv.Create(ctx, key, b)
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
@@ -164,6 +167,9 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *CallRecord, 
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode call record: %w", err)
+	}
+	if err := l.writable(); err != nil {
+		return 0, false, err
 	}
 	nrev, err := l.kv.Update(ctx, key, b, rev)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {

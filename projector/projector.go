@@ -48,6 +48,11 @@ type Config struct {
 	// operator's skip takes effect within seconds, and a stalled projector
 	// costs one direct get per interval.
 	SkipPollInterval time.Duration
+	// WriteGuard, when set, is asked before every commit; an error stops the
+	// projector before it writes (it retries from its checkpoint later).
+	// serve sets it to the data directory's free-space check, so the view
+	// store is never written on a full disk. Nil means no check.
+	WriteGuard func() error
 }
 
 // Projector applies ledger entries to a Store.
@@ -355,13 +360,32 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 }
 
-func (p *Projector) commit(a *applier, lag uint64, sync bool) error {
+func (p *Projector) commit(a *applier, lag uint64, sync bool) (err error) {
+	if p.cfg.WriteGuard != nil {
+		if gerr := p.cfg.WriteGuard(); gerr != nil {
+			p.m.errors.WithLabelValues("store").Inc()
+			return fmt.Errorf("projector: commit through seq %d not written: %w", a.cp.Applied, gerr)
+		}
+	}
 	n := a.cp.Applied - p.Applied()
 	start := time.Now()
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
 	}
+	defer func() {
+		// Pebble gives up on a failed WAL write (a full or read-only disk)
+		// by a fatal log, which panics: the process lives on, not ready,
+		// with the cause in its readiness reason.
+		if r := recover(); r != nil {
+			sf, ok := r.(storeFatal)
+			if !ok {
+				panic(r)
+			}
+			p.m.errors.WithLabelValues("store").Inc()
+			err = fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, sf)
+		}
+	}()
 	if err := a.b.Commit(opts); err != nil {
 		p.m.errors.WithLabelValues("store").Inc()
 		return fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, err)

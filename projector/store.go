@@ -150,7 +150,19 @@ func (quietLogger) Infof(string, ...any) {}
 // Errorf drops Pebble's error logs; failures surface as returned errors.
 func (quietLogger) Errorf(string, ...any) {}
 
-// Fatalf panics, as Pebble expects of a fatal log.
+// Fatalf panics, as Pebble expects of a fatal log, with a storeFatal that
+// the projector's commit turns into an error.
 func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
+	panic(storeFatal{fmt.Errorf(format, args...)})
 }
+
+// ErrStoreBroken matches the error of a view-store write that Pebble could
+// not complete (a failed WAL write: full or read-only disk). The store does
+// not take writes again until serve is restarted.
+var ErrStoreBroken = errors.New("view store broken by a failed write; restart serve once the disk has room")
+
+// storeFatal is a fatal Pebble error, carried by a panic.
+type storeFatal struct{ err error }
+
+func (f storeFatal) Error() string { return ErrStoreBroken.Error() + ": " + f.err.Error() }
+func (f storeFatal) Unwrap() error { return ErrStoreBroken }

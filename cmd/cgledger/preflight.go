@@ -9,6 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cgledger/cgledger/internal/diskspace"
 )
 
 // lockFile is the file in the data directory that one serve holds locked
@@ -91,4 +95,19 @@ func portFree(addr string) error {
 		return fmt.Errorf("port in use or not allowed: %w", err)
 	}
 	return ln.Close()
+}
+
+// storageTrouble says why the data directory cannot take writes now, or ""
+// when it can: too little free space, or the embedded server's JetStream
+// disabled by a failed write.
+func storageTrouble(g *diskspace.Guard, srv *server.Server) string {
+	if g != nil {
+		if err := g.Check(); err != nil {
+			return err.Error()
+		}
+	}
+	if srv != nil && !srv.JetStreamEnabled() {
+		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); serve re-enables it once the disk has room"
+	}
+	return ""
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
@@ -233,7 +234,24 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if err != nil {
 		return err
 	}
-	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}})
+	// Writes stop before the data directory's disk is full: JetStream
+	// disables itself and Pebble cannot continue after a failed write.
+	var guard *diskspace.Guard
+	var ledgerGuard, viewGuard func() error
+	if embedded || s.has("projector") {
+		guard = diskspace.New(s.Data, 0)
+		if embedded {
+			ledgerGuard = guard.Check
+		}
+		if s.has("projector") {
+			viewGuard = guard.Check
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cgledger_data_free_bytes",
+			Help: "Free bytes on the file system of the data directory; writes stop below the reserve (docs/durability.md).",
+		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
+	}
+	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}, WriteGuard: ledgerGuard})
 	if err != nil {
 		return err
 	}
@@ -251,7 +269,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	mux := http.NewServeMux()
 	var proj *projector.Projector
 	if s.has("projector") {
-		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log})
+		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log, WriteGuard: viewGuard})
 		if err != nil {
 			return err
 		}
@@ -357,6 +375,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			if !nc.IsConnected() {
 				reason = "nats disconnected"
 			}
+			body["status"], body["reason"] = "not ready", reason
+			w.WriteHeader(http.StatusServiceUnavailable)
+		} else if reason := storageTrouble(guard, embeddedSrv); reason != "" {
 			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}

@@ -1,0 +1,75 @@
+// Package diskspace watches the free space of the file system that holds a
+// data directory, so that writers stop before the disk is full instead of
+// failing in the middle of a write (Pebble cannot continue after a failed
+// WAL write; nats-server disables JetStream on "no space left").
+package diskspace
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrLow is returned (wrapped) while free space is below the reserve.
+var ErrLow = errors.New("storage nearly full")
+
+// Guard reports whether a directory's file system still has room. The zero
+// value is not usable; use New.
+type Guard struct {
+	dir     string
+	reserve uint64 // bytes; 0 means computed from the file system's size
+	every   time.Duration
+
+	mu      sync.Mutex
+	checked time.Time
+	err     error
+	free    uint64
+}
+
+// New returns a guard for dir. reserve is the free space (bytes) below which
+// writes must stop; zero means min(64 MiB, 10% of the file system).
+func New(dir string, reserve uint64) *Guard {
+	return &Guard{dir: dir, reserve: reserve, every: 250 * time.Millisecond}
+}
+
+// Check returns nil while free space is above the reserve, else an error
+// wrapping ErrLow that names the directory and the space left. The file
+// system is asked at most every 250 ms; between asks the last answer stands.
+func (g *Guard) Check() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now := time.Now(); now.Sub(g.checked) >= g.every {
+		g.checked = now
+		g.err = g.measure()
+	}
+	return g.err
+}
+
+// Free is the free space seen by the last check, in bytes.
+func (g *Guard) Free() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.free
+}
+
+func (g *Guard) measure() error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(g.dir, &st); err != nil {
+		// Not knowing is not a reason to stop writing: the writes report
+		// their own errors.
+		return nil
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	total := st.Blocks * uint64(st.Bsize)
+	g.free = free
+	reserve := g.reserve
+	if reserve == 0 {
+		reserve = min(64<<20, total/10)
+	}
+	if free < reserve {
+		return fmt.Errorf("%w: %d bytes free on the file system of %s (writes stop below %d; free space to resume)", ErrLow, free, g.dir, reserve)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package projector_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/projector"
+)
+
+// TestFailedStoreWriteIsAnErrorNotAPanic makes every write of the view
+// store fail (a full disk, as the WAL sees it): Pebble gives up with a fatal
+// log, and the projector must return an error matching ErrStoreBroken
+// instead of taking the process down.
+func TestFailedStoreWriteIsAnErrorNotAPanic(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 3)
+	ctx := ledgertest.Ctx(t)
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("write: no space left on device")
+		}
+		return nil
+	})}
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{FS: errorfs.Wrap(vfs.Default, full)})
+	require.NoError(t, err)
+	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	full.On()
+	err = p.CatchUp(ctx)
+	require.ErrorIs(t, err, projector.ErrStoreBroken)
+	require.Contains(t, err.Error(), "no space left on device")
+	require.Zero(t, p.Applied(), "nothing counts as applied")
+}
+
+// TestWriteGuardStopsTheProjectorBeforeItWrites: with the guard refusing,
+// CatchUp writes nothing and says why; once it allows, CatchUp goes on.
+func TestWriteGuardStopsTheProjectorBeforeItWrites(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 3)
+	ctx := ledgertest.Ctx(t)
+	s := openStore(t, filepath.Join(t.TempDir(), "views"))
+	defer s.Close()
+	low := errors.New("storage nearly full: test")
+	var refuse = true
+	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry(), WriteGuard: func() error {
+		if refuse {
+			return low
+		}
+		return nil
+	}})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.CatchUp(ctx), low)
+	applied, err := s.Applied()
+	require.NoError(t, err)
+	require.Zero(t, applied)
+	refuse = false
+	require.NoError(t, p.CatchUp(ctx))
+	applied, err = s.Applied()
+	require.NoError(t, err)
+	require.NotZero(t, applied)
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// mountTmpfs mounts a small tmpfs for a data directory, or skips the test
+// where the machine does not allow it.
+func mountTmpfs(t *testing.T, sizeMB int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "small")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+itoa(sizeMB)+"m", "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// fillTo writes a filler file until the file system of dir has about left
+// bytes free.
+func fillTo(t *testing.T, dir string, left uint64) string {
+	t.Helper()
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(dir, &st))
+	free := st.Bavail * uint64(st.Bsize)
+	require.Greater(t, free, left, "the file system is already fuller than asked")
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for n := free - left; n > 0; {
+		w := min(n, uint64(len(chunk)))
+		_, err := f.Write(chunk[:w])
+		require.NoError(t, err)
+		n -= w
+	}
+	return path
+}
+
+// readiness returns /readyz's status code and reason.
+func readiness(t *testing.T, s *server) (int, string) {
+	t.Helper()
+	resp, err := http.Get(s.httpURL() + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Reason
+}
+
+// runStderr runs a client verb and returns its exit code and stderr.
+func (s *server) runStderr(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), errOut.String()
+	}
+	require.NoError(t, err)
+	return 0, errOut.String()
+}
+
+// TestFullDiskDegradesAndResumes fills the data directory's disk under a
+// running serve: it must stay up, say why it is not ready, refuse writes
+// with a clear error and lose nothing; once space returns it resumes by
+// itself.
+func TestFullDiskDegradesAndResumes(t *testing.T) {
+	data := mountTmpfs(t, 64)
+	s := startServer(t, data, freePort(t), freePort(t))
+	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"before"}`, "--turn", "t1", "--call-id", "c1")
+	require.Equal(t, 0, code)
+
+	// Another writer fills the disk to below serve's reserve (10% of 64 MiB).
+	filler := fillTo(t, data, 2<<20)
+	require.Eventually(t, func() bool {
+		code, reason := readiness(t, s)
+		return code == http.StatusServiceUnavailable && strings.Contains(reason, "storage nearly full")
+	}, time.Minute, 50*time.Millisecond, "serve reports the full disk as not ready")
+	code, stderr := s.runStderr(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"full"}`, "--turn", "t1", "--call-id", "c2")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "storage nearly full", "the refusal names the cause")
+	require.Nil(t, s.cmd.ProcessState, "serve is still running")
+
+	require.NoError(t, os.Remove(filler))
+	require.Eventually(t, func() bool {
+		code, _ := readiness(t, s)
+		return code == http.StatusOK
+	}, time.Minute, 50*time.Millisecond, "serve is ready again once the disk has room")
+	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"after"}`, "--turn", "t1", "--call-id", "c3")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `{"text":"after"}`)
+	// The call accepted before the disk filled is intact.
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"before"}`, "--turn", "t1", "--call-id", "c1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `{"text":"before"}`)
+}
+
+// TestDiskFilledToTheLastByteUnderLoad fills the disk completely while calls
+// are being made: serve must not die, every call it acknowledged must keep
+// its report, and it must resume once the filler is gone.
+func TestDiskFilledToTheLastByteUnderLoad(t *testing.T) {
+	data := mountTmpfs(t, 48)
+	s := startServer(t, data, freePort(t), freePort(t))
+	type result struct {
+		id   string
+		code int
+	}
+	results := make(chan result, 1024)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := "load-" + strconv.Itoa(i)
+			code, _ := s.runStderr(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`, "--turn", "load", "--call-id", id, "--timeout", "5s")
+			results <- result{id, code}
+		}
+	}()
+	var seen []result
+	require.Eventually(t, func() bool {
+		for {
+			select {
+			case r := <-results:
+				seen = append(seen, r)
+			default:
+				n := 0
+				for _, r := range seen {
+					if r.code == 0 {
+						n++
+					}
+				}
+				return n >= 3
+			}
+		}
+	}, time.Minute, 10*time.Millisecond, "calls succeed before the disk fills")
+	filler := fillTo(t, data, 0)
+	require.Eventually(t, func() bool {
+		code, _ := readiness(t, s)
+		return code == http.StatusServiceUnavailable
+	}, time.Minute, 50*time.Millisecond, "serve reports the full disk")
+	require.Nil(t, s.cmd.ProcessState, "serve survives a full disk")
+	require.NoError(t, os.Remove(filler))
+	require.Eventually(t, func() bool {
+		code, _ := readiness(t, s)
+		return code == http.StatusOK
+	}, time.Minute, 50*time.Millisecond, "serve resumes once the disk has room")
+	close(stop)
+	<-done
+	close(results)
+	for r := range results {
+		seen = append(seen, r)
+	}
+	ok := 0
+	for _, r := range seen {
+		if r.code != 0 {
+			continue
+		}
+		ok++
+		// An acknowledged call keeps its report: repeating it answers the
+		// original outcome.
+		out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`, "--turn", "load", "--call-id", r.id, "--timeout", "5s")
+		require.Equal(t, 0, code, r.id)
+		require.Contains(t, out, "status:     success", r.id)
+	}
+	require.Positive(t, ok)
+	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"after"}`, "--turn", "t9", "--call-id", "c9")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `{"text":"after"}`)
+}
