@@ -107,7 +107,7 @@ func storageTrouble(g *diskspace.Guard, srv *server.Server) string {
 		}
 	}
 	if srv != nil && !srv.JetStreamEnabled() {
-		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); serve re-enables it once the disk has room"
+		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); restart serve once the disk has room"
 	}
 	return ""
 }
