@@ -220,11 +220,36 @@ func (p *Projector) CatchUp(ctx context.Context) error {
 		return fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
 	}
 	last := s.CachedInfo().State.LastSeq
-	if p.Applied() >= last {
+	from := p.Applied()
+	if from >= last {
 		return nil
 	}
+	// A long catch-up (a restart after a crash, a rebuild) says how far it
+	// is, so an operator never waits on a silent process.
+	p.log.Info("projector catching up", "from_seq", from, "to_seq", last)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(catchUpProgressEvery)
+		defer t.Stop()
+		start, prev := time.Now(), from
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				a := p.Applied()
+				p.log.Info("projector catch-up progress", "applied_seq", a, "to_seq", last,
+					"entries_per_s", int(float64(a-prev)/catchUpProgressEvery.Seconds()), "elapsed", time.Since(start).Round(time.Millisecond).String())
+				prev = a
+			}
+		}
+	}()
 	return p.consume(ctx, last)
 }
+
+// catchUpProgressEvery is how often a catch-up logs its progress.
+const catchUpProgressEvery = 2 * time.Second
 
 // Run applies entries as they arrive until ctx ends or a gap or corrupt
 // entry stops it. Transient NATS failures are retried from the checkpoint.
