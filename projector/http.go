@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -39,6 +40,7 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("GET /v1/skips", listing(h.q.Skips))
 	mux.HandleFunc("GET /v1/digest", h.digest)
 	mux.HandleFunc("GET /v1/verify", h.verify)
+	mux.HandleFunc("GET /v1/chain/{seq}", h.chainLink)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -265,6 +267,29 @@ func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], erro
 func (h *handler) digest(w http.ResponseWriter, r *http.Request) {
 	res, err := h.q.store.DigestNow()
 	reply(w, res, err)
+}
+
+// chainLink answers the live chain's link at one sequence, so that an
+// export can be compared with the ledger it claims to come from.
+func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		var vs ledger.Violations
+		vs.Add("seq", ledger.VInvalidValue, "must be a ledger sequence (a positive integer), got %q", r.PathValue("seq"))
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid sequence", Violations: vs})
+		return
+	}
+	link, ok, err := h.q.store.LinkAt(seq)
+	if err != nil {
+		httpjson.Error(w, err)
+		return
+	}
+	if !ok {
+		applied, _, _ := h.q.store.ChainHead()
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: fmt.Sprintf("no chain link at seq %d: the views have applied through seq %d", seq, applied)})
+		return
+	}
+	reply(w, map[string]any{"seq": seq, "link": link.String()}, nil)
 }
 
 func (h *handler) verify(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,16 @@ func (s *Store) link(seq uint64) (*ledger.Link, error) {
 	return &l, nil
 }
 
+// LinkAt returns the chain link the views recorded after applying seq, and
+// false when they have not applied it (or it is outside the chain).
+func (s *Store) LinkAt(seq uint64) (ledger.Link, bool, error) {
+	l, err := s.link(seq)
+	if err != nil || l == nil {
+		return ledger.Link{}, false, err
+	}
+	return *l, true, nil
+}
+
 // ChainHead returns the applied sequence and the chain link after it.
 func (s *Store) ChainHead() (uint64, ledger.Link, error) {
 	cp, err := s.checkpoint()

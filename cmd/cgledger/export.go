@@ -149,13 +149,18 @@ build's digest), exit 0 when the two builds agree and 1 when they differ.`)
 }
 
 func verify(args []string) int {
-	fs := newFlagSet("verify", "verify [FILE] [--json]",
+	fs := newFlagSet("verify", "verify [FILE] [--against URL] [--json]",
 		`Check the ledger's hash chain. With FILE (an export), recompute the chain from the file and
-name the first sequence that does not match, then replay it to print the view digest. Without
-FILE, ask the running server (GET /v1/verify and /v1/digest): it recomputes the chain from the
-live stream against the links its views recorded. Exit 1 when verification fails.`)
+name the first sequence that does not match, then replay it to print the view digest, and compare
+the file's chain head with the live ledger's link at the file's last sequence (GET /v1/chain/SEQ):
+a file whose every link was recomputed after an edit is consistent alone but differs from the live
+chain. --against URL names the live server (it must answer); without it the --server default is
+tried, and the comparison is reported as skipped when it cannot be reached. Without FILE, ask the
+running server (GET /v1/verify and /v1/digest): it recomputes the chain from the live stream
+against the links its views recorded. Exit 1 when verification fails.`)
 	var cf clientFlags
 	cf.register(fs, false, true)
+	against := fs.String("against", "", "HTTP base URL of the live server to compare an export's chain head with (default: --server, when reachable)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -191,7 +196,35 @@ live stream against the links its views recorded. Exit 1 when verification fails
 			}
 			body["digest"] = res.Digest
 		}
-		return report(cf.asJSON, body, rep.OK)
+		ok := rep.OK
+		if ok && rep.LastSeq > 0 {
+			live := cf
+			if *against != "" {
+				live.server = *against
+			}
+			var link struct {
+				Seq  uint64 `json:"seq"`
+				Link string `json:"link"`
+			}
+			err := live.httpDo(ctx, "GET", "/v1/chain/"+strconv.FormatUint(rep.LastSeq, 10), nil, nil, &link)
+			switch {
+			case err == nil:
+				body["live_server"], body["live_link"] = live.server, link.Link
+				if link.Link == rep.Head {
+					body["live"] = "matches"
+				} else {
+					ok = false
+					body["live"] = "DIFFERS"
+					body["first_bad_seq"] = rep.LastSeq
+					body["reason"] = fmt.Sprintf("the file's chain head at seq %d is %s, the live ledger's link there is %s: the file was changed after export, or comes from another ledger", rep.LastSeq, rep.Head, link.Link)
+				}
+			case *against != "":
+				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
+			default:
+				body["live"] = "not compared (" + err.Error() + "; use --against URL)"
+			}
+		}
+		return report(cf.asJSON, body, ok)
 	}
 	var rep ledger.VerifyReport
 	if err := cf.httpDo(ctx, "GET", "/v1/verify", url.Values{}, nil, &rep); err != nil {
@@ -233,7 +266,7 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 		} else {
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
-		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
+		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "live_server", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
 			if v, found := body[k]; found {
 				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
 			}

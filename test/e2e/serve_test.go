@@ -2,13 +2,17 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
 )
 
 type callJSON struct {
@@ -146,6 +150,53 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	out, code = s.run(t, "verify", bad)
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "BROKEN at seq")
+
+	// The same edit with every link recomputed is consistent alone, but its
+	// head differs from the live chain's link at its last sequence.
+	forged := filepath.Join(t.TempDir(), "forged.jsonl")
+	require.NoError(t, os.WriteFile(forged, relink(t, []byte(edited)), 0o600))
+	out, code = s.run(t, "verify", forged, "--against", s.httpURL())
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "live:       DIFFERS")
+	out, code = s.run(t, "verify", export, "--against", s.httpURL(), "--json")
+	require.Equal(t, 0, code, out)
+	var vj map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &vj))
+	require.Equal(t, "matches", vj["live"])
+	// Without --against the default server (CGLEDGER_SERVER here) is used.
+	out, code = s.run(t, "verify", forged)
+	require.Equal(t, 1, code, out)
+	// An unreachable --against is an error, not a silent pass.
+	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	require.Equal(t, 3, code)
+}
+
+// relink recomputes every chain link of an export (and its trailer's head),
+// as a forger who edited entries would.
+func relink(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var hdr ledger.ExportHeader
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
+	prev, err := ledger.ParseLink(hdr.PrevLink)
+	require.NoError(t, err)
+	out := []string{lines[0]}
+	for _, line := range lines[1 : len(lines)-1] {
+		var e ledger.ExportEntry
+		require.NoError(t, json.Unmarshal([]byte(line), &e))
+		prev = ledger.NextLink(prev, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
+		e.Link = prev.String()
+		b, err := json.Marshal(e)
+		require.NoError(t, err)
+		out = append(out, string(b))
+	}
+	var tr ledger.ExportTrailer
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &tr))
+	tr.Head = prev.String()
+	b, err := json.Marshal(tr)
+	require.NoError(t, err)
+	out = append(out, string(b))
+	return []byte(strings.Join(out, "\n") + "\n")
 }
 
 func TestCLIUsageAndConfig(t *testing.T) {
