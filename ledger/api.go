@@ -404,9 +404,12 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		FilterSubjects: tc.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
-		MaxDeliver:     5,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		Metadata:       map[string]string{consumerProjectKey: project, "cgledger.tool": tool},
+		// Unlimited: a command is never dropped while its tool service
+		// cannot get an outcome stored (docs/protocol.md); a service that
+		// gives up on a command reports it failed, then acks it.
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Metadata:      map[string]string{consumerProjectKey: project, "cgledger.tool": tool},
 	})
 	if err != nil {
 		return ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
