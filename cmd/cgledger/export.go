@@ -209,7 +209,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			err := live.httpDo(ctx, "GET", "/v1/chain/"+strconv.FormatUint(rep.LastSeq, 10), nil, nil, &link)
 			switch {
 			case err == nil:
-				body["live_server"], body["live_link"] = live.server, link.Link
+				body["against"], body["live_link"] = live.server, link.Link
 				if link.Link == rep.Head {
 					body["live"] = "matches"
 				} else {
@@ -266,7 +266,7 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 		} else {
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
-		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "live_server", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
+		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "against", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
 			if v, found := body[k]; found {
 				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
 			}
