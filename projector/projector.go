@@ -262,7 +262,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if Fatal(err) {
+		if Fatal(err) || errors.Is(err, ErrStoreBroken) {
 			return err
 		}
 		p.m.errors.WithLabelValues("nats").Inc()

@@ -158,8 +158,8 @@ func (quietLogger) Fatalf(format string, args ...any) {
 
 // ErrStoreBroken matches the error of a view-store write that Pebble could
 // not complete (a failed WAL write: full or read-only disk). The store does
-// not take writes again until serve is restarted.
-var ErrStoreBroken = errors.New("view store broken by a failed write; restart serve once the disk has room")
+// not take writes again until it is reopened (serve restarts itself).
+var ErrStoreBroken = errors.New("view store broken by a failed write; serve restarts itself in place once the disk has room")
 
 // storeFatal is a fatal Pebble error, carried by a panic.
 type storeFatal struct{ err error }

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -33,6 +34,7 @@ type Settings struct {
 	SyncAlways   bool     `json:"sync_always" yaml:"sync_always"`
 	SyncInterval string   `json:"sync_interval" yaml:"sync_interval"`
 	AckWait      string   `json:"ack_wait" yaml:"ack_wait"`
+	DiskReserve  string   `json:"disk_reserve" yaml:"disk_reserve"`
 	LogFormat    string   `json:"log_format" yaml:"log_format"`
 	LogLevel     string   `json:"log_level" yaml:"log_level"`
 	Roles        []string `json:"roles" yaml:"roles"`
@@ -42,6 +44,11 @@ type Settings struct {
 	TLSKey       string   `json:"tls_key" yaml:"tls_key"`
 	TLSCA        string   `json:"tls_ca" yaml:"tls_ca"`
 	PProf        string   `json:"pprof" yaml:"pprof"`
+
+	// restartInPlace lets serve exec itself to reopen storage that a failed
+	// write broke; only the serve command sets it (bench runs serve inside
+	// its own process).
+	restartInPlace bool
 }
 
 // setting describes one setting: its flag, environment variable and how to
@@ -71,6 +78,7 @@ var settings = func() []setting {
 		mk("nats_user", "nats-user", "NATS user (with --nats-url)", func(s *Settings) *string { return &s.NATSUser }),
 		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
 		mk("ack_wait", "ack-wait", "how long a command waits for its executor's ack (running calls heartbeat every third of it): how soon another executor takes over the calls of one that died; empty means 5s", func(s *Settings) *string { return &s.AckWait }),
+		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
@@ -250,6 +258,11 @@ func (s Settings) validate() ledger.Violations {
 	if s.AckWait != "" {
 		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
 			vs.Add("ack_wait", ledger.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
+		}
+	}
+	if s.DiskReserve != "" && s.DiskReserve != "off" {
+		if _, err := diskspace.ParseSize(s.DiskReserve); err != nil {
+			vs.Add("disk_reserve", ledger.VInvalidValue, "must be a size such as 64MiB, or off; got %q", s.DiskReserve)
 		}
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {

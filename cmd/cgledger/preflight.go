@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cgledger/cgledger/internal/diskspace"
+	"github.com/cgledger/cgledger/internal/natsserver"
 )
 
 // lockFile is the file in the data directory that one serve holds locked
@@ -100,14 +101,19 @@ func portFree(addr string) error {
 // storageTrouble says why the data directory cannot take writes now, or ""
 // when it can: too little free space, or the embedded server's JetStream
 // disabled by a failed write.
-func storageTrouble(g *diskspace.Guard, srv *server.Server) string {
+func storageTrouble(g *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog) string {
 	if g != nil {
 		if err := g.Check(); err != nil {
 			return err.Error()
 		}
 	}
+	if sl != nil {
+		if f := sl.Failure(); f != "" {
+			return "the embedded server could not write to disk (" + f + "); serve restarts itself in place once the disk has room"
+		}
+	}
 	if srv != nil && !srv.JetStreamEnabled() {
-		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); restart serve once the disk has room"
+		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); serve restarts itself in place once the disk has room"
 	}
 	return ""
 }

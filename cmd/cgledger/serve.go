@@ -77,6 +77,7 @@ func serve(args []string) int {
 		log.Warn("second signal: exiting at once")
 		os.Exit(130)
 	}()
+	s.restartInPlace = true
 	if err := runServe(ctx, s, log, nil); err != nil {
 		log.Error("serve failed", "err", err)
 		return exitFailed
@@ -148,6 +149,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		return err
 	}
 	var embeddedSrv *server.Server
+	var storageLog *natsserver.StorageLog
 	if embedded {
 		host, portStr, _ := net.SplitHostPort(s.NATSListen)
 		port, err := strconv.Atoi(portStr)
@@ -158,7 +160,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err != nil {
 			return fmt.Errorf("data %q: %w", s.Data, err)
 		}
-		cfg := natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: s.SyncAlways, TLS: serverTLS}
+		storageLog = &natsserver.StorageLog{Log: log}
+		cfg := natsserver.Config{StoreDir: storeDir, Host: host, Port: port, SyncAlways: s.SyncAlways, TLS: serverTLS, Logger: storageLog}
 		if sa != nil {
 			cfg.Trust = sa.trust
 		}
@@ -239,7 +242,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	var guard *diskspace.Guard
 	var ledgerGuard, viewGuard func() error
 	if embedded || s.has("projector") {
-		guard = diskspace.New(s.Data, 0)
+		reserve, _ := diskspace.ParseSize(s.DiskReserve) // validated; empty and off are 0
+		guard = diskspace.New(s.Data, reserve, s.DiskReserve == "off")
 		if embedded {
 			ledgerGuard = guard.Check
 		}
@@ -264,6 +268,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 	}
 
+	var storeBroken atomic.Bool
+	if guard != nil && s.restartInPlace {
+		go superviseStorage(ctx, log, guard, embeddedSrv, storageLog, &storeBroken)
+	}
 	var ready0 atomic.Bool
 	var projErr atomic.Value
 	mux := http.NewServeMux()
@@ -277,7 +285,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		projDone := make(chan struct{})
 		go func() {
 			defer close(projDone)
-			runProjector(projCtx, proj, log, &ready0, &projErr)
+			runProjector(projCtx, proj, log, &ready0, &projErr, &storeBroken)
 		}()
 		defer func() {
 			stopProj()
@@ -377,7 +385,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			}
 			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if reason := storageTrouble(guard, embeddedSrv); reason != "" {
+		} else if reason := storageTrouble(guard, embeddedSrv, storageLog); reason != "" {
 			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -440,12 +448,15 @@ func (s *startedWriter) Write(p []byte) (int, error) {
 // up at start. Transient failures are retried with backoff; a corrupt entry
 // waits (not ready) until an operator's skip entry names it; a gap stops for
 // good.
-func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logger, ready *atomic.Bool, reason *atomic.Value) {
+func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logger, ready *atomic.Bool, reason *atomic.Value, storeBroken *atomic.Bool) {
 	for {
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 			err := proj.CatchUp(ctx)
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, projector.ErrStoreBroken) {
+				storeBroken.Store(true)
 			}
 			if err == nil {
 				break
@@ -474,6 +485,9 @@ func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logg
 		ready.Store(false)
 		reason.Store(err.Error())
 		log.Error("projector stopped", "err", err)
+		if errors.Is(err, projector.ErrStoreBroken) {
+			storeBroken.Store(true)
+		}
 		if projector.Fatal(err) && !waitSkip(ctx, proj, log, err) {
 			return
 		}

@@ -7,6 +7,8 @@ package diskspace
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,11 +17,29 @@ import (
 // ErrLow is returned (wrapped) while free space is below the reserve.
 var ErrLow = errors.New("storage nearly full")
 
+// ParseSize reads a byte count: an integer, optionally followed by KiB, MiB
+// or GiB.
+func ParseSize(s string) (uint64, error) {
+	mult := uint64(1)
+	for suffix, m := range map[string]uint64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(s, suffix) {
+			s, mult = strings.TrimSuffix(s, suffix), m
+			break
+		}
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size such as 64MiB: %w", err)
+	}
+	return n * mult, nil
+}
+
 // Guard reports whether a directory's file system still has room. The zero
 // value is not usable; use New.
 type Guard struct {
 	dir     string
 	reserve uint64 // bytes; 0 means computed from the file system's size
+	off     bool
 	every   time.Duration
 
 	mu      sync.Mutex
@@ -29,9 +49,27 @@ type Guard struct {
 }
 
 // New returns a guard for dir. reserve is the free space (bytes) below which
-// writes must stop; zero means min(64 MiB, 10% of the file system).
-func New(dir string, reserve uint64) *Guard {
-	return &Guard{dir: dir, reserve: reserve, every: 250 * time.Millisecond}
+// writes must stop; zero means min(64 MiB, 10% of the file system). A guard
+// made with off never refuses, but still measures (Free, Room).
+func New(dir string, reserve uint64, off bool) *Guard {
+	return &Guard{dir: dir, reserve: reserve, off: off, every: 250 * time.Millisecond}
+}
+
+// Room reports whether free space is above the reserve (for a guard that is
+// off: above 1 MiB), whatever the guard's setting: when storage that broke
+// may be reopened.
+func (g *Guard) Room() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(g.dir, &st); err != nil {
+			return true
+		}
+		g.free = st.Bavail * uint64(st.Bsize)
+		return g.free > 1<<20
+	}
+	return g.measure() == nil
 }
 
 // Check returns nil while free space is above the reserve, else an error
@@ -43,6 +81,9 @@ func (g *Guard) Check() error {
 	if now := time.Now(); now.Sub(g.checked) >= g.every {
 		g.checked = now
 		g.err = g.measure()
+	}
+	if g.off {
+		return nil
 	}
 	return g.err
 }

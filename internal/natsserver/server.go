@@ -46,6 +46,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Logging turns on the server's own log output (to stderr).
 	Logging bool
+	// Logger, when set, receives the server's warnings and errors (and
+	// takes precedence over Logging).
+	Logger *StorageLog
 	// Trust runs the server in operator mode: only credentials signed for
 	// the ledger account connect, each limited to its permissions. Nil runs
 	// without authentication (--no-auth and most package tests).
@@ -114,7 +117,10 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: configure: %w", err)
 	}
-	if cfg.Logging {
+	switch {
+	case cfg.Logger != nil:
+		srv.SetLogger(cfg.Logger, false, false)
+	case cfg.Logging:
 		srv.ConfigureLogger()
 	}
 	srv.Start()

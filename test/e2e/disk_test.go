@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,6 +50,10 @@ func fillTo(t *testing.T, dir string, left uint64) string {
 	for n := free - left; n > 0; {
 		w := min(n, uint64(len(chunk)))
 		_, err := f.Write(chunk[:w])
+		if errors.Is(err, syscall.ENOSPC) {
+			// serve wrote meanwhile: the disk is full, fuller than asked.
+			break
+		}
 		require.NoError(t, err)
 		n -= w
 	}
@@ -126,8 +131,24 @@ func TestFullDiskDegradesAndResumes(t *testing.T) {
 // are being made: serve must not die, every call it acknowledged must keep
 // its report, and it must resume once the filler is gone.
 func TestDiskFilledToTheLastByteUnderLoad(t *testing.T) {
+	fillUnderLoad(t)
+}
+
+// TestDiskFullWithoutReserveRestartsInPlace turns the reserve off, so the
+// stores themselves meet "no space left" (nats-server disables JetStream,
+// Pebble cannot write again): serve must stay up, say so, and restart
+// itself in place once the disk has room, losing nothing acknowledged.
+func TestDiskFullWithoutReserveRestartsInPlace(t *testing.T) {
+	s := fillUnderLoad(t, "--disk-reserve", "off")
+	require.Contains(t, s.log.String(), "restarting serve in place", "the stores broke and serve restarted itself")
+}
+
+// fillUnderLoad fills a tmpfs data directory to the last byte while calls
+// are made, frees it, and checks that serve resumed and lost nothing.
+func fillUnderLoad(t *testing.T, extra ...string) *server {
+	t.Helper()
 	data := mountTmpfs(t, 48)
-	s := startServer(t, data, freePort(t), freePort(t))
+	s := startServer(t, data, freePort(t), freePort(t), extra...)
 	type result struct {
 		id   string
 		code int
@@ -198,4 +219,5 @@ func TestDiskFilledToTheLastByteUnderLoad(t *testing.T) {
 	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"after"}`, "--turn", "t9", "--call-id", "c9")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `{"text":"after"}`)
+	return s
 }

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cgledger/cgledger/internal/diskspace"
+	"github.com/cgledger/cgledger/internal/natsserver"
+)
+
+// superviseStorage restarts serve in place once storage that a failed write
+// broke has room again: the embedded server's stream, which nats-server
+// fails for good on "no space left" (or it disables JetStream), and the view store, which Pebble cannot
+// write again after a failed write-ahead-log write. A restart reopens both,
+// exactly as after a crash, which the ledger is built to survive (the
+// stream is the truth; the views resume from their checkpoint). The
+// process keeps its pid, arguments and environment (exec).
+func superviseStorage(ctx context.Context, log *slog.Logger, guard *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog, storeBroken *atomic.Bool) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		jsDown := (srv != nil && !srv.JetStreamEnabled()) || (sl != nil && sl.Failure() != "")
+		viewsDown := storeBroken.Load()
+		if (!jsDown && !viewsDown) || ctx.Err() != nil || !guard.Room() {
+			continue
+		}
+		log.Warn("storage has room again after a failed write: restarting serve in place to reopen its stores",
+			"jetstream_disabled", jsDown, "view_store_broken", viewsDown, "free_bytes", guard.Free())
+		exe, err := os.Executable()
+		if err == nil {
+			err = syscall.Exec(exe, os.Args, os.Environ())
+		}
+		log.Error("restart in place failed: restart serve by hand", "err", err)
+		return
+	}
+}

@@ -1,0 +1,282 @@
+// Command toolsvc is the external tool service of the fault suite: a
+// separate process that speaks the wire protocol of docs/protocol.md ("A
+// tool service, step by step") with nothing but a NATS client and JSON. It
+// pulls its tool's durable consumer (tool.consumer), reads each call's
+// arguments (card.get), writes a tool.result card whose id and content
+// derive from the call (card.put), reports (report) and acks the command.
+// Everything it does is safe to repeat, so a SIGKILL at any point is undone
+// by the command's redelivery.
+//
+// It prints one line per event on standard output, which the tests count:
+// "ready" once it pulls, "reported <turn> <call> duplicate=<bool>" after each
+// accepted report, "refused <op> <turn> <call>: <error>" for a refusal.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var out sync.Mutex
+
+func say(format string, args ...any) {
+	out.Lock()
+	defer out.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
+type reply struct {
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// refusal is an answer that is final: the same request gets it again.
+type refusal struct{ code, message string }
+
+func (r *refusal) Error() string { return r.code + ": " + r.message }
+
+type svc struct {
+	nc       *nats.Conn
+	project  string
+	target   string
+	sourceID string
+}
+
+// request sends one API request, retrying timeouts, lost connections and
+// `internal` (docs/durability.md) for up to a minute; msg, when given, is
+// told the call is in progress so its ack wait restarts.
+func (s *svc) request(ctx context.Context, op string, h nats.Header, body any, msg jetstream.Msg) (json.RawMessage, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	subject := "cgledger.v1." + s.project + "." + s.target + "." + op
+	giveUp := time.Now().Add(time.Minute)
+	backoff := 100 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := s.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: subject, Header: h, Data: data})
+		cancel()
+		if err == nil {
+			var r reply
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				return nil, fmt.Errorf("%s: decode reply: %w", op, err)
+			}
+			if r.OK {
+				return r.Result, nil
+			}
+			if r.Error == nil {
+				return nil, fmt.Errorf("%s: reply without result or error", op)
+			}
+			if r.Error.Code != "internal" {
+				return nil, &refusal{r.Error.Code, r.Error.Message}
+			}
+			err = errors.New(r.Error.Message)
+		}
+		if time.Now().After(giveUp) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if msg != nil {
+			_ = msg.InProgress()
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
+	// cg.v1.<project>.<channel>.cmd.tool.<target>...
+	tok := strings.Split(msg.Subject(), ".")
+	if len(tok) < 7 {
+		say("refused command %s: bad subject", msg.Subject())
+		_ = msg.Term()
+		return
+	}
+	project, channel := tok[2], tok[3]
+	h := msg.Headers()
+	turn, call := h.Get("CG-Agent-Turn-Id"), h.Get("CG-Tool-Call-Id")
+	var payload struct {
+		ToolCallCardID string `json:"tool_call_card_id"`
+		ToolName       string `json:"tool_name"`
+		AfterExecution string `json:"after_execution"`
+	}
+	if err := json.Unmarshal(msg.Data(), &payload); err != nil {
+		say("refused command %s %s: payload: %v", turn, call, err)
+		_ = msg.Term()
+		return
+	}
+	fail := func(op string, err error) {
+		var r *refusal
+		if errors.As(err, &r) {
+			say("refused %s %s %s: %v", op, turn, call, err)
+			_ = msg.Term()
+			return
+		}
+		say("failed %s %s %s: %v", op, turn, call, err)
+		_ = msg.Nak()
+	}
+
+	res, err := s.request(ctx, "card.get", nil, map[string]any{"project_id": project, "card_ids": []string{payload.ToolCallCardID}}, msg)
+	if err != nil {
+		fail("card.get", err)
+		return
+	}
+	var got struct {
+		Cards []struct {
+			Card struct {
+				AgentTurnID string          `json:"agent_turn_id"`
+				ToolCallID  string          `json:"tool_call_id"`
+				Content     json.RawMessage `json:"content"`
+				Metadata    json.RawMessage `json:"metadata"`
+			} `json:"card"`
+		} `json:"cards"`
+		Missing []string `json:"missing"`
+	}
+	if err := json.Unmarshal(res, &got); err != nil || len(got.Cards) != 1 {
+		fail("card.get", &refusal{"missing", fmt.Sprintf("card %s: %s (%v)", payload.ToolCallCardID, res, err)})
+		return
+	}
+	cc := got.Cards[0].Card
+	var content struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	_ = json.Unmarshal(cc.Content, &content)
+
+	// The result card is a function of the call, so a repeat after a crash
+	// puts the same card (answered as a duplicate).
+	sum := sha256.Sum256([]byte(project + "\x00" + turn + "\x00" + call))
+	resultID := "res-" + hex.EncodeToString(sum[:12])
+	card := map[string]any{
+		"card_id": resultID, "project_id": project, "type": "tool.result",
+		"author_id": s.sourceID, "function_name": payload.ToolName,
+		"agent_turn_id": cc.AgentTurnID, "tool_call_id": cc.ToolCallID,
+		"content":  map[string]any{"status": "success", "result": map[string]json.RawMessage{"echo": content.Arguments}},
+		"metadata": cc.Metadata,
+	}
+	if _, err := s.request(ctx, "card.put", nil, card, msg); err != nil {
+		fail("card.put", err)
+		return
+	}
+
+	rh := nats.Header{}
+	for _, k := range []string{"CG-Agent-Id", "CG-Agent-Turn-Id", "CG-Turn-Epoch", "CG-Tool-Call-Id", "CG-Step-Id"} {
+		if v := h.Get(k); v != "" {
+			rh.Set(k, v)
+		}
+	}
+	rh.Set("CG-Project-Id", project)
+	rh.Set("CG-Channel-Id", channel)
+	rh.Set("CG-Source-Id", s.sourceID)
+	rh.Set("CG-Source-Function", payload.ToolName)
+	res, err = s.request(ctx, "report", rh, map[string]string{"status": "success", "after_execution": payload.AfterExecution, "tool_result_card_id": resultID}, msg)
+	if err != nil {
+		fail("report", err)
+		return
+	}
+	var outcome struct {
+		Duplicate bool `json:"duplicate"`
+	}
+	_ = json.Unmarshal(res, &outcome)
+	if err := msg.DoubleAck(ctx); err != nil {
+		say("failed ack %s %s: %v", turn, call, err)
+		return
+	}
+	say("reported %s %s duplicate=%t", turn, call, outcome.Duplicate)
+}
+
+func main() {
+	url := flag.String("nats-url", nats.DefaultURL, "NATS server")
+	creds := flag.String("creds", "", "credential file (cgledger creds issue --role tool --tool TARGET)")
+	inboxPrefix := flag.String("inbox-prefix", "", "inbox prefix of the credential")
+	project := flag.String("project", "", "project id")
+	target := flag.String("target", "", "tool target")
+	sourceID := flag.String("source-id", "svc.faults", "author_id of result cards")
+	workers := flag.Int("workers", 4, "commands handled at once")
+	flag.Parse()
+
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}
+	if *creds != "" {
+		opts = append(opts, nats.UserCredentials(*creds))
+	}
+	if *inboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(*inboxPrefix))
+	}
+	nc, err := nats.Connect(*url, opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		os.Exit(3)
+	}
+	defer nc.Close()
+	s := &svc{nc: nc, project: *project, target: *target, sourceID: *sourceID}
+	ctx := context.Background()
+
+	res, err := s.request(ctx, "tool.consumer", nil, map[string]any{}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tool.consumer:", err)
+		os.Exit(1)
+	}
+	var ci struct {
+		Stream    string `json:"stream"`
+		Consumer  string `json:"consumer"`
+		APIPrefix string `json:"api_prefix"`
+	}
+	if err := json.Unmarshal(res, &ci); err != nil {
+		fmt.Fprintln(os.Stderr, "tool.consumer:", err)
+		os.Exit(1)
+	}
+	js, err := jetstream.NewWithAPIPrefix(nc, ci.APIPrefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jetstream:", err)
+		os.Exit(1)
+	}
+	cons, err := js.Consumer(ctx, ci.Stream, ci.Consumer)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		os.Exit(1)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(*workers))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pull:", err)
+		os.Exit(1)
+	}
+	say("ready %s/%s", ci.Stream, ci.Consumer)
+	work := make(chan jetstream.Msg)
+	for range *workers {
+		go func() {
+			for msg := range work {
+				s.handle(ctx, msg)
+			}
+		}()
+	}
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			fmt.Fprintln(os.Stderr, "next:", err)
+			continue
+		}
+		work <- msg
+	}
+}
