@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -218,10 +219,18 @@ against the links its views recorded. Exit 1 when verification fails.`)
 					body["first_bad_seq"] = rep.LastSeq
 					body["reason"] = fmt.Sprintf("the file's chain head at seq %d is %s, the live ledger's link there is %s: the file was changed after export, or comes from another ledger", rep.LastSeq, rep.Head, link.Link)
 				}
-			case *against != "":
+			case *against != "" && errors.Is(err, errUnreachable):
 				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
-			default:
+			case errors.Is(err, errUnreachable):
 				body["live"] = "not compared (" + err.Error() + "; use --against URL)"
+			default:
+				// The server answered, with no link there: the file claims
+				// entries the live ledger does not have (or it refused us).
+				ok = false
+				body["against"] = live.server
+				body["live"] = "DIFFERS"
+				body["first_bad_seq"] = rep.LastSeq
+				body["reason"] = fmt.Sprintf("the live ledger has no chain link at the file's last seq %d (%v): the file holds entries the ledger does not", rep.LastSeq, err)
 			}
 		}
 		return report(cf.asJSON, body, ok)

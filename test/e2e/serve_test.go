@@ -166,9 +166,29 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	// Without --against the default server (CGLEDGER_SERVER here) is used.
 	out, code = s.run(t, "verify", forged)
 	require.Equal(t, 1, code, out)
+	// A file that claims entries past the live ledger's end differs too.
+	extended := filepath.Join(t.TempDir(), "extended.jsonl")
+	require.NoError(t, os.WriteFile(extended, relink(t, appendCopyOfLast(t, raw)), 0o600))
+	out, code = s.run(t, "verify", extended)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "live:       DIFFERS")
 	// An unreachable --against is an error, not a silent pass.
 	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
 	require.Equal(t, 3, code)
+}
+
+// appendCopyOfLast adds a copy of an export's last entry at the next
+// sequence (links left for relink to fix).
+func appendCopyOfLast(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var e ledger.ExportEntry
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-2]), &e))
+	e.Seq++
+	b, err := json.Marshal(e)
+	require.NoError(t, err)
+	out := append(append(lines[:len(lines)-1:len(lines)-1], string(b)), lines[len(lines)-1])
+	return []byte(strings.Join(out, "\n") + "\n")
 }
 
 // relink recomputes every chain link of an export (and its trailer's head),
@@ -193,6 +213,10 @@ func relink(t *testing.T, raw []byte) []byte {
 	var tr ledger.ExportTrailer
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &tr))
 	tr.Head = prev.String()
+	tr.Count = uint64(len(out) - 1)
+	var last ledger.ExportEntry
+	require.NoError(t, json.Unmarshal([]byte(out[len(out)-1]), &last))
+	tr.LastSeq = last.Seq
 	b, err := json.Marshal(tr)
 	require.NoError(t, err)
 	out = append(out, string(b))

@@ -68,7 +68,7 @@ type loadSpec struct {
 	runID   string
 	// gate, when set, holds new calls back while it is false (a tool service
 	// that falls behind).
-	gate func() bool
+	gate func(*load) bool
 }
 
 // load is a running load generator: loadWorkers goroutines dispatching
@@ -113,7 +113,7 @@ func startLoad(t *testing.T, spec loadSpec) *load {
 				case <-ctx.Done():
 					return
 				}
-				for spec.gate != nil && !spec.gate() && ctx.Err() == nil {
+				for spec.gate != nil && !spec.gate(l) && ctx.Err() == nil {
 					select {
 					case <-pace.C:
 					case <-ctx.Done():

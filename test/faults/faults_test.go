@@ -115,9 +115,11 @@ func TestKillToolService(t *testing.T) {
 	startSvc()
 
 	nc := connect(t, s.natsURL, worker)
-	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "faultsvc", target: "faultsvc",
-		calls: callsPerRun, runID: runID(t)})
 	reported := func() int { return svcLog.count("reported ") }
+	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "faultsvc", target: "faultsvc",
+		calls: callsPerRun, runID: runID(t),
+		// Keep at most 64 calls ahead of the tool service.
+		gate: func(l *load) bool { return l.Started()-reported() < 64 }})
 	gaps := killGaps(rng, iterations, callsPerRun)
 	from := 0
 	for i, gap := range gaps {
