@@ -31,3 +31,10 @@ bench:
 	$(GO) run ./cmd/cgledger bench
 	$(GO) test ./ledger -run '^$$' -bench . -benchtime 2s
 	$(GO) test ./projector -run '^$$' -bench . -benchtime 2s
+
+## faults: the fault suite's long profile (test/faults/): FAULTS_ITERATIONS SIGKILLs per fault
+## under load, then the checker's line per fault; CGLEDGER_FAULTS_SEED=N replays a run's kill points.
+.PHONY: faults
+FAULTS_ITERATIONS ?= 30
+faults:
+	CGLEDGER_FAULTS_ITERATIONS=$(FAULTS_ITERATIONS) $(GO) test -count=1 -v -timeout 60m -run . ./test/faults/

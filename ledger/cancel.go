@@ -52,6 +52,15 @@ func (l *Ledger) CancelJSON(ctx context.Context, body []byte) (CancelResult, err
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
+	if rec != nil {
+		confirmed, _, err := l.dispatchConfirmed(ctx, rec)
+		if err != nil {
+			return CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		}
+		if !confirmed {
+			rec = nil
+		}
+	}
 	if rec == nil {
 		vs.Add("body.tool_call_id", VNotFound, "no call %s in turn %s was dispatched through the ledger", req.ToolCallID, req.AgentTurnID)
 		return CancelResult{}, l.reject(ctx, OpCancel, req.ProjectID, Unrouted, newError(CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())

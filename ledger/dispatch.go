@@ -214,11 +214,52 @@ func (l *Ledger) createOrRead(ctx context.Context, key string, rec *CallRecord) 
 			return rev, created, nil, 0, err
 		}
 		existing, erev, err = l.readExisting(ctx, key)
-		if err != nil || existing != nil {
-			return 0, false, existing, erev, err
+		if err != nil {
+			return 0, false, nil, 0, err
+		}
+		if existing != nil && existing.DispatchFingerprint != rec.DispatchFingerprint {
+			// Another dispatch of the call: a real one (a conflict), or
+			// one being refused, whose record is about to go.
+			if existing, erev, err = l.settleForeign(ctx, key, existing, erev); err != nil {
+				return 0, false, nil, 0, err
+			}
+		}
+		if existing != nil {
+			return 0, false, existing, erev, nil
 		}
 	}
 	return 0, false, nil, 0, fmt.Errorf("call record %s: created and removed again too often", key)
+}
+
+// settleForeign waits, briefly, to tell a record written by another,
+// different dispatch of the call apart from the leftover of a refused one:
+// it returns the record once its dispatch is confirmed (a conflict), or nil
+// once it is gone; a leftover whose card id holds another card is removed
+// here (at its revision) rather than waited for.
+func (l *Ledger) settleForeign(ctx context.Context, key string, rec *CallRecord, rev uint64) (*CallRecord, uint64, error) {
+	for range 100 {
+		confirmed, stored, err := l.dispatchConfirmed(ctx, rec)
+		if err != nil || confirmed {
+			return rec, rev, err
+		}
+		if stored {
+			if err := l.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
+				l.cache.records.drop(key)
+				return nil, 0, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("call record %s: waiting for another dispatch of the call: %w", key, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if rec, rev, err = l.getRecord(ctx, key); err != nil || rec == nil {
+			return nil, 0, err
+		}
+	}
+	// Still unconfirmed after a second: treat it as the dispatch it claims
+	// to be.
+	return rec, rev, nil
 }
 
 // readExisting reads a record whose create just failed because it exists.

@@ -871,3 +871,76 @@ func TestHotpathFlushWaitsForMarks(t *testing.T) {
 		require.Equal(t, ledger.StateWoken, hpRecordState(t, kv, c), c.id)
 	}
 }
+
+// TestHotpathRefusedDispatchNeverTakesReportsOrCancels races a dispatch
+// that is refused (its card id holds the call's card with other content)
+// against reports and cancels of the call, and a corrected dispatch: no
+// report or cancel may be accepted for the refused dispatch, and the
+// corrected one never hears conflict.
+func TestHotpathRefusedDispatchNeverTakesReportsOrCancels(t *testing.T) {
+	e := newEnv(t)
+	ls := e.ledgers(t, 3)
+	ctx := ctxT(t)
+	for round := range 20 {
+		c := newCall(fmt.Sprintf("turn-refused-%d", round), "call-1", 1)
+		_, err := ls[0].PutCard(ctx, c.card)
+		require.NoError(t, err)
+		rc := c.resultCard(ledger.StatusSuccess)
+		_, err = ls[0].PutCard(ctx, rc)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var accepted atomic.Int32
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := ls[0].Dispatch(ctx, refusedDispatch(c))
+			assert.ErrorIs(t, err, ledger.ErrConflict)
+		}()
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := ls[1+i%2]
+				if i%3 == 0 {
+					if _, err := l.Cancel(ctx, ledger.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}); err == nil {
+						accepted.Add(1)
+					} else {
+						assert.ErrorIs(t, err, ledger.ErrUnknownCall)
+					}
+					return
+				}
+				if _, err := l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID)); err == nil {
+					accepted.Add(1)
+				} else {
+					assert.ErrorIs(t, err, ledger.ErrUnknownCall)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Zero(t, accepted.Load(), "round %d: a report or cancel was accepted for a refused dispatch", round)
+		require.Empty(t, e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id)))
+		require.Empty(t, e.subjectEntries(t, ledger.CancelSubject("v1", project, channel, c.turn, c.id)))
+
+		// A refused and a correct dispatch at once: the correct one is
+		// dispatched, whatever the order.
+		c2 := newCall(fmt.Sprintf("turn-refused-pair-%d", round), "call-1", 1)
+		_, err = ls[0].PutCard(ctx, c2.card)
+		require.NoError(t, err)
+		var pair sync.WaitGroup
+		pair.Add(2)
+		go func() {
+			defer pair.Done()
+			_, err := ls[1].Dispatch(ctx, refusedDispatch(c2))
+			assert.Error(t, err)
+		}()
+		go func() {
+			defer pair.Done()
+			_, err := ls[2].Dispatch(ctx, c2.dispatchReq())
+			assert.NoError(t, err, "round %d: the correct dispatch", round)
+		}()
+		pair.Wait()
+		rec, err := ls[0].GetCall(ctx, project, c2.turn, c2.id)
+		require.NoError(t, err)
+		require.Equal(t, c2.card.Metadata, rec.CardMetadata)
+	}
+}

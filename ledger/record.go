@@ -194,6 +194,13 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 	if err != nil || rec.State != StateDispatched {
 		return rec, err
 	}
+	confirmed, _, err := l.dispatchConfirmed(ctx, rec)
+	if err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
+	if !confirmed {
+		return nil, newError(CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
+	}
 	m, err := l.lastForSubject(ctx, ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
 	if err != nil {
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)

@@ -215,6 +215,15 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 	if pre.recErr != nil {
 		return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.recErr)
 	}
+	if rec != nil {
+		confirmed, _, err := l.dispatchConfirmed(ctx, rec)
+		if err != nil {
+			return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		}
+		if !confirmed {
+			rec = nil
+		}
+	}
 	if rec == nil {
 		var vs Violations
 		vs.Add("header."+HeaderToolCallID, VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)

@@ -324,9 +324,9 @@ func exportVia(s *serve) (*ledgerView, error) {
 }
 
 type verdict struct {
-	attempted, acknowledged, lost, duplicated, stuck int
+	attempted, acknowledged, lost, duplicated, stuck           int
 	unacked, refused, unexpected, nonSuccess, retries, entries int
-	problems []string
+	problems                                                   []string
 }
 
 func (v *verdict) problem(format string, args ...any) {
@@ -430,4 +430,55 @@ func (l *load) settleAndCheck(kills int, export func() (*ledgerView, error)) ver
 	require.Zero(t, v.unexpected, "reports of calls never made")
 	require.Zero(t, v.refused, "a retried dispatch was refused")
 	return v
+}
+
+// TestCheckerCountsAnomalies feeds the checker a history and an export with
+// one call of each kind, so a checker that sees nothing cannot pass.
+func TestCheckerCountsAnomalies(t *testing.T) {
+	t.Parallel()
+	l := &load{t: t, spec: loadSpec{project: project, calls: 7}}
+	rec := func(call string, acked bool, refused string) {
+		l.records = append(l.records, &callRecord{key: callKey{project, "t1", call}, attempts: 1, acked: acked, refused: refused})
+	}
+	rec("ok", true, "")                // one report
+	rec("lost", true, "")              // acknowledged, command, no report
+	rec("dup", true, "")               // two reports
+	rec("stuck", false, "")            // not acknowledged, command, no report
+	rec("unknown", false, "")          // not acknowledged, not in the ledger: fine
+	rec("late", false, "")             // not acknowledged, yet reported: fine
+	rec("no", false, "no: x")          // refused
+	l.records = append(l.records, nil) // a call index never started
+
+	var lines []string
+	entry := func(kind, subject, call, status string) {
+		data := base64.StdEncoding.EncodeToString([]byte(`{"status":"` + status + `"}`))
+		b, err := json.Marshal(map[string]any{"seq": len(lines), "subject": subject, "data": data,
+			"headers": map[string][]string{"CG-Entry-Kind": {kind}, "CG-Agent-Turn-Id": {"t1"}, "CG-Tool-Call-Id": {call}}})
+		require.NoError(t, err)
+		lines = append(lines, string(b))
+	}
+	lines = append(lines, `{"format":"cgledger.export","version":1,"stream":"CG_LEDGER","from_seq":1,"prev_link":"00"}`)
+	for _, c := range []string{"ok", "lost", "dup", "stuck", "late"} {
+		entry("command", "cg.v1."+project+".main.cmd.tool.echo", c, "")
+	}
+	for _, c := range []string{"ok", "dup", "dup", "late", "phantom"} {
+		entry("report", "cg.v1."+project+".main.ledger.report.t1."+c, c, "success")
+	}
+	entry("report", "cg.v1."+project+".main.ledger.report.t1.failed", "failed", "timeout")
+	body := strings.Join(lines, "\n") + "\n"
+
+	view, err := parseExport([]byte(body + `{"end":true,"count":11,"last_seq":11}` + "\n"))
+	require.NoError(t, err)
+	v := l.judge(view)
+	t.Log(v.line(t.Name(), 0))
+	require.Equal(t, verdict{attempted: 7, acknowledged: 3, lost: 1, duplicated: 1, stuck: 1, unacked: 4, refused: 1,
+		unexpected: 2, nonSuccess: 0, entries: 11}, verdict{attempted: v.attempted, acknowledged: v.acknowledged,
+		lost: v.lost, duplicated: v.duplicated, stuck: v.stuck, unacked: v.unacked, refused: v.refused,
+		unexpected: v.unexpected, nonSuccess: v.nonSuccess, entries: v.entries})
+	require.Len(t, v.problems, 6)
+
+	_, err = parseExport([]byte(body))
+	require.ErrorContains(t, err, "no trailer", "a truncated export is refused")
+	_, err = parseExport([]byte(body + `{"end":true,"count":12,"last_seq":12}` + "\n"))
+	require.ErrorContains(t, err, "counts 12 entries", "a short export is refused")
 }
