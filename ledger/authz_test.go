@@ -271,6 +271,18 @@ func TestAuthActorScopes(t *testing.T) {
 	require.Len(t, cmd, 1)
 	require.Equal(t, agent, cmd[0].Header.Get(ledger.HeaderActor), "the command records who dispatched it")
 
+	// A repeated key is a bad_request whichever value comes last, never a
+	// forbidden decided by the last value.
+	for _, body := range []string{
+		`{"project_id":"other","project_id":"` + project + `","agent_id":"` + agent + `","agent_turn_id":"t1","tool_call_id":"k1"}`,
+		`{"project_id":"` + project + `","project_id":"other","agent_id":"` + agent + `","agent_turn_id":"t1","tool_call_id":"k1"}`,
+	} {
+		r := alice.request(t, ledger.APISubject(project, agent, ledger.OpConsume), nil, body)
+		require.Equal(t, "bad_request", r.Error.Code, body)
+		require.Equal(t, "body.project_id", r.Error.Violations[0].Field, body)
+		require.Equal(t, ledger.VDuplicate, r.Error.Violations[0].Code, body)
+	}
+
 	// A worker does not report; an auditor does not write.
 	e.refusedByNATS(t, alice, ledger.APISubject(project, agent, ledger.OpReport), nil, `{}`)
 	aud := e.client(t, auth.Grant{Role: auth.RoleAuditor, Project: project})

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,8 +57,28 @@ func stringField(obj map[string]json.RawMessage, key string) (string, bool) {
 // topLevel decodes one level of a JSON object; a malformed body decodes to
 // nothing (the operation refuses it itself, precisely).
 func topLevel(b []byte) map[string]json.RawMessage {
-	var obj map[string]json.RawMessage
-	_ = json.Unmarshal(b, &obj)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	obj := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		k, ok := t.(string)
+		if err != nil || !ok {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if _, dup := obj[k]; dup {
+			// A repeated key is the operation's own bad_request (with every
+			// violation listed), whichever value comes last.
+			return nil
+		}
+		obj[k] = v
+	}
 	return obj
 }
 

@@ -24,12 +24,28 @@ const (
 	pollInterval  = 100 * time.Millisecond
 )
 
+var (
+	portsMu sync.Mutex
+	ports   = map[int]bool{}
+)
+
+// freePort returns a port free now and never returned before in this run
+// (the kernel may hand a closed port out again at once, and the faults'
+// processes listen on several each).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !ports[port] {
+			ports[port] = true
+			return port
+		}
+	}
 }
 
 // waitFor polls cond until it holds or the deadline passes; it returns
