@@ -31,13 +31,9 @@ func preflight(s Settings, embedded bool) (func(), error) {
 		if err := os.MkdirAll(s.Data, 0o700); err != nil {
 			return release, fmt.Errorf("data directory %s cannot be created: %w", s.Data, err)
 		}
-		probe, err := os.CreateTemp(s.Data, ".write-probe-*")
-		if err != nil {
+		if err := writable(s.Data); err != nil {
 			return release, fmt.Errorf("data directory %s is not writable (check its permissions and that its file system is not read-only or full): %w", s.Data, err)
 		}
-		name := probe.Name()
-		_ = probe.Close()
-		_ = os.Remove(name)
 		unlock, err := lockData(s.Data)
 		if err != nil {
 			return release, err

@@ -21,7 +21,7 @@ import (
 // exactly as after a crash, which the ledger is built to survive (the
 // stream is the truth; the views resume from their checkpoint). The
 // process keeps its pid, arguments and environment (exec).
-func superviseStorage(ctx context.Context, log *slog.Logger, guard *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog, storeBroken *atomic.Bool) {
+func superviseStorage(ctx context.Context, log *slog.Logger, dataDir string, guard *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog, storeBroken *atomic.Bool) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -32,7 +32,7 @@ func superviseStorage(ctx context.Context, log *slog.Logger, guard *diskspace.Gu
 		}
 		jsDown := (srv != nil && !srv.JetStreamEnabled()) || (sl != nil && sl.Failure() != "")
 		viewsDown := storeBroken.Load()
-		if (!jsDown && !viewsDown) || ctx.Err() != nil || !guard.Room() {
+		if (!jsDown && !viewsDown) || ctx.Err() != nil || !guard.Room() || writable(dataDir) != nil {
 			continue
 		}
 		log.Warn("storage has room again after a failed write: restarting serve in place to reopen its stores",
@@ -44,4 +44,17 @@ func superviseStorage(ctx context.Context, log *slog.Logger, guard *diskspace.Gu
 		log.Error("restart in place failed: restart serve by hand", "err", err)
 		return
 	}
+}
+
+// writable returns why a file cannot be created in dir now, or nil (a file
+// system remounted read-only has room but takes no writes: restarting then
+// would only fail at start).
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

@@ -270,7 +270,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 
 	var storeBroken atomic.Bool
 	if guard != nil && s.restartInPlace {
-		go superviseStorage(ctx, log, guard, embeddedSrv, storageLog, &storeBroken)
+		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, &storeBroken)
 	}
 	var ready0 atomic.Bool
 	var projErr atomic.Value
