@@ -38,8 +38,12 @@ func (b *background) wait() {
 	}
 }
 
-// Flush waits until the work this ledger finishes after answering is done:
-// every call whose report it accepted is marked woken in the call-record
-// bucket (or the mark has failed and been logged; the next report or
-// redelivery of the call finishes it). Reads of the stream never need it.
-func (l *Ledger) Flush() { l.bg.wait() }
+// Flush does now, and waits for, the work this ledger finishes after
+// answering: every call it dispatched has its sequences in the call-record
+// bucket and every call whose report it accepted is marked woken (or the
+// write has failed and been logged; the next report or redelivery of the
+// call finishes it). Reads of the stream never need it.
+func (l *Ledger) Flush() {
+	l.flushSequences(false)
+	l.bg.wait()
+}

@@ -185,20 +185,13 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 		return DispatchResult{}, err
 	}
 	// The answer does not wait for the record to hold the sequences: this
-	// process's executor and report read them from memory, and a repeated
-	// dispatch before the record has them publishes again, which Nats-Msg-Id
-	// answers with the same sequence.
+	// process's executor and report read them from memory (and the report's
+	// mark usually writes them), and a repeated dispatch before the record
+	// has them publishes again, which Nats-Msg-Id answers with the same
+	// sequence.
 	rec.CardSeq, rec.CommandSeq = put.Seq, ack.Sequence
 	l.cacheRecord(key, rec, rev)
-	l.bg.start()
-	go func() {
-		defer l.bg.done()
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := l.recordSequences(bctx, key, rec, rev); err != nil {
-			l.log.Warn("dispatch: record the command's sequence", "key", key, "err", err)
-		}
-	}()
+	l.deferSequences(key, rec, rev)
 	// Whoever created the record dispatched the call; any other caller,
 	// even one that finished publishing for it, repeated it.
 	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil

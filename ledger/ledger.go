@@ -71,6 +71,7 @@ type Ledger struct {
 	cache   *caches
 	guard   func() error
 	bg      background
+	seqs    pendingSequences
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
@@ -130,6 +131,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 // answering (marking reported calls woken). It does not close the NATS
 // connection, which the caller owns.
 func (l *Ledger) Close() {
+	l.flushSequences(true)
 	l.cache.close()
 	l.bg.wait()
 }

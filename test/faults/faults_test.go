@@ -50,7 +50,8 @@ func connect(t *testing.T, url string, c *credential) *nats.Conn {
 	return nc
 }
 
-func runID(t *testing.T) string { return fmt.Sprintf("%x", seed&0xffffffff) }
+// runID goes into every turn id of a run.
+func runID() string { return fmt.Sprintf("%x", seed&0xffffffff) }
 
 // waitProgress waits until progress() reaches from+gap (the kill point).
 func waitProgress(t *testing.T, what string, from, gap int, progress func() int) {
@@ -70,7 +71,7 @@ func TestKillServeUnderLoad(t *testing.T) {
 	nc := connect(t, s.natsURL, worker)
 
 	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "echo", target: "echo",
-		calls: callsPerRun, runID: runID(t)})
+		calls: callsPerRun, runID: runID()})
 	gaps := killGaps(rng, iterations, callsPerRun)
 	from := 0
 	for i, gap := range gaps {
@@ -117,7 +118,7 @@ func TestKillToolService(t *testing.T) {
 	nc := connect(t, s.natsURL, worker)
 	reported := func() int { return svcLog.count("reported ") }
 	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "faultsvc", target: "faultsvc",
-		calls: callsPerRun, runID: runID(t),
+		calls: callsPerRun, runID: runID(),
 		// Keep at most 64 calls ahead of the tool service.
 		gate: func(l *load) bool { return l.Started()-reported() < 64 }})
 	gaps := killGaps(rng, iterations, callsPerRun)
@@ -156,7 +157,7 @@ func TestTwoServesOneKilled(t *testing.T) {
 	}
 	nc := connect(t, ns.url(), nil)
 	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "echo", target: "echo",
-		calls: callsPerRun, runID: runID(t)})
+		calls: callsPerRun, runID: runID()})
 	gaps := killGaps(rng, iterations, callsPerRun)
 	from := 0
 	for i, gap := range gaps {
@@ -244,7 +245,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	}
 
 	l := startLoad(t, loadSpec{nc: nc, project: project, channel: "main", agent: "a1", tool: "echo", target: "echo",
-		calls: callsPerRun, runID: runID(t)})
+		calls: callsPerRun, runID: runID()})
 	gaps := killGaps(rng, iterations, callsPerRun)
 	from := 0
 	for i, gap := range gaps {

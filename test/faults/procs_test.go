@@ -48,8 +48,8 @@ func freePort(t *testing.T) int {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes; it returns
-// whether it held. status describes the last state for the failure message.
+// waitFor polls cond until it holds or the timeout passes, and returns
+// whether it held.
 func waitFor(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(pollInterval)
