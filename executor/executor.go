@@ -204,9 +204,9 @@ func (e *Executor) Start(ctx context.Context) error {
 			AckWait:        e.cfg.AckWait,
 			// Unlimited: a command whose outcome cannot be written yet
 			// must come back, never be dropped in silence.
-			MaxDeliver:     -1,
-			MaxAckPending:  2 * e.cfg.MaxInFlight,
-			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			MaxDeliver:    -1,
+			MaxAckPending: 2 * e.cfg.MaxInFlight,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
 			e.Stop(ctx)

@@ -207,6 +207,15 @@ func TestClusterLeaderKill(t *testing.T) {
 	for _, n := range nodes {
 		n.waitHealthy()
 	}
+	clusterFormed := func() bool {
+		for _, n := range nodes {
+			if n.leadsFormedCluster(len(nodes)) {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, waitFor(readyTimeout, clusterFormed), "the meta leader sees every node current")
 	natsURL := strings.Join(urls, ",")
 	s := newExternalServe(t, "serve", natsURL, "--replicas", "3")
 	s.startReady()
@@ -254,8 +263,8 @@ func TestClusterLeaderKill(t *testing.T) {
 		require.True(t, waitFor(readyTimeout, func() bool {
 			var ok bool
 			leader, ok = clusterState()
-			return ok
-		}), "the cluster's streams have a leader and current replicas")
+			return ok && clusterFormed()
+		}), "the cluster is formed and its streams have a leader and current replicas")
 		victim := nodes[leader]
 		require.NotNil(t, victim, "leader %q is one of the nodes", leader)
 		jitter(rng)

@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -336,4 +337,40 @@ func (n *natsServer) waitHealthy() {
 	ok := waitFor(readyTimeout, func() bool { return n.exited() || httpOK(u) })
 	require.False(n.t, n.exited(), "%s exited before it was healthy", n.name)
 	require.True(n.t, ok, "%s healthy within %s", n.name, readyTimeout)
+}
+
+// leadsFormedCluster reports whether n is the JetStream meta leader and sees
+// every other node of a size-node cluster current (its /jsz). A node's
+// /healthz can be ok while the leader still counts a peer offline, and a
+// stream created then fails to place its replicas.
+func (n *natsServer) leadsFormedCluster(size int) bool {
+	resp, err := httpClient.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.monPort))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Meta *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Name    string `json:"name"`
+				Current bool   `json:"current"`
+				Offline bool   `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&jsz) != nil || jsz.Meta == nil || jsz.Meta.Leader != n.serverName {
+		return false
+	}
+	others := 0
+	for _, r := range jsz.Meta.Replicas {
+		if r.Name == n.serverName {
+			continue
+		}
+		if !r.Current || r.Offline {
+			return false
+		}
+		others++
+	}
+	return others == size-1
 }
