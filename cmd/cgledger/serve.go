@@ -269,6 +269,17 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 
 	var storeBroken atomic.Bool
+	if guard != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cgledger_storage_degraded",
+			Help: "1 while the data directory's storage takes no writes (free space below the reserve, the embedded server's stream failed by a write error, or the view store broken); /readyz says why.",
+		}, func() float64 {
+			if storageTrouble(guard, embeddedSrv, storageLog) != "" || storeBroken.Load() {
+				return 1
+			}
+			return 0
+		}))
+	}
 	if guard != nil && s.restartInPlace {
 		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, &storeBroken)
 	}
