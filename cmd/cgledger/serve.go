@@ -255,7 +255,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			Help: "Free bytes on the file system of the data directory; writes stop below the reserve (docs/durability.md).",
 		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
 	}
-	l, err := ledger.Open(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}, WriteGuard: ledgerGuard})
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}, WriteGuard: ledgerGuard}, log)
 	if err != nil {
 		return err
 	}
