@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -183,9 +184,9 @@ func TestTwoServesOneKilled(t *testing.T) {
 }
 
 // TestClusterLeaderKill: a 3-node nats-server cluster (child processes), a
-// `serve --replicas 3` on it, and at each kill point the ledger stream's
-// leader is killed with SIGKILL; once another node leads, it is restarted
-// on its store.
+// `serve --replicas 3` on it, and at each kill point a node is killed with
+// SIGKILL, alternately the ledger stream's leader (restarted on its store
+// once another node leads) and a follower (restarted at once).
 func TestClusterLeaderKill(t *testing.T) {
 	t.Parallel()
 	rng := testRand(t)
@@ -265,16 +266,30 @@ func TestClusterLeaderKill(t *testing.T) {
 			leader, ok = clusterState()
 			return ok && clusterFormed()
 		}), "the cluster is formed and its streams have a leader and current replicas")
-		victim := nodes[leader]
-		require.NotNil(t, victim, "leader %q is one of the nodes", leader)
+		require.NotNil(t, nodes[leader], "leader %q is one of the nodes", leader)
+		// Kills alternate between the stream's leader and a follower.
+		victimName, role := leader, "stream leader"
+		if i%2 == 1 {
+			var followers []string
+			for name := range nodes {
+				if name != leader {
+					followers = append(followers, name)
+				}
+			}
+			sort.Strings(followers)
+			victimName, role = followers[rng.IntN(len(followers))], "follower"
+		}
+		victim := nodes[victimName]
 		jitter(rng)
 		victim.kill()
-		t.Logf("kill %d/%d: stream leader %s killed at %d dispatches started, %d acknowledged", i+1, len(gaps), leader, l.Started(), l.acked.Load())
-		var next string
-		require.True(t, waitFor(readyTimeout, func() bool {
-			next, _ = clusterState()
-			return next != "" && next != leader
-		}), "another node leads the ledger stream after %s died", leader)
+		t.Logf("kill %d/%d: %s %s killed at %d dispatches started, %d acknowledged", i+1, len(gaps), role, victimName, l.Started(), l.acked.Load())
+		if victimName == leader {
+			var next string
+			require.True(t, waitFor(readyTimeout, func() bool {
+				next, _ = clusterState()
+				return next != "" && next != leader
+			}), "another node leads the ledger stream after %s died", leader)
+		}
 		victim.start()
 		victim.waitHealthy()
 		from = l.Acked()
