@@ -245,7 +245,17 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		reserve, _ := diskspace.ParseSize(s.DiskReserve) // validated; empty and off are 0
 		guard = diskspace.New(s.Data, reserve, s.DiskReserve == "off")
 		if embedded {
-			ledgerGuard = guard.Check
+			ledgerGuard = func() error {
+				if err := guard.Check(); err != nil {
+					return err
+				}
+				// A stream the server failed on a write error answers no
+				// publish: say so at once rather than time out.
+				if f := storageLog.Failure(); f != "" {
+					return fmt.Errorf("the embedded server could not write to disk (%s); serve restarts itself in place once the disk has room", f)
+				}
+				return nil
+			}
 		}
 		if s.has("projector") {
 			viewGuard = guard.Check
