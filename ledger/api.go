@@ -212,6 +212,7 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 		}
 		go func() {
 			defer func() { <-s.sem; s.wg.Done() }()
+			start := time.Now()
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 			defer cancel()
 			c, err := s.caller(ctx, op, m)
@@ -219,6 +220,15 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 			if err == nil {
 				res, err = h(WithCaller(ctx, c), m)
 			}
+			code := "ok"
+			if err != nil {
+				code = string(CodeInternal)
+				if e, ok := AsError(err); ok {
+					code = string(e.Code)
+				}
+			}
+			s.l.m.apiRequests.WithLabelValues(op, code).Inc()
+			s.l.m.apiDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 			if m.Reply == "" {
 				return
 			}

@@ -123,6 +123,7 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 		AfterExecution: payload.AfterExecution,
 		ToolCallCardID: card.CardID,
 		CardMetadata:   card.Metadata,
+		DispatchedAt:   time.Now().UTC(),
 	}
 	rec.DispatchFingerprint = fingerprint(normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
 		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), string(cardBytes))
@@ -168,6 +169,7 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 			return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
 		}
 		if existing.CommandSeq != 0 {
+			l.m.dupDispatches.Inc()
 			return DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true}, nil
 		}
 		// A previous attempt stopped before publishing (or before recording
@@ -194,6 +196,9 @@ func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, ca
 	l.deferSequences(key, rec, rev)
 	// Whoever created the record dispatched the call; any other caller,
 	// even one that finished publishing for it, repeated it.
+	if !created {
+		l.m.dupDispatches.Inc()
+	}
 	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
 }
 

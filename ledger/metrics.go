@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,8 +14,12 @@ type metrics struct {
 	rejections     *prometheus.CounterVec
 	duplicates     prometheus.Counter
 	writesRefused  prometheus.Counter
-	staleEpochs    prometheus.Counter
-	conflicts      prometheus.Counter
+	dupDispatches  prometheus.Counter
+	apiRequests    *prometheus.CounterVec
+	apiDuration    *prometheus.HistogramVec
+	callLatency    *prometheus.HistogramVec
+	wakeupLatency  prometheus.Histogram
+	tools          toolLabels
 	wakeups        prometheus.Counter
 	wakeupsSkipped prometheus.Counter
 	reports        *prometheus.CounterVec
@@ -42,13 +48,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_duplicate_reports_total",
 			Help: "Reports answered with the original outcome because the call was already reported.",
 		}),
-		staleEpochs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cgledger_ledger_stale_epochs_total",
-			Help: "Reports refused because turn_epoch was not the call's dispatch epoch.",
+		dupDispatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_ledger_duplicate_dispatches_total",
+			Help: "Dispatches answered with the original outcome (duplicate: true) because the call was already dispatched.",
 		}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cgledger_ledger_conflicts_total",
-			Help: "Reports, dispatches or card puts refused because a different value already exists.",
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_api_requests_total",
+			Help: "Ledger API requests answered, by operation and outcome: ok, or the protocol error code (internal: not completed, retry).",
+		}, []string{"op", "code"}),
+		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cgledger_api_request_duration_seconds",
+			Help:    "Time from receiving a ledger API request to sending its answer, by operation.",
+			Buckets: latencyBuckets,
+		}, []string{"op"}),
+		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cgledger_call_report_latency_seconds",
+			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (at most 256 tool names; the rest as \"other\").",
+			Buckets: latencyBuckets,
+		}, []string{"tool"}),
+		wakeupLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cgledger_call_wakeup_latency_seconds",
+			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped).",
+			Buckets: latencyBuckets,
 		}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cgledger_ledger_wakeups_total",
@@ -66,10 +87,44 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.staleEpochs, m.conflicts, m.wakeups, m.wakeupsSkipped, m.reports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// latencyBuckets fit latencies from a millisecond (an API request) to ten
+// minutes (a long tool call).
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// maxToolLabels bounds the tool label: tool names come from clients, and a
+// label per name could grow without end.
+const maxToolLabels = 256
+
+// toolLabels maps tool names to label values, keeping the first
+// maxToolLabels names seen and calling the rest "other".
+type toolLabels struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+func (t *toolLabels) label(tool string) string {
+	if tool == "" {
+		return "unknown"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.seen[tool]; ok {
+		return tool
+	}
+	if t.seen == nil {
+		t.seen = map[string]struct{}{}
+	}
+	if len(t.seen) >= maxToolLabels {
+		return "other"
+	}
+	t.seen[tool] = struct{}{}
+	return tool
 }

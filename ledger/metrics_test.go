@@ -27,22 +27,28 @@ func TestMetricsCountOutcomesAndPassPromlint(t *testing.T) {
 	_, err = e.l.Report(ctx, stale.reportReq(ledger.StatusSuccess, rc.CardID))
 	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
 
+	// A repeated dispatch moves its own counter.
+	_, err = e.l.Dispatch(ctx, c.dispatchReq())
+	require.NoError(t, err)
+
 	expected := `
 # HELP cgledger_ledger_duplicate_reports_total Reports answered with the original outcome because the call was already reported.
 # TYPE cgledger_ledger_duplicate_reports_total counter
 cgledger_ledger_duplicate_reports_total 1
-# HELP cgledger_ledger_stale_epochs_total Reports refused because turn_epoch was not the call's dispatch epoch.
-# TYPE cgledger_ledger_stale_epochs_total counter
-cgledger_ledger_stale_epochs_total 1
+# HELP cgledger_ledger_duplicate_dispatches_total Dispatches answered with the original outcome (duplicate: true) because the call was already dispatched.
+# TYPE cgledger_ledger_duplicate_dispatches_total counter
+cgledger_ledger_duplicate_dispatches_total 1
 # HELP cgledger_ledger_wakeups_total Wakeups published on cmd.agent.<worker_target>.wakeup (JetStream-deduplicated retries excluded).
 # TYPE cgledger_ledger_wakeups_total counter
 cgledger_ledger_wakeups_total 1
 `
 	require.NoError(t, testutil.GatherAndCompare(e.reg, strings.NewReader(expected),
-		"cgledger_ledger_duplicate_reports_total", "cgledger_ledger_stale_epochs_total", "cgledger_ledger_wakeups_total"))
+		"cgledger_ledger_duplicate_reports_total", "cgledger_ledger_duplicate_dispatches_total", "cgledger_ledger_wakeups_total"))
 	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_rejections_total", "reason", "stale_epoch"))
 	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_appends_total", "kind", "report"))
 	require.Equal(t, 1.0, counterValue(t, e, "cgledger_ledger_appends_total", "kind", "command"))
+	// The accepted report's latency from dispatch, labelled by its tool.
+	require.Equal(t, uint64(1), histogramCount(t, e, "cgledger_call_report_latency_seconds", "tool", "echo"))
 
 	mfs, err := e.reg.Gather()
 	require.NoError(t, err)
@@ -70,5 +76,64 @@ func counterValue(t *testing.T, e *env, name, label, value string) float64 {
 		}
 	}
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0
+}
+
+// histogramCount finds the sample count of one labelled histogram series.
+func histogramCount(t *testing.T, e *env, name, label, value string) uint64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestAPIMetricsCountEveryAnswer: each answered API request counts once, by
+// operation and outcome, with its latency.
+func TestAPIMetricsCountEveryAnswer(t *testing.T) {
+	e := newEnv(t)
+	serveAPI(t, e)
+	cl := ledger.NewClient(e.srv.Connect(t))
+	ctx := ctxT(t)
+	c := newCall("turn-api-m", "call-1", 1)
+	_, err := cl.Dispatch(ctx, c.dispatchReq())
+	require.NoError(t, err)
+	_, err = cl.GetCall(ctx, project, c.turn, "nope")
+	require.ErrorIs(t, err, ledger.ErrUnknownCall)
+	require.Equal(t, 1.0, apiCount(t, e, "dispatch", "ok"))
+	require.Equal(t, 1.0, apiCount(t, e, "call.get", "unknown_call"))
+	require.Equal(t, uint64(1), histogramCount(t, e, "cgledger_api_request_duration_seconds", "op", "dispatch"))
+}
+
+// apiCount reads cgledger_api_requests_total{op, code}.
+func apiCount(t *testing.T, e *env, op, code string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "cgledger_api_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["op"] == op && labels["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
 	return 0
 }

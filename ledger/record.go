@@ -43,6 +43,9 @@ type CallRecord struct {
 	DispatchFingerprint string `json:"dispatch_fingerprint"`
 	CommandSeq          uint64 `json:"command_seq,omitempty"`
 	Claim               *Claim `json:"claim,omitempty"`
+	// DispatchedAt is when dispatch created the record (the call latency
+	// metric's start); zero in records of earlier versions.
+	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
 }
 
 // Claim is the winning report of a call, with everything needed to append its

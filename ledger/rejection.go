@@ -112,12 +112,6 @@ func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Heade
 // still wraps e, so callers can branch on the refusal either way.
 func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *Error, req RejectedRequest) error {
 	l.m.rejections.WithLabelValues(string(e.Code), op).Inc()
-	switch e.Code {
-	case CodeStaleEpoch:
-		l.m.staleEpochs.Inc()
-	case CodeConflict:
-		l.m.conflicts.Inc()
-	}
 	data, err := json.Marshal(RejectionEntry{Op: op, Code: e.Code, Message: e.Message, Violations: e.Violations, Request: req})
 	if err != nil {
 		return fmt.Errorf("encode rejection entry: %v: %w", err, e)

@@ -313,6 +313,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		if pre.rostErr != nil {
 			return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 		}
+		appended := time.Now()
 		if err := l.wake(ctx, next, pre.roster); err != nil {
 			return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -330,6 +331,10 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			// now (at the old revision, which the mark's compare-and-set
 			// replaces): its duplicates and the agent's consume need no read.
 			l.cacheRecord(key, next, rev)
+			l.m.wakeupLatency.Observe(time.Since(appended).Seconds())
+			if !rec.DispatchedAt.IsZero() {
+				l.m.callLatency.WithLabelValues(l.m.tools.label(rec.ToolName)).Observe(appended.Sub(rec.DispatchedAt).Seconds())
+			}
 			l.bg.start()
 			go func() {
 				defer l.bg.done()
