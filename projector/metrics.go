@@ -5,7 +5,6 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	applied   prometheus.Counter
 	appliedTo prometheus.Gauge
-	lag       prometheus.Gauge
 	commit    prometheus.Histogram
 	errors    *prometheus.CounterVec
 	stalled   prometheus.Gauge
@@ -23,10 +22,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		appliedTo: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cgledger_projector_applied_sequence",
 			Help: "Last ledger sequence applied to the views.",
-		}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cgledger_projector_lag_entries",
-			Help: "Ledger stream last sequence minus the applied sequence, at the last commit.",
 		}),
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cgledger_projector_batch_commit_duration_seconds",
@@ -53,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.lag, m.commit, m.errors, m.stalled, m.unrecognized, m.skipped} {
+	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.commit, m.errors, m.stalled, m.unrecognized, m.skipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -98,6 +98,11 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Projector{store: store, js: js, cfg: cfg, m: m, log: log}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(newLagCollector(p)); err != nil {
+			return nil, fmt.Errorf("projector: register lag metrics: %w", err)
+		}
+	}
 	cp, err := store.checkpoint()
 	if err != nil {
 		return nil, err
@@ -362,7 +367,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			if sync {
 				p.lastSync = time.Now()
 			}
-			if err := p.commit(a, meta.NumPending, sync); err != nil {
+			if err := p.commit(a, sync); err != nil {
 				return err
 			}
 			cp, pending = a.cp, pending[:0]
@@ -385,7 +390,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 }
 
-func (p *Projector) commit(a *applier, lag uint64, sync bool) (err error) {
+func (p *Projector) commit(a *applier, sync bool) (err error) {
 	if p.cfg.WriteGuard != nil {
 		if gerr := p.cfg.WriteGuard(); gerr != nil {
 			p.m.errors.WithLabelValues("store").Inc()
@@ -420,7 +425,6 @@ func (p *Projector) commit(a *applier, lag uint64, sync bool) (err error) {
 	p.applied.Store(a.cp.Applied)
 	p.m.applied.Add(float64(n))
 	p.m.appliedTo.Set(float64(a.cp.Applied))
-	p.m.lag.Set(float64(lag))
 	p.m.unrecognized.Add(float64(a.nUnrecognized))
 	p.m.skipped.Add(float64(a.nSkipped))
 	// Committing past the entry it stopped on (a skip) ends a stall.
@@ -438,7 +442,7 @@ func (p *Projector) recommit(cp checkpoint, good []pendingEntry) error {
 	if err := reapply(a, good); err != nil {
 		return err
 	}
-	return p.commit(a, 0, true)
+	return p.commit(a, true)
 }
 
 func (p *Projector) stop(err error, reason string) error {
