@@ -269,6 +269,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if err != nil {
 		return err
 	}
+	registerServeMetrics(reg, nc, js, l.StreamName(), "KV_"+l.BucketName())
 	// After the executor and the API have stopped: finish marking answered
 	// calls before the connection drains.
 	defer l.Close()
