@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -70,8 +70,9 @@ type Config struct {
 	// EnvOverrides are service-side values that take priority over the
 	// environment (seed 003: service configuration wins).
 	EnvOverrides map[string]string
-	// TracerProvider makes the calls' spans. Nil means an SDK provider
-	// without exporters (spans are created, ids propagate, nothing is sent).
+	// TracerProvider makes the calls' spans. Nil means OpenTelemetry's
+	// global provider (a no-op unless the program sets one, as serve does
+	// when OTEL_EXPORTER_OTLP_* is configured).
 	TracerProvider trace.TracerProvider
 	// Registerer receives the executor's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
@@ -160,7 +161,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 	}
 	tp := cfg.TracerProvider
 	if tp == nil {
-		tp = sdktrace.NewTracerProvider()
+		tp = otel.GetTracerProvider()
 	}
 	log := cfg.Logger
 	if log == nil {

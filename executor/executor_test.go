@@ -19,11 +19,15 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/ledgertest"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/cgledger/cgledger/ledger"
 )
 
 func TestEchoResolvesWithResultCardAndTrace(t *testing.T) {
-	r := newRig(t, executor.Config{}, nil)
+	// With a recording provider (serve installs one when OTLP export is
+	// configured) the tool's span is new and the report names it.
+	r := newRig(t, executor.Config{TracerProvider: sdktrace.NewTracerProvider()}, nil)
 	wake, err := r.NC.SubscribeSync("cg.v1.proj.main.cmd.agent.worker.wakeup")
 	require.NoError(t, err)
 	parent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -78,6 +78,13 @@ func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (D
 }
 
 func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations) (DispatchResult, error) {
+	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
+	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, vs)
+	endSpan(span, err)
+	return res, err
+}
+
+func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations) (DispatchResult, error) {
 	rawReq := func() RejectedRequest {
 		b, _ := json.Marshal(dispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
 		return rejectedRequest("", h, b)

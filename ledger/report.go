@@ -97,7 +97,10 @@ func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (Rep
 	if len(vs) > 0 {
 		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
 	}
-	return l.report(ctx, in, raw)
+	ctx, span := startRequestSpan(ctx, h, "cgledger.report")
+	out, err := l.report(ctx, in, raw)
+	endSpan(span, err)
+	return out, err
 }
 
 func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {

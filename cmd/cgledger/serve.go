@@ -78,6 +78,12 @@ func serve(args []string) int {
 		os.Exit(130)
 	}()
 	s.restartInPlace = true
+	stopTracing, err := setupTracing(ctx, log)
+	if err != nil {
+		log.Error("serve failed", "err", err)
+		return exitFailed
+	}
+	defer stopTracing()
 	if err := runServe(ctx, s, log, nil); err != nil {
 		log.Error("serve failed", "err", err)
 		return exitFailed

@@ -1,0 +1,45 @@
+package ledger
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracer makes the ledger's spans with OpenTelemetry's global provider: a
+// no-op unless the program installs one (serve does when OTLP export is
+// configured).
+func tracer() trace.Tracer { return otel.Tracer("github.com/cgledger/cgledger/ledger") }
+
+// startRequestSpan starts the span of one ledger operation as a child of
+// the traceparent the request carries (if any).
+func startRequestSpan(ctx context.Context, h nats.Header, name string) (context.Context, trace.Span) {
+	carrier := propagation.HeaderCarrier{}
+	if v := HeaderGet(h, HeaderTraceparent); v != "" {
+		carrier.Set("traceparent", v)
+		if s := HeaderGet(h, HeaderTracestate); s != "" {
+			carrier.Set("tracestate", s)
+		}
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, carrier)
+	return tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+}
+
+// endSpan ends a request's span, marking a refusal or failure with its
+// protocol code.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		code := string(CodeInternal)
+		if e, ok := AsError(err); ok {
+			code = string(e.Code)
+		}
+		span.SetAttributes(attribute.String("cgledger.code", code))
+		span.SetStatus(codes.Error, code)
+	}
+	span.End()
+}
