@@ -1,10 +1,17 @@
 GO ?= go
 
-.PHONY: test vet build fuzz bench
+.PHONY: test vet tools build fuzz bench
 
 ## test: vet and run every test with the race detector (the README's test command).
-test: vet
+test: vet tools
 	$(GO) test -race -count=1 ./...
+
+## tools: promtool (Debian's prometheus package) for the alert rule tests, when it can be installed.
+tools:
+	@command -v promtool >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+		(apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 || \
+		 (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1))) || \
+		echo "promtool not installed: the alert rule tests will skip (apt-get install prometheus)"
 
 vet:
 	$(GO) vet ./...
