@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -88,3 +90,53 @@ func (c *jetStreamCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// instrumentHTTP counts and times every HTTP request by the route pattern it
+// matched (a bounded set: never the path with its ids) and status code. It
+// wraps the whole handler, authentication included, so refused requests
+// count too.
+func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Handler) http.Handler {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cgledger_http_requests_total",
+		Help: "HTTP requests answered (audit API, tool registry, health, metrics), by route pattern and status code.",
+	}, []string{"route", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "cgledger_http_request_duration_seconds",
+		Help:    "Time to answer an HTTP request, by route pattern.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"route"})
+	reg.MustRegister(requests, duration)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		_, route := mux.Handler(r)
+		if route == "" {
+			route = "unmatched"
+		}
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter remembers the status code a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush passes streaming (the export) through.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -436,6 +436,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if sa != nil {
 		handler = sa.policy.Wrap(mux)
 	}
+	handler = instrumentHTTP(reg, mux, handler)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
