@@ -65,6 +65,18 @@ type ToolDefinition struct {
 	Limits         ToolLimits      `json:"limits"`
 	Determinism    string          `json:"determinism"`
 	Retry          RetryPolicy     `json:"retry"`
+	// SLO is the tool's service level objective (seed 004); nil when the
+	// definition sets none (the alerts then assume docs/operations.md's
+	// default).
+	SLO *ToolSLO `json:"slo,omitempty"`
+}
+
+// ToolSLO is a tool's service level objective: the share of calls that
+// must resolve success, and the 95th percentile latency calls must stay
+// under. A zero field is not set.
+type ToolSLO struct {
+	SuccessRateMin  float64 `json:"success_rate_min,omitempty"`
+	P95LatencyMSMax int64   `json:"p95_latency_ms_max,omitempty"`
 }
 
 // ToolOptions is the part of options the executor interprets.
@@ -260,6 +272,20 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 		d.Retry.MaxAttempts = int(intField(ro, "max_attempts", 1, 10))
 		d.Retry.BaseMS = intField(ro, "base_ms", 1, 60_000)
 		d.Retry.CapMS = intField(ro, "cap_ms", 1, 600_000)
+	}
+	if so, ok := o.object("slo", false); ok {
+		slo := &ToolSLO{P95LatencyMSMax: intField(so, "p95_latency_ms_max", 1, 24*3600*1000)}
+		if r := so.raw("success_rate_min"); r != nil {
+			if err := json.Unmarshal(r, &slo.SuccessRateMin); err != nil {
+				vs.Add(so.path("success_rate_min"), VInvalidType, "must be a number")
+			} else if slo.SuccessRateMin <= 0 || slo.SuccessRateMin >= 1 {
+				vs.Add(so.path("success_rate_min"), VInvalidValue, "must be above 0 and below 1 (0.995 is 99.5%%), got %v", slo.SuccessRateMin)
+				slo.SuccessRateMin = 0
+			}
+		}
+		if slo.SuccessRateMin != 0 || slo.P95LatencyMSMax != 0 {
+			d.SLO = slo
+		}
 	}
 	d.fillDefaults()
 	if d.Limits.TimeoutMSMax < d.Limits.TimeoutMSDefault {

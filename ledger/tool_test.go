@@ -29,6 +29,7 @@ options:
 limits: {timeout_ms_default: 5000, timeout_ms_max: 20000, concurrency_max: 4}
 determinism: idempotent
 retry: {max_attempts: 4, base_ms: 100, cap_ms: 1000}
+slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}
 `
 
 func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
@@ -44,6 +45,7 @@ func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
 	require.Equal(t, int64(5000), d.Limits.TimeoutMSDefault)
 	require.Equal(t, 4, d.Limits.ConcurrencyMax)
 	require.Equal(t, ledger.DeterminismIdempotent, d.Determinism)
+	require.Equal(t, &ledger.ToolSLO{SuccessRateMin: 0.995, P95LatencyMSMax: 2000}, d.SLO)
 	require.Equal(t, "cg.v1.proj-1.chan-9.cmd.tool.http.search", d.TargetFor(project, "chan-9"))
 	opts, err := d.ParsedOptions()
 	require.NoError(t, err)
@@ -86,6 +88,7 @@ options:
   jina: {mode: crawl, base_url: "ftp://x"}
 limits: {timeout_ms_default: 5000, timeout_ms_max: 1000}
 determinism: maybe
+slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 `
 	_, err := e.l.RegisterToolYAML(ctx, project, []byte(bad))
 	require.ErrorIs(t, err, ledger.ErrBadRequest)
@@ -95,16 +98,18 @@ determinism: maybe
 		got[v.Field] = v.Code
 	}
 	require.Equal(t, map[string]string{
-		"tool.tool_name":             "reserved",
-		"tool.parameters.type":       "invalid_value",
-		"tool.parameters":            "invalid_schema",
-		"tool.target_subject":        "forbidden",
-		"tool.after_execution":       "invalid_value",
-		"tool.options.envs.api_key":  "invalid_value",
-		"tool.options.jina.mode":     "invalid_value",
-		"tool.options.jina.base_url": "invalid_value",
-		"tool.determinism":           "invalid_value",
-		"tool.limits.timeout_ms_max": "invalid_value",
+		"tool.tool_name":              "reserved",
+		"tool.parameters.type":        "invalid_value",
+		"tool.parameters":             "invalid_schema",
+		"tool.target_subject":         "forbidden",
+		"tool.after_execution":        "invalid_value",
+		"tool.options.envs.api_key":   "invalid_value",
+		"tool.options.jina.mode":      "invalid_value",
+		"tool.options.jina.base_url":  "invalid_value",
+		"tool.determinism":            "invalid_value",
+		"tool.limits.timeout_ms_max":  "invalid_value",
+		"tool.slo.success_rate_min":   "invalid_value",
+		"tool.slo.p95_latency_ms_max": "invalid_value",
 	}, got)
 	require.NotZero(t, le.Seq, "the refusal is a ledger entry")
 	_, err = e.l.GetTool(ctx, project, "fork_join")
