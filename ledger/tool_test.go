@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -121,4 +123,30 @@ slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 	le, _ = ledger.AsError(err)
 	require.Equal(t, "tool.target_subject", le.Violations[0].Field)
 	require.Equal(t, ledger.VMismatch, le.Violations[0].Code)
+}
+
+// TestSLOCollectorExportsRegisteredTargets: a tool's SLO is a gauge per tool
+// name; the strictest wins across projects; tools without one are absent.
+func TestSLOCollectorExportsRegisteredTargets(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	_, err := e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))
+	require.NoError(t, err)
+	stricter := strings.Replace(searchYAML, "slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}", "slo: {success_rate_min: 0.999, p95_latency_ms_max: 5000}", 1)
+	_, err = e.l.RegisterToolYAML(ctx, "other-project", []byte(stricter))
+	require.NoError(t, err)
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(strings.Replace(strings.Replace(searchYAML, "web_search", "plain", 1), "slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}\n", "", 1)))
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(e.l.SLOCollector()))
+	expected := `
+# HELP cgledger_tool_slo_p95_latency_seconds_max The latency SLO of a registered tool (its definition's slo.p95_latency_ms_max, in seconds); the strictest when projects differ.
+# TYPE cgledger_tool_slo_p95_latency_seconds_max gauge
+cgledger_tool_slo_p95_latency_seconds_max{tool="web_search"} 2
+# HELP cgledger_tool_slo_success_rate_min The availability SLO of a registered tool (its definition's slo.success_rate_min); the strictest when projects differ.
+# TYPE cgledger_tool_slo_success_rate_min gauge
+cgledger_tool_slo_success_rate_min{tool="web_search"} 0.999
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected)))
 }

@@ -276,6 +276,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		return err
 	}
 	registerServeMetrics(reg, nc, js, l.StreamName(), "KV_"+l.BucketName())
+	reg.MustRegister(l.SLOCollector())
 	// After the executor and the API have stopped: finish marking answered
 	// calls before the connection drains.
 	defer l.Close()

@@ -12,14 +12,14 @@ func SLOOverview() Dashboard {
 	var b builder
 	b.add("timeseries", "Availability by tool (5m)", "Share of calls resolved success, per tool.", "percentunit",
 		[2]string{`1 - ` + ErrorRatio("5m", toolSel), "{{tool}}"})
-	b.add("stat", "Error budget left (28d)", "Share of the 28-day error budget not yet spent, at the default target ("+defaultTargetText+").", "percentunit",
-		[2]string{`1 - (` + ErrorRatio("28d", toolSel) + `) / ` + budget, "{{tool}}"})
+	b.add("stat", "Error budget left (28d)", "Share of the 28-day error budget not yet spent, against each tool's SLO (slo.success_rate_min, default "+defaultTargetText+").", "percentunit",
+		[2]string{`1 - (` + ErrorRatio("28d", toolSel) + `) / on (tool) ` + budget, "{{tool}}"})
 	b.add("timeseries", "Burn rate, 1h and 5m", "Error ratio divided by the error budget (1 = spending exactly the budget). Pages above 14.4 on both.", "short",
-		[2]string{`cgledger:tool_errors:ratio_rate1h{` + toolSel + `} / ` + budget, "1h {{tool}}"},
-		[2]string{`cgledger:tool_errors:ratio_rate5m{` + toolSel + `} / ` + budget, "5m {{tool}}"})
+		[2]string{`cgledger:tool_errors:ratio_rate1h{tool=~"$tool"} / on (tool) ` + budget, "1h {{tool}}"},
+		[2]string{`cgledger:tool_errors:ratio_rate5m{tool=~"$tool"} / on (tool) ` + budget, "5m {{tool}}"})
 	b.add("timeseries", "Burn rate, 6h and 30m", "Pages above 6 on both.", "short",
-		[2]string{`cgledger:tool_errors:ratio_rate6h{` + toolSel + `} / ` + budget, "6h {{tool}}"},
-		[2]string{`cgledger:tool_errors:ratio_rate30m{` + toolSel + `} / ` + budget, "30m {{tool}}"})
+		[2]string{`cgledger:tool_errors:ratio_rate6h{tool=~"$tool"} / on (tool) ` + budget, "6h {{tool}}"},
+		[2]string{`cgledger:tool_errors:ratio_rate30m{tool=~"$tool"} / on (tool) ` + budget, "30m {{tool}}"})
 	b.add("timeseries", "Call latency p95, dispatch to report", "As the agent sees it.", "s",
 		[2]string{`histogram_quantile(0.95, sum by (tool, le) (rate(cgledger_call_report_latency_seconds_bucket{` + toolSel + `}[$__rate_interval])))`, "{{tool}}"})
 	b.add("timeseries", "Calls by status", "Resolved calls per second.", "reqps",

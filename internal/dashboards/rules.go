@@ -2,15 +2,19 @@ package dashboards
 
 import "fmt"
 
-// DefaultTarget is the availability SLO the rules assume for every tool:
-// 99% of calls resolved success over 28 days. Tool definitions do not
-// export per-tool targets as metrics yet.
+// DefaultTarget is the availability SLO the rules hold a tool to when its
+// definition sets no slo.success_rate_min: 99% of calls resolved success.
 const DefaultTarget = 0.99
 
 const (
 	defaultTargetText = "99%"
-	// budget is the error budget, 1 - DefaultTarget, as PromQL.
-	budget = "0.01"
+	// budget is each tool's error budget, 1 - its target, as PromQL (a
+	// recording rule).
+	budget = "cgledger:tool_error_budget:ratio"
+	// budgetExpr computes it: the tool's own target where its definition
+	// sets one (exported by serve), else DefaultTarget. Counters never
+	// give NaN, so they carry the tool label for the default.
+	budgetExpr = `1 - (max by (tool) (cgledger_tool_slo_success_rate_min) or on (tool) (max by (tool) (cgledger_executor_calls_total) * 0 + 0.99))`
 )
 
 // ErrorRatio is the share of a tool's calls not resolved success over
@@ -51,19 +55,23 @@ func Rules() RuleFile {
 	for _, w := range errorWindows {
 		rec = append(rec, Rule{Record: "cgledger:tool_errors:ratio_rate" + w, Expr: ErrorRatio(w, `job=~".+"`)})
 	}
+	rec = append(rec, Rule{Record: budget, Expr: budgetExpr})
 	burn := func(name, long, short, factor, severity string) Rule {
 		return Rule{Alert: name,
-			Expr: fmt.Sprintf("cgledger:tool_errors:ratio_rate%s > (%s * %s) and cgledger:tool_errors:ratio_rate%s > (%s * %s)",
+			Expr: fmt.Sprintf("cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s) and cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s)",
 				long, factor, budget, short, factor, budget),
 			Labels: map[string]string{"severity": severity},
 			Annotations: map[string]string{
 				"summary":     "Tool {{ $labels.tool }} is burning its error budget " + factor + "x too fast",
-				"description": "Over " + long + " and " + short + ", more than " + factor + " times the " + defaultTargetText + " SLO's error rate. See docs/operations.md#alerts.",
+				"description": "Over " + long + " and " + short + ", more than " + factor + " times the error rate its SLO allows (slo.success_rate_min, default " + defaultTargetText + "). See docs/operations.md#alerts.",
 			}}
 	}
 	alerts := []Rule{
 		burn("CgledgerToolErrorBudgetBurnFast", "1h", "5m", "14.4", "page"),
 		burn("CgledgerToolErrorBudgetBurnSlow", "6h", "30m", "6", "page"),
+		{Alert: "CgledgerToolLatencySLO", Expr: "histogram_quantile(0.95, sum by (tool, le) (rate(cgledger_executor_call_duration_seconds_bucket[30m]))) > on (tool) max by (tool) (cgledger_tool_slo_p95_latency_seconds_max)", For: "15m",
+			Labels:      map[string]string{"severity": "ticket"},
+			Annotations: map[string]string{"summary": "Tool {{ $labels.tool }} is slower than its SLO: p95 over 30m above slo.p95_latency_ms_max"}},
 		{Alert: "CgledgerProjectorStalled", Expr: "max by (instance) (cgledger_projector_stalled) == 1", For: "1m",
 			Labels:      map[string]string{"severity": "page"},
 			Annotations: map[string]string{"summary": "The projector of {{ $labels.instance }} is stopped on an entry it cannot apply", "description": "Views are frozen. See docs/views.md#operator-recovery."}},
