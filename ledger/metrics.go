@@ -18,7 +18,7 @@ type metrics struct {
 	apiRequests    *prometheus.CounterVec
 	apiDuration    *prometheus.HistogramVec
 	callLatency    *prometheus.HistogramVec
-	wakeupLatency  prometheus.Histogram
+	wakeupLatency  *prometheus.HistogramVec
 	tools          toolLabels
 	wakeups        prometheus.Counter
 	wakeupsSkipped prometheus.Counter
@@ -66,11 +66,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (at most 256 tool names; the rest as \"other\").",
 			Buckets: latencyBuckets,
 		}, []string{"tool"}),
-		wakeupLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_wakeup_latency_seconds",
-			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped).",
+			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped), by tool (bounded as for report latency).",
 			Buckets: latencyBuckets,
-		}),
+		}, []string{"tool"}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cgledger_ledger_wakeups_total",
 			Help: "Wakeups published on cmd.agent.<worker_target>.wakeup (JetStream-deduplicated retries excluded).",

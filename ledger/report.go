@@ -334,9 +334,10 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			// now (at the old revision, which the mark's compare-and-set
 			// replaces): its duplicates and the agent's consume need no read.
 			l.cacheRecord(key, next, rev)
-			l.m.wakeupLatency.Observe(time.Since(appended).Seconds())
+			tool := l.m.tools.label(rec.ToolName)
+			l.m.wakeupLatency.WithLabelValues(tool).Observe(time.Since(appended).Seconds())
 			if !rec.DispatchedAt.IsZero() {
-				l.m.callLatency.WithLabelValues(l.m.tools.label(rec.ToolName)).Observe(appended.Sub(rec.DispatchedAt).Seconds())
+				l.m.callLatency.WithLabelValues(tool).Observe(appended.Sub(rec.DispatchedAt).Seconds())
 			}
 			l.bg.start()
 			go func() {
