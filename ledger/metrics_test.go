@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -58,8 +59,8 @@ cgledger_ledger_wakeups_total 1
 	require.Empty(t, problems)
 }
 
-// counterValue finds the value of one labelled counter series in the registry.
-func counterValue(t *testing.T, e *env, name, label, value string) float64 {
+// series finds the one series of a family whose label has that value.
+func series(t *testing.T, e *env, name, label, value string) *dto.Metric {
 	t.Helper()
 	mfs, err := e.reg.Gather()
 	require.NoError(t, err)
@@ -70,33 +71,25 @@ func counterValue(t *testing.T, e *env, name, label, value string) float64 {
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
+					return m
 				}
 			}
 		}
 	}
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
-	return 0
+	return nil
+}
+
+// counterValue finds the value of one labelled counter series.
+func counterValue(t *testing.T, e *env, name, label, value string) float64 {
+	t.Helper()
+	return series(t, e, name, label, value).GetCounter().GetValue()
 }
 
 // histogramCount finds the sample count of one labelled histogram series.
 func histogramCount(t *testing.T, e *env, name, label, value string) uint64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
+	return series(t, e, name, label, value).GetHistogram().GetSampleCount()
 }
 
 // TestAPIMetricsCountEveryAnswer: each answered API request counts once, by
