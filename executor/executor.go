@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -729,6 +731,12 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	if err != nil {
 		o = Terminal(CodeToolPanic, "the tool's output cannot be encoded as JSON: "+err.Error(), "return JSON-encodable output")
 		content, status, _ = resultContent(o, attempts)
+	}
+	if status != ledger.StatusSuccess {
+		// The tool's span says how the call ended, as the ledger's spans do.
+		span := trace.SpanFromContext(ans.trace)
+		span.SetAttributes(attribute.String("cgledger.code", o.Code), attribute.String("cgledger.status", status))
+		span.SetStatus(codes.Error, status)
 	}
 	content = red.bytes(content)
 	card := ledger.Card{

@@ -19,7 +19,9 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/ledgertest"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cgledger/cgledger/ledger"
 )
@@ -412,4 +414,24 @@ func TestHeartbeatsKeepLongCallsFromRedelivery(t *testing.T) {
 	require.Equal(t, ledger.StatusSuccess, tr.Status)
 	require.EqualValues(t, 1, runs.Load(), "never run twice")
 	require.Zero(t, counterSum(t, r, "cgledger_executor_redeliveries_total"))
+}
+
+// TestToolSpanRecordsAFailedCall: a call that times out ends its tool span
+// with status error and the call's status and code as attributes.
+func TestToolSpanRecordsAFailedCall(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	r := newRig(t, executor.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, nil)
+	c := r.dispatch(t, callOpts{tool: "sleep", args: `{"ms":5000}`, timeoutMS: 100, traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	_, tr, _ := r.result(t, c)
+	require.Equal(t, ledger.StatusTimeout, tr.Status)
+	require.Eventually(t, func() bool { return len(rec.Ended()) > 0 }, time.Minute, 10*time.Millisecond, "the tool span ends")
+	span := rec.Ended()[0]
+	require.Equal(t, "cgledger.tool sleep", span.Name())
+	require.Equal(t, codes.Error, span.Status().Code)
+	attrs := map[string]string{}
+	for _, kv := range span.Attributes() {
+		attrs[string(kv.Key)] = kv.Value.AsString()
+	}
+	require.Equal(t, ledger.StatusTimeout, attrs["cgledger.status"])
+	require.NotEmpty(t, attrs["cgledger.code"])
 }

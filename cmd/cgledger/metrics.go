@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,7 +99,7 @@ func (c *jetStreamCollector) Collect(ch chan<- prometheus.Metric) {
 func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Handler) http.Handler {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cgledger_http_requests_total",
-		Help: "HTTP requests answered (audit API, tool registry, health, metrics), by route pattern and status code.",
+		Help: "HTTP requests answered (audit API, tool registry, health, metrics), by method and top-level route (GET /v1/, POST /projects/, GET /readyz, ...) and status code.",
 	}, []string{"route", "code"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cgledger_http_request_duration_seconds",
@@ -108,9 +109,16 @@ func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Han
 	reg.MustRegister(requests, duration)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		// The top-level pattern: the audit API and the tool registry are
+		// sub-routers mounted at /v1/ and /projects/, so the method is
+		// added (from the standard set: clients choose it) to tell reads
+		// from writes.
 		_, route := mux.Handler(r)
-		if route == "" {
+		switch {
+		case route == "":
 			route = "unmatched"
+		case !strings.Contains(route, " "):
+			route = httpMethod(r.Method) + " " + route
 		}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		next.ServeHTTP(sw, r)
@@ -140,3 +148,12 @@ func (w *statusWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// httpMethod bounds the method label to the standard methods.
+func httpMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}

@@ -38,8 +38,9 @@ func ToolDrillDown() Dashboard {
 		[2]string{`histogram_quantile(0.5, sum by (tool, le) (rate(cgledger_executor_call_duration_seconds_bucket{` + toolSel + `}[$__rate_interval])))`, "p50 {{tool}}"},
 		[2]string{`histogram_quantile(0.95, sum by (tool, le) (rate(cgledger_executor_call_duration_seconds_bucket{` + toolSel + `}[$__rate_interval])))`, "p95 {{tool}}"},
 		[2]string{`histogram_quantile(0.99, sum by (tool, le) (rate(cgledger_executor_call_duration_seconds_bucket{` + toolSel + `}[$__rate_interval])))`, "p99 {{tool}}"})
-	b.add("timeseries", "Retries and deadline expiries", "Attempts beyond the first, and calls that hit their deadline.", "reqps",
-		[2]string{`sum by (tool) (rate(cgledger_executor_attempts_total{` + toolSel + `}[$__rate_interval])) - sum by (tool) (rate(cgledger_executor_calls_total{` + toolSel + `}[$__rate_interval]))`, "retries {{tool}}"},
+	b.add("timeseries", "Attempts, calls and deadline expiries", "Tool attempts (first tries and retries), calls resolved (a call refused before running has no attempt), and calls that hit their deadline.", "reqps",
+		[2]string{`sum by (tool) (rate(cgledger_executor_attempts_total{` + toolSel + `}[$__rate_interval]))`, "attempts {{tool}}"},
+		[2]string{`sum by (tool) (rate(cgledger_executor_calls_total{` + toolSel + `}[$__rate_interval]))`, "calls {{tool}}"},
 		[2]string{`sum by (tool) (rate(cgledger_executor_deadline_expiries_total{` + toolSel + `}[$__rate_interval]))`, "deadlines {{tool}}"})
 	b.add("timeseries", "In flight", "Calls running now, per tool (compare with the tool's concurrency_max).", "short",
 		[2]string{`sum by (tool) (cgledger_executor_in_flight_calls{` + toolSel + `})`, "{{tool}}"})
@@ -57,8 +58,10 @@ func LedgerHealth() Dashboard {
 		[2]string{`sum by (op) (rate(cgledger_api_requests_total{` + sel + `}[$__rate_interval]))`, "{{op}}"})
 	b.add("timeseries", "API latency p99 by operation", "", "s",
 		[2]string{`histogram_quantile(0.99, sum by (op, le) (rate(cgledger_api_request_duration_seconds_bucket{` + sel + `}[$__rate_interval])))`, "{{op}}"})
-	b.add("timeseries", "Appends by kind and latency p99", "", "reqps",
+	b.add("timeseries", "Appends by kind", "Entries appended per second.", "reqps",
 		[2]string{`sum by (kind) (rate(cgledger_ledger_appends_total{` + sel + `}[$__rate_interval]))`, "{{kind}}"})
+	b.add("timeseries", "Append latency p99 by kind", "Publish to JetStream acknowledgement.", "s",
+		[2]string{`histogram_quantile(0.99, sum by (kind, le) (rate(cgledger_ledger_append_duration_seconds_bucket{` + sel + `}[$__rate_interval])))`, "{{kind}}"})
 	b.add("timeseries", "Duplicates and rejections", "Duplicate dispatches and reports; refusals by reason.", "reqps",
 		[2]string{`sum(rate(cgledger_ledger_duplicate_dispatches_total{` + sel + `}[$__rate_interval]))`, "duplicate dispatches"},
 		[2]string{`sum(rate(cgledger_ledger_duplicate_reports_total{` + sel + `}[$__rate_interval]))`, "duplicate reports"},

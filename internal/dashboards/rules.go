@@ -19,9 +19,12 @@ const (
 
 // ErrorRatio is the share of a tool's calls not resolved success over
 // window, for the series selected by selector.
+// A tool with no failed call has no failure series: "or ... * 0" makes its
+// ratio 0 rather than absent.
 func ErrorRatio(window, selector string) string {
-	return fmt.Sprintf(`sum by (tool) (rate(cgledger_executor_calls_total{%s, status!="success"}[%s])) / sum by (tool) (rate(cgledger_executor_calls_total{%s}[%s]))`,
-		selector, window, selector, window)
+	total := fmt.Sprintf(`sum by (tool) (rate(cgledger_executor_calls_total{%s}[%s]))`, selector, window)
+	return fmt.Sprintf(`(sum by (tool) (rate(cgledger_executor_calls_total{%s, status!="success"}[%s])) or %s * 0) / %s`,
+		selector, window, total, total)
 }
 
 // RuleFile is a Prometheus rule file.
