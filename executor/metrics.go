@@ -1,6 +1,10 @@
 package executor
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cgledger/cgledger/ledger"
+)
 
 type metrics struct {
 	calls       *prometheus.CounterVec
@@ -26,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_executor_call_duration_seconds",
 			Help:    "Time from picking up a command to its report, by tool.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+			Buckets: ledger.LatencyBuckets,
 		}, []string{"tool"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cgledger_executor_in_flight_calls",

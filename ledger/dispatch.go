@@ -159,11 +159,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		}
 		return DispatchResult{}, putErr
 	}
-	if err := l.step(StepDispatchCard); err != nil {
-		return DispatchResult{}, err
-	}
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	if err := l.step(StepDispatchCard); err != nil {
+		return DispatchResult{}, err
 	}
 	if created {
 		if err := l.step(StepDispatchRecord); err != nil {

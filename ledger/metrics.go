@@ -59,17 +59,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_api_request_duration_seconds",
 			Help:    "Time from receiving a ledger API request to sending its answer, by operation.",
-			Buckets: latencyBuckets,
+			Buckets: LatencyBuckets,
 		}, []string{"op"}),
 		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_report_latency_seconds",
 			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (at most 256 tool names; the rest as \"other\").",
-			Buckets: latencyBuckets,
+			Buckets: LatencyBuckets,
 		}, []string{"tool"}),
 		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_wakeup_latency_seconds",
 			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped), by tool (bounded as for report latency).",
-			Buckets: latencyBuckets,
+			Buckets: LatencyBuckets,
 		}, []string{"tool"}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cgledger_ledger_wakeups_total",
@@ -95,9 +95,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// latencyBuckets fit latencies from a millisecond (an API request) to ten
-// minutes (a long tool call).
-var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+// LatencyBuckets are the histogram buckets of every cgledger latency from a
+// millisecond (an API request) to ten minutes (a long tool call); the
+// executor and serve use them too, so dashboards compare like with like.
+var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // maxToolLabels bounds the tool label: tool names come from clients, and a
 // label per name could grow without end.

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cgledger/cgledger/ledger"
 )
 
 // registerServeMetrics adds what serve knows beyond its packages: the build,
@@ -104,7 +106,7 @@ func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Han
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cgledger_http_request_duration_seconds",
 		Help:    "Time to answer an HTTP request, by route pattern.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		Buckets: ledger.LatencyBuckets,
 	}, []string{"route"})
 	reg.MustRegister(requests, duration)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -94,22 +94,24 @@ func portFree(addr string) error {
 	return ln.Close()
 }
 
-// storageTrouble says why the data directory cannot take writes now, or ""
-// when it can: too little free space, or the embedded server's JetStream
-// disabled by a failed write.
-func storageTrouble(g *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog) string {
+// storageTrouble says why the data directory cannot take writes now, or nil
+// when it can: too little free space, or the embedded server's stream or
+// JetStream failed by a write error. Readiness reports it and the ledger
+// refuses writes with it (a failed stream answers no publish: better said at
+// once than timed out).
+func storageTrouble(g *diskspace.Guard, srv *server.Server, sl *natsserver.StorageLog) error {
 	if g != nil {
 		if err := g.Check(); err != nil {
-			return err.Error()
+			return err
 		}
 	}
 	if sl != nil {
 		if f := sl.Failure(); f != "" {
-			return "the embedded server could not write to disk (" + f + "); serve restarts itself in place once the disk has room"
+			return fmt.Errorf("the embedded server could not write to disk (%s); serve restarts itself in place once the disk has room", f)
 		}
 	}
 	if srv != nil && !srv.JetStreamEnabled() {
-		return "JetStream is disabled on the embedded server after a storage error (full or read-only disk); serve restarts itself in place once the disk has room"
+		return errors.New("JetStream is disabled on the embedded server after a storage error (full or read-only disk); serve restarts itself in place once the disk has room")
 	}
-	return ""
+	return nil
 }

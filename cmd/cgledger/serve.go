@@ -251,17 +251,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		reserve, _ := diskspace.ParseSize(s.DiskReserve) // validated; empty and off are 0
 		guard = diskspace.New(s.Data, reserve, s.DiskReserve == "off")
 		if embedded {
-			ledgerGuard = func() error {
-				if err := guard.Check(); err != nil {
-					return err
-				}
-				// A stream the server failed on a write error answers no
-				// publish: say so at once rather than time out.
-				if f := storageLog.Failure(); f != "" {
-					return fmt.Errorf("the embedded server could not write to disk (%s); serve restarts itself in place once the disk has room", f)
-				}
-				return nil
-			}
+			ledgerGuard = func() error { return storageTrouble(guard, embeddedSrv, storageLog) }
 		}
 		if s.has("projector") {
 			viewGuard = guard.Check
@@ -292,7 +282,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			Name: "cgledger_storage_degraded",
 			Help: "1 while the data directory's storage takes no writes (free space below the reserve, the embedded server's stream failed by a write error, or the view store broken); /readyz says why.",
 		}, func() float64 {
-			if storageTrouble(guard, embeddedSrv, storageLog) != "" || storeBroken.Load() {
+			if storageTrouble(guard, embeddedSrv, storageLog) != nil || storeBroken.Load() {
 				return 1
 			}
 			return 0
@@ -414,8 +404,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			}
 			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if reason := storageTrouble(guard, embeddedSrv, storageLog); reason != "" {
-			body["status"], body["reason"] = "not ready", reason
+		} else if err := storageTrouble(guard, embeddedSrv, storageLog); err != nil {
+			body["status"], body["reason"] = "not ready", err.Error()
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(body)

@@ -46,6 +46,7 @@ type Guard struct {
 	checked time.Time
 	err     error
 	free    uint64
+	unknown bool // the last measure could not read the file system
 }
 
 // New returns a guard for dir. reserve is the free space (bytes) below which
@@ -61,15 +62,11 @@ func New(dir string, reserve uint64, off bool) *Guard {
 func (g *Guard) Room() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	err := g.measure()
 	if g.off {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(g.dir, &st); err != nil {
-			return true
-		}
-		g.free = st.Bavail * uint64(st.Bsize)
-		return g.free > 1<<20
+		return g.unknown || g.free > 1<<20
 	}
-	return g.measure() == nil
+	return err == nil
 }
 
 // Check returns nil while free space is above the reserve, else an error
@@ -97,7 +94,8 @@ func (g *Guard) Free() uint64 {
 
 func (g *Guard) measure() error {
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(g.dir, &st); err != nil {
+	g.unknown = syscall.Statfs(g.dir, &st) != nil
+	if g.unknown {
 		// Not knowing is not a reason to stop writing: the writes report
 		// their own errors.
 		return nil

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/testenv"
 )
 
 // mountTmpfs mounts a small tmpfs for a data directory, or skips the test
@@ -26,7 +26,7 @@ func mountTmpfs(t *testing.T, sizeMB int) string {
 	require.NoError(t, os.Mkdir(dir, 0o700))
 	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+itoa(sizeMB)+"m", "tmpfs", dir).CombinedOutput()
 	if err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v: %s", err, out)
+		testenv.Skip(t, "cannot mount a tmpfs here (needs root): %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 	return dir
@@ -73,23 +73,6 @@ func readiness(t *testing.T, s *server) (int, string) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, body.Reason
-}
-
-// runStderr runs a client verb and returns its exit code and stderr.
-func (s *server) runStderr(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), errOut.String()
-	}
-	require.NoError(t, err)
-	return 0, errOut.String()
 }
 
 // TestFullDiskDegradesAndResumes fills the data directory's disk under a

@@ -119,6 +119,20 @@ func (s *server) kill(t *testing.T) {
 // run runs a client verb against s and returns stdout and the exit code.
 func (s *server) run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	out, _, code := s.runAll(t, args...)
+	return out, code
+}
+
+// runStderr runs a client verb and returns its exit code and stderr.
+func (s *server) runStderr(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	_, errOut, code := s.runAll(t, args...)
+	return code, errOut
+}
+
+// runAll runs a client verb against s: stdout, stderr and the exit code.
+func (s *server) runAll(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
@@ -139,7 +153,7 @@ func (s *server) run(t *testing.T, args ...string) (string, int) {
 	if code != 0 {
 		t.Logf("cgledger %s: exit %d, stderr: %s", strings.Join(args, " "), code, errOut.String())
 	}
-	return out.String(), code
+	return out.String(), errOut.String(), code
 }
 
 // getJSON reads url as the embedded admin (the credential serve writes).

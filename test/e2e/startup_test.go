@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/testenv"
 )
 
 // serveFails runs serve expecting it to exit with an error, and returns
@@ -38,12 +40,17 @@ func TestServeRefusesADataDirectoryInUse(t *testing.T) {
 }
 
 func TestServeNamesAReadOnlyDataDirectory(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root writes through directory permissions")
-	}
 	data := filepath.Join(t.TempDir(), "ro")
 	require.NoError(t, os.Mkdir(data, 0o500))
 	t.Cleanup(func() { _ = os.Chmod(data, 0o700) })
+	if os.Geteuid() == 0 {
+		// Root writes through directory permissions: make the file system
+		// itself read-only, with a read-only bind mount of the directory.
+		if out, err := exec.Command("mount", "--bind", "-o", "ro", data, data).CombinedOutput(); err != nil {
+			testenv.Skip(t, "cannot bind-mount read-only here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", "-l", data).Run() })
+	}
 	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	require.Contains(t, out, "data directory "+data+" is not writable")
 }
