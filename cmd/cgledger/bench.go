@@ -3,9 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,10 +34,16 @@ protocol with a worker credential. For each in-flight level and round it alterna
 
   raw      publish a command to a stream, a pull consumer receives it and publishes a
            result to a stream, the caller receives it (the raw JetStream round trip);
-  e2e      dispatch -> built-in echo executor -> result card -> report -> wakeup received
-           -> Inbox consumed;
+  e2e echo      dispatch -> built-in echo executor -> result card -> report -> wakeup
+                received -> Inbox consumed;
+  e2e external  the same with a tool service in the load generator instead of the
+                executor: it pulls its tool.consumer with a tool credential, reads the
+                tool.call card, puts the result card and reports over the API.
 
-then duplicate reports against failing KV creates (the raw cost of "already there").
+Then, at 16 in flight: the report alone (on calls dispatched and given their result card
+beforehand) against its floor, an append with expected-last-subject-sequence 0 plus a
+core NATS wakeup; and duplicate reports against failing KV creates (the raw cost of
+"already there").
 It prints medians over the rounds and the ratios (cgledger / raw), with process CPU per
 call (server and load generator share this process), messages the ledger's own connections
 sent the server per call (JetStream publishes, KV operations, reads, replies, acks; the
@@ -224,6 +227,12 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]b
 		}
 		return row(workload, n, cg, rw), nil
 	}
+	tools, err := newBenchTools(ctx, e, connect)
+	if err != nil {
+		return nil, err
+	}
+	defer tools.close()
+	external := func(ctx context.Context) error { return e.callTool(ctx, benchExtTool) }
 	var rows []benchRow
 	for _, n := range inflight {
 		r, err := alternate("e2e echo", n, raw.call, e.call)
@@ -232,6 +241,35 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]b
 		}
 		rows = append(rows, r)
 	}
+	for _, n := range inflight {
+		r, err := alternate("e2e external", n, raw.call, external)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	// The report alone, on calls dispatched and given their result card
+	// beforehand, against its protocol floor: an append with
+	// expected-last-subject-sequence 0 and a core NATS wakeup.
+	var reports []benchResult
+	var rawReports []benchResult
+	for range rounds {
+		r, err := e.measure(ctx, d, 16, raw.report, false)
+		if err != nil {
+			return nil, err
+		}
+		rawReports = append(rawReports, r)
+		// Enough prepared calls for the round at the raw side's rate
+		// (the ledger's is lower), within memory.
+		if err := tools.prepare(ctx, min(20000, max(200, int(r.PerSecond*d.Seconds()/4))), 64); err != nil {
+			return nil, err
+		}
+		if r, err = e.measure(ctx, d, 16, tools.report, true); err != nil {
+			return nil, err
+		}
+		reports = append(reports, r)
+	}
+	rows = append(rows, row("report", 16, reports, rawReports))
 	// Duplicates: a repeated report against a KV create of an existing key.
 	dup, err := e.duplicateReport(ctx)
 	if err != nil {
@@ -302,10 +340,14 @@ func (e *benchEnv) setup(ctx context.Context) error {
 	return e.worker.Flush()
 }
 
-// call runs one tool call end to end, as a worker does.
-func (e *benchEnv) call(ctx context.Context) error {
-	n := e.seq.Add(1)
-	turn, id := "turn-"+strconv.FormatInt(n/100, 10), "call-"+strconv.FormatInt(n, 10)
+// call runs one echo call end to end, as a worker does.
+func (e *benchEnv) call(ctx context.Context) error { return e.callTool(ctx, "echo") }
+
+// callTool runs one call of tool end to end: dispatch, wait for the wakeup,
+// consume the result from the Inbox.
+func (e *benchEnv) callTool(ctx context.Context, tool string) error {
+	turn, id := e.nextCall()
+	// The wakeup can come before Dispatch returns: wait for it from before.
 	woken := make(chan struct{})
 	e.mu.Lock()
 	e.waiters[id] = woken
@@ -315,17 +357,7 @@ func (e *benchEnv) call(ctx context.Context) error {
 		delete(e.waiters, id)
 		e.mu.Unlock()
 	}()
-	sum := sha256.Sum256([]byte(turn + id))
-	card := ledger.Card{CardID: "cc-" + id, ProjectID: "bench", Type: ledger.CardToolCall, AuthorID: "agent",
-		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"echo","arguments":{"text":"bench"}}`),
-		Metadata: ledger.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
-	_, err := e.cl.Dispatch(ctx, ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject(ledger.DefaultVersion, "bench", "main", "echo"),
-		Identity: ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
-		Card:     card,
-		Payload:  ledger.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: "echo", AfterExecution: ledger.AfterSuspend},
-	})
-	if err != nil {
+	if _, err := e.dispatch(ctx, tool, turn, id); err != nil {
 		return err
 	}
 	select {
@@ -333,7 +365,7 @@ func (e *benchEnv) call(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	_, err = e.cl.Consume(ctx, ledger.ConsumeRequest{ProjectID: "bench", AgentID: "agent", AgentTurnID: turn, ToolCallID: id})
+	_, err := e.cl.Consume(ctx, ledger.ConsumeRequest{ProjectID: "bench", AgentID: "agent", AgentTurnID: turn, ToolCallID: id})
 	return err
 }
 
@@ -386,6 +418,9 @@ func (e *benchEnv) measure(ctx context.Context, d time.Duration, n int, op func(
 				t0 := time.Now()
 				err := op(cctx)
 				cancel()
+				if errors.Is(err, errPoolEmpty) {
+					break
+				}
 				if err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err)
@@ -499,6 +534,18 @@ func newRawBench(ctx context.Context, js jetstream.JetStream) (*rawBench, error)
 }
 
 func (r *rawBench) close() { r.cc.Stop() }
+
+// report: the floor of a report, an append that only the first may make
+// (expected-last-subject-sequence 0 on a subject of its own) and a core
+// NATS wakeup.
+func (r *rawBench) report(ctx context.Context) error {
+	id := strconv.FormatInt(r.seq.Add(1), 10)
+	if _, err := r.js.Publish(ctx, "rawbench.rep."+id, []byte(`{"status":"success","after_execution":"suspend","tool_result_card_id":"rc"}`),
+		jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		return err
+	}
+	return r.nc.Publish("rawbench.wake."+id, nil)
+}
 
 // call: publish a command, a pull consumer publishes the result, the caller
 // receives it.

@@ -299,7 +299,11 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
-	require.Len(t, res.Rows, 2)
+	var workloads []string
+	for _, r := range res.Rows {
+		workloads = append(workloads, r.Workload)
+	}
+	require.Equal(t, []string{"e2e echo", "e2e external", "report", "duplicate report"}, workloads)
 	for _, r := range res.Rows {
 		require.Positive(t, r.CgLedger.Calls, r.Workload)
 		require.Positive(t, r.Raw.Calls, r.Workload)

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// The bench's external tool service and its report-only target. Neither is
+// served by the executor: "bext" by a service in the load generator speaking
+// the wire protocol, "brep" by nobody (its calls are reported directly).
+const (
+	benchExtTool    = "bext"
+	benchReportTool = "brep"
+)
+
+// errPoolEmpty ends a caller of the report workload: every prepared call has
+// been reported.
+var errPoolEmpty = errors.New("bench: prepared calls used up")
+
+// benchTools is the external tool service and the report-only workload.
+type benchTools struct {
+	e      *benchEnv
+	ext    *ledger.Client // the service's tool credential (target bext)
+	rep    *ledger.Client // tool credential of target brep
+	cc     jetstream.ConsumeContext
+	mu     sync.Mutex
+	pool   []ledger.ReportRequest
+	closer []func()
+}
+
+// newBenchTools registers both tools, connects their credentials and starts
+// the external service: pull the durable consumer tool.consumer names, read
+// the tool.call card, put the result card, report, ack (protocol.md, "A tool
+// service, step by step").
+func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*nats.Conn, error)) (*benchTools, error) {
+	admin := ledger.NewClient(e.admin)
+	for _, name := range []string{benchExtTool, benchReportTool} {
+		def := fmt.Sprintf(`{"tool_name":%q,"parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.%s","after_execution":"suspend"}`, name, name)
+		if _, err := admin.RegisterTool(ctx, "bench", []byte(def)); err != nil {
+			return nil, fmt.Errorf("register %s: %w", name, err)
+		}
+	}
+	t := &benchTools{e: e}
+	svc, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: benchExtTool})
+	if err != nil {
+		return nil, fmt.Errorf("connect the tool service: %w", err)
+	}
+	t.closer = append(t.closer, svc.Close)
+	rep, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: benchReportTool})
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("connect the report caller: %w", err)
+	}
+	t.closer = append(t.closer, rep.Close)
+	t.ext = ledger.NewClient(svc, ledger.WithActor(benchExtTool))
+	t.rep = ledger.NewClient(rep, ledger.WithActor(benchReportTool))
+	ci, err := t.ext.EnsureToolConsumer(ctx, "bench")
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("tool.consumer: %w", err)
+	}
+	js, err := jetstream.NewWithAPIPrefix(svc, ci.APIPrefix)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	cons, err := js.Consumer(ctx, ci.Stream, ci.Consumer)
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("bind %s: %w", ci.Consumer, err)
+	}
+	if t.cc, err = cons.Consume(func(m jetstream.Msg) { go t.serve(m) }, jetstream.PullMaxMessages(512)); err != nil {
+		t.close()
+		return nil, fmt.Errorf("consume %s: %w", ci.Consumer, err)
+	}
+	t.closer = append(t.closer, t.cc.Stop)
+	return t, nil
+}
+
+func (t *benchTools) close() {
+	for i := len(t.closer) - 1; i >= 0; i-- {
+		t.closer[i]()
+	}
+}
+
+// serve runs one command as a tool service in another language would.
+func (t *benchTools) serve(m jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cmd ledger.ToolCommandPayload
+	h := m.Headers()
+	toks := strings.Split(m.Subject(), ".")
+	if json.Unmarshal(m.Data(), &cmd) != nil || len(toks) < 4 {
+		_ = m.Term()
+		return
+	}
+	project, channel := toks[2], toks[3]
+	cards, _, err := t.ext.GetCards(ctx, project, []string{cmd.ToolCallCardID})
+	if err != nil || len(cards) != 1 {
+		_ = m.Nak()
+		return
+	}
+	call := cards[0].Card
+	id := ledger.Identity{AgentID: h.Get(ledger.HeaderAgentID), AgentTurnID: h.Get(ledger.HeaderAgentTurnID), ToolCallID: h.Get(ledger.HeaderToolCallID)}
+	id.TurnEpoch, _ = strconv.ParseUint(h.Get(ledger.HeaderTurnEpoch), 10, 64)
+	req, err := t.result(ctx, t.ext, benchExtTool, project, channel, id, call)
+	if err != nil {
+		_ = m.Nak()
+		return
+	}
+	if _, err := t.ext.Report(ctx, req); err != nil {
+		_ = m.Nak()
+		return
+	}
+	_ = m.Ack()
+}
+
+// result puts the tool.result card for call and returns the report that
+// goes with it.
+func (t *benchTools) result(ctx context.Context, cl *ledger.Client, tool, project, channel string, id ledger.Identity, call ledger.Card) (ledger.ReportRequest, error) {
+	card := ledger.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: ledger.CardToolResult, AuthorID: "svc." + tool,
+		FunctionName: tool, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
+		Content: json.RawMessage(`{"status":"success","result":{"text":"bench"}}`), Metadata: call.Metadata}
+	if _, err := cl.PutCard(ctx, card); err != nil {
+		return ledger.ReportRequest{}, fmt.Errorf("result card: %w", err)
+	}
+	return ledger.ReportRequest{ProjectID: project, ChannelID: channel, SourceID: "svc." + tool, SourceFunction: tool, Identity: id,
+		Payload: ledger.ReportPayload{Status: ledger.StatusSuccess, AfterExecution: ledger.AfterSuspend, ToolResultCardID: card.CardID}}, nil
+}
+
+// prepare dispatches n calls to the report-only tool and puts their result
+// cards, n at a time in flight, so the report workload measures the report
+// alone.
+func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
+	reqs := make([]ledger.ReportRequest, n)
+	errs := make(chan error, inflight)
+	sem := make(chan struct{}, inflight)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			turn, id := t.e.nextCall()
+			card, err := t.e.dispatch(ctx, benchReportTool, turn, id)
+			if err == nil {
+				reqs[i], err = t.result(ctx, t.rep, benchReportTool, "bench", "main",
+					ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}, card)
+			}
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return fmt.Errorf("prepare calls to report: %w", err)
+	default:
+	}
+	t.mu.Lock()
+	t.pool = reqs
+	t.mu.Unlock()
+	return nil
+}
+
+// report sends the next prepared report.
+func (t *benchTools) report(ctx context.Context) error {
+	t.mu.Lock()
+	if len(t.pool) == 0 {
+		t.mu.Unlock()
+		return errPoolEmpty
+	}
+	req := t.pool[len(t.pool)-1]
+	t.pool = t.pool[:len(t.pool)-1]
+	t.mu.Unlock()
+	out, err := t.rep.Report(ctx, req)
+	if err == nil && out.Duplicate {
+		return errors.New("a first report was answered as a duplicate")
+	}
+	return err
+}
+
+// nextCall names a new call: its turn and tool call id.
+func (e *benchEnv) nextCall() (string, string) {
+	n := e.seq.Add(1)
+	return "turn-" + strconv.FormatInt(n/100, 10), "call-" + strconv.FormatInt(n, 10)
+}
+
+// dispatch dispatches call id of turn to tool as a worker does and returns
+// its tool.call card.
+func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (ledger.Card, error) {
+	sum := sha256.Sum256([]byte(turn + id))
+	card := ledger.Card{CardID: "cc-" + id, ProjectID: "bench", Type: ledger.CardToolCall, AuthorID: "agent",
+		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"` + tool + `","arguments":{"text":"bench"}}`),
+		Metadata: ledger.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
+	_, err := e.cl.Dispatch(ctx, ledger.DispatchRequest{
+		Subject:  ledger.ToolCommandSubject(ledger.DefaultVersion, "bench", "main", tool),
+		Identity: ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
+		Card:     card,
+		Payload:  ledger.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: tool, AfterExecution: ledger.AfterSuspend},
+	})
+	return card, err
+}
