@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,18 +10,88 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Export file format (docs/export-format.md): JSON Lines. The first line is
-// an ExportHeader, then one ExportEntry per ledger entry in sequence order,
-// then an ExportTrailer. The format is versioned and stable across releases.
+// Export file format (docs/tamper-evidence.md): JSON Lines. The first line
+// is an ExportHeader, then one ExportEntry per ledger entry in sequence
+// order, then an ExportTrailer. The format is versioned and stable across
+// releases: this build writes version 2 and reads 1 and 2.
 const (
 	ExportFormat  = "cgledger.export"
-	ExportVersion = 1
+	ExportVersion = 2
 )
+
+// exportLine is an entry line as written. Version 2 keeps a payload that is
+// compact JSON as JSON ("json"), so a person can read the file, and any
+// other bytes as base64 ("data"); version 1 had only "data". Either way the
+// reader gets the stored bytes back exactly, which the chain needs.
+type exportLine struct {
+	Seq     uint64              `json:"seq"`
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	JSON    json.RawMessage     `json:"json,omitempty"`
+	Data    *[]byte             `json:"data,omitempty"`
+	Time    time.Time           `json:"time"`
+	Link    string              `json:"link"`
+}
+
+// readableJSON reports whether data can be written as JSON and read back as
+// the same bytes by any encoder: valid UTF-8 JSON with no insignificant
+// whitespace, and none of the characters encoders may escape (<, >, &,
+// U+2028, U+2029), since an escaped copy would read back as other bytes.
+func readableJSON(data []byte) bool {
+	if len(data) == 0 || string(data) == "null" || !utf8.Valid(data) ||
+		bytes.ContainsAny(data, "<>&\u2028\u2029") || !json.Valid(data) {
+		return false
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, data) != nil {
+		return false
+	}
+	return bytes.Equal(b.Bytes(), data)
+}
+
+// MarshalJSON writes the entry line: the payload as JSON when it reads back
+// as the same bytes, else as base64.
+func (e ExportEntry) MarshalJSON() ([]byte, error) {
+	return json.Marshal(lineOf(e))
+}
+
+// UnmarshalJSON reads an entry line of version 1 or 2.
+func (e *ExportEntry) UnmarshalJSON(b []byte) error {
+	var el exportLine
+	if err := json.Unmarshal(b, &el); err != nil {
+		return err
+	}
+	*e = ExportEntry{Entry: Entry{Seq: el.Seq, Subject: el.Subject, Headers: el.Headers, Time: el.Time}, Link: el.Link}
+	switch {
+	case el.JSON != nil && el.Data != nil:
+		return errors.New("an entry has either json or data, not both")
+	case el.JSON != nil:
+		e.Data = append([]byte(nil), el.JSON...)
+	case el.Data != nil:
+		e.Data = *el.Data
+	}
+	return nil
+}
+
+func lineOf(e ExportEntry) exportLine {
+	l := exportLine{Seq: e.Seq, Subject: e.Subject, Headers: e.Headers, Time: e.Time, Link: e.Link}
+	if readableJSON(e.Data) {
+		l.JSON = e.Data
+	} else {
+		d := e.Data
+		if d == nil {
+			d = []byte{}
+		}
+		l.Data = &d
+	}
+	return l
+}
 
 // ExportHeader is the first line of an export file.
 type ExportHeader struct {
@@ -200,8 +271,8 @@ func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEn
 			if err := json.Unmarshal(b, &hdr); err != nil || hdr.Format != ExportFormat {
 				return hdr, nil, fmt.Errorf("%w: line 1 is not a %s header", ErrBadExport, ExportFormat)
 			}
-			if hdr.Version != ExportVersion {
-				return hdr, nil, fmt.Errorf("%w: version %d is not supported (this build reads %d)", ErrBadExport, hdr.Version, ExportVersion)
+			if hdr.Version != 1 && hdr.Version != ExportVersion {
+				return hdr, nil, fmt.Errorf("%w: version %d is not supported (this build reads 1 and %d)", ErrBadExport, hdr.Version, ExportVersion)
 			}
 			if onHeader != nil {
 				if err := onHeader(hdr); err != nil {

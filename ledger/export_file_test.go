@@ -117,3 +117,82 @@ func TestChainCoversCanonicalHeadersOnly(t *testing.T) {
 	require.NotEqual(t, l1, ledger.NextLink(ledger.Genesis, 1, "s", h1, []byte("e")))
 	require.NotEqual(t, l1, ledger.NextLink(l1, 1, "s", h1, []byte("d")))
 }
+
+// TestExportEntryKeepsBytesExactly: a payload is written as JSON only when
+// it reads back as the same bytes, whichever encoder wrote the line.
+func TestExportEntryKeepsBytesExactly(t *testing.T) {
+	cases := map[string]struct {
+		data     []byte
+		readable bool
+	}{
+		"compact object":       {[]byte(`{"status":"success","n":[1,2]}`), true},
+		"string":               {[]byte(`"x"`), true},
+		"spaced object":        {[]byte(`{"a": 1}`), false},
+		"html characters":      {[]byte(`{"a":"<b>&"}`), false},
+		"line separator":       {[]byte("{\"a\":\"\u2028\"}"), false},
+		"not json":             {[]byte("plain text"), false},
+		"not utf-8":            {[]byte{'"', 0xff, '"'}, false},
+		"null":                 {[]byte(`null`), false},
+		"empty":                {[]byte{}, false},
+		"escaped html in json": {[]byte(`{"a":"\u003c"}`), true},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := ledger.ExportEntry{Entry: ledger.Entry{Seq: 1, Subject: "s", Data: c.data}, Link: "l"}
+			plain, err := json.Marshal(e) // escapes HTML
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			require.NoError(t, enc.Encode(e))
+			for _, line := range [][]byte{plain, buf.Bytes()} {
+				var fields map[string]json.RawMessage
+				require.NoError(t, json.Unmarshal(line, &fields))
+				_, asJSON := fields["json"]
+				require.Equal(t, c.readable, asJSON, "%s", line)
+				var back ledger.ExportEntry
+				require.NoError(t, json.Unmarshal(line, &back))
+				require.Equal(t, string(c.data), string(back.Data), "%s", line)
+			}
+		})
+	}
+}
+
+// TestExportWritesJSONAndReadsVersion1: entries' JSON payloads are JSON in
+// the file, and a version 1 file (every payload base64) still verifies.
+func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
+	e := newEnv(t)
+	populate(t, e, 2)
+	var buf bytes.Buffer
+	_, err := e.l.Export(ctxT(t), &buf, 0)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Contains(t, lines[0], `"version":2`)
+	asJSON := 0
+	for _, l := range lines[1 : len(lines)-1] {
+		if strings.Contains(l, `"json":{`) {
+			asJSON++
+		}
+	}
+	require.Equal(t, len(lines)-2, asJSON, "every entry's payload is compact JSON here")
+
+	// The same file as version 1 wrote it.
+	v1 := []string{strings.Replace(lines[0], `"version":2`, `"version":1`, 1)}
+	for _, l := range lines[1 : len(lines)-1] {
+		var ee ledger.ExportEntry
+		require.NoError(t, json.Unmarshal([]byte(l), &ee))
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		delete(m, "json")
+		m["data"] = ee.Data // []byte: base64
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		v1 = append(v1, string(b))
+	}
+	v1 = append(v1, lines[len(lines)-1])
+	for _, file := range []string{buf.String(), strings.Join(v1, "\n")} {
+		rep, err := ledger.VerifyExport(strings.NewReader(file))
+		require.NoError(t, err)
+		require.True(t, rep.OK, rep.Reason)
+	}
+}

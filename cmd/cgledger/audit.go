@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/cgledger/cgledger/projector"
@@ -15,6 +16,10 @@ import (
 
 const auditHelp = `Read history from the server's views (the audit HTTP API, docs/audit-api.md):
 
+  cgledger audit projects                  the projects the ledger holds
+  cgledger audit calls --project P [--tool T] [--agent A] [--status S] [--state S]
+                       [--channel C] [--since TIME] [--until TIME]
+                                           the project's calls, filtered, in dispatch order
   cgledger audit turn TURN --project P     every entry of a turn, in ledger order
   cgledger audit call CALL --project P [--turn T]
                                            a call's story: its state and every entry
@@ -22,7 +27,210 @@ const auditHelp = `Read history from the server's views (the audit HTTP API, doc
                                            the agent's Inbox
   cgledger audit card CARD --project P     a card and its versions
 
-Every audit takes --as-of-seq N or --as-of TIME to answer as the views stood then, and --json.`
+Every audit takes --as-of-seq N or --as-of TIME to answer as the views stood then, the
+connection flags of every client verb, and --json (the server's answer as it is). Lists
+(projects, calls, agent) take --limit N and --cursor C and print the cursor of the next
+page; --all follows every page. Run "cgledger audit KIND --help" for a kind's flags.`
+
+// auditKind is one audit sub-verb: its synopsis, its own flags and how it
+// reads and prints.
+type auditKind struct {
+	synopsis string
+	about    string
+	// args is the number of positional arguments (the id), 0 or 1.
+	args int
+	// paged lists take --limit, --cursor and --all.
+	paged bool
+	flags func(fs *flag.FlagSet) func(q url.Values) error
+	path  func(project, id string) string
+	print func(raw json.RawMessage, project, id string) error
+}
+
+var auditKinds = map[string]auditKind{
+	"projects": {
+		synopsis: "audit projects [--limit N] [--cursor C] [--all]",
+		about:    "List the projects the ledger holds (GET /v1/projects; needs a credential of every project).",
+		paged:    true,
+		path:     func(string, string) string { return "/v1/projects" },
+		print: func(raw json.RawMessage, _, _ string) error {
+			var p projector.Page[struct {
+				ProjectID string     `json:"project_id"`
+				FirstSeq  uint64     `json:"first_seq"`
+				FirstTime *time.Time `json:"first_time"`
+			}]
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "projects, as of seq %d: %d on this page\n", p.AsOfSeq, len(p.Items))
+			for _, it := range p.Items {
+				first := "-"
+				if it.FirstTime != nil {
+					first = stamp(*it.FirstTime)
+				}
+				fmt.Fprintf(stdout, "  %-24s first entry seq %d at %s\n", it.ProjectID, it.FirstSeq, first)
+			}
+			return nil
+		},
+	},
+	"calls": {
+		synopsis: "audit calls --project P [--tool T] [--agent A] [--status S] [--state S] [--channel C] [--since TIME] [--until TIME] [--limit N] [--cursor C] [--all]",
+		about:    "List a project's calls in dispatch order, filtered (GET /v1/projects/P/calls).",
+		paged:    true,
+		flags: func(fs *flag.FlagSet) func(url.Values) error {
+			tool := fs.String("tool", "", "only calls of this tool")
+			agent := fs.String("agent", "", "only calls of this agent")
+			status := fs.String("status", "", "only calls whose result has this status (success, failed, ...)")
+			state := fs.String("state", "", "only calls in this state: dispatched, reported, consumed or rejected")
+			channel := fs.String("channel", "", "only calls on this channel")
+			since := fs.String("since", "", "only calls dispatched at or after this time (RFC 3339)")
+			until := fs.String("until", "", "only calls dispatched at or before this time (RFC 3339)")
+			return func(q url.Values) error {
+				for k, v := range map[string]string{"tool": *tool, "agent": *agent, "status": *status, "state": *state, "channel": *channel} {
+					if v != "" {
+						q.Set(k, v)
+					}
+				}
+				for flagName, p := range map[string]struct{ param, v string }{"since": {"from", *since}, "until": {"to", *until}} {
+					if p.v == "" {
+						continue
+					}
+					if _, err := time.Parse(time.RFC3339Nano, p.v); err != nil {
+						return fmt.Errorf("--%s %q: want an RFC 3339 time such as 2026-11-22T10:00:00Z", flagName, p.v)
+					}
+					q.Set(p.param, p.v)
+				}
+				return nil
+			}
+		},
+		path: func(project, _ string) string { return "/v1/projects/" + url.PathEscape(project) + "/calls" },
+		print: func(raw json.RawMessage, project, _ string) error {
+			var p projector.Page[projector.CallState]
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "calls of project %s, as of seq %d: %d on this page\n", project, p.AsOfSeq, len(p.Items))
+			for _, c := range p.Items {
+				at := "-"
+				if c.DispatchedAt != nil {
+					at = stamp(*c.DispatchedAt)
+				}
+				status := c.Status
+				if status == "" {
+					status = "-"
+				}
+				fmt.Fprintf(stdout, "  %s  %-10s %-8s tool %-12s agent %s turn %s call %s\n", at, c.State, status, c.ToolName, c.AgentID, c.AgentTurnID, c.ToolCallID)
+				if c.LastRejection != "" {
+					fmt.Fprintf(stdout, "      last rejection: %s\n", c.LastRejection)
+				}
+			}
+			return nil
+		},
+	},
+	"turn": {
+		synopsis: "audit turn TURN --project P",
+		about:    "Every entry of a turn, in ledger order, with its full data (GET /v1/projects/P/turns/TURN/timeline).",
+		args:     1,
+		path: func(project, id string) string {
+			return "/v1/projects/" + url.PathEscape(project) + "/turns/" + url.PathEscape(id) + "/timeline"
+		},
+		print: func(raw json.RawMessage, _, _ string) error {
+			var tl projector.Timeline
+			if err := json.Unmarshal(raw, &tl); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "turn %s in project %s, as of seq %d: %d entries\n", tl.AgentTurnID, tl.ProjectID, tl.AsOfSeq, len(tl.Items))
+			printItems(tl.Items)
+			return nil
+		},
+	},
+	"call": {
+		synopsis: "audit call CALL --project P [--turn T]",
+		about:    "A call's story: its state in each turn using the id and every entry, with full data (GET /v1/projects/P/calls/CALL).",
+		args:     1,
+		flags: func(fs *flag.FlagSet) func(url.Values) error {
+			turn := fs.String("turn", "", "only the call of this turn (call ids may repeat across turns)")
+			return func(q url.Values) error {
+				if *turn != "" {
+					q.Set("turn", *turn)
+				}
+				return nil
+			}
+		},
+		path: func(project, id string) string {
+			return "/v1/projects/" + url.PathEscape(project) + "/calls/" + url.PathEscape(id)
+		},
+		print: func(raw json.RawMessage, _, _ string) error {
+			var st projector.CallStory
+			if err := json.Unmarshal(raw, &st); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "call %s in project %s, as of seq %d\n", st.ToolCallID, st.ProjectID, st.AsOfSeq)
+			for _, c := range st.Calls {
+				fmt.Fprintf(stdout, "  turn %s: %s", c.AgentTurnID, c.State)
+				if c.Status != "" {
+					fmt.Fprintf(stdout, ", status %s, result card %s, after_execution %s (effective %s)", c.Status, c.ToolResultCardID, c.AfterExecution, c.EffectiveAfterExecution)
+				}
+				fmt.Fprintf(stdout, ", %d duplicate(s), %d rejection(s)\n", c.Duplicates, c.Rejections)
+				if c.LastRejection != "" {
+					fmt.Fprintf(stdout, "    last rejection: %s\n", c.LastRejection)
+				}
+			}
+			printItems(st.Items)
+			return nil
+		},
+	},
+	"agent": {
+		synopsis: "audit agent AGENT --project P [--state pending|consumed|all] [--limit N] [--cursor C] [--all]",
+		about:    "The agent's Inbox in arrival order (GET /v1/projects/P/agents/AGENT/inbox).",
+		args:     1,
+		paged:    true,
+		flags: func(fs *flag.FlagSet) func(url.Values) error {
+			state := fs.String("state", "all", "pending, consumed or all")
+			return func(q url.Values) error {
+				switch *state {
+				case "pending", "consumed", "all":
+				default:
+					return fmt.Errorf("--state %q: want pending, consumed or all", *state)
+				}
+				q.Set("state", *state)
+				return nil
+			}
+		},
+		path: func(project, id string) string {
+			return "/v1/projects/" + url.PathEscape(project) + "/agents/" + url.PathEscape(id) + "/inbox"
+		},
+		print: func(raw json.RawMessage, project, id string) error {
+			var in projector.Page[projector.InboxEntry]
+			if err := json.Unmarshal(raw, &in); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "inbox of agent %s in project %s, as of seq %d: %d on this page\n", id, project, in.AsOfSeq, len(in.Items))
+			for _, e := range in.Items {
+				fmt.Fprintf(stdout, "  seq %-6d %s %-9s %-8s turn %s call %s tool %s card %s after %s\n", e.ReportSeq, stamp(e.ReportedAt), e.State, e.Status, e.AgentTurnID, e.ToolCallID, e.ToolName, e.ToolResultCardID, e.EffectiveAfterExecution)
+			}
+			return nil
+		},
+	},
+	"card": {
+		synopsis: "audit card CARD --project P",
+		about:    "A card and every version of it (GET /v1/projects/P/cards/CARD).",
+		args:     1,
+		path: func(project, id string) string {
+			return "/v1/projects/" + url.PathEscape(project) + "/cards/" + url.PathEscape(id)
+		},
+		print: func(raw json.RawMessage, project, id string) error {
+			var c projector.CardResult
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "card %s in project %s, as of seq %d: %d version(s)\n", id, project, c.AsOfSeq, len(c.Versions))
+			for _, v := range c.Versions {
+				fmt.Fprintf(stdout, "  seq %d at %s\n%s\n", v.Seq, stamp(v.Time), pretty(v.Card, "    "))
+			}
+			return nil
+		},
+	},
+}
 
 func audit(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
@@ -32,113 +240,125 @@ func audit(args []string) int {
 		}
 		return exitOK
 	}
-	kind := args[0]
-	switch kind {
-	case "turn", "call", "agent", "card":
-	default:
-		return failf(exitUsage, "audit: unknown kind %q (turn, call, agent, card)", kind)
+	name := args[0]
+	kind, ok := auditKinds[name]
+	if !ok {
+		return failf(exitUsage, "audit: unknown kind %q (projects, calls, turn, call, agent, card; see cgledger audit --help)", name)
 	}
-	fs := newFlagSet("audit "+kind, "audit "+kind+" ID --project P [--as-of-seq N | --as-of TIME] [--json]", auditHelp)
+	fs := newFlagSet("audit "+name, kind.synopsis+" [--as-of-seq N | --as-of TIME] [--json]", kind.about+"\n\n"+auditHelp)
 	var cf clientFlags
-	cf.register(fs, false, true)
+	cf.register(fs)
 	var at asOfFlags
 	at.register(fs)
-	project := fs.String("project", "", "project id (required)")
-	turn := fs.String("turn", "", "audit call: narrow to one turn")
-	state := fs.String("state", "all", "audit agent: pending, consumed or all")
-	pos, code, ok := parseOrExit(fs, args[1:], 1)
+	var project *string
+	if name != "projects" {
+		project = fs.String("project", "", "project id (required)")
+	}
+	var extra func(url.Values) error
+	if kind.flags != nil {
+		extra = kind.flags(fs)
+	}
+	var limit int
+	var cursor string
+	var all bool
+	if kind.paged {
+		fs.IntVar(&limit, "limit", 0, "items per page, 1 to 1000 (the server's default is 100)")
+		fs.StringVar(&cursor, "cursor", "", "continue from this cursor (printed after a page)")
+		fs.BoolVar(&all, "all", false, "follow every page to the end")
+	}
+	pos, code, ok := parseOrExit(fs, args[1:], kind.args)
 	if !ok {
 		return code
 	}
-	if *project == "" {
-		return failf(exitUsage, "audit %s: --project is required", kind)
+	p := ""
+	if project != nil {
+		if *project == "" {
+			return failf(exitUsage, "audit %s: --project is required", name)
+		}
+		p = *project
+	}
+	id := ""
+	if kind.args == 1 {
+		id = pos[0]
 	}
 	q, err := at.values()
 	if err != nil {
-		return failf(exitUsage, "audit %s: %v", kind, err)
+		return failf(exitUsage, "audit %s: %v", name, err)
 	}
-	id := url.PathEscape(pos[0])
-	base := "/v1/projects/" + url.PathEscape(*project)
-	var path string
-	switch kind {
-	case "turn":
-		path = base + "/turns/" + id + "/timeline"
-	case "call":
-		path = base + "/calls/" + id
-		if *turn != "" {
-			q.Set("turn", *turn)
+	if extra != nil {
+		if err := extra(q); err != nil {
+			return failf(exitUsage, "audit %s: %v", name, err)
 		}
-	case "agent":
-		path = base + "/agents/" + id + "/inbox"
-		q.Set("state", *state)
-		q.Set("limit", "1000")
-	case "card":
-		path = base + "/cards/" + id
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if limit < 0 || limit > 1000 {
+		return failf(exitUsage, "audit %s: --limit must be from 1 to 1000, got %d", name, limit)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var raw json.RawMessage
-	if err := cf.httpDo(ctx, "GET", path, q, nil, &raw); err != nil {
-		return failf(exitFor(err), "audit %s: %v", kind, err)
-	}
-	if cf.asJSON {
-		fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
-		return exitOK
-	}
-	switch kind {
-	case "turn":
-		var tl projector.Timeline
-		if err := json.Unmarshal(raw, &tl); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+	for {
+		if cursor != "" {
+			q.Set("cursor", cursor)
 		}
-		fmt.Fprintf(stdout, "turn %s in project %s, as of seq %d: %d entries\n", tl.AgentTurnID, tl.ProjectID, tl.AsOfSeq, len(tl.Items))
-		printItems(tl.Items)
-	case "call":
-		var st projector.CallStory
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		var raw json.RawMessage
+		if err := cf.httpDo(ctx, "GET", kind.path(p, id), q, nil, &raw); err != nil {
+			return failf(exitFor(err), "audit %s: %v", name, err)
 		}
-		fmt.Fprintf(stdout, "call %s in project %s, as of seq %d\n", st.ToolCallID, st.ProjectID, st.AsOfSeq)
-		for _, c := range st.Calls {
-			fmt.Fprintf(stdout, "  turn %s: %s", c.AgentTurnID, c.State)
-			if c.Status != "" {
-				fmt.Fprintf(stdout, ", status %s, result card %s, after_execution %s (effective %s)", c.Status, c.ToolResultCardID, c.AfterExecution, c.EffectiveAfterExecution)
+		if cf.asJSON {
+			fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
+		} else if err := kind.print(raw, p, id); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", name, err)
+		}
+		var page struct {
+			NextCursor string `json:"next_cursor"`
+		}
+		_ = json.Unmarshal(raw, &page)
+		if !all || page.NextCursor == "" {
+			if !cf.asJSON && kind.paged && page.NextCursor != "" {
+				fmt.Fprintf(stdout, "next page: --cursor %s\n", page.NextCursor)
 			}
-			fmt.Fprintf(stdout, ", %d duplicate(s), %d rejection(s)\n", c.Duplicates, c.Rejections)
+			return exitOK
 		}
-		printItems(st.Items)
-	case "agent":
-		var in projector.Page[projector.InboxEntry]
-		if err := json.Unmarshal(raw, &in); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
+		cursor = page.NextCursor
+		// The as-of of the first page holds for the rest: pages of one
+		// listing answer for one sequence.
+		var first struct {
+			AsOfSeq uint64 `json:"as_of_seq"`
 		}
-		fmt.Fprintf(stdout, "inbox of agent %s in project %s, as of seq %d: %d entries\n", pos[0], *project, in.AsOfSeq, len(in.Items))
-		for _, e := range in.Items {
-			fmt.Fprintf(stdout, "  seq %-6d %-9s %-8s turn %s call %s tool %s card %s after %s\n", e.ReportSeq, e.State, e.Status, e.AgentTurnID, e.ToolCallID, e.ToolName, e.ToolResultCardID, e.EffectiveAfterExecution)
-		}
-	case "card":
-		var c projector.CardResult
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", kind, err)
-		}
-		fmt.Fprintf(stdout, "card %s in project %s, as of seq %d: %d version(s)\n", pos[0], *project, c.AsOfSeq, len(c.Versions))
-		for _, v := range c.Versions {
-			fmt.Fprintf(stdout, "  seq %d at %s\n    %s\n", v.Seq, v.Time.Format(time.RFC3339Nano), string(v.Card))
+		if json.Unmarshal(raw, &first) == nil && first.AsOfSeq > 0 {
+			q.Del("as_of")
+			q.Set("as_of_seq", strconv.FormatUint(first.AsOfSeq, 10))
 		}
 	}
-	return exitOK
+}
+
+// stamp formats a time for people: the date, the time to the millisecond and
+// the zone (UTC), so lines from different days and machines compare.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// pretty indents JSON for reading, every line prefixed; anything else is
+// printed as it is.
+func pretty(raw json.RawMessage, prefix string) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, prefix, "  "); err != nil {
+		return prefix + string(raw)
+	}
+	return prefix + b.String()
 }
 
 func printItems(items []projector.TimelineItem) {
 	for _, it := range items {
-		summary := string(it.Data)
-		if len(summary) > 160 {
-			summary = summary[:157] + "..."
+		fmt.Fprintf(stdout, "  seq %-6d %s %-14s %s\n", it.Seq, stamp(it.Time), it.Kind, it.Subject)
+		if it.Reason != "" {
+			fmt.Fprintf(stdout, "      reason: %s\n", it.Reason)
 		}
-		t := "-"
-		if !it.Time.IsZero() {
-			t = it.Time.Format("15:04:05.000")
-		}
-		fmt.Fprintf(stdout, "  seq %-6d %s %-14s %s\n      %s\n", it.Seq, t, it.Kind, it.Subject, strings.TrimSpace(summary))
+		fmt.Fprintln(stdout, pretty(it.Data, "      "))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -29,7 +30,7 @@ Inbox, and print the result. Exit 0 only when the status is success. --turn, --c
 --epoch set the identity (generated when absent), so a call can be repeated on purpose: the
 ledger answers a repeat with the original outcome.`)
 	var cf clientFlags
-	cf.register(fs, true, true)
+	cf.register(fs)
 	project := fs.String("project", "", "project id (required)")
 	channel := fs.String("channel", "main", "channel id")
 	agent := fs.String("agent", "", "agent id (required)")
@@ -71,9 +72,17 @@ ledger answers a repeat with the original outcome.`)
 	cl := ledger.NewClient(nc)
 
 	subject := ledger.ToolCommandSubject(ledger.DefaultVersion, *project, *channel, *tool)
+	// A tool that is neither registered nor built in has no executor: say
+	// so now, not only when the wait ends.
+	unserved := ""
 	if st, err := cl.GetTool(ctx, *project, *tool); err == nil {
 		subject = st.Definition.TargetFor(*project, *channel)
-	} else if !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrBadRequest) {
+	} else if errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrBadRequest) {
+		if *tool != "echo" && *tool != "sleep" {
+			unserved = fmt.Sprintf("tool %s is not registered in project %s and is not a built-in (echo, sleep): no executor consumes %s, so unless a tool service of your own does, no result will come (register it: cgledger tools register FILE --project %s)", *tool, *project, subject, *project)
+			fmt.Fprintf(os.Stderr, "cgledger call: warning: %s\n", unserved)
+		}
+	} else {
 		return failf(exitFor(err), "call: read tool %s: %v", *tool, err)
 	}
 	// The card must be the same every time the same call is repeated (cards
@@ -97,6 +106,9 @@ ledger answers a repeat with the original outcome.`)
 	if err != nil {
 		return failf(exitFor(err), "call: dispatch: %v", err)
 	}
+	if d.Duplicate && !cf.asJSON {
+		fmt.Fprintf(os.Stderr, "cgledger call: turn %s call %s was dispatched before: the ledger answered with the original call (nothing new was run)\n", *turn, *callID)
+	}
 	identity := map[string]any{"project_id": *project, "channel_id": *channel, "agent_id": *agent, "agent_turn_id": *turn,
 		"tool_call_id": *callID, "turn_epoch": *epoch, "subject": d.Subject, "tool_call_card_id": cardID, "duplicate_dispatch": d.Duplicate}
 
@@ -115,7 +127,12 @@ ledger answers a repeat with the original outcome.`)
 			return failf(exitUnreachable, "call: %v", err)
 		}
 		if time.Now().After(deadline) {
-			return failf(exitFailed, "call: no result for %s/%s within %s", *turn, *callID, *timeout)
+			msg := fmt.Sprintf("call: no result for turn %s call %s after %s (the call's --timeout %s plus 10s for its report to be recorded); cgledger audit call %s --project %s shows where it stands",
+				*turn, *callID, *timeout+10*time.Second, *timeout, *callID, *project)
+			if unserved != "" {
+				msg += "; " + unserved
+			}
+			return failf(exitFailed, "%s", msg)
 		}
 		select {
 		case <-ctx.Done():

@@ -19,16 +19,24 @@ import (
 	"github.com/cgledger/cgledger/internal/auth"
 )
 
-// clientFlags are the flags every client verb shares.
+// clientFlags are the connection settings every client verb shares (one
+// grammar: docs/cli.md, "Client verbs").
 type clientFlags struct {
 	natsURL  string
 	server   string
 	creds    string
+	user     string
+	password string
+	token    string
 	tlsCA    string
 	tlsCert  string
 	tlsKey   string
 	asJSON   bool
 	deadline time.Duration
+
+	// source says where each connection setting came from, for errors.
+	source map[string]string
+	fs     *flag.FlagSet
 }
 
 // defaultCreds is the admin credential serve writes on the embedded default,
@@ -51,19 +59,55 @@ func envOr(name, def string) string {
 	return def
 }
 
-func (c *clientFlags) register(fs *flag.FlagSet, withNATS, withHTTP bool) {
-	if withNATS {
-		fs.StringVar(&c.natsURL, "nats-url", envOr("CGLEDGER_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL of the running server (env CGLEDGER_NATS_URL)")
+// register adds the connection flags to fs. Every client verb takes all of
+// them, whether it talks NATS, HTTP or both, so one set of settings (or one
+// environment) serves every verb.
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	c.fs = fs
+	c.source = map[string]string{}
+	str := func(p *string, name, env, def, usage string) {
+		v, from := def, "the default"
+		if e := os.Getenv(env); e != "" {
+			v, from = e, "environment variable "+env
+		}
+		c.source[name] = from
+		fs.StringVar(p, name, v, usage+" (env "+env+")")
 	}
-	if withHTTP {
-		fs.StringVar(&c.server, "server", envOr("CGLEDGER_SERVER", "http://127.0.0.1:8080"), "HTTP base URL of the running server (env CGLEDGER_SERVER)")
+	str(&c.natsURL, "nats-url", "CGLEDGER_NATS_URL", "nats://127.0.0.1:4222", "NATS URL of the running server")
+	str(&c.server, "server", "CGLEDGER_SERVER", "http://127.0.0.1:8080", "HTTP base URL of the running server")
+	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials file from `cgledger creds issue`, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; when unset: ./data/auth/admin.creds if it exists, under CGLEDGER_DATA)")
+	c.source["creds"] = "the default (./data/auth/admin.creds under CGLEDGER_DATA)"
+	if os.Getenv("CGLEDGER_NATS_CREDS") != "" {
+		c.source["creds"] = "environment variable CGLEDGER_NATS_CREDS"
 	}
-	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials file from `cgledger creds issue`, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; default: ./data/auth/admin.creds when it exists, under CGLEDGER_DATA)")
 	fs.StringVar(&c.creds, "nats-creds", c.creds, "same as --creds")
-	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("CGLEDGER_TLS_CA"), "PEM CA bundle to verify the server's NATS and HTTPS certificates (env CGLEDGER_TLS_CA)")
-	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("CGLEDGER_TLS_CERT"), "PEM client certificate, when the server requires one (env CGLEDGER_TLS_CERT)")
-	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("CGLEDGER_TLS_KEY"), "PEM key of --tls-cert (env CGLEDGER_TLS_KEY)")
+	str(&c.user, "nats-user", "CGLEDGER_NATS_USER", "", "NATS user, for a server with user and password authentication")
+	str(&c.password, "nats-password", "CGLEDGER_NATS_PASSWORD", "", "NATS password of --nats-user (prefer the environment variable)")
+	str(&c.token, "nats-token", "CGLEDGER_NATS_TOKEN", "", "NATS token, for a server with token authentication (prefer the environment variable)")
+	str(&c.tlsCA, "tls-ca", "CGLEDGER_TLS_CA", "", "PEM CA bundle to verify the server's NATS and HTTPS certificates")
+	str(&c.tlsCert, "tls-cert", "CGLEDGER_TLS_CERT", "", "PEM client certificate, when the server requires one")
+	str(&c.tlsKey, "tls-key", "CGLEDGER_TLS_KEY", "", "PEM key of --tls-cert")
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON")
+}
+
+// from says where setting name's value came from: a flag the user gave, an
+// environment variable or the default.
+func (c *clientFlags) from(name string) string {
+	set := false
+	if c.fs != nil {
+		c.fs.Visit(func(f *flag.Flag) {
+			if f.Name == name || (name == "creds" && f.Name == "nats-creds") {
+				set = true
+			}
+		})
+	}
+	if set {
+		return "flag --" + name
+	}
+	if s := c.source[name]; s != "" {
+		return s
+	}
+	return "the default"
 }
 
 func (c *clientFlags) connect() (*nats.Conn, error) {
@@ -71,9 +115,15 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 	if c.creds != "" {
 		_, inbox, err := auth.ReadCreds(c.creds)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("credentials %s (from %s): %w", c.creds, c.from("creds"), err)
 		}
 		opts = append(opts, nats.UserCredentials(c.creds), nats.CustomInboxPrefix(inbox))
+	}
+	if c.user != "" {
+		opts = append(opts, nats.UserInfo(c.user, c.password))
+	}
+	if c.token != "" {
+		opts = append(opts, nats.Token(c.token))
 	}
 	tc, err := loadTLS(c.tlsCert, c.tlsKey, c.tlsCA, false)
 	if err != nil {
@@ -84,7 +134,11 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s: %w", c.natsURL, err)
+		hint := "is `cgledger serve` running there? Set --nats-url or CGLEDGER_NATS_URL"
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
+			hint = fmt.Sprintf("the server refused the credential %q (from %s): issue one with `cgledger creds issue` and pass --creds", c.creds, c.from("creds"))
+		}
+		return nil, fmt.Errorf("%w: cannot reach NATS at %s (from %s): %v; %s", errUnreachable, c.natsURL, c.from("nats-url"), err, hint)
 	}
 	return nc, nil
 }
@@ -95,7 +149,9 @@ var errUnreachable = errors.New("server unreachable")
 // apiError is an HTTP error body from the server.
 type apiError struct {
 	Status int
-	Body   struct {
+	// Hint says what to do, when the client can tell.
+	Hint string
+	Body struct {
 		Error struct {
 			Code       string `json:"code"`
 			Message    string `json:"message"`
@@ -114,6 +170,9 @@ func (e *apiError) Error() string {
 	fmt.Fprintf(&b, "%s: %s", e.Body.Error.Code, e.Body.Error.Message)
 	for _, v := range e.Body.Error.Violations {
 		fmt.Fprintf(&b, "\n  %s: %s (%s)", v.Field, v.Message, v.Code)
+	}
+	if e.Hint != "" {
+		b.WriteString("\n  " + e.Hint)
 	}
 	return b.String()
 }
@@ -134,7 +193,7 @@ func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Val
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", errUnreachable, c.server, err)
+		return fmt.Errorf("%w: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", errUnreachable, c.server, c.from("server"), err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -142,11 +201,7 @@ func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Val
 		return fmt.Errorf("%w: reading %s: %v", errUnreachable, u, err)
 	}
 	if resp.StatusCode >= 400 {
-		ae := &apiError{Status: resp.StatusCode}
-		if json.Unmarshal(raw, &ae.Body) != nil || ae.Body.Error.Code == "" {
-			return fmt.Errorf("%s %s: HTTP %d: %s", method, u, resp.StatusCode, strings.TrimSpace(string(raw)))
-		}
-		return ae
+		return c.apiErrorFrom(method, u, resp.StatusCode, raw)
 	}
 	if out == nil {
 		return nil
@@ -164,7 +219,7 @@ func (c *clientFlags) httpClient(req *http.Request) (*http.Client, error) {
 	if c.creds != "" {
 		tok, _, err := auth.ReadCreds(c.creds)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("credentials %s (from %s): %w", c.creds, c.from("creds"), err)
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
@@ -214,4 +269,35 @@ func (a *asOfFlags) values() (url.Values, error) {
 		q.Set("as_of", a.at)
 	}
 	return q, nil
+}
+
+// apiErrorFrom turns an HTTP error answer into an error that names the
+// server's code, message and violations and, for 401 and 403, the
+// credential and where it came from.
+func (c *clientFlags) apiErrorFrom(method, u string, status int, raw []byte) error {
+	ae := &apiError{Status: status}
+	if json.Unmarshal(raw, &ae.Body) != nil || ae.Body.Error.Code == "" {
+		// An RFC 9457 problem without the older "error" member.
+		var p struct {
+			Code       string `json:"code"`
+			Detail     string `json:"detail"`
+			Violations []struct {
+				Field   string `json:"field"`
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"violations"`
+		}
+		if json.Unmarshal(raw, &p) != nil || p.Code == "" {
+			return fmt.Errorf("%s %s: HTTP %d: %s", method, u, status, strings.TrimSpace(string(raw)))
+		}
+		ae.Body.Error.Code, ae.Body.Error.Message, ae.Body.Error.Violations = p.Code, p.Detail, p.Violations
+	}
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		cred := "no credential"
+		if c.creds != "" {
+			cred = "credential " + c.creds
+		}
+		ae.Hint = fmt.Sprintf("the server refused %s (from %s): pass --creds with a credential of the right project and role (`cgledger creds issue`)", cred, c.from("creds"))
+	}
+	return ae
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -95,19 +96,25 @@ var settings = func() []setting {
 		setting{key: "replicas", flag: "replicas", env: "CGLEDGER_REPLICAS", usage: "replicas of the ledger stream and bucket (3 on a cluster)",
 			set: func(s *Settings, v string) error {
 				n, err := strconv.Atoi(v)
-				s.Replicas = n
+				if err == nil {
+					s.Replicas = n
+				}
 				return err
 			}, get: func(s *Settings) string { return strconv.Itoa(s.Replicas) }},
 		setting{key: "sync_always", flag: "sync-always", env: "CGLEDGER_SYNC_ALWAYS", usage: "fsync every JetStream write before acknowledging it (see docs/durability.md)",
 			set: func(s *Settings, v string) error {
 				b, err := strconv.ParseBool(v)
-				s.SyncAlways = b
+				if err == nil {
+					s.SyncAlways = b
+				}
 				return err
 			}, get: func(s *Settings) string { return strconv.FormatBool(s.SyncAlways) }},
 		setting{key: "no_auth", flag: "no-auth", env: "CGLEDGER_NO_AUTH", usage: "run the embedded NATS and HTTP without authentication (anyone who reaches them can forge, halt or delete the ledger; see docs/security.md)",
 			set: func(s *Settings, v string) error {
 				b, err := strconv.ParseBool(v)
-				s.NoAuth = b
+				if err == nil {
+					s.NoAuth = b
+				}
 				return err
 			}, get: func(s *Settings) string { return strconv.FormatBool(s.NoAuth) }},
 		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector",
@@ -133,36 +140,54 @@ func defaultSettings() Settings {
 // flags do not override lower layers; loadSettings reads only the flags the
 // user set) plus --config.
 func configFlags(fs *flag.FlagSet) (configPath *string) {
-	configPath = fs.String("config", "", "YAML or JSON config file (also CGLEDGER_CONFIG)")
+	configPath = fs.String("config", "", "YAML or JSON config file (env CGLEDGER_CONFIG)")
+	def := defaultSettings()
 	for _, st := range settings {
 		if st.key == "sync_always" || st.key == "no_auth" {
 			fs.Bool(st.flag, false, st.usage+" (env "+st.env+")")
 			continue
 		}
-		fs.String(st.flag, "", st.usage+" (env "+st.env+")")
+		usage := st.usage + " (env " + st.env + ")"
+		if d := st.get(&def); d != "" {
+			// The flag's own default stays empty so that an unset flag does
+			// not override the file or the environment; help shows the real one.
+			usage += " (default " + d + ")"
+		}
+		fs.String(st.flag, "", usage)
 	}
 	return configPath
 }
 
 // loadSettings layers defaults, file, environment and flags, recording the
-// source of each value.
+// source of each value. A setting that cannot be read is a violation naming
+// the setting and where its value came from; every one is listed.
 func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]string, error) {
 	s := defaultSettings()
 	source := map[string]string{}
 	for _, st := range settings {
 		source[st.key] = "default"
 	}
+	var vs ledger.Violations
+	bad := func(key, from, v string, err error) {
+		msg := err.Error()
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			msg = "not a valid " + map[bool]string{true: "boolean (true or false)", false: "whole number"}[ne.Func == "ParseBool"]
+		}
+		vs.Add(key, ledger.VInvalidValue, "%s: got %q from %s", msg, v, from)
+	}
+	cfgSource := "--config"
 	if configPath == "" {
-		configPath = os.Getenv("CGLEDGER_CONFIG")
+		configPath, cfgSource = os.Getenv("CGLEDGER_CONFIG"), "CGLEDGER_CONFIG"
 	}
 	if configPath != "" {
 		raw, err := os.ReadFile(configPath)
 		if err != nil {
-			return s, source, fmt.Errorf("config file: %w", err)
+			return s, source, fmt.Errorf("config file %s (from %s): %w", configPath, cfgSource, err)
 		}
 		var m map[string]any
 		if err := yaml.Unmarshal(raw, &m); err != nil {
-			return s, source, fmt.Errorf("config file %s: %w", configPath, err)
+			return s, source, fmt.Errorf("config file %s (from %s): %w", configPath, cfgSource, err)
 		}
 		keys := make([]string, 0, len(m))
 		for k := range m {
@@ -172,7 +197,8 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		for _, k := range keys {
 			st := lookupSetting(k)
 			if st == nil {
-				return s, source, fmt.Errorf("config file %s: unknown setting %q", configPath, k)
+				vs.Add(k, ledger.VInvalidValue, "unknown setting in config file %s (settings: docs/cli.md, Configuration)", configPath)
+				continue
 			}
 			v := m[k]
 			text := fmt.Sprint(v)
@@ -184,7 +210,8 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 				text = strings.Join(parts, ",")
 			}
 			if err := st.set(&s, text); err != nil {
-				return s, source, fmt.Errorf("config file %s: %s: %w", configPath, k, err)
+				bad(k, "config file "+configPath, text, err)
+				continue
 			}
 			source[k] = "file " + configPath
 		}
@@ -192,23 +219,27 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 	for _, st := range settings {
 		if v, ok := os.LookupEnv(st.env); ok {
 			if err := st.set(&s, v); err != nil {
-				return s, source, fmt.Errorf("%s: %w", st.env, err)
+				bad(st.key, "environment variable "+st.env, v, err)
+				continue
 			}
 			source[st.key] = "env " + st.env
 		}
 	}
-	var ferr error
 	fs.Visit(func(f *flag.Flag) {
 		for _, st := range settings {
 			if st.flag == f.Name {
-				if err := st.set(&s, f.Value.String()); err != nil && ferr == nil {
-					ferr = fmt.Errorf("--%s: %w", f.Name, err)
+				if err := st.set(&s, f.Value.String()); err != nil {
+					bad(st.key, "flag --"+f.Name, f.Value.String(), err)
+					continue
 				}
 				source[st.key] = "flag --" + f.Name
 			}
 		}
 	})
-	return s, source, ferr
+	if len(vs) > 0 {
+		return s, source, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid settings", Violations: vs}
+	}
+	return s, source, nil
 }
 
 func lookupSetting(key string) *setting {
@@ -320,8 +351,11 @@ func checkConfig(args []string) int {
 		return code
 	}
 	s, source, err := loadSettings(fs, *cfgPath)
-	if err != nil {
-		return failf(exitUsage, "%v", err)
+	var vs ledger.Violations
+	if e, ok := ledger.AsError(err); ok {
+		vs = append(vs, e.Violations...)
+	} else if err != nil {
+		return failf(exitUsage, "check-config: %v", err)
 	}
 	type item struct {
 		Value  string `json:"value"`
@@ -335,7 +369,7 @@ func checkConfig(args []string) int {
 		}
 		out[st.key] = item{Value: v, Source: source[st.key]}
 	}
-	vs := s.validate()
+	vs = append(vs, s.validate()...)
 	body := map[string]any{"valid": len(vs) == 0, "settings": out}
 	if len(vs) > 0 {
 		body["violations"] = vs

@@ -25,7 +25,7 @@ with its sequence, subject, headers, data, time and hash-chain link, and a trail
 read over the HTTP API (GET /v1/export) and needs an auditor or admin credential of every
 project ("*"), such as the embedded admin credential.`)
 	var cf clientFlags
-	cf.register(fs, false, true)
+	cf.register(fs)
 	out := fs.String("out", "", "file to write (required; - for standard output)")
 	from := fs.Uint64("from-seq", 1, "first sequence to export")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
@@ -50,12 +50,12 @@ project ("*"), such as the embedded admin credential.`)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return failf(exitUnreachable, "export: %s: %v", cf.server, err)
+		return failf(exitUnreachable, "export: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", cf.server, cf.from("server"), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return failf(exitFailed, "export: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
+		return failf(exitFailed, "export: %v", cf.apiErrorFrom("GET", u, resp.StatusCode, raw))
 	}
 	if *out == "-" {
 		if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
@@ -122,9 +122,15 @@ build's digest), exit 0 when the two builds agree and 1 when they differ.`)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	if f, err := os.Open(pos[0]); err != nil {
+		return failf(exitUsage, "replay: %v", err)
+	} else {
+		f.Close()
+	}
 	res, err := replay.Run(ctx, pos[0], replay.Options{})
 	if err != nil {
-		return failf(exitFailed, "replay: %v", err)
+		// replay.Run names itself.
+		return failf(exitFailed, "%v", err)
 	}
 	agree := *expect == "" || *expect == res.Digest
 	if *asJSON {
@@ -160,7 +166,7 @@ tried, and the comparison is reported as skipped when it cannot be reached. With
 running server (GET /v1/verify and /v1/digest): it recomputes the chain from the live stream
 against the links its views recorded. Exit 1 when verification fails.`)
 	var cf clientFlags
-	cf.register(fs, false, true)
+	cf.register(fs)
 	against := fs.String("against", "", "HTTP base URL of the live server to compare an export's chain head with (default: --server, when reachable)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {

@@ -42,9 +42,26 @@ func newFlagSet(name, synopsis, description string) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "Usage: cgledger %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(description))
-		fs.PrintDefaults()
+		printFlags(out, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as the docs spell them (--name, not Go's
+// -name), each with its default when it has one.
+func printFlags(out io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + strings.ToUpper(name)
+		}
+		fmt.Fprintln(out, line)
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "[]" {
+			usage += fmt.Sprintf(" (default %s)", d)
+		}
+		fmt.Fprintf(out, "        %s\n", strings.ReplaceAll(usage, "\n", "\n        "))
+	})
 }
 
 // parseOrExit parses args; ok=false means the caller returns code.

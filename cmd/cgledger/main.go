@@ -24,6 +24,7 @@ Usage:
                                                dispatch a tool call and wait for its result
   cgledger tools register FILE.yaml --project P
   cgledger tools list --project P              register and list tools
+  cgledger audit projects | calls --project P [filters]
   cgledger audit turn|call|agent|card ID --project P [--as-of-seq N | --as-of TIME]
                                                read history from the views
   cgledger export --out FILE [--from-seq N]    export the ledger (versioned JSON Lines)
@@ -37,8 +38,12 @@ Usage:
                                                measure a tool call against raw JetStream, side by side
   cgledger version                             print the build version and commit
 
-Every command takes --help. Exit codes: 0 ok, 1 the operation said no (call not success,
-verification failed, request refused), 2 usage or configuration error, 3 server unreachable.
+Every command takes --help. Client verbs (call, tools, audit, export, verify, projector)
+share the connection flags --nats-url, --server, --creds, --nats-user, --nats-password,
+--nats-token, --tls-ca, --tls-cert, --tls-key and their CGLEDGER_* variables. Exit codes:
+0 ok, 1 the operation said no (call not success, verification failed, request refused),
+2 usage or configuration error (including a named file that cannot be read or written),
+3 server unreachable.
 `
 
 func main() {
@@ -74,6 +79,10 @@ func run(args []string) int {
 	case "verify":
 		return verify(args[1:])
 	case "version", "--version":
+		fs := newFlagSet("version", "version", "Print the build version and commit.")
+		if _, code, ok := parseOrExit(fs, args[1:], 0); !ok {
+			return code
+		}
 		fmt.Fprintf(stdout, "cgledger %s %s\n", version, buildCommit())
 		return 0
 	case "help", "-h", "--help":

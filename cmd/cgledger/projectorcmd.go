@@ -33,7 +33,7 @@ the ledger and is shown as skipped in the views, and the skip entry (with its re
 actor) is in the audit history. Needs an admin credential of every project (the embedded
 admin credential is one). See docs/views.md, "Operator recovery".`)
 	var cf clientFlags
-	cf.register(fs, true, false)
+	cf.register(fs)
 	seq := fs.Uint64("seq", 0, "the sequence to skip (required)")
 	reason := fs.String("reason", "", "why (required; recorded in the ledger)")
 	actor := fs.String("actor", envOr("USER", "operator"), "who decides (recorded as CG-Actor; an identifier)")

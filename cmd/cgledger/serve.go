@@ -15,6 +15,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,14 +57,22 @@ func serve(args []string) int {
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
-	s, _, err := loadSettings(fs, *cfgPath)
-	if err != nil {
-		return failf(exitUsage, "%v", err)
+	s, source, err := loadSettings(fs, *cfgPath)
+	var vs ledger.Violations
+	if e, ok := ledger.AsError(err); ok {
+		vs = append(vs, e.Violations...)
+	} else if err != nil {
+		return failf(exitUsage, "serve: %v", err)
 	}
-	if vs := s.validate(); len(vs) > 0 {
+	if vs = append(vs, s.validate()...); len(vs) > 0 {
 		for _, v := range vs {
-			fmt.Fprintf(os.Stderr, "cgledger serve: %s: %s\n", v.Field, v.Message)
+			from := ""
+			if src := source[v.Field]; src != "" && src != "default" && !strings.Contains(v.Message, " from ") {
+				from = " (set by " + src + ")"
+			}
+			fmt.Fprintf(os.Stderr, "cgledger serve: %s: %s%s\n", v.Field, v.Message, from)
 		}
+		fmt.Fprintln(os.Stderr, "cgledger serve: fix the settings above (cgledger check-config lists every setting and where it came from)")
 		return exitUsage
 	}
 	log := newLogger(s)
@@ -291,16 +301,21 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if guard != nil && s.restartInPlace {
 		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, &storeBroken)
 	}
-	var ready0 atomic.Bool
+	var ready0, shuttingDown atomic.Bool
 	var projErr atomic.Value
 	mux := http.NewServeMux()
+	// The parts that serve work live until the shutdown sequence at the end
+	// ends them, in order, not at the signal: a call in flight is finished,
+	// reported and visible before HTTP and the API stop.
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	defer endLife()
 	var proj *projector.Projector
 	if s.has("projector") {
 		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log, WriteGuard: viewGuard})
 		if err != nil {
 			return err
 		}
-		projCtx, stopProj := context.WithCancel(ctx)
+		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})
 		go func() {
 			defer close(projDone)
@@ -323,13 +338,14 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		ready0.Store(true)
 	}
 	if s.has("api") {
-		api, err := l.ServeAPI(ctx, ledger.APIConfig{})
+		api, err := l.ServeAPI(life, ledger.APIConfig{})
 		if err != nil {
 			return err
 		}
 		defer api.Stop()
 		mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
 	}
+	drainExecutor := func() {}
 	if s.has("executor") {
 		var cardKey []byte
 		if sa != nil {
@@ -345,13 +361,17 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err := executor.RegisterBuiltins(ex, executor.HTTPToolConfig{Logger: log}); err != nil {
 			return err
 		}
-		if err := ex.Start(ctx); err != nil {
+		if err := ex.Start(life); err != nil {
 			return fmt.Errorf("start executor: %w", err)
 		}
-		defer func() {
-			ex.Stop(context.Background())
-			log.Info("executor drained")
-		}()
+		var once sync.Once
+		drainExecutor = func() {
+			once.Do(func() {
+				ex.Stop(context.Background())
+				log.Info("executor drained")
+			})
+		}
+		defer drainExecutor()
 	}
 
 	mux.HandleFunc("GET /v1/export", func(w http.ResponseWriter, r *http.Request) {
@@ -394,7 +414,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if proj != nil {
 			body["applied_seq"] = proj.Applied()
 		}
-		if !ready0.Load() || !nc.IsConnected() {
+		if shuttingDown.Load() {
+			body["status"], body["reason"] = "not ready", "shutting down"
+			w.WriteHeader(http.StatusServiceUnavailable)
+		} else if !ready0.Load() || !nc.IsConnected() {
 			reason, _ := projErr.Load().(string)
 			if reason == "" {
 				reason = "projector catching up"
@@ -441,16 +464,51 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 
 	<-ctx.Done()
-	log.Info("shutting down")
-	// Order: stop the HTTP server; then, deferred in reverse: drain the
-	// executor (stop pulling, finish in-flight calls), stop the API after its
-	// in-flight requests, stop the projector and sync its checkpoint, close
-	// the view store, finish the ledger's background record marks, drain the
-	// NATS connection, stop the embedded server.
+	// Order: readiness says "shutting down"; the executor drains (stops
+	// pulling, finishes the calls it runs, which report through the ledger);
+	// the projector catches up with the stream, so those results are
+	// visible; HTTP keeps answering for a second more (a client polling for
+	// its result reads it), then finishes its requests and stops. Then,
+	// deferred in reverse: the API stops after its in-flight requests, the
+	// projector stops and syncs its checkpoint, the view store closes, the
+	// ledger finishes its background record marks, the NATS connection
+	// drains, the embedded server stops.
+	shuttingDown.Store(true)
+	log.Info("shutting down: finishing calls in flight; HTTP and the API stay up until they are reported")
+	drainExecutor()
+	if proj != nil {
+		catchUp(js, l.StreamName(), proj, 10*time.Second, log)
+	}
+	grace := time.NewTimer(time.Second)
+	<-grace.C
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)
+	log.Info("http server stopped")
 	return nil
+}
+
+// catchUp waits, up to limit, until the projector has applied the stream's
+// last entry as of now: the reports of the calls just drained.
+func catchUp(js jetstream.JetStream, stream string, proj *projector.Projector, limit time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		log.Warn("shutdown: cannot read the stream's last sequence", "err", err)
+		return
+	}
+	last := st.CachedInfo().State.LastSeq
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for proj.Applied() < last {
+		select {
+		case <-ctx.Done():
+			log.Warn("shutdown: projector did not catch up in time", "applied", proj.Applied(), "last_seq", last)
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // startedWriter remembers whether a response body was begun.

@@ -33,7 +33,7 @@ func toolsRegister(args []string) int {
 server's POST /projects/{project_id}/tools. Registering the same definition again changes
 nothing; a changed one becomes a new version. Invalid definitions are refused with every violation.`)
 	var cf clientFlags
-	cf.register(fs, false, true)
+	cf.register(fs)
 	project := fs.String("project", "", "project id (required)")
 	pos, code, ok := parseOrExit(fs, args, 1)
 	if !ok {
@@ -72,7 +72,7 @@ nothing; a changed one becomes a new version. Invalid definitions are refused wi
 func toolsList(args []string) int {
 	fs := newFlagSet("tools list", "tools list --project P [--json]", "List a project's tools: the registered ones (with the ledger sequence of the version in force) and the built-ins it did not override.")
 	var cf clientFlags
-	cf.register(fs, false, true)
+	cf.register(fs)
 	project := fs.String("project", "", "project id (required)")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
@@ -82,29 +82,47 @@ func toolsList(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var res struct {
-		Tools []struct {
-			Seq        uint64 `json:"seq"`
-			Builtin    bool   `json:"builtin"`
-			Definition struct {
-				ToolName       string `json:"tool_name"`
-				Description    string `json:"description"`
-				TargetSubject  string `json:"target_subject"`
-				AfterExecution string `json:"after_execution"`
-			} `json:"definition"`
-		} `json:"tools"`
+	type tool struct {
+		Seq        uint64 `json:"seq"`
+		Builtin    bool   `json:"builtin"`
+		Definition struct {
+			ToolName       string `json:"tool_name"`
+			Description    string `json:"description"`
+			TargetSubject  string `json:"target_subject"`
+			AfterExecution string `json:"after_execution"`
+		} `json:"definition"`
 	}
-	var raw json.RawMessage
-	if err := cf.httpDo(ctx, "GET", "/projects/"+url.PathEscape(*project)+"/tools", nil, nil, &raw); err != nil {
-		return failf(exitFor(err), "tools list: %v", err)
+	var all []tool
+	q := url.Values{}
+	for {
+		var raw json.RawMessage
+		if err := cf.httpDo(ctx, "GET", "/projects/"+url.PathEscape(*project)+"/tools", q, nil, &raw); err != nil {
+			return failf(exitFor(err), "tools list: %v", err)
+		}
+		if cf.asJSON {
+			fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
+		}
+		var page struct {
+			Items      []tool `json:"items"`
+			Tools      []tool `json:"tools"` // servers before items
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return failf(exitFailed, "tools list: the server's answer does not decode: %v (--json prints it as received)", err)
+		}
+		if page.Items == nil {
+			page.Items = page.Tools
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == "" {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
 	}
 	if cf.asJSON {
-		fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
 		return exitOK
 	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return failf(exitFailed, "tools list: %v", err)
-	}
+	res := struct{ Tools []tool }{all}
 	for _, t := range res.Tools {
 		origin := fmt.Sprintf("seq %d", t.Seq)
 		if t.Builtin {
