@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// connectionFlags are the settings every client verb takes (docs/cli.md).
+var connectionFlags = []string{"--nats-url", "--server", "--creds", "--nats-creds", "--nats-user", "--nats-password", "--nats-token", "--tls-ca", "--tls-cert", "--tls-key", "--json"}
+
+// TestCLIOneGrammar: every client verb takes the same connection flags and
+// shows them as --flag; sub-verbs have their own flags; help shows defaults.
+func TestCLIOneGrammar(t *testing.T) {
+	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	verbs := [][]string{
+		{"call"}, {"tools", "register"}, {"tools", "list"}, {"export"}, {"verify"}, {"projector", "skip"},
+		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
+	}
+	for _, v := range verbs {
+		_, help, code := s.runAll(t, append(v, "--help")...)
+		require.Equal(t, 0, code, "%v --help", v)
+		for _, f := range connectionFlags {
+			require.Contains(t, help, "\n  "+f, "%v takes %s", v, f)
+		}
+		require.NotRegexp(t, `(?m)^  -[a-z]`, help, "%v: help spells flags --name", v)
+	}
+	// Each audit kind has its own flags.
+	_, errOut, code := s.runAll(t, "audit", "turn", "t1", "--project", "p", "--state", "pending")
+	require.Equal(t, 2, code, "audit turn takes no --state")
+	require.Contains(t, errOut, "state")
+	_, help, _ := s.runAll(t, "audit", "call", "--help")
+	require.Contains(t, help, "--turn")
+	_, help, _ = s.runAll(t, "audit", "calls", "--help")
+	for _, f := range []string{"--tool", "--agent", "--status", "--state", "--since", "--until", "--limit", "--cursor", "--all", "--as-of-seq"} {
+		require.Contains(t, help, f)
+	}
+	_, help, _ = s.runAll(t, "serve", "--help")
+	require.Contains(t, help, "(default 127.0.0.1:8080)", "serve's help shows its defaults")
+	out, help, code := s.runAll(t, "version", "--help")
+	require.Equal(t, 0, code)
+	require.Empty(t, out, "version --help prints help, not the version")
+	require.Contains(t, help, "Usage: cgledger version")
+}
+
+// TestCLIErrorsNameTheSettingAndItsSource: an unreachable server, a bad
+// setting and a missing file each say which setting (and from where) and
+// exit with the documented code.
+func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
+	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	_, errOut, code := s.runAll(t, "audit", "projects")
+	require.Equal(t, 3, code)
+	require.Contains(t, errOut, s.httpURL())
+	require.Contains(t, errOut, "CGLEDGER_SERVER", "the harness sets the server through the environment")
+	_, errOut, code = s.runAll(t, "audit", "projects", "--server", "http://127.0.0.1:1")
+	require.Equal(t, 3, code)
+	require.Contains(t, errOut, "flag --server")
+	_, errOut, code = s.runAll(t, "call", "--project", "p", "--agent", "a", "--tool", "echo")
+	require.Equal(t, 3, code)
+	require.Contains(t, errOut, "CGLEDGER_NATS_URL")
+
+	for _, verb := range []string{"verify", "replay"} {
+		_, errOut, code = s.runAll(t, verb, filepath.Join(t.TempDir(), "missing.jsonl"))
+		require.Equal(t, 2, code, "%s of a file that does not exist is a usage error", verb)
+		require.Equal(t, 1, strings.Count(errOut, verb+":"), "one prefix: %s", errOut)
+	}
+
+	cmd := exec.Command(binary, "serve", "--data", t.TempDir())
+	cmd.Env = append(os.Environ(), "CGLEDGER_REPLICAS=abc")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.ExitCode())
+	require.Contains(t, stderr.String(), `"abc" from environment variable CGLEDGER_REPLICAS`)
+	require.NotContains(t, stderr.String(), "strconv")
+
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("colour: blue\nflavour: mint\nreplicas: many\n"), 0o600))
+	out, code := s.run(t, "check-config", "--config", cfg)
+	require.Equal(t, 2, code)
+	for _, k := range []string{`"colour"`, `"flavour"`, `"replicas"`} {
+		require.Contains(t, out, k, "every problem is listed")
+	}
+}
+
+// TestCLIAuditorVerbs: list and filter calls with paging, list projects,
+// read a turn with its payloads whole and dates with their zone.
+func TestCLIAuditorVerbs(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	long := strings.Repeat("abcdefghij", 30)
+	for i, args := range []string{`{"text":"` + long + `"}`, `{"text":"b"}`, `{"text":"c"}`} {
+		_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", args, "--turn", "t1", "--call-id", fmt.Sprintf("c%d", i))
+		require.Equal(t, 0, code)
+	}
+	// A call that fails: sleep refuses arguments outside its schema.
+	_, code := s.run(t, "call", "--project", "demo", "--agent", "bob", "--tool", "sleep", "--args", `{"ms":"soon"}`, "--turn", "t2", "--call-id", "bad")
+	require.Equal(t, 1, code)
+
+	out, code := s.run(t, "audit", "calls", "--project", "demo")
+	require.Equal(t, 0, code)
+	require.Equal(t, 4, strings.Count(out, " call "), out)
+	out, code = s.run(t, "audit", "calls", "--project", "demo", "--status", "failed")
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, " call "), out)
+	require.Contains(t, out, "call bad")
+	out, code = s.run(t, "audit", "calls", "--project", "demo", "--agent", "alice", "--limit", "2")
+	require.Equal(t, 0, code)
+	require.Equal(t, 2, strings.Count(out, " call "), out)
+	m := regexp.MustCompile(`next page: --cursor (\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	out, code = s.run(t, "audit", "calls", "--project", "demo", "--agent", "alice", "--limit", "2", "--cursor", m[1])
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, " call "), out)
+	out, code = s.run(t, "audit", "calls", "--project", "demo", "--limit", "1", "--all")
+	require.Equal(t, 0, code)
+	require.Equal(t, 4, strings.Count(out, " call "), "--all follows every page: %s", out)
+	_, code = s.run(t, "audit", "calls", "--project", "demo", "--since", "yesterday")
+	require.Equal(t, 2, code)
+
+	out, code = s.run(t, "audit", "projects")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "demo")
+
+	out, code = s.run(t, "audit", "turn", "t1", "--project", "demo")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, long, "payloads are shown whole")
+	require.Regexp(t, `seq \d+ +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `, out, "times carry the date and the zone")
+	require.Contains(t, out, "\n        \"", "payloads are indented JSON")
+}
+
+// TestCLICallSaysDuplicateAndUnservedTool: a repeated call says so without
+// --json; a call to a tool nobody serves warns at once and says why at the
+// end.
+func TestCLICallSaysDuplicateAndUnservedTool(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	args := []string{"call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`, "--turn", "t1", "--call-id", "c1"}
+	_, errOut, code := s.runAll(t, args...)
+	require.Equal(t, 0, code)
+	require.NotContains(t, errOut, "dispatched before")
+	_, errOut, code = s.runAll(t, args...)
+	require.Equal(t, 0, code)
+	require.Contains(t, errOut, "was dispatched before")
+
+	_, errOut, code = s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "nobody", "--timeout", "1s")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "warning: tool nobody is not registered")
+	require.Contains(t, errOut, "after 11s (the call's --timeout 1s plus 10s")
+}
+
+// TestSIGTERMFinishesCallsInFlight: a client waiting on a call when serve
+// is told to stop gets its result: the executor drains, the projector
+// catches up and only then do HTTP and the API stop.
+func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "call", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":3000}`, "--turn", "t1", "--call-id", "slow")
+	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	// Stop serve once the call is running (dispatched, not yet reported).
+	require.Eventually(t, func() bool {
+		var st struct {
+			Call struct {
+				State string `json:"state"`
+			} `json:"call"`
+		}
+		return s.getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/calls/slow", &st) == 200 && st.Call.State == "dispatched"
+	}, time.Minute, 20*time.Millisecond)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "the waiting client gets its answer: stdout %s stderr %s", out.String(), errOut.String())
+	require.Contains(t, out.String(), "status:     success")
+	require.NoError(t, s.cmd.Wait(), "serve exits 0")
+	log := s.log.String()
+	require.Less(t, strings.Index(log, "executor drained"), strings.Index(log, "http server stopped"), log)
+}
