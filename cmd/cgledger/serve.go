@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cgledger/cgledger/auditweb"
+	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/internal/httpjson"
@@ -76,6 +78,12 @@ func serve(args []string) int {
 		return exitUsage
 	}
 	log := newLogger(s)
+	if s.NATSURL != "" && source["nats_url"] != "flag --nats-url" {
+		// The same variable names the server for the client verbs: say so,
+		// since it also turns the embedded server off here.
+		log.Warn("using an external NATS server instead of the embedded one", "nats_url", s.NATSURL, "set_by", source["nats_url"],
+			"hint", "unset it (or clear nats_url) to run the embedded server")
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	ctx, stop := context.WithCancel(context.Background())
@@ -334,6 +342,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				return store.VerifyStream(ctx, js, l.StreamName())
 			},
 		}))
+		mux.Handle("GET /ui/", http.StripPrefix("/ui", auditweb.Handler()))
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	} else {
 		ready0.Store(true)
 	}
@@ -434,6 +444,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", docs.Handler(mux)) // GET /v1/openapi.json; 404/405 problem details for what no route serves
 	if s.PProf != "" {
 		stopPprof, err := servePprof(s.PProf, log)
 		if err != nil {
