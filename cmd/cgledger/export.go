@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cgledger/cgledger/internal/replay"
@@ -28,6 +31,7 @@ project ("*"), such as the embedded admin credential.`)
 	cf.register(fs)
 	out := fs.String("out", "", "file to write (required; - for standard output)")
 	from := fs.Uint64("from-seq", 1, "first sequence to export")
+	quiet := fs.Bool("quiet", false, "print no progress")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
@@ -72,7 +76,17 @@ project ("*"), such as the embedded admin credential.`)
 	}
 	defer os.Remove(partial)
 	bw := bufio.NewWriter(f)
-	_, err = io.Copy(bw, resp.Body)
+	pr := newProgress("export", *quiet)
+	total := uint64(0)
+	if last := cf.lastSeq(ctx); last >= *from {
+		total = last - *from + 1
+	}
+	_, err = io.Copy(bw, &lineCounter{r: resp.Body, each: func(lines uint64) {
+		if lines > 1 { // the header line is not an entry
+			pr.update(lines-1, total, "entries", 0)
+		}
+	}})
+	pr.done()
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -116,6 +130,7 @@ the same file gives the same digest every time, on any machine. With --expect (a
 build's digest), exit 0 when the two builds agree and 1 when they differ.`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	expect := fs.String("expect", "", "digest to compare with")
+	quiet := fs.Bool("quiet", false, "print no progress")
 	pos, code, ok := parseOrExit(fs, args, 1)
 	if !ok {
 		return code
@@ -127,7 +142,9 @@ build's digest), exit 0 when the two builds agree and 1 when they differ.`)
 	} else {
 		f.Close()
 	}
-	res, err := replay.Run(ctx, pos[0], replay.Options{})
+	pr := newProgress("replay", *quiet)
+	res, err := replay.Run(ctx, pos[0], replay.Options{Progress: replayProgress(pr)})
+	pr.done()
 	if err != nil {
 		// replay.Run names itself.
 		return failf(exitFailed, "%v", err)
@@ -168,6 +185,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 	var cf clientFlags
 	cf.register(fs)
 	against := fs.String("against", "", "HTTP base URL of the live server to compare an export's chain head with (default: --server, when reachable)")
+	quiet := fs.Bool("quiet", false, "print no progress")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -178,30 +196,59 @@ against the links its views recorded. Exit 1 when verification fails.`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if len(pos) == 1 {
-		f, err := os.Open(pos[0])
+		from, err := exportFromSeq(pos[0])
 		if err != nil {
 			return failf(exitUsage, "verify: %v", err)
 		}
-		rep, err := ledger.VerifyExport(f)
-		f.Close()
-		if err != nil {
-			return failf(exitFailed, "verify: %v", err)
+		pr := newProgress("verify", *quiet)
+		var rep ledger.VerifyReport
+		digest := ""
+		if from == 1 {
+			// One pass: the replay verifies the chain as it imports, and
+			// projects for the view digest.
+			res, err := replay.Run(ctx, pos[0], replay.Options{Progress: replayProgress(pr)})
+			pr.done()
+			if res == nil || (err != nil && res.File.FirstBadSeq == 0) {
+				return failf(exitFailed, "verify: %v", err)
+			}
+			rep, digest = res.File, res.Digest
+		} else {
+			// Views are built from sequence 1: a partial export has a
+			// chain to check but no digest of its own.
+			f, err := os.Open(pos[0])
+			if err != nil {
+				return failf(exitUsage, "verify: %v", err)
+			}
+			st, _ := f.Stat()
+			cr := &countingFile{f: f}
+			stop := make(chan struct{})
+			go func() {
+				t := time.NewTicker(200 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-t.C:
+						pr.update(uint64(cr.n.Load()), uint64(st.Size()), "bytes checked", 0)
+					case <-stop:
+						return
+					}
+				}
+			}()
+			rep, err = ledger.VerifyExport(bufio.NewReaderSize(cr, 1<<20))
+			close(stop)
+			pr.done()
+			f.Close()
+			if err != nil {
+				return failf(exitFailed, "verify: %v", err)
+			}
+			digest = "n/a (partial export from seq " + fmt.Sprint(rep.FromSeq) + ")"
 		}
 		body := map[string]any{"file": pos[0], "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head}
 		noted(body, rep)
-		switch {
-		case !rep.OK:
+		if !rep.OK {
 			body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
-		case rep.FromSeq != 1:
-			// Views are built from sequence 1: a partial export has a
-			// chain to check but no digest of its own.
-			body["digest"] = "n/a (partial export from seq " + fmt.Sprint(rep.FromSeq) + ")"
-		default:
-			res, err := replay.Run(ctx, pos[0], replay.Options{})
-			if err != nil {
-				return failf(exitFailed, "verify: replay for the view digest: %v", err)
-			}
-			body["digest"] = res.Digest
+		} else {
+			body["digest"] = digest
 		}
 		ok := rep.OK
 		if ok && rep.LastSeq > 0 {
@@ -301,4 +348,87 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// replayProgress shows a replay's progress: entries imported and projected,
+// and how much of the file is read.
+func replayProgress(pr *progress) func(replay.Progress) {
+	return func(p replay.Progress) {
+		frac := 0.0
+		if p.FileBytes > 0 {
+			frac = float64(p.BytesRead) / float64(p.FileBytes)
+		}
+		pr.update(p.Imported, 0, fmt.Sprintf("entries imported and verified, %d projected", p.Projected), frac)
+	}
+}
+
+// exportFromSeq reads the from_seq of an export file's header line.
+func exportFromSeq(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
+	if err != nil && len(line) == 0 {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	var h ledger.ExportHeader
+	if json.Unmarshal(line, &h) != nil || h.Format != ledger.ExportFormat {
+		return 0, fmt.Errorf("%s: line 1 is not a %s header", path, ledger.ExportFormat)
+	}
+	return h.FromSeq, nil
+}
+
+// countingFile counts the bytes read from a file.
+type countingFile struct {
+	f *os.File
+	n atomic.Int64
+}
+
+func (c *countingFile) Read(p []byte) (int, error) {
+	n, err := c.f.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// lineCounter counts the lines read through it.
+type lineCounter struct {
+	r     io.Reader
+	lines uint64
+	each  func(lines uint64)
+}
+
+func (l *lineCounter) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if c := uint64(bytes.Count(p[:n], []byte{'\n'})); c > 0 {
+		l.lines += c
+		l.each(l.lines)
+	}
+	return n, err
+}
+
+// lastSeq asks the server's /readyz for the ledger stream's last sequence
+// (0 when it does not say).
+func (c *clientFlags) lastSeq(ctx context.Context) uint64 {
+	var r struct {
+		LastSeq uint64 `json:"last_seq"`
+	}
+	rq, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(c.server, "/")+"/readyz", nil)
+	if err != nil {
+		return 0
+	}
+	hc, err := c.httpClient(rq)
+	if err != nil {
+		return 0
+	}
+	resp, err := hc.Do(rq)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r) != nil {
+		return 0
+	}
+	return r.LastSeq
 }

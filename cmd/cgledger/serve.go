@@ -418,12 +418,19 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		body := map[string]any{"status": "ready", "roles": s.Roles}
 		if proj != nil {
 			body["applied_seq"] = proj.Applied()
 		}
+		// The stream's end, so that a person watching a rebuild (or an
+		// export) sees how far there is to go.
+		lctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		if st, err := js.Stream(lctx, l.StreamName()); err == nil {
+			body["last_seq"] = st.CachedInfo().State.LastSeq
+		}
+		cancel()
 		if shuttingDown.Load() {
 			body["status"], body["reason"] = "not ready", "shutting down"
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,25 +40,43 @@ type Options struct {
 	// Inspect, when set, runs against the projected views before the
 	// replay's server stops (tests read timelines and dumps with it).
 	Inspect func(store *projector.Store, q *projector.Queries) error
+	// Progress, when set, is called as the replay goes: bytes of the file
+	// read of its size, entries imported, and entries projected.
+	Progress func(Progress)
 }
 
-// Run replays the export at path.
+// Progress is how far a replay has come.
+type Progress struct {
+	BytesRead, FileBytes int64
+	Imported, Projected  uint64
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Run replays the export at path in one pass over the file: each entry is
+// verified as it is read and imported with pipelined publishes, while the
+// projector follows the stream and projects what is imported. A file that
+// fails verification stops the import at the bad entry and is an error
+// (the result's File says where).
 func Run(ctx context.Context, path string, o Options) (*Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer f.Close()
-	rep, err := ledger.VerifyExport(f)
+	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	res := &Result{File: rep}
-	if !rep.OK {
-		return res, fmt.Errorf("replay: export file fails verification at seq %d: %s", rep.FirstBadSeq, rep.Reason)
 	}
 	dir := o.Dir
 	if dir == "" {
@@ -75,18 +95,13 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 		return nil, fmt.Errorf("replay: connect: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if err := ledger.Provision(ctx, js, ledger.StreamConfig{}); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	tr, err := ledger.Import(ctx, js, ledger.DefaultStream, f)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	res.Entries = tr.Count
 	store, err := projector.OpenStore(filepath.Join(dir, "views"), projector.StoreOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -96,16 +111,81 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	if err := p.CatchUp(ctx); err != nil {
-		return nil, fmt.Errorf("replay: project: %w", err)
+	// The projector follows the stream while the file is imported.
+	pctx, stopProj := context.WithCancel(ctx)
+	projDone := make(chan error, 1)
+	go func() {
+		err := p.CatchUp(pctx)
+		if err == nil {
+			err = p.Run(pctx)
+		}
+		projDone <- err
+	}()
+	stopProjector := func() error {
+		stopProj()
+		err := <-projDone
+		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+			err = nil // stopped by us
+		}
+		return err
+	}
+	cr := &countingReader{r: f}
+	var imported atomic.Uint64
+	report := func() {
+		if o.Progress != nil {
+			o.Progress(Progress{BytesRead: cr.n.Load(), FileBytes: st.Size(), Imported: imported.Load(), Projected: p.Applied()})
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	tickDone := make(chan struct{})
+	defer close(tickDone)
+	go func() {
+		for {
+			select {
+			case <-tick.C:
+				report()
+			case <-tickDone:
+				return
+			}
+		}
+	}()
+	rep, err := ledger.ImportVerified(ctx, js, ledger.DefaultStream, cr, ledger.ImportConfig{Progress: func(n uint64) { imported.Store(n) }})
+	res := &Result{File: rep, Entries: imported.Load()}
+	if err != nil {
+		_ = stopProjector()
+		return res, fmt.Errorf("replay: %w", err)
+	}
+	if !rep.OK {
+		_ = stopProjector()
+		return res, fmt.Errorf("replay: export file fails verification at seq %d: %s", rep.FirstBadSeq, rep.Reason)
+	}
+	// Wait until the projector has applied the last imported entry.
+	for p.Applied() < rep.LastSeq {
+		select {
+		case err := <-projDone:
+			projDone <- err
+			return res, fmt.Errorf("replay: project: %w", err)
+		case <-ctx.Done():
+			_ = stopProjector()
+			return res, fmt.Errorf("replay: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := stopProjector(); err != nil {
+		return res, fmt.Errorf("replay: project: %w", err)
+	}
+	report()
+	if err := store.Sync(); err != nil {
+		return res, fmt.Errorf("replay: %w", err)
 	}
 	d, err := store.DigestNow()
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	res.AppliedSeq, res.Digest, res.ChainHead = d.AppliedSeq, d.Digest, d.ChainHead
-	if res.ChainHead != tr.Head {
-		return res, fmt.Errorf("replay: projected chain head %s differs from the file's %s", res.ChainHead, tr.Head)
+	if res.ChainHead != rep.Head {
+		return res, fmt.Errorf("replay: projected chain head %s differs from the file's %s", res.ChainHead, rep.Head)
 	}
 	if o.Inspect != nil {
 		if err := o.Inspect(store, projector.NewQueries(store)); err != nil {

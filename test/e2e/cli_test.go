@@ -129,6 +129,14 @@ func TestCLIAuditorVerbs(t *testing.T) {
 	_, code = s.run(t, "audit", "calls", "--project", "demo", "--since", "yesterday")
 	require.Equal(t, 2, code)
 
+	var ready struct {
+		AppliedSeq uint64 `json:"applied_seq"`
+		LastSeq    uint64 `json:"last_seq"`
+	}
+	require.Equal(t, 200, s.getJSON(t, s.httpURL()+"/readyz", &ready))
+	require.NotZero(t, ready.LastSeq, "/readyz says where the stream ends")
+	require.GreaterOrEqual(t, ready.LastSeq, ready.AppliedSeq)
+
 	out, code = s.run(t, "audit", "projects")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "demo")

@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ImportConfig tunes ImportVerified. The zero value is usable.
+type ImportConfig struct {
+	// InFlight bounds the publishes awaiting their acknowledgement; 0 means
+	// 1024.
+	InFlight int
+	// Progress, when set, is called after each entry is published, with the
+	// number published so far.
+	Progress func(entries uint64)
+}
+
+// errStopImport ends the read of the file at the first entry that fails
+// verification; the report says which.
+var errStopImport = errors.New("stop import")
+
+// ImportVerified reads an export file once: it verifies the chain as it
+// reads (as VerifyExport does) and appends each verified entry to the
+// empty stream with its original sequence, pipelining the publishes (at most
+// InFlight unacknowledged). It stops at the first entry that does not
+// verify: the report says which, and the stream holds only entries before
+// it. The error is for what is not a verdict on the file (an unreadable
+// file, a stream that refuses an entry). JetStream's own Nats-* headers are
+// dropped as in Import.
+func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, r io.Reader, cfg ImportConfig) (VerifyReport, error) {
+	var rep VerifyReport
+	inFlight := cfg.InFlight
+	if inFlight <= 0 {
+		inFlight = 1024
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return rep, fmt.Errorf("import: stream %s: %w", stream, err)
+	}
+	if last := s.CachedInfo().State.LastSeq; last != 0 {
+		return rep, fmt.Errorf("import: stream %s is not empty (last seq %d)", stream, last)
+	}
+	type pending struct {
+		seq uint64
+		ack jetstream.PubAckFuture
+	}
+	var window []pending
+	// settle waits for the oldest publishes until at most keep remain.
+	settle := func(keep int) error {
+		for len(window) > keep {
+			p := window[0]
+			select {
+			case ack := <-p.ack.Ok():
+				if ack.Sequence != p.seq {
+					return fmt.Errorf("import: entry %d was stored as %d", p.seq, ack.Sequence)
+				}
+			case err := <-p.ack.Err():
+				return fmt.Errorf("import: entry %d: %w", p.seq, err)
+			case <-ctx.Done():
+				return fmt.Errorf("import: %w", ctx.Err())
+			}
+			window = window[1:]
+		}
+		return nil
+	}
+	var v *ChainVerifier
+	var published uint64
+	hdr, tr, err := ReadExport(r, func(h ExportHeader) error {
+		if h.FromSeq != 1 {
+			return fmt.Errorf("%w: a replay needs a full export (from_seq 1), this one starts at %d", ErrBadExport, h.FromSeq)
+		}
+		prev, err := ParseLink(h.PrevLink)
+		if err != nil {
+			return fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
+		}
+		v = NewChainVerifier(h.FromSeq, prev)
+		return nil
+	}, func(e ExportEntry) error {
+		rep.LastSeq = e.Seq
+		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
+		file, _ := ParseLink(e.Link)
+		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
+			return errStopImport
+		}
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
+		for k, vals := range e.Headers {
+			if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+				msg.Header[k] = vals
+			}
+		}
+		// Each publish states the sequence it must get: JetStream refuses it
+		// (and so every later one) if anything else was stored between.
+		ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		if err != nil {
+			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
+		}
+		window = append(window, pending{seq: e.Seq, ack: ack})
+		if err := settle(inFlight - 1); err != nil {
+			return err
+		}
+		published++
+		if cfg.Progress != nil {
+			cfg.Progress(published)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopImport) {
+		return rep, err
+	}
+	if err := settle(0); err != nil {
+		return rep, err
+	}
+	rep.FromSeq = hdr.FromSeq
+	rep.Count, rep.Head = v.Count(), v.Head().String()
+	switch bad, why := v.FirstBad(); {
+	case bad != 0:
+		rep.FirstBadSeq, rep.Reason = bad, why
+	case tr == nil:
+		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
+	case tr.Count != v.Count() || tr.Head != rep.Head:
+		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending in %s; file holds %d ending in %s", tr.Count, tr.Head, v.Count(), rep.Head)
+	default:
+		rep.OK = true
+	}
+	return rep, nil
+}
