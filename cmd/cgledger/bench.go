@@ -47,7 +47,13 @@ core NATS wakeup; and duplicate reports against failing KV creates (the raw cost
 It prints medians over the rounds and the ratios (cgledger / raw), with process CPU per
 call (server and load generator share this process), messages the ledger's own connections
 sent the server per call (JetStream publishes, KV operations, reads, replies, acks; the
-server's account statistics) and projector batch commits per call. See BENCHMARKS.md.`
+server's account statistics) and projector batch commits per call. See BENCHMARKS.md.
+
+--rebuild CALLS measures the views instead: it records CALLS calls (dispatch, result card,
+report: about five entries each), then alternates a raw ordered read of the whole ledger
+stream with the projector rebuilding fresh views from it (as after the views directory is
+removed), printing entries per second (cg/s, raw/s), the time of each (p50 ms) and the CPU
+per entry.`
 
 // benchResult is one measured run.
 type benchResult struct {
@@ -72,13 +78,14 @@ type benchRow struct {
 }
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json] [--cpuprofile FILE]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
 	syncAlways := fs.Bool("sync-always", false, "fsync every JetStream write (the embedded server's --sync-always)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
+	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
@@ -104,7 +111,10 @@ func bench(args []string) int {
 	if *rounds < 1 || *duration <= 0 {
 		return failf(exitUsage, "bench: --rounds and --duration must be positive")
 	}
-	rows, err := runBench(*duration, *rounds, inflight, *syncAlways)
+	if *rebuild < 0 {
+		return failf(exitUsage, "bench: --rebuild must be a number of calls")
+	}
+	rows, err := runBench(*duration, *rounds, inflight, *syncAlways, *rebuild)
 	if err != nil {
 		return failf(exitFailed, "bench: %v", err)
 	}
@@ -139,7 +149,7 @@ type benchEnv struct {
 	seq     atomic.Int64
 }
 
-func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]benchRow, error) {
+func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebuild int) ([]benchRow, error) {
 	dir, err := os.MkdirTemp("", "cgledger-bench-")
 	if err != nil {
 		return nil, err
@@ -232,6 +242,9 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool) ([]b
 		return nil, err
 	}
 	defer tools.close()
+	if rebuild > 0 {
+		return benchRebuild(ctx, e, tools, rebuild, rounds)
+	}
 	external := func(ctx context.Context) error { return e.callTool(ctx, benchExtTool) }
 	var rows []benchRow
 	for _, n := range inflight {
