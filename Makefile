@@ -6,12 +6,17 @@ GO ?= go
 test: vet tools
 	$(GO) test -race -count=1 ./...
 
-## tools: promtool (Debian's prometheus package) for the alert rule tests, when it can be installed.
+## tools: promtool (Debian's prometheus package) for the alert rule tests and chromium for the
+## audit web page's browser test, when they can be installed.
 tools:
 	@command -v promtool >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 || \
 		 (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1))) || \
 		echo "promtool not installed: the alert rule tests will skip (apt-get install prometheus)"
+	@command -v chromium >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+		(apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
+		 (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1))) || \
+		echo "chromium not installed: the audit web page test will skip (apt-get install chromium)"
 
 vet:
 	$(GO) vet ./...

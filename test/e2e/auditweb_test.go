@@ -1,0 +1,537 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/testenv"
+)
+
+// TestAuditwebInChromium drives the audit web page (/ui/) in headless
+// Chromium as an auditor would: sign in by pasting a .creds file, open a
+// project, filter and page its calls, read a turn's timeline entry by entry
+// (checked against the API), follow a call to its story, go back in time
+// with the as-of control, and check the chain. It saves a screenshot of each
+// step under CGLEDGER_ARTIFACTS (default <repo>/artifacts/auditweb/).
+func TestAuditwebInChromium(t *testing.T) {
+	chrome, err := exec.LookPath("chromium")
+	if err != nil {
+		testenv.Skip(t, "chromium not installed (make tools, or apt-get install chromium): %v", err)
+	}
+	dir := artifactsDir(t)
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+
+	// The static page is open and locked down; the root redirects to it.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(s.httpURL() + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusFound, resp.StatusCode)
+	require.Equal(t, "/ui/", resp.Header.Get("Location"))
+	for path, ctype := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css"} {
+		resp := httpAs(t, credential{}, "GET", s.httpURL()+path, "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.Contains(t, resp.Header.Get("Content-Type"), ctype, path)
+		require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'", path)
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), path)
+	}
+
+	// Two turns: a success whose arguments are hostile markup and a number
+	// beyond float64, a failure (bad arguments), a rejection (the same call
+	// id with other arguments), and a last call in another turn.
+	hostile := `<img src=x onerror=alert(1)>`
+	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--turn", "t1", "--call-id", "c1",
+		"--args", `{"text":"`+hostile+`","n":12345678901234567890}`)
+	require.Equal(t, 0, code, out)
+	_, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":"soon"}`, "--turn", "t1", "--call-id", "c2")
+	require.Equal(t, 1, code, "arguments that do not match the schema fail the call")
+	_, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"changed"}`, "--turn", "t1", "--call-id", "c1")
+	require.Equal(t, 1, code, "the same call with other arguments is rejected")
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "bob", "--tool", "echo", "--args", `{"text":"bye"}`, "--turn", "t2", "--call-id", "c3")
+	require.Equal(t, 0, code, out)
+
+	auditor := s.issue(t, "--project", "demo", "--role", "auditor")
+	global := s.issue(t, "--project", "*", "--role", "auditor")
+	// Every entry written (each call's wakeup decided after its report) and
+	// applied to the views before the API and the browser look.
+	base := s.httpURL() + "/v1/projects/demo"
+	require.Eventually(t, func() bool {
+		var cs struct {
+			Items []struct {
+				WakeupSkipped bool   `json:"wakeup_skipped"`
+				WakeupSeq     uint64 `json:"wakeup_seq"`
+			} `json:"items"`
+		}
+		apiGet(t, auditor, base+"/calls", &cs)
+		for _, c := range cs.Items {
+			if !c.WakeupSkipped && c.WakeupSeq == 0 {
+				return false
+			}
+		}
+		return len(cs.Items) == 3
+	}, 30*time.Second, 20*time.Millisecond, "every call's wakeup decided")
+	var live struct {
+		LastSeq uint64 `json:"last_seq"`
+	}
+	apiGet(t, global, s.httpURL()+"/v1/verify", &live)
+	require.Eventually(t, func() bool {
+		var d struct {
+			AppliedSeq uint64 `json:"applied_seq"`
+		}
+		apiGet(t, global, s.httpURL()+"/v1/digest", &d)
+		return d.AppliedSeq >= live.LastSeq
+	}, 30*time.Second, 20*time.Millisecond)
+
+	// What the API says, to compare the page with.
+	var calls struct {
+		AsOfSeq uint64 `json:"as_of_seq"`
+		Items   []struct {
+			Turn          string `json:"agent_turn_id"`
+			Call          string `json:"tool_call_id"`
+			Status        string `json:"status"`
+			DispatchedSeq uint64 `json:"dispatched_seq"`
+		} `json:"items"`
+	}
+	apiGet(t, auditor, base+"/calls", &calls)
+	require.Len(t, calls.Items, 3)
+	timeline := apiTimeline(t, auditor, base+"/turns/t1/timeline")
+	var rejSeq uint64
+	for _, it := range timeline.Items {
+		if it.Kind == "rejection" {
+			rejSeq = it.Seq
+		}
+	}
+	require.NotZero(t, rejSeq, "the rejection is in turn t1's timeline")
+	story := apiTimeline(t, auditor, base+"/calls/c1?turn=t1")
+	before := rejSeq - 1 // before the rejection and the last call (c3)
+	require.Greater(t, calls.Items[2].DispatchedSeq, before)
+	timelineBefore := apiTimeline(t, auditor, base+"/turns/t1/timeline?as_of_seq="+u64(before))
+	storyBefore := apiTimeline(t, auditor, base+"/calls/c1?turn=t1&as_of_seq="+u64(before))
+	require.Less(t, len(storyBefore.Items), len(story.Items))
+	var digest struct {
+		AppliedSeq uint64 `json:"applied_seq"`
+		Digest     string `json:"digest"`
+	}
+	apiGet(t, global, s.httpURL()+"/v1/digest", &digest)
+	var link struct {
+		Link string `json:"link"`
+	}
+	apiGet(t, global, s.httpURL()+"/v1/chain/"+u64(before), &link)
+
+	// The browser.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 900),
+	)...)
+	defer cancelAlloc()
+	b := &browser{t: t, dir: dir}
+	var cancelTab context.CancelFunc
+	b.ctx, cancelTab = chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	// Uncaught exceptions, CSP refusals and script errors fail the test.
+	var mu sync.Mutex
+	var problems []string
+	consoleDone := make(chan struct{})
+	messages := chromedp.Console(b.ctx)
+	go func() {
+		defer close(consoleDone)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Source == "security" || (m.Type == chromedp.ConsoleError && m.Source != "network") {
+				mu.Lock()
+				problems = append(problems, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+
+	// 1. First load: the page tries without a token, gets 401, asks.
+	b.do(chromedp.Navigate(s.httpURL() + "/"))
+	b.waitView(`[data-view=signin]`)
+	b.wait(`[data-testid=signin-input]`)
+	require.Equal(t, s.httpURL()+"/ui/", b.location())
+	require.Contains(t, b.text(`[data-testid=signin-reason]`), "bearer token")
+	b.shot("signin")
+
+	// 2. Paste the whole .creds file.
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=signin-input]`), auditor.Creds),
+		chromedp.Click(chromedp.CSS(`[data-testid=signin-submit]`)))
+	b.waitView(`[data-view=projects][data-ready=true]`)
+	require.Contains(t, b.text(`[data-testid=auth-state]`), "auditor of project demo")
+	require.Equal(t, auditor.JWT, b.eval(`sessionStorage.getItem('cgledger.audit.jwt')`), "only the JWT is kept")
+	b.shot("projects")
+
+	// 3. Open the project: its calls, in dispatch order.
+	b.do(chromedp.SendKeys(chromedp.CSS(`[data-testid=project-input]`), "demo"),
+		chromedp.Click(chromedp.CSS(`[data-testid=project-open]`)))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="3"]`)
+	var want []string
+	for _, c := range calls.Items {
+		want = append(want, c.Turn+"/"+c.Call+":"+c.Status)
+	}
+	require.Equal(t, want, b.rows())
+	b.shot("calls")
+
+	// 4. Pages of two: the next page holds the third call.
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=filter-limit]`), "2"),
+		chromedp.Click(chromedp.CSS(`[data-testid=filter-apply]`)))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="2"]`)
+	require.Equal(t, want[:2], b.rows())
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=calls-next]`)))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="1"]`)
+	require.Equal(t, want[2:], b.rows())
+	require.Contains(t, b.location(), "cursor=")
+	b.shot("calls-page2")
+
+	// Back twice (hash routing): the unfiltered list again.
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="2"]`)
+	b.do(chromedp.Evaluate[chromedp.Void](`history.back()`))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="3"]`)
+
+	// 5. Filter by status: only the failed call.
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=filter-status]`), "failed"),
+		chromedp.Click(chromedp.CSS(`[data-testid=filter-apply]`)))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="1"]`)
+	require.Equal(t, []string{"t1/c2:failed"}, b.rows())
+	require.Contains(t, b.location(), "status=failed")
+	b.shot("calls-failed")
+
+	// 6. The turn's timeline: every entry, as the API lists it, in full.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=call-row] [data-testid=turn-link]`)))
+	b.waitView(`[data-view=timeline][data-ready=true][data-count="` + strconv.Itoa(len(timeline.Items)) + `"]`)
+	require.Contains(t, b.text(`[data-testid=timeline-count]`), strconv.Itoa(len(timeline.Items))+" entries")
+	require.Equal(t, u64(timeline.AsOfSeq), b.text(`[data-testid=view] [data-testid=answer-asof]`))
+	b.checkEntries(`[data-testid=timeline-entry]`, timeline.Items)
+	text := b.text(`[data-testid=view]`)
+	require.Contains(t, text, hostile, "markup from an agent is shown as text")
+	require.Contains(t, text, "12345678901234567890", "every digit of a number is kept")
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('main img, main script').length)`), "no element from data")
+	b.shot("timeline")
+	// A reload shows the same view (the credential stays for the tab): the
+	// mark on the old document is gone from the new one.
+	b.do(chromedp.Evaluate[chromedp.Void](`document.body.dataset.stale = 'yes'; location.reload()`))
+	b.wait(`body:not([data-stale]) [data-testid=view][data-view=timeline][data-ready=true][data-count="` + strconv.Itoa(len(timeline.Items)) + `"]`)
+
+	// 7. From the rejection entry to the call's story.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=timeline-entry][data-kind=rejection] [data-testid=entry-call-link]`)))
+	b.waitView(`[data-view=story][data-ready=true][data-count="` + strconv.Itoa(len(story.Items)) + `"]`)
+	state := b.text(`[data-testid=story-state]`)
+	require.Contains(t, state, "reported")
+	require.Contains(t, state, "success")
+	rej := b.text(`[data-testid=last-rejection]`)
+	require.Contains(t, rej, "conflict")
+	require.Contains(t, rej, "card.card_id (conflict)", "the last rejection lists its violations")
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=expand-all]`)))
+	b.wait(`[data-testid=story-entry][data-kind=rejection] [data-testid=entry-data]`)
+	b.checkEntries(`[data-testid=story-entry]`, story.Items)
+	b.shot("story")
+
+	// 8. An as-of the API refuses: its error, with every violation.
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=asof-input]`), "yesterday"),
+		chromedp.Click(chromedp.CSS(`[data-testid=asof-apply]`)))
+	b.wait(`[data-testid=view][data-view=story][data-ready=true] [data-testid=story-error]`)
+	refusal := b.text(`[data-testid=story-error]`)
+	require.Contains(t, refusal, "HTTP 400 bad_request")
+	require.Contains(t, refusal, "as_of (invalid_value)")
+
+	// As of before the rejection: the story loses it, the turn and the
+	// project's calls are as they stood then (no c3 yet).
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=asof-input]`), u64(before)),
+		chromedp.Click(chromedp.CSS(`[data-testid=asof-apply]`)))
+	b.waitView(`[data-view=story][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="` + strconv.Itoa(len(storyBefore.Items)) + `"]`)
+	require.Equal(t, u64(before), b.text(`[data-testid=view] [data-testid=answer-asof]`))
+	require.Equal(t, "false", b.eval(`String(!!document.querySelector('[data-testid=last-rejection]'))`))
+	b.checkEntries(`[data-testid=story-entry]`, storyBefore.Items)
+	b.shot("story-asof")
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=state-turn-link]`)))
+	b.waitView(`[data-view=timeline][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="` + strconv.Itoa(len(timelineBefore.Items)) + `"]`)
+	b.checkEntries(`[data-testid=timeline-entry]`, timelineBefore.Items)
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=nav-calls]`)))
+	b.waitView(`[data-view=calls][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="2"]`)
+	require.Equal(t, want[:2], b.rows())
+	b.shot("calls-asof")
+
+	// 9. The chain needs "*": the project's auditor is told so plainly.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=nav-chain]`)))
+	b.wait(`[data-testid=digest-error]`)
+	require.Contains(t, b.text(`[data-testid=digest-error]`), "HTTP 403 forbidden")
+	b.shot("chain-forbidden")
+
+	// 10. Sign out, sign in with a bare JWT of every project: digest, the
+	// link at the as-of sequence, and verify.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=signout]`)))
+	b.waitView(`[data-view=signin]`)
+	require.Equal(t, "null", b.eval(`String(sessionStorage.getItem('cgledger.audit.jwt'))`))
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=signin-input]`), global.JWT),
+		chromedp.Click(chromedp.CSS(`[data-testid=signin-submit]`)))
+	b.waitView(`[data-view=chain][data-ready=true]`)
+	require.Equal(t, u64(digest.AppliedSeq), b.text(`[data-testid=digest-applied]`))
+	require.Equal(t, digest.Digest, b.text(`[data-testid=digest-value]`))
+	require.Contains(t, b.text(`[data-testid=chain-link]`), link.Link)
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=verify-run]`)))
+	b.wait(`[data-testid=verify-result][data-ok=true]`)
+	require.Contains(t, b.text(`[data-testid=verify-result]`), "OK")
+	b.shot("chain-verified")
+
+	// With "*" the projects view lists the projects (GET /v1/projects).
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=nav-projects]`)))
+	b.waitView(`[data-view=projects][data-ready=true]`)
+	b.wait(`[data-testid=project-row][data-project=demo] [data-testid=project-link]`)
+	b.shot("projects-list")
+
+	// 11. With --no-auth the page never asks: it tries without a token
+	// first and asks only on a 401.
+	noAuth := startServer(t, t.TempDir(), freePort(t), freePort(t), "--no-auth")
+	out, code = noAuth.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`, "--turn", "t9", "--call-id", "c9")
+	require.Equal(t, 0, code, out)
+	b.do(chromedp.Navigate(noAuth.httpURL() + "/ui/#/p/demo/calls"))
+	b.waitView(`[data-view=calls][data-ready=true][data-count="1"]`)
+	require.Equal(t, []string{"t9/c9:success"}, b.rows())
+	require.Equal(t, "true", b.eval(`String(document.querySelector('[data-testid=signin]').hidden)`))
+	b.shot("no-auth")
+
+	cancelTab()
+	<-consoleDone
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, problems, "the page ran without script errors or CSP refusals")
+}
+
+// browser is one Chromium tab of the test, with the steps' helpers.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	dir   string
+	shots int
+}
+
+// stepTimeout bounds each wait, so that a failure says where it stopped.
+const stepTimeout = 30 * time.Second
+
+func (b *browser) fail(err error, what string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.location.href + "\n" + document.body.innerText`))
+	b.shot("failed")
+	b.t.Fatalf("%s: %v\npage:\n%s", what, err, page)
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.fail(err, "browser step")
+	}
+}
+
+// wait waits until an element matching the CSS selector is visible.
+func (b *browser) wait(sel string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
+		b.fail(err, "waiting for "+sel)
+	}
+}
+
+// waitView waits for the rendered view matching the attribute selector (the
+// page replaces the view whole once its answer is in).
+func (b *browser) waitView(attrs string) {
+	b.t.Helper()
+	b.wait(`[data-testid=view]` + attrs)
+}
+
+func (b *browser) eval(js string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.fail(err, "evaluate "+js)
+	}
+	return v
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
+	if err != nil {
+		b.fail(err, "text of "+sel)
+	}
+	return strings.TrimSpace(v)
+}
+
+func (b *browser) location() string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Location())
+	if err != nil {
+		b.fail(err, "location")
+	}
+	return v
+}
+
+// rows are the calls list's rows as turn/call:status.
+func (b *browser) rows() []string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll('[data-testid=view] [data-testid=call-row]')].map(r => r.dataset.turn + '/' + r.dataset.call + ':' + r.dataset.status)`))
+	if err != nil {
+		b.fail(err, "call rows")
+	}
+	return v
+}
+
+// shownEntry is an entry as the page shows it.
+type shownEntry struct {
+	Seq     string `json:"seq"`
+	Kind    string `json:"kind"`
+	Time    string `json:"time"`
+	Subject string `json:"subject"`
+	Data    string `json:"data"`
+}
+
+// checkEntries compares the entries the page shows with the API's: the same
+// sequences in the same order, each with its time (UTC), kind, subject and
+// its whole data.
+func (b *browser) checkEntries(sel string, want []apiItem) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]shownEntry](`[...document.querySelectorAll('[data-testid=view] `+sel+`')].map(e => ({
+		seq: e.dataset.seq,
+		kind: e.querySelector('[data-testid=entry-kind]').textContent,
+		time: e.querySelector('[data-testid=entry-time]').textContent,
+		subject: e.querySelector('[data-testid=entry-subject]').textContent,
+		data: e.querySelector('[data-testid=entry-data]').textContent,
+	}))`))
+	if err != nil {
+		b.fail(err, "entries")
+	}
+	require.Len(b.t, got, len(want))
+	for i, w := range want {
+		g := got[i]
+		require.Equal(b.t, u64(w.Seq), g.Seq, "entry %d", i)
+		require.Equal(b.t, w.Kind, g.Kind, "seq %d", w.Seq)
+		require.Equal(b.t, w.Subject, g.Subject, "seq %d", w.Seq)
+		require.Equal(b.t, w.Time.UTC().Format(time.RFC3339Nano), g.Time, "seq %d: the time in UTC", w.Seq)
+		require.Equal(b.t, exactJSON(b.t, w.Data), exactJSON(b.t, []byte(g.Data)), "seq %d: the whole data", w.Seq)
+	}
+}
+
+// shot saves a full-page PNG of the current step.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	b.shots++
+	path := filepath.Join(b.dir, fmt.Sprintf("%02d-%s.png", b.shots, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// artifactsDir is $CGLEDGER_ARTIFACTS, or artifacts/auditweb/ at the
+// repository's root, created.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CGLEDGER_ARTIFACTS")
+	if dir == "" {
+		root, err := os.Getwd()
+		require.NoError(t, err)
+		for {
+			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+				break
+			}
+			parent := filepath.Dir(root)
+			require.NotEqual(t, parent, root, "no go.mod above the test")
+			root = parent
+		}
+		dir = filepath.Join(root, "artifacts", "auditweb")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// apiItem is a timeline or story entry as the audit API answers it.
+type apiItem struct {
+	Seq     uint64          `json:"seq"`
+	Time    time.Time       `json:"time"`
+	Kind    string          `json:"kind"`
+	Subject string          `json:"subject"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type apiEntries struct {
+	AsOfSeq uint64    `json:"as_of_seq"`
+	Items   []apiItem `json:"items"`
+}
+
+func apiTimeline(t *testing.T, c credential, url string) apiEntries {
+	t.Helper()
+	var e apiEntries
+	apiGet(t, c, url, &e)
+	require.NotEmpty(t, e.Items, url)
+	return e
+}
+
+// apiGet reads url with c's JWT and decodes the 200 answer into out.
+func apiGet(t *testing.T, c credential, url string, out any) {
+	t.Helper()
+	resp := httpAs(t, c, "GET", url, "")
+	var body bytes.Buffer
+	_, err := body.ReadFrom(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", url, body.String())
+	require.NoError(t, json.Unmarshal(body.Bytes(), out), url)
+}
+
+// exactJSON decodes JSON keeping numbers' digits, for a comparison that
+// ignores layout only.
+func exactJSON(t *testing.T, b []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	require.NoError(t, dec.Decode(&v), string(b))
+	_, err := dec.Token()
+	require.True(t, errors.Is(err, io.EOF), "one JSON value: %s", b)
+	return v
+}
+
+func u64(n uint64) string { return strconv.FormatUint(n, 10) }
