@@ -41,7 +41,8 @@ import (
 const serveHelp = `Run cgledger. With no flags: an embedded JetStream nats-server (data under ./data,
 NATS on 127.0.0.1:4222), the ledger and its NATS request/reply API, the executor with the
 built-in tools, the projector, and an HTTP server on 127.0.0.1:8080 with /healthz, /readyz,
-/metrics, the audit API under /v1/ and the tool registry under /projects/.
+/metrics, the audit API under /v1/ (its OpenAPI document at /v1/openapi.json), the audit
+web page at /ui/ and the tool registry under /projects/.
 
 With --nats-url it uses an existing NATS JetStream server or cluster instead (use
 --replicas 3 on a cluster); --roles runs only some parts (api, executor, projector), so
