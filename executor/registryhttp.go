@@ -2,8 +2,10 @@ package executor
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
+	"sort"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
@@ -19,81 +21,188 @@ type Registry interface {
 // maxDefinitionBytes bounds a registration request body.
 const maxDefinitionBytes = 256 << 10
 
+// RegistryTool is a tool as the registry answers it: the definition in
+// force and the entry that wrote it, or a built-in (Seq 0, Builtin true)
+// the project did not override.
+type RegistryTool struct {
+	ledger.StoredTool
+	Builtin bool `json:"builtin"`
+}
+
+// RegistryPage is one page of GET /projects/{project_id}/tools: the
+// registered tools by name, then the built-ins the project did not
+// override, by name. NextCursor continues it (absent on the last page).
+type RegistryPage struct {
+	ProjectID  string         `json:"project_id"`
+	Items      []RegistryTool `json:"items"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+	// Tools repeats Items. Deprecated: read items; tools goes away in a
+	// later release.
+	Tools []RegistryTool `json:"tools"`
+}
+
+// RegistryRoutes are the patterns RegistryHandler serves (its catch-all
+// aside); the OpenAPI document's tests check each is documented.
+func RegistryRoutes() []string {
+	var out []string
+	for _, rt := range registryRoutes(nil) {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+type registryRoute struct {
+	pattern string
+	serve   http.HandlerFunc
+}
+
 // RegistryHandler serves the tool registry management API:
 // POST /projects/{project_id}/tools (YAML or JSON body), GET
-// /projects/{project_id}/tools and GET /projects/{project_id}/tools/{tool_name}.
-// builtins are listed for projects that did not register their own.
+// /projects/{project_id}/tools (paged: limit, cursor) and GET
+// /projects/{project_id}/tools/{tool_name}. builtins are listed for
+// projects that did not register their own. Errors are RFC 9457 problem
+// details (internal/httpjson); a request no route serves is 404, or 405 with
+// Allow.
 func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /projects/{project}/tools", func(w http.ResponseWriter, req *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(req.Body, maxDefinitionBytes+1))
-		if err != nil {
-			httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "cannot read body: " + err.Error()})
-			return
+	for _, rt := range registryRoutes(&registry{r: r, builtins: builtins}) {
+		mux.HandleFunc(rt.pattern, rt.serve)
+	}
+	mux.HandleFunc("/projects/", httpjson.Fallback(mux, "/projects/"))
+	return mux
+}
+
+type registry struct {
+	r        Registry
+	builtins []*ledger.ToolDefinition
+}
+
+func registryRoutes(g *registry) []registryRoute {
+	return []registryRoute{
+		{"POST /projects/{project}/tools", g.register},
+		{"GET /projects/{project}/tools", g.list},
+		{"GET /projects/{project}/tools/{tool}", g.get},
+	}
+}
+
+func (g *registry) register(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxDefinitionBytes+1))
+	if err != nil {
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+		return
+	}
+	if len(body) > maxDefinitionBytes {
+		var vs ledger.Violations
+		vs.Add("body", ledger.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "definition too large", Violations: vs})
+		return
+	}
+	res, err := g.r.RegisterToolYAML(req.Context(), req.PathValue("project"), body)
+	if err != nil {
+		httpjson.Error(w, err)
+		return
+	}
+	status := http.StatusCreated
+	if res.Unchanged {
+		status = http.StatusOK
+	}
+	httpjson.Write(w, status, res)
+}
+
+// registryCursor names the last tool of a page: whether it is a built-in,
+// and its name.
+func registryCursor(t RegistryTool) string {
+	flag := byte('r')
+	if t.Builtin {
+		flag = 'b'
+	}
+	return base64.RawURLEncoding.EncodeToString(append([]byte{flag}, t.Definition.ToolName...))
+}
+
+func (g *registry) list(w http.ResponseWriter, req *http.Request) {
+	var vs ledger.Violations
+	limit := httpjson.Limit(req, &vs)
+	cursor := req.URL.Query().Get("cursor")
+	var after []byte
+	if cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || len(b) < 2 || b[0] != 'r' && b[0] != 'b' {
+			vs.Add("cursor", ledger.VInvalidValue, "is not a cursor of this query")
 		}
-		if len(body) > maxDefinitionBytes {
-			var vs ledger.Violations
-			vs.Add("body", ledger.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
-			httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "definition too large", Violations: vs})
-			return
+		after = b
+	}
+	if len(vs) > 0 {
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: vs})
+		return
+	}
+	project := req.PathValue("project")
+	tools, err := g.r.ListTools(req.Context(), project)
+	if err != nil {
+		httpjson.Error(w, err)
+		return
+	}
+	// Registered tools by name, then the built-ins not overridden, by name.
+	all := []RegistryTool{}
+	seen := map[string]bool{}
+	for _, t := range tools {
+		seen[t.Definition.ToolName] = true
+		all = append(all, RegistryTool{StoredTool: t})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Definition.ToolName < all[j].Definition.ToolName })
+	var bs []RegistryTool
+	for _, b := range g.builtins {
+		if !seen[b.ToolName] {
+			d := *b
+			d.ProjectID = project
+			bs = append(bs, RegistryTool{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
 		}
-		res, err := r.RegisterToolYAML(req.Context(), req.PathValue("project"), body)
-		if err != nil {
-			httpjson.Error(w, err)
-			return
+	}
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Definition.ToolName < bs[j].Definition.ToolName })
+	all = append(all, bs...)
+	start := 0
+	if after != nil {
+		builtin, name := after[0] == 'b', string(after[1:])
+		for start < len(all) && !registryAfter(all[start], builtin, name) {
+			start++
 		}
-		status := http.StatusCreated
-		if res.Unchanged {
-			status = http.StatusOK
-		}
-		httpjson.Write(w, status, res)
-	})
-	mux.HandleFunc("GET /projects/{project}/tools", func(w http.ResponseWriter, req *http.Request) {
-		project := req.PathValue("project")
-		tools, err := r.ListTools(req.Context(), project)
-		if err != nil {
-			httpjson.Error(w, err)
-			return
-		}
-		type item struct {
-			ledger.StoredTool
-			Builtin bool `json:"builtin"`
-		}
-		out := []item{}
-		seen := map[string]bool{}
-		for _, t := range tools {
-			seen[t.Definition.ToolName] = true
-			out = append(out, item{StoredTool: t})
-		}
-		for _, b := range builtins {
-			if !seen[b.ToolName] {
-				d := *b
-				d.ProjectID = project
-				out = append(out, item{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
-			}
-		}
-		httpjson.Write(w, http.StatusOK, map[string]any{"project_id": project, "tools": out})
-	})
-	mux.HandleFunc("GET /projects/{project}/tools/{tool}", func(w http.ResponseWriter, req *http.Request) {
-		project, name := req.PathValue("project"), req.PathValue("tool")
-		t, err := r.GetTool(req.Context(), project, name)
-		if err != nil {
-			if isNotFound(err) {
-				for _, b := range builtins {
-					if b.ToolName == name {
-						d := *b
-						d.ProjectID = project
-						httpjson.Write(w, http.StatusOK, map[string]any{"seq": 0, "definition": d, "builtin": true})
-						return
-					}
+	}
+	page := all[start:]
+	out := RegistryPage{ProjectID: project}
+	if len(page) > limit {
+		page = page[:limit]
+		out.NextCursor = registryCursor(page[len(page)-1])
+	}
+	out.Items, out.Tools = page, page
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// registryAfter reports whether t comes after the tool a cursor names in
+// the listing's order (registered tools, then built-ins; each by name).
+func registryAfter(t RegistryTool, builtin bool, name string) bool {
+	if t.Builtin != builtin {
+		return t.Builtin
+	}
+	return t.Definition.ToolName > name
+}
+
+func (g *registry) get(w http.ResponseWriter, req *http.Request) {
+	project, name := req.PathValue("project"), req.PathValue("tool")
+	t, err := g.r.GetTool(req.Context(), project, name)
+	if err != nil {
+		if isNotFound(err) {
+			for _, b := range g.builtins {
+				if b.ToolName == name {
+					d := *b
+					d.ProjectID = project
+					httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
+					return
 				}
 			}
-			httpjson.Error(w, err)
-			return
 		}
-		httpjson.Write(w, http.StatusOK, t)
-	})
-	return mux
+		httpjson.Error(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: *t})
 }
 
 func isNotFound(err error) bool {

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -73,10 +74,59 @@ type applier struct {
 	// nUnrecognized and nSkipped count this batch's entries of those kinds,
 	// for the metrics once it commits.
 	nUnrecognized, nSkipped int
+
+	// entryTime is the time the current entry's e row holds.
+	entryTime time.Time
+	// newProjects are the projects whose first entry is in this batch; the
+	// store's set learns them once it commits.
+	newProjects map[string]struct{}
 }
 
 func newApplier(s *Store, cp checkpoint) *applier {
+	if cp.Applied == 0 {
+		// A store at sequence 0 holds no rows (fresh, or reset for a
+		// rebuild): no project is known.
+		s.projects.reset()
+	}
 	return &applier{b: s.db.NewBatch(), cp: cp, store: s, pending: map[string]*CallState{}}
+}
+
+// checkpointRows writes the checkpoint and the project index's marker,
+// which the index is complete through (docs/audit-api.md#project-index).
+func (a *applier) checkpointRows() {
+	a.set(metaApplied, a.cp.encode())
+	a.set(metaProjects, binary.BigEndian.AppendUint64(nil, a.cp.Applied))
+}
+
+// noteProject writes the proj row of the project a project-scoped row
+// (projectRowTags) names, the first time a project appears: its first
+// entry is the one being applied. Names that are not identifiers (the
+// unrouted "_" of rejections) are not projects.
+func (a *applier) noteProject(k []byte) {
+	i := bytes.IndexByte(k, 0)
+	if i < 0 || !isProjectRowTag(k[:i]) {
+		return
+	}
+	rest := k[i+1:]
+	j := bytes.IndexByte(rest, 0)
+	if j < 0 {
+		return
+	}
+	name := rest[:j]
+	if _, ok := a.newProjects[string(name)]; ok || a.store.projects.has(name) {
+		return
+	}
+	project := string(name)
+	if !ledger.ValidIdentifier(project) {
+		return
+	}
+	if a.newProjects == nil {
+		a.newProjects = map[string]struct{}{}
+	}
+	a.newProjects[project] = struct{}{}
+	if err := a.b.Set(key(tagProject, project), encodeProjectRow(a.cp.Applied, a.entryTime), nil); err != nil {
+		panic(fmt.Sprintf("projector: batch set: %v", err))
+	}
 }
 
 func stateKey(project, turn, call string) string { return project + "\x00" + turn + "\x00" + call }
@@ -177,7 +227,7 @@ func (a *applier) apply(e ledger.Entry) error {
 	if err != nil {
 		return err
 	}
-	a.set(metaApplied, a.cp.encode())
+	a.checkpointRows()
 	return nil
 }
 
@@ -192,7 +242,7 @@ func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool)
 		a.cp.Watermark = t
 	}
 	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
-	a.cp.Applied = e.Seq
+	a.cp.Applied, a.entryTime = e.Seq, t
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
 	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(ledger.CanonicalHeaders(e.Headers)), Data: e.Data, Time: t}))
@@ -209,7 +259,7 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
 	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, ledger.CanonicalHeaders(e.Headers))
 	a.nUnrecognized++
-	a.set(metaApplied, a.cp.encode())
+	a.checkpointRows()
 }
 
 // skipped records entry e, which could not be applied, as skipped by the
@@ -225,7 +275,7 @@ func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
 	}
 	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(canon)}
 	a.nSkipped++
-	a.set(metaApplied, a.cp.encode())
+	a.checkpointRows()
 }
 
 // skipMark is what the applier remembers of an entry it skipped in the
@@ -325,6 +375,7 @@ func (a *applier) set(k, v []byte) {
 	if err := a.b.Set(k, v, nil); err != nil {
 		panic(fmt.Sprintf("projector: batch set: %v", err))
 	}
+	a.noteProject(k)
 }
 
 func (a *applier) del(k []byte) {
@@ -441,6 +492,7 @@ func (a *applier) saveState(st *CallState, seq uint64) {
 // batch is durable in Pebble.
 func (a *applier) committed() {
 	a.store.cacheStates(a.pending)
+	a.store.projects.add(a.newProjects)
 }
 
 // stateFor loads a call's state for an entry that follows its dispatch. A

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
 )
@@ -20,31 +21,95 @@ type HTTPConfig struct {
 	Verify func(ctx context.Context) (ledger.VerifyReport, error)
 }
 
-// Handler serves the audit API under /v1/ (docs/audit-api.md). Every
-// response is JSON; errors are {"error": {"code", "message", "violations"}}.
+// Handler serves the audit API under /v1/ (docs/audit-api.md). Answers are
+// JSON; errors are RFC 9457 problem details (internal/httpjson). A request
+// no route serves is 404, or 405 with Allow when the path is served (here or,
+// per the OpenAPI document, next to this handler: /v1/export) for other
+// methods.
 func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	h := &handler{q: q, cfg: cfg}
-	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/timeline", h.timeline)
-	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/cards", h.turnCards)
-	mux.HandleFunc("GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState)
-	mux.HandleFunc("GET /v1/projects/{project}/calls", h.calls)
-	mux.HandleFunc("GET /v1/projects/{project}/calls/{call}", h.callStory)
-	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox)
-	mux.HandleFunc("GET /v1/projects/{project}/agents/{agent}/roster", h.roster)
-	mux.HandleFunc("GET /v1/projects/{project}/cards/{card}", h.card)
-	mux.HandleFunc("GET /v1/projects/{project}/tools", h.tools)
-	mux.HandleFunc("GET /v1/projects/{project}/tools/{tool}", h.tool)
-	mux.HandleFunc("GET /v1/unrecognized", listing(h.q.Unrecognized))
-	mux.HandleFunc("GET /v1/skipped", listing(h.q.Skipped))
-	mux.HandleFunc("GET /v1/skips", listing(h.q.Skips))
-	mux.HandleFunc("GET /v1/digest", h.digest)
-	mux.HandleFunc("GET /v1/verify", h.verify)
-	mux.HandleFunc("GET /v1/chain/{seq}", h.chainLink)
+	for _, rt := range h.routes() {
+		mux.HandleFunc(rt.pattern, rt.serve)
+	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		docs.NoRoute(w, r, append(httpjson.AllowedMethods(mux, r, "/v1/"), docs.Methods(r.URL.EscapedPath())...))
 	})
 	return mux
+}
+
+// Routes are the patterns Handler serves (its catch-all aside); the
+// OpenAPI document's tests check each is documented.
+func Routes() []string {
+	var out []string
+	for _, rt := range (&handler{}).routes() {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+type route struct {
+	pattern string
+	serve   http.HandlerFunc
+}
+
+func (h *handler) routes() []route {
+	return []route{
+		{"GET /v1/projects", listing(h.projects)},
+		{"GET /v1/projects/{project}/turns/{turn}/timeline", h.timeline},
+		{"GET /v1/projects/{project}/turns/{turn}/cards", h.turnCards},
+		{"GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState},
+		{"GET /v1/projects/{project}/calls", h.calls},
+		{"GET /v1/projects/{project}/calls/{call}", h.callStory},
+		{"GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox},
+		{"GET /v1/projects/{project}/agents/{agent}/roster", h.roster},
+		{"GET /v1/projects/{project}/cards/{card}", h.card},
+		{"GET /v1/projects/{project}/tools", h.tools},
+		{"GET /v1/projects/{project}/tools/{tool}", h.tool},
+		{"GET /v1/unrecognized", listing(h.unrecognized)},
+		{"GET /v1/skipped", listing(h.skipped)},
+		{"GET /v1/skips", listing(h.skips)},
+		{"GET /v1/digest", h.digest},
+		{"GET /v1/verify", h.verify},
+		{"GET /v1/chain/{seq}", h.chainLink},
+		{"GET " + docs.OpenAPIPath, docs.ServeOpenAPI},
+	}
+}
+
+// The global listings, bound late: Routes lists patterns without a store.
+func (h *handler) projects(at AsOf, cursor string, limit int) (*Page[ProjectInfo], error) {
+	return h.q.Projects(at, cursor, limit)
+}
+
+func (h *handler) unrecognized(at AsOf, cursor string, limit int) (*Page[UnrecognizedEntry], error) {
+	return h.q.Unrecognized(at, cursor, limit)
+}
+
+func (h *handler) skipped(at AsOf, cursor string, limit int) (*Page[SkippedEntry], error) {
+	return h.q.Skipped(at, cursor, limit)
+}
+
+func (h *handler) skips(at AsOf, cursor string, limit int) (*Page[SkipItem], error) {
+	return h.q.Skips(at, cursor, limit)
+}
+
+// CallStateAnswer is the body of GET .../turns/{turn}/calls/{call}.
+type CallStateAnswer struct {
+	AsOfSeq uint64     `json:"as_of_seq"`
+	Call    *CallState `json:"call"`
+}
+
+// RosterAnswer is the body of GET .../agents/{agent}/roster.
+type RosterAnswer struct {
+	AsOfSeq uint64 `json:"as_of_seq"`
+	ledger.RosterResult
+}
+
+// ChainLink is the body of GET /v1/chain/{seq}: the chain link (hex) the
+// views recorded after applying seq.
+type ChainLink struct {
+	Seq  uint64 `json:"seq"`
+	Link string `json:"link"`
 }
 
 type handler struct {
@@ -101,13 +166,7 @@ func (p *params) asOf() AsOf {
 	return AsOf{Seq: p.uint("as_of_seq"), Time: p.time("as_of")}
 }
 
-func (p *params) limit() int {
-	n := p.uint("limit")
-	if n > MaxLimit {
-		p.vs.Add("limit", ledger.VInvalidValue, "must be at most %d", MaxLimit)
-	}
-	return int(n)
-}
+func (p *params) limit() int { return httpjson.Limit(p.r, &p.vs) }
 
 // done writes a 400 with every violation when there are any.
 func (p *params) done(w http.ResponseWriter) bool {
@@ -144,11 +203,11 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
-	at, ok := asOfOnly(w, r)
+	at, cursor, limit, ok := pageParams(w, r)
 	if !ok {
 		return
 	}
-	res, err := h.q.TurnCards(r.PathValue("project"), r.PathValue("turn"), at)
+	res, err := h.q.TurnCardsPage(r.PathValue("project"), r.PathValue("turn"), at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -158,10 +217,7 @@ func (h *handler) callState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, seq, err := h.q.CallState(r.PathValue("project"), r.PathValue("turn"), r.PathValue("call"), at)
-	reply(w, struct {
-		AsOfSeq uint64     `json:"as_of_seq"`
-		Call    *CallState `json:"call"`
-	}{seq, st}, err)
+	reply(w, CallStateAnswer{AsOfSeq: seq, Call: st}, err)
 }
 
 func (h *handler) callStory(w http.ResponseWriter, r *http.Request) {
@@ -211,10 +267,7 @@ func (h *handler) roster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, seq, err := h.q.Roster(r.PathValue("project"), r.PathValue("agent"), at)
-	reply(w, struct {
-		AsOfSeq uint64 `json:"as_of_seq"`
-		ledger.RosterResult
-	}{seq, res}, err)
+	reply(w, RosterAnswer{AsOfSeq: seq, RosterResult: res}, err)
 }
 
 func (h *handler) card(w http.ResponseWriter, r *http.Request) {
@@ -227,11 +280,11 @@ func (h *handler) card(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
-	at, ok := asOfOnly(w, r)
+	at, cursor, limit, ok := pageParams(w, r)
 	if !ok {
 		return
 	}
-	res, err := h.q.Tools(r.PathValue("project"), at)
+	res, err := h.q.ToolsPage(r.PathValue("project"), at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -289,7 +342,7 @@ func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: fmt.Sprintf("no chain link at seq %d: the views have applied through seq %d", seq, applied)})
 		return
 	}
-	reply(w, map[string]any{"seq": seq, "link": link.String()}, nil)
+	reply(w, ChainLink{Seq: seq, Link: link.String()}, nil)
 }
 
 func (h *handler) verify(w http.ResponseWriter, r *http.Request) {

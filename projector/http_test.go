@@ -19,7 +19,11 @@ func getJSON(t *testing.T, url string, out any) int {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	want := "application/json"
+	if resp.StatusCode >= 400 {
+		want = "application/problem+json"
+	}
+	require.Equal(t, want, resp.Header.Get("Content-Type"))
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(body, out), string(body))

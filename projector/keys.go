@@ -30,7 +30,26 @@ const (
 	tagUnrec    = "un"     // un\0<seq> -> why the entry is unrecognized (a ledger.Unrecognized* code)
 	tagSkipped  = "sk"     // sk\0<seq> -> skip entry seq, skip reason: an entry recorded as skipped
 	tagSkip     = "skp"    // skp\0<skip seq> -> skipped seq, reason: a valid skip entry
+	tagProject  = "proj"   // proj\0<project> -> first seq, first time: the project index
 )
+
+// projectRowTags are the project-scoped row kinds whose key ends in the
+// sequence of the entry that wrote them: tag\0<project>\0...\0<seq>. A
+// project's first entry is the smallest such sequence (the applier notes
+// it as it writes them, the backfill of an older store reads it from them),
+// so a new project-scoped row kind of that form belongs here. The other
+// project-scoped rows (ix, inboxc, pend) are always written next to one of
+// these by the same entry.
+var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagStory, tagState, tagInbox, tagRoster, tagReject, tagTool}
+
+// isProjectRowTag reports whether tag is one of projectRowTags.
+func isProjectRowTag(tag []byte) bool {
+	switch string(tag) {
+	case tagCard, tagTurnCard, tagTimeline, tagStory, tagState, tagInbox, tagRoster, tagReject, tagTool:
+		return true
+	}
+	return false
+}
 
 // Index dimensions of the ix rows.
 const (
@@ -43,6 +62,13 @@ const (
 )
 
 var metaApplied = key(tagMeta, "applied")
+
+// metaProjects is the project index's marker: the applied sequence through
+// which the proj rows are complete. Every batch writes it with the
+// checkpoint; a store whose marker is missing or behind its checkpoint (one
+// written by a release without the index, or by one after a downgrade) is
+// backfilled from its rows when it is opened.
+var metaProjects = key(tagMeta, "projects")
 
 // keyBuf builds keys.
 type keyBuf []byte

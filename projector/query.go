@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -32,10 +34,10 @@ type Queries struct {
 // NewQueries returns the query API over store.
 func NewQueries(store *Store) *Queries { return &Queries{store: store} }
 
-// Query limits.
+// Query limits (every list of the HTTP API shares them).
 const (
-	DefaultLimit = 100
-	MaxLimit     = 1000
+	DefaultLimit = httpjson.DefaultLimit
+	MaxLimit     = httpjson.MaxLimit
 )
 
 // view is one query's consistent read of the store at sequence seq.
@@ -463,6 +465,16 @@ type CardResult struct {
 
 // TurnCards answers every card of a turn (each version), in ledger order.
 func (q *Queries) TurnCards(project, turn string, at AsOf) (*Page[CardVersion], error) {
+	return q.turnCards(project, turn, at, "", math.MaxInt)
+}
+
+// TurnCardsPage answers one page of a turn's cards (each version), in
+// ledger order.
+func (q *Queries) TurnCardsPage(project, turn string, at AsOf, cursor string, limit int) (*Page[CardVersion], error) {
+	return q.turnCards(project, turn, at, cursor, clampLimit(limit))
+}
+
+func (q *Queries) turnCards(project, turn string, at AsOf, cursor string, limit int) (*Page[CardVersion], error) {
 	if err := checkIDs("project_id", project, "agent_turn_id", turn); err != nil {
 		return nil, err
 	}
@@ -471,12 +483,23 @@ func (q *Queries) TurnCards(project, turn string, at AsOf) (*Page[CardVersion], 
 		return nil, err
 	}
 	defer v.close()
+	p := key(tagTurnCard, project, turn).prefix()
+	lower, err := decodeCursor(cursor, p)
+	if err != nil {
+		return nil, err
+	}
 	out := &Page[CardVersion]{AsOfSeq: v.seq, Items: []CardVersion{}}
-	err = scan(v.snap, key(tagTurnCard, project, turn).prefix(), nil, func(k, val []byte) (bool, error) {
+	var last []byte
+	err = scan(v.snap, p, lower, func(k, val []byte) (bool, error) {
 		seq := trailingU64(k)
 		if seq > v.seq {
 			return false, nil
 		}
+		if len(out.Items) == limit {
+			out.NextCursor = encodeCursor(last)
+			return false, nil
+		}
+		last = append(last[:0], k...)
 		raw, ok, err := get(v.snap, key(tagCard, project, string(val)).u64(seq))
 		if err != nil || !ok {
 			return false, fmt.Errorf("card %s at %d indexed but not stored: %v", val, seq, err)

@@ -19,6 +19,9 @@ type Store struct {
 	// only writer, so the cache cannot go stale; it is bounded by clearing.
 	mu     sync.Mutex
 	states map[string]*CallState
+
+	// projects is the set of projects in the project index (projects.go).
+	projects projectSet
 }
 
 // maxCachedStates bounds the call-state cache.
@@ -88,7 +91,12 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	return &Store{db: db, states: map[string]*CallState{}}, nil
+	s := &Store{db: db, states: map[string]*CallState{}}
+	if err := s.openProjectIndex(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close flushes and closes the store.

@@ -149,6 +149,24 @@ func TestHTTPPolicy(t *testing.T) {
 		{"GET", "/v1/projects/A/../B/calls", auditorA, http.StatusBadRequest},
 		{"GET", "/v1/projects/A/%2E%2E/B/calls", auditorA, http.StatusBadRequest},
 		{"GET", "/v1//projects/A/calls", auditorA, http.StatusBadRequest},
+		// The audit web page's static files are open (GET and HEAD only);
+		// its data requests to /v1 are checked like the ones above.
+		{"GET", "/", "", http.StatusTeapot},
+		{"GET", "/ui", "", http.StatusTeapot},
+		{"GET", "/ui/", "", http.StatusTeapot},
+		{"HEAD", "/ui/", "", http.StatusTeapot},
+		{"GET", "/ui/app.js", "", http.StatusTeapot},
+		{"GET", "/ui/app.js", "garbage", http.StatusTeapot},
+		{"POST", "/ui/", "", http.StatusUnauthorized},
+		{"POST", "/ui/", auditorA, http.StatusForbidden},
+		{"GET", "/uix", "", http.StatusUnauthorized},
+		{"GET", "/ui%2Fx", "", http.StatusUnauthorized},
+		{"GET", "/index.html", "", http.StatusUnauthorized},
+		{"GET", "/ui/../v1/digest", "", http.StatusBadRequest},
+		{"GET", "/ui/%2E%2E/v1/digest", "", http.StatusBadRequest},
+		{"GET", "/ui//v1/digest", "", http.StatusBadRequest},
+		{"GET", "/v1/digest", "", http.StatusUnauthorized},
+		{"GET", "/v1/projects/A/calls", "", http.StatusUnauthorized},
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		require.NoError(t, err)

@@ -1,19 +1,24 @@
 package auth
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/cgledger/cgledger/internal/httpjson/problem"
 )
 
 // HTTPPolicy guards cgledger's HTTP API with the same credentials NATS
 // takes: the user JWT of a .creds file as a bearer token, scoped like its
 // NATS permissions.
 //
-//   - /healthz, /readyz and /metrics are open: they carry no project data.
+//   - /healthz, /readyz, /metrics and /v1/openapi.json are open: they carry
+//     no project data.
+//   - GET (and HEAD) /, /ui and /ui/... are open: the audit web page's
+//     static files (package auditweb) hold no data; every request the page
+//     makes to /v1 carries the bearer token and is checked as below.
 //   - GET /v1/projects/{project}/...: an auditor or admin of the project.
 //   - /v1/... outside a project (digest, verify, export, unrecognized): an
 //     auditor or admin of every project ("*").
@@ -29,7 +34,7 @@ type HTTPPolicy struct {
 func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics":
+		case "/healthz", "/readyz", "/metrics", "/v1/openapi.json":
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -37,6 +42,10 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 		// router to another path (with an HTML body): refuse it plainly.
 		if p := r.URL.EscapedPath(); p != "/" && (strings.Contains(p, "//") || hasDotSegment(p)) {
 			writeError(w, http.StatusBadRequest, "bad_request", "the path has empty, \".\" or \"..\" segments: send the canonical path")
+			return
+		}
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && isWebPage(r.URL.EscapedPath()) {
+			next.ServeHTTP(w, r)
 			return
 		}
 		now := time.Now
@@ -107,6 +116,12 @@ func authorizeHTTP(g Grant, method, escapedPath string) string {
 	return ""
 }
 
+// isWebPage reports whether a path is the audit web page's: / (which
+// redirects to /ui/), /ui, or under /ui/.
+func isWebPage(escapedPath string) bool {
+	return escapedPath == "/" || escapedPath == "/ui" || strings.HasPrefix(escapedPath, "/ui/")
+}
+
 func hasDotSegment(escapedPath string) bool {
 	for _, seg := range strings.Split(escapedPath, "/") {
 		if u, err := url.PathUnescape(seg); err != nil || u == "." || u == ".." {
@@ -116,8 +131,8 @@ func hasDotSegment(escapedPath string) bool {
 	return false
 }
 
+// writeError answers a refusal as problem details (internal/httpjson/problem),
+// the shape of every other error of the HTTP API.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	problem.Write(w, problem.New(status, code, msg, nil))
 }

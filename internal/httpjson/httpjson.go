@@ -1,12 +1,19 @@
-// Package httpjson writes the JSON bodies of cgledger's HTTP APIs: results,
-// and errors as {"error": {"code", "message", "violations"}} with the status
-// that matches the protocol code.
+// Package httpjson writes the JSON bodies of cgledger's HTTP APIs: results as
+// application/json, and errors as RFC 9457 problem details
+// (application/problem+json, package problem) with the status that matches
+// the protocol code. It also holds what every HTTP list shares (the limit
+// parameter) and what every router answers for a request no route serves
+// (404, or 405 with Allow).
 package httpjson
 
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 
+	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -19,19 +26,132 @@ func Write(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// Error sends err: a *ledger.Error keeps its code (bad_request -> 400,
-// not_found -> 404), anything else is internal (500).
-func Error(w http.ResponseWriter, err error) {
+// Status is the HTTP status of a protocol code: bad_request -> 400,
+// not_found -> 404, anything else 500.
+func Status(code ledger.Code) int {
+	switch code {
+	case ledger.CodeBadRequest:
+		return http.StatusBadRequest
+	case ledger.CodeNotFound:
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+// Problem is the problem details body of err: a *ledger.Error keeps its
+// code, message, violations and rejection sequence; anything else is
+// internal (500).
+func Problem(err error) *problem.Details {
 	e, ok := ledger.AsError(err)
 	if !ok {
 		e = &ledger.Error{Code: ledger.CodeInternal, Message: err.Error()}
 	}
-	status := http.StatusInternalServerError
-	switch e.Code {
-	case ledger.CodeBadRequest:
-		status = http.StatusBadRequest
-	case ledger.CodeNotFound:
-		status = http.StatusNotFound
+	var vs []problem.Violation
+	for _, v := range e.Violations {
+		vs = append(vs, problem.Violation{Field: v.Field, Code: v.Code, Message: v.Message})
 	}
-	Write(w, status, map[string]*ledger.Error{"error": e})
+	return problem.New(Status(e.Code), string(e.Code), e.Message, vs).WithRejection(e.Seq)
 }
+
+// Error sends err as problem details (see Problem).
+func Error(w http.ResponseWriter, err error) {
+	problem.Write(w, Problem(err))
+}
+
+// List paging: every list endpoint takes limit (absent or 0 means
+// DefaultLimit, above MaxLimit is a 400) and cursor, and answers items and
+// next_cursor (absent on the last page).
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Limit reads the limit query parameter, adding a violation to vs when it
+// is not an unsigned integer or above MaxLimit. It returns the limit to
+// use: DefaultLimit when absent or 0.
+func Limit(r *http.Request, vs *ledger.Violations) int {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return DefaultLimit
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	switch {
+	case err != nil:
+		vs.Add("limit", ledger.VInvalidValue, "must be an unsigned integer, got %q", s)
+		return DefaultLimit
+	case n > MaxLimit:
+		vs.Add("limit", ledger.VInvalidValue, "must be at most %d", MaxLimit)
+		return MaxLimit
+	case n == 0:
+		return DefaultLimit
+	}
+	return int(n)
+}
+
+// NoRoute answers a request no route serves: 405 method_not_allowed with an
+// Allow header when allow (the methods the path is served for) is not
+// empty, else 404 not_found.
+func NoRoute(w http.ResponseWriter, r *http.Request, allow []string) {
+	allow = normalizeMethods(allow)
+	if len(allow) > 0 {
+		w.Header().Set("Allow", joinMethods(allow))
+		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed,
+			r.Method+" is not served for "+r.URL.Path+": use "+joinMethods(allow), nil))
+		return
+	}
+	problem.Write(w, problem.New(http.StatusNotFound, string(ledger.CodeNotFound), "no such endpoint: "+r.Method+" "+r.URL.Path, nil))
+}
+
+// probeMethods are the methods AllowedMethods tries.
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// AllowedMethods returns the methods mux has a route for at r's path,
+// ignoring the patterns in ignore (a router's own catch-all).
+func AllowedMethods(mux *http.ServeMux, r *http.Request, ignore ...string) []string {
+	var out []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && !slices.Contains(ignore, pattern) {
+			out = append(out, m)
+		}
+	}
+	return normalizeMethods(out)
+}
+
+// Fallback is the catch-all of a router: it answers NoRoute with the
+// methods mux serves at the request's path (its own pattern ignored).
+func Fallback(mux *http.ServeMux, pattern string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		NoRoute(w, r, AllowedMethods(mux, r, pattern))
+	}
+}
+
+// normalizeMethods dedups, adds HEAD where GET is (a GET route answers HEAD)
+// and orders methods as probeMethods does.
+func normalizeMethods(ms []string) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, m := range ms {
+		set[m] = true
+	}
+	if set[http.MethodGet] {
+		set[http.MethodHead] = true
+	}
+	var out []string
+	for _, m := range probeMethods {
+		if set[m] {
+			out = append(out, m)
+			delete(set, m)
+		}
+	}
+	for m := range set {
+		out = append(out, m)
+	}
+	slices.Sort(out[len(out)-len(set):])
+	return out
+}
+
+func joinMethods(ms []string) string { return strings.Join(ms, ", ") }

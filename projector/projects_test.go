@@ -1,0 +1,198 @@
+package projector
+
+import (
+	"encoding/binary"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// projectsLedger writes the standard scenario (project proj) and entries
+// that bring projects in through every kind of project-scoped row: a
+// roster entry only (crew), a tool registration only (toolbox), an
+// unrecognized message placed in a turn by its headers (stray), a call
+// (beta), and a rejection naming no valid project (the unrouted "_", which
+// is not a project).
+func projectsLedger(t *testing.T, e *ledgertest.Env) {
+	t.Helper()
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 6)
+	_, err := e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "crew", AgentID: "a1", WorkerTarget: "w1"})
+	require.NoError(t, err)
+	_, err = e.L.RegisterToolYAML(ctx, "toolbox", []byte("tool_name: hammer\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.hammer\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: "cg.not.in.the.grammar", Data: []byte(`{}`),
+		Header: nats.Header{ledger.HeaderProjectID: {"stray"}, ledger.HeaderAgentTurnID: {"t1"}}})
+	require.NoError(t, err)
+	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t1", ID: "c1", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{}`)
+	_, err = e.L.PutCard(ctx, ledger.Card{ProjectID: "not.valid", CardID: "x"})
+	require.Error(t, err)
+}
+
+func catchUp(t *testing.T, e *ledgertest.Env, s *Store, batch int) {
+	t.Helper()
+	p, err := New(s, e.JS, Config{BatchSize: batch})
+	require.NoError(t, err)
+	require.NoError(t, p.CatchUp(ledgertest.Ctx(t)))
+}
+
+func openTestStore(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := OpenStore(dir, StoreOptions{})
+	require.NoError(t, err)
+	return s
+}
+
+func storeDigest(t *testing.T, s *Store) string {
+	t.Helper()
+	d, err := s.Digest()
+	require.NoError(t, err)
+	return d
+}
+
+// rebuiltDigest projects the whole ledger into a fresh store.
+func rebuiltDigest(t *testing.T, e *ledgertest.Env) string {
+	t.Helper()
+	s := openTestStore(t, filepath.Join(t.TempDir(), "fresh"))
+	defer s.Close()
+	catchUp(t, e, s, 1000)
+	return storeDigest(t, s)
+}
+
+// TestProjectIndexBackfillEqualsRebuild simulates a store written before the
+// project index (no proj rows, no marker) and one written by an older
+// release after a newer one (a marker behind the checkpoint, a project
+// missing), reopens each, and checks the backfilled views are byte for byte
+// those of a rebuild from sequence 1, then that applying goes on from the
+// backfilled set (a project seen before is not written again, a new one is).
+func TestProjectIndexBackfillEqualsRebuild(t *testing.T) {
+	e := ledgertest.New(t)
+	projectsLedger(t, e)
+
+	dir := filepath.Join(t.TempDir(), "views")
+	s := openTestStore(t, dir)
+	catchUp(t, e, s, 3)
+	want := rebuiltDigest(t, e)
+	require.Equal(t, want, storeDigest(t, s), "a small batch size writes the same index as one batch")
+
+	q := NewQueries(s)
+	page, err := q.Projects(AsOf{}, "", 0)
+	require.NoError(t, err)
+	var names []string
+	for _, p := range page.Items {
+		names = append(names, p.ProjectID)
+		require.NotZero(t, p.FirstSeq)
+		require.False(t, p.FirstTime.IsZero() && p.ProjectID != "stray", "%s has its first entry's time", p.ProjectID)
+	}
+	require.Equal(t, []string{"beta", "crew", "proj", "stray", "toolbox"}, names)
+
+	// A store from before the index.
+	p := key(tagProject).prefix()
+	require.NoError(t, s.db.DeleteRange(p, upperBound(p), pebble.Sync))
+	require.NoError(t, s.db.Delete(metaProjects, pebble.Sync))
+	require.NotEqual(t, want, storeDigest(t, s))
+	require.NoError(t, s.Close())
+	s = openTestStore(t, dir)
+	require.Equal(t, want, storeDigest(t, s), "backfilled at open")
+
+	// A store an older release went on applying: marker behind, a project
+	// missing.
+	cp, err := s.checkpoint()
+	require.NoError(t, err)
+	require.NoError(t, s.db.Set(metaProjects, binary.BigEndian.AppendUint64(nil, cp.Applied-1), pebble.Sync))
+	require.NoError(t, s.db.Delete(key(tagProject, "beta"), pebble.Sync))
+	require.NoError(t, s.Close())
+	s = openTestStore(t, dir)
+	require.Equal(t, want, storeDigest(t, s), "backfilled again when the marker is behind")
+
+	// Applying goes on from the set loaded at open.
+	ctx := ledgertest.Ctx(t)
+	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t2", ID: "c2", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{}`)
+	_, err = e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "late", AgentID: "a1", WorkerTarget: "w1"})
+	require.NoError(t, err)
+	catchUp(t, e, s, 2)
+	require.Equal(t, rebuiltDigest(t, e), storeDigest(t, s), "applied after a backfill")
+	require.NoError(t, s.Close())
+}
+
+func TestProjectRowTagsAgree(t *testing.T) {
+	for _, tag := range projectRowTags {
+		require.True(t, isProjectRowTag([]byte(tag)), tag)
+	}
+	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject} {
+		require.False(t, isProjectRowTag([]byte(tag)), tag)
+	}
+}
+
+// TestProjectsAsOfAndPaging checks that a project is listed as of S exactly
+// when its first entry is at or before S, and that pages of any size cover
+// the listing once, in order.
+func TestProjectsAsOfAndPaging(t *testing.T) {
+	e := ledgertest.New(t)
+	projectsLedger(t, e)
+	s := openTestStore(t, filepath.Join(t.TempDir(), "views"))
+	defer s.Close()
+	catchUp(t, e, s, 16)
+	q := NewQueries(s)
+	all, err := q.Projects(AsOf{}, "", 0)
+	require.NoError(t, err)
+	require.Empty(t, all.NextCursor)
+	first, err := firstSeqs(s.db)
+	require.NoError(t, err)
+	require.Len(t, all.Items, len(first))
+	for _, p := range all.Items {
+		require.Equal(t, first[p.ProjectID], p.FirstSeq, p.ProjectID)
+		for _, seq := range []uint64{p.FirstSeq - 1, p.FirstSeq} {
+			if seq == 0 {
+				continue // AsOf{Seq: 0} is the latest
+			}
+			page, err := q.Projects(AsOf{Seq: seq}, "", MaxLimit)
+			require.NoError(t, err)
+			listed := false
+			for _, it := range page.Items {
+				listed = listed || it.ProjectID == p.ProjectID
+			}
+			require.Equal(t, seq >= p.FirstSeq, listed, "%s as of %d (first seq %d)", p.ProjectID, seq, p.FirstSeq)
+		}
+		if !p.FirstTime.IsZero() {
+			page, err := q.Projects(AsOf{Time: p.FirstTime}, "", MaxLimit)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, page.AsOfSeq, p.FirstSeq, "as of the first entry's time")
+		}
+	}
+	for _, limit := range []int{1, 2, 3} {
+		var got []string
+		cursor := ""
+		for {
+			page, err := q.Projects(AsOf{}, cursor, limit)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Items), limit)
+			for _, it := range page.Items {
+				got = append(got, it.ProjectID)
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			cursor = page.NextCursor
+		}
+		require.True(t, sort.StringsAreSorted(got))
+		require.Len(t, got, len(all.Items), "limit %d", limit)
+	}
+	// The last page of an as-of listing has no cursor when later projects
+	// are not yet listed.
+	crew := all.Items[1]
+	require.Equal(t, "crew", crew.ProjectID)
+	page, err := q.Projects(AsOf{Seq: crew.FirstSeq}, "", 2)
+	require.NoError(t, err)
+	require.Len(t, page.Items, 2, "crew and proj exist as of crew's first entry")
+	require.Empty(t, page.NextCursor, "nothing else exists then")
+	_, err = q.Projects(AsOf{}, "bm90IGEgY3Vyc29y", 0)
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+}
