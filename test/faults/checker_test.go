@@ -237,6 +237,7 @@ type exportLine struct {
 	Subject string              `json:"subject"`
 	Headers map[string][]string `json:"headers"`
 	Data    string              `json:"data"`
+	JSON    json.RawMessage     `json:"json"`
 	End     bool                `json:"end"`
 	Count   int                 `json:"count"`
 }
@@ -286,9 +287,14 @@ func parseExport(raw []byte) (*ledgerView, error) {
 				return nil, fmt.Errorf("report on subject %q", e.Subject)
 			}
 			k := callKey{tok[2], tok[6], tok[7]}
-			data, err := base64.StdEncoding.DecodeString(e.Data)
-			if err != nil {
-				return nil, fmt.Errorf("report seq %d: data: %w", e.Seq, err)
+			// Version 2 keeps JSON payloads as JSON ("json"), other bytes
+			// as base64 ("data").
+			data := []byte(e.JSON)
+			if e.JSON == nil {
+				var err error
+				if data, err = base64.StdEncoding.DecodeString(e.Data); err != nil {
+					return nil, fmt.Errorf("report seq %d: data: %w", e.Seq, err)
+				}
 			}
 			var r struct {
 				Status string `json:"status"`
