@@ -117,7 +117,8 @@ func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Han
 		// from writes.
 		_, route := mux.Handler(r)
 		switch {
-		case route == "":
+		case route == "" || route == "/":
+			// "/" is the catch-all that answers 404 or 405 as problems.
 			route = "unmatched"
 		case !strings.Contains(route, " "):
 			route = httpMethod(r.Method) + " " + route
