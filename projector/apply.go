@@ -80,6 +80,12 @@ type applier struct {
 	// newProjects are the projects whose first entry is in this batch; the
 	// store's set learns them once it commits.
 	newProjects map[string]struct{}
+
+	// prev is the batch before this one while it is still being committed
+	// (a catch-up commits one batch while it builds the next): its call
+	// states and new projects are not in the store yet, so lookups see
+	// them here first.
+	prev *applier
 }
 
 func newApplier(s *Store, cp checkpoint) *applier {
@@ -89,6 +95,14 @@ func newApplier(s *Store, cp checkpoint) *applier {
 		s.projects.reset()
 	}
 	return &applier{b: s.db.NewBatch(), cp: cp, store: s, pending: map[string]*CallState{}}
+}
+
+// newApplierAfter starts the batch after prev, which may still be being
+// committed.
+func newApplierAfter(s *Store, cp checkpoint, prev *applier) *applier {
+	a := newApplier(s, cp)
+	a.prev = prev
+	return a
 }
 
 // checkpointRows writes the checkpoint and the project index's marker,
@@ -116,6 +130,11 @@ func (a *applier) noteProject(k []byte) {
 	if _, ok := a.newProjects[string(name)]; ok || a.store.projects.has(name) {
 		return
 	}
+	if a.prev != nil {
+		if _, ok := a.prev.newProjects[string(name)]; ok {
+			return
+		}
+	}
 	project := string(name)
 	if !ledger.ValidIdentifier(project) {
 		return
@@ -137,6 +156,12 @@ func (a *applier) state(project, turn, call string) (*CallState, error) {
 	if st, ok := a.pending[k]; ok {
 		c := *st
 		return &c, nil
+	}
+	if a.prev != nil {
+		if st, ok := a.prev.pending[k]; ok {
+			c := *st
+			return &c, nil
+		}
 	}
 	if st, ok := a.store.cachedState(k); ok {
 		if st == nil {

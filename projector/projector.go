@@ -194,7 +194,7 @@ func applyOrSkip(s *Store, a *applier, cp checkpoint, pending []pendingEntry, e 
 		return a, pe, err
 	}
 	_ = a.b.Close()
-	a = newApplier(s, cp)
+	a = newApplierAfter(s, cp, a.prev)
 	if err := reapply(a, pending); err != nil {
 		return a, pe, err
 	}
@@ -324,6 +324,23 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	batches := 0
 	a := newApplier(p.store, cp)
 	defer func() { _ = a.b.Close() }()
+	// While catching up, one batch commits (Pebble's memtable inserts) while
+	// the next is read and applied, on the other core. Following the tail,
+	// every batch is committed before the next entry is read.
+	var inflight *commitJob
+	settle := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight.done
+		_ = inflight.a.b.Close()
+		inflight = nil
+		if err == nil {
+			a.prev = nil
+		}
+		return err
+	}
+	defer func() { _ = settle() }()
 	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
 	for {
 		m, err := it.Next()
@@ -343,6 +360,9 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		if err != nil {
 			// Commit the good entries of this batch so the views stop exactly
 			// before the bad one.
+			if serr := settle(); serr != nil {
+				return errors.Join(err, serr)
+			}
 			if cerr := p.recommit(cp, pending); cerr != nil {
 				return errors.Join(err, cerr)
 			}
@@ -367,12 +387,21 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			if sync {
 				p.lastSync = time.Now()
 			}
-			if err := p.commit(a, sync); err != nil {
+			// One batch in flight at most: the next one's lookups see this
+			// one's states through prev, and nothing older is uncommitted.
+			if err := settle(); err != nil {
 				return err
 			}
+			job := &commitJob{a: a, done: make(chan error, 1)}
+			go func(sync bool) { job.done <- p.commit(job.a, sync) }(sync)
+			inflight = job
 			cp, pending = a.cp, pending[:0]
-			_ = a.b.Close()
-			a = newApplier(p.store, cp)
+			a = newApplierAfter(p.store, cp, job.a)
+			if atTail || p.afterCommit != nil || (until > 0 && cp.Applied >= until) {
+				if err := settle(); err != nil {
+					return err
+				}
+			}
 			if p.afterCommit != nil {
 				if err := p.afterCommit(cp.Applied); err != nil {
 					return err
@@ -388,6 +417,12 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			}
 		}
 	}
+}
+
+// commitJob is a batch being committed while the next one is built.
+type commitJob struct {
+	a    *applier
+	done chan error
 }
 
 func (p *Projector) commit(a *applier, sync bool) (err error) {
