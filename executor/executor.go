@@ -104,8 +104,8 @@ type Executor struct {
 	mu       sync.Mutex
 	stopping bool
 	inflight map[string]context.CancelCauseFunc
-	sems     map[string]chan struct{}
-	schemas  map[string]*jsonschema.Schema
+	sems     map[string]toolSem
+	schemas  *schemaCache
 
 	global    chan struct{}
 	wg        sync.WaitGroup
@@ -170,7 +170,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{},
-		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]chan struct{}{}, schemas: map[string]*jsonschema.Schema{},
+		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]toolSem{}, schemas: newSchemaCache(maxCachedSchemas),
 		global: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 
@@ -551,20 +551,15 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 }
 
 func (e *Executor) schema(project string, def *ledger.ToolDefinition, seq uint64) (*jsonschema.Schema, error) {
-	key := project + "\x00" + def.ToolName + "\x00" + strconv.FormatUint(seq, 10)
-	e.mu.Lock()
-	s, ok := e.schemas[key]
-	e.mu.Unlock()
-	if ok {
+	key := project + "\x00" + def.ToolName
+	if s, ok := e.schemas.get(key, seq); ok {
 		return s, nil
 	}
 	s, err := def.CompileSchema()
 	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	e.schemas[key] = s
-	e.mu.Unlock()
+	e.schemas.put(key, seq, s)
 	return s, nil
 }
 
@@ -692,15 +687,24 @@ func (e *Executor) sem(project string, def *ledger.ToolDefinition) chan struct{}
 	if n <= 0 {
 		n = ledger.DefaultConcurrencyMax
 	}
-	key := project + "\x00" + def.ToolName + "\x00" + strconv.Itoa(n)
+	// One semaphore per tool of a project, replaced when its limit changes
+	// (calls holding the old one release into it): re-registrations do not
+	// pile up semaphores.
+	key := project + "\x00" + def.ToolName
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s, ok := e.sems[key]
-	if !ok {
-		s = make(chan struct{}, n)
+	if !ok || s.n != n {
+		s = toolSem{n: n, c: make(chan struct{}, n)}
 		e.sems[key] = s
 	}
-	return s
+	return s.c
+}
+
+// toolSem is a tool's concurrency limit and its semaphore.
+type toolSem struct {
+	n int
+	c chan struct{}
 }
 
 // resultCardID is deterministic per delivery: a redelivered command writes
