@@ -3,6 +3,7 @@ package projector
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -65,12 +66,15 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 	if err != nil {
 		return nil, err
 	}
-	if fromKey := idx.t(f.From); !f.From.IsZero() && (lower == nil || bytes.Compare(fromKey, lower) > 0) {
+	// Each bound extends its own copy of idx: appending to idx itself
+	// twice would let the second bound overwrite the first in a shared
+	// backing array.
+	if fromKey := slices.Clip(idx).t(f.From); !f.From.IsZero() && (lower == nil || bytes.Compare(fromKey, lower) > 0) {
 		lower = fromKey
 	}
 	var toKey []byte
 	if !f.To.IsZero() {
-		toKey = idx.t(f.To.Add(time.Nanosecond))
+		toKey = slices.Clip(idx).t(f.To.Add(time.Nanosecond))
 	}
 	out := &Page[CallState]{AsOfSeq: v.seq, Items: []CallState{}}
 	examined := 0

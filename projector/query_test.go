@@ -185,6 +185,17 @@ func TestCallsFiltersAndPagination(t *testing.T) {
 	page, err = q.Calls("proj", projector.CallFilter{To: from}, all, "", 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{first.Items[0].ToolCallID}, ids(page))
+	// Both bounds at once (each alone is above): a wide window holds every
+	// call, the first call's instant holds it alone.
+	page, err = q.Calls("proj", projector.CallFilter{From: from.Add(-time.Hour), To: from.Add(time.Hour)}, all, "", 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, ids(page))
+	everyCall, err := q.Calls("proj", projector.CallFilter{}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, ids(everyCall), ids(page))
+	page, err = q.Calls("proj", projector.CallFilter{From: from, To: from}, all, "", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{first.Items[0].ToolCallID}, ids(page))
 
 	_, err = q.Calls("proj", projector.CallFilter{Status: "meh", State: "gone"}, all, "bogus", 0)
 	require.ErrorIs(t, err, ledger.ErrBadRequest)
