@@ -14,6 +14,10 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
+
+	"github.com/cgledger/cgledger/internal/httpjson/problem"
 )
 
 //go:embed assets
@@ -43,6 +47,15 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
+		name := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
+		if name == "" {
+			name = "index.html"
+		}
+		if _, err := fs.Stat(sub, name); err != nil {
+			// Answered like every other path no route serves.
+			problem.Write(w, problem.New(http.StatusNotFound, "not_found", "no such file of the audit web page: /ui/"+name, nil))
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
 }

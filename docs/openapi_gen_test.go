@@ -349,6 +349,7 @@ func buildDocument() obj {
 		"reason":      obj{"type": "string", "description": "Why not ready."},
 		"roles":       obj{"type": "array", "items": obj{"type": "string"}, "description": "The roles this process runs (api, executor, projector)."},
 		"applied_seq": obj{"type": "integer", "minimum": 0, "description": "The projector's applied sequence (with the projector role)."},
+		"last_seq":    obj{"type": "integer", "minimum": 0, "description": "The ledger stream's last sequence (absent when the stream cannot be read within a second): with applied_seq, how far a catch-up has to go."},
 	}}
 
 	paths := obj{}

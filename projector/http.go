@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -163,7 +164,26 @@ var (
 )
 
 func (p *params) asOf() AsOf {
-	return AsOf{Seq: p.uint("as_of_seq"), Time: p.time("as_of")}
+	seq := p.uint("as_of_seq")
+	if seq == 0 && p.r.URL.Query().Has("as_of_seq") && p.str("as_of_seq") != "" {
+		if _, err := strconv.ParseUint(p.str("as_of_seq"), 10, 64); err == nil {
+			p.vs.Add("as_of_seq", ledger.VInvalidValue, "must be a ledger sequence, 1 or more (leave it out for the latest)")
+		}
+	}
+	return AsOf{Seq: seq, Time: p.time("as_of")}
+}
+
+// cursor returns the cursor parameter; one that is not even a cursor's
+// encoding is listed with the other parameter problems (whether it belongs
+// to this query is known only when the query runs).
+func (p *params) cursor() string {
+	c := p.str("cursor")
+	if c != "" {
+		if _, err := base64.RawURLEncoding.DecodeString(c); err != nil {
+			p.vs.Add("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+		}
+	}
+	return c
 }
 
 func (p *params) limit() int { return httpjson.Limit(p.r, &p.vs) }
@@ -237,11 +257,12 @@ func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
 	f := CallFilter{Tool: p.str("tool"), Status: p.str("status"), State: p.str("state"), Agent: p.str("agent"),
 		Channel: p.str("channel"), From: p.time("from"), To: p.time("to")}
 	limit := p.limit()
+	cursor := p.cursor()
 	p.vs = append(p.vs, f.violations()...)
 	if p.done(w) {
 		return
 	}
-	res, err := h.q.Calls(r.PathValue("project"), f, at, p.str("cursor"), limit)
+	res, err := h.q.Calls(r.PathValue("project"), f, at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -254,10 +275,11 @@ func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.vs.Add("state", ledger.VInvalidValue, "must be pending, consumed or all, got %q", st)
 	}
+	cursor := p.cursor()
 	if p.done(w) {
 		return
 	}
-	res, err := h.q.Inbox(r.PathValue("project"), r.PathValue("agent"), p.str("state"), at, p.str("cursor"), limit)
+	res, err := h.q.Inbox(r.PathValue("project"), r.PathValue("agent"), p.str("state"), at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -301,7 +323,7 @@ func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
 // listings; ok=false means a 400 was written.
 func pageParams(w http.ResponseWriter, r *http.Request) (at AsOf, cursor string, limit int, ok bool) {
 	p := &params{r: r}
-	at, cursor, limit = p.asOf(), p.str("cursor"), p.limit()
+	at, cursor, limit = p.asOf(), p.cursor(), p.limit()
 	return at, cursor, limit, !p.done(w)
 }
 

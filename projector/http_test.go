@@ -104,6 +104,12 @@ func TestHTTPAuditAPI(t *testing.T) {
 	require.Equal(t, "bad_request", eb.Error.Code)
 	require.Len(t, eb.Error.Violations, 4, "every parameter problem at once: %+v", eb.Error.Violations)
 	eb = errBody{}
+	require.Equal(t, 400, getJSON(t, base+"/calls?as_of_seq=0&limit=abc&cursor=zz!", &eb))
+	require.Len(t, eb.Error.Violations, 3, "as_of_seq 0, the limit and a cursor that is no cursor, at once: %+v", eb.Error.Violations)
+	eb = errBody{}
+	require.Equal(t, 400, getJSON(t, srv.URL+"/v1/projects?limit=abc&cursor=zz!", &eb))
+	require.Len(t, eb.Error.Violations, 2, "%+v", eb.Error.Violations)
+	eb = errBody{}
 	require.Equal(t, 404, getJSON(t, base+"/turns/no-such-turn/timeline", &eb))
 	require.Equal(t, "not_found", eb.Error.Code)
 	eb = errBody{}

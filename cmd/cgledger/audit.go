@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cgledger/cgledger/projector"
@@ -90,14 +92,25 @@ var auditKinds = map[string]auditKind{
 						q.Set(k, v)
 					}
 				}
-				for flagName, p := range map[string]struct{ param, v string }{"since": {"from", *since}, "until": {"to", *until}} {
+				var problems []string
+				var bounds [2]time.Time
+				for i, p := range []struct{ flag, param, v string }{{"since", "from", *since}, {"until", "to", *until}} {
 					if p.v == "" {
 						continue
 					}
-					if _, err := time.Parse(time.RFC3339Nano, p.v); err != nil {
-						return fmt.Errorf("--%s %q: want an RFC 3339 time such as 2026-11-22T10:00:00Z", flagName, p.v)
+					t, err := time.Parse(time.RFC3339Nano, p.v)
+					if err != nil {
+						problems = append(problems, fmt.Sprintf("--%s %q: want an RFC 3339 time such as 2026-11-22T10:00:00Z", p.flag, p.v))
+						continue
 					}
+					bounds[i] = t
 					q.Set(p.param, p.v)
+				}
+				if !bounds[0].IsZero() && !bounds[1].IsZero() && bounds[1].Before(bounds[0]) {
+					problems = append(problems, "--until is before --since")
+				}
+				if len(problems) > 0 {
+					return errors.New(strings.Join(problems, "\n"))
 				}
 				return nil
 			}
@@ -234,10 +247,11 @@ var auditKinds = map[string]auditKind{
 
 func audit(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprintln(os.Stderr, auditHelp)
 		if len(args) == 0 {
+			fmt.Fprintln(os.Stderr, auditHelp)
 			return exitUsage
 		}
+		fmt.Fprintln(stdout, auditHelp)
 		return exitOK
 	}
 	name := args[0]
@@ -281,17 +295,25 @@ func audit(args []string) int {
 	if kind.args == 1 {
 		id = pos[0]
 	}
+	// Every problem with the flags at once.
+	var problems []string
 	q, err := at.values()
 	if err != nil {
-		return failf(exitUsage, "audit %s: %v", name, err)
+		problems = append(problems, err.Error())
+		q = url.Values{}
 	}
 	if extra != nil {
 		if err := extra(q); err != nil {
-			return failf(exitUsage, "audit %s: %v", name, err)
+			problems = append(problems, strings.Split(err.Error(), "\n")...)
 		}
 	}
-	if limit < 0 || limit > 1000 {
-		return failf(exitUsage, "audit %s: --limit must be from 1 to 1000, got %d", name, limit)
+	limitSet := false
+	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
+	if limitSet && (limit < 1 || limit > 1000) {
+		problems = append(problems, fmt.Sprintf("--limit must be from 1 to 1000, got %d", limit))
+	}
+	if len(problems) > 0 {
+		return failf(exitUsage, "audit %s:\n  %s", name, strings.Join(problems, "\n  "))
 	}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))

@@ -1,15 +1,16 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -23,7 +24,7 @@ func randomID(prefix string) string {
 }
 
 func call(args []string) int {
-	fs := newFlagSet("call", "call --project P --agent A --tool NAME --args JSON [--channel C] [--timeout D] [--turn ID] [--call-id ID] [--epoch N] [--json]",
+	fs := newFlagSet("call", "call --project P --agent A --tool NAME --args JSON [--channel C] [--timeout D] [--turn ID] [--call-id ID] [--epoch N] [--after-execution suspend|terminate] [--json]",
 		`Dispatch a real tool call through the protocol as a worker would: write the tool.call card,
 publish the command on the tool's target subject, wait until the report reaches the agent's
 Inbox, and print the result. Exit 0 only when the status is success. --turn, --call-id and
@@ -36,7 +37,7 @@ ledger answers a repeat with the original outcome.`)
 	agent := fs.String("agent", "", "agent id (required)")
 	tool := fs.String("tool", "", "tool name (required)")
 	argsJSON := fs.String("args", "{}", "tool arguments as a JSON object")
-	timeout := fs.Duration("timeout", 30*time.Second, "the call's deadline, also how long to wait for its result")
+	timeout := fs.Duration("timeout", 30*time.Second, "the call's deadline; the verb waits for its result up to this plus 10s")
 	turn := fs.String("turn", "", "agent_turn_id (generated when absent)")
 	callID := fs.String("call-id", "", "tool_call_id (generated when absent)")
 	epoch := fs.Uint64("epoch", 1, "turn_epoch")
@@ -56,17 +57,20 @@ ledger answers a repeat with the original outcome.`)
 	if !json.Valid([]byte(*argsJSON)) || len(*argsJSON) == 0 || (*argsJSON)[0] != '{' {
 		return failf(exitUsage, "call: --args must be a JSON object, got %q", *argsJSON)
 	}
+	if *after != ledger.AfterSuspend && *after != ledger.AfterTerminate {
+		return failf(exitUsage, "call: --after-execution must be suspend or terminate, got %q", *after)
+	}
 	if *turn == "" {
 		*turn = randomID("turn-")
 	}
 	if *callID == "" {
 		*callID = randomID("call-")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout+15*time.Second)
+	ctx, cancel := cf.context(*timeout + 15*time.Second)
 	defer cancel()
 	nc, err := cf.connect()
 	if err != nil {
-		return failf(exitUnreachable, "%v", err)
+		return failf(exitFor(err), "call: %v", err)
 	}
 	defer nc.Close()
 	cl := ledger.NewClient(nc)
@@ -83,6 +87,7 @@ ledger answers a repeat with the original outcome.`)
 			fmt.Fprintf(os.Stderr, "cgledger call: warning: %s\n", unserved)
 		}
 	} else {
+		err = cf.explain(ctx, err)
 		return failf(exitFor(err), "call: read tool %s: %v", *tool, err)
 	}
 	// The card must be the same every time the same call is repeated (cards
@@ -104,6 +109,7 @@ ledger answers a repeat with the original outcome.`)
 	}
 	d, err := cl.Dispatch(ctx, req)
 	if err != nil {
+		err = cf.explain(ctx, err)
 		return failf(exitFor(err), "call: dispatch: %v", err)
 	}
 	if d.Duplicate && !cf.asJSON {
@@ -126,6 +132,15 @@ ledger answers a repeat with the original outcome.`)
 		if errors.Is(err, errUnreachable) {
 			return failf(exitUnreachable, "call: %v", err)
 		}
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status != http.StatusNotFound {
+			// Only "not reported yet" (404) is worth waiting out.
+			return failf(exitFor(err), "call: the call was dispatched (turn %s call %s) but its result cannot be read from %s: %v", *turn, *callID, cf.server, err)
+		}
+		if errors.As(err, &ae) && strings.Contains(ae.Body.Error.Message, "not served by this process") {
+			return failf(exitFailed, "call: the call was dispatched (turn %s call %s) but %s (from %s) does not serve the views its result is read from: %v; point --server at a serve with the projector role",
+				*turn, *callID, cf.server, cf.from("server"), err)
+		}
 		if time.Now().After(deadline) {
 			msg := fmt.Sprintf("call: no result for turn %s call %s after %s (the call's --timeout %s plus 10s for its report to be recorded); cgledger audit call %s --project %s shows where it stands",
 				*turn, *callID, *timeout+10*time.Second, *timeout, *callID, *project)
@@ -136,11 +151,12 @@ ledger answers a repeat with the original outcome.`)
 		}
 		select {
 		case <-ctx.Done():
-			return failf(exitFailed, "call: %v", ctx.Err())
+			return failf(exitFailed, "call: %v", cf.explain(ctx, ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	cards, _, err := cl.GetCards(ctx, *project, []string{state.Call.ToolResultCardID})
+	err = cf.explain(ctx, err)
 	if err != nil || len(cards) != 1 {
 		return failf(exitFor(err), "call: read result card %s: %v", state.Call.ToolResultCardID, err)
 	}

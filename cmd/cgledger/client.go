@@ -37,6 +37,42 @@ type clientFlags struct {
 	// source says where each connection setting came from, for errors.
 	source map[string]string
 	fs     *flag.FlagSet
+
+	// refusedCtx ends when the server refuses one of this client's
+	// publishes (a permissions violation, which NATS reports on the
+	// connection, not to the request): waits end at once with the reason.
+	refusedCtx context.Context
+	refuse     context.CancelCauseFunc
+}
+
+// errRefused marks the server's refusal of the credential: the operation
+// ran and was told no (exit 1).
+var errRefused = errors.New("refused")
+
+// errBadArg marks a setting or file named on the command line that cannot
+// be used (exit 2).
+var errBadArg = errors.New("bad argument")
+
+// context returns a context for one verb's work, ended after d or as soon
+// as the server refuses a publish.
+func (c *clientFlags) context(d time.Duration) (context.Context, context.CancelFunc) {
+	parent := c.refusedCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	return context.WithTimeout(parent, d)
+}
+
+// explain replaces an error caused by ctx ending with the reason it ended,
+// when that is a refusal by the server.
+func (c *clientFlags) explain(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errRefused) {
+		return cause
+	}
+	return err
 }
 
 // defaultCreds is the admin credential serve writes on the embedded default,
@@ -65,22 +101,28 @@ func envOr(name, def string) string {
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	c.fs = fs
 	c.source = map[string]string{}
+	c.refusedCtx, c.refuse = context.WithCancelCause(context.Background())
 	str := func(p *string, name, env, def, usage string) {
 		v, from := def, "the default"
 		if e := os.Getenv(env); e != "" {
 			v, from = e, "environment variable "+env
 		}
 		c.source[name] = from
-		fs.StringVar(p, name, v, usage+" (env "+env+")")
+		if def == "" {
+			def = "none"
+		}
+		// Help shows the documented default, not what the environment made
+		// of it.
+		fs.StringVar(p, name, v, usage+" (env "+env+"; default "+def+")")
 	}
 	str(&c.natsURL, "nats-url", "CGLEDGER_NATS_URL", "nats://127.0.0.1:4222", "NATS URL of the running server")
 	str(&c.server, "server", "CGLEDGER_SERVER", "http://127.0.0.1:8080", "HTTP base URL of the running server")
-	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials file from `cgledger creds issue`, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; when unset: ./data/auth/admin.creds if it exists, under CGLEDGER_DATA)")
+	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials FILE from cgledger creds issue, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; default ./data/auth/admin.creds if it exists, under CGLEDGER_DATA)")
 	c.source["creds"] = "the default (./data/auth/admin.creds under CGLEDGER_DATA)"
 	if os.Getenv("CGLEDGER_NATS_CREDS") != "" {
 		c.source["creds"] = "environment variable CGLEDGER_NATS_CREDS"
 	}
-	fs.StringVar(&c.creds, "nats-creds", c.creds, "same as --creds")
+	fs.StringVar(&c.creds, "nats-creds", c.creds, "same as --creds (default: that of --creds)")
 	str(&c.user, "nats-user", "CGLEDGER_NATS_USER", "", "NATS user, for a server with user and password authentication")
 	str(&c.password, "nats-password", "CGLEDGER_NATS_PASSWORD", "", "NATS password of --nats-user (prefer the environment variable)")
 	str(&c.token, "nats-token", "CGLEDGER_NATS_TOKEN", "", "NATS token, for a server with token authentication (prefer the environment variable)")
@@ -115,9 +157,17 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 	if c.creds != "" {
 		_, inbox, err := auth.ReadCreds(c.creds)
 		if err != nil {
-			return nil, fmt.Errorf("credentials %s (from %s): %w", c.creds, c.from("creds"), err)
+			return nil, fmt.Errorf("%w: credentials %s (from %s): %v", errBadArg, c.creds, c.from("creds"), err)
 		}
 		opts = append(opts, nats.UserCredentials(c.creds), nats.CustomInboxPrefix(inbox))
+	}
+	if c.refuse != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				c.refuse(fmt.Errorf("%w: %v: the credential %s (from %s) may not do this; issue one of the right project, role and agent or tool (cgledger creds issue) and pass --creds",
+					errRefused, err, c.credName(), c.from("creds")))
+			}
+		}))
 	}
 	if c.user != "" {
 		opts = append(opts, nats.UserInfo(c.user, c.password))
@@ -134,11 +184,11 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {
-		hint := "is `cgledger serve` running there? Set --nats-url or CGLEDGER_NATS_URL"
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
-			hint = fmt.Sprintf("the server refused the credential %q (from %s): issue one with `cgledger creds issue` and pass --creds", c.creds, c.from("creds"))
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || strings.Contains(err.Error(), "Authorization") || strings.Contains(err.Error(), "expired") {
+			return nil, fmt.Errorf("%w: NATS at %s refused the %s (from %s): %v; issue a credential with cgledger creds issue and pass --creds",
+				errRefused, c.natsURL, c.credName(), c.from("creds"), err)
 		}
-		return nil, fmt.Errorf("%w: cannot reach NATS at %s (from %s): %v; %s", errUnreachable, c.natsURL, c.from("nats-url"), err, hint)
+		return nil, fmt.Errorf("%w: cannot reach NATS at %s (from %s): %v; is cgledger serve running there? Set --nats-url or CGLEDGER_NATS_URL", errUnreachable, c.natsURL, c.from("nats-url"), err)
 	}
 	return nc, nil
 }
@@ -219,7 +269,7 @@ func (c *clientFlags) httpClient(req *http.Request) (*http.Client, error) {
 	if c.creds != "" {
 		tok, _, err := auth.ReadCreds(c.creds)
 		if err != nil {
-			return nil, fmt.Errorf("credentials %s (from %s): %w", c.creds, c.from("creds"), err)
+			return nil, fmt.Errorf("%w: credentials %s (from %s): %v", errBadArg, c.creds, c.from("creds"), err)
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
@@ -235,6 +285,10 @@ func exitFor(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, errBadArg):
+		return exitUsage
+	case errors.Is(err, errRefused):
+		return exitFailed
 	case errors.Is(err, errUnreachable), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
 		return exitUnreachable
 	}
@@ -300,4 +354,12 @@ func (c *clientFlags) apiErrorFrom(method, u string, status int, raw []byte) err
 		ae.Hint = fmt.Sprintf("the server refused %s (from %s): pass --creds with a credential of the right project and role (`cgledger creds issue`)", cred, c.from("creds"))
 	}
 	return ae
+}
+
+// credName names the credential in use for messages.
+func (c *clientFlags) credName() string {
+	if c.creds == "" {
+		return "connection without a credential"
+	}
+	return "credential " + c.creds
 }

@@ -181,13 +181,16 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		configPath, cfgSource = os.Getenv("CGLEDGER_CONFIG"), "CGLEDGER_CONFIG"
 	}
 	if configPath != "" {
-		raw, err := os.ReadFile(configPath)
-		if err != nil {
-			return s, source, fmt.Errorf("config file %s (from %s): %w", configPath, cfgSource, err)
-		}
 		var m map[string]any
-		if err := yaml.Unmarshal(raw, &m); err != nil {
-			return s, source, fmt.Errorf("config file %s (from %s): %w", configPath, cfgSource, err)
+		raw, err := os.ReadFile(configPath)
+		if err == nil {
+			err = yaml.Unmarshal(raw, &m)
+		}
+		if err != nil {
+			// Listed with every other problem; the environment and the flags
+			// are still read.
+			vs.Add("config", ledger.VInvalidValue, "config file %s (from %s): %v", configPath, cfgSource, err)
+			m = nil
 		}
 		keys := make([]string, 0, len(m))
 		for k := range m {

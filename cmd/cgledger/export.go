@@ -198,7 +198,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 	if len(pos) == 1 {
 		from, err := exportFromSeq(pos[0])
 		if err != nil {
-			return failf(exitUsage, "verify: %v", err)
+			return failf(exitFor(err), "verify: %v", err)
 		}
 		pr := newProgress("verify", *quiet)
 		var rep ledger.VerifyReport
@@ -255,6 +255,8 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			live := cf
 			if *against != "" {
 				live.server = *against
+				live.source = map[string]string{"server": "flag --against"}
+				live.fs = nil
 			}
 			var link struct {
 				Seq  uint64 `json:"seq"`
@@ -270,7 +272,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 					ok = false
 					body["live"] = "DIFFERS"
 					body["first_bad_seq"] = rep.LastSeq
-					body["reason"] = fmt.Sprintf("the file's chain head at seq %d is %s, the live ledger's link there is %s: the file was changed after export, or comes from another ledger", rep.LastSeq, rep.Head, link.Link)
+					body["reason"] = fmt.Sprintf("the file's chain head at seq %d is %s, the live ledger's link there is %s: an entry at or before seq %d was changed after export (and the links recomputed), or the file comes from another ledger", rep.LastSeq, rep.Head, link.Link, rep.LastSeq)
 				}
 			case *against != "" && errors.Is(err, errUnreachable):
 				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
@@ -323,9 +325,14 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 	if asJSON {
 		printJSON(body)
 	} else {
-		if ok {
+		switch {
+		case ok:
 			fmt.Fprintln(stdout, "chain:      OK")
-		} else {
+		case body["live"] == "DIFFERS":
+			// The file's own chain holds: it differs from the live ledger
+			// somewhere at or before its last sequence.
+			fmt.Fprintf(stdout, "chain:      consistent on its own, but NOT the live ledger's: %v\n", body["reason"])
+		default:
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
 		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "against", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
@@ -366,7 +373,7 @@ func replayProgress(pr *progress) func(replay.Progress) {
 func exportFromSeq(path string) (uint64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %v", errBadArg, err)
 	}
 	defer f.Close()
 	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')

@@ -57,7 +57,7 @@ func printFlags(out io.Writer, fs *flag.FlagSet) {
 			line += " " + strings.ToUpper(name)
 		}
 		fmt.Fprintln(out, line)
-		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "[]" {
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "[]" && !strings.Contains(usage, "default ") {
 			usage += fmt.Sprintf(" (default %s)", d)
 		}
 		fmt.Fprintf(out, "        %s\n", strings.ReplaceAll(usage, "\n", "\n        "))
@@ -66,16 +66,35 @@ func printFlags(out io.Writer, fs *flag.FlagSet) {
 
 // parseOrExit parses args; ok=false means the caller returns code.
 func parseOrExit(fs *flag.FlagSet, args []string, npos ...int) (pos []string, code int, ok bool) {
+	// The flag package writes its own error and the whole help to the flag
+	// set's output; asked for, help goes to standard output instead, and an
+	// error is one line in the docs' spelling (--name) with where to look.
+	var discard strings.Builder
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(&discard)
 	pos, err := parseArgs(fs, args)
+	fs.SetOutput(os.Stderr)
+	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(os.Stderr)
 		return nil, exitOK, false
 	}
 	if err != nil {
+		msg := err.Error()
+		for _, p := range []string{"flag provided but not defined: -", "flag needs an argument: -", "invalid value \"", "invalid boolean value \""} {
+			if i := strings.Index(msg, p); i >= 0 && strings.HasSuffix(p, "-") {
+				msg = msg[:i+len(p)-1] + "--" + msg[i+len(p):]
+			}
+		}
+		msg = strings.ReplaceAll(msg, " for flag -", " for flag --")
+		fmt.Fprintf(os.Stderr, "cgledger %s: %s\nRun cgledger %s --help for its flags.\n", fs.Name(), msg, fs.Name())
 		return nil, exitUsage, false
 	}
 	if len(npos) > 0 && len(pos) != npos[0] {
-		fmt.Fprintf(fs.Output(), "cgledger %s: want %d argument(s), got %d\n", fs.Name(), npos[0], len(pos))
-		fs.Usage()
+		fmt.Fprintf(os.Stderr, "cgledger %s: want %d argument(s), got %d\nRun cgledger %s --help for its usage.\n", fs.Name(), npos[0], len(pos), fs.Name())
 		return nil, exitUsage, false
 	}
 	return pos, exitOK, true

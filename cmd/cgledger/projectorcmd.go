@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -55,13 +54,14 @@ admin credential is one). See docs/views.md, "Operator recovery".`)
 	}
 	nc, err := cf.connect()
 	if err != nil {
-		return failf(exitUnreachable, "%v", err)
+		return failf(exitFor(err), "projector skip: %v", err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := cf.context(time.Minute)
 	defer cancel()
 	res, err := ledger.NewClient(nc, ledger.WithActor(*actor)).Skip(ctx, *seq, *reason)
 	if err != nil {
+		err = cf.explain(ctx, err)
 		return failf(exitFor(err), "projector skip: %v", err)
 	}
 	if cf.asJSON {

@@ -12,7 +12,11 @@ import (
 
 func tools(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n")
+		out := stdout
+		if len(args) == 0 {
+			out = os.Stderr
+		}
+		fmt.Fprint(out, "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n")
 		if len(args) == 0 {
 			return exitUsage
 		}

@@ -44,7 +44,9 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, "bad_request", "the path has empty, \".\" or \"..\" segments: send the canonical path")
 			return
 		}
-		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && isWebPage(r.URL.EscapedPath()) {
+		if isWebPage(r.URL.EscapedPath()) {
+			// Static files only: any other method is answered 405 by the
+			// router, never with data.
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -28,8 +28,9 @@ func TestCLIOneGrammar(t *testing.T) {
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
 	}
 	for _, v := range verbs {
-		_, help, code := s.runAll(t, append(v, "--help")...)
+		help, errOut, code := s.runAll(t, append(v, "--help")...)
 		require.Equal(t, 0, code, "%v --help", v)
+		require.Empty(t, errOut, "asked-for help goes to standard output")
 		for _, f := range connectionFlags {
 			require.Contains(t, help, "\n  "+f, "%v takes %s", v, f)
 		}
@@ -38,18 +39,18 @@ func TestCLIOneGrammar(t *testing.T) {
 	// Each audit kind has its own flags.
 	_, errOut, code := s.runAll(t, "audit", "turn", "t1", "--project", "p", "--state", "pending")
 	require.Equal(t, 2, code, "audit turn takes no --state")
-	require.Contains(t, errOut, "state")
-	_, help, _ := s.runAll(t, "audit", "call", "--help")
+	require.Contains(t, errOut, "flag provided but not defined: --state", "the docs' spelling")
+	help, _, _ := s.runAll(t, "audit", "call", "--help")
 	require.Contains(t, help, "--turn")
-	_, help, _ = s.runAll(t, "audit", "calls", "--help")
+	help, _, _ = s.runAll(t, "audit", "calls", "--help")
 	for _, f := range []string{"--tool", "--agent", "--status", "--state", "--since", "--until", "--limit", "--cursor", "--all", "--as-of-seq"} {
 		require.Contains(t, help, f)
 	}
-	_, help, _ = s.runAll(t, "serve", "--help")
+	help, _, _ = s.runAll(t, "serve", "--help")
 	require.Contains(t, help, "(default 127.0.0.1:8080)", "serve's help shows its defaults")
-	out, help, code := s.runAll(t, "version", "--help")
+	help, _, code = s.runAll(t, "version", "--help")
 	require.Equal(t, 0, code)
-	require.Empty(t, out, "version --help prints help, not the version")
+	require.NotContains(t, help, "cgledger dev", "version --help prints help, not the version")
 	require.Contains(t, help, "Usage: cgledger version")
 }
 
@@ -69,6 +70,12 @@ func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
 	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "CGLEDGER_NATS_URL")
 
+	_, _, code = s.runAll(t, "audit", "projects", "--creds", filepath.Join(t.TempDir(), "none.creds"))
+	require.Equal(t, 2, code, "a credentials file that cannot be read is a usage error")
+	_, _, code = s.runAll(t, "call", "--project", "p", "--agent", "a", "--tool", "echo", "--creds", filepath.Join(t.TempDir(), "none.creds"))
+	require.Equal(t, 2, code, "the same for NATS verbs")
+	_, _, code = s.runAll(t, "verify", "/etc/hostname")
+	require.Equal(t, 1, code, "a file that is read and found wrong says no")
 	for _, verb := range []string{"verify", "replay"} {
 		_, errOut, code = s.runAll(t, verb, filepath.Join(t.TempDir(), "missing.jsonl"))
 		require.Equal(t, 2, code, "%s of a file that does not exist is a usage error", verb)
@@ -194,4 +201,19 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 	require.NoError(t, s.cmd.Wait(), "serve exits 0")
 	log := s.log.String()
 	require.Less(t, strings.Index(log, "executor drained"), strings.Index(log, "http server stopped"), log)
+}
+
+// TestCLIRefusedCredentialSaysSo: a credential the server refuses a publish
+// to ends the verb at once (exit 1), naming the credential, instead of
+// waiting out the deadline.
+func TestCLIRefusedCredentialSaysSo(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	other := s.issue(t, "--project", "other", "--role", "worker", "--agent", "alice")
+	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--creds", other.path, "--timeout", "5m")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "may not do this")
+	require.Contains(t, errOut, other.path)
+	_, errOut, code = s.runAll(t, "projector", "skip", "--seq", "1", "--reason", "x", "--creds", other.path)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "may not do this")
 }
