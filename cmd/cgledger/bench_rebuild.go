@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +22,18 @@ import (
 // read of the whole ledger stream against the projector rebuilding fresh
 // views from it. Both read the same stream on the same server.
 func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, rounds int) ([]benchRow, error) {
+	// The process's resident memory as the history grows (serve and the
+	// load generator share it; the generator holds at most one chunk).
+	start := time.Now()
+	nextReport := 0
+	memory := func(done int) {
+		if done >= nextReport || done == calls {
+			rss, heap := residentMB()
+			fmt.Fprintf(os.Stderr, "bench --rebuild: %d calls recorded in %s, RSS %.0f MB, Go heap in use %.0f MB\n", done, time.Since(start).Round(time.Second), rss, heap)
+			nextReport += max(calls/10, 1)
+		}
+	}
+	memory(0)
 	for done := 0; done < calls; {
 		n := min(calls-done, 5000)
 		if err := tools.prepare(ctx, n, 128); err != nil {
@@ -52,6 +67,7 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 		default:
 		}
 		done += n
+		memory(done)
 	}
 	s, err := e.js.Stream(ctx, ledger.DefaultStream)
 	if err != nil {
@@ -140,4 +156,23 @@ func rebuildViews(ctx context.Context, js jetstream.JetStream, dir string) error
 		return err
 	}
 	return store.Sync()
+}
+
+// residentMB is the process's resident set (VmRSS) and the Go heap in use,
+// in MB; the RSS is 0 where /proc is not there.
+func residentMB() (rss, heap float64) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap = float64(ms.HeapInuse) / (1 << 20)
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, heap
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024, heap
+		}
+	}
+	return 0, heap
 }
