@@ -426,6 +426,14 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 	if err != nil {
 		return rep, err
 	}
+	verdict(&rep, hdr, v, tr, fileBad)
+	return rep, nil
+}
+
+// verdict completes rep from the verifier of a file read to its end: the
+// first bad entry (by the chain, then by fileBad, a mismatch with a
+// reference), a missing trailer, or a trailer that disagrees.
+func verdict(rep *VerifyReport, hdr ExportHeader, v *ChainVerifier, tr *ExportTrailer, fileBad uint64) {
 	rep.FromSeq = hdr.FromSeq
 	rep.Count, rep.Head = v.Count(), v.Head().String()
 	switch bad, why := v.FirstBad(); {
@@ -440,7 +448,20 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 	default:
 		rep.OK = true
 	}
-	return rep, nil
+}
+
+// importMsg is the message that stores e again: its subject, data and
+// headers, without JetStream's own Nats-* headers (they steer the server,
+// a replayed Nats-Msg-Id could be deduplicated away, and the chain does
+// not cover them).
+func importMsg(e ExportEntry) *nats.Msg {
+	msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
+	for k, v := range e.Headers {
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			msg.Header[k] = v
+		}
+	}
+	return msg
 }
 
 // Import appends the entries of a full export file (from sequence 1) to an
@@ -463,13 +484,7 @@ func Import(ctx context.Context, js jetstream.JetStream, stream string, r io.Rea
 		}
 		return nil
 	}, func(e ExportEntry) error {
-		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
-		for k, v := range e.Headers {
-			if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-				msg.Header[k] = v
-			}
-		}
-		ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		ack, err := js.PublishMsg(ctx, importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
 		if err != nil {
 			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,15 +87,9 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
-		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
-		for k, vals := range e.Headers {
-			if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-				msg.Header[k] = vals
-			}
-		}
 		// Each publish states the sequence it must get: JetStream refuses it
 		// (and so every later one) if anything else was stored between.
-		ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		ack, err := js.PublishMsgAsync(importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
 		if err != nil {
 			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
 		}
@@ -116,17 +109,6 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 	if err := settle(0); err != nil {
 		return rep, err
 	}
-	rep.FromSeq = hdr.FromSeq
-	rep.Count, rep.Head = v.Count(), v.Head().String()
-	switch bad, why := v.FirstBad(); {
-	case bad != 0:
-		rep.FirstBadSeq, rep.Reason = bad, why
-	case tr == nil:
-		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
-	case tr.Count != v.Count() || tr.Head != rep.Head:
-		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending in %s; file holds %d ending in %s", tr.Count, tr.Head, v.Count(), rep.Head)
-	default:
-		rep.OK = true
-	}
+	verdict(&rep, hdr, v, tr, 0)
 	return rep, nil
 }
