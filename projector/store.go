@@ -3,7 +3,6 @@ package projector
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -14,51 +13,21 @@ import (
 type Store struct {
 	db *pebble.DB
 
-	// states caches committed call states for the applier, so applying a
-	// report or wakeup does not seek the database. The projector is the
-	// only writer, so the cache cannot go stale; it is bounded by clearing.
-	mu     sync.Mutex
-	states map[string]*CallState
+	// states caches committed call states for the applier (statecache.go).
+	// The projector is the only writer, so the cache cannot go stale.
+	states *stateCache
 
 	// projects is the set of projects in the project index (projects.go).
 	projects projectSet
 }
 
-// maxCachedStates bounds the call-state cache.
-const maxCachedStates = 200_000
+func (s *Store) cachedState(k string) (*CallState, bool) { return s.states.get(k) }
 
-func (s *Store) cachedState(k string) (*CallState, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.states[k]
-	return st, ok
-}
+func (s *Store) cacheState(k string, st *CallState) { s.states.put(k, st) }
 
-func (s *Store) cacheState(k string, st *CallState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.states) >= maxCachedStates {
-		s.states = map[string]*CallState{}
-	}
-	s.states[k] = st
-}
+func (s *Store) cacheStates(m map[string]*CallState) { s.states.putAll(m) }
 
-func (s *Store) cacheStates(m map[string]*CallState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.states)+len(m) > maxCachedStates {
-		s.states = make(map[string]*CallState, len(m))
-	}
-	for k, st := range m {
-		s.states[k] = st
-	}
-}
-
-func (s *Store) dropCache() {
-	s.mu.Lock()
-	s.states = map[string]*CallState{}
-	s.mu.Unlock()
-}
+func (s *Store) dropCache() { s.states.clear() }
 
 // StoreOptions configures OpenStore. The zero value uses the OS filesystem.
 type StoreOptions struct {
@@ -91,7 +60,7 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	s := &Store{db: db, states: map[string]*CallState{}}
+	s := &Store{db: db, states: newStateCache(maxCachedStates)}
 	if err := s.openProjectIndex(); err != nil {
 		_ = db.Close()
 		return nil, err

@@ -85,6 +85,7 @@ func bench(args []string) int {
 	syncAlways := fs.Bool("sync-always", false, "fsync every JetStream write (the embedded server's --sync-always)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
+	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded")
 	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
@@ -114,6 +115,7 @@ func bench(args []string) int {
 	if *rebuild < 0 {
 		return failf(exitUsage, "bench: --rebuild must be a number of calls")
 	}
+	benchMemProfile = *memProfile
 	rows, err := runBench(*duration, *rounds, inflight, *syncAlways, *rebuild)
 	if err != nil {
 		return failf(exitFailed, "bench: %v", err)

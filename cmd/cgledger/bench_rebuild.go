@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,11 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 		}
 		done += n
 		memory(done)
+	}
+	if benchMemProfile != "" {
+		if err := writeHeapProfile(benchMemProfile); err != nil {
+			return nil, fmt.Errorf("--memprofile: %w", err)
+		}
 	}
 	s, err := e.js.Stream(ctx, ledger.DefaultStream)
 	if err != nil {
@@ -175,4 +181,20 @@ func residentMB() (rss, heap float64) {
 		}
 	}
 	return 0, heap
+}
+
+// benchMemProfile is where --memprofile writes the heap profile.
+var benchMemProfile string
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
