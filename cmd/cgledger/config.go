@@ -36,6 +36,7 @@ type Settings struct {
 	SyncInterval string   `json:"sync_interval" yaml:"sync_interval"`
 	AckWait      string   `json:"ack_wait" yaml:"ack_wait"`
 	DiskReserve  string   `json:"disk_reserve" yaml:"disk_reserve"`
+	MemoryLimit  string   `json:"memory_limit" yaml:"memory_limit"`
 	LogFormat    string   `json:"log_format" yaml:"log_format"`
 	LogLevel     string   `json:"log_level" yaml:"log_level"`
 	Roles        []string `json:"roles" yaml:"roles"`
@@ -80,6 +81,7 @@ var settings = func() []setting {
 		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
 		mk("ack_wait", "ack-wait", "how long a command waits for its executor's ack (running calls heartbeat every third of it): how soon another executor takes over the calls of one that died; empty means 5s", func(s *Settings) *string { return &s.AckWait }),
 		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
+		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 2GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
@@ -132,7 +134,7 @@ var settings = func() []setting {
 }()
 
 func defaultSettings() Settings {
-	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1,
+	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: "1GiB",
 		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor"}
 }
 
@@ -292,6 +294,11 @@ func (s Settings) validate() ledger.Violations {
 	if s.AckWait != "" {
 		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
 			vs.Add("ack_wait", ledger.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
+		}
+	}
+	if s.MemoryLimit != "" && s.MemoryLimit != "off" {
+		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
+			vs.Add("memory_limit", ledger.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
 		}
 	}
 	if s.DiskReserve != "" && s.DiskReserve != "off" {

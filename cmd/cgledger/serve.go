@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,6 +173,14 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	serverTLS, err := loadTLS(s.TLSCert, s.TLSKey, s.TLSCA, true)
 	if err != nil {
 		return err
+	}
+	// A soft memory limit keeps the heap near what it holds rather than
+	// twice that: the ledger's memory grows with history (the stream's
+	// subject index), so headroom the collector could reclaim is not left
+	// to grow with it.
+	if s.MemoryLimit != "" && s.MemoryLimit != "off" && os.Getenv("GOMEMLIMIT") == "" {
+		limit, _ := diskspace.ParseSize(s.MemoryLimit) // validated
+		debug.SetMemoryLimit(int64(limit))
 	}
 	var embeddedSrv *server.Server
 	var storageLog *natsserver.StorageLog
