@@ -60,6 +60,22 @@ func fillTo(t *testing.T, dir string, left uint64) string {
 	return path
 }
 
+// topUp appends to the filler at path until the file system has no room
+// left.
+func topUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			return
+		}
+	}
+}
+
 // readiness returns /readyz's status code and reason.
 func readiness(t *testing.T, s *server) (int, string) {
 	t.Helper()
@@ -171,6 +187,10 @@ func fillUnderLoad(t *testing.T, extra ...string) *server {
 	}, time.Minute, 10*time.Millisecond, "calls succeed before the disk fills")
 	filler := fillTo(t, data, 0)
 	require.Eventually(t, func() bool {
+		// The stores can free space after the fill (Pebble deletes an
+		// obsolete file, nats-server compacts a block): keep the disk full
+		// until serve notices.
+		topUp(t, filler)
 		code, _ := readiness(t, s)
 		return code == http.StatusServiceUnavailable
 	}, time.Minute, 50*time.Millisecond, "serve reports the full disk")
