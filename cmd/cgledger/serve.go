@@ -457,6 +457,11 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		} else if err := storageTrouble(guard, embeddedSrv, storageLog); err != nil {
 			body["status"], body["reason"] = "not ready", err.Error()
 			w.WriteHeader(http.StatusServiceUnavailable)
+		} else if storeBroken.Load() {
+			// Pebble cannot be trusted after a failed write, even if a later
+			// commit went through: not ready until serve has restarted.
+			body["status"], body["reason"] = "not ready", "view store broken by a failed write: serve restarts itself in place once the disk has room"
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(body)
 	})
@@ -561,14 +566,17 @@ func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logg
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, projector.ErrStoreBroken) {
-				storeBroken.Store(true)
-			}
 			if err == nil {
 				break
 			}
 			reason.Store(err.Error())
 			log.Error("projector catch-up failed", "err", err)
+			if errors.Is(err, projector.ErrStoreBroken) {
+				// Nothing more is written to a store that failed a write:
+				// serve restarts in place, reopening it, once there is room.
+				storeBroken.Store(true)
+				return
+			}
 			if projector.Fatal(err) {
 				if !waitSkip(ctx, proj, log, err) {
 					return
@@ -593,6 +601,7 @@ func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logg
 		log.Error("projector stopped", "err", err)
 		if errors.Is(err, projector.ErrStoreBroken) {
 			storeBroken.Store(true)
+			return
 		}
 		if projector.Fatal(err) && !waitSkip(ctx, proj, log, err) {
 			return
