@@ -398,13 +398,9 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 	var v *ChainVerifier
 	var rep VerifyReport
 	var fileBad uint64
-	hdr, tr, err := ReadExport(r, func(h ExportHeader) error {
-		prev, err := ParseLink(h.PrevLink)
-		if err != nil {
-			return fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
-		}
-		v = NewChainVerifier(h.FromSeq, prev)
-		return nil
+	hdr, tr, err := ReadExport(r, func(h ExportHeader) (err error) {
+		v, err = chainFrom(h)
+		return err
 	}, func(e ExportEntry) error {
 		rep.LastSeq = e.Seq
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
@@ -428,6 +424,15 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 	}
 	verdict(&rep, hdr, v, tr, fileBad)
 	return rep, nil
+}
+
+// chainFrom starts verifying the chain of the file whose header is h.
+func chainFrom(h ExportHeader) (*ChainVerifier, error) {
+	prev, err := ParseLink(h.PrevLink)
+	if err != nil {
+		return nil, fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
+	}
+	return NewChainVerifier(h.FromSeq, prev), nil
 }
 
 // verdict completes rep from the verifier of a file read to its end: the

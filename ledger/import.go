@@ -70,16 +70,12 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	var v *ChainVerifier
 	var published uint64
-	hdr, tr, err := ReadExport(r, func(h ExportHeader) error {
+	hdr, tr, err := ReadExport(r, func(h ExportHeader) (err error) {
 		if h.FromSeq != 1 {
 			return fmt.Errorf("%w: a replay needs a full export (from_seq 1), this one starts at %d", ErrBadExport, h.FromSeq)
 		}
-		prev, err := ParseLink(h.PrevLink)
-		if err != nil {
-			return fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
-		}
-		v = NewChainVerifier(h.FromSeq, prev)
-		return nil
+		v, err = chainFrom(h)
+		return err
 	}, func(e ExportEntry) error {
 		rep.LastSeq = e.Seq
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)

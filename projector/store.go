@@ -3,6 +3,7 @@ package projector
 import (
 	"errors"
 	"fmt"
+	"github.com/cgledger/cgledger/internal/lru"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -15,19 +16,19 @@ type Store struct {
 
 	// states caches committed call states for the applier (statecache.go).
 	// The projector is the only writer, so the cache cannot go stale.
-	states *stateCache
+	states *lru.Cache[*CallState]
 
 	// projects is the set of projects in the project index (projects.go).
 	projects projectSet
 }
 
-func (s *Store) cachedState(k string) (*CallState, bool) { return s.states.get(k) }
+func (s *Store) cachedState(k string) (*CallState, bool) { return s.states.Get(k) }
 
-func (s *Store) cacheState(k string, st *CallState) { s.states.put(k, st) }
+func (s *Store) cacheState(k string, st *CallState) { s.states.Put(k, st) }
 
-func (s *Store) cacheStates(m map[string]*CallState) { s.states.putAll(m) }
+func (s *Store) cacheStates(m map[string]*CallState) { s.states.PutAll(m) }
 
-func (s *Store) dropCache() { s.states.clear() }
+func (s *Store) dropCache() { s.states.Clear() }
 
 // StoreOptions configures OpenStore. The zero value uses the OS filesystem.
 type StoreOptions struct {

@@ -335,6 +335,7 @@ func audit(args []string) int {
 		}
 		var page struct {
 			NextCursor string `json:"next_cursor"`
+			AsOfSeq    uint64 `json:"as_of_seq"`
 		}
 		_ = json.Unmarshal(raw, &page)
 		if !all || page.NextCursor == "" {
@@ -346,12 +347,9 @@ func audit(args []string) int {
 		cursor = page.NextCursor
 		// The as-of of the first page holds for the rest: pages of one
 		// listing answer for one sequence.
-		var first struct {
-			AsOfSeq uint64 `json:"as_of_seq"`
-		}
-		if json.Unmarshal(raw, &first) == nil && first.AsOfSeq > 0 {
+		if page.AsOfSeq > 0 {
 			q.Del("as_of")
-			q.Set("as_of_seq", strconv.FormatUint(first.AsOfSeq, 10))
+			q.Set("as_of_seq", strconv.FormatUint(page.AsOfSeq, 10))
 		}
 	}
 }

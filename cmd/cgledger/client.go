@@ -32,7 +32,6 @@ type clientFlags struct {
 	tlsCert  string
 	tlsKey   string
 	asJSON   bool
-	deadline time.Duration
 
 	// source says where each connection setting came from, for errors.
 	source map[string]string

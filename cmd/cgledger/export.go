@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cgledger/cgledger/internal/replay"
@@ -220,22 +219,8 @@ against the links its views recorded. Exit 1 when verification fails.`)
 				return failf(exitUsage, "verify: %v", err)
 			}
 			st, _ := f.Stat()
-			cr := &countingFile{f: f}
-			stop := make(chan struct{})
-			go func() {
-				t := time.NewTicker(200 * time.Millisecond)
-				defer t.Stop()
-				for {
-					select {
-					case <-t.C:
-						pr.update(uint64(cr.n.Load()), uint64(st.Size()), "bytes checked", 0)
-					case <-stop:
-						return
-					}
-				}
-			}()
+			cr := &countingFile{f: f, each: func(n int64) { pr.update(uint64(n), uint64(st.Size()), "bytes checked", 0) }}
 			rep, err = ledger.VerifyExport(bufio.NewReaderSize(cr, 1<<20))
-			close(stop)
 			pr.done()
 			f.Close()
 			if err != nil {
@@ -387,15 +372,17 @@ func exportFromSeq(path string) (uint64, error) {
 	return h.FromSeq, nil
 }
 
-// countingFile counts the bytes read from a file.
+// countingFile tells each with the bytes read from a file so far.
 type countingFile struct {
-	f *os.File
-	n atomic.Int64
+	f    *os.File
+	n    int64
+	each func(n int64)
 }
 
 func (c *countingFile) Read(p []byte) (int, error) {
 	n, err := c.f.Read(p)
-	c.n.Add(int64(n))
+	c.n += int64(n)
+	c.each(c.n)
 	return n, err
 }
 

@@ -83,13 +83,8 @@ func parseOrExit(fs *flag.FlagSet, args []string, npos ...int) (pos []string, co
 		return nil, exitOK, false
 	}
 	if err != nil {
-		msg := err.Error()
-		for _, p := range []string{"flag provided but not defined: -", "flag needs an argument: -", "invalid value \"", "invalid boolean value \""} {
-			if i := strings.Index(msg, p); i >= 0 && strings.HasSuffix(p, "-") {
-				msg = msg[:i+len(p)-1] + "--" + msg[i+len(p):]
-			}
-		}
-		msg = strings.ReplaceAll(msg, " for flag -", " for flag --")
+		// The flag package names a flag "-name" after ": ", "flag " or "for ".
+		msg := strings.NewReplacer(": -", ": --", "flag -", "flag --", "for -", "for --").Replace(err.Error())
 		fmt.Fprintf(os.Stderr, "cgledger %s: %s\nRun cgledger %s --help for its flags.\n", fs.Name(), msg, fs.Name())
 		return nil, exitUsage, false
 	}

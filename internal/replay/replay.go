@@ -40,8 +40,9 @@ type Options struct {
 	// Inspect, when set, runs against the projected views before the
 	// replay's server stops (tests read timelines and dumps with it).
 	Inspect func(store *projector.Store, q *projector.Queries) error
-	// Progress, when set, is called as the replay goes: bytes of the file
-	// read of its size, entries imported, and entries projected.
+	// Progress, when set, is called after each entry is imported and once
+	// at the end: bytes of the file read of its size, entries imported, and
+	// entries projected. It is called often; it should be cheap.
 	Progress func(Progress)
 }
 
@@ -136,21 +137,10 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 			o.Progress(Progress{BytesRead: cr.n.Load(), FileBytes: st.Size(), Imported: imported.Load(), Projected: p.Applied()})
 		}
 	}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	tickDone := make(chan struct{})
-	defer close(tickDone)
-	go func() {
-		for {
-			select {
-			case <-tick.C:
-				report()
-			case <-tickDone:
-				return
-			}
-		}
-	}()
-	rep, err := ledger.ImportVerified(ctx, js, ledger.DefaultStream, cr, ledger.ImportConfig{Progress: func(n uint64) { imported.Store(n) }})
+	rep, err := ledger.ImportVerified(ctx, js, ledger.DefaultStream, cr, ledger.ImportConfig{Progress: func(n uint64) {
+		imported.Store(n)
+		report()
+	}})
 	res := &Result{File: rep, Entries: imported.Load()}
 	if err != nil {
 		_ = stopProjector()
