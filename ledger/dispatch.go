@@ -218,6 +218,9 @@ func (l *Ledger) createOrRead(ctx context.Context, key string, rec *CallRecord) 
 		if err != nil || created {
 			return rev, created, nil, 0, err
 		}
+		if err := l.step(StepDispatchRecordExists); err != nil {
+			return 0, false, nil, 0, err
+		}
 		existing, erev, err = l.readExisting(ctx, key)
 		if err != nil {
 			return 0, false, nil, 0, err

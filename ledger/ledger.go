@@ -51,9 +51,12 @@ const (
 	StepWoken       Step = "woken"        // wakeup (or wakeup_skipped) acknowledged
 	StepMarkedWoken Step = "marked_woken" // KV record marked woken (after the answer, for the writer)
 
-	StepDispatchCard    Step = "dispatch_card"    // tool.call card acknowledged
-	StepDispatchRecord  Step = "dispatch_record"  // call record created in KV
-	StepDispatchCommand Step = "dispatch_command" // command acknowledged
+	StepDispatchCard   Step = "dispatch_card"   // tool.call card acknowledged
+	StepDispatchRecord Step = "dispatch_record" // call record created in KV
+	// StepDispatchRecordExists: the call record's create failed because a
+	// record exists (another dispatch of the call, maybe one being refused).
+	StepDispatchRecordExists Step = "dispatch_record_exists"
+	StepDispatchCommand      Step = "dispatch_command" // command acknowledged
 )
 
 // Ledger appends to and reads from the ledger stream. It is safe for
