@@ -105,9 +105,11 @@ func newApplierAfter(s *Store, cp checkpoint, prev *applier) *applier {
 	return a
 }
 
-// checkpointRows writes the checkpoint and the project index's marker,
-// which the index is complete through (docs/audit-api.md#project-index).
-func (a *applier) checkpointRows() {
+// seal writes the checkpoint and the project index's marker, which the
+// index is complete through (docs/audit-api.md#project-index), once per
+// batch, just before it commits: written with every entry they were two of
+// its ten or so memtable inserts, each overwritten by the next.
+func (a *applier) seal() {
 	a.set(metaApplied, a.cp.encode())
 	a.set(metaProjects, binary.BigEndian.AppendUint64(nil, a.cp.Applied))
 }
@@ -249,11 +251,7 @@ func (a *applier) apply(e ledger.Entry) error {
 		// means the two disagree, which must not pass silently.
 		err = corrupt(e.Seq, "entry kind %q is recognized but has no view", kind)
 	}
-	if err != nil {
-		return err
-	}
-	a.checkpointRows()
-	return nil
+	return err
 }
 
 // record writes the rows every entry has (the entry, its chain link, its
@@ -284,7 +282,6 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
 	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, ledger.CanonicalHeaders(e.Headers))
 	a.nUnrecognized++
-	a.checkpointRows()
 }
 
 // skipped records entry e, which could not be applied, as skipped by the
@@ -300,7 +297,6 @@ func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
 	}
 	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(canon)}
 	a.nSkipped++
-	a.checkpointRows()
 }
 
 // skipMark is what the applier remembers of an entry it skipped in the

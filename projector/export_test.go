@@ -40,6 +40,7 @@ func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
 			}
 			pending = append(pending, pe)
 		}
+		a.seal()
 		if err := a.b.Commit(pebble.NoSync); err != nil {
 			return err
 		}

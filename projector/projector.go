@@ -451,6 +451,7 @@ func (p *Projector) commit(a *applier, sync bool) (err error) {
 			err = fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, sf)
 		}
 	}()
+	a.seal()
 	if err := a.b.Commit(opts); err != nil {
 		p.m.errors.WithLabelValues("store").Inc()
 		return fmt.Errorf("projector: commit through seq %d: %w", a.cp.Applied, err)
