@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,48 +61,77 @@ func chainedHeader(name string) bool {
 }
 
 // NextLink computes the link of entry seq from the previous link.
+//
+// Everything but the data is framed into one buffer on the stack and hashed
+// in one write: the projector and every verifier compute a link per entry,
+// and per-header writes through hash.Hash (each a conversion that escapes)
+// and sort.Slice's reflection were most of its cost.
 func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte) Link {
-	sum := sha256.New()
-	var n [8]byte
-	putLen := func(l int) {
-		binary.BigEndian.PutUint64(n[:], uint64(l))
-		sum.Write(n[:])
+	var frameBuf [1024]byte
+	b := append(frameBuf[:0], prev[:]...)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(subject)))
+	b = append(b, subject...)
+	// Names are hashed lower-cased, ordered by that and then by the
+	// original spelling; the lower-cased names live in one arena.
+	type hv struct {
+		name []byte
+		orig string
 	}
-	sum.Write(prev[:])
-	binary.BigEndian.PutUint64(n[:], seq)
-	sum.Write(n[:])
-	putLen(len(subject))
-	sum.Write([]byte(subject))
-	type hv struct{ name, orig string }
-	var buf [16]hv
-	names := buf[:0]
+	var namesBuf [16]hv
+	var arenaBuf [512]byte
+	names, arena := namesBuf[:0], arenaBuf[:0]
 	for k := range h {
 		if chainedHeader(k) {
-			names = append(names, hv{lowerASCII(k), k})
+			start := len(arena)
+			// A grown arena moves, but names keep pointing into the old
+			// copy, which stays as it was.
+			arena = appendLowerASCII(arena, k)
+			names = append(names, hv{arena[start:len(arena):len(arena)], k})
 		}
 	}
-	sort.Slice(names, func(i, j int) bool {
-		if names[i].name != names[j].name {
-			return names[i].name < names[j].name
+	slices.SortFunc(names, func(x, y hv) int {
+		if c := bytes.Compare(x.name, y.name); c != 0 {
+			return c
 		}
-		return names[i].orig < names[j].orig
+		return strings.Compare(x.orig, y.orig)
 	})
-	putLen(len(names))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(names)))
 	for _, k := range names {
-		putLen(len(k.name))
-		sum.Write([]byte(k.name))
+		b = binary.BigEndian.AppendUint64(b, uint64(len(k.name)))
+		b = append(b, k.name...)
 		vals := h[k.orig]
-		putLen(len(vals))
+		b = binary.BigEndian.AppendUint64(b, uint64(len(vals)))
 		for _, v := range vals {
-			putLen(len(v))
-			sum.Write([]byte(v))
+			b = binary.BigEndian.AppendUint64(b, uint64(len(v)))
+			b = append(b, v...)
 		}
 	}
-	putLen(len(data))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(data)))
+	sum := sha256.New()
+	sum.Write(b)
 	sum.Write(data)
 	var l Link
 	sum.Sum(l[:0])
 	return l
+}
+
+// appendLowerASCII appends lowerASCII(s) to b without allocating for the
+// usual ASCII names.
+func appendLowerASCII(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return append(b, lowerASCII(s)...)
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
 }
 
 // lowerASCII lower-cases header names without allocating when they are

@@ -43,6 +43,15 @@ type dupFrame struct {
 // the root object named in opaque are not examined: the caller checks them
 // on their own, under their own prefix (a dispatch's card and payload).
 func checkDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...string) {
+	if noDuplicateKeys(data) {
+		return
+	}
+	checkDuplicateKeysExact(prefix, data, vs, opaque...)
+}
+
+// checkDuplicateKeysExact is checkDuplicateKeys without the fast scan: it
+// walks every token and names every violation.
+func checkDuplicateKeysExact(prefix string, data []byte, vs *Violations, opaque ...string) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	// Numbers are irrelevant here; json.Number avoids float conversions
 	// failing on numbers such as 1e999 that valid JSON allows.

@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -67,5 +69,108 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		require.Len(t, vs, 1)
 		require.Equal(t, VTooLarge, vs[0].Code)
 		require.LessOrEqual(t, len(vs[0].Field), MaxViolationText+3, "the path is cut")
+	})
+}
+
+// TestNoDuplicateKeysAgreesWithExactScan checks the fast scan against the
+// exact one on generated documents: when it says a document is clean the
+// exact scan finds nothing, and it does say so for every clean document
+// whose member names have no escapes (else it would save nothing).
+func TestNoDuplicateKeysAgreesWithExactScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 13))
+	var escapedKey bool
+	var gen func(b *strings.Builder, depth int)
+	str := func(b *strings.Builder, key bool) {
+		names := []string{"a", "b", "c", "d", `q\"x`, `\u0061`, "é", `s\\`}
+		s := names[rng.IntN(len(names))]
+		if key && strings.Contains(s, `\`) {
+			escapedKey = true
+		}
+		b.WriteString(`"` + s + `"`)
+	}
+	ws := func(b *strings.Builder) {
+		if rng.IntN(4) == 0 {
+			b.WriteString([]string{" ", "\n", "\t ", "\r\n"}[rng.IntN(4)])
+		}
+	}
+	gen = func(b *strings.Builder, depth int) {
+		ws(b)
+		switch k := rng.IntN(9); {
+		case k < 3 && depth < 6:
+			b.WriteString("{")
+			for i := range rng.IntN(5) {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				ws(b)
+				str(b, true)
+				ws(b)
+				b.WriteString(":")
+				gen(b, depth+1)
+			}
+			ws(b)
+			b.WriteString("}")
+		case k < 5 && depth < 6:
+			b.WriteString("[")
+			for i := range rng.IntN(4) {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				gen(b, depth+1)
+			}
+			b.WriteString("]")
+		case k == 5:
+			str(b, false)
+		default:
+			b.WriteString([]string{"0", "-1.5e3", "true", "false", "null", "1e999"}[rng.IntN(6)])
+		}
+		ws(b)
+	}
+	fast, clean := 0, 0
+	for range 20000 {
+		escapedKey = false
+		var b strings.Builder
+		b.WriteString("{")
+		str(&b, true)
+		b.WriteString(":")
+		gen(&b, 1)
+		b.WriteString("}")
+		doc := []byte(b.String())
+		require.True(t, json.Valid(doc), "generated %s", doc)
+		var vs Violations
+		checkDuplicateKeysExact("p", doc, &vs)
+		ok := noDuplicateKeys(doc)
+		if ok {
+			fast++
+			require.Empty(t, vs, "the fast scan passed %s", doc)
+		}
+		if len(vs) == 0 && !escapedKey {
+			clean++
+			require.True(t, ok, "the fast scan sent a clean document to the exact scan: %s", doc)
+		}
+	}
+	require.Greater(t, clean, 1000, "the generator makes clean documents")
+	require.GreaterOrEqual(t, fast, clean)
+	require.False(t, noDuplicateKeys([]byte(strings.Repeat("[", MaxJSONDepth+1)+strings.Repeat("]", MaxJSONDepth+1))), "too deep goes to the exact scan")
+	big := "{"
+	for i := range fastDupMaxKeys + 1 {
+		big += fmt.Sprintf(`"k%d":1,`, i)
+	}
+	require.False(t, noDuplicateKeys([]byte(big+`"end":1}`)), "a large object goes to the exact scan")
+}
+
+// FuzzNoDuplicateKeys: the fast scan never passes a document in which the
+// exact scan finds a violation.
+func FuzzNoDuplicateKeys(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"a":[{"b":1},{"b":1}]}`, `{"a":"}\"{","a":0}`, `{"x":{"y":{"x":1,"y":2}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) || !noDuplicateKeys(doc) {
+			return
+		}
+		var vs Violations
+		checkDuplicateKeysExact("p", doc, &vs)
+		require.Empty(t, vs, "the fast scan passed %q", doc)
 	})
 }

@@ -216,7 +216,7 @@ func (a *applier) apply(e ledger.Entry) error {
 	// Entries without CG-Time (published by others) get no time: their
 	// stream timestamp would differ in a replay.
 	t, _ := ledger.EntryTime(h)
-	a.record(raw, kind, t, true)
+	a.record(raw, e.Headers, kind, t, true)
 
 	var err error
 	ev := event{seq: e.Seq, t: t, kind: kind, h: h, data: e.Data, subject: e.Subject}
@@ -259,8 +259,9 @@ func (a *applier) apply(e ledger.Entry) error {
 // (an entry the projector could apply) moves the time watermark: one stray
 // message claiming a far-future CG-Time would otherwise pin every later
 // entry to that time in as-of-time queries. e is the entry as stored: its
-// link covers the headers as they are, the row keeps them canonical.
-func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool) {
+// link covers the headers as they are, the row keeps canon, the same
+// headers with canonical names (ledger.CanonicalHeaders).
+func (a *applier) record(e ledger.Entry, canon map[string][]string, kind string, t time.Time, trusted bool) {
 	if trusted && t.After(a.cp.Watermark) {
 		a.cp.Watermark = t
 	}
@@ -268,7 +269,7 @@ func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool)
 	a.cp.Applied, a.entryTime = e.Seq, t
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
-	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(ledger.CanonicalHeaders(e.Headers)), Data: e.Data, Time: t}))
+	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(canon), Data: e.Data, Time: t}))
 	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
 	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
 }
@@ -278,9 +279,10 @@ func (a *applier) record(e ledger.Entry, kind string, t time.Time, trusted bool)
 // it names, if any) without changing any other view. e is as stored.
 func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 	t, _ := ledger.EntryTime(nats.Header(e.Headers))
-	a.record(e, KindUnrecognized, t, false)
+	canon := ledger.CanonicalHeaders(e.Headers)
+	a.record(e, canon, KindUnrecognized, t, false)
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
-	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, ledger.CanonicalHeaders(e.Headers))
+	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, canon)
 	a.nUnrecognized++
 }
 
@@ -288,9 +290,9 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 // skip entry s, with no effect on any other view.
 func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
 	t, _ := ledger.EntryTime(nats.Header(e.Headers))
-	a.record(e, KindSkipped, t, false)
-	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
 	canon := ledger.CanonicalHeaders(e.Headers)
+	a.record(e, canon, KindSkipped, t, false)
+	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
 	a.place(event{seq: e.Seq, kind: KindSkipped}, e.Subject, canon)
 	if a.skippedHere == nil {
 		a.skippedHere = map[uint64]skipMark{}
