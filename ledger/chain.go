@@ -49,6 +49,10 @@ func ChainedHeaders(h map[string][]string) map[string][]string {
 	return out
 }
 
+// IsChainedHeader reports whether the chain covers the header named name
+// (in any case): every CG-* header and the W3C trace headers.
+func IsChainedHeader(name string) bool { return chainedHeader(name) }
+
 // chainedHeader reports whether a header is covered by the chain: every
 // CG-* header (identity, routing, entry kind, time) and the W3C trace headers.
 // JetStream's own Nats-* headers are not: they steer the server, they are not
@@ -74,9 +78,11 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	b = append(b, subject...)
 	// Names are hashed lower-cased, ordered by that and then by the
 	// original spelling; the lower-cased names live in one arena.
+	// name is the lower-cased name's place in arena: offsets, not a
+	// slice, so that the arena can live on the stack.
 	type hv struct {
-		name []byte
-		orig string
+		start, end int
+		orig       string
 	}
 	var namesBuf [16]hv
 	var arenaBuf [512]byte
@@ -84,22 +90,30 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	for k := range h {
 		if chainedHeader(k) {
 			start := len(arena)
-			// A grown arena moves, but names keep pointing into the old
-			// copy, which stays as it was.
-			arena = appendLowerASCII(arena, k)
-			names = append(names, hv{arena[start:len(arena):len(arena)], k})
+			if isASCII(k) {
+				for i := 0; i < len(k); i++ {
+					c := k[i]
+					if 'A' <= c && c <= 'Z' {
+						c += 'a' - 'A'
+					}
+					arena = append(arena, c)
+				}
+			} else {
+				arena = append(arena, lowerASCII(k)...)
+			}
+			names = append(names, hv{start, len(arena), k})
 		}
 	}
 	slices.SortFunc(names, func(x, y hv) int {
-		if c := bytes.Compare(x.name, y.name); c != 0 {
+		if c := bytes.Compare(arena[x.start:x.end], arena[y.start:y.end]); c != 0 {
 			return c
 		}
 		return strings.Compare(x.orig, y.orig)
 	})
 	b = binary.BigEndian.AppendUint64(b, uint64(len(names)))
 	for _, k := range names {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(k.name)))
-		b = append(b, k.name...)
+		b = binary.BigEndian.AppendUint64(b, uint64(k.end-k.start))
+		b = append(b, arena[k.start:k.end]...)
 		vals := h[k.orig]
 		b = binary.BigEndian.AppendUint64(b, uint64(len(vals)))
 		for _, v := range vals {
@@ -116,22 +130,14 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	return l
 }
 
-// appendLowerASCII appends lowerASCII(s) to b without allocating for the
-// usual ASCII names.
-func appendLowerASCII(b []byte, s string) []byte {
+// isASCII reports whether s is all ASCII, where lower-casing is per byte.
+func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
-			return append(b, lowerASCII(s)...)
+			return false
 		}
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-	}
-	return b
+	return true
 }
 
 // lowerASCII lower-cases header names without allocating when they are

@@ -269,7 +269,7 @@ func (a *applier) record(e ledger.Entry, canon map[string][]string, kind string,
 	a.cp.Applied, a.entryTime = e.Seq, t
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
-	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: ledger.ChainedHeaders(canon), Data: e.Data, Time: t}))
+	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: canon, Data: e.Data, Time: t}))
 	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
 	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
 }

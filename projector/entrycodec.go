@@ -5,40 +5,55 @@ import (
 	"errors"
 	"sort"
 	"time"
+
+	"github.com/cgledger/cgledger/ledger"
 )
 
 // encodeEntry is the e\0<seq> row's binary form (docs/views.md): kind,
 // subject, time (Unix ns, 0 for none), headers sorted by name, data. Each
 // string or byte field is a uvarint length then the bytes.
+//
+// Only the headers the chain covers (ledger.IsChainedHeader) are written: the
+// caller passes the entry's canonical headers as they are, and no filtered
+// copy is made per entry.
 func encodeEntry(e storedEntry) []byte {
-	b := make([]byte, 0, 64+len(e.Subject)+len(e.Data)+32*len(e.Headers))
-	put := func(s []byte) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+	var namesBuf [24]string
+	names := namesBuf[:0]
+	size := 3*binary.MaxVarintLen64 + len(e.Kind) + len(e.Subject) + len(e.Data)
+	for k, vals := range e.Headers {
+		if !ledger.IsChainedHeader(k) {
+			continue
+		}
+		names = append(names, k)
+		size += 2*binary.MaxVarintLen64 + len(k)
+		for _, v := range vals {
+			size += binary.MaxVarintLen64 + len(v)
+		}
 	}
-	put([]byte(e.Kind))
-	put([]byte(e.Subject))
+	sort.Strings(names)
+	b := make([]byte, 0, size+binary.MaxVarintLen64)
+	b = binary.AppendUvarint(b, uint64(len(e.Kind)))
+	b = append(b, e.Kind...)
+	b = binary.AppendUvarint(b, uint64(len(e.Subject)))
+	b = append(b, e.Subject...)
 	var ns int64
 	if !e.Time.IsZero() {
 		ns = e.Time.UnixNano()
 	}
 	b = binary.AppendVarint(b, ns)
-	names := make([]string, 0, len(e.Headers))
-	for k := range e.Headers {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, k := range names {
-		put([]byte(k))
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
 		vals := e.Headers[k]
 		b = binary.AppendUvarint(b, uint64(len(vals)))
 		for _, v := range vals {
-			put([]byte(v))
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
 		}
 	}
-	put(e.Data)
-	return b
+	b = binary.AppendUvarint(b, uint64(len(e.Data)))
+	return append(b, e.Data...)
 }
 
 var errBadEntryRow = errors.New("malformed entry row")
