@@ -502,7 +502,7 @@ func (a *applier) index(st *CallState, dim, value string) {
 
 func (a *applier) saveState(st *CallState, seq uint64) {
 	st.UpdatedSeq = seq
-	b, err := json.Marshal(st)
+	b, err := marshalCallState(st)
 	if err != nil {
 		panic(fmt.Sprintf("projector: encode call state: %v", err))
 	}
