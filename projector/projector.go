@@ -244,8 +244,13 @@ func (p *Projector) CatchUp(ctx context.Context) error {
 				return
 			case <-t.C:
 				a := p.Applied()
+				rate := float64(a-prev) / catchUpProgressEvery.Seconds()
+				eta := "unknown"
+				if rate > 0 && last > a {
+					eta = time.Duration(float64(last-a) / rate * float64(time.Second)).Round(time.Second).String()
+				}
 				p.log.Info("projector catch-up progress", "applied_seq", a, "to_seq", last,
-					"entries_per_s", int(float64(a-prev)/catchUpProgressEvery.Seconds()), "elapsed", time.Since(start).Round(time.Millisecond).String())
+					"entries_per_s", int(rate), "elapsed", time.Since(start).Round(time.Millisecond).String(), "eta", eta)
 				prev = a
 			}
 		}
