@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,10 +96,13 @@ func BenchmarkReplay(b *testing.B) {
 	b.Run("replay", func(b *testing.B) {
 		root := b.TempDir()
 		n := 0
+		var cpu time.Duration
 		for b.Loop() {
 			n++
 			dir := filepath.Join(root, strconv.Itoa(n))
+			c0 := processCPU(b)
 			res, err := replay.Run(b.Context(), file, replay.Options{Dir: dir})
+			cpu += processCPU(b) - c0
 
 			b.StopTimer()
 			require.NoError(b, err)
@@ -110,10 +114,12 @@ func BenchmarkReplay(b *testing.B) {
 			b.StartTimer()
 		}
 		replayRate = report(b, entries)
+		b.ReportMetric(float64(cpu.Microseconds())/float64(entries)/float64(b.N), "cpu-us/entry")
 	})
 	b.Run("raw_async_publish", func(b *testing.B) {
 		root := b.TempDir()
 		n := 0
+		var cpu time.Duration
 		for b.Loop() {
 			b.StopTimer()
 			n++
@@ -121,7 +127,9 @@ func BenchmarkReplay(b *testing.B) {
 			raw := startRaw(b, dir)
 			b.StartTimer()
 
+			c0 := processCPU(b)
 			publishAll(b, raw.js, msgs)
+			cpu += processCPU(b) - c0
 
 			b.StopTimer()
 			require.Equal(b, entries, raw.msgs(b))
@@ -130,6 +138,7 @@ func BenchmarkReplay(b *testing.B) {
 			b.StartTimer()
 		}
 		pubRate = report(b, entries)
+		b.ReportMetric(float64(cpu.Microseconds())/float64(entries)/float64(b.N), "cpu-us/entry")
 	})
 	b.Run("raw_ordered_read", func(b *testing.B) {
 		raw := startRaw(b, b.TempDir())
@@ -247,4 +256,14 @@ func publishAll(b *testing.B, js jetstream.JetStream, msgs []*nats.Msg) {
 	case <-b.Context().Done():
 		b.Fatal(b.Context().Err())
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used: the
+// server, the ledger and the replay all run in it.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
