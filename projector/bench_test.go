@@ -25,25 +25,24 @@ package projector_test
 // size is built once per test process, in a package-level cache shared by
 // every run (-count, -cpu) of the sub-benchmarks, and removed at the end.
 //
-// Nothing here asserts on timing.
+// Each query sub-benchmark reports p50-ns and p99-ns (one operation's
+// latency) beside the mean ns/op. Nothing here asserts on timing.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/ledgertest"
@@ -66,7 +65,7 @@ func BenchmarkRebuild(b *testing.B) {
 	e := ledgertest.New(b)
 	ctx := b.Context()
 	start := time.Now()
-	writeLedger(b, ctx, e, rebuildCalls, rebuildWorkers)
+	e.WriteCalls(b, ctx, rebuildCalls, rebuildWorkers)
 	s, err := e.JS.Stream(ctx, e.L.StreamName())
 	require.NoError(b, err)
 	st := s.CachedInfo().State
@@ -104,7 +103,7 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	b.Run("raw_ordered_consumer", func(b *testing.B) {
 		for b.Loop() {
-			n, size := readRaw(b, ctx, s, entries)
+			n, size := ledgertest.ReadAll(b, ctx, s, entries, rawPullMax)
 			if n != entries || size == 0 {
 				b.Fatalf("raw read %d entries (%d bytes), want %d", n, size, entries)
 			}
@@ -117,81 +116,6 @@ func BenchmarkRebuild(b *testing.B) {
 		fmt.Printf("BenchmarkRebuild: projector %.0f entries/s, raw ordered consumer %.0f entries/s: projector/raw = %.2fx (goal >= 0.5x)\n",
 			projRate, rawRate, projRate/rawRate)
 	}
-}
-
-// writeLedger writes calls complete calls (dispatch, result card, report)
-// from workers goroutines. Turns have five calls; agents have a roster
-// entry, so every report also writes a wakeup.
-func writeLedger(b *testing.B, ctx context.Context, e *ledgertest.Env, calls, workers int) {
-	b.Helper()
-	const agents = 8
-	for a := range agents {
-		_, err := e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "proj", AgentID: "agent-" + strconv.Itoa(a), WorkerTarget: "worker-" + strconv.Itoa(a)})
-		require.NoError(b, err)
-	}
-	tools := []string{"search", "echo", "fetch", "shell"}
-	var next atomic.Int64
-	var firstErr error
-	var mu sync.Mutex
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= calls {
-					return
-				}
-				turn := i / 5
-				c := ledgertest.Call{
-					Project: "proj", Channel: "main", Agent: "agent-" + strconv.Itoa(turn%agents),
-					Turn: fmt.Sprintf("turn-%06d", turn), ID: fmt.Sprintf("call-%06d", i), Epoch: 1, Tool: tools[i%len(tools)],
-				}
-				status := ledger.StatusSuccess
-				if i%10 == 9 {
-					status = ledger.StatusFailed
-				}
-				if _, err := e.L.Dispatch(ctx, c.Dispatch()); err != nil {
-					fail(fmt.Errorf("dispatch %s: %w", c.ID, err))
-					return
-				}
-				if _, err := e.L.PutCard(ctx, c.ResultCard(status, `{"n":1}`)); err != nil {
-					fail(fmt.Errorf("result card %s: %w", c.ID, err))
-					return
-				}
-				if _, err := e.L.Report(ctx, c.Report(status)); err != nil {
-					fail(fmt.Errorf("report %s: %w", c.ID, err))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	require.NoError(b, firstErr)
-}
-
-// readRaw reads entries entries of s with an ordered consumer, touching each
-// entry's data, as the projector's consumer does before applying.
-func readRaw(b *testing.B, ctx context.Context, s jetstream.Stream, entries uint64) (n uint64, size int) {
-	b.Helper()
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-	require.NoError(b, err)
-	it, err := cons.Messages(jetstream.PullMaxMessages(rawPullMax))
-	require.NoError(b, err)
-	defer it.Stop()
-	for n < entries {
-		m, err := it.Next()
-		require.NoError(b, err)
-		size += len(m.Data())
-		n++
-	}
-	return n, size
 }
 
 // Synthesized ledger shape for BenchmarkQuery. Agents run turns of
@@ -539,39 +463,30 @@ func benchQueries(b *testing.B, v *builtViews) {
 		tl, err := q.Timeline(synthProject, synthTurn(ts[0]), projector.AsOf{})
 		require.NoError(b, err)
 		require.Len(b, tl.Items, entriesPerTurn(ts[0]))
-		k := 0
-		for b.Loop() {
-			if _, err := q.Timeline(synthProject, synthTurn(ts[k%queryPicks]), projector.AsOf{}); err != nil {
-				b.Fatal(err)
-			}
-			k++
-		}
+		loopLatency(b, func(k int) error {
+			_, err := q.Timeline(synthProject, synthTurn(ts[k%queryPicks]), projector.AsOf{})
+			return err
+		})
 	})
 	b.Run("call_story", func(b *testing.B) {
 		cs, err := q.CallStory(synthProject, picks[0].call, "", projector.AsOf{})
 		require.NoError(b, err)
 		require.Len(b, cs.Calls, 1)
 		require.GreaterOrEqual(b, len(cs.Items), 5)
-		k := 0
-		for b.Loop() {
-			if _, err := q.CallStory(synthProject, picks[k%queryPicks].call, "", projector.AsOf{}); err != nil {
-				b.Fatal(err)
-			}
-			k++
-		}
+		loopLatency(b, func(k int) error {
+			_, err := q.CallStory(synthProject, picks[k%queryPicks].call, "", projector.AsOf{})
+			return err
+		})
 	})
 	b.Run("call_state", func(b *testing.B) {
 		st, _, err := q.CallState(synthProject, picks[0].turn, picks[0].call, projector.AsOf{})
 		require.NoError(b, err)
 		require.Contains(b, []string{projector.StateReported, projector.StateConsumed}, st.State)
-		k := 0
-		for b.Loop() {
+		loopLatency(b, func(k int) error {
 			p := picks[k%queryPicks]
-			if _, _, err := q.CallState(synthProject, p.turn, p.call, projector.AsOf{}); err != nil {
-				b.Fatal(err)
-			}
-			k++
-		}
+			_, _, err := q.CallState(synthProject, p.turn, p.call, projector.AsOf{})
+			return err
+		})
 	})
 	// An agent that never consumes: its oldest results are the pending page.
 	b.Run("inbox_pending", func(b *testing.B) {
@@ -587,13 +502,10 @@ func benchQueries(b *testing.B, v *builtViews) {
 		require.NoError(b, err)
 		require.Len(b, page.Items, 50)
 		require.NotEmpty(b, page.NextCursor)
-		k := 0
-		for b.Loop() {
-			if _, err := q.Calls(synthProject, projector.CallFilter{Tool: synthTool(k)}, projector.AsOf{}, "", 50); err != nil {
-				b.Fatal(err)
-			}
-			k++
-		}
+		loopLatency(b, func(k int) error {
+			_, err := q.Calls(synthProject, projector.CallFilter{Tool: synthTool(k)}, projector.AsOf{}, "", 50)
+			return err
+		})
 	})
 }
 
@@ -606,12 +518,41 @@ func benchInbox(b *testing.B, q *projector.Queries, parity int) {
 	for _, it := range page.Items {
 		require.Equal(b, projector.InboxPending, it.State)
 	}
-	k := 0
-	for b.Loop() {
+	loopLatency(b, func(k int) error {
 		agent := synthAgent((2*k + parity) % synthAgents)
-		if _, err := q.Inbox(synthProject, agent, projector.InboxPending, projector.AsOf{}, "", 0); err != nil {
+		_, err := q.Inbox(synthProject, agent, projector.InboxPending, projector.AsOf{}, "", 0)
+		return err
+	})
+}
+
+// loopLatency runs op(0), op(1), ... under b.Loop and reports the p50 and
+// p99 of one op beside the mean ns/op: the question is whether a query stays
+// flat as the ledger grows, and a mean can hide a tail that grows (a seek
+// that misses the block cache) or be pulled up by a few slow operations.
+// Each op is timed on its own, so time.Now's cost (tens of ns) is the same
+// at every size and cancels in the 10k/1M ratio.
+func loopLatency(b *testing.B, op func(k int) error) {
+	b.Helper()
+	var lat []time.Duration
+	for k := 0; b.Loop(); k++ {
+		start := time.Now()
+		err := op(k)
+		lat = append(lat, time.Since(start))
+		if err != nil {
 			b.Fatal(err)
 		}
-		k++
 	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(percentile(lat, 50)), "p50-ns")
+	b.ReportMetric(float64(percentile(lat, 99)), "p99-ns")
+}
+
+// percentile returns the nearest-rank pth percentile of sorted (zero when
+// empty): a measured duration, never an interpolation between two.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100 // ceil(n*p/100), a 1-based rank
+	return sorted[max(i, 1)-1]
 }
