@@ -29,6 +29,7 @@ package projector_test
 // latency) beside the mean ns/op. Nothing here asserts on timing.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -364,6 +365,11 @@ func views(b *testing.B, calls int) *builtViews {
 		cleanup()
 		b.Fatal(err)
 	}
+	settle, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	if err := store.SettleCompactions(settle); err != nil {
+		fmt.Printf("BenchmarkQuery: compactions still running after 10m (%v); querying anyway\n", err)
+	}
+	cancel()
 	fmt.Printf("BenchmarkQuery: built views of %d calls (%d entries) without NATS in %v (applied in %v, %.0f entries/s); "+
 		"store %.1f MiB on disk, %.1f MiB of it sstables (%.0f B/entry)\n",
 		calls, s.seq, built.Round(time.Millisecond), applied.Round(time.Millisecond), float64(s.seq)/applied.Seconds(),
