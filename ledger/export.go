@@ -267,6 +267,20 @@ func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w 
 	return tr, nil
 }
 
+// lineKeysUnique refuses a line of an export file that repeats a key in
+// any object outside an entry's json payload.
+func lineKeysUnique(line int, b []byte) error {
+	if noDuplicateKeys(b) {
+		return nil
+	}
+	var vs Violations
+	checkDuplicateKeysExact("line", b, &vs, "json")
+	if len(vs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: line %d repeats a key (%s): every key must be unique, or readers disagree on which copy counts", ErrBadExport, line, vs[0].Field)
+}
+
 // ErrBadExport is returned for export files that cannot be read at all.
 var ErrBadExport = errors.New("bad export file")
 
@@ -282,6 +296,13 @@ func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEn
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
+		// A repeated key would let the file show one value to a person
+		// (or a reader that keeps the first copy) while this reader, which
+		// keeps the last, verifies another. An entry's json payload is the
+		// stored bytes, whatever they hold, so it is not looked into.
+		if err := lineKeysUnique(line, b); err != nil {
+			return hdr, nil, err
+		}
 		if line == 1 {
 			if err := json.Unmarshal(b, &hdr); err != nil || hdr.Format != ExportFormat {
 				return hdr, nil, fmt.Errorf("%w: line 1 is not a %s header", ErrBadExport, ExportFormat)
@@ -306,8 +327,14 @@ func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEn
 			return hdr, nil, fmt.Errorf("%w: line %d: %v", ErrBadExport, line, err)
 		}
 		if al.End {
+			if al.Seq != 0 || al.Subject != "" || al.Link != "" {
+				return hdr, nil, fmt.Errorf("%w: line %d is an entry (seq %d) marked \"end\": only the trailer has end: true", ErrBadExport, line, al.Seq)
+			}
 			trailer = &ExportTrailer{End: true, Count: al.Count, LastSeq: al.LastSeq, Head: al.Head}
 			continue
+		}
+		if al.Seq == 0 {
+			return hdr, nil, fmt.Errorf("%w: line %d is neither an entry (no seq) nor the trailer (no \"end\": true)", ErrBadExport, line)
 		}
 		var e ExportEntry
 		if err := al.entry(&e); err != nil {
@@ -460,8 +487,8 @@ func verdict(rep *VerifyReport, hdr ExportHeader, v *ChainVerifier, tr *ExportTr
 		rep.FirstBadSeq, rep.Reason = fileBad, fmt.Sprintf("entry %d does not match the link recorded in the file", fileBad)
 	case tr == nil:
 		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
-	case tr.Count != v.Count() || tr.Head != rep.Head:
-		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending in %s; file holds %d ending in %s", tr.Count, tr.Head, v.Count(), rep.Head)
+	case tr.Count != v.Count() || tr.Head != rep.Head || (tr.Count > 0 && tr.LastSeq != v.next-1):
+		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending at seq %d in %s; file holds %d ending at seq %d in %s", tr.Count, tr.LastSeq, tr.Head, v.Count(), v.next-1, rep.Head)
 	default:
 		rep.OK = true
 	}

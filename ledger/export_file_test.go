@@ -196,3 +196,61 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 		require.True(t, rep.OK, rep.Reason)
 	}
 }
+
+// TestExportReaderRefusesAmbiguousLines covers lines a person and the
+// reader could read differently: a repeated key (the reader keeps the last
+// copy, a person or another decoder may see the first), an entry marked as
+// the trailer, a line that is neither, and a trailer naming another last
+// sequence. A repeated key inside an entry's json payload is the stored
+// bytes and stays readable.
+func TestExportReaderRefusesAmbiguousLines(t *testing.T) {
+	e := newEnv(t)
+	populate(t, e, 2)
+	var buf bytes.Buffer
+	_, err := e.l.Export(ctxT(t), &buf, 0)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Greater(t, len(lines), 4)
+	with := func(i int, line string) string {
+		l := append([]string(nil), lines...)
+		l[i] = line
+		return strings.Join(l, "\n")
+	}
+	entry := lines[2] // an entry line: {"seq":2,...}
+	for name, tc := range map[string]struct{ file, want string }{
+		"forged copy first": {with(2, strings.Replace(entry, `{"seq":2,`, `{"seq":2,"subject":"cg.forged",`, 1)), "line 3 repeats a key (line.subject)"},
+		"repeated header":   {with(2, strings.Replace(entry, `"headers":{`, `"headers":{"CG-Time":["x"],`, 1)), "line 3 repeats a key"},
+		"entry marked end":  {with(2, strings.Replace(entry, `{"seq":2,`, `{"end":true,"seq":2,`, 1)), `line 3 is an entry (seq 2) marked "end"`},
+		"neither":           {with(2, `{"end":false}`), "line 3 is neither an entry"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ledger.VerifyExport(strings.NewReader(tc.file))
+			require.ErrorIs(t, err, ledger.ErrBadExport)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	t.Run("trailer names another last sequence", func(t *testing.T) {
+		last := len(lines) - 1
+		var tr ledger.ExportTrailer
+		require.NoError(t, json.Unmarshal([]byte(lines[last]), &tr))
+		tr.LastSeq++
+		b, err := json.Marshal(tr)
+		require.NoError(t, err)
+		rep, err := ledger.VerifyExport(strings.NewReader(with(last, string(b))))
+		require.NoError(t, err)
+		require.False(t, rep.OK)
+		require.Contains(t, rep.Reason, "trailer says")
+	})
+	t.Run("repeated key inside a json payload is the payload", func(t *testing.T) {
+		var ee ledger.ExportEntry
+		require.NoError(t, json.Unmarshal([]byte(entry), &ee))
+		ee.Data = []byte(`{"a":1,"a":2}`)
+		b, err := json.Marshal(ee)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"json":{"a":1,"a":2}`)
+		rep, err := ledger.VerifyExport(strings.NewReader(with(2, string(b))))
+		require.NoError(t, err, "the line reads; its link no longer matches")
+		require.False(t, rep.OK)
+		require.Equal(t, ee.Seq, rep.FirstBadSeq)
+	})
+}

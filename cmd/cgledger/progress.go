@@ -22,6 +22,8 @@ type progress struct {
 	start time.Time
 	last  time.Time
 	drawn bool
+	// latest is the last update, printed what was last written.
+	latest, printed progressState
 }
 
 func newProgress(name string, quiet bool) *progress {
@@ -44,21 +46,37 @@ func (p *progress) update(done, total uint64, unit string, frac float64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.latest = progressState{done: done, total: total, unit: unit, frac: frac, set: true}
 	now := time.Now()
 	if now.Sub(p.last) < p.every {
 		return
 	}
 	p.last = now
+	p.print(now)
+}
+
+// progressState is one update's figures.
+type progressState struct {
+	done, total uint64
+	unit        string
+	frac        float64
+	set         bool
+}
+
+// print writes the latest update; p.mu is held.
+func (p *progress) print(now time.Time) {
+	st := p.latest
+	p.printed = st
 	elapsed := now.Sub(p.start)
-	line := fmt.Sprintf("%s: %d", p.name, done)
-	if total > 0 {
-		line += fmt.Sprintf("/%d", total)
-		frac = float64(done) / float64(total)
+	line := fmt.Sprintf("%s: %d", p.name, st.done)
+	frac := st.frac
+	if st.total > 0 {
+		line += fmt.Sprintf("/%d", st.total)
+		frac = float64(st.done) / float64(st.total)
 	}
-	line += " " + unit
-	rate := float64(done) / elapsed.Seconds()
+	line += " " + st.unit
 	if elapsed > 0 {
-		line += fmt.Sprintf(", %.0f/s", rate)
+		line += fmt.Sprintf(", %.0f/s", float64(st.done)/elapsed.Seconds())
 	}
 	if frac > 0 && frac <= 1 {
 		line += fmt.Sprintf(", %.0f%%", 100*frac)
@@ -75,10 +93,18 @@ func (p *progress) update(done, total uint64, unit string, frac float64) {
 	fmt.Fprintln(p.w, line)
 }
 
-// done ends the progress line on a terminal.
+// done prints the last update if the rate limit held it back (so the
+// final line says where the operation ended) and ends the line on a
+// terminal.
 func (p *progress) done() {
+	if p.quiet {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.latest.set && p.latest != p.printed {
+		p.print(time.Now())
+	}
 	if p.drawn {
 		fmt.Fprintln(p.w)
 		p.drawn = false

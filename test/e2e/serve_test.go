@@ -138,9 +138,14 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	require.Equal(t, true, live["ok"])
 	out, code = s.run(t, "replay", export, "--json", "--expect", live["digest"].(string))
 	require.Equal(t, 0, code, "the replayed views equal the live server's: %s", out)
-	out, code = s.run(t, "verify", export)
+	out, errOut, code := s.runAll(t, "verify", export)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "chain:      OK")
+	// The last progress line says where the operation ended, even when it
+	// ended between two of the rate-limited lines.
+	entries := len(strings.Split(strings.TrimSpace(string(raw)), "\n")) - 2
+	progress := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Contains(t, progress[len(progress)-1], fmt.Sprintf("verify: %d entries imported and verified, %d projected", entries, entries), errOut)
 
 	// An edited export fails verification at the edited entry.
 	edited := strings.Replace(string(raw), `"CG-Agent-Id":["bob"]`, `"CG-Agent-Id":["mallory"]`, 1)
