@@ -65,15 +65,17 @@ allow replies only there). Short-lived by default (--ttl 1h); --ttl 0 means no e
 	if !c.Expires.IsZero() {
 		expires = c.Expires.UTC().Format(time.RFC3339)
 	}
-	if *asJSON {
-		printJSON(map[string]any{"creds": string(c.Creds), "jwt": c.JWT, "inbox_prefix": c.InboxPrefix, "expires": expires, "public_key": c.PublicKey, "grant": c.Grant})
-		return exitOK
-	}
+	// --out writes the file whether or not --json also prints the record.
 	if *out != "" {
 		if err := auth.WriteSecret(*out, c.Creds); err != nil {
 			return failf(exitUsage, "creds issue: %v", err)
 		}
-	} else {
+	}
+	if *asJSON {
+		printJSON(map[string]any{"creds": string(c.Creds), "jwt": c.JWT, "inbox_prefix": c.InboxPrefix, "expires": expires, "public_key": c.PublicKey, "grant": c.Grant})
+		return exitOK
+	}
+	if *out == "" {
 		_, _ = stdout.Write(c.Creds)
 	}
 	fmt.Fprintf(os.Stderr, "role %s, project %s, expires %s\ninbox prefix: %s\n", g.Role, g.Project, expires, c.InboxPrefix)

@@ -52,12 +52,15 @@ type credential struct {
 // issue runs `cgledger creds issue` against s's data directory.
 func (s *server) issue(t *testing.T, args ...string) credential {
 	t.Helper()
-	out, code := s.run(t, append([]string{"creds", "issue", "--json"}, args...)...)
+	path := filepath.Join(t.TempDir(), "user.creds")
+	out, code := s.run(t, append([]string{"creds", "issue", "--json", "--out", path}, args...)...)
 	require.Equal(t, 0, code, out)
 	var c credential
 	require.NoError(t, json.Unmarshal([]byte(out), &c))
-	c.path = filepath.Join(t.TempDir(), "user.creds")
-	require.NoError(t, os.WriteFile(c.path, []byte(c.Creds), 0o600))
+	written, err := os.ReadFile(path)
+	require.NoError(t, err, "--out writes the file alongside --json")
+	require.Equal(t, c.Creds, string(written))
+	c.path = path
 	return c
 }
 
