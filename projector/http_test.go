@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,6 +83,21 @@ func TestHTTPAuditAPI(t *testing.T) {
 	var inbox projector.Page[projector.InboxEntry]
 	require.Equal(t, 200, getJSON(t, base+"/agents/alice/inbox?state=pending", &inbox))
 	require.Len(t, inbox.Items, 5)
+	// An Inbox cursor belongs to its agent and its state filter.
+	var first projector.Page[projector.InboxEntry]
+	require.Equal(t, 200, getJSON(t, base+"/agents/alice/inbox?state=pending&limit=1", &first))
+	require.NotEmpty(t, first.NextCursor)
+	var next projector.Page[projector.InboxEntry]
+	require.Equal(t, 200, getJSON(t, base+"/agents/alice/inbox?state=pending&limit=1&cursor="+first.NextCursor, &next))
+	require.Equal(t, inbox.Items[1].ReportSeq, next.Items[0].ReportSeq)
+	for _, other := range []string{"/agents/bob/inbox?state=pending", "/agents/alice/inbox?state=consumed", "/agents/alice/inbox?state=all", "/agents/alice/inbox?x="} {
+		var refused map[string]any
+		require.Equal(t, 400, getJSON(t, base+other+"&cursor="+first.NextCursor, &refused), other)
+		require.Contains(t, fmt.Sprint(refused["violations"]), "cursor", other)
+	}
+	var all projector.Page[projector.InboxEntry]
+	require.Equal(t, 200, getJSON(t, base+"/agents/alice/inbox?limit=1", &all))
+	require.Equal(t, 200, getJSON(t, base+"/agents/alice/inbox?state=all&limit=1&cursor="+all.NextCursor, &next), "no state and all are one filter")
 
 	var card projector.CardResult
 	require.Equal(t, 200, getJSON(t, base+"/cards/rc-turn-special-override-success", &card))

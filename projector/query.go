@@ -400,7 +400,7 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 	}
 	defer v.close()
 	limit = clampLimit(limit)
-	after, err := decodeSeqCursor(cursor)
+	after, err := decodeSeqCursor(cursor, inboxScope(project, agent, state))
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +430,7 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 			return false, nil
 		}
 		if len(out.Items) == limit {
-			out.NextCursor = encodeSeqCursor(out.Items[len(out.Items)-1].ReportSeq)
+			out.NextCursor = encodeSeqCursor(inboxScope(project, agent, state), out.Items[len(out.Items)-1].ReportSeq)
 			return false, nil
 		}
 		if pendingNow {
@@ -466,20 +466,32 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 	return out, nil
 }
 
-// Inbox cursors name the last report sequence returned.
-func encodeSeqCursor(seq uint64) string {
-	return base64.RawURLEncoding.EncodeToString(binary.BigEndian.AppendUint64([]byte("r"), seq))
+// Sequence cursors name the last sequence returned and the list they page
+// (scope: the Inbox's project, agent and state filter, or the list's tag),
+// so a cursor handed to another list or filter is refused, not misread.
+func encodeSeqCursor(scope string, seq uint64) string {
+	b := binary.BigEndian.AppendUint64([]byte("r"), seq)
+	return base64.RawURLEncoding.EncodeToString(append(b, scope...))
 }
 
-func decodeSeqCursor(c string) (uint64, error) {
+func decodeSeqCursor(c, scope string) (uint64, error) {
 	if c == "" {
 		return 0, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) != 9 || b[0] != 'r' {
+	if err != nil || len(b) < 9 || b[0] != 'r' || string(b[9:]) != scope {
 		return 0, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
 	}
-	return binary.BigEndian.Uint64(b[1:]), nil
+	return binary.BigEndian.Uint64(b[1:9]), nil
+}
+
+// inboxScope is the scope of an Inbox page's cursor: "" and "all" are the
+// same filter.
+func inboxScope(project, agent, state string) string {
+	if state == "" {
+		state = "all"
+	}
+	return project + "\x00" + agent + "\x00" + state
 }
 
 // Card answers a card by id as of the query, with every version up to it.

@@ -59,7 +59,7 @@ func (q *Queries) listSeqRows(tag string, at AsOf, cursor string, limit int, fn 
 	}
 	defer v.close()
 	limit = clampLimit(limit)
-	after, err := decodeSeqCursor(cursor)
+	after, err := decodeSeqCursor(cursor, tag)
 	if err != nil {
 		return 0, "", err
 	}
@@ -74,7 +74,7 @@ func (q *Queries) listSeqRows(tag string, at AsOf, cursor string, limit int, fn 
 			return false, nil
 		}
 		if n == limit {
-			next = encodeSeqCursor(last)
+			next = encodeSeqCursor(tag, last)
 			return false, nil
 		}
 		n, last = n+1, seq
