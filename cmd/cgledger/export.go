@@ -195,7 +195,16 @@ against the links its views recorded. Exit 1 when verification fails.`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if len(pos) == 1 {
+		// A file that cannot be read as an export is a verdict too: the
+		// same report (and --json body) as a broken chain, exit 1.
+		unreadable := func(err error) int {
+			msg := strings.TrimPrefix(err.Error(), "replay: ")
+			return report(cf.asJSON, map[string]any{"file": pos[0], "ok": false, "reason": msg}, false)
+		}
 		from, err := exportFromSeq(pos[0])
+		if errors.Is(err, ledger.ErrBadExport) {
+			return unreadable(err)
+		}
 		if err != nil {
 			return failf(exitFor(err), "verify: %v", err)
 		}
@@ -207,6 +216,9 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			// projects for the view digest.
 			res, err := replay.Run(ctx, pos[0], replay.Options{Progress: replayProgress(pr)})
 			pr.done()
+			if errors.Is(err, ledger.ErrBadExport) {
+				return unreadable(err)
+			}
 			if res == nil || (err != nil && res.File.FirstBadSeq == 0) {
 				return failf(exitFailed, "verify: %v", err)
 			}
@@ -223,6 +235,9 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			rep, err = ledger.VerifyExport(bufio.NewReaderSize(cr, 1<<20))
 			pr.done()
 			f.Close()
+			if errors.Is(err, ledger.ErrBadExport) {
+				return unreadable(err)
+			}
 			if err != nil {
 				return failf(exitFailed, "verify: %v", err)
 			}
@@ -317,6 +332,9 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 			// The file's own chain holds: it differs from the live ledger
 			// somewhere at or before its last sequence.
 			fmt.Fprintf(stdout, "chain:      consistent on its own, but NOT the live ledger's: %v\n", body["reason"])
+		case body["first_bad_seq"] == nil:
+			// Not an export file that can be read: no chain to speak of.
+			fmt.Fprintf(stdout, "chain:      unreadable: %v\n", body["reason"])
 		default:
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
@@ -362,12 +380,15 @@ func exportFromSeq(path string) (uint64, error) {
 	}
 	defer f.Close()
 	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
+	if len(line) == 0 && (err == nil || errors.Is(err, io.EOF)) {
+		return 0, fmt.Errorf("%w: %s: empty file", ledger.ErrBadExport, path)
+	}
 	if err != nil && len(line) == 0 {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	var h ledger.ExportHeader
 	if json.Unmarshal(line, &h) != nil || h.Format != ledger.ExportFormat {
-		return 0, fmt.Errorf("%s: line 1 is not a %s header", path, ledger.ExportFormat)
+		return 0, fmt.Errorf("%w: %s: line 1 is not a %s header", ledger.ErrBadExport, path, ledger.ExportFormat)
 	}
 	return h.FromSeq, nil
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,8 +75,17 @@ func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
 	require.Equal(t, 2, code, "a credentials file that cannot be read is a usage error")
 	_, _, code = s.runAll(t, "call", "--project", "p", "--agent", "a", "--tool", "echo", "--creds", filepath.Join(t.TempDir(), "none.creds"))
 	require.Equal(t, 2, code, "the same for NATS verbs")
-	_, _, code = s.runAll(t, "verify", "/etc/hostname")
+	out, _, code := s.runAll(t, "verify", "/etc/hostname")
 	require.Equal(t, 1, code, "a file that is read and found wrong says no")
+	require.Contains(t, out, "chain:      unreadable: ")
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	out, _, code = s.runAll(t, "verify", empty, "--json")
+	require.Equal(t, 1, code)
+	var verdict map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &verdict), "--json prints the verdict: %q", out)
+	require.Equal(t, false, verdict["ok"])
+	require.Contains(t, verdict["reason"], "empty file")
 	for _, verb := range []string{"verify", "replay"} {
 		_, errOut, code = s.runAll(t, verb, filepath.Join(t.TempDir(), "missing.jsonl"))
 		require.Equal(t, 2, code, "%s of a file that does not exist is a usage error", verb)
@@ -95,7 +105,7 @@ func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
 
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("colour: blue\nflavour: mint\nreplicas: many\n"), 0o600))
-	out, code := s.run(t, "check-config", "--config", cfg)
+	out, code = s.run(t, "check-config", "--config", cfg)
 	require.Equal(t, 2, code)
 	for _, k := range []string{`"colour"`, `"flavour"`, `"replicas"`} {
 		require.Contains(t, out, k, "every problem is listed")
