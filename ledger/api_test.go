@@ -211,8 +211,15 @@ func TestAPIGarbageBodiesAreRejectedPrecisely(t *testing.T) {
 		}
 		require.True(t, found, "%s: want %s/%s in %+v", tc.subject, tc.field, tc.code, r.Error.Violations)
 	}
-	// Refused writes are recorded on the unrouted rejection subject.
-	require.NotEmpty(t, e.subjectEntries(t, "cg.v1._._.ledger.rejection.bad_request"))
+	// A body too malformed to name its project is recorded as the refusal
+	// of the project its API subject names (NATS permissions scope it), so
+	// the project's views list it: CG-Project-Id on the unrouted subject,
+	// as for any refusal whose channel is unknown.
+	rej := e.subjectEntries(t, "cg.v1._._.ledger.rejection.bad_request")
+	require.Len(t, rej, 4, "every refused write (card.get is a read: no entry)")
+	for _, m := range rej {
+		require.Equal(t, "p", m.Header.Get(ledger.HeaderProjectID), string(m.Data))
+	}
 }
 
 func TestClientMatchesLocalLedger(t *testing.T) {

@@ -112,6 +112,14 @@ func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Heade
 // still wraps e, so callers can branch on the refusal either way.
 func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *Error, req RejectedRequest) error {
 	l.m.rejections.WithLabelValues(string(e.Code), op).Inc()
+	if !ValidIdentifier(project) {
+		// A body too malformed to name its project (a repeated key, not an
+		// object) still came on the API subject of one, which NATS
+		// permissions scope: the refusal belongs to that project's views.
+		if c, ok := CallerFrom(ctx); ok && ValidIdentifier(c.Project) {
+			project = c.Project
+		}
+	}
 	data, err := json.Marshal(RejectionEntry{Op: op, Code: e.Code, Message: e.Message, Violations: e.Violations, Request: req})
 	if err != nil {
 		return fmt.Errorf("encode rejection entry: %v: %w", err, e)
