@@ -61,25 +61,36 @@ func checkDuplicateKeysExact(prefix string, data []byte, vs *Violations, opaque 
 	skip := 0 // depth inside an opaque member's value
 	// path renders the current path, keeping only its last
 	// MaxViolationText bytes: a document can nest keys as long as itself.
+	// A path that does not fit is "..." and its end, as Violations.Add
+	// clips a field (docs/protocol.md, Limits), built from the frames that
+	// fit without building the whole path.
 	path := func() string {
 		n := len(prefix)
-		first := 0
-		for i := len(stack) - 1; i >= 0; i-- {
-			if n+len(stack[i].elem) > MaxViolationText {
-				first = i + 1
+		for _, f := range stack {
+			n += len(f.elem)
+			if n > MaxViolationText {
 				break
 			}
-			n += len(stack[i].elem)
+		}
+		if n <= MaxViolationText {
+			var b strings.Builder
+			b.WriteString(prefix)
+			for _, f := range stack {
+				b.WriteString(f.elem)
+			}
+			return b.String()
+		}
+		var tail []string
+		m := 0
+		for i := len(stack) - 1; i >= 0 && m < MaxViolationText; i-- {
+			tail = append(tail, stack[i].elem)
+			m += len(stack[i].elem)
 		}
 		var b strings.Builder
-		b.WriteString(prefix)
-		if first > 0 {
-			b.WriteString("...")
+		for i := len(tail) - 1; i >= 0; i-- {
+			b.WriteString(tail[i])
 		}
-		for _, f := range stack[first:] {
-			b.WriteString(f.elem)
-		}
-		return b.String()
+		return clipTail(b.String(), MaxViolationText)
 	}
 	// valueDone is called after a complete value inside the top frame.
 	valueDone := func() {
@@ -145,7 +156,7 @@ func checkDuplicateKeysExact(prefix string, data []byte, vs *Violations, opaque 
 				}
 				found++
 				where := path()
-				vs.Add(where+"."+clip(key), VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(clip(key)), clipTail(where, 200))
+				vs.Add(where+"."+key, VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(clip(key)), clipTail(where, 200))
 			}
 			top.key, top.haveKey = key, true
 			if len(stack) == 1 && slices.Contains(opaque, key) {

@@ -68,7 +68,26 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		checkDuplicateKeys("p", []byte(doc), &vs)
 		require.Len(t, vs, 1)
 		require.Equal(t, VTooLarge, vs[0].Code)
-		require.LessOrEqual(t, len(vs[0].Field), MaxViolationText+3, "the path is cut")
+		require.LessOrEqual(t, len(vs[0].Field), MaxViolationText, "the path fits")
+	})
+	t.Run("a deep path too long for a field keeps its end", func(t *testing.T) {
+		const depth = 300
+		doc := strings.Repeat(`{"abcdefgh":`, depth) + "1" + strings.Repeat("}", depth)
+		var vs Violations
+		checkDuplicateKeys("p", []byte(doc), &vs)
+		require.Len(t, vs, 1)
+		require.Equal(t, VTooLarge, vs[0].Code)
+		require.Len(t, vs[0].Field, MaxViolationText)
+		require.True(t, strings.HasPrefix(vs[0].Field, "...") && !strings.HasPrefix(vs[0].Field, "...."), "a cut path starts with one ...: %s", vs[0].Field)
+		require.True(t, strings.HasSuffix(vs[0].Field, ".abcdefgh.abcdefgh"), "and keeps its end: %s", vs[0].Field)
+	})
+	t.Run("a long repeated key keeps its end", func(t *testing.T) {
+		long := strings.Repeat("k", 600) + "END"
+		var vs Violations
+		checkDuplicateKeys("p", []byte(`{"x":{"`+long+`":1,"`+long+`":2}}`), &vs)
+		require.Len(t, vs, 1)
+		require.Len(t, vs[0].Field, MaxViolationText)
+		require.True(t, strings.HasPrefix(vs[0].Field, "...") && strings.HasSuffix(vs[0].Field, "kkkEND"), vs[0].Field)
 	})
 }
 
