@@ -193,3 +193,16 @@ func FuzzNoDuplicateKeys(f *testing.F) {
 		require.Empty(t, vs, "the fast scan passed %q", doc)
 	})
 }
+
+// TestParseObjectDeeperThanTheDecoder: past encoding/json's own limit
+// (10000 levels) a document is still refused for its depth, not as
+// invalid JSON.
+func TestParseObjectDeeperThanTheDecoder(t *testing.T) {
+	doc := `{"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
+	var vs Violations
+	_, ok := parseObject("body", []byte(doc), &vs)
+	require.False(t, ok)
+	require.Len(t, vs, 1)
+	require.Equal(t, VTooLarge, vs[0].Code)
+	require.True(t, strings.HasPrefix(vs[0].Field, "...") || strings.HasPrefix(vs[0].Field, "body.x"), vs[0].Field)
+}

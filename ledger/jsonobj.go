@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -72,6 +73,16 @@ func parseMember(prefix string, data []byte, vs *Violations) (jsonObject, bool) 
 		return o, false
 	}
 	if err := json.Unmarshal(trimmed, &o.fields); err != nil {
+		// encoding/json gives up on nesting deeper than 10000 levels; such
+		// a document is refused for its depth, at the path where it passes
+		// MaxJSONDepth, like one nested 257 deep.
+		if strings.Contains(err.Error(), "exceeded max depth") {
+			n := len(*vs)
+			checkDuplicateKeysExact(prefix, trimmed, vs)
+			if len(*vs) > n {
+				return o, false
+			}
+		}
 		vs.Add(prefix, VInvalidJSON, "is not valid JSON: %v", err)
 		return o, false
 	}
