@@ -53,7 +53,7 @@ func (l *Ledger) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 	if err != nil {
 		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil)
+	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil, nil)
 }
 
 // DispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
@@ -66,6 +66,13 @@ func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (D
 	if !ok {
 		return DispatchResult{}, l.reject(ctx, OpDispatch, "", "", newError(CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), rejectedRequest("", h, body))
 	}
+	// A body that repeats a key is refused, but checked through like any
+	// other so that every problem is listed; its refusal keeps the body as
+	// received (a re-encoding would keep one copy of the key).
+	var asReceived []byte
+	if len(vs) > 0 {
+		asReceived = body
+	}
 	subject := o.str("subject", true)
 	var card, payload []byte
 	if r := o.raw("card"); r != nil {
@@ -74,18 +81,23 @@ func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (D
 	if r := o.raw("payload"); r != nil {
 		payload = r
 	}
-	return l.dispatch(ctx, subject, h, card, payload, vs)
+	return l.dispatch(ctx, subject, h, card, payload, vs, asReceived)
 }
 
-func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations) (DispatchResult, error) {
+// dispatch validates and writes a dispatch; vs holds violations found
+// already, and asReceived, when set, is the request body a refusal records.
+func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations, asReceived []byte) (DispatchResult, error) {
 	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
-	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, vs)
+	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, vs, asReceived)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations) (DispatchResult, error) {
+func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations, asReceived []byte) (DispatchResult, error) {
 	rawReq := func() RejectedRequest {
+		if asReceived != nil {
+			return rejectedRequest("", h, asReceived)
+		}
 		b, _ := json.Marshal(dispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
 		return rejectedRequest("", h, b)
 	}

@@ -323,7 +323,10 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		_, err := e.l.PutCardJSON(ctx, []byte(`{"card_id":"a","card_id":"b"}`))
 		le, _ := ledger.AsError(err)
 		require.NotNil(t, le)
-		vtRequireViolations(t, le.Violations, vtViol{"card.card_id", ledger.VDuplicate})
+		// The repeat does not hide the card's other problems.
+		vtRequireViolations(t, le.Violations, vtViol{"card.card_id", ledger.VDuplicate},
+			vtViol{"card.project_id", ledger.VRequired}, vtViol{"card.type", ledger.VRequired}, vtViol{"card.author_id", ledger.VRequired},
+			vtViol{"card.agent_turn_id", ledger.VRequired}, vtViol{"card.tool_call_id", ledger.VRequired})
 	})
 	t.Run("dispatch", func(t *testing.T) {
 		d := newCall("turn-d2", "call-d2", 1)
@@ -332,8 +335,17 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		require.Contains(t, body, `"text":"ho"`)
 		_, err := e.l.DispatchMsg(ctx, d.identity().Header(), []byte(body))
 		refused(t, err, vtViol{"card.content.arguments.text", ledger.VDuplicate}, vtViol{"payload.after_execution", ledger.VDuplicate})
-		_, err = e.l.DispatchMsg(ctx, d.identity().Header(), []byte(`{"subject":"a","subject":"b","card":{},"payload":{}}`))
-		refused(t, err, vtViol{"body.subject", ledger.VDuplicate})
+		// A repeated top-level key is refused with every other problem of
+		// the request, and the refusal keeps the body as received.
+		asSent := `{"subject":"a","subject":"b","card":{},"payload":{}}`
+		_, err = e.l.DispatchMsg(ctx, d.identity().Header(), []byte(asSent))
+		refused(t, err, vtViol{"body.subject", ledger.VDuplicate}, vtViol{"subject", ledger.VInvalidSubject},
+			vtViol{"payload.tool_call_card_id", ledger.VRequired}, vtViol{"payload.after_execution", ledger.VRequired},
+			vtViol{"card.card_id", ledger.VRequired}, vtViol{"card.project_id", ledger.VRequired}, vtViol{"card.type", ledger.VRequired},
+			vtViol{"card.author_id", ledger.VRequired}, vtViol{"card.agent_turn_id", ledger.VRequired}, vtViol{"card.tool_call_id", ledger.VRequired})
+		le, _ := ledger.AsError(err)
+		rej := e.inRejection(t, le.Seq)
+		require.Equal(t, asSent, string(rej.Request.Data), "the refusal records the body as received")
 		require.Empty(t, e.subjectEntries(t, "cg.v1."+project+".card."+d.card.CardID))
 	})
 	t.Run("report", func(t *testing.T) {

@@ -35,9 +35,13 @@ const (
 
 // parseObject decodes data, a whole request document (an API body, a
 // command payload, a card), as a JSON object. It records a violation and
-// returns ok=false when data is too large, not UTF-8, not a JSON object, or
-// repeats a key anywhere. Members of the root object named in opaque are not
-// checked for repeated keys: the caller parses them as documents of their own.
+// returns ok=false when data is too large, not UTF-8 or not a JSON object.
+// A key repeated anywhere is recorded as a violation too, but ok stays true
+// (the members read as encoding/json keeps them, the last copy): the caller
+// checks the members as usual, so the refusal lists every problem, and
+// refuses on the violations. Members of the root object named in opaque are
+// not checked for repeated keys: the caller parses them as documents of
+// their own.
 func parseObject(prefix string, data []byte, vs *Violations, opaque ...string) (jsonObject, bool) {
 	if len(data) > MaxRequestBytes {
 		vs.Add(prefix, VTooLarge, "is %d bytes; the limit is %d", len(data), MaxRequestBytes)
@@ -47,9 +51,8 @@ func parseObject(prefix string, data []byte, vs *Violations, opaque ...string) (
 	if !ok {
 		return o, false
 	}
-	n := len(*vs)
 	checkDuplicateKeys(prefix, bytes.TrimSpace(data), vs, opaque...)
-	return o, len(*vs) == n
+	return o, true
 }
 
 // parseMember decodes data as a JSON object without the document-level

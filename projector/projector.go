@@ -348,6 +348,11 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	defer func() { _ = settle() }()
 	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
 	for {
+		// Checked here too: the iterator stops on ctx only when the stopper
+		// goroutine runs, and entries already pulled would be applied first.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		m, err := it.Next()
 		if err != nil {
 			if ctx.Err() != nil {
