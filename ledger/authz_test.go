@@ -281,6 +281,13 @@ func TestAuthActorScopes(t *testing.T) {
 		require.Equal(t, "bad_request", r.Error.Code, body)
 		require.Equal(t, "body.project_id", r.Error.Violations[0].Field, body)
 		require.Equal(t, ledger.VDuplicate, r.Error.Violations[0].Code, body)
+		// The refusal is the caller's project's, whatever copy names
+		// another project: nobody writes into another project's views.
+		js, err := e.nc.JetStream()
+		require.NoError(t, err)
+		m, err := js.GetMsg(ledger.DefaultStream, r.Error.RejectionSeq)
+		require.NoError(t, err)
+		require.Equal(t, project, m.Header.Get(ledger.HeaderProjectID), body)
 	}
 
 	// A worker does not report; an auditor does not write.

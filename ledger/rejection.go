@@ -112,13 +112,13 @@ func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Heade
 // still wraps e, so callers can branch on the refusal either way.
 func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *Error, req RejectedRequest) error {
 	l.m.rejections.WithLabelValues(string(e.Code), op).Inc()
-	if !ValidIdentifier(project) {
-		// A body too malformed to name its project (a repeated key, not an
-		// object) still came on the API subject of one, which NATS
-		// permissions scope: the refusal belongs to that project's views.
-		if c, ok := CallerFrom(ctx); ok && ValidIdentifier(c.Project) {
-			project = c.Project
-		}
+	// An API request came on the subject of one project, which NATS
+	// permissions scope: its refusal belongs to that project's views, even
+	// when the body names no project (not an object) or another one (a
+	// repeated project_id whose last copy names someone else's project,
+	// which must not put entries into that project's views).
+	if c, ok := CallerFrom(ctx); ok && ValidIdentifier(c.Project) && c.Project != project {
+		project, channel = c.Project, Unrouted
 	}
 	data, err := json.Marshal(RejectionEntry{Op: op, Code: e.Code, Message: e.Message, Violations: e.Violations, Request: req})
 	if err != nil {
