@@ -9,7 +9,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,7 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +30,7 @@ import (
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
 )
@@ -265,62 +264,14 @@ type served struct {
 	token              string
 }
 
-var buildOnce struct {
-	sync.Once
-	bin string
-	err error
-}
-
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cgledger-openapi-")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.bin = filepath.Join(dir, "cgledger")
-		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "github.com/cgledger/cgledger/cmd/cgledger").CombinedOutput()
-		if err != nil {
-			buildOnce.err = fmt.Errorf("build cgledger: %v: %s", err, out)
-		}
-	})
-	require.NoError(t, buildOnce.err)
-	return buildOnce.bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func startServe(t *testing.T) *served {
 	t.Helper()
-	bin := buildBinary(t)
+	bin, err := servetest.Build(t.TempDir())
+	require.NoError(t, err)
 	data := t.TempDir()
-	np, hp := freePort(t), freePort(t)
+	np, hp := servetest.FreePort(t), servetest.FreePort(t)
 	s := &served{url: fmt.Sprintf("http://127.0.0.1:%d", hp), natsURL: fmt.Sprintf("nats://127.0.0.1:%d", np), data: data}
-	log := &syncBuffer{}
+	log := &servetest.LogBuffer{}
 	cmd := exec.Command(bin, "serve", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", np),
 		"--http-listen", fmt.Sprintf("127.0.0.1:%d", hp), "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = log, log

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
 )
 
@@ -35,7 +36,7 @@ func TestAuditwebInChromium(t *testing.T) {
 		testenv.Skip(t, "chromium not installed (make tools, or apt-get install chromium): %v", err)
 	}
 	dir := artifactsDir(t)
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 
 	// The static page is open and locked down; the root redirects to it.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -304,7 +305,7 @@ func TestAuditwebInChromium(t *testing.T) {
 
 	// 11. With --no-auth the page never asks: it tries without a token
 	// first and asks only on a 401.
-	noAuth := startServer(t, t.TempDir(), freePort(t), freePort(t), "--no-auth")
+	noAuth := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--no-auth")
 	out, code = noAuth.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`, "--turn", "t9", "--call-id", "c9")
 	require.Equal(t, 0, code, out)
 	b.do(chromedp.Navigate(noAuth.httpURL() + "/ui/#/p/demo/calls"))

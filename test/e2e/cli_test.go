@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 // connectionFlags are the settings every client verb takes (docs/cli.md).
@@ -23,7 +25,7 @@ var connectionFlags = []string{"--nats-url", "--server", "--creds", "--nats-cred
 // TestCLIOneGrammar: every client verb takes the same connection flags and
 // shows them as --flag; sub-verbs have their own flags; help shows defaults.
 func TestCLIOneGrammar(t *testing.T) {
-	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	verbs := [][]string{
 		{"call"}, {"tools", "register"}, {"tools", "list"}, {"export"}, {"verify"}, {"projector", "skip"},
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
@@ -59,7 +61,7 @@ func TestCLIOneGrammar(t *testing.T) {
 // setting and a missing file each say which setting (and from where) and
 // exit with the documented code.
 func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
-	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	_, errOut, code := s.runAll(t, "audit", "projects")
 	require.Equal(t, 3, code)
 	require.Contains(t, errOut, s.httpURL())
@@ -115,7 +117,7 @@ func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
 // TestCLIAuditorVerbs: list and filter calls with paging, list projects,
 // read a turn with its payloads whole and dates with their zone.
 func TestCLIAuditorVerbs(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	long := strings.Repeat("abcdefghij", 30)
 	for i, args := range []string{`{"text":"` + long + `"}`, `{"text":"b"}`, `{"text":"c"}`} {
 		_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", args, "--turn", "t1", "--call-id", fmt.Sprintf("c%d", i))
@@ -169,7 +171,7 @@ func TestCLIAuditorVerbs(t *testing.T) {
 // --json; a call to a tool nobody serves warns at once and says why at the
 // end.
 func TestCLICallSaysDuplicateAndUnservedTool(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	args := []string{"call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`, "--turn", "t1", "--call-id", "c1"}
 	_, errOut, code := s.runAll(t, args...)
 	require.Equal(t, 0, code)
@@ -188,7 +190,7 @@ func TestCLICallSaysDuplicateAndUnservedTool(t *testing.T) {
 // is told to stop gets its result: the executor drains, the projector
 // catches up and only then do HTTP and the API stop.
 func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "call", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":3000}`, "--turn", "t1", "--call-id", "slow")
@@ -217,7 +219,7 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 // to ends the verb at once (exit 1), naming the credential, instead of
 // waiting out the deadline.
 func TestCLIRefusedCredentialSaysSo(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	other := s.issue(t, "--project", "other", "--role", "worker", "--agent", "alice")
 	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--creds", other.path, "--timeout", "5m")
 	require.Equal(t, 1, code)

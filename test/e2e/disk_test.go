@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
 )
 
@@ -97,7 +98,7 @@ func readiness(t *testing.T, s *server) (int, string) {
 // itself.
 func TestFullDiskDegradesAndResumes(t *testing.T) {
 	data := mountTmpfs(t, 64)
-	s := startServer(t, data, freePort(t), freePort(t))
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"before"}`, "--turn", "t1", "--call-id", "c1")
 	require.Equal(t, 0, code)
 
@@ -147,7 +148,7 @@ func TestDiskFullWithoutReserveRestartsInPlace(t *testing.T) {
 func fillUnderLoad(t *testing.T, extra ...string) *server {
 	t.Helper()
 	data := mountTmpfs(t, 48)
-	s := startServer(t, data, freePort(t), freePort(t), extra...)
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t), extra...)
 	type result struct {
 		id   string
 		code int

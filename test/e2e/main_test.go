@@ -8,18 +8,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 var binary string
@@ -30,24 +30,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	binary = filepath.Join(dir, "cgledger")
-	build := exec.Command("go", "build", "-o", binary, "github.com/cgledger/cgledger/cmd/cgledger")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build cgledger:", err)
+	if binary, err = servetest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // server is a running `cgledger serve` process.
@@ -56,26 +45,7 @@ type server struct {
 	data     string
 	natsPort int
 	httpPort int
-	log      *syncBuffer
-}
-
-// syncBuffer is a log buffer the child process's output copier writes while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	log      *servetest.LogBuffer
 }
 
 func (s *server) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
@@ -85,7 +55,7 @@ func (s *server) httpURL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.
 // and waits until it is ready.
 func startServer(t *testing.T, data string, natsPort, httpPort int, extra ...string) *server {
 	t.Helper()
-	s := &server{data: data, natsPort: natsPort, httpPort: httpPort, log: &syncBuffer{}}
+	s := &server{data: data, natsPort: natsPort, httpPort: httpPort, log: &servetest.LogBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"serve", "--data", data,
 		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log

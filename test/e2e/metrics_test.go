@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 var updateGolden = flag.Bool("update", false, "regenerate golden files under testdata/")
@@ -23,7 +25,7 @@ var updateGolden = flag.Bool("update", false, "regenerate golden files under tes
 // families are the ones in testdata/metrics_families.golden (go test
 // ./test/e2e -run TestMetricsLintAndFamilies -update rewrites it).
 func TestMetricsLintAndFamilies(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"m"}`, "--turn", "t1", "--call-id", "c1")
 	require.Equal(t, 0, code)
 	_, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"m"}`, "--turn", "t1", "--call-id", "c1")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/dashboards"
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
 )
 
@@ -27,7 +28,7 @@ func TestPrometheusScrapesEveryDashboardQuery(t *testing.T) {
 	if err != nil {
 		testenv.Skip(t, "prometheus not installed (apt-get install prometheus): %v", err)
 	}
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	dir := t.TempDir()
 	rules, err := filepath.Abs(filepath.Join("..", "..", "dashboards", "rules.yml"))
 	require.NoError(t, err)
@@ -38,12 +39,12 @@ scrape_configs:
     static_configs: [{targets: [%q]}]
 `, rules, strings.TrimPrefix(s.httpURL(), "http://"))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600))
-	port := freePort(t)
+	port := servetest.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	prom := exec.CommandContext(ctx, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-	var plog syncBuffer
+	var plog servetest.LogBuffer
 	prom.Stdout, prom.Stderr = &plog, &plog
 	require.NoError(t, prom.Start())
 	t.Cleanup(func() {

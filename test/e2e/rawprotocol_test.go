@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 // This file uses nothing from the project: only a NATS client, HTTP and
@@ -89,7 +91,7 @@ func httpAs(t *testing.T, c credential, method, url, body string) *http.Response
 }
 
 func TestRawWireProtocolToolService(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	admin := s.issue(t, "--project", "p1", "--role", "admin")
 	auditor := s.issue(t, "--project", "p1", "--role", "auditor")
 	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1", "--target", "w1")

@@ -14,13 +14,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 // TestServeHTTPScopesAndNATSRefusals runs the binary as a new user would and
 // attacks it from outside: no credentials, another project's credentials,
 // a worker where an admin is needed.
 func TestServeHTTPScopesAndNATSRefusals(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	info, err := os.Stat(filepath.Join(s.data, "auth", "admin.creds"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the admin credential is private")
@@ -88,7 +90,7 @@ func TestServeHTTPScopesAndNATSRefusals(t *testing.T) {
 // ready; it says what is wrong and exits.
 func TestServeRefusesAMissingLedger(t *testing.T) {
 	data := t.TempDir()
-	natsPort, httpPort := freePort(t), freePort(t)
+	natsPort, httpPort := servetest.FreePort(t), servetest.FreePort(t)
 	s := startServer(t, data, natsPort, httpPort)
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"x"}`)
 	require.Equal(t, 0, code)
@@ -119,7 +121,7 @@ func TestServeRefusesAMissingLedger(t *testing.T) {
 // TestServeNoAuthIsExplicit: --no-auth opens NATS and HTTP, and says so.
 func TestServeNoAuthIsExplicit(t *testing.T) {
 	data := t.TempDir()
-	s := startServer(t, data, freePort(t), freePort(t), "--no-auth")
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t), "--no-auth")
 	resp, err := http.Get(s.httpURL() + "/v1/digest")
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -138,7 +140,7 @@ func TestServeNoAuthIsExplicit(t *testing.T) {
 // makes it not ready until `cgledger projector skip`, which is recorded and
 // un-sticks it without a restart.
 func TestOperatorSkipsACorruptEntry(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t), "--no-auth")
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--no-auth")
 	readyz := func() (int, map[string]any) {
 		resp, err := http.Get(s.httpURL() + "/readyz")
 		if err != nil {
@@ -190,7 +192,7 @@ func TestOperatorSkipsACorruptEntry(t *testing.T) {
 // project takes, ahead of time, every id the executor would use for a call's
 // result card if those ids were predictable; the call still resolves.
 func TestResultCardIDsCannotBeSquatted(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "mallory")
 	nc := s.connectAs(t, worker)
 	for delivery := 1; delivery <= 5; delivery++ {
@@ -211,8 +213,8 @@ func TestResultCardIDsCannotBeSquatted(t *testing.T) {
 // TestServePprofIsOptIn: profiles are served only when asked for, on their
 // own address, and never on the API's.
 func TestServePprofIsOptIn(t *testing.T) {
-	pprofPort := freePort(t)
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t), "--pprof", fmt.Sprintf("127.0.0.1:%d", pprofPort))
+	pprofPort := servetest.FreePort(t)
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--pprof", fmt.Sprintf("127.0.0.1:%d", pprofPort))
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", pprofPort))
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/ledger"
 )
 
@@ -35,7 +36,7 @@ type callJSON struct {
 
 func TestServeCallAuditKillRestart(t *testing.T) {
 	data := t.TempDir()
-	np, hp := freePort(t), freePort(t)
+	np, hp := servetest.FreePort(t), servetest.FreePort(t)
 	s := startServer(t, data, np, hp)
 
 	out, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"hi"}`, "--turn", "t1", "--call-id", "c1")
@@ -178,7 +179,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "live:       DIFFERS")
 	// An unreachable --against is an error, not a silent pass.
-	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", servetest.FreePort(t)))
 	require.Equal(t, 3, code)
 }
 
@@ -229,7 +230,7 @@ func relink(t *testing.T, raw []byte) []byte {
 }
 
 func TestCLIUsageAndConfig(t *testing.T) {
-	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	_, code := s.run(t, "nonsense")
 	require.Equal(t, 2, code)
 	out, code := s.run(t, "version")
@@ -270,7 +271,7 @@ func TestCLIUsageAndConfig(t *testing.T) {
 }
 
 func TestSIGTERMShutsDownGracefully(t *testing.T) {
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "a", "--tool", "echo", "--args", `{}`)
 	require.Equal(t, 0, code)
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
@@ -288,7 +289,7 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 // run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
 // not in assertions).
 func TestBenchRunsAndReportsRatios(t *testing.T) {
-	s := &server{natsPort: freePort(t), httpPort: freePort(t)}
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	out, code := s.run(t, "bench", "--duration", "200ms", "--rounds", "1", "--inflight", "2", "--json")
 	require.Equal(t, 0, code, out)
 	var res struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
 )
 
@@ -30,8 +31,8 @@ func serveFails(t *testing.T, args ...string) string {
 
 func TestServeRefusesADataDirectoryInUse(t *testing.T) {
 	data := t.TempDir()
-	s := startServer(t, data, freePort(t), freePort(t))
-	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
+	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)))
 	require.Contains(t, out, "is in use by another cgledger serve")
 	require.Contains(t, out, "pid "+strconv.Itoa(s.cmd.Process.Pid))
 	// The first serve is unharmed.
@@ -51,7 +52,7 @@ func TestServeNamesAReadOnlyDataDirectory(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = exec.Command("umount", "-l", data).Run() })
 	}
-	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)))
 	require.Contains(t, out, "data directory "+data+" is not writable")
 }
 
@@ -59,9 +60,9 @@ func TestServeNamesAPortInUse(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	out := serveFails(t, "--data", t.TempDir(), "--nats-listen", taken.Addr().String(), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	out := serveFails(t, "--data", t.TempDir(), "--nats-listen", taken.Addr().String(), "--http-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)))
 	require.Contains(t, out, "nats_listen "+taken.Addr().String())
-	out = serveFails(t, "--data", t.TempDir(), "--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", taken.Addr().String())
+	out = serveFails(t, "--data", t.TempDir(), "--nats-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)), "--http-listen", taken.Addr().String())
 	require.Contains(t, out, "http_listen")
 	require.Contains(t, out, taken.Addr().String())
 }
@@ -70,6 +71,6 @@ func TestServeNamesADataDirectoryItCannotCreate(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
 	data := filepath.Join(file, "data")
-	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)))
 	require.Contains(t, out, "data directory "+data+" cannot be created")
 }

@@ -21,6 +21,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 // writeCert writes a certificate (signed by parent, or self-signed) and its
@@ -71,7 +73,7 @@ func TestServeMutualTLS(t *testing.T) {
 	}, ca, caKey)
 
 	data := t.TempDir()
-	natsPort, httpPort := freePort(t), freePort(t)
+	natsPort, httpPort := servetest.FreePort(t), servetest.FreePort(t)
 	cmd := exec.Command(binary, "serve", "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort),
 		"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--tls-cert", srvCert, "--tls-key", srvKey, "--tls-ca", caPath)
 	var log strings.Builder

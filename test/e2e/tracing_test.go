@@ -16,6 +16,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cgledger/cgledger/internal/servetest"
 )
 
 // otlpReceiver is an OTLP/HTTP trace receiver on loopback that keeps every
@@ -83,7 +85,7 @@ func TestTracesLeaveTheProcess(t *testing.T) {
 	recv := newOTLPReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.srv.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
-	s := startServer(t, t.TempDir(), freePort(t), freePort(t))
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"traced"}`, "--turn", "tr-1", "--call-id", "c1")
 	require.Equal(t, 0, code)
 
