@@ -39,7 +39,7 @@ func ParseLink(s string) (Link, error) {
 func ChainedHeaders(h map[string][]string) map[string][]string {
 	var out map[string][]string
 	for k, v := range h {
-		if chainedHeader(k) {
+		if IsChainedHeader(k) {
 			if out == nil {
 				out = make(map[string][]string, len(h))
 			}
@@ -49,15 +49,12 @@ func ChainedHeaders(h map[string][]string) map[string][]string {
 	return out
 }
 
-// IsChainedHeader reports whether the chain covers the header named name
-// (in any case): every CG-* header and the W3C trace headers.
-func IsChainedHeader(name string) bool { return chainedHeader(name) }
-
-// chainedHeader reports whether a header is covered by the chain: every
-// CG-* header (identity, routing, entry kind, time) and the W3C trace headers.
+// IsChainedHeader reports whether the chain covers the header named name (in
+// any case): every CG-* header (identity, routing, entry kind, time) and the
+// W3C trace headers.
 // JetStream's own Nats-* headers are not: they steer the server, they are not
 // part of what happened.
-func chainedHeader(name string) bool {
+func IsChainedHeader(name string) bool {
 	if len(name) >= 3 && (name[0] == 'C' || name[0] == 'c') && (name[1] == 'G' || name[1] == 'g') && name[2] == '-' {
 		return true
 	}
@@ -77,9 +74,9 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	b = binary.BigEndian.AppendUint64(b, uint64(len(subject)))
 	b = append(b, subject...)
 	// Names are hashed lower-cased, ordered by that and then by the
-	// original spelling; the lower-cased names live in one arena.
-	// name is the lower-cased name's place in arena: offsets, not a
-	// slice, so that the arena can live on the stack.
+	// original spelling. The lower-cased names live in one arena on the
+	// stack; each name holds its place there as offsets, since a slice
+	// into the arena kept in names would move the arena to the heap.
 	type hv struct {
 		start, end int
 		orig       string
@@ -88,19 +85,9 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	var arenaBuf [512]byte
 	names, arena := namesBuf[:0], arenaBuf[:0]
 	for k := range h {
-		if chainedHeader(k) {
+		if IsChainedHeader(k) {
 			start := len(arena)
-			if isASCII(k) {
-				for i := 0; i < len(k); i++ {
-					c := k[i]
-					if 'A' <= c && c <= 'Z' {
-						c += 'a' - 'A'
-					}
-					arena = append(arena, c)
-				}
-			} else {
-				arena = append(arena, lowerASCII(k)...)
-			}
+			arena = appendLowerASCII(arena, k)
 			names = append(names, hv{start, len(arena), k})
 		}
 	}
@@ -130,14 +117,22 @@ func NextLink(prev Link, seq uint64, subject string, h nats.Header, data []byte)
 	return l
 }
 
-// isASCII reports whether s is all ASCII, where lower-casing is per byte.
-func isASCII(s string) bool {
+// appendLowerASCII appends lowerASCII(s) to b, without allocating for the
+// usual ASCII names.
+func appendLowerASCII(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
-			return false
+			return append(b, lowerASCII(s)...)
 		}
 	}
-	return true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
 }
 
 // lowerASCII lower-cases header names without allocating when they are
@@ -207,7 +202,7 @@ func (v *ChainVerifier) FirstBad() (uint64, string) { return v.firstBad, v.reaso
 func CanonicalHeaders(h map[string][]string) map[string][]string {
 	clean := true
 	for k := range h {
-		if chainedHeader(k) && canonicalChained(k) != k {
+		if IsChainedHeader(k) && canonicalChained(k) != k {
 			clean = false
 			break
 		}
@@ -223,7 +218,7 @@ func CanonicalHeaders(h map[string][]string) map[string][]string {
 	out := make(map[string][]string, len(h))
 	for _, k := range keys {
 		name := k
-		if chainedHeader(k) {
+		if IsChainedHeader(k) {
 			name = canonicalChained(k)
 		}
 		out[name] = append(out[name], h[k]...)

@@ -28,7 +28,7 @@ func nextLinkReference(prev Link, seq uint64, subject string, h nats.Header, dat
 	type hv struct{ name, orig string }
 	var names []hv
 	for k := range h {
-		if chainedHeader(k) {
+		if IsChainedHeader(k) {
 			names = append(names, hv{lowerASCII(k), k})
 		}
 	}

@@ -270,11 +270,8 @@ func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w 
 // lineKeysUnique refuses a line of an export file that repeats a key in
 // any object outside an entry's json payload.
 func lineKeysUnique(line int, b []byte) error {
-	if noDuplicateKeys(b) {
-		return nil
-	}
 	var vs Violations
-	checkDuplicateKeysExact("line", b, &vs, "json")
+	checkDuplicateKeys("line", b, &vs, "json")
 	if len(vs) == 0 {
 		return nil
 	}

@@ -65,30 +65,19 @@ func checkDuplicateKeysExact(prefix string, data []byte, vs *Violations, opaque 
 	// clips a field (docs/protocol.md, Limits), built from the frames that
 	// fit without building the whole path.
 	path := func() string {
-		n := len(prefix)
-		for _, f := range stack {
-			n += len(f.elem)
-			if n > MaxViolationText {
+		n, first := 0, 0
+		for i := len(stack) - 1; i >= 0; i-- {
+			if n += len(stack[i].elem); n > MaxViolationText {
+				first = i
 				break
 			}
 		}
-		if n <= MaxViolationText {
-			var b strings.Builder
-			b.WriteString(prefix)
-			for _, f := range stack {
-				b.WriteString(f.elem)
-			}
-			return b.String()
-		}
-		var tail []string
-		m := 0
-		for i := len(stack) - 1; i >= 0 && m < MaxViolationText; i-- {
-			tail = append(tail, stack[i].elem)
-			m += len(stack[i].elem)
-		}
 		var b strings.Builder
-		for i := len(tail) - 1; i >= 0; i-- {
-			b.WriteString(tail[i])
+		if n <= MaxViolationText {
+			b.WriteString(prefix)
+		}
+		for _, f := range stack[first:] {
+			b.WriteString(f.elem)
 		}
 		return clipTail(b.String(), MaxViolationText)
 	}

@@ -198,8 +198,12 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		// A file that cannot be read as an export is a verdict too: the
 		// same report (and --json body) as a broken chain, exit 1.
 		unreadable := func(err error) int {
-			msg := strings.TrimPrefix(err.Error(), "replay: ")
-			return report(cf.asJSON, map[string]any{"file": pos[0], "ok": false, "reason": msg}, false)
+			// The reason is the error that says what is wrong with the file
+			// (it wraps ErrBadExport), without the callers' prefixes.
+			for u := errors.Unwrap(err); u != nil && u != ledger.ErrBadExport; u = errors.Unwrap(u) {
+				err = u
+			}
+			return report(cf.asJSON, map[string]any{"file": pos[0], "ok": false, "reason": err.Error()}, false)
 		}
 		from, err := exportFromSeq(pos[0])
 		if errors.Is(err, ledger.ErrBadExport) {
@@ -380,10 +384,11 @@ func exportFromSeq(path string) (uint64, error) {
 	}
 	defer f.Close()
 	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
-	if len(line) == 0 && (err == nil || errors.Is(err, io.EOF)) {
+	switch {
+	case len(line) > 0:
+	case errors.Is(err, io.EOF):
 		return 0, fmt.Errorf("%w: %s: empty file", ledger.ErrBadExport, path)
-	}
-	if err != nil && len(line) == 0 {
+	default:
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	var h ledger.ExportHeader
