@@ -34,22 +34,30 @@ func populate(t *testing.T, e *env, calls int) {
 	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
 }
 
-func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 3)
+// exported writes a ledger of calls calls (populate) and exports it whole:
+// the trailer, the file and its lines.
+func exported(t *testing.T, e *env, calls int) (ledger.ExportTrailer, []byte, []string) {
+	t.Helper()
+	populate(t, e, calls)
 	var buf bytes.Buffer
 	tr, err := e.l.Export(ctxT(t), &buf, 0)
 	require.NoError(t, err)
+	return tr, buf.Bytes(), strings.Split(strings.TrimSpace(buf.String()), "\n")
+}
+
+func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
+	e := newEnv(t)
+	tr, file, lines := exported(t, e, 3)
 	require.NotZero(t, tr.Count)
 
-	rep, err := ledger.VerifyExport(bytes.NewReader(buf.Bytes()))
+	rep, err := ledger.VerifyExport(bytes.NewReader(file))
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 	require.Equal(t, tr.Head, rep.Head)
 	require.Equal(t, tr.Count, rep.Count)
 
 	// Edit one entry's data (a report's status) and re-encode that line only.
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	orig := append([]string(nil), lines...)
 	target := 0
 	for i, l := range lines {
 		if strings.Contains(l, `"CG-Entry-Kind":["report"]`) {
@@ -70,7 +78,6 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 	require.Equal(t, ee.Seq, rep.FirstBadSeq)
 
 	// A header change is caught too, and so is a truncated file.
-	orig := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	headerEdit := append([]string(nil), orig...)
 	require.NoError(t, json.Unmarshal([]byte(orig[target-1]), &ee))
 	ee.Headers[ledger.HeaderTime] = []string{"2001-01-01T00:00:00Z"}
@@ -161,12 +168,7 @@ func TestExportEntryKeepsBytesExactly(t *testing.T) {
 // TestExportWritesJSONAndReadsVersion1: entries' JSON payloads are JSON in
 // the file, and a version 1 file (every payload base64) still verifies.
 func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 2)
-	var buf bytes.Buffer
-	_, err := e.l.Export(ctxT(t), &buf, 0)
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	_, file, lines := exported(t, newEnv(t), 2)
 	require.Contains(t, lines[0], `"version":2`)
 	asJSON := 0
 	for _, l := range lines[1 : len(lines)-1] {
@@ -190,7 +192,7 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 		v1 = append(v1, string(b))
 	}
 	v1 = append(v1, lines[len(lines)-1])
-	for _, file := range []string{buf.String(), strings.Join(v1, "\n")} {
+	for _, file := range []string{string(file), strings.Join(v1, "\n")} {
 		rep, err := ledger.VerifyExport(strings.NewReader(file))
 		require.NoError(t, err)
 		require.True(t, rep.OK, rep.Reason)
@@ -204,12 +206,7 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 // sequence. A repeated key inside an entry's json payload is the stored
 // bytes and stays readable.
 func TestExportReaderRefusesAmbiguousLines(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 2)
-	var buf bytes.Buffer
-	_, err := e.l.Export(ctxT(t), &buf, 0)
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	_, _, lines := exported(t, newEnv(t), 2)
 	require.Greater(t, len(lines), 4)
 	with := func(i int, line string) string {
 		l := append([]string(nil), lines...)

@@ -24,15 +24,11 @@ func importTarget(t *testing.T) jetstream.JetStream {
 }
 
 func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 3)
-	var buf bytes.Buffer
-	tr, err := e.l.Export(ctxT(t), &buf, 0)
-	require.NoError(t, err)
+	tr, file, _ := exported(t, newEnv(t), 3)
 
 	js := importTarget(t)
 	var seen uint64
-	rep, err := ledger.ImportVerified(ctxT(t), js, ledger.DefaultStream, bytes.NewReader(buf.Bytes()), ledger.ImportConfig{InFlight: 2, Progress: func(n uint64) { seen = n }})
+	rep, err := ledger.ImportVerified(ctxT(t), js, ledger.DefaultStream, bytes.NewReader(file), ledger.ImportConfig{InFlight: 2, Progress: func(n uint64) { seen = n }})
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 	require.Equal(t, tr.Head, rep.Head)
@@ -43,12 +39,7 @@ func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
 }
 
 func TestImportVerifiedStopsAtTheFirstBadEntry(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 3)
-	var buf bytes.Buffer
-	_, err := e.l.Export(ctxT(t), &buf, 0)
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	_, _, lines := exported(t, newEnv(t), 3)
 	// Edit the data of the fourth entry and leave its recorded link.
 	var ee ledger.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(lines[4]), &ee))
