@@ -148,8 +148,11 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 	if err != nil {
 		return 0, fmt.Errorf("read stream %s: %w", stream, err)
 	}
-	last := s.CachedInfo().State.LastSeq
-	if last < from {
+	st := s.CachedInfo().State
+	last := st.LastSeq
+	if last < from || st.Msgs == 0 {
+		// Nothing to read (an empty stream, or one whose every entry
+		// expired): an ordered consumer would wait for the next entry.
 		return last, nil
 	}
 	// A short inactivity threshold and an explicit delete keep repeated reads
@@ -214,6 +217,13 @@ func (l *Ledger) Export(ctx context.Context, w io.Writer, from uint64) (ExportTr
 // ExportStream is Export for any ledger stream, without opening a Ledger
 // (clients export a running server's ledger with it).
 func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w io.Writer, from uint64) (ExportTrailer, error) {
+	return ExportHistory(ctx, StreamHistory{JS: js, Stream: stream}, stream, w, from)
+}
+
+// ExportHistory is Export for a ledger's history wherever it is kept (an
+// archive and then the stream): the header names stream, and the chain is
+// computed from sequence 1.
+func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, from uint64) (ExportTrailer, error) {
 	if from == 0 {
 		from = 1
 	}
@@ -227,7 +237,7 @@ func ExportStream(ctx context.Context, js jetstream.JetStream, stream string, w 
 		headerDone = true
 		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: stream, FromSeq: from, PrevLink: v.Head().String()})
 	}
-	_, err := ReadStream(ctx, js, stream, 1, func(e Entry) error {
+	_, err := h.ReadFrom(ctx, 1, func(e Entry) error {
 		if e.Seq == from && !headerDone {
 			if err := writeHeader(); err != nil {
 				return err

@@ -37,6 +37,14 @@ type StreamConfig struct {
 	// means forever. A report arriving after its record expired is rejected
 	// as unknown_call, so set it well above the longest tool deadline.
 	CallRecordTTL time.Duration
+	// ManagedRetention says that the stream's and the bucket's max age (and
+	// the duplicate window, which JetStream keeps within the max age) are set
+	// by ApplyRetention, once an archive holds every entry, and not by
+	// Provision: Provision then creates streams without a max age and
+	// leaves an existing stream's max age and duplicate window as they are.
+	// False (the zero value) means MaxAge and CallRecordTTL are checked as
+	// given. serve sets it (docs/durability.md, "History beyond one stream").
+	ManagedRetention bool
 }
 
 // Defaults for StreamConfig.
@@ -130,13 +138,44 @@ func (c StreamConfig) bucketStreamConfig() jetstream.StreamConfig {
 // differing field.
 func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
 	cfg = cfg.withDefaults()
-	if err := ensureStream(ctx, js, cfg.ledgerStreamConfig()); err != nil {
+	if cfg.ManagedRetention {
+		cfg.MaxAge, cfg.CallRecordTTL = 0, 0
+	}
+	if err := ensureStream(ctx, js, cfg.ledgerStreamConfig(), cfg.ManagedRetention); err != nil {
 		return err
 	}
-	return ensureStream(ctx, js, cfg.bucketStreamConfig())
+	return ensureStream(ctx, js, cfg.bucketStreamConfig(), cfg.ManagedRetention)
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+// ApplyRetention sets the ledger stream's max age and the bucket's TTL to
+// window (zero keeps everything), keeping the duplicate window within it as
+// JetStream requires. It is for a ledger provisioned with ManagedRetention,
+// and only once an archive holds every entry the new window lets expire:
+// JetStream drops entries older than the window as soon as it is set.
+func ApplyRetention(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, window time.Duration) error {
+	cfg = cfg.withDefaults()
+	for _, name := range []string{cfg.Stream, "KV_" + cfg.Bucket} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("apply retention: look up stream %s: %w", name, err)
+		}
+		sc := s.CachedInfo().Config
+		dup := cfg.DuplicateWindow
+		if window > 0 && dup > window {
+			dup = window
+		}
+		if sc.MaxAge == window && sc.Duplicates == dup {
+			continue
+		}
+		sc.MaxAge, sc.Duplicates = window, dup
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("apply retention %s to stream %s: %w", window, name, err)
+		}
+	}
+	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, managed bool) error {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, want)
@@ -151,6 +190,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if err != nil {
 		return fmt.Errorf("provision: look up stream %s: %w", want.Name, err)
+	}
+	if managed {
+		have := s.CachedInfo().Config
+		want.MaxAge, want.Duplicates = have.MaxAge, have.Duplicates
 	}
 	if diffs := diffStreamConfig(want, s.CachedInfo().Config); len(diffs) > 0 {
 		return &IncompatibleConfigError{Stream: want.Name, Diffs: diffs}

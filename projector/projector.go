@@ -53,6 +53,17 @@ type Config struct {
 	// serve sets it to the data directory's free-space check, so the view
 	// store is never written on a full disk. Nil means no check.
 	WriteGuard func() error
+	// Archive, when set, holds the entries the stream no longer keeps (its
+	// retention window let them go): a projector whose views end before the
+	// stream's first sequence reads them from there, then follows the
+	// stream. Nil means a stream that starts after the views is a gap.
+	Archive ArchiveReader
+}
+
+// ArchiveReader reads archived ledger entries in order (package archive's
+// *Archive). A sequence it does not hold wraps ledger.ErrHistoryLost.
+type ArchiveReader interface {
+	ReadRange(ctx context.Context, from, to uint64, fn func(ledger.Entry) error) error
 }
 
 // Projector applies ledger entries to a Store.
@@ -299,8 +310,130 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	if err != nil {
 		return fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
 	}
-	if first := s.CachedInfo().State.FirstSeq; first > cp.Applied+1 {
-		return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, first), "gap")
+	var pending []pendingEntry
+	batches := 0
+	a := newApplier(p.store, cp)
+	defer func() { _ = a.b.Close() }()
+	// While catching up, one batch commits (Pebble's memtable inserts) while
+	// the next is read and applied, on the other core. Following the tail,
+	// every batch is committed before the next entry is read.
+	var inflight *commitJob
+	settle := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight.done
+		_ = inflight.a.b.Close()
+		inflight = nil
+		if err == nil {
+			a.prev = nil
+		}
+		return err
+	}
+	defer func() { _ = settle() }()
+	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
+	// handle applies one entry; numPending is how many follow it in the
+	// stream, and flush commits the batch after it whatever its size.
+	handle := func(e ledger.Entry, numPending uint64, flush bool) (done bool, err error) {
+		var pe pendingEntry
+		a, pe, err = applyOrSkip(p.store, a, cp, pending, e, find)
+		if err != nil {
+			// Commit the good entries of this batch so the views stop exactly
+			// before the bad one.
+			if serr := settle(); serr != nil {
+				return true, errors.Join(err, serr)
+			}
+			if cerr := p.recommit(cp, pending); cerr != nil {
+				return true, errors.Join(err, cerr)
+			}
+			if !Fatal(err) {
+				return true, err
+			}
+			reason := "corrupt"
+			if errors.Is(err, ErrGap) {
+				reason = "gap"
+			}
+			return true, p.stop(err, reason)
+		}
+		if pe.skip != nil {
+			p.log.Warn("projector: entry recorded as skipped, as a skip entry says", "seq", e.Seq, "skip_seq", pe.skip.SkipSeq, "reason", pe.skip.Reason)
+		}
+		pending = append(pending, pe)
+		if len(pending) >= p.cfg.BatchSize || numPending == 0 || flush || (until > 0 && e.Seq >= until) {
+			batches++
+			atTail := numPending == 0
+			sync := batches%p.cfg.SyncEvery == 0 ||
+				(atTail && (until > 0 || p.cfg.TailSyncInterval < 0 || time.Since(p.lastSync) >= p.cfg.TailSyncInterval))
+			if sync {
+				p.lastSync = time.Now()
+			}
+			// One batch in flight at most: the next one's lookups see this
+			// one's states through prev, and nothing older is uncommitted.
+			if err := settle(); err != nil {
+				return true, err
+			}
+			job := &commitJob{a: a, done: make(chan error, 1)}
+			go func(sync bool) { job.done <- p.commit(job.a, sync) }(sync)
+			inflight = job
+			cp, pending = a.cp, pending[:0]
+			a = newApplierAfter(p.store, cp, job.a)
+			if atTail || p.afterCommit != nil || (until > 0 && cp.Applied >= until) {
+				if err := settle(); err != nil {
+					return true, err
+				}
+			}
+			if p.afterCommit != nil {
+				if err := p.afterCommit(cp.Applied); err != nil {
+					return true, err
+				}
+			}
+			if until > 0 && cp.Applied >= until {
+				return true, nil
+			}
+			if until > 0 && numPending == 0 {
+				// Nothing is left in the stream, yet the sequences up to
+				// until were there when CatchUp began: they are missing.
+				return true, p.stop(fmt.Errorf("%w: sequence %d is missing (the stream ends at %d)", ErrGap, cp.Applied+1, cp.Applied), "gap")
+			}
+		}
+		return false, nil
+	}
+	// Entries the stream let go (its retention window) come from the
+	// archive; the stream is then followed from after them.
+	st := s.CachedInfo().State
+	streamFirst := st.FirstSeq
+	if st.Msgs == 0 {
+		streamFirst = st.LastSeq + 1
+	}
+	if streamFirst > cp.Applied+1 {
+		if p.cfg.Archive == nil {
+			return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, streamFirst), "gap")
+		}
+		end := streamFirst - 1
+		if until > 0 {
+			end = min(end, until)
+		}
+		p.log.Info("projector reading archived entries", "from_seq", cp.Applied+1, "to_seq", end)
+		var stopped bool
+		err := p.cfg.Archive.ReadRange(ctx, cp.Applied+1, end, func(e ledger.Entry) error {
+			done, err := handle(e, st.LastSeq-e.Seq, e.Seq == end)
+			if err == nil && done {
+				stopped = true
+				return errArchiveDone
+			}
+			return err
+		})
+		switch {
+		case stopped:
+			return nil
+		case errors.Is(err, ledger.ErrHistoryLost):
+			return p.stop(fmt.Errorf("%w: views end at seq %d, the stream starts at %d, and the archive does not hold what is between: %v", ErrGap, cp.Applied, streamFirst, err), "gap")
+		case err != nil:
+			return err
+		}
+		if err := settle(); err != nil {
+			return err
+		}
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: cp.Applied + 1,
@@ -325,28 +458,6 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		}
 	}()
 
-	var pending []pendingEntry
-	batches := 0
-	a := newApplier(p.store, cp)
-	defer func() { _ = a.b.Close() }()
-	// While catching up, one batch commits (Pebble's memtable inserts) while
-	// the next is read and applied, on the other core. Following the tail,
-	// every batch is committed before the next entry is read.
-	var inflight *commitJob
-	settle := func() error {
-		if inflight == nil {
-			return nil
-		}
-		err := <-inflight.done
-		_ = inflight.a.b.Close()
-		inflight = nil
-		if err == nil {
-			a.prev = nil
-		}
-		return err
-	}
-	defer func() { _ = settle() }()
-	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
 	for {
 		// Checked here too: the iterator stops on ctx only when the stopper
 		// goroutine runs, and entries already pulled would be applied first.
@@ -365,69 +476,14 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			return fmt.Errorf("projector: entry metadata: %w", err)
 		}
 		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
-		var pe pendingEntry
-		a, pe, err = applyOrSkip(p.store, a, cp, pending, e, find)
-		if err != nil {
-			// Commit the good entries of this batch so the views stop exactly
-			// before the bad one.
-			if serr := settle(); serr != nil {
-				return errors.Join(err, serr)
-			}
-			if cerr := p.recommit(cp, pending); cerr != nil {
-				return errors.Join(err, cerr)
-			}
-			if !Fatal(err) {
-				return err
-			}
-			reason := "corrupt"
-			if errors.Is(err, ErrGap) {
-				reason = "gap"
-			}
-			return p.stop(err, reason)
-		}
-		if pe.skip != nil {
-			p.log.Warn("projector: entry recorded as skipped, as a skip entry says", "seq", e.Seq, "skip_seq", pe.skip.SkipSeq, "reason", pe.skip.Reason)
-		}
-		pending = append(pending, pe)
-		if len(pending) >= p.cfg.BatchSize || meta.NumPending == 0 || (until > 0 && e.Seq >= until) {
-			batches++
-			atTail := meta.NumPending == 0
-			sync := batches%p.cfg.SyncEvery == 0 ||
-				(atTail && (until > 0 || p.cfg.TailSyncInterval < 0 || time.Since(p.lastSync) >= p.cfg.TailSyncInterval))
-			if sync {
-				p.lastSync = time.Now()
-			}
-			// One batch in flight at most: the next one's lookups see this
-			// one's states through prev, and nothing older is uncommitted.
-			if err := settle(); err != nil {
-				return err
-			}
-			job := &commitJob{a: a, done: make(chan error, 1)}
-			go func(sync bool) { job.done <- p.commit(job.a, sync) }(sync)
-			inflight = job
-			cp, pending = a.cp, pending[:0]
-			a = newApplierAfter(p.store, cp, job.a)
-			if atTail || p.afterCommit != nil || (until > 0 && cp.Applied >= until) {
-				if err := settle(); err != nil {
-					return err
-				}
-			}
-			if p.afterCommit != nil {
-				if err := p.afterCommit(cp.Applied); err != nil {
-					return err
-				}
-			}
-			if until > 0 && cp.Applied >= until {
-				return nil
-			}
-			if until > 0 && meta.NumPending == 0 {
-				// Nothing is left in the stream, yet the sequences up to
-				// until were there when CatchUp began: they are missing.
-				return p.stop(fmt.Errorf("%w: sequence %d is missing (the stream ends at %d)", ErrGap, cp.Applied+1, cp.Applied), "gap")
-			}
+		if done, err := handle(e, meta.NumPending, false); done || err != nil {
+			return err
 		}
 	}
 }
+
+// errArchiveDone ends an archive read once the projector is done.
+var errArchiveDone = errors.New("archive read done")
 
 // commitJob is a batch being committed while the next one is built.
 type commitJob struct {

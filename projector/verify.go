@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -47,9 +48,16 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 	if stream == "" {
 		stream = ledger.DefaultStream
 	}
+	return s.VerifyHistory(ctx, ledger.StreamHistory{JS: js, Stream: stream})
+}
+
+// VerifyHistory is VerifyStream over a history wherever it is kept (an
+// archive and then the stream). History that is kept nowhere any more is
+// a failed verification naming the first missing sequence.
+func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.VerifyReport, error) {
 	v := ledger.NewChainVerifier(1, ledger.Genesis)
 	rep := ledger.VerifyReport{FromSeq: 1}
-	_, err := ledger.ReadStream(ctx, js, stream, 1, func(e ledger.Entry) error {
+	_, err := h.ReadFrom(ctx, 1, func(e ledger.Entry) error {
 		want, err := s.link(e.Seq)
 		if err != nil {
 			return err
@@ -59,6 +67,11 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		return nil
 	})
+	if errors.Is(err, ledger.ErrHistoryLost) {
+		rep = finishReport(rep, v)
+		rep.OK, rep.FirstBadSeq, rep.Reason = false, rep.LastSeq+1, err.Error()
+		return rep, nil
+	}
 	if err != nil {
 		return rep, fmt.Errorf("projector: verify stream: %w", err)
 	}

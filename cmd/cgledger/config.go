@@ -46,6 +46,8 @@ type Settings struct {
 	TLSKey       string   `json:"tls_key" yaml:"tls_key"`
 	TLSCA        string   `json:"tls_ca" yaml:"tls_ca"`
 	PProf        string   `json:"pprof" yaml:"pprof"`
+	Retention    string   `json:"retention" yaml:"retention"`
+	ArchiveSeal  string   `json:"archive_seal_age" yaml:"archive_seal_age"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
@@ -88,6 +90,8 @@ var settings = func() []setting {
 		mk("tls_cert", "tls-cert", "PEM certificate: serve NATS (embedded) and HTTP over TLS; with --nats-url, the client certificate", func(s *Settings) *string { return &s.TLSCert }),
 		mk("tls_key", "tls-key", "PEM private key of --tls-cert", func(s *Settings) *string { return &s.TLSKey }),
 		mk("pprof", "pprof", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060; off when empty; no authentication: keep it on loopback)", func(s *Settings) *string { return &s.PProf }),
+		mk("retention", "retention", "how long the ledger stream keeps entries (e.g. 30d or 720h; empty or 0 keeps everything): older entries live on in sealed segments under <data>/archive, copied before they expire (docs/durability.md)", func(s *Settings) *string { return &s.Retention }),
+		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); keep it well inside retention", func(s *Settings) *string { return &s.ArchiveSeal }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
@@ -296,6 +300,19 @@ func (s Settings) validate() ledger.Violations {
 			vs.Add("ack_wait", ledger.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
 		}
 	}
+	retention, rerr := parseDays(s.Retention)
+	if rerr != nil || retention < 0 || (retention > 0 && retention < time.Second) {
+		vs.Add("retention", ledger.VInvalidValue, "must be a duration of at least 1s such as 30d or 720h, or 0 to keep everything, got %q", s.Retention)
+	}
+	if s.ArchiveSeal != "" {
+		d, err := parseDays(s.ArchiveSeal)
+		switch {
+		case err != nil || d <= 0:
+			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be a positive duration such as 1h, got %q", s.ArchiveSeal)
+		case rerr == nil && retention > 0 && d > retention/2:
+			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be at most half of retention (%s) so that every entry is sealed well before it expires, got %q", retention, s.ArchiveSeal)
+		}
+	}
 	if s.MemoryLimit != "" && s.MemoryLimit != "off" {
 		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
 			vs.Add("memory_limit", ledger.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
@@ -390,4 +407,20 @@ func checkConfig(args []string) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// parseDays reads a duration as time.ParseDuration does, and also whole
+// days ("30d"), the unit retention is usually given in. Empty is 0.
+func parseDays(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		d, err := strconv.ParseUint(n, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("bad number of days %q", v)
+		}
+		return time.Duration(d) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
 }

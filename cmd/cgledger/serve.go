@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cgledger/cgledger/archive"
 	"github.com/cgledger/cgledger/auditweb"
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
@@ -289,7 +290,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			Help: "Free bytes on the file system of the data directory; writes stop below the reserve (docs/durability.md).",
 		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
 	}
-	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas}, WriteGuard: ledgerGuard}, log)
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard}, log)
 	if err != nil {
 		return err
 	}
@@ -302,6 +303,39 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
 			return err
 		}
+	}
+
+	// History older than the retention window lives in the archive.
+	retention, _ := parseDays(s.Retention) // validated
+	sealAge, _ := parseDays(s.ArchiveSeal)
+	hist, arch, err := openHistory(js, l.StreamName(), filepath.Join(s.Data, "archive"), retention > 0)
+	if err != nil {
+		return err
+	}
+	var archiver *archive.Archiver
+	if retention > 0 {
+		acfg := archive.Config{Streams: ledger.StreamConfig{Replicas: s.Replicas}, Retention: retention, SealAge: sealAge, Logger: log, Registerer: reg}
+		if store != nil {
+			acfg.LinkAt = store.LinkAt
+		}
+		if archiver, err = archive.New(arch, js, acfg); err != nil {
+			return err
+		}
+		archCtx, stopArchiver := context.WithCancel(context.WithoutCancel(ctx))
+		archDone := make(chan struct{})
+		go func() {
+			defer close(archDone)
+			_ = archiver.Run(archCtx)
+		}()
+		// Stopped last of the parts that read the stream, so that it seals
+		// every entry written before the shutdown.
+		defer func() {
+			stopArchiver()
+			<-archDone
+			log.Info("archiver stopped", "sealed_seq", archiver.Sealed())
+		}()
+	} else if err := ledger.ApplyRetention(ctx, js, ledger.StreamConfig{Replicas: s.Replicas}, 0); err != nil {
+		return err
 	}
 
 	var storeBroken atomic.Bool
@@ -329,7 +363,11 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	defer endLife()
 	var proj *projector.Projector
 	if s.has("projector") {
-		proj, err = projector.New(store, js, projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log, WriteGuard: viewGuard})
+		pcfg := projector.Config{Stream: l.StreamName(), Registerer: reg, Logger: log, WriteGuard: viewGuard}
+		if arch != nil {
+			pcfg.Archive = arch
+		}
+		proj, err = projector.New(store, js, pcfg)
 		if err != nil {
 			return err
 		}
@@ -349,7 +387,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}()
 		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
-				return store.VerifyStream(ctx, js, l.StreamName())
+				return store.VerifyHistory(ctx, hist)
 			},
 		}))
 		mux.Handle("GET /ui/", http.StripPrefix("/ui", auditweb.Handler()))
@@ -407,7 +445,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		sw := &startedWriter{w: w}
-		if _, err := ledger.ExportStream(r.Context(), js, l.StreamName(), sw, from); err != nil {
+		if _, err := ledger.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
 			if !sw.started {
 				w.Header().Del("Content-Type")
 				httpjson.Error(w, fmt.Errorf("export: %w", err))
@@ -433,6 +471,12 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		body := map[string]any{"status": "ready", "roles": s.Roles}
 		if proj != nil {
 			body["applied_seq"] = proj.Applied()
+		}
+		if archiver != nil {
+			body["archived_seq"] = archiver.Sealed()
+			if n := archiver.Lost(); n > 0 {
+				body["archive_lost_entries"] = n
+			}
 		}
 		// The stream's end, so that a person watching a rebuild (or an
 		// export) sees how far there is to go.
@@ -645,4 +689,20 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	}()
 	log.Warn("pprof serving (no authentication)", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { _ = hs.Close() }, nil
+}
+
+// openHistory returns where the ledger's history is read from: the stream
+// alone, or, when retention is on or an archive was written before, the
+// archive's sealed segments and then the stream.
+func openHistory(js jetstream.JetStream, stream, dir string, retention bool) (ledger.History, *archive.Archive, error) {
+	if !retention {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return ledger.StreamHistory{JS: js, Stream: stream}, nil, nil
+		}
+	}
+	arch, err := archive.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return archive.History{Archive: arch, JS: js, Stream: stream}, arch, nil
 }

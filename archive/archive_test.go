@@ -1,0 +1,268 @@
+package archive_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/archive"
+	"github.com/cgledger/cgledger/internal/ledgertest"
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/projector"
+)
+
+// The window is small so that the stream really lets entries go during the
+// test; the archiver seals long before.
+const (
+	retention = 2 * time.Second
+	sealAge   = 200 * time.Millisecond
+)
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, time.Minute, 10*time.Millisecond, "waiting for %s", what)
+}
+
+func streamState(t *testing.T, e *ledgertest.Env) (first, last, msgs uint64) {
+	t.Helper()
+	s, err := e.JS.Stream(ledgertest.Ctx(t), ledger.DefaultStream)
+	require.NoError(t, err)
+	st := s.CachedInfo().State
+	return st.FirstSeq, st.LastSeq, st.Msgs
+}
+
+func lastSeq(t *testing.T, e *ledgertest.Env) uint64 {
+	_, last, _ := streamState(t, e)
+	return last
+}
+
+// startArchiver runs an archiver on dir until the test ends.
+func startArchiver(t *testing.T, e *ledgertest.Env, dir string, cfg archive.Config) (*archive.Archiver, *archive.Archive, func()) {
+	t.Helper()
+	arch, err := archive.Open(dir)
+	require.NoError(t, err)
+	if cfg.Retention == 0 {
+		cfg.Retention = retention
+	}
+	if cfg.SealAge == 0 {
+		cfg.SealAge = sealAge
+	}
+	a, err := archive.New(arch, e.JS, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return a, arch, stop
+}
+
+func openViews(t *testing.T, e *ledgertest.Env, arch projector.ArchiveReader) (*projector.Store, *projector.Projector) {
+	t.Helper()
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := projector.Config{BatchSize: 64, Registerer: prometheus.NewRegistry()}
+	if arch != nil {
+		cfg.Archive = arch
+	}
+	p, err := projector.New(s, e.JS, cfg)
+	require.NoError(t, err)
+	return s, p
+}
+
+func digest(t *testing.T, s *projector.Store) string {
+	t.Helper()
+	d, err := s.Digest()
+	require.NoError(t, err)
+	return d
+}
+
+func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 12)
+	e.WriteCalls(t, ctx, 100, 4)
+	live, liveProj := openViews(t, e, nil)
+	require.NoError(t, liveProj.CatchUp(ctx))
+
+	reg := prometheus.NewRegistry()
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, SegmentBytes: 64 << 10})
+	written := lastSeq(t, e)
+	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
+	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
+	require.True(t, a.RetentionApplied())
+	require.Equal(t, float64(written), metric(t, reg, "cgledger_archive_sealed_seq"))
+
+	// New entries, in the stream only for now.
+	e.Scenario(t, 3)
+	last := lastSeq(t, e)
+	require.Greater(t, last, written)
+	require.NoError(t, liveProj.CatchUp(ctx))
+
+	segs, err := arch.Segments()
+	require.NoError(t, err)
+	require.Greater(t, len(segs), 1, "segments are sealed by size (64 KiB) as well as by age")
+	for _, s := range segs {
+		f, err := os.Open(s.Path)
+		require.NoError(t, err)
+		rep, err := ledger.VerifyExport(f)
+		f.Close()
+		require.NoError(t, err)
+		require.True(t, rep.OK, "segment %s verifies on its own: %+v", s.Path, rep)
+	}
+
+	hist := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	var buf bytes.Buffer
+	tr, err := ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
+	require.NoError(t, err)
+	require.Equal(t, last, tr.LastSeq)
+	require.Equal(t, last, tr.Count, "the export holds every entry from seq 1")
+	rep, err := ledger.VerifyExport(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%+v", rep)
+
+	// A rebuild from nothing reads the archive, then the stream, and ends
+	// with the same views as the ones that followed the live stream.
+	rebuilt, proj := openViews(t, e, arch)
+	require.NoError(t, proj.CatchUp(ctx))
+	require.Equal(t, last, proj.Applied())
+	require.Equal(t, digest(t, live), digest(t, rebuilt))
+	vrep, err := rebuilt.VerifyHistory(ctx, hist)
+	require.NoError(t, err)
+	require.True(t, vrep.OK, "%+v", vrep)
+	require.Equal(t, last, vrep.LastSeq)
+
+	// Without the archive the same rebuild is a gap, never a silent jump.
+	_, bare := openViews(t, e, nil)
+	require.ErrorIs(t, bare.CatchUp(ctx), projector.ErrGap)
+	srep, err := rebuilt.VerifyHistory(ctx, ledger.StreamHistory{JS: e.JS, Stream: ledger.DefaultStream})
+	require.NoError(t, err)
+	require.False(t, srep.OK)
+	require.Equal(t, uint64(1), srep.FirstBadSeq)
+	require.Contains(t, srep.Reason, "no longer in stream")
+}
+
+// metric is the value of the one sample of a gauge or counter in reg.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			m := mf.GetMetric()[0]
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestAnEditedSegmentIsRefusedNamingIt(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 6)
+	a, arch, stop := startArchiver(t, e, t.TempDir(), archive.Config{})
+	written := lastSeq(t, e)
+	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
+	stop()
+	segs, err := arch.Segments()
+	require.NoError(t, err)
+	path := segs[0].Path
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	// Change one letter of a stored entry's data (base64 in the file).
+	i := bytes.Index(b, []byte(`"json":`))
+	require.Positive(t, i)
+	j := i + len(`"json":{"`)
+	b[j] ^= 0x01
+	require.NoError(t, os.WriteFile(path, b, 0o640))
+
+	err = arch.ReadRange(ctx, 1, written, func(ledger.Entry) error { return nil })
+	require.ErrorIs(t, err, archive.ErrBadSegment)
+	require.Contains(t, err.Error(), filepath.Base(path))
+}
+
+func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 6)
+	lostTo := lastSeq(t, e)
+	views, proj := openViews(t, e, nil)
+	require.NoError(t, proj.CatchUp(ctx))
+	// The window is applied with no archiver running (as if serve were
+	// down for longer than it): every entry goes unarchived.
+	require.NoError(t, ledger.ApplyRetention(ctx, e.JS, ledger.StreamConfig{}, retention))
+	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
+
+	reg := prometheus.NewRegistry()
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, LinkAt: views.LinkAt})
+	waitFor(t, "the loss to be recorded", func() bool { return a.Lost() == lostTo })
+	lost, err := arch.Lost()
+	require.NoError(t, err)
+	require.Equal(t, [][2]uint64{{1, lostTo}}, lost)
+	require.Equal(t, float64(lostTo), metric(t, reg, "cgledger_archive_lost_entries_total"))
+
+	// What comes after the loss is archived, and its chain continues from
+	// the link the views recorded, so it verifies past the loss.
+	e.Scenario(t, 2)
+	last := lastSeq(t, e)
+	waitFor(t, "the archive to seal the new entries", func() bool { return a.Sealed() == last })
+	var n uint64
+	require.NoError(t, arch.ReadRange(ctx, lostTo+1, last, func(ledger.Entry) error { n++; return nil }))
+	require.Equal(t, last-lostTo, n)
+	require.NoError(t, proj.CatchUp(ctx))
+	hist := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	_, err = hist.ReadFrom(ctx, 1, func(ledger.Entry) error { return nil })
+	require.ErrorIs(t, err, ledger.ErrHistoryLost)
+	rep, err := views.VerifyHistory(ctx, hist)
+	require.NoError(t, err)
+	require.False(t, rep.OK)
+	require.Equal(t, uint64(1), rep.FirstBadSeq)
+	var buf bytes.Buffer
+	_, err = ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
+	require.ErrorIs(t, err, ledger.ErrHistoryLost, "an export never skips lost entries silently")
+	// A restart counts the loss again from its marker.
+	a2, err := archive.New(arch, e.JS, archive.Config{})
+	require.NoError(t, err)
+	require.Equal(t, lostTo, a2.Lost())
+}
+
+func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 4)
+	dir := t.TempDir()
+	a, _, stop := startArchiver(t, e, dir, archive.Config{Retention: time.Hour, SealAge: time.Hour})
+	first := lastSeq(t, e)
+	waitFor(t, "the archive to catch up and seal", func() bool { return a.Sealed() == first })
+	e.Scenario(t, 2)
+	stop()
+	// A crash mid-segment leaves the temporary file (here: half of one).
+	partial := filepath.Join(dir, "open.jsonl.tmp")
+	require.NoError(t, os.WriteFile(partial, []byte(`{"format":"cgledger-export","version":2,"stream":"CG_LEDGER","from_seq":`), 0o640))
+	a, arch, _ := startArchiver(t, e, dir, archive.Config{Retention: time.Hour, SealAge: 50 * time.Millisecond})
+	_, err := os.Stat(partial)
+	require.True(t, errors.Is(err, os.ErrNotExist), "Open removes what a crash left unsealed")
+	last := lastSeq(t, e)
+	waitFor(t, "the archive to seal the rest", func() bool { return a.Sealed() == last })
+	var seqs []uint64
+	require.NoError(t, arch.ReadRange(ledgertest.Ctx(t), 1, last, func(en ledger.Entry) error { seqs = append(seqs, en.Seq); return nil }))
+	require.Len(t, seqs, int(last))
+	for i, s := range seqs {
+		require.Equal(t, uint64(i+1), s)
+	}
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, n := range names {
+		require.False(t, strings.HasSuffix(n.Name(), ".tmp"), "left behind: %s", n.Name())
+	}
+}

@@ -1,0 +1,448 @@
+package archive
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// Config configures an Archiver. Zero values mean the documented defaults.
+type Config struct {
+	// Streams names the ledger stream and bucket (as ledger.Config.Streams
+	// does); the retention window is applied to both.
+	Streams ledger.StreamConfig
+	// Retention is the stream's and the bucket's window, applied once the
+	// archive has caught up with the stream. Zero keeps everything in the
+	// stream (and is applied at once).
+	Retention time.Duration
+	// SealAge seals the open segment once its first entry is this old.
+	// Zero means a tenth of Retention, at most one hour (one hour when
+	// Retention is zero). It must stay well inside Retention: an entry is
+	// safe from expiry only once its segment is sealed.
+	SealAge time.Duration
+	// SegmentBytes seals the open segment once it is this large. Zero means
+	// 64 MiB.
+	SegmentBytes int64
+	// LinkAt, when set, gives the chain link after a sequence as the views
+	// recorded it. After lost history it lets the next segment's header
+	// carry the true link, so the chain still verifies past the loss.
+	LinkAt func(seq uint64) (ledger.Link, bool, error)
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Registerer, if set, receives the archive's metrics.
+	Registerer prometheus.Registerer
+}
+
+// DefaultSegmentBytes is Config.SegmentBytes's default.
+const DefaultSegmentBytes = 64 << 20
+
+func (c Config) withDefaults() Config {
+	if c.Streams.Stream == "" {
+		c.Streams.Stream = ledger.DefaultStream
+	}
+	if c.SealAge <= 0 {
+		c.SealAge = time.Hour
+		if c.Retention > 0 {
+			c.SealAge = min(c.Retention/10, time.Hour)
+		}
+	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Archiver copies every entry of the ledger stream, in order, into sealed
+// segments of an Archive, and applies the retention window once the
+// archive has caught up. Run it in the one process that owns the archive
+// directory (serve holds the data directory's lock).
+type Archiver struct {
+	arch *Archive
+	js   jetstream.JetStream
+	cfg  Config
+	log  *slog.Logger
+
+	sealed    atomic.Uint64
+	lost      atomic.Uint64
+	applied   atomic.Bool
+	sealedSeq prometheus.GaugeFunc
+	segments  prometheus.Counter
+	lostTotal prometheus.Counter
+}
+
+// New returns an Archiver writing into arch.
+func New(arch *Archive, js jetstream.JetStream, cfg Config) (*Archiver, error) {
+	cfg = cfg.withDefaults()
+	a := &Archiver{arch: arch, js: js, cfg: cfg, log: cfg.Logger}
+	last, _, err := arch.Last()
+	if err != nil {
+		return nil, err
+	}
+	a.sealed.Store(last)
+	lost, err := arch.Lost()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range lost {
+		a.lost.Add(r[1] - r[0] + 1)
+	}
+	a.sealedSeq = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cgledger_archive_sealed_seq",
+		Help: "Last ledger sequence held in a sealed archive segment (docs/durability.md); the stream may expire entries up to it.",
+	}, func() float64 { return float64(a.sealed.Load()) })
+	a.segments = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cgledger_archive_segments_sealed_total",
+		Help: "Archive segments sealed by this process.",
+	})
+	a.lostTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cgledger_archive_lost_entries_total",
+		Help: "Ledger entries that expired from the stream before they were archived (serve down longer than the retention window); any increase is lost history.",
+	})
+	a.lostTotal.Add(float64(a.lost.Load()))
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{a.sealedSeq, a.segments, a.lostTotal} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("archive: register metrics: %w", err)
+			}
+		}
+	}
+	return a, nil
+}
+
+// Sealed is the last sequence held in a sealed segment.
+func (a *Archiver) Sealed() uint64 { return a.sealed.Load() }
+
+// Lost is the number of entries recorded as lost.
+func (a *Archiver) Lost() uint64 { return a.lost.Load() }
+
+// RetentionApplied reports whether the retention window has been applied
+// (the archive caught up with the stream at least once).
+func (a *Archiver) RetentionApplied() bool { return a.applied.Load() }
+
+// Run archives until ctx ends, retrying from the last sealed segment after
+// a failure. At the end it seals what it holds, so a restart does not
+// depend on the stream keeping it.
+func (a *Archiver) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := a.follow(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.log.Warn("archive: following the stream failed; retrying from the last sealed segment", "err", err, "sealed_seq", a.Sealed())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// follow reads the stream from after the last sealed segment, live.
+func (a *Archiver) follow(ctx context.Context) error {
+	last, head, err := a.arch.Last()
+	if err != nil {
+		return err
+	}
+	s, err := a.js.Stream(ctx, a.cfg.Streams.Stream)
+	if err != nil {
+		return fmt.Errorf("archive: stream %s: %w", a.cfg.Streams.Stream, err)
+	}
+	st := s.CachedInfo().State
+	w := &segmentWriter{arch: a.arch, stream: a.cfg.Streams.Stream, next: last + 1, head: head}
+	defer w.abandon()
+	// Entries the stream let go before they were archived.
+	if st.Msgs == 0 && st.LastSeq > last {
+		if err := a.recordLost(w, last+1, st.LastSeq); err != nil {
+			return err
+		}
+	}
+	if st.LastSeq < w.next {
+		if err := a.caughtUp(ctx, w); err != nil {
+			return err
+		}
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: w.next,
+	})
+	if err != nil {
+		return fmt.Errorf("archive: consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("archive: messages: %w", err)
+	}
+	type item struct {
+		msg jetstream.Msg
+		err error
+	}
+	msgs := make(chan item)
+	readerDone, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			m, err := it.Next()
+			select {
+			case msgs <- item{m, err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(quit); it.Stop(); <-readerDone }()
+	tick := time.NewTicker(min(a.cfg.SealAge/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := a.seal(w); err != nil {
+				a.log.Error("archive: seal at shutdown", "err", err)
+			}
+			return ctx.Err()
+		case <-tick.C:
+			if w.open() && time.Since(w.firstTime) >= a.cfg.SealAge {
+				if err := a.seal(w); err != nil {
+					return err
+				}
+			}
+		case m := <-msgs:
+			if m.err != nil {
+				return fmt.Errorf("archive: next entry: %w", m.err)
+			}
+			meta, err := m.msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("archive: entry metadata: %w", err)
+			}
+			e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.msg.Subject(), Headers: m.msg.Headers(), Data: m.msg.Data(), Time: meta.Timestamp.UTC()}
+			if e.Seq < w.next {
+				continue // redelivered after an ordered consumer reset
+			}
+			if e.Seq > w.next {
+				if err := a.recordLost(w, w.next, e.Seq-1); err != nil {
+					return err
+				}
+			}
+			if err := w.add(e); err != nil {
+				return err
+			}
+			if w.size >= a.cfg.SegmentBytes {
+				if err := a.seal(w); err != nil {
+					return err
+				}
+			}
+			if meta.NumPending == 0 && !a.applied.Load() {
+				if err := a.caughtUp(ctx, w); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// caughtUp seals what is open and then applies the retention window: the
+// window may expire every entry archived so far, so they must be sealed
+// first.
+func (a *Archiver) caughtUp(ctx context.Context, w *segmentWriter) error {
+	if a.applied.Load() {
+		return nil
+	}
+	if err := a.seal(w); err != nil {
+		return err
+	}
+	if err := ledger.ApplyRetention(ctx, a.js, a.cfg.Streams, a.cfg.Retention); err != nil {
+		return err
+	}
+	a.applied.Store(true)
+	a.log.Info("archive caught up with the stream; retention applied", "sealed_seq", a.Sealed(), "retention", a.cfg.Retention.String())
+	return nil
+}
+
+func (a *Archiver) seal(w *segmentWriter) error {
+	if !w.open() {
+		return nil
+	}
+	first := w.first
+	if err := w.seal(); err != nil {
+		return err
+	}
+	a.sealed.Store(w.next - 1)
+	a.segments.Inc()
+	a.log.Debug("archive segment sealed", "first_seq", first, "last_seq", w.next-1)
+	return nil
+}
+
+// recordLost writes down, durably and loudly, that entries from to last
+// expired before they were archived, and moves the writer past them.
+func (a *Archiver) recordLost(w *segmentWriter, from, last uint64) error {
+	if err := a.seal(w); err != nil {
+		return err
+	}
+	head := ledger.Genesis
+	known := false
+	if a.cfg.LinkAt != nil {
+		l, ok, err := a.cfg.LinkAt(last)
+		if err != nil {
+			return fmt.Errorf("archive: link at %d: %w", last, err)
+		}
+		head, known = l, ok
+	}
+	b, _ := json.Marshal(map[string]any{
+		"first_seq": from, "last_seq": last, "recorded_at": time.Now().UTC(),
+		"reason":    "expired from the stream before it was archived (serve was down longer than the retention window)",
+		"next_link": map[bool]string{true: head.String(), false: "unknown"}[known],
+	})
+	if err := writeFileSync(filepath.Join(a.arch.dir, lostName(from, last)), append(b, '\n')); err != nil {
+		return err
+	}
+	n := last - from + 1
+	a.lost.Add(n)
+	a.lostTotal.Add(float64(n))
+	a.log.Error("archive: ledger history lost: entries expired from the stream before they were archived",
+		"first_seq", from, "last_seq", last, "entries", n, "link_known", known)
+	w.next, w.head = last+1, head
+	return nil
+}
+
+// segmentWriter is the open segment: a temporary file written as entries
+// arrive and renamed to its sealed name once complete and synced.
+type segmentWriter struct {
+	arch      *Archive
+	stream    string
+	next      uint64
+	head      ledger.Link
+	f         *os.File
+	bw        *bufio.Writer
+	enc       *json.Encoder
+	v         *ledger.ChainVerifier
+	first     uint64
+	firstTime time.Time
+	size      int64
+}
+
+func (w *segmentWriter) open() bool { return w.f != nil }
+
+func (w *segmentWriter) tmpPath() string { return filepath.Join(w.arch.dir, "open.jsonl"+tmpSuffix) }
+
+func (w *segmentWriter) add(e ledger.Entry) error {
+	if w.f == nil {
+		f, err := os.OpenFile(w.tmpPath(), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+		if err != nil {
+			return fmt.Errorf("archive: open segment: %w", err)
+		}
+		w.f, w.bw = f, bufio.NewWriterSize(f, 1<<16)
+		w.enc = json.NewEncoder(countingWriter{w})
+		w.enc.SetEscapeHTML(false)
+		w.v = ledger.NewChainVerifier(e.Seq, w.head)
+		w.first, w.firstTime, w.size = e.Seq, e.Time, 0
+		if err := w.enc.Encode(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()}); err != nil {
+			return fmt.Errorf("archive: write segment: %w", err)
+		}
+	}
+	w.v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil)
+	if err := w.enc.Encode(ledger.ExportEntry{Entry: e, Link: w.v.Head().String()}); err != nil {
+		return fmt.Errorf("archive: write segment: %w", err)
+	}
+	w.next = e.Seq + 1
+	return nil
+}
+
+type countingWriter struct{ w *segmentWriter }
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.bw.Write(p)
+	c.w.size += int64(n)
+	return n, err
+}
+
+// seal writes the trailer, syncs, and renames the segment to its sealed
+// name (then syncs the directory, so the rename survives a crash).
+func (w *segmentWriter) seal() error {
+	head := w.v.Head()
+	tr := ledger.ExportTrailer{End: true, Count: w.v.Count(), LastSeq: w.next - 1, Head: head.String()}
+	if err := w.enc.Encode(tr); err != nil {
+		return fmt.Errorf("archive: write trailer: %w", err)
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fmt.Errorf("archive: write segment: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("archive: sync segment: %w", err)
+	}
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("archive: close segment: %w", err)
+	}
+	w.f = nil
+	if err := os.Rename(w.tmpPath(), filepath.Join(w.arch.dir, segmentName(w.first, w.next-1))); err != nil {
+		return fmt.Errorf("archive: seal segment: %w", err)
+	}
+	if err := syncDir(w.arch.dir); err != nil {
+		return err
+	}
+	w.head = head
+	return nil
+}
+
+// abandon drops an open segment that was not sealed (a failure while
+// following): its entries are read again from the stream.
+func (w *segmentWriter) abandon() {
+	if w.f != nil {
+		_ = w.f.Close()
+		_ = os.Remove(w.tmpPath())
+		w.f = nil
+	}
+}
+
+func writeFileSync(path string, b []byte) error {
+	tmp := path + tmpSuffix
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("archive: write %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("archive: sync dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("archive: sync dir %s: %w", dir, err)
+	}
+	return nil
+}

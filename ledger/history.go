@@ -1,0 +1,56 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// History is the ledger's entries in sequence order, wherever they are
+// kept: the stream alone (StreamHistory), or sealed archive segments and
+// then the stream (package archive). Exports, verifications and rebuilds
+// read through it, so they see one chain from sequence 1 either way.
+type History interface {
+	// ReadFrom calls fn for every entry from sequence from (1 if 0) to the
+	// last sequence as of the call, in order with none missing, and returns
+	// that last sequence. An entry kept nowhere any more is an error
+	// wrapping ErrHistoryLost, never a silent jump.
+	ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error)
+}
+
+// ErrHistoryLost is returned when entries a reader needs are no longer
+// kept: they expired from the stream (its retention window) and no archive
+// holds them.
+var ErrHistoryLost = errors.New("ledger history lost")
+
+// StreamHistory is the history kept in one ledger stream.
+type StreamHistory struct {
+	JS     jetstream.JetStream
+	Stream string
+}
+
+// ReadFrom implements History.
+func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error) {
+	if from == 0 {
+		from = 1
+	}
+	next := from
+	last, err := ReadStream(ctx, h.JS, h.Stream, from, func(e Entry) error {
+		if e.Seq != next {
+			return fmt.Errorf("%w: entries %d to %d are no longer in stream %s (it starts at %d now)", ErrHistoryLost, next, e.Seq-1, h.Stream, e.Seq)
+		}
+		next++
+		return fn(e)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if last >= from && next == from {
+		// The stream ends at or after from, yet nothing was read: every
+		// entry from from on expired.
+		return 0, fmt.Errorf("%w: entries %d to %d are no longer in stream %s", ErrHistoryLost, from, last, h.Stream)
+	}
+	return last, nil
+}
