@@ -139,7 +139,9 @@ func (l *Ledger) ReadEntries(ctx context.Context, from uint64, fn func(Entry) er
 }
 
 // ReadStream is ReadEntries for any stream (the projector and the verifier
-// read the ledger stream without a Ledger).
+// read the ledger stream without a Ledger). An entry from from on that the
+// stream no longer keeps (its retention window let it go) is an error
+// wrapping ErrHistoryLost, never a silent jump.
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(Entry) error) (uint64, error) {
 	if from == 0 {
 		from = 1
@@ -150,10 +152,15 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 	}
 	st := s.CachedInfo().State
 	last := st.LastSeq
-	if last < from || st.Msgs == 0 {
-		// Nothing to read (an empty stream, or one whose every entry
-		// expired): an ordered consumer would wait for the next entry.
+	if last < from {
 		return last, nil
+	}
+	lost := func(next uint64, first uint64) error {
+		return fmt.Errorf("%w: entries %d to %d are no longer in stream %s (it keeps %d on)", ErrHistoryLost, next, min(first-1, last), stream, first)
+	}
+	if st.Msgs == 0 {
+		// Every entry expired: an ordered consumer would wait for the next.
+		return 0, lost(from, last+1)
 	}
 	// A short inactivity threshold and an explicit delete keep repeated reads
 	// (exports, verifications) from piling up consumers against the
@@ -185,8 +192,21 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		case <-stopped:
 		}
 	}()
+	next := from
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextMaxWait(readStallCheck))
+		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			// Nothing arrives: the entries still to read may have expired
+			// since the read began.
+			info, ierr := s.Info(ctx)
+			if ierr != nil {
+				return 0, fmt.Errorf("read stream %s: %w", stream, ierr)
+			}
+			if first := info.State.FirstSeq; first > next || info.State.Msgs == 0 {
+				return 0, lost(next, max(first, info.State.LastSeq+1))
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, fmt.Errorf("read stream %s: %w", stream, ctx.Err())
@@ -198,6 +218,10 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 			return 0, fmt.Errorf("read stream %s: metadata: %w", stream, err)
 		}
 		e := Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: map[string][]string(m.Headers()), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		if e.Seq != next {
+			return 0, lost(next, e.Seq)
+		}
+		next++
 		if err := fn(e); err != nil {
 			return 0, err
 		}
@@ -206,6 +230,10 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		}
 	}
 }
+
+// readStallCheck is how long a stream read waits for the next entry before
+// it checks whether that entry still exists.
+const readStallCheck = 2 * time.Second
 
 // Export writes the ledger from sequence from (1 if 0) to its current last
 // sequence in the export format. The chain is computed from sequence 1 so

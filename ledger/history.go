@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -33,24 +32,5 @@ type StreamHistory struct {
 
 // ReadFrom implements History.
 func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error) {
-	if from == 0 {
-		from = 1
-	}
-	next := from
-	last, err := ReadStream(ctx, h.JS, h.Stream, from, func(e Entry) error {
-		if e.Seq != next {
-			return fmt.Errorf("%w: entries %d to %d are no longer in stream %s (it starts at %d now)", ErrHistoryLost, next, e.Seq-1, h.Stream, e.Seq)
-		}
-		next++
-		return fn(e)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if last >= from && next == from {
-		// The stream ends at or after from, yet nothing was read: every
-		// entry from from on expired.
-		return 0, fmt.Errorf("%w: entries %d to %d are no longer in stream %s", ErrHistoryLost, from, last, h.Stream)
-	}
-	return last, nil
+	return ReadStream(ctx, h.JS, h.Stream, from, fn)
 }

@@ -399,7 +399,31 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		return false, nil
 	}
 	// Entries the stream let go (its retention window) come from the
-	// archive; the stream is then followed from after them.
+	// archive, up to to; stopped says the projector is done (CatchUp's end).
+	fromArchive := func(to uint64, pendingAfter func(seq uint64) uint64) (stopped bool, err error) {
+		if until > 0 {
+			to = min(to, until)
+		}
+		from := a.cp.Applied + 1 // the applier's position, past a batch not yet committed
+		p.log.Info("projector reading archived entries", "from_seq", from, "to_seq", to)
+		err = p.cfg.Archive.ReadRange(ctx, from, to, func(e ledger.Entry) error {
+			done, err := handle(e, pendingAfter(e.Seq), e.Seq == to)
+			if err == nil && done {
+				stopped = true
+				return errArchiveDone
+			}
+			return err
+		})
+		switch {
+		case stopped:
+			return true, nil
+		case errors.Is(err, ledger.ErrHistoryLost):
+			return true, p.stop(fmt.Errorf("%w: views end at seq %d, the stream no longer keeps seq %d, and the archive does not hold it: %v", ErrGap, from-1, from, err), "gap")
+		case err != nil:
+			return true, err
+		}
+		return false, settle()
+	}
 	st := s.CachedInfo().State
 	streamFirst := st.FirstSeq
 	if st.Msgs == 0 {
@@ -409,29 +433,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		if p.cfg.Archive == nil {
 			return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, streamFirst), "gap")
 		}
-		end := streamFirst - 1
-		if until > 0 {
-			end = min(end, until)
-		}
-		p.log.Info("projector reading archived entries", "from_seq", cp.Applied+1, "to_seq", end)
-		var stopped bool
-		err := p.cfg.Archive.ReadRange(ctx, cp.Applied+1, end, func(e ledger.Entry) error {
-			done, err := handle(e, st.LastSeq-e.Seq, e.Seq == end)
-			if err == nil && done {
-				stopped = true
-				return errArchiveDone
-			}
-			return err
-		})
-		switch {
-		case stopped:
-			return nil
-		case errors.Is(err, ledger.ErrHistoryLost):
-			return p.stop(fmt.Errorf("%w: views end at seq %d, the stream starts at %d, and the archive does not hold what is between: %v", ErrGap, cp.Applied, streamFirst, err), "gap")
-		case err != nil:
-			return err
-		}
-		if err := settle(); err != nil {
+		if stopped, err := fromArchive(streamFirst-1, func(seq uint64) uint64 { return st.LastSeq - seq }); stopped || err != nil {
 			return err
 		}
 	}
@@ -476,6 +478,13 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			return fmt.Errorf("projector: entry metadata: %w", err)
 		}
 		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+		if e.Seq > a.cp.Applied+1 && p.cfg.Archive != nil {
+			// Entries expired between the start of this read and their
+			// delivery: they are in the archive.
+			if stopped, err := fromArchive(e.Seq-1, func(uint64) uint64 { return meta.NumPending + 1 }); stopped || err != nil {
+				return err
+			}
+		}
 		if done, err := handle(e, meta.NumPending, false); done || err != nil {
 			return err
 		}

@@ -482,7 +482,12 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// export) sees how far there is to go.
 		lctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		if st, err := js.Stream(lctx, l.StreamName()); err == nil {
-			body["last_seq"] = st.CachedInfo().State.LastSeq
+			state := st.CachedInfo().State
+			body["last_seq"] = state.LastSeq
+			if retention > 0 || arch != nil {
+				// With a retention window the stream keeps only its tail.
+				body["first_seq"] = max(state.FirstSeq, 1)
+			}
 		}
 		cancel()
 		if shuttingDown.Load() {
