@@ -102,6 +102,8 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	e := ledgertest.New(t)
 	ctx := ledgertest.Ctx(t)
 	e.Scenario(t, 12)
+	tool, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	require.NoError(t, err)
 	e.WriteCalls(t, ctx, 100, 4)
 	live, liveProj := openViews(t, e, nil)
 	require.NoError(t, liveProj.CatchUp(ctx))
@@ -110,9 +112,24 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, SegmentBytes: 64 << 10})
 	written := lastSeq(t, e)
 	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
-	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
+	// Every entry but the tool definition and the roster entries (ten).
+	waitFor(t, "the stream to let every call's entries go", func() bool { _, _, msgs := streamState(t, e); return msgs == 11 })
 	require.True(t, a.RetentionApplied())
 	require.Equal(t, float64(written), metric(t, reg, "cgledger_archive_sealed_seq"))
+
+	// Tool definitions and roster entries outlive the window: the write
+	// path keeps reading them.
+	_, _, kept := streamState(t, e)
+	require.Positive(t, kept)
+	got, err := e.L.GetTool(ctx, "proj", "lookup")
+	require.NoError(t, err)
+	require.Equal(t, tool.Seq, got.Seq)
+	roster, err := e.L.GetRoster(ctx, "proj", "alice")
+	require.NoError(t, err)
+	require.Equal(t, "worker-alice", roster.WorkerTarget)
+	again, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+	require.True(t, again.Unchanged, "the definition in force is still there, not registered anew")
 
 	// New entries, in the stream only for now.
 	moreCalls(t, e, "after", 4)
@@ -159,7 +176,7 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	srep, err := rebuilt.VerifyHistory(ctx, ledger.StreamHistory{JS: e.JS, Stream: ledger.DefaultStream})
 	require.NoError(t, err)
 	require.False(t, srep.OK)
-	require.Equal(t, uint64(1), srep.FirstBadSeq)
+	require.Equal(t, uint64(3), srep.FirstBadSeq, "seqs 1 and 2 are roster entries, kept")
 	require.Contains(t, srep.Reason, "no longer in stream")
 }
 
@@ -214,15 +231,16 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	// The window is applied with no archiver running (as if serve were
 	// down for longer than it): every entry goes unarchived.
 	require.NoError(t, ledger.ApplyRetention(ctx, e.JS, ledger.StreamConfig{}, retention))
-	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
+	// Seqs 1 and 2, the roster entries, are kept; every other entry goes.
+	waitFor(t, "the stream to let every call's entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 2 })
 
 	reg := prometheus.NewRegistry()
 	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, LinkAt: views.LinkAt})
-	waitFor(t, "the loss to be recorded", func() bool { return a.Lost() == lostTo })
+	waitFor(t, "the loss to be recorded", func() bool { return a.Lost() == lostTo-2 })
 	lost, err := arch.Lost()
 	require.NoError(t, err)
-	require.Equal(t, [][2]uint64{{1, lostTo}}, lost)
-	require.Equal(t, float64(lostTo), metric(t, reg, "cgledger_archive_lost_entries_total"))
+	require.Equal(t, [][2]uint64{{3, lostTo}}, lost)
+	require.Equal(t, float64(lostTo-2), metric(t, reg, "cgledger_archive_lost_entries_total"))
 
 	// What comes after the loss is archived, and its chain continues from
 	// the link the views recorded, so it verifies past the loss.
@@ -239,14 +257,14 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	rep, err := views.VerifyHistory(ctx, hist)
 	require.NoError(t, err)
 	require.False(t, rep.OK)
-	require.Equal(t, uint64(1), rep.FirstBadSeq)
+	require.Equal(t, uint64(3), rep.FirstBadSeq)
 	var buf bytes.Buffer
 	_, err = ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
 	require.ErrorIs(t, err, ledger.ErrHistoryLost, "an export never skips lost entries silently")
 	// A restart counts the loss again from its marker.
 	a2, err := archive.New(arch, e.JS, archive.Config{})
 	require.NoError(t, err)
-	require.Equal(t, lostTo, a2.Lost())
+	require.Equal(t, lostTo-2, a2.Lost())
 }
 
 func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {

@@ -168,12 +168,6 @@ func (a *Archiver) follow(ctx context.Context) error {
 	st := s.CachedInfo().State
 	w := &segmentWriter{arch: a.arch, stream: a.cfg.Streams.Stream, next: last + 1, head: head}
 	defer w.abandon()
-	// Entries the stream let go before they were archived.
-	if st.Msgs == 0 && st.LastSeq > last {
-		if err := a.recordLost(w, last+1, st.LastSeq); err != nil {
-			return err
-		}
-	}
 	if st.LastSeq < w.next {
 		if err := a.caughtUp(ctx, w); err != nil {
 			return err
@@ -184,6 +178,16 @@ func (a *Archiver) follow(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("archive: consumer: %w", err)
+	}
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		// Nothing from w.next on is left to deliver: what the stream
+		// assigned past the archive expired while no one archived it.
+		if err := a.checkTail(ctx, s, w); err != nil {
+			return err
+		}
+		if err := a.caughtUp(ctx, w); err != nil {
+			return err
+		}
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
@@ -250,13 +254,41 @@ func (a *Archiver) follow(ctx context.Context) error {
 					return err
 				}
 			}
-			if meta.NumPending == 0 && !a.applied.Load() {
+			if meta.NumPending == 0 {
+				// Entries after this one are newer: none can have expired
+				// unless this one is near the end of the window itself.
+				if a.cfg.Retention > 0 && time.Since(e.Time) >= a.cfg.Retention/2 {
+					if err := a.checkTail(ctx, s, w); err != nil {
+						return err
+					}
+				}
 				if err := a.caughtUp(ctx, w); err != nil {
 					return err
 				}
 			}
 		}
 	}
+}
+
+// checkTail is called when no entry from w.next on is pending: if the
+// stream's last sequence is past w.next and gone too, everything from
+// w.next to it expired unarchived. (Had anything been written since,
+// the last sequence would exist, and its delivery shows the jump.)
+func (a *Archiver) checkTail(ctx context.Context, s jetstream.Stream, w *segmentWriter) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("archive: stream info: %w", err)
+	}
+	last := info.State.LastSeq
+	if last < w.next {
+		return nil
+	}
+	if _, err := s.GetMsg(ctx, last); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("archive: read seq %d: %w", last, err)
+	}
+	return a.recordLost(w, w.next, last)
 }
 
 // caughtUp seals what is open and then applies the retention window: the

@@ -75,6 +75,8 @@ type Ledger struct {
 	guard   func() error
 	bg      background
 	seqs    pendingSequences
+	// msgTTL says the stream takes per-message TTLs (keep.go).
+	msgTTL bool
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
@@ -127,7 +129,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard}, nil
+	msgTTL := enableMsgTTL(ctx, stream, js, log)
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, msgTTL: msgTTL}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

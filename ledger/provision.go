@@ -105,6 +105,10 @@ func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
 		DenyDelete:        true,
 		DenyPurge:         true,
 		AllowDirect:       c.Replicas == 1,
+		// Tool definitions and roster entries outlive any retention window
+		// (keep.go). Only the ledger writes to the stream, so no one else
+		// can give an entry a shorter life.
+		AllowMsgTTL: true,
 	}
 }
 
