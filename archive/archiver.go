@@ -155,7 +155,10 @@ func (a *Archiver) Run(ctx context.Context) error {
 	}
 }
 
-// follow reads the stream from after the last sealed segment, live.
+// follow archives from after the last sealed segment on. It reads the
+// stream in bursts, once per poll, rather than following every entry as
+// it is written: a live reader costs the server a delivery per entry on
+// the writes' hot path, a burst costs one consumer and bulk pulls.
 func (a *Archiver) follow(ctx context.Context) error {
 	last, head, err := a.arch.Last()
 	if err != nil {
@@ -165,110 +168,124 @@ func (a *Archiver) follow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("archive: stream %s: %w", a.cfg.Streams.Stream, err)
 	}
-	st := s.CachedInfo().State
 	w := &segmentWriter{arch: a.arch, stream: a.cfg.Streams.Stream, next: last + 1, head: head}
 	defer w.abandon()
-	if st.LastSeq < w.next {
-		if err := a.caughtUp(ctx, w); err != nil {
+	tick := time.NewTicker(a.pollEvery())
+	defer tick.Stop()
+	for {
+		err := a.drain(ctx, s, w)
+		if err == nil && w.open() && time.Since(w.firstTime) >= a.cfg.SealAge {
+			err = a.seal(w)
+		}
+		if ctx.Err() != nil {
+			if err := a.seal(w); err != nil {
+				a.log.Error("archive: seal at shutdown", "err", err)
+			}
+			return ctx.Err()
+		}
+		if err != nil {
 			return err
 		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
 	}
+}
+
+// pollEvery is how often the archiver reads what was written since its
+// last read: well inside the seal age, at most a second.
+func (a *Archiver) pollEvery() time.Duration { return min(a.cfg.SealAge/4, time.Second) }
+
+// drain reads every entry written since w.next into the open segment.
+func (a *Archiver) drain(ctx context.Context, s jetstream.Stream, w *segmentWriter) error {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("archive: stream info: %w", err)
+	}
+	if info.State.LastSeq < w.next {
+		return a.caughtUp(ctx, w)
+	}
+	// A short inactivity threshold and an explicit delete keep one
+	// consumer per burst from piling up.
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: w.next,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: w.next, InactiveThreshold: 10 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("archive: consumer: %w", err)
 	}
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+	defer func() {
+		if ci := cons.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.DeleteConsumer(dctx, ci.Name)
+			cancel()
+		}
+	}()
+	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
 		// Nothing from w.next on is left to deliver: what the stream
 		// assigned past the archive expired while no one archived it.
 		if err := a.checkTail(ctx, s, w); err != nil {
 			return err
 		}
-		if err := a.caughtUp(ctx, w); err != nil {
-			return err
-		}
+		return a.caughtUp(ctx, w)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("archive: messages: %w", err)
 	}
-	type item struct {
-		msg jetstream.Msg
-		err error
-	}
-	msgs := make(chan item)
-	readerDone, quit := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		for {
-			m, err := it.Next()
-			select {
-			case msgs <- item{m, err}:
-			case <-quit:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer func() { close(quit); it.Stop(); <-readerDone }()
-	tick := time.NewTicker(min(a.cfg.SealAge/4, time.Second))
-	defer tick.Stop()
+	defer it.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			if err := a.seal(w); err != nil {
-				a.log.Error("archive: seal at shutdown", "err", err)
+		nctx, cancel := context.WithTimeout(ctx, stallCheck)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			return ctx.Err()
-		case <-tick.C:
-			if w.open() && time.Since(w.firstTime) >= a.cfg.SealAge {
-				if err := a.seal(w); err != nil {
-					return err
-				}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Nothing arrives though entries were pending: they may have
+				// expired meanwhile. The next poll reads on either way.
+				return a.checkTail(ctx, s, w)
 			}
-		case m := <-msgs:
-			if m.err != nil {
-				return fmt.Errorf("archive: next entry: %w", m.err)
-			}
-			meta, err := m.msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("archive: entry metadata: %w", err)
-			}
-			e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.msg.Subject(), Headers: m.msg.Headers(), Data: m.msg.Data(), Time: meta.Timestamp.UTC()}
-			if e.Seq < w.next {
-				continue // redelivered after an ordered consumer reset
-			}
-			if e.Seq > w.next {
-				if err := a.recordLost(w, w.next, e.Seq-1); err != nil {
-					return err
-				}
-			}
-			if err := w.add(e); err != nil {
+			return fmt.Errorf("archive: next entry: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("archive: entry metadata: %w", err)
+		}
+		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		if e.Seq < w.next {
+			continue // redelivered after an ordered consumer reset
+		}
+		if e.Seq > w.next {
+			if err := a.recordLost(w, w.next, e.Seq-1); err != nil {
 				return err
 			}
-			if w.size >= a.cfg.SegmentBytes {
-				if err := a.seal(w); err != nil {
+		}
+		if err := w.add(e); err != nil {
+			return err
+		}
+		if w.size >= a.cfg.SegmentBytes {
+			if err := a.seal(w); err != nil {
+				return err
+			}
+		}
+		if meta.NumPending == 0 {
+			// Entries after this one are newer: none can have expired
+			// unless this one is near the end of the window itself.
+			if a.cfg.Retention > 0 && time.Since(e.Time) >= a.cfg.Retention/2 {
+				if err := a.checkTail(ctx, s, w); err != nil {
 					return err
 				}
 			}
-			if meta.NumPending == 0 {
-				// Entries after this one are newer: none can have expired
-				// unless this one is near the end of the window itself.
-				if a.cfg.Retention > 0 && time.Since(e.Time) >= a.cfg.Retention/2 {
-					if err := a.checkTail(ctx, s, w); err != nil {
-						return err
-					}
-				}
-				if err := a.caughtUp(ctx, w); err != nil {
-					return err
-				}
-			}
+			return a.caughtUp(ctx, w)
 		}
 	}
 }
+
+// stallCheck is how long a burst waits for a pending entry before it
+// checks whether the entry still exists.
+const stallCheck = 2 * time.Second
 
 // checkTail is called when no entry from w.next on is pending: if the
 // stream's last sequence is past w.next and gone too, everything from
@@ -369,6 +386,7 @@ type segmentWriter struct {
 	first     uint64
 	firstTime time.Time
 	size      int64
+	line      []byte
 }
 
 func (w *segmentWriter) open() bool { return w.f != nil }
@@ -391,7 +409,12 @@ func (w *segmentWriter) add(e ledger.Entry) error {
 		}
 	}
 	w.v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil)
-	if err := w.enc.Encode(ledger.ExportEntry{Entry: e, Link: w.v.Head().String()}); err != nil {
+	line, err := ledger.AppendExportLine(w.line[:0], ledger.ExportEntry{Entry: e, Link: w.v.Head().String()})
+	if err != nil {
+		return fmt.Errorf("archive: entry %d: %w", e.Seq, err)
+	}
+	w.line = append(line, '\n')
+	if _, err := (countingWriter{w}).Write(w.line); err != nil {
 		return fmt.Errorf("archive: write segment: %w", err)
 	}
 	w.next = e.Seq + 1

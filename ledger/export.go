@@ -58,7 +58,7 @@ func readableJSON(data []byte) bool {
 // MarshalJSON writes the entry line: the payload as JSON when it reads back
 // as the same bytes, else as base64.
 func (e ExportEntry) MarshalJSON() ([]byte, error) {
-	return json.Marshal(lineOf(e))
+	return AppendExportLine(nil, e)
 }
 
 // UnmarshalJSON reads an entry line of version 1 or 2.
@@ -265,6 +265,7 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 		headerDone = true
 		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: stream, FromSeq: from, PrevLink: v.Head().String()})
 	}
+	var line []byte
 	_, err := h.ReadFrom(ctx, 1, func(e Entry) error {
 		if e.Seq == from && !headerDone {
 			if err := writeHeader(); err != nil {
@@ -280,7 +281,13 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 		}
 		tr.Count++
 		tr.LastSeq = e.Seq
-		return enc.Encode(ExportEntry{Entry: e, Link: v.Head().String()})
+		var err error
+		if line, err = AppendExportLine(line[:0], ExportEntry{Entry: e, Link: v.Head().String()}); err != nil {
+			return err
+		}
+		line = append(line, '\n')
+		_, err = bw.Write(line)
+		return err
 	})
 	if err != nil {
 		return tr, fmt.Errorf("export: %w", err)

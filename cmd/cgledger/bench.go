@@ -78,7 +78,7 @@ type benchRow struct {
 }
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--json] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
@@ -86,6 +86,7 @@ func bench(args []string) int {
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded")
+	retention := fs.String("retention", "", "run serve with this retention window (e.g. 1h): the archiver copies every entry beside the calls, as with serve --retention")
 	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
@@ -115,16 +116,19 @@ func bench(args []string) int {
 	if *rebuild < 0 {
 		return failf(exitUsage, "bench: --rebuild must be a number of calls")
 	}
+	if d, err := parseDays(*retention); err != nil || d < 0 || (d > 0 && d < time.Second) {
+		return failf(exitUsage, "bench: --retention: %q is not a duration of at least 1s", *retention)
+	}
 	benchMemProfile = *memProfile
-	rows, err := runBench(*duration, *rounds, inflight, *syncAlways, *rebuild)
+	rows, err := runBench(*duration, *rounds, inflight, *syncAlways, *rebuild, *retention)
 	if err != nil {
 		return failf(exitFailed, "bench: %v", err)
 	}
 	if *asJSON {
-		printJSON(map[string]any{"sync_always": *syncAlways, "duration": duration.String(), "rounds": *rounds, "rows": rows})
+		printJSON(map[string]any{"sync_always": *syncAlways, "retention": *retention, "duration": duration.String(), "rounds": *rounds, "rows": rows})
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "cgledger bench: %d rounds of %s, sync_always=%v (medians; ratio = cgledger / raw)\n\n", *rounds, *duration, *syncAlways)
+	fmt.Fprintf(stdout, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; ratio = cgledger / raw)\n\n", *rounds, *duration, *syncAlways, *retention)
 	fmt.Fprintf(stdout, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %7s %7s\n",
 		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x")
 	for _, r := range rows {
@@ -151,14 +155,14 @@ type benchEnv struct {
 	seq     atomic.Int64
 }
 
-func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebuild int) ([]benchRow, error) {
+func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebuild int, retention string) ([]benchRow, error) {
 	dir, err := os.MkdirTemp("", "cgledger-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	s := defaultSettings()
-	s.Data, s.NATSListen, s.HTTPListen, s.SyncAlways = dir, "127.0.0.1:0", "127.0.0.1:0", syncAlways
+	s.Data, s.NATSListen, s.HTTPListen, s.SyncAlways, s.Retention = dir, "127.0.0.1:0", "127.0.0.1:0", syncAlways, retention
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan serving, 1)
