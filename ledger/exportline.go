@@ -2,11 +2,11 @@ package ledger
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/cgledger/cgledger/internal/jsonenc"
 )
 
 // AppendExportLine appends e's entry line, without the newline, exactly as
@@ -19,7 +19,7 @@ func AppendExportLine(b []byte, e ExportEntry) ([]byte, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, e.Seq, 10)
 	b = append(b, `,"subject":`...)
-	b = appendJSONString(b, e.Subject)
+	b = jsonenc.AppendString(b, e.Subject)
 	if len(e.Headers) > 0 {
 		b = append(b, `,"headers":{`...)
 		keys := make([]string, 0, 16)
@@ -31,7 +31,7 @@ func AppendExportLine(b []byte, e ExportEntry) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = jsonenc.AppendString(b, k)
 			b = append(b, ':')
 			vs := e.Headers[k]
 			if vs == nil {
@@ -43,7 +43,7 @@ func AppendExportLine(b []byte, e ExportEntry) ([]byte, error) {
 				if j > 0 {
 					b = append(b, ',')
 				}
-				b = appendJSONString(b, v)
+				b = jsonenc.AppendString(b, v)
 			}
 			b = append(b, ']')
 		}
@@ -70,23 +70,6 @@ func AppendExportLine(b []byte, e ExportEntry) ([]byte, error) {
 		b = append(b, '"')
 	}
 	b = append(b, `,"link":`...)
-	b = appendJSONString(b, e.Link)
+	b = jsonenc.AppendString(b, e.Link)
 	return append(b, '}'), nil
-}
-
-// appendJSONString appends s quoted as encoding/json quotes it. Plain
-// printable ASCII (nearly every subject, header and link) is copied; any
-// other string goes through encoding/json itself, which escapes HTML
-// characters, control characters, U+2028/U+2029 and bad UTF-8.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }

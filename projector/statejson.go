@@ -1,10 +1,10 @@
 package projector
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/cgledger/cgledger/internal/jsonenc"
 )
 
 // marshalCallState is json.Marshal(st), byte for byte: every call-state
@@ -82,7 +82,7 @@ func (w *jsonWriter) str(k, v string, omitEmpty bool) {
 		return
 	}
 	w.key(k)
-	w.b = appendJSONString(w.b, v)
+	w.b = jsonenc.AppendString(w.b, v)
 }
 
 func (w *jsonWriter) uint(k string, v uint64, omitEmpty bool) {
@@ -112,21 +112,4 @@ func (w *jsonWriter) time(k string, t *time.Time) {
 	w.b = append(w.b, '"')
 	w.b = t.AppendFormat(w.b, time.RFC3339Nano)
 	w.b = append(w.b, '"')
-}
-
-// appendJSONString appends s quoted as encoding/json quotes it. Strings of
-// plain printable ASCII (identifiers, names, states: nearly all of them)
-// are copied; any other goes through encoding/json itself, which escapes
-// HTML characters, control characters, U+2028/U+2029 and bad UTF-8.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
