@@ -296,3 +296,35 @@ func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
 		require.False(t, strings.HasSuffix(n.Name(), ".tmp"), "left behind: %s", n.Name())
 	}
 }
+
+// With nothing kept (no tool definitions or roster entries), the stream
+// can let every entry go: the rebuild then reads the whole history from
+// the archive before it follows the stream.
+func TestARebuildReadsTheArchiveWhenTheStreamKeepsNothing(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	moreCalls(t, e, "early", 6)
+	live, liveProj := openViews(t, e, nil)
+	require.NoError(t, liveProj.CatchUp(ctx))
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
+	written := lastSeq(t, e)
+	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
+	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
+
+	rebuilt, proj := openViews(t, e, arch)
+	require.NoError(t, proj.CatchUp(ctx))
+	require.Equal(t, written, proj.Applied())
+	require.Equal(t, digest(t, live), digest(t, rebuilt))
+
+	// Run follows the stream from after the archive.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- proj.Run(runCtx) }()
+	moreCalls(t, e, "late", 2)
+	require.NoError(t, liveProj.CatchUp(ctx))
+	last := lastSeq(t, e)
+	waitFor(t, "the rebuilt views to follow the stream", func() bool { return proj.Applied() == last })
+	stop()
+	require.NoError(t, <-done)
+	require.Equal(t, digest(t, live), digest(t, rebuilt))
+}

@@ -134,3 +134,28 @@ func TestRetentionArchivesAcrossKill9AndRebuildsFromTheArchive(t *testing.T) {
 		require.Equal(t, 0, code, "%s: %s", seg, out)
 	}
 }
+
+func TestRetentionSettingsAreChecked(t *testing.T) {
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	out, code := s.run(t, "check-config", "--retention", "30d", "--archive-seal-age", "2h")
+	require.Equal(t, 0, code, out)
+	var cc struct {
+		Valid      bool `json:"valid"`
+		Violations []struct {
+			Field string `json:"field"`
+			Code  string `json:"code"`
+		} `json:"violations"`
+	}
+	out, code = s.run(t, "check-config", "--retention", "soon", "--archive-seal-age", "-1s")
+	require.Equal(t, 2, code, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &cc))
+	require.False(t, cc.Valid)
+	var fields []string
+	for _, v := range cc.Violations {
+		fields = append(fields, v.Field+":"+v.Code)
+	}
+	require.ElementsMatch(t, []string{"retention:invalid_value", "archive_seal_age:invalid_value"}, fields)
+	out, code = s.run(t, "check-config", "--retention", "1h", "--archive-seal-age", "31m")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "at most half of retention")
+}
