@@ -99,7 +99,7 @@ func digest(t *testing.T, s *projector.Store) string {
 }
 
 func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
-	e := ledgertest.New(t)
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
 	e.Scenario(t, 12)
 	tool, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
@@ -222,15 +222,14 @@ func TestAnEditedSegmentIsRefusedNamingIt(t *testing.T) {
 }
 
 func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
-	e := ledgertest.New(t)
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
 	e.Scenario(t, 6)
 	lostTo := lastSeq(t, e)
 	views, proj := openViews(t, e, nil)
 	require.NoError(t, proj.CatchUp(ctx))
-	// The window is applied with no archiver running (as if serve were
-	// down for longer than it): every entry goes unarchived.
-	require.NoError(t, ledger.ApplyRetention(ctx, e.JS, ledger.StreamConfig{}, retention))
+	// No archiver runs while the window passes (as if serve were down for
+	// longer than it): every entry goes unarchived.
 	// Seqs 1 and 2, the roster entries, are kept; every other entry goes.
 	waitFor(t, "the stream to let every call's entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 2 })
 
@@ -301,7 +300,7 @@ func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
 // can let every entry go: the rebuild then reads the whole history from
 // the archive before it follows the stream.
 func TestARebuildReadsTheArchiveWhenTheStreamKeepsNothing(t *testing.T) {
-	e := ledgertest.New(t)
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
 	moreCalls(t, e, "early", 6)
 	live, liveProj := openViews(t, e, nil)

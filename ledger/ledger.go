@@ -40,6 +40,12 @@ type Config struct {
 	// finishes it (wakeup, mark woken) before a concurrent or retried
 	// identical report takes over. Zero means 5s.
 	ReportLease time.Duration
+	// Retention, when positive, is how long entries stay in the stream: each
+	// is written with it as its JetStream TTL, except tool definitions,
+	// roster entries and skip entries, which never expire (ttl.go). An
+	// archive must copy the entries before they go (package archive; serve's
+	// retention setting). Zero keeps every entry.
+	Retention time.Duration
 }
 
 // Step names a point in the report path, for fault-injection tests.
@@ -75,8 +81,8 @@ type Ledger struct {
 	guard   func() error
 	bg      background
 	seqs    pendingSequences
-	// msgTTL says the stream takes per-message TTLs (keep.go).
-	msgTTL bool
+	// ttl is the Nats-TTL written on entries that expire, empty for none.
+	ttl string
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
@@ -129,8 +135,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
 	}
-	msgTTL := enableMsgTTL(ctx, stream, js, log)
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, msgTTL: msgTTL}, nil
+	var ttl string
+	if cfg.Retention > 0 {
+		if cfg.Retention < time.Second {
+			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
+		}
+		if !enableMsgTTL(ctx, stream, js, log) {
+			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs on stream %s (nats-server 2.11 or later)", streams.Stream)
+		}
+		ttl = ttlValue(cfg.Retention)
+	}
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, ttl: ttl}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after
@@ -172,6 +187,7 @@ func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg,
 		msg.Header = nats.Header{}
 	}
 	msg.Header.Set(HeaderEntryKind, string(kind))
+	l.expire(kind, msg)
 	if c, ok := CallerFrom(ctx); ok && c.Actor != "" && kind != KindWakeup {
 		msg.Header.Set(HeaderActor, c.Actor)
 	}

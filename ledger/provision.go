@@ -37,11 +37,11 @@ type StreamConfig struct {
 	// means forever. A report arriving after its record expired is rejected
 	// as unknown_call, so set it well above the longest tool deadline.
 	CallRecordTTL time.Duration
-	// ManagedRetention says that the stream's and the bucket's max age (and
-	// the duplicate window, which JetStream keeps within the max age) are set
-	// by ApplyRetention, once an archive holds every entry, and not by
-	// Provision: Provision then creates streams without a max age and
-	// leaves an existing stream's max age and duplicate window as they are.
+	// ManagedRetention says that the bucket's max age and the duplicate
+	// windows are set by ApplyRetention (the stream's entries expire by the
+	// TTL Config.Retention gives them), not by Provision: Provision then
+	// creates streams without a max age and leaves an existing stream's max
+	// age and duplicate window as they are.
 	// False (the zero value) means MaxAge and CallRecordTTL are checked as
 	// given. serve sets it (docs/durability.md, "History beyond one stream").
 	ManagedRetention bool
@@ -105,9 +105,9 @@ func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
 		DenyDelete:        true,
 		DenyPurge:         true,
 		AllowDirect:       c.Replicas == 1,
-		// Tool definitions and roster entries outlive any retention window
-		// (keep.go). Only the ledger writes to the stream, so no one else
-		// can give an entry a shorter life.
+		// Entries expire by their own TTL under a retention window (ttl.go).
+		// Only the ledger writes to the stream, so no one else can give an
+		// entry a shorter life.
 		AllowMsgTTL: true,
 	}
 }
@@ -151,29 +151,33 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) er
 	return ensureStream(ctx, js, cfg.bucketStreamConfig(), cfg.ManagedRetention)
 }
 
-// ApplyRetention sets the ledger stream's max age and the bucket's TTL to
-// window (zero keeps everything), keeping the duplicate window within it as
-// JetStream requires. It is for a ledger provisioned with ManagedRetention,
-// and only once an archive holds every entry the new window lets expire:
-// JetStream drops entries older than the window as soon as it is set.
+// ApplyRetention sets the call-record bucket's TTL to window (zero keeps
+// records forever) and keeps the duplicate windows of the bucket and the
+// ledger stream within it. The ledger stream itself gets no max age: its
+// entries expire by their own TTL (Config.Retention), so that tool
+// definitions and roster entries can be kept; a max age left by an earlier
+// build is removed. It is for a ledger provisioned with ManagedRetention.
 func ApplyRetention(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, window time.Duration) error {
 	cfg = cfg.withDefaults()
-	for _, name := range []string{cfg.Stream, "KV_" + cfg.Bucket} {
-		s, err := js.Stream(ctx, name)
+	dup := cfg.DuplicateWindow
+	if window > 0 && dup > window {
+		dup = window
+	}
+	for _, st := range []struct {
+		name   string
+		maxAge time.Duration
+	}{{cfg.Stream, 0}, {"KV_" + cfg.Bucket, window}} {
+		s, err := js.Stream(ctx, st.name)
 		if err != nil {
-			return fmt.Errorf("apply retention: look up stream %s: %w", name, err)
+			return fmt.Errorf("apply retention: look up stream %s: %w", st.name, err)
 		}
 		sc := s.CachedInfo().Config
-		dup := cfg.DuplicateWindow
-		if window > 0 && dup > window {
-			dup = window
-		}
-		if sc.MaxAge == window && sc.Duplicates == dup {
+		if sc.MaxAge == st.maxAge && sc.Duplicates == dup {
 			continue
 		}
-		sc.MaxAge, sc.Duplicates = window, dup
+		sc.MaxAge, sc.Duplicates = st.maxAge, dup
 		if _, err := js.UpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("apply retention %s to stream %s: %w", window, name, err)
+			return fmt.Errorf("apply retention %s to stream %s: %w", window, st.name, err)
 		}
 	}
 	return nil

@@ -54,7 +54,6 @@ func (l *Ledger) setRoster(ctx context.Context, e RosterEntry, data []byte) (Ros
 	msg := &nats.Msg{Subject: RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(HeaderProjectID, e.ProjectID)
 	msg.Header.Set(HeaderAgentID, e.AgentID)
-	l.keepForever(msg)
 	ack, err := l.appendEntry(ctx, KindRoster, msg)
 	// Read-your-writes in this process, whatever the watch's delay.
 	l.cache.changed(msg.Subject)

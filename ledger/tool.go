@@ -492,16 +492,13 @@ func (l *Ledger) registerTool(ctx context.Context, d *ToolDefinition, data []byt
 		}
 		var last uint64
 		if cur != nil {
-			// An entry written before entries were marked to outlive the
-			// retention window is written again, marked.
-			if bytes.Equal(cur.Data, data) && l.keptForever(cur.Header) {
+			if bytes.Equal(cur.Data, data) {
 				return RegisterResult{ToolName: d.ToolName, Seq: cur.Sequence, Unchanged: true, Definition: *d}, nil
 			}
 			last = cur.Sequence
 		}
 		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
 		msg.Header.Set(HeaderProjectID, d.ProjectID)
-		l.keepForever(msg)
 		ack, err := l.appendEntry(ctx, KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		// Read-your-writes in this process, whatever the watch's delay.
 		l.cache.changed(subj)

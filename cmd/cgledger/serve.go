@@ -290,7 +290,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			Help: "Free bytes on the file system of the data directory; writes stop below the reserve (docs/durability.md).",
 		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
 	}
-	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard}, log)
+	retention, _ := parseDays(s.Retention) // validated
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention}, log)
 	if err != nil {
 		return err
 	}
@@ -306,7 +307,6 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 
 	// History older than the retention window lives in the archive.
-	retention, _ := parseDays(s.Retention) // validated
 	sealAge, _ := parseDays(s.ArchiveSeal)
 	hist, arch, err := openHistory(js, l.StreamName(), filepath.Join(s.Data, "archive"), retention > 0)
 	if err != nil {

@@ -30,13 +30,20 @@ type Env struct {
 // New starts a server and opens a ledger; both end with the test.
 func New(tb testing.TB) *Env {
 	tb.Helper()
+	return NewWithConfig(tb, ledger.Config{})
+}
+
+// NewWithConfig is New with the ledger opened with cfg (a retention
+// window, for one).
+func NewWithConfig(tb testing.TB, cfg ledger.Config) *Env {
+	tb.Helper()
 	srv := natstest.Start(tb)
 	nc := srv.Connect(tb)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatalf("ledgertest: jetstream: %v", err)
 	}
-	l, err := ledger.Open(Ctx(tb), nc, ledger.Config{})
+	l, err := ledger.Open(Ctx(tb), nc, cfg)
 	if err != nil {
 		tb.Fatalf("ledgertest: open ledger: %v", err)
 	}

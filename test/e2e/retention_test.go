@@ -89,7 +89,13 @@ func TestRetentionArchivesAcrossKill9AndRebuildsFromTheArchive(t *testing.T) {
 		return info.State.Msgs < written/2
 	}, window+time.Minute, 100*time.Millisecond, "the stream's retention window to pass")
 
-	// A registered tool outlives the window: a call after it works.
+	// A registered tool outlives the window, across a restart (nats-server
+	// expires what is due when it starts): a call after it works.
+	s.kill(t)
+	s = startServer(t, data, np, hp, flags...)
+	out, code = s.run(t, "tools", "list", "--project", "demo")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "shout")
 	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "shout", "--args", `{"after":true}`, "--turn", "t2", "--call-id", "c9")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "status:     success")

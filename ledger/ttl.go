@@ -1,0 +1,57 @@
+package ledger
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// headerMsgTTL is JetStream's per-message TTL header (nats-server 2.11 and
+// later, on a stream with AllowMsgTTL). It is not chained: JetStream's own
+// Nats-* headers steer the server and are not part of an entry's content.
+const headerMsgTTL = "Nats-TTL"
+
+// keptForever reports whether entries of kind never expire, whatever the
+// retention window: tool definitions, roster entries and skip entries. The
+// ledger keeps reading them for as long as it lives (a tool registered once
+// stays callable, an agent keeps its worker target, a skip keeps the
+// projector going); entries of single calls may expire with their call.
+func keptForever(kind EntryKind) bool {
+	return kind == KindTool || kind == KindRoster || kind == KindSkip
+}
+
+// ttlValue is the Nats-TTL of entries written under a retention window:
+// whole seconds, at least one (JetStream's minimum).
+func ttlValue(window time.Duration) string {
+	return strconv.FormatInt(max(int64(window/time.Second), 1), 10) + "s"
+}
+
+// expire gives msg the retention window as its TTL, unless its kind is
+// kept forever. The window is a TTL per entry, not the stream's max age:
+// nats-server expires by max age after a restart without looking at
+// per-message TTLs, so a max age would take tool definitions with it.
+func (l *Ledger) expire(kind EntryKind, msg *nats.Msg) {
+	if l.ttl != "" && !keptForever(kind) {
+		msg.Header.Set(headerMsgTTL, l.ttl)
+	}
+}
+
+// enableMsgTTL turns on per-message TTLs on a ledger stream created before
+// they were used (enabling changes nothing stored; nats-server refuses to
+// turn them off again). It reports whether the stream takes them.
+func enableMsgTTL(ctx context.Context, s jetstream.Stream, js jetstream.JetStream, log *slog.Logger) bool {
+	cfg := s.CachedInfo().Config
+	if cfg.AllowMsgTTL {
+		return true
+	}
+	cfg.AllowMsgTTL = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		log.Warn("ledger: the stream does not take per-message TTLs (nats-server before 2.11?)", "stream", cfg.Name, "err", err)
+		return false
+	}
+	return true
+}
