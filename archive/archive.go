@@ -223,7 +223,9 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(ledger
 }
 
 // ErrBadSegment is returned for a segment whose contents do not verify.
-var ErrBadSegment = errors.New("archive segment does not verify")
+// It matches ledger.ErrHistoryCorrupt too, so readers that know only the
+// ledger (verification) can tell it from a failure to read.
+var ErrBadSegment = fmt.Errorf("archive segment does not verify (%w)", ledger.ErrHistoryCorrupt)
 
 func readSegment(ctx context.Context, s Segment, prevHead *ledger.Link, from, to uint64, fn func(ledger.Entry) error) (ledger.Link, error) {
 	f, err := os.Open(s.Path)

@@ -218,7 +218,15 @@ func TestAnEditedSegmentIsRefusedNamingIt(t *testing.T) {
 
 	err = arch.ReadRange(ctx, 1, written, func(ledger.Entry) error { return nil })
 	require.ErrorIs(t, err, archive.ErrBadSegment)
+	require.ErrorIs(t, err, ledger.ErrHistoryCorrupt)
 	require.Contains(t, err.Error(), filepath.Base(path))
+
+	// Verification answers with a report naming the file, not a failure.
+	views, _ := openViews(t, e, nil)
+	rep, err := views.VerifyHistory(ctx, archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream})
+	require.NoError(t, err)
+	require.False(t, rep.OK)
+	require.Contains(t, rep.Reason, filepath.Base(path))
 }
 
 func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {

@@ -195,7 +195,9 @@ func (a *Archiver) follow(ctx context.Context) error {
 
 // pollEvery is how often the archiver reads what was written since its
 // last read: well inside the seal age, at most a second.
-func (a *Archiver) pollEvery() time.Duration { return min(a.cfg.SealAge/4, time.Second) }
+func (a *Archiver) pollEvery() time.Duration {
+	return max(min(a.cfg.SealAge/4, time.Second), 10*time.Millisecond)
+}
 
 // drain reads every entry written since w.next into the open segment.
 func (a *Archiver) drain(ctx context.Context, s jetstream.Stream, w *segmentWriter) error {

@@ -24,6 +24,11 @@ type History interface {
 // holds them.
 var ErrHistoryLost = errors.New("ledger history lost")
 
+// ErrHistoryCorrupt is returned when kept history does not verify: an
+// archive segment whose chain, trailer or link to the segment before it
+// is wrong (it was edited, truncated or replaced).
+var ErrHistoryCorrupt = errors.New("ledger history corrupt")
+
 // StreamHistory is the history kept in one ledger stream.
 type StreamHistory struct {
 	JS     jetstream.JetStream

@@ -67,7 +67,7 @@ func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.Ver
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		return nil
 	})
-	if errors.Is(err, ledger.ErrHistoryLost) {
+	if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
 		rep = finishReport(rep, v)
 		rep.OK, rep.FirstBadSeq, rep.Reason = false, rep.LastSeq+1, err.Error()
 		return rep, nil

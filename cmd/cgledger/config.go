@@ -91,7 +91,7 @@ var settings = func() []setting {
 		mk("tls_key", "tls-key", "PEM private key of --tls-cert", func(s *Settings) *string { return &s.TLSKey }),
 		mk("pprof", "pprof", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060; off when empty; no authentication: keep it on loopback)", func(s *Settings) *string { return &s.PProf }),
 		mk("retention", "retention", "how long the ledger stream keeps entries (e.g. 30d or 720h; empty or 0 keeps everything): older entries live on in sealed segments under <data>/archive, copied before they expire (docs/durability.md)", func(s *Settings) *string { return &s.Retention }),
-		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); keep it well inside retention", func(s *Settings) *string { return &s.ArchiveSeal }),
+		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); at least 100ms and at most half of retention", func(s *Settings) *string { return &s.ArchiveSeal }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
@@ -307,8 +307,8 @@ func (s Settings) validate() ledger.Violations {
 	if s.ArchiveSeal != "" {
 		d, err := parseDays(s.ArchiveSeal)
 		switch {
-		case err != nil || d <= 0:
-			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be a positive duration such as 1h, got %q", s.ArchiveSeal)
+		case err != nil || d < 100*time.Millisecond:
+			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be a duration of at least 100ms such as 1h, got %q", s.ArchiveSeal)
 		case rerr == nil && retention > 0 && d > retention/2:
 			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be at most half of retention (%s) so that every entry is sealed well before it expires, got %q", retention, s.ArchiveSeal)
 		}
