@@ -285,3 +285,32 @@ func readSegment(ctx context.Context, s Segment, prevHead *ledger.Link, from, to
 	}
 	return v.Head(), nil
 }
+
+// LostAt returns the recorded lost range that holds seq, if any.
+func (a *Archive) LostAt(seq uint64) (ledger.LostRange, bool, error) {
+	lost, err := a.Lost()
+	if err != nil {
+		return ledger.LostRange{}, false, err
+	}
+	for _, r := range lost {
+		if seq < r[0] || seq > r[1] {
+			continue
+		}
+		lr := ledger.LostRange{First: r[0], Last: r[1]}
+		b, err := os.ReadFile(filepath.Join(a.dir, lostName(r[0], r[1])))
+		if err != nil {
+			return lr, false, fmt.Errorf("archive: %w", err)
+		}
+		var m struct {
+			NextLink string `json:"next_link"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return lr, false, fmt.Errorf("archive: %s: %w", lostName(r[0], r[1]), err)
+		}
+		if l, err := ledger.ParseLink(m.NextLink); err == nil {
+			lr.Next, lr.NextKnown = l, true
+		}
+		return lr, true, nil
+	}
+	return ledger.LostRange{}, false, nil
+}

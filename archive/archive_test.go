@@ -268,6 +268,19 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	var buf bytes.Buffer
 	_, err = ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
 	require.ErrorIs(t, err, ledger.ErrHistoryLost, "an export never skips lost entries silently")
+	// A rebuild steps over the recorded loss and ends where the live views
+	// are, with the same chain link: the marker carried it across.
+	rebuilt, rproj := openViews(t, e, arch)
+	require.NoError(t, rproj.CatchUp(ctx))
+	require.Equal(t, last, rproj.Applied())
+	want, ok, err := views.LinkAt(last)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, ok, err := rebuilt.LinkAt(last)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, want, got)
+
 	// A restart counts the loss again from its marker.
 	a2, err := archive.New(arch, e.JS, archive.Config{})
 	require.NoError(t, err)

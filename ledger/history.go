@@ -39,3 +39,12 @@ type StreamHistory struct {
 func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error) {
 	return ReadStream(ctx, h.JS, h.Stream, from, fn)
 }
+
+// LostRange is a range of sequences recorded as lost: they expired from
+// the stream before anything archived them. Next is the chain link after
+// Last when it was known (NextKnown), so the chain can go on past it.
+type LostRange struct {
+	First, Last uint64
+	Next        Link
+	NextKnown   bool
+}

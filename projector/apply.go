@@ -286,6 +286,18 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 	a.nUnrecognized++
 }
 
+// lost records a range of entries lost before they were archived and
+// moves past it: the chain goes on from the link after it when that is
+// known, else from zero (what follows cannot be chained to what was lost).
+func (a *applier) lost(r ledger.LostRange) {
+	a.set(key(tagLost).u64(r.First), binary.BigEndian.AppendUint64(nil, r.Last))
+	a.cp.Applied = r.Last
+	a.cp.Head = ledger.Link{}
+	if r.NextKnown {
+		a.cp.Head = r.Next
+	}
+}
+
 // skipped records entry e, which could not be applied, as skipped by the
 // skip entry s, with no effect on any other view.
 func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {

@@ -31,6 +31,7 @@ const (
 	tagSkipped  = "sk"     // sk\0<seq> -> skip entry seq, skip reason: an entry recorded as skipped
 	tagSkip     = "skp"    // skp\0<skip seq> -> skipped seq, reason: a valid skip entry
 	tagProject  = "proj"   // proj\0<project> -> first seq, first time: the project index
+	tagLost     = "lost"   // lost\0<first seq> -> last seq: entries lost before they were archived
 )
 
 // projectRowTags are the project-scoped row kinds whose key ends in the

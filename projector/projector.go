@@ -64,6 +64,10 @@ type Config struct {
 // *Archive). A sequence it does not hold wraps ledger.ErrHistoryLost.
 type ArchiveReader interface {
 	ReadRange(ctx context.Context, from, to uint64, fn func(ledger.Entry) error) error
+	// LostAt returns the range recorded as lost (expired before it was
+	// archived) that holds seq, if any: the projector records it and goes
+	// on past it, as every rebuild from the same archive does.
+	LostAt(seq uint64) (ledger.LostRange, bool, error)
 }
 
 // Projector applies ledger entries to a Store.
@@ -332,6 +336,46 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 	defer func() { _ = settle() }()
 	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
+	// commitNow commits the batch, whatever its size; numPending is how
+	// many entries follow in the stream.
+	commitNow := func(numPending uint64) (done bool, err error) {
+		batches++
+		atTail := numPending == 0
+		sync := batches%p.cfg.SyncEvery == 0 ||
+			(atTail && (until > 0 || p.cfg.TailSyncInterval < 0 || time.Since(p.lastSync) >= p.cfg.TailSyncInterval))
+		if sync {
+			p.lastSync = time.Now()
+		}
+		// One batch in flight at most: the next one's lookups see this
+		// one's states through prev, and nothing older is uncommitted.
+		if err := settle(); err != nil {
+			return true, err
+		}
+		job := &commitJob{a: a, done: make(chan error, 1)}
+		go func(sync bool) { job.done <- p.commit(job.a, sync) }(sync)
+		inflight = job
+		cp, pending = a.cp, pending[:0]
+		a = newApplierAfter(p.store, cp, job.a)
+		if atTail || p.afterCommit != nil || (until > 0 && cp.Applied >= until) {
+			if err := settle(); err != nil {
+				return true, err
+			}
+		}
+		if p.afterCommit != nil {
+			if err := p.afterCommit(cp.Applied); err != nil {
+				return true, err
+			}
+		}
+		if until > 0 && cp.Applied >= until {
+			return true, nil
+		}
+		if until > 0 && numPending == 0 {
+			// Nothing is left in the stream, yet the sequences up to
+			// until were there when CatchUp began: they are missing.
+			return true, p.stop(fmt.Errorf("%w: sequence %d is missing (the stream ends at %d)", ErrGap, cp.Applied+1, cp.Applied), "gap")
+		}
+		return false, nil
+	}
 	// handle applies one entry; numPending is how many follow it in the
 	// stream, and flush commits the batch after it whatever its size.
 	handle := func(e ledger.Entry, numPending uint64, flush bool) (done bool, err error) {
@@ -360,67 +404,52 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		}
 		pending = append(pending, pe)
 		if len(pending) >= p.cfg.BatchSize || numPending == 0 || flush || (until > 0 && e.Seq >= until) {
-			batches++
-			atTail := numPending == 0
-			sync := batches%p.cfg.SyncEvery == 0 ||
-				(atTail && (until > 0 || p.cfg.TailSyncInterval < 0 || time.Since(p.lastSync) >= p.cfg.TailSyncInterval))
-			if sync {
-				p.lastSync = time.Now()
-			}
-			// One batch in flight at most: the next one's lookups see this
-			// one's states through prev, and nothing older is uncommitted.
-			if err := settle(); err != nil {
-				return true, err
-			}
-			job := &commitJob{a: a, done: make(chan error, 1)}
-			go func(sync bool) { job.done <- p.commit(job.a, sync) }(sync)
-			inflight = job
-			cp, pending = a.cp, pending[:0]
-			a = newApplierAfter(p.store, cp, job.a)
-			if atTail || p.afterCommit != nil || (until > 0 && cp.Applied >= until) {
-				if err := settle(); err != nil {
-					return true, err
-				}
-			}
-			if p.afterCommit != nil {
-				if err := p.afterCommit(cp.Applied); err != nil {
-					return true, err
-				}
-			}
-			if until > 0 && cp.Applied >= until {
-				return true, nil
-			}
-			if until > 0 && numPending == 0 {
-				// Nothing is left in the stream, yet the sequences up to
-				// until were there when CatchUp began: they are missing.
-				return true, p.stop(fmt.Errorf("%w: sequence %d is missing (the stream ends at %d)", ErrGap, cp.Applied+1, cp.Applied), "gap")
-			}
+			return commitNow(numPending)
 		}
 		return false, nil
 	}
 	// Entries the stream let go (its retention window) come from the
 	// archive, up to to; stopped says the projector is done (CatchUp's end).
+	// A range the archive records as lost is recorded and stepped over.
 	fromArchive := func(to uint64, pendingAfter func(seq uint64) uint64) (stopped bool, err error) {
 		if until > 0 {
 			to = min(to, until)
 		}
-		from := a.cp.Applied + 1 // the applier's position, past a batch not yet committed
-		p.log.Info("projector reading archived entries", "from_seq", from, "to_seq", to)
-		err = p.cfg.Archive.ReadRange(ctx, from, to, func(e ledger.Entry) error {
-			done, err := handle(e, pendingAfter(e.Seq), e.Seq == to)
-			if err == nil && done {
-				stopped = true
-				return errArchiveDone
+		for a.cp.Applied < to {
+			from := a.cp.Applied + 1 // the applier's position, past a batch not yet committed
+			p.log.Info("projector reading archived entries", "from_seq", from, "to_seq", to)
+			err = p.cfg.Archive.ReadRange(ctx, from, to, func(e ledger.Entry) error {
+				done, err := handle(e, pendingAfter(e.Seq), e.Seq == to)
+				if err == nil && done {
+					stopped = true
+					return errArchiveDone
+				}
+				return err
+			})
+			switch {
+			case stopped:
+				return true, nil
+			case errors.Is(err, ledger.ErrHistoryLost):
+				next := a.cp.Applied + 1
+				lr, ok, lerr := p.cfg.Archive.LostAt(next)
+				if lerr != nil {
+					return true, lerr
+				}
+				if !ok {
+					return true, p.stop(fmt.Errorf("%w: views end at seq %d, the stream no longer keeps seq %d, and the archive does not hold it: %v", ErrGap, next-1, next, err), "gap")
+				}
+				lr.First = next // the views may hold the start of the range
+				p.log.Error("projector: stepping over entries lost before they were archived (the archive records them as lost)",
+					"first_seq", lr.First, "last_seq", lr.Last, "link_known", lr.NextKnown)
+				a.lost(lr)
+				if a.cp.Applied >= to {
+					if done, err := commitNow(pendingAfter(a.cp.Applied)); done || err != nil {
+						return true, err
+					}
+				}
+			case err != nil:
+				return true, err
 			}
-			return err
-		})
-		switch {
-		case stopped:
-			return true, nil
-		case errors.Is(err, ledger.ErrHistoryLost):
-			return true, p.stop(fmt.Errorf("%w: views end at seq %d, the stream no longer keeps seq %d, and the archive does not hold it: %v", ErrGap, from-1, from, err), "gap")
-		case err != nil:
-			return true, err
 		}
 		return false, settle()
 	}
