@@ -90,6 +90,10 @@ func Rules() RuleFile {
 		{Alert: "CgledgerNotReady", Expr: "max by (instance) (cgledger_storage_degraded) == 1 or min by (instance) (cgledger_nats_connected) == 0", For: "2m",
 			Labels:      map[string]string{"severity": "page"},
 			Annotations: map[string]string{"summary": "{{ $labels.instance }} cannot write (storage degraded or NATS disconnected); /readyz says why"}},
+		{Alert: "CgledgerArchiveLostHistory", Expr: "max by (instance) (cgledger_archive_lost_entries_total) > 0",
+			Labels: map[string]string{"severity": "page"},
+			Annotations: map[string]string{"summary": "{{ $labels.instance }}: {{ $value }} ledger entries expired before they were archived",
+				"description": "The archive in <data>/archive records them in lost-*.json. See docs/operations.md#alerts."}},
 	}
 	return RuleFile{Groups: []RuleGroup{
 		{Name: "cgledger-slo-recording", Rules: rec},
