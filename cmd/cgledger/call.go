@@ -157,8 +157,14 @@ ledger answers a repeat with the original outcome.`)
 	}
 	cards, _, err := cl.GetCards(ctx, *project, []string{state.Call.ToolResultCardID})
 	err = cf.explain(ctx, err)
-	if err != nil || len(cards) != 1 {
+	if err != nil {
 		return failf(exitFor(err), "call: read result card %s: %v", state.Call.ToolResultCardID, err)
+	}
+	if len(cards) != 1 {
+		// The report names a card the ledger does not hold (any more): not
+		// a success, whatever the report says.
+		return failf(exitFailed, "call: the report names result card %s, which the ledger does not hold; cgledger audit call %s --project %s shows the call",
+			state.Call.ToolResultCardID, *callID, *project)
 	}
 	tr, _ := cards[0].Card.ToolResult()
 	if cf.asJSON {
