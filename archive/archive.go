@@ -6,6 +6,7 @@
 package archive
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,4 +314,22 @@ func (a *Archive) LostAt(seq uint64) (ledger.LostRange, bool, error) {
 		return lr, true, nil
 	}
 	return ledger.LostRange{}, false, nil
+}
+
+// readHeader reads a segment's first line, its header.
+func readHeader(path string) (ledger.ExportHeader, error) {
+	var h ledger.ExportHeader
+	f, err := os.Open(path)
+	if err != nil {
+		return h, fmt.Errorf("archive: %w", err)
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, 4096).ReadSlice('\n')
+	if err != nil {
+		return h, fmt.Errorf("%w: %s: no header: %v", ErrBadSegment, path, err)
+	}
+	if err := json.Unmarshal(line, &h); err != nil || h.Format != ledger.ExportFormat {
+		return h, fmt.Errorf("%w: %s: line 1 is not a header", ErrBadSegment, path)
+	}
+	return h, nil
 }

@@ -268,6 +268,18 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	var buf bytes.Buffer
 	_, err = ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
 	require.ErrorIs(t, err, ledger.ErrHistoryLost, "an export never skips lost entries silently")
+	// An export of what follows the loss starts from the segment that
+	// holds it, and verifies: its header carries the link after the loss.
+	buf.Reset()
+	tr, err := ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, lostTo+1)
+	require.NoError(t, err)
+	require.Equal(t, last-lostTo, tr.Count)
+	after, _, err := views.LinkAt(lostTo)
+	require.NoError(t, err)
+	require.Contains(t, strings.SplitN(buf.String(), "\n", 2)[0], after.String())
+	erep, err := ledger.VerifyExport(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.True(t, erep.OK, "%+v", erep)
 	// A rebuild steps over the recorded loss and ends where the live views
 	// are, with the same chain link: the marker carried it across.
 	rebuilt, rproj := openViews(t, e, arch)

@@ -359,7 +359,7 @@ func (a *Archiver) recordLost(w *segmentWriter, from, last uint64) error {
 	}
 	b, _ := json.Marshal(map[string]any{
 		"first_seq": from, "last_seq": last, "recorded_at": time.Now().UTC(),
-		"reason":    "expired from the stream before it was archived (serve was down longer than the retention window)",
+		"reason":    "not in the archive and no longer in the stream: it expired before it was archived (the archiver did not run for longer than the retention window), or its archive segment was removed",
 		"next_link": map[bool]string{true: head.String(), false: "unknown"}[known],
 	})
 	if err := writeFileSync(filepath.Join(a.arch.dir, lostName(from, last)), append(b, '\n')); err != nil {
@@ -368,7 +368,7 @@ func (a *Archiver) recordLost(w *segmentWriter, from, last uint64) error {
 	n := last - from + 1
 	a.lost.Add(n)
 	a.lostTotal.Add(float64(n))
-	a.log.Error("archive: ledger history lost: entries expired from the stream before they were archived",
+	a.log.Error("archive: ledger history lost: entries neither in the archive nor in the stream (expired before they were archived, or their segment was removed)",
 		"first_seq", from, "last_seq", last, "entries", n, "link_known", known)
 	w.next, w.head = last+1, head
 	return nil

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -36,4 +37,35 @@ func (h History) ReadFrom(ctx context.Context, from uint64, fn func(ledger.Entry
 		return 0, err
 	}
 	return max(last, archived), nil
+}
+
+// ChainStart implements ledger.ChainStart: the archive segment holding
+// seq and the link in its header, or, past the archive, the stream from
+// after the archive's last entry and the archive's head.
+func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
+	archived, head, err := h.Archive.Last()
+	if err != nil || archived == 0 {
+		return 0, ledger.Link{}, false, err
+	}
+	if seq > archived {
+		return archived + 1, head, true, nil
+	}
+	segs, err := h.Archive.Segments()
+	if err != nil {
+		return 0, ledger.Link{}, false, err
+	}
+	for _, s := range segs {
+		if s.First <= seq && seq <= s.Last {
+			hdr, err := readHeader(s.Path)
+			if err != nil {
+				return 0, ledger.Link{}, false, err
+			}
+			prev, err := ledger.ParseLink(hdr.PrevLink)
+			if err != nil || hdr.FromSeq != s.First {
+				return 0, ledger.Link{}, false, fmt.Errorf("%w: %s: header", ErrBadSegment, s.Path)
+			}
+			return s.First, prev, true, nil
+		}
+	}
+	return 0, ledger.Link{}, false, nil
 }

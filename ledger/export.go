@@ -258,7 +258,17 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 	bw := bufio.NewWriterSize(w, 1<<16)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	v := NewChainVerifier(1, Genesis)
+	start, prev := uint64(1), Genesis
+	if cs, ok := h.(ChainStart); ok && from > 1 {
+		s, l, ok, err := cs.ChainStart(from)
+		if err != nil {
+			return ExportTrailer{}, fmt.Errorf("export: %w", err)
+		}
+		if ok {
+			start, prev = s, l
+		}
+	}
+	v := NewChainVerifier(start, prev)
 	tr := ExportTrailer{End: true}
 	headerDone := false
 	writeHeader := func() error {
@@ -266,7 +276,7 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: stream, FromSeq: from, PrevLink: v.Head().String()})
 	}
 	var line []byte
-	_, err := h.ReadFrom(ctx, 1, func(e Entry) error {
+	_, err := h.ReadFrom(ctx, start, func(e Entry) error {
 		if e.Seq == from && !headerDone {
 			if err := writeHeader(); err != nil {
 				return err

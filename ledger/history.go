@@ -48,3 +48,13 @@ type LostRange struct {
 	Next        Link
 	NextKnown   bool
 }
+
+// ChainStart is implemented by a History that can start a read part way
+// and still chain it: for seq, the first sequence of the stored piece that
+// holds it and the chain link before that piece (an archive segment and
+// the link in its header). Exports from a later sequence then read that
+// piece on, not the whole history from sequence 1; ok is false when the
+// history has no such piece for seq.
+type ChainStart interface {
+	ChainStart(seq uint64) (start uint64, prev Link, ok bool, err error)
+}

@@ -448,7 +448,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if _, err := ledger.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
 			if !sw.started {
 				w.Header().Del("Content-Type")
-				httpjson.Error(w, fmt.Errorf("export: %w", err))
+				httpjson.Error(w, err)
 				return
 			}
 			// Mid-stream: abort the connection so the client sees a failed
