@@ -24,9 +24,10 @@ type Config struct {
 	// Streams names the ledger stream and bucket (as ledger.Config.Streams
 	// does); the retention window is applied to both.
 	Streams ledger.StreamConfig
-	// Retention is the stream's and the bucket's window, applied once the
-	// archive has caught up with the stream. Zero keeps everything in the
-	// stream (and is applied at once).
+	// Retention is the window: the TTL the ledger gives entries
+	// (ledger.Config.Retention, which must be the same), and the bucket's
+	// TTL, applied once the archive has caught up with the stream. Zero
+	// keeps call records forever.
 	Retention time.Duration
 	// SealAge seals the open segment once its first entry is this old.
 	// Zero means a tenth of Retention, at most one hour (one hour when
@@ -69,8 +70,8 @@ func (c Config) withDefaults() Config {
 }
 
 // Archiver copies every entry of the ledger stream, in order, into sealed
-// segments of an Archive, and applies the retention window once the
-// archive has caught up. Run it in the one process that owns the archive
+// segments of an Archive before the entries' TTL lets them go, and applies
+// the bucket's TTL once the archive has caught up. Run it in the one process that owns the archive
 // directory (serve holds the data directory's lock).
 type Archiver struct {
 	arch *Archive
@@ -131,8 +132,8 @@ func (a *Archiver) Sealed() uint64 { return a.sealed.Load() }
 // Lost is the number of entries recorded as lost.
 func (a *Archiver) Lost() uint64 { return a.lost.Load() }
 
-// RetentionApplied reports whether the retention window has been applied
-// (the archive caught up with the stream at least once).
+// RetentionApplied reports whether the archive has caught up with the
+// stream at least once, and the bucket's TTL has been applied.
 func (a *Archiver) RetentionApplied() bool { return a.applied.Load() }
 
 // Run archives until ctx ends, retrying from the last sealed segment after
@@ -310,9 +311,7 @@ func (a *Archiver) checkTail(ctx context.Context, s jetstream.Stream, w *segment
 	return a.recordLost(w, w.next, last)
 }
 
-// caughtUp seals what is open and then applies the retention window: the
-// window may expire every entry archived so far, so they must be sealed
-// first.
+// caughtUp seals what is open and then applies the bucket's TTL, once.
 func (a *Archiver) caughtUp(ctx context.Context, w *segmentWriter) error {
 	if a.applied.Load() {
 		return nil
@@ -324,7 +323,7 @@ func (a *Archiver) caughtUp(ctx context.Context, w *segmentWriter) error {
 		return err
 	}
 	a.applied.Store(true)
-	a.log.Info("archive caught up with the stream; retention applied", "sealed_seq", a.Sealed(), "retention", a.cfg.Retention.String())
+	a.log.Info("archive caught up with the stream", "sealed_seq", a.Sealed(), "retention", a.cfg.Retention.String())
 	return nil
 }
 
