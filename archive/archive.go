@@ -333,3 +333,9 @@ func readHeader(path string) (ledger.ExportHeader, error) {
 	}
 	return h, nil
 }
+
+// LastSeq is the last archived sequence (0 for an empty archive).
+func (a *Archive) LastSeq() (uint64, error) {
+	last, _, err := a.Last()
+	return last, err
+}

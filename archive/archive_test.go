@@ -360,3 +360,65 @@ func TestARebuildReadsTheArchiveWhenTheStreamKeepsNothing(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, digest(t, live), digest(t, rebuilt))
 }
+
+// The stream keeps a tool definition (no TTL) while every call after it
+// expires: a rebuild reads the archive past the kept entry rather than
+// waiting for the stream to deliver entries it no longer has.
+func TestARebuildReadsPastKeptEntriesWhenTheTailExpired(t *testing.T) {
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
+	ctx := ledgertest.Ctx(t)
+	_, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+	moreCalls(t, e, "tail", 3)
+	live, liveProj := openViews(t, e, nil)
+	require.NoError(t, liveProj.CatchUp(ctx))
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
+	written := lastSeq(t, e)
+	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
+	waitFor(t, "the stream to keep only the tool definition", func() bool { _, _, msgs := streamState(t, e); return msgs == 1 })
+
+	rebuilt, proj := openViews(t, e, arch)
+	require.NoError(t, proj.CatchUp(ctx))
+	require.Equal(t, written, proj.Applied())
+	require.Equal(t, digest(t, live), digest(t, rebuilt))
+}
+
+// Entries that expired unarchived at the end of the stream, which the views
+// never saw: once the archiver's first pass has recorded them, a rebuild
+// steps over them and ends at the stream's last sequence.
+func TestARebuildStepsOverALossAtTheEnd(t *testing.T) {
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
+	ctx := ledgertest.Ctx(t)
+	_, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+	moreCalls(t, e, "gone", 3)
+	written := lastSeq(t, e)
+	waitFor(t, "the stream to keep only the tool definition", func() bool { _, _, msgs := streamState(t, e); return msgs == 1 })
+
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
+	select {
+	case <-a.FirstPass():
+	case <-ctx.Done():
+		t.Fatal("no first pass")
+	}
+	require.Equal(t, written-1, a.Lost())
+	// A restart does not record (or count) the same loss again.
+	a2, err := archive.New(arch, e.JS, archive.Config{Retention: retention, SealAge: sealAge})
+	require.NoError(t, err)
+	actx, stopA2 := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a2.Run(actx) }()
+	<-a2.FirstPass()
+	stopA2()
+	<-done
+	require.Equal(t, written-1, a2.Lost())
+	lost, err := arch.Lost()
+	require.NoError(t, err)
+	require.Len(t, lost, 1)
+	rebuilt, proj := openViews(t, e, arch)
+	require.NoError(t, proj.CatchUp(ctx))
+	require.Equal(t, written, proj.Applied())
+	_, ok, err := rebuilt.LinkAt(1)
+	require.NoError(t, err)
+	require.True(t, ok, "the kept entry is in the views")
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,9 @@ type Archiver struct {
 	cfg  Config
 	log  *slog.Logger
 
+	firstPass     chan struct{}
+	firstPassOnce sync.Once
+
 	sealed    atomic.Uint64
 	lost      atomic.Uint64
 	applied   atomic.Bool
@@ -90,7 +94,7 @@ type Archiver struct {
 // New returns an Archiver writing into arch.
 func New(arch *Archive, js jetstream.JetStream, cfg Config) (*Archiver, error) {
 	cfg = cfg.withDefaults()
-	a := &Archiver{arch: arch, js: js, cfg: cfg, log: cfg.Logger}
+	a := &Archiver{arch: arch, js: js, cfg: cfg, log: cfg.Logger, firstPass: make(chan struct{})}
 	last, _, err := arch.Last()
 	if err != nil {
 		return nil, err
@@ -136,13 +140,21 @@ func (a *Archiver) Lost() uint64 { return a.lost.Load() }
 // stream at least once, and the bucket's TTL has been applied.
 func (a *Archiver) RetentionApplied() bool { return a.applied.Load() }
 
+// FirstPass is closed once the archiver has read the stream once (or
+// failed to): by then it has recorded any entries that expired while it was
+// not running, so a projector started after it finds their marker instead
+// of an unexplained gap.
+func (a *Archiver) FirstPass() <-chan struct{} { return a.firstPass }
+
 // Run archives until ctx ends, retrying from the last sealed segment after
 // a failure. At the end it seals what it holds, so a restart does not
 // depend on the stream keeping it.
 func (a *Archiver) Run(ctx context.Context) error {
+	defer a.firstPassOnce.Do(func() { close(a.firstPass) })
 	backoff := 100 * time.Millisecond
 	for {
 		err := a.follow(ctx)
+		a.firstPassOnce.Do(func() { close(a.firstPass) })
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -171,10 +183,23 @@ func (a *Archiver) follow(ctx context.Context) error {
 	}
 	w := &segmentWriter{arch: a.arch, stream: a.cfg.Streams.Stream, next: last + 1, head: head}
 	defer w.abandon()
+	// A loss recorded before (at the end of the archive) is not recorded
+	// again: the archive goes on after it.
+	for {
+		lr, ok, err := a.arch.LostAt(w.next)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		w.next, w.head = lr.Last+1, lr.Next
+	}
 	tick := time.NewTicker(a.pollEvery())
 	defer tick.Stop()
 	for {
 		err := a.drain(ctx, s, w)
+		a.firstPassOnce.Do(func() { close(a.firstPass) })
 		if err == nil && w.open() && time.Since(w.firstTime) >= a.cfg.SealAge {
 			err = a.seal(w)
 		}

@@ -304,10 +304,11 @@ func buildDocument() obj {
 			summary: "The chain link after a sequence", desc: "The link the views recorded after applying seq; 404 when they have not applied it yet.",
 			params: path("seq"), ok: ok("The link.", projector.ChainLink{}), errs: findErrs},
 		{method: "get", path: "/v1/export", id: "exportLedger", tag: "audit",
-			summary: "Export the ledger", desc: "The ledger from from_seq on as an export file (docs/tamper-evidence.md), one JSON entry per line; a failure mid-stream aborts the connection.",
+			summary: "Export the ledger", desc: "The ledger from from_seq on as an export file (docs/tamper-evidence.md), one JSON entry per line; a failure mid-stream aborts the connection. " +
+				"404 not_found when entries the export needs are kept nowhere any more (lost before they were archived) or an archive segment does not verify (docs/durability.md#history-beyond-one-stream): retrying does not help.",
 			params: []obj{param("from_seq", "query", "First sequence (default 1).", obj{"type": "integer", "minimum": 1})},
 			ok:     obj{"200": obj{"description": "The export file.", "content": obj{"application/x-ndjson": obj{"schema": obj{"type": "string"}}}}},
-			errs:   queryErrs},
+			errs:   []string{"400", "401", "403", "404", "500"}},
 		{method: "get", path: docs.OpenAPIPath, id: "getOpenAPI", tag: "operations", open: true,
 			summary: "This document", desc: "The OpenAPI 3.1 document of the HTTP API. Open: it holds no data.",
 			ok: obj{"200": jsonBody("The document.", obj{"type": "object"})}},

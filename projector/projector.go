@@ -68,6 +68,8 @@ type ArchiveReader interface {
 	// archived) that holds seq, if any: the projector records it and goes
 	// on past it, as every rebuild from the same archive does.
 	LostAt(seq uint64) (ledger.LostRange, bool, error)
+	// LastSeq is the last sequence the archive holds (0 for none).
+	LastSeq() (uint64, error)
 }
 
 // Projector applies ledger entries to a Store.
@@ -458,11 +460,24 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	if st.Msgs == 0 {
 		streamFirst = st.LastSeq + 1
 	}
-	if streamFirst > cp.Applied+1 {
+	pendingAfter := func(seq uint64) uint64 { return st.LastSeq - min(seq, st.LastSeq) }
+	if p.cfg.Archive != nil {
+		// What the archive holds past the views is read from it: the stream
+		// may keep only some of it (tool definitions and roster entries
+		// outlive the window; the entries between them do not).
+		if archived, err := p.cfg.Archive.LastSeq(); err != nil {
+			return err
+		} else if archived > a.cp.Applied {
+			if stopped, err := fromArchive(archived, pendingAfter); stopped || err != nil {
+				return err
+			}
+		}
+	}
+	if streamFirst > a.cp.Applied+1 {
 		if p.cfg.Archive == nil {
 			return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, streamFirst), "gap")
 		}
-		if stopped, err := fromArchive(streamFirst-1, func(seq uint64) uint64 { return st.LastSeq - seq }); stopped || err != nil {
+		if stopped, err := fromArchive(streamFirst-1, pendingAfter); stopped || err != nil {
 			return err
 		}
 	}
@@ -471,6 +486,14 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	})
 	if err != nil {
 		return fmt.Errorf("projector: consumer: %w", err)
+	}
+	if ci := cons.CachedInfo(); p.cfg.Archive != nil && ci != nil && ci.NumPending == 0 && st.LastSeq > a.cp.Applied {
+		// Nothing from here on is left in the stream, yet it assigned
+		// sequences up to its last: they expired, and the archive holds
+		// none of them, so it must record them as lost.
+		if stopped, err := fromArchive(st.LastSeq, pendingAfter); stopped || err != nil {
+			return err
+		}
 	}
 	// A read-ahead floor keeps tiny batch sizes from starving the client's
 	// pull loop (which then waits out a missed heartbeat).

@@ -375,6 +375,16 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		projDone := make(chan struct{})
 		go func() {
 			defer close(projDone)
+			if archiver != nil {
+				// Entries that expired while serve was down are recorded as
+				// lost by the archiver's first pass; the projector then
+				// steps over them instead of stopping on a gap.
+				select {
+				case <-archiver.FirstPass():
+				case <-projCtx.Done():
+					return
+				}
+			}
 			runProjector(projCtx, proj, log, &ready0, &projErr, &storeBroken)
 		}()
 		defer func() {
@@ -448,6 +458,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if _, err := ledger.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
 			if !sw.started {
 				w.Header().Del("Content-Type")
+				if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
+					// Kept nowhere, or not intact: retrying cannot help.
+					err = &ledger.Error{Code: ledger.CodeNotFound, Message: err.Error()}
+				}
 				httpjson.Error(w, err)
 				return
 			}
