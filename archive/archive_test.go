@@ -91,6 +91,12 @@ func moreCalls(t *testing.T, e *ledgertest.Env, turn string, n int) {
 	}
 }
 
+// registerLookup registers the same tool definition every time (a second
+// registration finds it unchanged).
+func registerLookup(ctx context.Context, e *ledgertest.Env) (ledger.RegisterResult, error) {
+	return e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+}
+
 func digest(t *testing.T, s *projector.Store) string {
 	t.Helper()
 	d, err := s.Digest()
@@ -102,7 +108,7 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
 	e.Scenario(t, 12)
-	tool, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	tool, err := registerLookup(ctx, e)
 	require.NoError(t, err)
 	e.WriteCalls(t, ctx, 100, 4)
 	live, liveProj := openViews(t, e, nil)
@@ -127,7 +133,7 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	roster, err := e.L.GetRoster(ctx, "proj", "alice")
 	require.NoError(t, err)
 	require.Equal(t, "worker-alice", roster.WorkerTarget)
-	again, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	again, err := registerLookup(ctx, e)
 	require.NoError(t, err)
 	require.True(t, again.Unchanged, "the definition in force is still there, not registered anew")
 
@@ -367,7 +373,7 @@ func TestARebuildReadsTheArchiveWhenTheStreamKeepsNothing(t *testing.T) {
 func TestARebuildReadsPastKeptEntriesWhenTheTailExpired(t *testing.T) {
 	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
-	_, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	_, err := registerLookup(ctx, e)
 	require.NoError(t, err)
 	moreCalls(t, e, "tail", 3)
 	live, liveProj := openViews(t, e, nil)
@@ -389,7 +395,7 @@ func TestARebuildReadsPastKeptEntriesWhenTheTailExpired(t *testing.T) {
 func TestARebuildStepsOverALossAtTheEnd(t *testing.T) {
 	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
-	_, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
+	_, err := registerLookup(ctx, e)
 	require.NoError(t, err)
 	moreCalls(t, e, "gone", 3)
 	written := lastSeq(t, e)

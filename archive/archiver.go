@@ -372,19 +372,20 @@ func (a *Archiver) recordLost(w *segmentWriter, from, last uint64) error {
 	if err := a.seal(w); err != nil {
 		return err
 	}
-	head := ledger.Genesis
-	known := false
+	head, known, nextLink := ledger.Genesis, false, "unknown"
 	if a.cfg.LinkAt != nil {
 		l, ok, err := a.cfg.LinkAt(last)
 		if err != nil {
 			return fmt.Errorf("archive: link at %d: %w", last, err)
 		}
-		head, known = l, ok
+		if ok {
+			head, known, nextLink = l, true, l.String()
+		}
 	}
 	b, _ := json.Marshal(map[string]any{
 		"first_seq": from, "last_seq": last, "recorded_at": time.Now().UTC(),
 		"reason":    "not in the archive and no longer in the stream: it expired before it was archived (the archiver did not run for longer than the retention window), or its archive segment was removed",
-		"next_link": map[bool]string{true: head.String(), false: "unknown"}[known],
+		"next_link": nextLink,
 	})
 	if err := writeFileSync(filepath.Join(a.arch.dir, lostName(from, last)), append(b, '\n')); err != nil {
 		return err
@@ -407,7 +408,6 @@ type segmentWriter struct {
 	head      ledger.Link
 	f         *os.File
 	bw        *bufio.Writer
-	enc       *json.Encoder
 	v         *ledger.ChainVerifier
 	first     uint64
 	firstTime time.Time
@@ -426,12 +426,11 @@ func (w *segmentWriter) add(e ledger.Entry) error {
 			return fmt.Errorf("archive: open segment: %w", err)
 		}
 		w.f, w.bw = f, bufio.NewWriterSize(f, 1<<16)
-		w.enc = json.NewEncoder(countingWriter{w})
-		w.enc.SetEscapeHTML(false)
 		w.v = ledger.NewChainVerifier(e.Seq, w.head)
 		w.first, w.firstTime, w.size = e.Seq, e.Time, 0
-		if err := w.enc.Encode(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()}); err != nil {
-			return fmt.Errorf("archive: write segment: %w", err)
+		hdr, _ := json.Marshal(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()})
+		if err := w.write(hdr); err != nil {
+			return err
 		}
 	}
 	w.v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil)
@@ -439,29 +438,35 @@ func (w *segmentWriter) add(e ledger.Entry) error {
 	if err != nil {
 		return fmt.Errorf("archive: entry %d: %w", e.Seq, err)
 	}
-	w.line = append(line, '\n')
-	if _, err := (countingWriter{w}).Write(w.line); err != nil {
-		return fmt.Errorf("archive: write segment: %w", err)
+	w.line = line
+	if err := w.write(line); err != nil {
+		return err
 	}
 	w.next = e.Seq + 1
 	return nil
 }
 
-type countingWriter struct{ w *segmentWriter }
-
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.bw.Write(p)
-	c.w.size += int64(n)
-	return n, err
+// write appends one line to the open segment and counts its size.
+func (w *segmentWriter) write(line []byte) error {
+	n, err := w.bw.Write(line)
+	if err == nil {
+		err = w.bw.WriteByte('\n')
+		n++
+	}
+	w.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("archive: write segment: %w", err)
+	}
+	return nil
 }
 
 // seal writes the trailer, syncs, and renames the segment to its sealed
 // name (then syncs the directory, so the rename survives a crash).
 func (w *segmentWriter) seal() error {
 	head := w.v.Head()
-	tr := ledger.ExportTrailer{End: true, Count: w.v.Count(), LastSeq: w.next - 1, Head: head.String()}
-	if err := w.enc.Encode(tr); err != nil {
-		return fmt.Errorf("archive: write trailer: %w", err)
+	tr, _ := json.Marshal(ledger.ExportTrailer{End: true, Count: w.v.Count(), LastSeq: w.next - 1, Head: head.String()})
+	if err := w.write(tr); err != nil {
+		return err
 	}
 	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("archive: write segment: %w", err)

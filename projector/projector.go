@@ -473,13 +473,10 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			}
 		}
 	}
-	if streamFirst > a.cp.Applied+1 {
-		if p.cfg.Archive == nil {
-			return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, streamFirst), "gap")
-		}
-		if stopped, err := fromArchive(streamFirst-1, pendingAfter); stopped || err != nil {
-			return err
-		}
+	// With an archive, a stream that starts past the views is filled from
+	// it when its first entry arrives (below); without one it is a gap.
+	if streamFirst > a.cp.Applied+1 && p.cfg.Archive == nil {
+		return p.stop(fmt.Errorf("%w: views end at seq %d but the stream starts at %d", ErrGap, cp.Applied, streamFirst), "gap")
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: cp.Applied + 1,
