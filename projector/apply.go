@@ -75,8 +75,16 @@ type applier struct {
 	// for the metrics once it commits.
 	nUnrecognized, nSkipped int
 
-	// entryTime is the time the current entry's e row holds.
+	// entryTime is the time the current entry's row holds.
 	entryTime time.Time
+	// body is the current entry's row value (encodeEntry). It goes into
+	// the tl row of the turn the entry is placed in, or into an e row when
+	// it is placed in none (docs/views.md#rows); placed says which.
+	body   []byte
+	placed bool
+	// stories are the cs rows this batch wrote: a call's entries mostly
+	// sit in one batch, and a cs row is written once per call and turn.
+	stories map[string]struct{}
 	// newProjects are the projects whose first entry is in this batch; the
 	// store's set learns them once it commits.
 	newProjects map[string]struct{}
@@ -105,13 +113,11 @@ func newApplierAfter(s *Store, cp checkpoint, prev *applier) *applier {
 	return a
 }
 
-// seal writes the checkpoint and the project index's marker, which the
-// index is complete through (docs/audit-api.md#project-index), once per
-// batch, just before it commits: written with every entry they were two of
-// its ten or so memtable inserts, each overwritten by the next.
+// seal writes the checkpoint once per batch, just before it commits:
+// written with every entry it was one of its memtable inserts, each
+// overwritten by the next.
 func (a *applier) seal() {
 	a.set(metaApplied, a.cp.encode())
-	a.set(metaProjects, binary.BigEndian.AppendUint64(nil, a.cp.Applied))
 }
 
 // noteProject writes the proj row of the project a project-scoped row
@@ -251,6 +257,9 @@ func (a *applier) apply(e ledger.Entry) error {
 		// means the two disagree, which must not pass silently.
 		err = corrupt(e.Seq, "entry kind %q is recognized but has no view", kind)
 	}
+	if err == nil {
+		a.storeUnplaced(e.Seq)
+	}
 	return err
 }
 
@@ -269,9 +278,20 @@ func (a *applier) record(e ledger.Entry, canon map[string][]string, kind string,
 	a.cp.Applied, a.entryTime = e.Seq, t
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
-	a.set(key(tagEntry).u64(e.Seq), encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: canon, Data: e.Data, Time: t}))
+	a.body = encodeEntry(storedEntry{Subject: e.Subject, Kind: kind, Headers: canon, Data: e.Data, Time: t})
+	a.placed = false
 	a.set(key(tagLink).u64(e.Seq), a.cp.Head[:])
 	a.set(key(tagTime).t(a.cp.Watermark).u64(e.Seq), nil)
+}
+
+// storeUnplaced writes the current entry's e row when no timeline holds it.
+// Unrecognized, skipped and skip entries always have one (they are listed
+// by sequence: Queries.Unrecognized, Skipped, Skips), written where they
+// are recorded.
+func (a *applier) storeUnplaced(seq uint64) {
+	if !a.placed {
+		a.set(key(tagEntry).u64(seq), a.body)
+	}
 }
 
 // unrecognized records a stream message that is not a ledger entry: it
@@ -281,6 +301,7 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 	t, _ := ledger.EntryTime(nats.Header(e.Headers))
 	canon := ledger.CanonicalHeaders(e.Headers)
 	a.record(e, canon, KindUnrecognized, t, false)
+	a.set(key(tagEntry).u64(e.Seq), a.body)
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
 	a.place(event{seq: e.Seq, kind: KindUnrecognized}, e.Subject, canon)
 	a.nUnrecognized++
@@ -304,6 +325,7 @@ func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
 	t, _ := ledger.EntryTime(nats.Header(e.Headers))
 	canon := ledger.CanonicalHeaders(e.Headers)
 	a.record(e, canon, KindSkipped, t, false)
+	a.set(key(tagEntry).u64(e.Seq), a.body)
 	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
 	a.place(event{seq: e.Seq, kind: KindSkipped}, e.Subject, canon)
 	if a.skippedHere == nil {
@@ -343,6 +365,9 @@ func (a *applier) skip(ev event) error {
 		return nil
 	}
 	a.set(key(tagSkip).u64(ev.seq), appendSkipRow(nil, s.Seq, s.Reason))
+	// Listed by sequence (Queries.Skips) even when placed in a timeline.
+	a.set(key(tagEntry).u64(ev.seq), a.body)
+	a.placed = true
 	mark, ok, err := a.skippedBy(s.Seq)
 	if err != nil || !ok || mark.by != ev.seq {
 		return err
@@ -426,15 +451,46 @@ func decode(ev event, v any) error {
 	return nil
 }
 
-// trace indexes the entry in the turn timeline and the call story.
+// trace places the entry in its turn's timeline: the tl row holds the
+// entry itself, under the call it names (if any), so that a turn's entries
+// and a call's entries are each one range of keys. The call story's cs row
+// only says that the call has entries in that turn.
 func (a *applier) trace(ev event, project, turn, call string) {
 	if !ledger.ValidIdentifier(project) || !ledger.ValidIdentifier(turn) {
 		return
 	}
-	a.set(key(tagTimeline, project, turn).u64(ev.seq), []byte(ev.kind))
-	if ledger.ValidIdentifier(call) {
-		a.set(key(tagStory, project, call, turn).u64(ev.seq), []byte(ev.kind))
+	if !ledger.ValidIdentifier(call) {
+		call = ""
 	}
+	a.set(key(tagTimeline, project, turn, call).u64(ev.seq), a.body)
+	a.placed = true
+	if call != "" {
+		a.story(project, call, turn)
+	}
+}
+
+// story writes a call's cs row for a turn unless this batch, the one being
+// committed before it or the store's cache of recent ones already has. The
+// row is the same whenever it is written, so writing it again changes
+// nothing but the work.
+func (a *applier) story(project, call, turn string) {
+	k := key(tagStory, project, call, turn)
+	if _, ok := a.stories[string(k)]; ok {
+		return
+	}
+	if a.prev != nil {
+		if _, ok := a.prev.stories[string(k)]; ok {
+			return
+		}
+	}
+	if a.store.storyKnown(string(k)) {
+		return
+	}
+	if a.stories == nil {
+		a.stories = map[string]struct{}{}
+	}
+	a.stories[string(k)] = struct{}{}
+	a.set(k, nil)
 }
 
 func (a *applier) card(ev event) error {
@@ -445,7 +501,7 @@ func (a *applier) card(ev event) error {
 	if !ledger.ValidIdentifier(c.ProjectID) || !ledger.ValidIdentifier(c.CardID) {
 		return corrupt(ev.seq, "card entry without valid project_id/card_id")
 	}
-	a.set(key(tagCard, c.ProjectID, c.CardID).u64(ev.seq), ev.data)
+	a.set(key(tagCard, c.ProjectID, c.CardID).u64(ev.seq), appendCardRow(nil, ev.t, ev.data))
 	if ledger.ValidIdentifier(c.AgentTurnID) {
 		a.set(key(tagTurnCard, c.ProjectID, c.AgentTurnID).u64(ev.seq), []byte(c.CardID))
 	}
@@ -528,6 +584,7 @@ func (a *applier) saveState(st *CallState, seq uint64) {
 func (a *applier) committed() {
 	a.store.cacheStates(a.pending)
 	a.store.projects.add(a.newProjects)
+	a.store.noteStories(a.stories)
 }
 
 // stateFor loads a call's state for an entry that follows its dispatch. A

@@ -121,3 +121,29 @@ func decodeEntry(b []byte) (storedEntry, error) {
 	e.Data = append([]byte(nil), data...)
 	return e, nil
 }
+
+// appendCardRow encodes a card row: the card entry's time (Unix ns as
+// 8 bytes, 0 for none), then the entry's data byte for byte. The time is
+// here so that a card query reads nothing but card rows.
+func appendCardRow(b []byte, t time.Time, data []byte) []byte {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	return append(binary.BigEndian.AppendUint64(b, uint64(ns)), data...)
+}
+
+// decodeCardRow splits a card row into the entry's time and the card JSON
+// (which aliases row).
+func decodeCardRow(row []byte) (time.Time, []byte, error) {
+	if len(row) < 8 {
+		return time.Time{}, nil, errBadCardRow
+	}
+	var t time.Time
+	if ns := int64(binary.BigEndian.Uint64(row)); ns != 0 {
+		t = time.Unix(0, ns).UTC()
+	}
+	return t, row[8:], nil
+}
+
+var errBadCardRow = errors.New("malformed card row")

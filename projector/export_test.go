@@ -1,7 +1,9 @@
 package projector
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -73,4 +75,34 @@ func (s *Store) SettleCompactions(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// firstSeqs computes every project's first sequence from the
+// project-scoped rows, as the applier defines it (tests check the index
+// against it).
+func firstSeqs(r reader) (map[string]uint64, error) {
+	first := map[string]uint64{}
+	for _, tag := range projectRowTags {
+		p := key(tag).prefix()
+		err := scan(r, p, nil, func(k, _ []byte) (bool, error) {
+			rest := k[len(p):]
+			j := bytes.IndexByte(rest, 0)
+			if j < 0 || len(k) < len(p)+j+1+8 {
+				return false, fmt.Errorf("malformed %s row %q", tag, k)
+			}
+			project := string(rest[:j])
+			if !ledger.ValidIdentifier(project) {
+				return true, nil
+			}
+			seq := trailingU64(k)
+			if cur, ok := first[project]; !ok || seq < cur {
+				first[project] = seq
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return first, nil
 }

@@ -11,14 +11,14 @@ import (
 // numeric order. Versioned rows end in the sequence that wrote them, so "as of
 // sequence S" is a SeekLT to the row's prefix + S+1.
 const (
-	tagMeta     = "meta"   // meta\0applied -> applied seq, chain head, time watermark
-	tagEntry    = "e"      // e\0<seq> -> the entry (subject, headers, data, time)
+	tagMeta     = "meta"   // meta\0applied -> applied seq, chain head, time watermark; meta\0format -> ViewsFormat
+	tagEntry    = "e"      // e\0<seq> -> the entry (kind, subject, time, headers, data) when no tl row holds it
 	tagLink     = "h"      // h\0<seq> -> chain link after <seq>
 	tagTime     = "ts"     // ts\0<watermark ns>\0<seq> -> (empty): as-of-time lookup
-	tagCard     = "card"   // card\0<project>\0<card_id>\0<seq> -> card JSON (each version)
+	tagCard     = "card"   // card\0<project>\0<card_id>\0<seq> -> entry time, card JSON (each version)
 	tagTurnCard = "tcard"  // tcard\0<project>\0<turn>\0<seq> -> card_id
-	tagTimeline = "tl"     // tl\0<project>\0<turn>\0<seq> -> entry kind
-	tagStory    = "cs"     // cs\0<project>\0<tool_call_id>\0<turn>\0<seq> -> entry kind
+	tagTimeline = "tl"     // tl\0<project>\0<turn>\0<tool_call_id or empty>\0<seq> -> the entry
+	tagStory    = "cs"     // cs\0<project>\0<tool_call_id>\0<turn> -> (empty): the call has entries in the turn
 	tagState    = "st"     // st\0<project>\0<turn>\0<call>\0<seq> -> CallState JSON (each version)
 	tagInbox    = "inbox"  // inbox\0<project>\0<agent>\0<report_seq> -> InboxEntry JSON
 	tagConsumed = "inboxc" // inboxc\0<project>\0<agent>\0<report_seq> -> consumed seq + time
@@ -37,16 +37,15 @@ const (
 // projectRowTags are the project-scoped row kinds whose key ends in the
 // sequence of the entry that wrote them: tag\0<project>\0...\0<seq>. A
 // project's first entry is the smallest such sequence (the applier notes
-// it as it writes them, the backfill of an older store reads it from them),
-// so a new project-scoped row kind of that form belongs here. The other
+// it as it writes them), so a new project-scoped row kind of that form belongs here. The other
 // project-scoped rows (ix, inboxc, pend) are always written next to one of
 // these by the same entry.
-var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagStory, tagState, tagInbox, tagRoster, tagReject, tagTool}
+var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool}
 
 // isProjectRowTag reports whether tag is one of projectRowTags.
 func isProjectRowTag(tag []byte) bool {
 	switch string(tag) {
-	case tagCard, tagTurnCard, tagTimeline, tagStory, tagState, tagInbox, tagRoster, tagReject, tagTool:
+	case tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool:
 		return true
 	}
 	return false
@@ -63,13 +62,6 @@ const (
 )
 
 var metaApplied = key(tagMeta, "applied")
-
-// metaProjects is the project index's marker: the applied sequence through
-// which the proj rows are complete. Every batch writes it with the
-// checkpoint; a store whose marker is missing or behind its checkpoint (one
-// written by a release without the index, or by one after a downgrade) is
-// backfilled from its rows when it is opened.
-var metaProjects = key(tagMeta, "projects")
 
 // keyBuf builds keys.
 type keyBuf []byte

@@ -57,6 +57,14 @@ func storeDigest(t *testing.T, s *Store) string {
 	return d
 }
 
+// rebuiltApplied is the ledger stream's last sequence.
+func rebuiltApplied(t *testing.T, e *ledgertest.Env) uint64 {
+	t.Helper()
+	s, err := e.JS.Stream(ledgertest.Ctx(t), e.L.StreamName())
+	require.NoError(t, err)
+	return s.CachedInfo().State.LastSeq
+}
+
 // rebuiltDigest projects the whole ledger into a fresh store.
 func rebuiltDigest(t *testing.T, e *ledgertest.Env) string {
 	t.Helper()
@@ -66,21 +74,23 @@ func rebuiltDigest(t *testing.T, e *ledgertest.Env) string {
 	return storeDigest(t, s)
 }
 
-// TestProjectIndexBackfillEqualsRebuild simulates a store written before the
-// project index (no proj rows, no marker) and one written by an older
-// release after a newer one (a marker behind the checkpoint, a project
-// missing), reopens each, and checks the backfilled views are byte for byte
-// those of a rebuild from sequence 1, then that applying goes on from the
-// backfilled set (a project seen before is not written again, a new one is).
-func TestProjectIndexBackfillEqualsRebuild(t *testing.T) {
+// TestAnOlderViewsFormatIsRebuilt checks that a store of another views
+// format (none: written before formats; an older number; or one a release
+// of format 1 wrote to after format 2 did) is emptied when opened and comes
+// out byte for byte as a rebuild from sequence 1, that a store of this
+// format is opened as it is, and that applying goes on from the project
+// set loaded at open (a project seen before is not written again, a new
+// one is).
+func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	e := ledgertest.New(t)
 	projectsLedger(t, e)
 
 	dir := filepath.Join(t.TempDir(), "views")
 	s := openTestStore(t, dir)
+	require.Nil(t, s.FormatChange(), "a fresh store is stamped, not rebuilt")
 	catchUp(t, e, s, 3)
 	want := rebuiltDigest(t, e)
-	require.Equal(t, want, storeDigest(t, s), "a small batch size writes the same index as one batch")
+	require.Equal(t, want, storeDigest(t, s), "a small batch size writes the same views as one batch")
 
 	q := NewQueries(s)
 	page, err := q.Projects(AsOf{}, "", 0)
@@ -92,33 +102,43 @@ func TestProjectIndexBackfillEqualsRebuild(t *testing.T) {
 		require.False(t, p.FirstTime.IsZero() && p.ProjectID != "stray", "%s has its first entry's time", p.ProjectID)
 	}
 	require.Equal(t, []string{"beta", "crew", "proj", "stray", "toolbox"}, names)
-
-	// A store from before the index.
-	p := key(tagProject).prefix()
-	require.NoError(t, s.db.DeleteRange(p, upperBound(p), pebble.Sync))
-	require.NoError(t, s.db.Delete(metaProjects, pebble.Sync))
-	require.NotEqual(t, want, storeDigest(t, s))
 	require.NoError(t, s.Close())
-	s = openTestStore(t, dir)
-	require.Equal(t, want, storeDigest(t, s), "backfilled at open")
 
-	// A store an older release went on applying: marker behind, a project
-	// missing.
-	cp, err := s.checkpoint()
-	require.NoError(t, err)
-	require.NoError(t, s.db.Set(metaProjects, binary.BigEndian.AppendUint64(nil, cp.Applied-1), pebble.Sync))
-	require.NoError(t, s.db.Delete(key(tagProject, "beta"), pebble.Sync))
-	require.NoError(t, s.Close())
 	s = openTestStore(t, dir)
-	require.Equal(t, want, storeDigest(t, s), "backfilled again when the marker is behind")
+	require.Nil(t, s.FormatChange(), "a store of this format is kept")
+	require.Equal(t, want, storeDigest(t, s))
+
+	for _, c := range []struct {
+		name   string
+		mangle func(db *pebble.DB) error
+		from   int
+	}{
+		{"no format row", func(db *pebble.DB) error { return db.Delete(metaFormat, pebble.Sync) }, 0},
+		{"format 1", func(db *pebble.DB) error { return db.Set(metaFormat, []byte("1"), pebble.Sync) }, 1},
+		{"written by format 1 since", func(db *pebble.DB) error {
+			return db.Set(metaProjects, binary.BigEndian.AppendUint64(nil, 7), pebble.Sync)
+		}, ViewsFormat},
+	} {
+		require.NoError(t, c.mangle(s.db), c.name)
+		require.NoError(t, s.Close())
+		s = openTestStore(t, dir)
+		require.Equal(t, &FormatChange{From: c.from, Applied: rebuiltApplied(t, e)}, s.FormatChange(), c.name)
+		applied, err := s.Applied()
+		require.NoError(t, err)
+		require.Zero(t, applied, "%s: emptied", c.name)
+		catchUp(t, e, s, 1000)
+		require.Equal(t, want, storeDigest(t, s), "%s: rebuilt", c.name)
+	}
 
 	// Applying goes on from the set loaded at open.
+	require.NoError(t, s.Close())
+	s = openTestStore(t, dir)
 	ctx := ledgertest.Ctx(t)
 	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t2", ID: "c2", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{}`)
 	_, err = e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "late", AgentID: "a1", WorkerTarget: "w1"})
 	require.NoError(t, err)
 	catchUp(t, e, s, 2)
-	require.Equal(t, rebuiltDigest(t, e), storeDigest(t, s), "applied after a backfill")
+	require.Equal(t, rebuiltDigest(t, e), storeDigest(t, s), "applied after a reopen")
 	require.NoError(t, s.Close())
 }
 
@@ -126,7 +146,7 @@ func TestProjectRowTagsAgree(t *testing.T) {
 	for _, tag := range projectRowTags {
 		require.True(t, isProjectRowTag([]byte(tag)), tag)
 	}
-	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject} {
+	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagStory, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject} {
 		require.False(t, isProjectRowTag([]byte(tag)), tag)
 	}
 }

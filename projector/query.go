@@ -2,12 +2,14 @@ package projector
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -188,6 +190,8 @@ func (s *seeker) get(k []byte) ([]byte, bool, error) {
 
 func (s *seeker) close() { _ = s.it.Close() }
 
+// item reads an entry from its e row: the entries no timeline holds, and
+// the unrecognized, skipped and skip entries, which are listed by sequence.
 func (v *view) item(seq uint64) (TimelineItem, error) {
 	if v.entries == nil {
 		e, err := newSeeker(v.snap, key(tagEntry).prefix())
@@ -203,6 +207,11 @@ func (v *view) item(seq uint64) (TimelineItem, error) {
 	if !ok {
 		return TimelineItem{}, fmt.Errorf("projector: entry %d indexed but not stored", seq)
 	}
+	return v.itemFrom(seq, raw)
+}
+
+// itemFrom decodes an entry's row (an e row or a tl row).
+func (v *view) itemFrom(seq uint64, raw []byte) (TimelineItem, error) {
 	se, err := decodeEntry(raw)
 	if err != nil {
 		return TimelineItem{}, fmt.Errorf("projector: decode entry %d: %w", seq, err)
@@ -217,6 +226,25 @@ func (v *view) item(seq uint64) (TimelineItem, error) {
 		it.Data, _ = json.Marshal(string(se.Data))
 	}
 	return it, nil
+}
+
+// placedItems appends the entries of the tl rows under prefix p at or
+// before the view's sequence.
+func (v *view) placedItems(items []TimelineItem, p []byte) ([]TimelineItem, error) {
+	err := scan(v.snap, p, nil, func(k, val []byte) (bool, error) {
+		seq := trailingU64(k)
+		if seq > v.seq {
+			return true, nil
+		}
+		item, err := v.itemFrom(seq, val)
+		items = append(items, item)
+		return true, err
+	})
+	return items, err
+}
+
+func sortItems(items []TimelineItem) {
+	slices.SortFunc(items, func(a, b TimelineItem) int { return cmp.Compare(a.Seq, b.Seq) })
 }
 
 // Timeline is every command, card, report, duplicate, wakeup, consumption
@@ -239,18 +267,13 @@ func (q *Queries) Timeline(project, turn string, at AsOf) (*Timeline, error) {
 	}
 	defer v.close()
 	out := &Timeline{AsOfSeq: v.seq, ProjectID: project, AgentTurnID: turn, Items: []TimelineItem{}}
-	err = scan(v.snap, key(tagTimeline, project, turn).prefix(), nil, func(k, _ []byte) (bool, error) {
-		seq := trailingU64(k)
-		if seq > v.seq {
-			return false, nil
-		}
-		item, err := v.item(seq)
-		out.Items = append(out.Items, item)
-		return true, err
-	})
+	// The turn's rows are grouped by call, so the items are put back in
+	// ledger order.
+	out.Items, err = v.placedItems(out.Items, key(tagTimeline, project, turn).prefix())
 	if err != nil {
 		return nil, fmt.Errorf("projector: timeline %s: %w", turn, err)
 	}
+	sortItems(out.Items)
 	if len(out.Items) == 0 {
 		return nil, notFound("turn %s has no entries in project %s as of seq %d", turn, project, v.seq)
 	}
@@ -282,29 +305,29 @@ func (q *Queries) CallStory(project, callID, turn string, at AsOf) (*CallStory, 
 		return nil, err
 	}
 	defer v.close()
-	p := key(tagStory, project, callID).prefix()
-	if turn != "" {
-		p = key(tagStory, project, callID, turn).prefix()
-	}
 	out := &CallStory{AsOfSeq: v.seq, ProjectID: project, ToolCallID: callID, Calls: []CallState{}, Items: []TimelineItem{}}
-	turns := map[string]bool{}
-	var order []string
-	err = scan(v.snap, p, nil, func(k, _ []byte) (bool, error) {
-		seq := trailingU64(k)
-		if seq > v.seq {
+	turns := []string{turn}
+	if turn == "" {
+		turns = nil
+		p := key(tagStory, project, callID).prefix()
+		err = scan(v.snap, p, nil, func(k, _ []byte) (bool, error) {
+			turns = append(turns, string(k[len(p):]))
 			return true, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("projector: call %s: %w", callID, err)
 		}
-		t := string(k[len(key(tagStory, project, callID).prefix()) : len(k)-9])
-		if !turns[t] {
-			turns[t] = true
+	}
+	var order []string
+	for _, t := range turns {
+		n := len(out.Items)
+		out.Items, err = v.placedItems(out.Items, key(tagTimeline, project, t, callID).prefix())
+		if err != nil {
+			return nil, fmt.Errorf("projector: call %s: %w", callID, err)
+		}
+		if len(out.Items) > n {
 			order = append(order, t)
 		}
-		item, err := v.item(seq)
-		out.Items = append(out.Items, item)
-		return true, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("projector: call %s: %w", callID, err)
 	}
 	if len(out.Items) == 0 {
 		return nil, notFound("call %s has no entries in project %s as of seq %d", callID, project, v.seq)
@@ -320,14 +343,6 @@ func (q *Queries) CallStory(project, callID, turn string, at AsOf) (*CallStory, 
 		}
 	}
 	return out, nil
-}
-
-func sortItems(items []TimelineItem) {
-	for i := 1; i < len(items); i++ {
-		for j := i; j > 0 && items[j].Seq < items[j-1].Seq; j-- {
-			items[j], items[j-1] = items[j-1], items[j]
-		}
-	}
 }
 
 // CallState answers one call's state.
@@ -510,8 +525,8 @@ func (q *Queries) Card(project, cardID string, at AsOf) (*CardResult, error) {
 		if seq > v.seq {
 			return false, nil
 		}
-		item, err := v.item(seq)
-		out.Versions = append(out.Versions, CardVersion{Seq: seq, Time: item.Time, Card: append(json.RawMessage(nil), val...)})
+		t, card, err := decodeCardRow(val)
+		out.Versions = append(out.Versions, CardVersion{Seq: seq, Time: t, Card: append(json.RawMessage(nil), card...)})
 		return true, err
 	})
 	if err != nil {
@@ -572,8 +587,8 @@ func (q *Queries) turnCards(project, turn string, at AsOf, cursor string, limit 
 		if err != nil || !ok {
 			return false, fmt.Errorf("card %s at %d indexed but not stored: %v", val, seq, err)
 		}
-		item, err := v.item(seq)
-		out.Items = append(out.Items, CardVersion{Seq: seq, Time: item.Time, Card: raw})
+		t, card, err := decodeCardRow(raw)
+		out.Items = append(out.Items, CardVersion{Seq: seq, Time: t, Card: card})
 		return true, err
 	})
 	if err != nil {

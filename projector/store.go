@@ -17,10 +17,20 @@ type Store struct {
 	// states caches committed call states for the applier (statecache.go).
 	// The projector is the only writer, so the cache cannot go stale.
 	states *lru.Cache[*CallState]
+	// stories are cs rows known to be committed (storycache.go).
+	stories *lru.Cache[struct{}]
 
 	// projects is the set of projects in the project index (projects.go).
 	projects projectSet
+
+	// format is what OpenStore did about the store's views format.
+	format *FormatChange
 }
+
+// FormatChange is non-nil when OpenStore found the views in another format
+// (or in one an older release wrote to) and emptied them: the projector's
+// catch-up rebuilds them from sequence 1.
+func (s *Store) FormatChange() *FormatChange { return s.format }
 
 func (s *Store) cachedState(k string) (*CallState, bool) { return s.states.Get(k) }
 
@@ -28,7 +38,10 @@ func (s *Store) cacheState(k string, st *CallState) { s.states.Put(k, st) }
 
 func (s *Store) cacheStates(m map[string]*CallState) { s.states.PutAll(m) }
 
-func (s *Store) dropCache() { s.states.Clear() }
+func (s *Store) dropCache() {
+	s.states.Clear()
+	s.stories.Clear()
+}
 
 // StoreOptions configures OpenStore. The zero value uses the OS filesystem.
 type StoreOptions struct {
@@ -61,7 +74,11 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	s := &Store{db: db, states: newStateCache(maxCachedStates)}
+	s := &Store{db: db, states: newStateCache(maxCachedStates), stories: newStoryCache(maxCachedStories)}
+	if s.format, err = s.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	if err := s.openProjectIndex(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -111,13 +128,7 @@ func (s *Store) Applied() (uint64, error) {
 }
 
 // Reset deletes every view (for a rebuild from sequence 1).
-func (s *Store) Reset() error {
-	s.dropCache()
-	if err := s.db.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, pebble.Sync); err != nil {
-		return fmt.Errorf("projector: reset views: %w", err)
-	}
-	return nil
-}
+func (s *Store) Reset() error { return s.resetTo() }
 
 // quietLogger keeps Pebble's informational logs out of the service's output.
 type quietLogger struct{}

@@ -244,7 +244,8 @@ func viewKeys(store *projector.Store) (turns, agents [][2]string, err error) {
 		return strings.Split(string(k[len(prefix):len(k)-tail]), "\x00")
 	}
 	err = store.Dump(func(k, _ []byte) error {
-		if p := parts(k, "tl\x00", 9); len(p) == 2 {
+		// tl\0<project>\0<turn>\0<tool_call_id or empty>\0<seq>
+		if p := parts(k, "tl\x00", 9); len(p) == 3 {
 			seenT[[2]string{p[0], p[1]}] = true
 		}
 		for _, tag := range []string{"inbox\x00", "roster\x00"} {

@@ -259,6 +259,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if store, err = projector.OpenStore(filepath.Join(s.Data, "views"), projector.StoreOptions{}); err != nil {
 			return err
 		}
+		if fc := store.FormatChange(); fc != nil {
+			log.Warn("views format changed: rebuilding the views from the ledger", "from_format", fc.From, "format", projector.ViewsFormat)
+		}
 		defer func() {
 			if err := store.Close(); err != nil {
 				log.Error("close view store", "err", err)
@@ -266,6 +269,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}()
 		if viewsApplied, err = store.Applied(); err != nil {
 			return err
+		}
+		if fc := store.FormatChange(); fc != nil {
+			// The emptied views still tell how far the ledger had come.
+			viewsApplied = fc.Applied
 		}
 	}
 	recorded, err := checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied)
