@@ -298,6 +298,20 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, want, got)
+	// The rebuilt views know the range they stepped over, and nothing else
+	// as lost.
+	_, ok, err = rebuilt.LinkAt(lostTo)
+	require.NoError(t, err)
+	require.False(t, ok)
+	first, end, ok, err := rebuilt.LostAt(lostTo)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, [2]uint64{3, lostTo}, [2]uint64{first, end})
+	for _, seq := range []uint64{2, lostTo + 1} {
+		_, _, ok, err = rebuilt.LostAt(seq)
+		require.NoError(t, err)
+		require.False(t, ok, "seq %d", seq)
+	}
 
 	// A restart counts the loss again from its marker.
 	a2, err := archive.New(arch, e.JS, archive.Config{})

@@ -291,7 +291,7 @@ func TestBadCommandsAreAnsweredNotDropped(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		return r.count(t, "cg.v1.>") > 0 && r.commandRejections(t) == 2
-	}, 30*time.Second, 20*time.Millisecond)
+	}, time.Minute, 20*time.Millisecond)
 	var codes []string
 	for _, e := range r.entriesOfKind(t, ledger.KindRejection) {
 		var re ledger.RejectionEntry
@@ -350,7 +350,7 @@ func TestPerToolConcurrencyLimit(t *testing.T) {
 	for range 6 {
 		calls = append(calls, r.dispatch(t, callOpts{tool: "slow"}))
 	}
-	require.Eventually(t, func() bool { return cur.Load() == 2 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return cur.Load() == 2 }, time.Minute, 5*time.Millisecond)
 	close(release)
 	for _, c := range calls {
 		_, tr, _ := r.result(t, c)

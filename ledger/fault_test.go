@@ -39,7 +39,7 @@ func crashOnce(step ledger.Step, before func()) func(ledger.Step) error {
 // an executor's redelivery would.
 func retryReport(t *testing.T, l *ledger.Ledger, req ledger.ReportRequest) ledger.ReportOutcome {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		out, err := l.Report(ctx, req)
@@ -158,7 +158,7 @@ func TestReportRestartMidFlightThenRetry(t *testing.T) {
 
 func waitConnected(t *testing.T, nc *nats.Conn) {
 	t.Helper()
-	require.Eventually(t, nc.IsConnected, 20*time.Second, 10*time.Millisecond, "client reconnects after restart")
+	require.Eventually(t, nc.IsConnected, time.Minute, 10*time.Millisecond, "client reconnects after restart")
 }
 
 func TestDispatchCrashNeverLeavesCommandWithoutCard(t *testing.T) {

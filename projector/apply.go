@@ -798,18 +798,25 @@ func (a *applier) tool(ev event) error {
 }
 
 // loadState returns a call's newest state version at or before seq, or nil.
+// A call has a handful of versions: they are read forward within the
+// call's group (scanGroup), which its bloom filters find.
 func loadState(r reader, project, turn, call string, seq uint64) (*CallState, error) {
-	p := key(tagState, project, turn, call).prefix()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: key(tagState, project, turn, call).u64(seq + 1)})
+	var last []byte
+	err := scanGroup(r, key(tagState, project, turn, call).prefix(), func(k, v []byte) (bool, error) {
+		if trailingU64(k) > seq {
+			return false, nil
+		}
+		last = append(last[:0], v...)
+		return true, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("call state iterator: %w", err)
+		return nil, fmt.Errorf("call state %s/%s: %w", turn, call, err)
 	}
-	defer it.Close()
-	if !it.Last() {
-		return nil, it.Error()
+	if last == nil {
+		return nil, nil
 	}
 	var st CallState
-	if err := json.Unmarshal(it.Value(), &st); err != nil {
+	if err := json.Unmarshal(last, &st); err != nil {
 		return nil, fmt.Errorf("decode call state %s/%s: %w", turn, call, err)
 	}
 	return &st, nil

@@ -360,8 +360,14 @@ func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		msg := fmt.Sprintf("no chain link at seq %d", seq)
 		applied, _, _ := h.q.store.ChainHead()
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: fmt.Sprintf("no chain link at seq %d: the views have applied through seq %d", seq, applied)})
+		if first, last, lost, _ := h.q.store.LostAt(seq); lost {
+			msg += fmt.Sprintf(": entries %d-%d expired before they were archived", first, last)
+		} else if seq > applied {
+			msg += fmt.Sprintf(": the views have applied through seq %d", applied)
+		}
+		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: msg})
 		return
 	}
 	reply(w, ChainLink{Seq: seq, Link: link.String()}, nil)

@@ -130,6 +130,25 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 		require.Equal(t, want, storeDigest(t, s), "%s: rebuilt", c.name)
 	}
 
+	// A store of format 1: Pebble's default comparer, as format 1 used.
+	require.NoError(t, s.Close())
+	old := filepath.Join(t.TempDir(), "views-format-1")
+	db, err := pebble.Open(old, &pebble.Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Set(metaApplied, checkpoint{Applied: 5}.encode(), pebble.Sync))
+	require.NoError(t, db.Set(key(tagEntry).u64(1), []byte("a format 1 row"), pebble.Sync))
+	require.NoError(t, db.Close())
+	s = openTestStore(t, old)
+	require.Equal(t, &FormatChange{From: 1, Applied: 5}, s.FormatChange())
+	applied, err := s.Applied()
+	require.NoError(t, err)
+	require.Zero(t, applied, "emptied")
+	catchUp(t, e, s, 1000)
+	require.Equal(t, want, storeDigest(t, s), "format 1: rebuilt")
+	require.NoError(t, s.Close())
+	s = openTestStore(t, old)
+	require.Nil(t, s.FormatChange(), "rebuilt once")
+
 	// Applying goes on from the set loaded at open.
 	require.NoError(t, s.Close())
 	s = openTestStore(t, dir)

@@ -153,6 +153,24 @@ func scan(r reader, p []byte, lower []byte, fn func(k, v []byte) (bool, error)) 
 	return it.Error()
 }
 
+// scanGroup is scan for rows under p within one group of viewsComparer
+// (p is at least the group's prefix and a separator): it seeks with the
+// group's bloom filters, skipping sstables that hold none of the group.
+func scanGroup(r reader, p []byte, fn func(k, v []byte) (bool, error)) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upperBound(p)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.SeekPrefixGE(p); ok; ok = it.Next() {
+		more, err := fn(it.Key(), it.Value())
+		if err != nil || !more {
+			return err
+		}
+	}
+	return it.Error()
+}
+
 func get(r reader, k []byte) ([]byte, bool, error) {
 	v, closer, err := r.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -231,7 +249,7 @@ func (v *view) itemFrom(seq uint64, raw []byte) (TimelineItem, error) {
 // placedItems appends the entries of the tl rows under prefix p at or
 // before the view's sequence.
 func (v *view) placedItems(items []TimelineItem, p []byte) ([]TimelineItem, error) {
-	err := scan(v.snap, p, nil, func(k, val []byte) (bool, error) {
+	err := scanGroup(v.snap, p, func(k, val []byte) (bool, error) {
 		seq := trailingU64(k)
 		if seq > v.seq {
 			return true, nil
@@ -310,7 +328,7 @@ func (q *Queries) CallStory(project, callID, turn string, at AsOf) (*CallStory, 
 	if turn == "" {
 		turns = nil
 		p := key(tagStory, project, callID).prefix()
-		err = scan(v.snap, p, nil, func(k, _ []byte) (bool, error) {
+		err = scanGroup(v.snap, p, func(k, _ []byte) (bool, error) {
 			turns = append(turns, string(k[len(p):]))
 			return true, nil
 		})
@@ -520,7 +538,7 @@ func (q *Queries) Card(project, cardID string, at AsOf) (*CardResult, error) {
 	}
 	defer v.close()
 	out := &CardResult{AsOfSeq: v.seq}
-	err = scan(v.snap, key(tagCard, project, cardID).prefix(), nil, func(k, val []byte) (bool, error) {
+	err = scanGroup(v.snap, key(tagCard, project, cardID).prefix(), func(k, val []byte) (bool, error) {
 		seq := trailingU64(k)
 		if seq > v.seq {
 			return false, nil

@@ -33,7 +33,7 @@ func TestRunFollowsTheLedger(t *testing.T) {
 	waitApplied := func(what string) uint64 {
 		t.Helper()
 		last := streamLastSeq(t, e)
-		require.Eventually(t, func() bool { return sp.Applied() >= last }, 20*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return sp.Applied() >= last }, time.Minute, 5*time.Millisecond,
 			"%s: Run did not reach seq %d", what, last)
 		require.Equal(t, last, sp.Applied(), "%s: applied past the stream's end", what)
 		return last

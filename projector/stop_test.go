@@ -342,7 +342,7 @@ func TestGapStopsTheProjector(t *testing.T) {
 		require.Equal(t, uint64(9), st.FirstSeq)
 
 		sp = newStopProjector(t, g.js, s, projector.Config{Stream: gapStream})
-		ctx, cancel := context.WithTimeout(ledgertest.Ctx(t), 5*time.Second)
+		ctx, cancel := context.WithTimeout(ledgertest.Ctx(t), time.Minute)
 		defer cancel()
 		err := sp.CatchUp(ctx)
 		require.NotErrorIs(t, err, context.DeadlineExceeded, "CatchUp hung on an emptied stream")
@@ -361,7 +361,7 @@ func TestGapStopsTheProjector(t *testing.T) {
 		s := openStore(t, filepath.Join(t.TempDir(), "views"))
 		defer s.Close()
 		sp := newStopProjector(t, g.js, s, projector.Config{Stream: gapStream})
-		ctx, cancel := context.WithTimeout(ledgertest.Ctx(t), 5*time.Second)
+		ctx, cancel := context.WithTimeout(ledgertest.Ctx(t), time.Minute)
 		defer cancel()
 		err := sp.CatchUp(ctx)
 		require.NotErrorIs(t, err, context.DeadlineExceeded, "CatchUp hung on a stream whose last entry is gone")

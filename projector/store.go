@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/cgledger/cgledger/internal/lru"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -52,30 +53,23 @@ type StoreOptions struct {
 	CacheBytes int64
 }
 
-// OpenStore opens (creating if needed) the view database in dir.
+// OpenStore opens (creating if needed) the view database in dir. Views of
+// another format are emptied, to be rebuilt by the projector's catch-up
+// (Store.FormatChange).
 func OpenStore(dir string, o StoreOptions) (*Store, error) {
-	cacheSize := o.CacheBytes
-	if cacheSize == 0 {
-		cacheSize = 64 << 20
-	}
-	cache := pebble.NewCache(cacheSize)
-	defer cache.Unref()
-	// A larger memtable absorbs rebuild bursts with fewer flushes.
-	opts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: 32 << 20}
-	// Point reads (entries, cards, call states) dominate queries: bloom
-	// filters let them skip sstables without reading blocks.
-	for i := range opts.Levels {
-		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-	}
-	if o.FS != nil {
-		opts.FS = o.FS
-	}
-	db, err := pebble.Open(dir, opts)
+	db, from, err := openDB(dir, o)
 	if err != nil {
-		return nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
+		return nil, err
 	}
 	s := &Store{db: db, states: newStateCache(maxCachedStates), stories: newStoryCache(maxCachedStories)}
-	if s.format, err = s.checkFormat(); err != nil {
+	if from != nil {
+		// A store of format 1 was removed before this one was created.
+		if err := s.resetTo(); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		s.format = from
+	} else if s.format, err = s.checkFormat(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -84,6 +78,63 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openDB opens the Pebble database with the views' options. A database
+// written with Pebble's default comparer (views format 1) cannot be opened
+// with viewsComparer: its checkpoint is read, the directory removed and a
+// new database created, and the change is returned.
+func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
+	cacheSize := o.CacheBytes
+	if cacheSize == 0 {
+		cacheSize = 64 << 20
+	}
+	// Each open database takes its own reference to the cache.
+	cache := pebble.NewCache(cacheSize)
+	defer cache.Unref()
+	db, err := pebble.Open(dir, dbOptions(o, cache, viewsComparer))
+	if err == nil {
+		return db, nil, nil
+	}
+	if !strings.Contains(err.Error(), "comparer name from file") {
+		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
+	}
+	fc := &FormatChange{From: 1}
+	old, oerr := pebble.Open(dir, dbOptions(o, cache, pebble.DefaultComparer))
+	if oerr != nil {
+		return nil, nil, fmt.Errorf("projector: open view store %s of views format 1 (to rebuild it): %w", dir, oerr)
+	}
+	cp, _ := (&Store{db: old}).checkpoint()
+	fc.Applied = cp.Applied
+	if err := old.Close(); err != nil {
+		return nil, nil, fmt.Errorf("projector: close view store %s of views format 1: %w", dir, err)
+	}
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if err := fs.RemoveAll(dir); err != nil {
+		return nil, nil, fmt.Errorf("projector: remove view store %s of views format 1: %w", dir, err)
+	}
+	if db, err = pebble.Open(dir, dbOptions(o, cache, viewsComparer)); err != nil {
+		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
+	}
+	return db, fc, nil
+}
+
+// dbOptions are the Pebble options of the view store.
+func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer) *pebble.Options {
+	// A larger memtable absorbs rebuild bursts with fewer flushes.
+	opts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: 32 << 20, Comparer: cmp}
+	// Point reads and group seeks (viewsComparer) dominate queries: bloom
+	// filters let them skip sstables without reading blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	if o.FS != nil {
+		opts.FS = o.FS
+	}
+	return opts
 }
 
 // Close flushes and closes the store.

@@ -2,10 +2,12 @@ package projector
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -31,6 +33,28 @@ func (s *Store) LinkAt(seq uint64) (ledger.Link, bool, error) {
 		return ledger.Link{}, false, err
 	}
 	return *l, true, nil
+}
+
+// LostAt returns the range of entries recorded as lost (a lost row) that
+// holds seq, and false when seq is in none.
+func (s *Store) LostAt(seq uint64) (first, last uint64, ok bool, err error) {
+	p := key(tagLost).prefix()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: key(tagLost).u64(seq + 1)})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("projector: lost ranges: %w", err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, 0, false, it.Error()
+	}
+	if len(it.Value()) != 8 {
+		return 0, 0, false, fmt.Errorf("projector: lost row %q has %d bytes", it.Key(), len(it.Value()))
+	}
+	first, last = trailingU64(it.Key()), binary.BigEndian.Uint64(it.Value())
+	if last < seq {
+		return 0, 0, false, nil
+	}
+	return first, last, true, nil
 }
 
 // ChainHead returns the applied sequence and the chain link after it.

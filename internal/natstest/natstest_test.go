@@ -50,7 +50,7 @@ func TestRestartKeepsStreamsOnTheSameStore(t *testing.T) {
 
 	srv.Restart(t)
 	require.Equal(t, url, srv.URL(), "same port after restart")
-	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, nc.IsConnected, time.Minute, 10*time.Millisecond)
 	s, err := js.Stream(ctx, "S")
 	require.NoError(t, err)
 	msg, err := s.GetLastMsgForSubject(ctx, "s.a")

@@ -146,8 +146,23 @@ func TestAuditwebInChromium(t *testing.T) {
 	)...)
 	defer cancelAlloc()
 	b := &browser{t: t, dir: dir}
+	// Start the browser before anything else uses the tab: chromedp
+	// allocates on a tab's first use, and a second use after a failed
+	// start allocates again on the same tab, which panics inside chromedp
+	// (close of closed channel). A failed start gets one fresh tab.
 	var cancelTab context.CancelFunc
-	b.ctx, cancelTab = chromedp.NewContext(allocCtx)
+	for attempt := 1; ; attempt++ {
+		b.ctx, cancelTab = chromedp.NewContext(allocCtx)
+		err := chromedp.Do(b.ctx)
+		if err == nil {
+			break
+		}
+		cancelTab()
+		if attempt == 2 {
+			t.Fatalf("start chromium: %v", err)
+		}
+		t.Logf("start chromium (attempt %d): %v", attempt, err)
+	}
 	defer cancelTab()
 	// Uncaught exceptions, CSP refusals and script errors fail the test.
 	var mu sync.Mutex
@@ -330,7 +345,7 @@ type browser struct {
 }
 
 // stepTimeout bounds each wait, so that a failure says where it stopped.
-const stepTimeout = 30 * time.Second
+const stepTimeout = time.Minute
 
 func (b *browser) fail(err error, what string) {
 	b.t.Helper()
