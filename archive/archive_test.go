@@ -45,13 +45,20 @@ func lastSeq(t *testing.T, e *ledgertest.Env) uint64 {
 	return last
 }
 
+// noWindow in a test's archive.Config.Retention starts the archiver with
+// no retention window of its own.
+const noWindow = -1
+
 // startArchiver runs an archiver on dir until the test ends.
 func startArchiver(t *testing.T, e *ledgertest.Env, dir string, cfg archive.Config) (*archive.Archiver, *archive.Archive, func()) {
 	t.Helper()
 	arch, err := archive.Open(dir)
 	require.NoError(t, err)
-	if cfg.Retention == 0 {
+	switch cfg.Retention {
+	case 0:
 		cfg.Retention = retention
+	case noWindow:
+		cfg.Retention = 0
 	}
 	if cfg.SealAge == 0 {
 		cfg.SealAge = sealAge
@@ -441,4 +448,29 @@ func TestARebuildStepsOverALossAtTheEnd(t *testing.T) {
 	_, ok, err := rebuilt.LinkAt(1)
 	require.NoError(t, err)
 	require.True(t, ok, "the kept entry is in the views")
+}
+
+// TestEntriesWrittenWithAWindowAreArchivedByAnArchiverWithout covers serve
+// restarted without retention over a ledger written with it: the entries
+// still expire on their own TTL, and the archiver, with no window and an
+// hour's seal age, seals them in time anyway (a tenth of their TTL) and
+// loses none.
+func TestEntriesWrittenWithAWindowAreArchivedByAnArchiverWithout(t *testing.T) {
+	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
+	ctx := ledgertest.Ctx(t)
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Retention: noWindow, SealAge: time.Hour})
+	select {
+	case <-a.FirstPass():
+	case <-ctx.Done():
+		t.Fatal("the archiver's first pass did not end")
+	}
+	// Written after the archiver caught up, so only the seal age seals them.
+	e.Scenario(t, 6)
+	last := lastSeq(t, e)
+	waitFor(t, "every entry to be sealed", func() bool { return a.Sealed() == last })
+	waitFor(t, "the stream to let every call's entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 2 })
+	require.Zero(t, a.Lost())
+	var n uint64
+	require.NoError(t, arch.ReadRange(ctx, 1, last, func(ledger.Entry) error { n++; return nil }))
+	require.Equal(t, last, n)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,7 +201,7 @@ func (a *Archiver) follow(ctx context.Context) error {
 	for {
 		err := a.drain(ctx, s, w)
 		a.firstPassOnce.Do(func() { close(a.firstPass) })
-		if err == nil && w.open() && time.Since(w.firstTime) >= a.cfg.SealAge {
+		if err == nil && w.open() && time.Since(w.firstTime) >= a.sealAge(w) {
 			err = a.seal(w)
 		}
 		if ctx.Err() != nil {
@@ -217,6 +218,37 @@ func (a *Archiver) follow(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// sealAge is how old the open segment's first entry may get before the
+// segment is sealed: SealAge, or a tenth of the shortest TTL an entry in
+// it carries when that is sooner. The window of entries written under
+// another setting (a retention since shortened or removed) is in their
+// Nats-TTL header, and an entry is safe from expiry only once sealed.
+func (a *Archiver) sealAge(w *segmentWriter) time.Duration {
+	if w.minTTL <= 0 {
+		return a.cfg.SealAge
+	}
+	return min(a.cfg.SealAge, max(w.minTTL/10, minSealAge))
+}
+
+// minSealAge is the shortest seal age the archiver uses.
+const minSealAge = 100 * time.Millisecond
+
+// entryTTL is the TTL an entry was written with (its Nats-TTL header: a Go
+// duration or whole seconds), or 0 for none or "never".
+func entryTTL(h map[string][]string) time.Duration {
+	v := nats.Header(h).Get(jetstream.MsgTTLHeader)
+	if v == "" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
 }
 
 // pollEvery is how often the archiver reads what was written since its
@@ -300,8 +332,10 @@ func (a *Archiver) drain(ctx context.Context, s jetstream.Stream, w *segmentWrit
 		}
 		if meta.NumPending == 0 {
 			// Entries after this one are newer: none can have expired
-			// unless this one is near the end of the window itself.
-			if a.cfg.Retention > 0 && time.Since(e.Time) >= a.cfg.Retention/2 {
+			// unless this one is near the end of the window itself. With
+			// no window of its own the archiver does not know the TTLs
+			// of what follows, so it always looks.
+			if a.cfg.Retention == 0 || time.Since(e.Time) >= a.cfg.Retention/2 {
 				if err := a.checkTail(ctx, s, w); err != nil {
 					return err
 				}
@@ -411,8 +445,10 @@ type segmentWriter struct {
 	v         *ledger.ChainVerifier
 	first     uint64
 	firstTime time.Time
-	size      int64
-	line      []byte
+	// minTTL is the shortest TTL of the open segment's entries (0: none).
+	minTTL time.Duration
+	size   int64
+	line   []byte
 }
 
 func (w *segmentWriter) open() bool { return w.f != nil }
@@ -427,11 +463,14 @@ func (w *segmentWriter) add(e ledger.Entry) error {
 		}
 		w.f, w.bw = f, bufio.NewWriterSize(f, 1<<16)
 		w.v = ledger.NewChainVerifier(e.Seq, w.head)
-		w.first, w.firstTime, w.size = e.Seq, e.Time, 0
+		w.first, w.firstTime, w.size, w.minTTL = e.Seq, e.Time, 0, 0
 		hdr, _ := json.Marshal(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()})
 		if err := w.write(hdr); err != nil {
 			return err
 		}
+	}
+	if ttl := entryTTL(e.Headers); ttl > 0 && (w.minTTL == 0 || ttl < w.minTTL) {
+		w.minTTL = ttl
 	}
 	w.v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil)
 	line, err := ledger.AppendExportLine(w.line[:0], ledger.ExportEntry{Entry: e, Link: w.v.Head().String()})

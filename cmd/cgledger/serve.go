@@ -320,7 +320,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		return err
 	}
 	var archiver *archive.Archiver
-	if retention > 0 {
+	if retention == 0 && arch != nil {
+		// Entries written while retention was set still expire on their
+		// own TTL: the archiver goes on copying them (and every later
+		// entry) so that none expires unarchived.
+		log.Warn("retention is off but the data directory has an archive: archiving goes on, so that entries written with a retention window are archived before they expire", "archive", filepath.Join(s.Data, "archive"))
+	}
+	if arch != nil {
 		acfg := archive.Config{Streams: ledger.StreamConfig{Replicas: s.Replicas}, Retention: retention, SealAge: sealAge, Logger: log, Registerer: reg}
 		if store != nil {
 			acfg.LinkAt = store.LinkAt

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +141,25 @@ func TestRetentionArchivesAcrossKill9AndRebuildsFromTheArchive(t *testing.T) {
 		out, code = s.run(t, "verify", seg)
 		require.Equal(t, 0, code, "%s: %s", seg, out)
 	}
+
+	// Retention turned off: entries written under the window keep their
+	// TTL, so the archiver goes on (it seals what has no TTL by its seal
+	// age, an hour here, and at shutdown).
+	s.kill(t)
+	s = startServer(t, data, np, hp, "--no-auth")
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "shout", "--args", `{"off":true}`, "--turn", "t3", "--call-id", "c10")
+	require.Equal(t, 0, code, out)
+	rz = readyz{}
+	require.Equal(t, 200, getOpen(t, s.httpURL()+"/readyz", &rz))
+	require.Greater(t, rz.LastSeq, last)
+	require.GreaterOrEqual(t, rz.ArchivedSeq, last, "the archiver runs without retention")
+	require.Zero(t, rz.Lost)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, s.cmd.Wait(), "a clean shutdown")
+	segs, err = filepath.Glob(filepath.Join(data, "archive", "*.jsonl"))
+	require.NoError(t, err)
+	sort.Strings(segs)
+	require.Contains(t, segs[len(segs)-1], fmt.Sprintf("-%020d.jsonl", rz.LastSeq), "sealed at shutdown through the last entry")
 }
 
 func TestRetentionSettingsAreChecked(t *testing.T) {
