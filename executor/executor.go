@@ -356,12 +356,12 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 			e.retryLater(msg, "resume stored report", err)
 			return
 		}
-		_ = msg.Ack()
+		e.ack(msg, "resumed")
 		return
 	case rec.State != ledger.StateDispatched:
 		// Already answered (a redelivery after the report, or a repeated
 		// command): nothing to run.
-		_ = msg.Ack()
+		e.ack(msg, "already answered")
 		return
 	}
 
@@ -781,7 +781,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		// the ledger recorded why; this command is answered.
 		e.log.Warn("report refused", "tool", ans.toolName, "call", rec.ToolCallID, "err", err)
 	}
-	_ = msg.Ack()
+	e.ack(msg, "reported")
 	e.m.calls.WithLabelValues(ans.toolName, status, errorClass(o)).Inc()
 	e.m.duration.WithLabelValues(ans.toolName).Observe(time.Since(start).Seconds())
 	e.log.Info("call resolved", "tool", ans.toolName, "call", rec.ToolCallID, "status", status, "code", o.Code, "attempts", attempts, "duration_ms", time.Since(start).Milliseconds())
@@ -846,5 +846,14 @@ func (e *Executor) reject(msg jetstream.Msg, le *ledger.Error) {
 		return
 	}
 	e.m.rejected.WithLabelValues(string(le.Code)).Inc()
-	_ = msg.Ack()
+	e.ack(msg, "rejected")
+}
+
+// ack acknowledges a command whose answer is in the ledger. A failed ack
+// only means a redelivery, which finds the call answered and acks again;
+// it is logged so that a run of them (a lost connection) is seen.
+func (e *Executor) ack(msg jetstream.Msg, why string) {
+	if err := msg.Ack(); err != nil {
+		e.log.Warn("ack command", "subject", msg.Subject(), "after", why, "err", err)
+	}
 }

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,7 +15,7 @@ type headerCarrier nats.Header
 // Get implements propagation.TextMapCarrier, matching names case-insensitively.
 func (c headerCarrier) Get(key string) string {
 	for k, v := range c {
-		if len(v) > 0 && equalFold(k, key) {
+		if len(v) > 0 && strings.EqualFold(k, key) {
 			return v[0]
 		}
 	}
@@ -31,25 +32,6 @@ func (c headerCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 var propagator = propagation.TraceContext{}

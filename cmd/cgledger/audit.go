@@ -337,7 +337,9 @@ func audit(args []string) int {
 			NextCursor string `json:"next_cursor"`
 			AsOfSeq    uint64 `json:"as_of_seq"`
 		}
-		_ = json.Unmarshal(raw, &page)
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return failf(exitFailed, "audit %s: the server's answer does not decode: %v", name, err)
+		}
 		if !all || page.NextCursor == "" {
 			if !cf.asJSON && kind.paged && page.NextCursor != "" {
 				fmt.Fprintf(stdout, "next page: --cursor %s\n", page.NextCursor)

@@ -21,7 +21,7 @@ import (
 
 // Settings is the effective configuration of `cgledger serve`: defaults,
 // then a config file, then CGLEDGER_* environment variables, then flags
-// (docs/configuration.md).
+// (docs/cli.md, "Configuration").
 type Settings struct {
 	Data         string   `json:"data" yaml:"data"`
 	NATSListen   string   `json:"nats_listen" yaml:"nats_listen"`
