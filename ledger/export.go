@@ -183,6 +183,9 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		return 0, fmt.Errorf("read stream %s: %w", stream, err)
 	}
 	defer it.Stop()
+	// Next takes a timeout (for the stall check below) or a context, not
+	// both, and a context with a timeout per entry would cost an
+	// allocation and a timer each: a goroutine stops the read on ctx.
 	stopped := make(chan struct{})
 	defer close(stopped)
 	go func() {

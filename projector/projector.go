@@ -499,23 +499,14 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		return fmt.Errorf("projector: messages: %w", err)
 	}
 	defer it.Stop()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Stop()
-		case <-done:
-		}
-	}()
 
 	for {
-		// Checked here too: the iterator stops on ctx only when the stopper
-		// goroutine runs, and entries already pulled would be applied first.
+		// Checked here too: Next returns an entry already pulled even when
+		// ctx is done, and it would be applied first.
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
