@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/internal/ledgertest"
-	"github.com/cgledger/cgledger/internal/replay"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/replay"
 )
 
 // TestHeaderNameCaseChangesNeitherChainNorViews: the hash chain reads header

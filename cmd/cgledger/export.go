@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/internal/replay"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/replay"
 )
 
 func export(args []string) int {

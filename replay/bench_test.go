@@ -43,10 +43,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/internal/ledgertest"
 	"github.com/cgledger/cgledger/internal/natsserver"
-	"github.com/cgledger/cgledger/internal/replay"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/replay"
 )
 
 const (

@@ -1,0 +1,146 @@
+// Package layout holds the test of the module's dependency rules
+// (docs/architecture.md, "Rules"). It has no code of its own.
+package layout
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/cgledger/cgledger"
+
+// pkg is what `go list -json` says of a package that the rules read.
+type pkg struct {
+	ImportPath   string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// rule forbids packages matching from to import packages matching to.
+type rule struct {
+	from, to string
+	why      string
+	// except are imports allowed anyway: "from-path -> to-path".
+	except []string
+}
+
+// match reports whether path (relative to the module) is pattern or, for
+// a pattern ending in "/...", under it.
+func match(pattern, path string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return path == base || strings.HasPrefix(path, base+"/")
+	}
+	return path == pattern
+}
+
+// rules are the architecture's dependency rules (docs/architecture.md).
+var rules = []rule{
+	{from: "ledger", to: "projector", why: "the write side never depends on the views"},
+	{from: "ledger", to: "executor", why: "the ledger does not run tools"},
+	{from: "ledger", to: "archive", why: "the archive reads the ledger, not the reverse"},
+	{from: "ledger/...", to: "replay", why: "replay sits above the ledger and the views"},
+	{from: "executor/...", to: "projector/...", why: "executors never depend on the views"},
+	{from: "executor/...", to: "archive", why: "executors never read history"},
+	{from: "archive", to: "projector/...", why: "the archive is read by the views, not the reverse"},
+	{from: "archive", to: "executor/...", why: "the archive does not run tools"},
+	{from: "projector/...", to: "executor/...", why: "the views do not run tools"},
+	{from: "projector/...", to: "archive", why: "the views read history through projector.ArchiveReader, which the archive implements"},
+	{from: "...", to: "cmd/...", why: "the binary is a leaf: nothing imports it"},
+	{from: "internal/...", to: "ledger/...", why: "internal packages are a leaf layer",
+		except: []string{"internal/httpjson -> ledger"}},
+	{from: "internal/...", to: "projector/...", why: "internal packages are a leaf layer"},
+	{from: "internal/...", to: "executor/...", why: "internal packages are a leaf layer"},
+	{from: "internal/...", to: "archive", why: "internal packages are a leaf layer"},
+	{from: "internal/...", to: "replay", why: "internal packages are a leaf layer"},
+}
+
+// harnesses are test harness packages: only tests and other harnesses
+// import them.
+var harnesses = []string{"ledger/ledgertest", "internal/natstest", "internal/servetest", "internal/testenv", "test/..."}
+
+func list(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	}
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages of %s", len(pkgs), module)
+	}
+	return pkgs
+}
+
+func rel(path string) (string, bool) {
+	if path == module {
+		return ".", true
+	}
+	return strings.CutPrefix(path, module+"/")
+}
+
+// TestDependencyRules fails naming every import that breaks a rule.
+func TestDependencyRules(t *testing.T) {
+	for _, p := range list(t) {
+		from, _ := rel(p.ImportPath)
+		isHarness := slices.ContainsFunc(harnesses, func(h string) bool { return match(h, from) })
+		for _, imp := range p.Imports {
+			to, ours := rel(imp)
+			if !ours {
+				continue
+			}
+			for _, r := range rules {
+				if (r.from == "..." || match(r.from, from)) && match(r.to, to) && !slices.Contains(r.except, from+" -> "+to) {
+					t.Errorf("%s imports %s: %s", from, to, r.why)
+				}
+			}
+			if !isHarness && slices.ContainsFunc(harnesses, func(h string) bool { return match(h, to) }) {
+				t.Errorf("%s imports the test harness %s outside its tests", from, to)
+			}
+		}
+	}
+}
+
+// TestRulesMatchPackages keeps the rules honest: every pattern names a
+// package that exists, so a rename cannot silently void a rule.
+func TestRulesMatchPackages(t *testing.T) {
+	var paths []string
+	for _, p := range list(t) {
+		r, _ := rel(p.ImportPath)
+		paths = append(paths, r)
+	}
+	exists := func(pattern string) bool {
+		return pattern == "..." || slices.ContainsFunc(paths, func(p string) bool { return match(pattern, p) })
+	}
+	for _, r := range rules {
+		if !exists(r.from) || !exists(r.to) {
+			t.Errorf("rule %s -> %s names no package", r.from, r.to)
+		}
+	}
+	for _, h := range harnesses {
+		if !exists(h) {
+			t.Errorf("harness %s names no package", h)
+		}
+	}
+}
