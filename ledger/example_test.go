@@ -1,0 +1,120 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/internal/natsserver"
+	"github.com/cgledger/cgledger/ledger"
+)
+
+// embedded starts a throwaway JetStream server and connects to it; the
+// returned function stops both.
+func embedded() (*nats.Conn, func()) {
+	dir, err := os.MkdirTemp("", "cgledger-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	return nc, func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// A dispatch appends the tool.call card and the command; the same dispatch
+// again is recognized by its (agent_turn_id, tool_call_id) and answered
+// with the first one's sequences.
+func Example() {
+	nc, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, nc, ledger.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	id := ledger.Identity{AgentID: "alice", AgentTurnID: "turn-1", TurnEpoch: 1, ToolCallID: "call-1"}
+	req := ledger.DispatchRequest{
+		Subject:  ledger.ToolCommandSubject("v1", "demo", "main", "echo"),
+		Identity: id,
+		Card: ledger.Card{
+			CardID: "card-1", ProjectID: "demo", Type: ledger.CardToolCall, AuthorID: "alice",
+			AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
+			Content: json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi"}}`),
+		},
+		Payload: ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "echo", AfterExecution: ledger.AfterSuspend},
+	}
+	first, err := l.Dispatch(ctx, req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	again, err := l.Dispatch(ctx, req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(first.Subject)
+	fmt.Println("duplicate:", first.Duplicate, again.Duplicate)
+	fmt.Println("same command:", first.CommandSeq == again.CommandSeq)
+	// Output:
+	// cg.v1.demo.main.cmd.tool.echo
+	// duplicate: false true
+	// same command: true
+}
+
+// A client in another process speaks the request/reply API that ServeAPI
+// answers (docs/protocol.md): here an agent records its worker target and
+// reads it back; a refused request carries the protocol code and every
+// violation.
+func ExampleNewClient() {
+	nc, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, nc, ledger.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	api, err := l.ServeAPI(ctx, ledger.APIConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer api.Stop()
+
+	c := ledger.NewClient(nc, ledger.WithActor("alice"))
+	if _, err := c.SetRoster(ctx, ledger.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-7"}); err != nil {
+		log.Fatal(err)
+	}
+	r, err := c.GetRoster(ctx, "demo", "alice")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("worker target:", r.WorkerTarget)
+
+	_, err = c.SetRoster(ctx, ledger.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "no spaces allowed"})
+	if le, ok := ledger.AsError(err); ok {
+		fmt.Println(le.Code)
+		for _, v := range le.Violations {
+			fmt.Println("-", v.Field, v.Code)
+		}
+	}
+	// Output:
+	// worker target: worker-7
+	// bad_request
+	// - body.worker_target invalid_token
+}
