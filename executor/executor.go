@@ -226,8 +226,9 @@ func (e *Executor) Start(ctx context.Context) error {
 }
 
 // Stop drains: it stops pulling (commands already buffered are nak'ed so
-// another executor gets them at once), waits (up to DrainTimeout or ctx) for
-// calls in flight, then cancels the rest, which are nak'ed for redelivery.
+// another executor gets them at once), waits (up to DrainTimeout or ctx, in
+// all) for calls in flight, then cancels the rest, which are nak'ed for
+// redelivery.
 // It is safe to call more than once.
 func (e *Executor) Stop(ctx context.Context) {
 	e.mu.Lock()
@@ -236,21 +237,20 @@ func (e *Executor) Stop(ctx context.Context) {
 	for _, cc := range e.ccs {
 		cc.Drain()
 	}
+	// One bound for the whole drain, however many consumers there are.
+	drain, cancel := context.WithTimeout(ctx, e.cfg.DrainTimeout)
+	defer cancel()
 	for _, cc := range e.ccs {
 		select {
 		case <-cc.Closed():
-		case <-ctx.Done():
-		case <-time.After(e.cfg.DrainTimeout):
+		case <-drain.Done():
 		}
 	}
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
-	timer := time.NewTimer(e.cfg.DrainTimeout)
-	defer timer.Stop()
 	select {
 	case <-done:
-	case <-timer.C:
-	case <-ctx.Done():
+	case <-drain.Done():
 	}
 	if e.stopRun != nil {
 		e.stopRun(errShutdown)
