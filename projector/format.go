@@ -1,10 +1,13 @@
 package projector
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ViewsFormat is the version of the views' row layout (docs/views.md#format).
@@ -34,25 +37,96 @@ type FormatChange struct {
 	// checkpoint could not be read), for the checks a start makes against
 	// the stream.
 	Applied uint64
+	// Reason says why the views are rebuilt, for people.
+	Reason string
+}
+
+// InspectStore reports what OpenStore would do about the views format of
+// the store in dir, changing nothing: nil when the store is of ViewsFormat,
+// empty or absent. A caller checks that the ledger can give back every
+// entry the views hold (FormatChange.Applied) before OpenStore empties them.
+func InspectStore(dir string, o StoreOptions) (*FormatChange, error) {
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
+	}
+	cache := pebble.NewCache(1 << 20)
+	defer cache.Unref()
+	open := func(cmp *pebble.Comparer) (*pebble.DB, error) {
+		opts := dbOptions(o, cache, cmp)
+		opts.ReadOnly = true
+		return pebble.Open(dir, opts)
+	}
+	db, err := open(viewsComparer)
+	if err != nil {
+		if !isComparerMismatch(err) {
+			return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
+		}
+		old, oerr := open(pebble.DefaultComparer)
+		if oerr != nil {
+			return nil, fmt.Errorf("projector: inspect view store %s of views format 1: %w", dir, oerr)
+		}
+		defer old.Close()
+		cp, _ := (&Store{db: old}).checkpoint()
+		return &FormatChange{From: 1, Applied: cp.Applied, Reason: reasonFormat(1)}, nil
+	}
+	defer db.Close()
+	s := &Store{db: db}
+	from, stale, err := s.readFormat()
+	if err != nil || (from == ViewsFormat && !stale) {
+		return nil, err
+	}
+	if empty, err := s.empty(); err != nil || empty {
+		return nil, err
+	}
+	cp, _ := s.checkpoint()
+	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale)}, nil
+}
+
+func reasonFormat(from int) string {
+	if from == 0 {
+		return "the views were written before views formats were numbered"
+	}
+	return fmt.Sprintf("the views are of format %d", from)
+}
+
+func reason(from int, stale bool) string {
+	if from == ViewsFormat && stale {
+		return "a release of views format 1 has written to these views since"
+	}
+	return reasonFormat(from)
+}
+
+// readFormat reads the store's format row (0 when absent) and whether format 1's
+// project marker is in it.
+func (s *Store) readFormat() (from int, stale bool, err error) {
+	raw, ok, err := get(s.db, metaFormat)
+	if err != nil {
+		return 0, false, fmt.Errorf("projector: read views format: %w", err)
+	}
+	if ok {
+		if from, err = strconv.Atoi(string(raw)); err != nil {
+			return 0, false, fmt.Errorf("projector: views format row %q: %w", raw, err)
+		}
+	}
+	if _, stale, err = get(s.db, metaProjects); err != nil {
+		return 0, false, fmt.Errorf("projector: read views format: %w", err)
+	}
+	return from, stale, nil
 }
 
 // checkFormat makes the store's rows of ViewsFormat: a fresh store is
 // stamped, a store of another format is emptied and stamped (the caller's
 // catch-up rebuilds it). It returns the change made, if any.
 func (s *Store) checkFormat() (*FormatChange, error) {
-	raw, ok, err := get(s.db, metaFormat)
+	from, stale, err := s.readFormat()
 	if err != nil {
-		return nil, fmt.Errorf("projector: read views format: %w", err)
-	}
-	from := 0
-	if ok {
-		if from, err = strconv.Atoi(string(raw)); err != nil {
-			return nil, fmt.Errorf("projector: views format row %q: %w", raw, err)
-		}
-	}
-	_, stale, err := get(s.db, metaProjects)
-	if err != nil {
-		return nil, fmt.Errorf("projector: read views format: %w", err)
+		return nil, err
 	}
 	if from == ViewsFormat && !stale {
 		return nil, nil
@@ -70,7 +144,7 @@ func (s *Store) checkFormat() (*FormatChange, error) {
 	if empty {
 		return nil, nil
 	}
-	return &FormatChange{From: from, Applied: cp.Applied}, nil
+	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale)}, nil
 }
 
 // empty reports whether the store holds no row at all.

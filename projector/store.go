@@ -96,10 +96,10 @@ func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
 	if err == nil {
 		return db, nil, nil
 	}
-	if !strings.Contains(err.Error(), "comparer name from file") {
+	if !isComparerMismatch(err) {
 		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	fc := &FormatChange{From: 1}
+	fc := &FormatChange{From: 1, Reason: reasonFormat(1)}
 	old, oerr := pebble.Open(dir, dbOptions(o, cache, pebble.DefaultComparer))
 	if oerr != nil {
 		return nil, nil, fmt.Errorf("projector: open view store %s of views format 1 (to rebuild it): %w", dir, oerr)
@@ -120,6 +120,12 @@ func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
 		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
 	return db, fc, nil
+}
+
+// isComparerMismatch reports whether Pebble refused to open a store
+// written with another comparer.
+func isComparerMismatch(err error) bool {
+	return strings.Contains(err.Error(), "comparer name from file")
 }
 
 // dbOptions are the Pebble options of the view store.

@@ -256,11 +256,23 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	var store *projector.Store
 	var viewsApplied uint64
 	if s.has("projector") {
-		if store, err = projector.OpenStore(filepath.Join(s.Data, "views"), projector.StoreOptions{}); err != nil {
+		views := filepath.Join(s.Data, "views")
+		// Views of another format are emptied and rebuilt from the ledger:
+		// first make sure that the ledger still has every entry they hold.
+		fc, err := projector.InspectStore(views, projector.StoreOptions{})
+		if err != nil {
+			return err
+		}
+		if fc != nil {
+			if err := checkRebuild(ctx, js, s.Data, views, fc); err != nil {
+				return err
+			}
+		}
+		if store, err = projector.OpenStore(views, projector.StoreOptions{}); err != nil {
 			return err
 		}
 		if fc := store.FormatChange(); fc != nil {
-			log.Warn("views format changed: rebuilding the views from the ledger", "from_format", fc.From, "format", projector.ViewsFormat)
+			log.Warn("views format changed: rebuilding the views from the ledger", "reason", fc.Reason, "from_format", fc.From, "format", projector.ViewsFormat)
 		}
 		defer func() {
 			if err := store.Close(); err != nil {
@@ -721,6 +733,41 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	}()
 	log.Warn("pprof serving (no authentication)", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { _ = hs.Close() }, nil
+}
+
+// checkRebuild refuses to empty views of another format (fc) for a rebuild
+// when the ledger cannot give back every entry they hold: the stream is
+// missing, re-created or shorter than the views, or entries they applied
+// were lost before they were archived. Nothing is changed then, and the
+// error says what to do.
+func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views string, fc *projector.FormatChange) error {
+	if _, err := checkLedgerStream(ctx, js, ledger.DefaultStream, data, fc.Applied); err != nil {
+		return fmt.Errorf("views in %s must be rebuilt (%s), and this ledger cannot give them back: %w; they are left as they are", views, fc.Reason, err)
+	}
+	dir := filepath.Join(data, "archive")
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	arch, err := archive.Open(dir)
+	if err != nil {
+		return err
+	}
+	lost, err := arch.Lost()
+	if err != nil {
+		return err
+	}
+	var held []string
+	for _, r := range lost {
+		if r[0] <= fc.Applied {
+			held = append(held, fmt.Sprintf("%d-%d", r[0], min(r[1], fc.Applied)))
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("views in %s must be rebuilt (%s), but they hold entries %s, which expired before they were archived (%s) and would be gone from the rebuilt views; "+
+			"keep running the previous release to keep them, or remove %s to rebuild without them",
+			views, fc.Reason, strings.Join(held, ", "), dir, views)
+	}
+	return nil
 }
 
 // openHistory returns where the ledger's history is read from: the stream
