@@ -2,11 +2,13 @@ package projector
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -252,6 +254,9 @@ func (a *applier) apply(e ledger.Entry) error {
 	case ledger.KindSkip:
 		err = a.skip(ev)
 	case ledger.ViewKindExternalWakeup:
+		// Not the ledger's own: only placed in the timeline of the turn
+		// its headers name (docs/views.md).
+		a.place(ev, e.Subject, e.Headers)
 	default:
 		// RecognizeEntry only answers kinds handled above; reaching here
 		// means the two disagree, which must not pass silently.
@@ -721,7 +726,9 @@ func (a *applier) rejection(ev event) error {
 			ToolCallID  string `json:"tool_call_id"`
 		}
 		if len(r.Request.Data) > 0 && json.Unmarshal(r.Request.Data, &body) == nil {
-			turn, call = body.AgentTurnID, body.ToolCallID
+			// The body fills what the headers left out, never the reverse:
+			// a dispatch naming its turn in headers has a body without one.
+			turn, call = cmp.Or(turn, body.AgentTurnID), cmp.Or(call, body.ToolCallID)
 			if project == "" {
 				project = body.ProjectID
 			}
@@ -746,6 +753,10 @@ func (a *applier) rejection(ev event) error {
 		}
 		st = &CallState{ProjectID: project, AgentTurnID: turn, ToolCallID: call, State: StateRejected,
 			ChannelID: ev.h.Get(ledger.HeaderChannelID), AgentID: ledger.HeaderGet(rh, ledger.HeaderAgentID)}
+		// The refused dispatch's epoch, when it sent a valid one.
+		if epoch, err := strconv.ParseUint(ledger.HeaderGet(rh, ledger.HeaderTurnEpoch), 10, 64); err == nil {
+			st.TurnEpoch = epoch
+		}
 		a.index(st, dimState, StateRejected)
 	}
 	st.Rejections++

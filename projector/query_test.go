@@ -262,3 +262,38 @@ func TestVerifyExportCatchesARewrittenChain(t *testing.T) {
 	require.False(t, rep.OK)
 	require.Equal(t, edited, rep.FirstBadSeq)
 }
+
+// TestTurnsHoldEveryEntryThatNamesThem checks placements the audit found
+// missing: a refused dispatch that names its turn but no call (in headers,
+// with a body that names neither), and a wakeup published by others whose
+// headers name a turn and a call. A refused dispatch's call keeps the
+// epoch it sent.
+func TestTurnsHoldEveryEntryThatNamesThem(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	c := ledgertest.Call{Project: "proj", Channel: "main", Agent: "ann", Turn: "t9", ID: "c1", Epoch: 3, Tool: "echo"}
+	noCall := c.Dispatch()
+	noCall.Identity.ToolCallID = ""
+	_, err := e.L.Dispatch(ctx, noCall)
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	bad := c.Dispatch()
+	bad.Payload.AfterExecution = "later"
+	_, err = e.L.Dispatch(ctx, bad)
+	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: ledger.WakeupSubject("v1", "proj", "main", "w1"), Data: []byte(`{"hello":1}`),
+		Header: nats.Header{ledger.HeaderAgentTurnID: {"t9"}, ledger.HeaderToolCallID: {"c1"}}})
+	require.NoError(t, err)
+
+	s := openStore(t, filepath.Join(t.TempDir(), "views"))
+	t.Cleanup(func() { _ = s.Close() })
+	require.NoError(t, newProjector(t, e, s, 16).CatchUp(ctx))
+	q := projector.NewQueries(s)
+	tl, err := q.Timeline("proj", "t9", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"rejection", "rejection", ledger.ViewKindExternalWakeup}, kinds(tl.Items))
+	story, err := q.CallStory("proj", "c1", "", projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"rejection", ledger.ViewKindExternalWakeup}, kinds(story.Items))
+	require.Len(t, story.Calls, 1)
+	require.Equal(t, uint64(3), story.Calls[0].TurnEpoch)
+}
