@@ -301,7 +301,7 @@ func buildDocument() obj {
 			summary: "Verify the live stream's chain", desc: "Recomputes the hash chain of the live stream and compares it with the views' (docs/tamper-evidence.md#verifying).",
 			ok: ok("The verification report (ok false names the first bad sequence).", ledger.VerifyReport{}), errs: []string{"401", "403", "404", "500"}},
 		{method: "get", path: "/v1/chain/{seq}", id: "getChainLink", tag: "audit",
-			summary: "The chain link after a sequence", desc: "The link the views recorded after applying seq; 404 when they have not applied it yet.",
+			summary: "The chain link after a sequence", desc: "The link the views recorded after applying seq; 404 when they have not applied it yet, or when it is in a range of entries that expired before they were archived (the message names the range).",
 			params: path("seq"), ok: ok("The link.", projector.ChainLink{}), errs: findErrs},
 		{method: "get", path: "/v1/export", id: "exportLedger", tag: "audit",
 			summary: "Export the ledger", desc: "The ledger from from_seq on as an export file (docs/tamper-evidence.md), one JSON entry per line; a failure mid-stream aborts the connection. " +
