@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -301,17 +302,29 @@ func printJSON(v any) {
 
 // asOf adds the as-of flags to a verb.
 type asOfFlags struct {
-	seq uint64
-	at  string
+	seq    uint64
+	seqSet bool
+	at     string
 }
 
 func (a *asOfFlags) register(fs *flag.FlagSet) {
-	fs.Uint64Var(&a.seq, "as-of-seq", 0, "answer as the views stood right after this ledger sequence")
+	fs.Func("as-of-seq", "answer as the views stood right after this ledger sequence (1 or more)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a ledger sequence (1 or more)")
+		}
+		a.seq, a.seqSet = n, true
+		return nil
+	})
 	fs.StringVar(&a.at, "as-of", "", "answer as of this time (RFC 3339, e.g. 2026-11-22T10:00:00Z)")
 }
 
 func (a *asOfFlags) values() (url.Values, error) {
 	q := url.Values{}
+	if a.seqSet && a.seq == 0 {
+		// Sequences start at 1: "as of 0" is not "now".
+		return nil, fmt.Errorf("--as-of-seq must be a ledger sequence (1 or more), got 0")
+	}
 	if a.seq > 0 {
 		q.Set("as_of_seq", fmt.Sprint(a.seq))
 	}

@@ -81,8 +81,12 @@ project ("*"), such as the embedded admin credential.`)
 		total = last - *from + 1
 	}
 	_, err = io.Copy(bw, &lineCounter{r: resp.Body, each: func(lines uint64) {
-		if lines > 1 { // the header line is not an entry
-			pr.update(lines-1, total, "entries", 0)
+		if lines > 1 { // the header line is not an entry, nor is the trailer
+			done := lines - 1
+			if total > 0 {
+				done = min(done, total)
+			}
+			pr.update(done, total, "entries", 0)
 		}
 	}})
 	pr.done()

@@ -43,6 +43,10 @@ func TestCLIOneGrammar(t *testing.T) {
 	_, errOut, code := s.runAll(t, "audit", "turn", "t1", "--project", "p", "--state", "pending")
 	require.Equal(t, 2, code, "audit turn takes no --state")
 	require.Contains(t, errOut, "flag provided but not defined: --state", "the docs' spelling")
+	// "As of 0" is not "now": sequences start at 1.
+	_, errOut, code = s.runAll(t, "audit", "turn", "t1", "--project", "p", "--as-of-seq", "0")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "--as-of-seq must be a ledger sequence (1 or more), got 0")
 	help, _, _ := s.runAll(t, "audit", "call", "--help")
 	require.Contains(t, help, "--turn")
 	help, _, _ = s.runAll(t, "audit", "calls", "--help")
