@@ -266,6 +266,16 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	// the link the views recorded, so it verifies past the loss.
 	moreCalls(t, e, "after", 3)
 	last := lastSeq(t, e)
+	// Sealed or not yet, what follows the loss exports, chained from the
+	// link the marker carries.
+	hist0 := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	var early bytes.Buffer
+	tr0, err := ledger.ExportHistory(ctx, hist0, ledger.DefaultStream, &early, lostTo+2)
+	require.NoError(t, err, "an export past a loss does not wait for the next segment")
+	require.Equal(t, last-lostTo-1, tr0.Count)
+	rep0, err := ledger.VerifyExport(bytes.NewReader(early.Bytes()))
+	require.NoError(t, err)
+	require.True(t, rep0.OK, "%+v", rep0)
 	waitFor(t, "the archive to seal the new entries", func() bool { return a.Sealed() == last })
 	var n uint64
 	require.NoError(t, arch.ReadRange(ctx, lostTo+1, last, func(ledger.Entry) error { n++; return nil }))

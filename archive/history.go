@@ -48,7 +48,23 @@ func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
 		return 0, ledger.Link{}, false, err
 	}
 	if seq > archived {
-		return archived + 1, head, true, nil
+		// The stream holds what follows the archive, unless a recorded
+		// loss comes first: the read starts after it, chained from the
+		// link its marker carries, when seq is past it.
+		start, prev := archived+1, head
+		for {
+			r, lost, err := h.Archive.LostAt(start)
+			if err != nil {
+				return 0, ledger.Link{}, false, err
+			}
+			if !lost {
+				return start, prev, true, nil
+			}
+			if !r.NextKnown || r.Last >= seq {
+				return 0, ledger.Link{}, false, nil
+			}
+			start, prev = r.Last+1, r.Next
+		}
 	}
 	segs, err := h.Archive.Segments()
 	if err != nil {
