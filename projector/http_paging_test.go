@@ -149,6 +149,10 @@ func TestHTTPErrorsAreProblems(t *testing.T) {
 	require.Equal(t, "bad_request", p.Code)
 	require.Equal(t, "Bad request", p.Title)
 	require.Len(t, p.Violations, 2)
+	// A repeated parameter is refused, each named, not resolved by a guess.
+	_, p = problemOf(t, "GET", srv.URL+"/v1/projects/proj/calls?as_of_seq=4&as_of_seq=9&tool=a&tool=b&limit=2", http.StatusBadRequest)
+	require.Equal(t, []string{"as_of_seq", "tool"}, []string{p.Violations[0].Field, p.Violations[1].Field})
+	require.Len(t, p.Violations, 2)
 	_, p = problemOf(t, "GET", srv.URL+"/v1/projects/proj/turns/nope/timeline", http.StatusNotFound)
 	require.Equal(t, "not_found", p.Code)
 	require.Contains(t, p.Detail, "turn nope has no entries")
