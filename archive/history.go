@@ -44,7 +44,7 @@ func (h History) ReadFrom(ctx context.Context, from uint64, fn func(ledger.Entry
 // after the archive's last entry and the archive's head.
 func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
 	archived, head, err := h.Archive.Last()
-	if err != nil || archived == 0 {
+	if err != nil {
 		return 0, ledger.Link{}, false, err
 	}
 	if seq > archived {
@@ -60,10 +60,15 @@ func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
 			if !lost {
 				return start, prev, true, nil
 			}
-			if !r.NextKnown || r.Last >= seq {
+			if r.Last >= seq {
 				return 0, ledger.Link{}, false, nil
 			}
-			start, prev = r.Last+1, r.Next
+			// Past a loss whose next link nobody knew, the chain starts
+			// again from the zero link, as the views' does.
+			start, prev = r.Last+1, ledger.Link{}
+			if r.NextKnown {
+				prev = r.Next
+			}
 		}
 	}
 	segs, err := h.Archive.Segments()

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,21 @@ type FormatChange struct {
 	Applied uint64
 	// Reason says why the views are rebuilt, for people.
 	Reason string
+	// Lost are the ranges the views recorded as lost and stepped over
+	// (InspectStore only): a rebuild loses nothing there.
+	Lost [][2]uint64
+}
+
+// lostRanges reads the views' lost rows.
+func lostRanges(r reader) ([][2]uint64, error) {
+	var out [][2]uint64
+	err := scan(r, key(tagLost).prefix(), nil, func(k, v []byte) (bool, error) {
+		if len(v) == 8 {
+			out = append(out, [2]uint64{trailingU64(k), binary.BigEndian.Uint64(v)})
+		}
+		return true, nil
+	})
+	return out, err
 }
 
 // InspectStore reports what OpenStore would do about the views format of
@@ -73,7 +89,11 @@ func InspectStore(dir string, o StoreOptions) (*FormatChange, error) {
 		}
 		defer old.Close()
 		cp, _ := (&Store{db: old}).checkpoint()
-		return &FormatChange{From: 1, Applied: cp.Applied, Reason: reasonFormat(1)}, nil
+		lost, err := lostRanges(old)
+		if err != nil {
+			return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
+		}
+		return &FormatChange{From: 1, Applied: cp.Applied, Reason: reasonFormat(1), Lost: lost}, nil
 	}
 	defer db.Close()
 	s := &Store{db: db}
@@ -85,7 +105,11 @@ func InspectStore(dir string, o StoreOptions) (*FormatChange, error) {
 		return nil, err
 	}
 	cp, _ := s.checkpoint()
-	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale)}, nil
+	lost, err := lostRanges(db)
+	if err != nil {
+		return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
+	}
+	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale), Lost: lost}, nil
 }
 
 func reasonFormat(from int) string {

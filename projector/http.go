@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -32,7 +31,7 @@ func Handler(q *Queries, cfg HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	h := &handler{q: q, cfg: cfg}
 	for _, rt := range h.routes() {
-		mux.HandleFunc(rt.pattern, singleValued(rt.serve))
+		mux.HandleFunc(rt.pattern, httpjson.SingleValued(rt.serve))
 	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		docs.NoRoute(w, r, append(httpjson.AllowedMethods(mux, r, "/v1/"), docs.Methods(r.URL.EscapedPath())...))
@@ -48,31 +47,6 @@ func Routes() []string {
 		out = append(out, rt.pattern)
 	}
 	return out
-}
-
-// singleValued refuses a query that repeats a parameter: which of the
-// values would count is a guess, and a client that sent two meant
-// something the API does not do.
-func singleValued(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		var vs ledger.Violations
-		q := r.URL.Query()
-		names := make([]string, 0, len(q))
-		for name := range q {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			if n := len(q[name]); n > 1 {
-				vs.Add(name, ledger.VInvalidValue, "given %d times: give it once", n)
-			}
-		}
-		if len(vs) > 0 {
-			httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs})
-			return
-		}
-		next(w, r)
-	}
 }
 
 type route struct {

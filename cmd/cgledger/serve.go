@@ -467,7 +467,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		defer drainExecutor()
 	}
 
-	mux.HandleFunc("GET /v1/export", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
 		from := uint64(1)
 		if v := r.URL.Query().Get("from_seq"); v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
@@ -495,7 +495,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			log.Error("export aborted", "err", err)
 			panic(http.ErrAbortHandler)
 		}
-	})
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if !nc.IsConnected() {
@@ -742,32 +742,84 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 // error says what to do.
 func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views string, fc *projector.FormatChange) error {
 	if _, err := checkLedgerStream(ctx, js, ledger.DefaultStream, data, fc.Applied); err != nil {
-		return fmt.Errorf("views in %s must be rebuilt (%s), and this ledger cannot give them back: %w; they are left as they are", views, fc.Reason, err)
+		return fmt.Errorf("views in %s must be rebuilt (%s), and this ledger cannot give them back: %w; they are left as they are: restore the stream from backup or replay an export (docs/security.md, \"Recovery\"), or remove %s to rebuild from the stream as it is", views, fc.Reason, err, views)
 	}
 	dir := filepath.Join(data, "archive")
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil
+	var gone [][2]uint64 // what the ledger cannot give back, in [1, applied]
+	archived := uint64(0)
+	if _, err := os.Stat(dir); err == nil {
+		arch, err := archive.Open(dir)
+		if err != nil {
+			return err
+		}
+		lost, err := arch.Lost()
+		if err != nil {
+			return err
+		}
+		gone = append(gone, lost...)
+		if archived, err = arch.LastSeq(); err != nil {
+			return err
+		}
 	}
-	arch, err := archive.Open(dir)
+	// Entries past the archive that the stream no longer has expired
+	// unarchived, recorded yet or not.
+	st, err := js.Stream(ctx, ledger.DefaultStream)
 	if err != nil {
-		return err
+		return fmt.Errorf("read stream %s: %w", ledger.DefaultStream, err)
 	}
-	lost, err := arch.Lost()
+	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
 	if err != nil {
-		return err
+		return fmt.Errorf("read stream %s: %w", ledger.DefaultStream, err)
+	}
+	if first := info.State.FirstSeq; first > archived+1 {
+		gone = append(gone, [2]uint64{archived + 1, first - 1})
+	}
+	for _, seq := range info.State.Deleted {
+		if seq > archived {
+			gone = append(gone, [2]uint64{seq, seq})
+		}
 	}
 	var held []string
-	for _, r := range lost {
-		if r[0] <= fc.Applied {
-			held = append(held, fmt.Sprintf("%d-%d", r[0], min(r[1], fc.Applied)))
+	for _, r := range gone {
+		for _, part := range subtractRanges([2]uint64{r[0], min(r[1], fc.Applied)}, fc.Lost) {
+			held = append(held, fmt.Sprintf("%d-%d", part[0], part[1]))
 		}
 	}
 	if len(held) > 0 {
-		return fmt.Errorf("views in %s must be rebuilt (%s), but they hold entries %s, which expired before they were archived (%s) and would be gone from the rebuilt views; "+
+		if len(held) > 10 {
+			held = append(held[:10], fmt.Sprintf("and %d more", len(held)-10))
+		}
+		return fmt.Errorf("views in %s must be rebuilt (%s), but they hold entries %s, which expired before they were archived and would be gone from the rebuilt views; "+
 			"keep running the previous release to keep them, or remove %s to rebuild without them",
-			views, fc.Reason, strings.Join(held, ", "), dir, views)
+			views, fc.Reason, strings.Join(held, ", "), views)
 	}
 	return nil
+}
+
+// subtractRanges returns the parts of r (first, last; empty when first >
+// last) outside every range of cut.
+func subtractRanges(r [2]uint64, cut [][2]uint64) [][2]uint64 {
+	if r[0] > r[1] {
+		return nil
+	}
+	parts := [][2]uint64{r}
+	for _, c := range cut {
+		var next [][2]uint64
+		for _, p := range parts {
+			if c[1] < p[0] || c[0] > p[1] {
+				next = append(next, p)
+				continue
+			}
+			if c[0] > p[0] {
+				next = append(next, [2]uint64{p[0], c[0] - 1})
+			}
+			if c[1] < p[1] {
+				next = append(next, [2]uint64{c[1] + 1, p[1]})
+			}
+		}
+		parts = next
+	}
+	return parts
 }
 
 // openHistory returns where the ledger's history is read from: the stream

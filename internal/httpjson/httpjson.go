@@ -155,3 +155,28 @@ func normalizeMethods(ms []string) []string {
 }
 
 func joinMethods(ms []string) string { return strings.Join(ms, ", ") }
+
+// SingleValued refuses a query that repeats a parameter: which of the
+// values would count is a guess, and a client that sent two meant
+// something the API does not do.
+func SingleValued(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var vs ledger.Violations
+		q := r.URL.Query()
+		names := make([]string, 0, len(q))
+		for name := range q {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if n := len(q[name]); n > 1 {
+				vs.Add(name, ledger.VInvalidValue, "given %d times: give it once", n)
+			}
+		}
+		if len(vs) > 0 {
+			Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs})
+			return
+		}
+		next(w, r)
+	}
+}
