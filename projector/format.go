@@ -2,13 +2,10 @@ package projector
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ViewsFormat is the version of the views' row layout (docs/views.md#format).
@@ -40,8 +37,8 @@ type FormatChange struct {
 	Applied uint64
 	// Reason says why the views are rebuilt, for people.
 	Reason string
-	// Lost are the ranges the views recorded as lost and stepped over
-	// (InspectStore only): a rebuild loses nothing there.
+	// Lost are the ranges the views recorded as lost and stepped over: a
+	// rebuild loses nothing there.
 	Lost [][2]uint64
 }
 
@@ -57,59 +54,25 @@ func lostRanges(r reader) ([][2]uint64, error) {
 	return out, err
 }
 
-// InspectStore reports what OpenStore would do about the views format of
-// the store in dir, changing nothing: nil when the store is of ViewsFormat,
-// empty or absent. A caller checks that the ledger can give back every
-// entry the views hold (FormatChange.Applied) before OpenStore empties them.
-func InspectStore(dir string, o StoreOptions) (*FormatChange, error) {
-	fs := o.FS
-	if fs == nil {
-		fs = vfs.Default
-	}
-	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
-	}
-	cache := pebble.NewCache(1 << 20)
-	defer cache.Unref()
-	open := func(cmp *pebble.Comparer) (*pebble.DB, error) {
-		opts := dbOptions(o, cache, cmp)
-		opts.ReadOnly = true
-		return pebble.Open(dir, opts)
-	}
-	db, err := open(viewsComparer)
-	if err != nil {
-		if !isComparerMismatch(err) {
-			return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
-		}
-		old, oerr := open(pebble.DefaultComparer)
-		if oerr != nil {
-			return nil, fmt.Errorf("projector: inspect view store %s of views format 1: %w", dir, oerr)
-		}
-		defer old.Close()
-		cp, _ := (&Store{db: old}).checkpoint()
-		lost, err := lostRanges(old)
-		if err != nil {
-			return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
-		}
-		return &FormatChange{From: 1, Applied: cp.Applied, Reason: reasonFormat(1), Lost: lost}, nil
-	}
-	defer db.Close()
-	s := &Store{db: db}
+// pending says what the store needs to become of ViewsFormat, changing
+// nothing: a FormatChange when it holds views of another format; stamp
+// when it only lacks the format row (it is empty).
+func (s *Store) pending() (fc *FormatChange, stamp bool, err error) {
 	from, stale, err := s.readFormat()
 	if err != nil || (from == ViewsFormat && !stale) {
-		return nil, err
+		return nil, false, err
 	}
 	if empty, err := s.empty(); err != nil || empty {
-		return nil, err
+		return nil, empty, err
 	}
+	// A checkpoint in a format this release does not know may not decode;
+	// it is only a hint.
 	cp, _ := s.checkpoint()
-	lost, err := lostRanges(db)
+	lost, err := lostRanges(s.db)
 	if err != nil {
-		return nil, fmt.Errorf("projector: inspect view store %s: %w", dir, err)
+		return nil, false, fmt.Errorf("projector: views format: %w", err)
 	}
-	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale), Lost: lost}, nil
+	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale), Lost: lost}, false, nil
 }
 
 func reasonFormat(from int) string {
@@ -146,29 +109,19 @@ func (s *Store) readFormat() (from int, stale bool, err error) {
 
 // checkFormat makes the store's rows of ViewsFormat: a fresh store is
 // stamped, a store of another format is emptied and stamped (the caller's
-// catch-up rebuilds it). It returns the change made, if any.
-func (s *Store) checkFormat() (*FormatChange, error) {
-	from, stale, err := s.readFormat()
-	if err != nil {
+// catch-up rebuilds it) once before, if set, agrees. It returns the change
+// made, if any.
+func (s *Store) checkFormat(before func(FormatChange) error) (*FormatChange, error) {
+	fc, stamp, err := s.pending()
+	if err != nil || (fc == nil && !stamp) {
 		return nil, err
 	}
-	if from == ViewsFormat && !stale {
-		return nil, nil
+	if fc != nil && before != nil {
+		if err := before(*fc); err != nil {
+			return nil, err
+		}
 	}
-	empty, err := s.empty()
-	if err != nil {
-		return nil, err
-	}
-	// A checkpoint in a format this release does not know may not decode;
-	// it is only a hint.
-	cp, _ := s.checkpoint()
-	if err := s.resetTo(); err != nil {
-		return nil, err
-	}
-	if empty {
-		return nil, nil
-	}
-	return &FormatChange{From: from, Applied: cp.Applied, Reason: reason(from, stale)}, nil
+	return fc, s.resetTo()
 }
 
 // empty reports whether the store holds no row at all.

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"encoding/binary"
+	"errors"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -57,6 +58,24 @@ func storeDigest(t *testing.T, s *Store) string {
 	return d
 }
 
+// errNotNow is what a test's BeforeRebuild answers to keep a store as it is.
+var errNotNow = errors.New("not now")
+
+// refusedRebuild opens dir with a BeforeRebuild that refuses, and returns
+// what it was told (nil when it was not called).
+func refusedRebuild(t *testing.T, dir string) *FormatChange {
+	t.Helper()
+	var told *FormatChange
+	s, err := OpenStore(dir, StoreOptions{BeforeRebuild: func(fc FormatChange) error { told = &fc; return errNotNow }})
+	if told == nil {
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		return nil
+	}
+	require.ErrorIs(t, err, errNotNow)
+	return told
+}
+
 // rebuiltApplied is the ledger stream's last sequence.
 func rebuiltApplied(t *testing.T, e *ledgertest.Env) uint64 {
 	t.Helper()
@@ -86,9 +105,7 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	projectsLedger(t, e)
 
 	dir := filepath.Join(t.TempDir(), "views")
-	fc, err := InspectStore(dir, StoreOptions{})
-	require.NoError(t, err)
-	require.Nil(t, fc, "no store yet")
+	require.Nil(t, refusedRebuild(t, dir), "no store yet: nothing to rebuild")
 	s := openTestStore(t, dir)
 	require.Nil(t, s.FormatChange(), "a fresh store is stamped, not rebuilt")
 	catchUp(t, e, s, 3)
@@ -125,10 +142,9 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 		require.NoError(t, c.mangle(s.db), c.name)
 		require.NoError(t, s.Close())
 		for range 2 {
-			fc, err := InspectStore(dir, StoreOptions{})
-			require.NoError(t, err)
+			fc := refusedRebuild(t, dir)
 			require.NotNil(t, fc, c.name)
-			require.Equal(t, [2]uint64{uint64(c.from), rebuiltApplied(t, e)}, [2]uint64{uint64(fc.From), fc.Applied}, "%s: inspected, and left as it was", c.name)
+			require.Equal(t, [2]uint64{uint64(c.from), rebuiltApplied(t, e)}, [2]uint64{uint64(fc.From), fc.Applied}, "%s: refused, and left as it was", c.name)
 			require.NotEmpty(t, fc.Reason)
 		}
 		s = openTestStore(t, dir)
@@ -149,9 +165,11 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	require.NoError(t, db.Set(metaApplied, checkpoint{Applied: 5}.encode(), pebble.Sync))
 	require.NoError(t, db.Set(key(tagEntry).u64(1), []byte("a format 1 row"), pebble.Sync))
 	require.NoError(t, db.Close())
-	fc, err = InspectStore(old, StoreOptions{})
-	require.NoError(t, err)
-	require.Equal(t, [2]uint64{1, 5}, [2]uint64{uint64(fc.From), fc.Applied}, "format 1 inspected")
+	for range 2 {
+		fc := refusedRebuild(t, old)
+		require.NotNil(t, fc)
+		require.Equal(t, [2]uint64{1, 5}, [2]uint64{uint64(fc.From), fc.Applied}, "format 1 refused, and left as it was")
+	}
 	s = openTestStore(t, old)
 	require.Equal(t, [2]uint64{1, 5}, [2]uint64{uint64(s.FormatChange().From), s.FormatChange().Applied})
 	applied, err := s.Applied()
@@ -160,9 +178,7 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	catchUp(t, e, s, 1000)
 	require.Equal(t, want, storeDigest(t, s), "format 1: rebuilt")
 	require.NoError(t, s.Close())
-	fc, err = InspectStore(old, StoreOptions{})
-	require.NoError(t, err)
-	require.Nil(t, fc, "nothing to do for a store of this format")
+	require.Nil(t, refusedRebuild(t, old), "nothing to do for a store of this format")
 	s = openTestStore(t, old)
 	require.Nil(t, s.FormatChange(), "rebuilt once")
 

@@ -51,6 +51,11 @@ type StoreOptions struct {
 	FS vfs.FS
 	// CacheBytes sizes Pebble's block cache. Zero means 64 MiB.
 	CacheBytes int64
+	// BeforeRebuild, when set, is called with what views of another format
+	// hold before OpenStore empties them: an error leaves them as they are,
+	// and OpenStore returns it. serve checks there that the ledger can give
+	// back every entry they hold.
+	BeforeRebuild func(FormatChange) error
 }
 
 // OpenStore opens (creating if needed) the view database in dir. Views of
@@ -69,7 +74,7 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 			return nil, err
 		}
 		s.format = from
-	} else if s.format, err = s.checkFormat(); err != nil {
+	} else if s.format, err = s.checkFormat(o.BeforeRebuild); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -99,13 +104,22 @@ func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
 	if !isComparerMismatch(err) {
 		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	fc := &FormatChange{From: 1, Reason: reasonFormat(1)}
 	old, oerr := pebble.Open(dir, dbOptions(o, cache, pebble.DefaultComparer))
 	if oerr != nil {
 		return nil, nil, fmt.Errorf("projector: open view store %s of views format 1 (to rebuild it): %w", dir, oerr)
 	}
-	cp, _ := (&Store{db: old}).checkpoint()
-	fc.Applied = cp.Applied
+	fc, _, err := (&Store{db: old}).pending()
+	if fc == nil {
+		fc = &FormatChange{} // an empty store of format 1
+	}
+	fc.From, fc.Reason = 1, reasonFormat(1)
+	if err == nil && o.BeforeRebuild != nil {
+		err = o.BeforeRebuild(*fc)
+	}
+	if err != nil {
+		_ = old.Close()
+		return nil, nil, err
+	}
 	if err := old.Close(); err != nil {
 		return nil, nil, fmt.Errorf("projector: close view store %s of views format 1: %w", dir, err)
 	}

@@ -259,16 +259,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		views := filepath.Join(s.Data, "views")
 		// Views of another format are emptied and rebuilt from the ledger:
 		// first make sure that the ledger still has every entry they hold.
-		fc, err := projector.InspectStore(views, projector.StoreOptions{})
-		if err != nil {
-			return err
-		}
-		if fc != nil {
-			if err := checkRebuild(ctx, js, s.Data, views, fc); err != nil {
-				return err
-			}
-		}
-		if store, err = projector.OpenStore(views, projector.StoreOptions{}); err != nil {
+		opts := projector.StoreOptions{BeforeRebuild: func(fc projector.FormatChange) error {
+			return checkRebuild(ctx, js, s.Data, views, fc)
+		}}
+		if store, err = projector.OpenStore(views, opts); err != nil {
 			return err
 		}
 		if fc := store.FormatChange(); fc != nil {
@@ -740,7 +734,7 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 // missing, re-created or shorter than the views, or entries they applied
 // were lost before they were archived. Nothing is changed then, and the
 // error says what to do.
-func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views string, fc *projector.FormatChange) error {
+func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views string, fc projector.FormatChange) error {
 	if _, err := checkLedgerStream(ctx, js, ledger.DefaultStream, data, fc.Applied); err != nil {
 		return fmt.Errorf("views in %s must be rebuilt (%s), and this ledger cannot give them back: %w; they are left as they are: restore the stream from backup or replay an export (docs/security.md, \"Recovery\"), or remove %s to rebuild from the stream as it is", views, fc.Reason, err, views)
 	}
