@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Archive is a directory of sealed segments. Each segment is a complete
@@ -134,22 +135,22 @@ func (a *Archive) Lost() ([][2]uint64, error) {
 // Last returns the last archived sequence and the chain link after it
 // (0 and the genesis link for an empty archive), read from the last
 // segment's trailer.
-func (a *Archive) Last() (uint64, ledger.Link, error) {
+func (a *Archive) Last() (uint64, protocol.Link, error) {
 	segs, err := a.Segments()
 	if err != nil || len(segs) == 0 {
-		return 0, ledger.Genesis, err
+		return 0, protocol.Genesis, err
 	}
 	s := segs[len(segs)-1]
 	tr, err := readTrailer(s.Path)
 	if err != nil {
-		return 0, ledger.Genesis, err
+		return 0, protocol.Genesis, err
 	}
 	if tr.LastSeq != s.Last {
-		return 0, ledger.Genesis, fmt.Errorf("archive: segment %s: trailer ends at seq %d, not %d", s.Path, tr.LastSeq, s.Last)
+		return 0, protocol.Genesis, fmt.Errorf("archive: segment %s: trailer ends at seq %d, not %d", s.Path, tr.LastSeq, s.Last)
 	}
-	head, err := ledger.ParseLink(tr.Head)
+	head, err := protocol.ParseLink(tr.Head)
 	if err != nil {
-		return 0, ledger.Genesis, fmt.Errorf("archive: segment %s: trailer head: %w", s.Path, err)
+		return 0, protocol.Genesis, fmt.Errorf("archive: segment %s: trailer head: %w", s.Path, err)
 	}
 	return s.Last, head, nil
 }
@@ -190,7 +191,7 @@ var errStop = errors.New("stop")
 // link in its header, its trailer, and its header against the previous
 // segment's head, so an edited or truncated segment is an error naming it.
 // A sequence in the range that no segment holds wraps ledger.ErrHistoryLost.
-func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(ledger.Entry) error) error {
+func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protocol.Entry) error) error {
 	if from == 0 {
 		from = 1
 	}
@@ -202,7 +203,7 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(ledger
 		return err
 	}
 	next := from
-	var prevHead *ledger.Link
+	var prevHead *protocol.Link
 	for _, s := range segs {
 		if s.Last < next {
 			continue
@@ -228,32 +229,32 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(ledger
 // ledger (verification) can tell it from a failure to read.
 var ErrBadSegment = fmt.Errorf("archive segment does not verify (%w)", ledger.ErrHistoryCorrupt)
 
-func readSegment(ctx context.Context, s Segment, prevHead *ledger.Link, from, to uint64, fn func(ledger.Entry) error) (ledger.Link, error) {
+func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, to uint64, fn func(protocol.Entry) error) (protocol.Link, error) {
 	f, err := os.Open(s.Path)
 	if err != nil {
-		return ledger.Link{}, fmt.Errorf("archive: %w", err)
+		return protocol.Link{}, fmt.Errorf("archive: %w", err)
 	}
 	defer f.Close()
-	var v *ledger.ChainVerifier
+	var v *protocol.ChainVerifier
 	onHeader := func(h ledger.ExportHeader) error {
 		if h.FromSeq != s.First {
 			return fmt.Errorf("%w: %s: header from_seq %d, name says %d", ErrBadSegment, s.Path, h.FromSeq, s.First)
 		}
-		prev, err := ledger.ParseLink(h.PrevLink)
+		prev, err := protocol.ParseLink(h.PrevLink)
 		if err != nil {
 			return fmt.Errorf("%w: %s: header prev_link: %v", ErrBadSegment, s.Path, err)
 		}
 		if prevHead != nil && prev != *prevHead {
 			return fmt.Errorf("%w: %s: its prev_link %s is not the previous segment's head %s", ErrBadSegment, s.Path, prev, prevHead)
 		}
-		v = ledger.NewChainVerifier(h.FromSeq, prev)
+		v = protocol.NewChainVerifier(h.FromSeq, prev)
 		return nil
 	}
 	_, tr, err := ledger.ReadExport(f, onHeader, func(e ledger.ExportEntry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		want, err := ledger.ParseLink(e.Link)
+		want, err := protocol.ParseLink(e.Link)
 		if err != nil {
 			return fmt.Errorf("%w: %s: seq %d link: %v", ErrBadSegment, s.Path, e.Seq, err)
 		}
@@ -277,12 +278,12 @@ func readSegment(ctx context.Context, s Segment, prevHead *ledger.Link, from, to
 	}
 	if err != nil {
 		if errors.Is(err, ledger.ErrBadExport) {
-			return ledger.Link{}, fmt.Errorf("%w: %s: %v", ErrBadSegment, s.Path, err)
+			return protocol.Link{}, fmt.Errorf("%w: %s: %v", ErrBadSegment, s.Path, err)
 		}
-		return ledger.Link{}, err
+		return protocol.Link{}, err
 	}
 	if tr == nil || tr.Head != v.Head().String() || tr.LastSeq != s.Last || tr.Count != v.Count() {
-		return ledger.Link{}, fmt.Errorf("%w: %s: trailer missing or not matching its %d entries (ending at seq %d)", ErrBadSegment, s.Path, v.Count(), s.Last)
+		return protocol.Link{}, fmt.Errorf("%w: %s: trailer missing or not matching its %d entries (ending at seq %d)", ErrBadSegment, s.Path, v.Count(), s.Last)
 	}
 	return v.Head(), nil
 }
@@ -308,7 +309,7 @@ func (a *Archive) LostAt(seq uint64) (ledger.LostRange, bool, error) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			return lr, false, fmt.Errorf("archive: %s: %w", lostName(r[0], r[1]), err)
 		}
-		if l, err := ledger.ParseLink(m.NextLink); err == nil {
+		if l, err := protocol.ParseLink(m.NextLink); err == nil {
 			lr.Next, lr.NextKnown = l, true
 		}
 		return lr, true, nil

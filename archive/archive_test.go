@@ -18,6 +18,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // The window is small so that the stream really lets entries go during the
@@ -94,13 +95,13 @@ func moreCalls(t *testing.T, e *ledgertest.Env, turn string, n int) {
 	t.Helper()
 	for i := range n {
 		c := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: turn, ID: fmt.Sprintf("%s-%d", turn, i), Epoch: 1, Tool: "echo"}
-		e.Complete(t, c, ledger.StatusSuccess, `{"n":2}`)
+		e.Complete(t, c, protocol.StatusSuccess, `{"n":2}`)
 	}
 }
 
 // registerLookup registers the same tool definition every time (a second
 // registration finds it unchanged).
-func registerLookup(ctx context.Context, e *ledgertest.Env) (ledger.RegisterResult, error) {
+func registerLookup(ctx context.Context, e *ledgertest.Env) (protocol.RegisterResult, error) {
 	return e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: lookup\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.echo\nafter_execution: suspend\n"))
 }
 
@@ -229,7 +230,7 @@ func TestAnEditedSegmentIsRefusedNamingIt(t *testing.T) {
 	b[j] ^= 0x01
 	require.NoError(t, os.WriteFile(path, b, 0o640))
 
-	err = arch.ReadRange(ctx, 1, written, func(ledger.Entry) error { return nil })
+	err = arch.ReadRange(ctx, 1, written, func(protocol.Entry) error { return nil })
 	require.ErrorIs(t, err, archive.ErrBadSegment)
 	require.ErrorIs(t, err, ledger.ErrHistoryCorrupt)
 	require.Contains(t, err.Error(), filepath.Base(path))
@@ -278,11 +279,11 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	require.True(t, rep0.OK, "%+v", rep0)
 	waitFor(t, "the archive to seal the new entries", func() bool { return a.Sealed() == last })
 	var n uint64
-	require.NoError(t, arch.ReadRange(ctx, lostTo+1, last, func(ledger.Entry) error { n++; return nil }))
+	require.NoError(t, arch.ReadRange(ctx, lostTo+1, last, func(protocol.Entry) error { n++; return nil }))
 	require.Equal(t, last-lostTo, n)
 	require.NoError(t, proj.CatchUp(ctx))
 	hist := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
-	_, err = hist.ReadFrom(ctx, 1, func(ledger.Entry) error { return nil })
+	_, err = hist.ReadFrom(ctx, 1, func(protocol.Entry) error { return nil })
 	require.ErrorIs(t, err, ledger.ErrHistoryLost)
 	rep, err := views.VerifyHistory(ctx, hist)
 	require.NoError(t, err)
@@ -354,7 +355,7 @@ func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
 	last := lastSeq(t, e)
 	waitFor(t, "the archive to seal the rest", func() bool { return a.Sealed() == last })
 	var seqs []uint64
-	require.NoError(t, arch.ReadRange(ledgertest.Ctx(t), 1, last, func(en ledger.Entry) error { seqs = append(seqs, en.Seq); return nil }))
+	require.NoError(t, arch.ReadRange(ledgertest.Ctx(t), 1, last, func(en protocol.Entry) error { seqs = append(seqs, en.Seq); return nil }))
 	require.Len(t, seqs, int(last))
 	for i, s := range seqs {
 		require.Equal(t, uint64(i+1), s)
@@ -481,6 +482,6 @@ func TestEntriesWrittenWithAWindowAreArchivedByAnArchiverWithout(t *testing.T) {
 	waitFor(t, "the stream to let every call's entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 2 })
 	require.Zero(t, a.Lost())
 	var n uint64
-	require.NoError(t, arch.ReadRange(ctx, 1, last, func(ledger.Entry) error { n++; return nil }))
+	require.NoError(t, arch.ReadRange(ctx, 1, last, func(protocol.Entry) error { n++; return nil }))
 	require.Equal(t, last, n)
 }

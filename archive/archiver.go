@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Config configures an Archiver. Zero values mean the documented defaults.
@@ -42,7 +43,7 @@ type Config struct {
 	// LinkAt, when set, gives the chain link after a sequence as the views
 	// recorded it. After lost history it lets the next segment's header
 	// carry the true link, so the chain still verifies past the loss.
-	LinkAt func(seq uint64) (ledger.Link, bool, error)
+	LinkAt func(seq uint64) (protocol.Link, bool, error)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Registerer, if set, receives the archive's metrics.
@@ -313,7 +314,7 @@ func (a *Archiver) drain(ctx context.Context, s jetstream.Stream, w *segmentWrit
 		if err != nil {
 			return fmt.Errorf("archive: entry metadata: %w", err)
 		}
-		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		e := protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp.UTC()}
 		if e.Seq < w.next {
 			continue // redelivered after an ordered consumer reset
 		}
@@ -406,7 +407,7 @@ func (a *Archiver) recordLost(w *segmentWriter, from, last uint64) error {
 	if err := a.seal(w); err != nil {
 		return err
 	}
-	head, known, nextLink := ledger.Genesis, false, "unknown"
+	head, known, nextLink := protocol.Genesis, false, "unknown"
 	if a.cfg.LinkAt != nil {
 		l, ok, err := a.cfg.LinkAt(last)
 		if err != nil {
@@ -439,10 +440,10 @@ type segmentWriter struct {
 	arch      *Archive
 	stream    string
 	next      uint64
-	head      ledger.Link
+	head      protocol.Link
 	f         *os.File
 	bw        *bufio.Writer
-	v         *ledger.ChainVerifier
+	v         *protocol.ChainVerifier
 	first     uint64
 	firstTime time.Time
 	// minTTL is the shortest TTL of the open segment's entries (0: none).
@@ -455,14 +456,14 @@ func (w *segmentWriter) open() bool { return w.f != nil }
 
 func (w *segmentWriter) tmpPath() string { return filepath.Join(w.arch.dir, "open.jsonl"+tmpSuffix) }
 
-func (w *segmentWriter) add(e ledger.Entry) error {
+func (w *segmentWriter) add(e protocol.Entry) error {
 	if w.f == nil {
 		f, err := os.OpenFile(w.tmpPath(), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 		if err != nil {
 			return fmt.Errorf("archive: open segment: %w", err)
 		}
 		w.f, w.bw = f, bufio.NewWriterSize(f, 1<<16)
-		w.v = ledger.NewChainVerifier(e.Seq, w.head)
+		w.v = protocol.NewChainVerifier(e.Seq, w.head)
 		w.first, w.firstTime, w.size, w.minTTL = e.Seq, e.Time, 0, 0
 		hdr, _ := json.Marshal(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()})
 		if err := w.write(hdr); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // History is a ledger's history kept in an archive and a stream: the
@@ -18,7 +19,7 @@ type History struct {
 }
 
 // ReadFrom implements ledger.History.
-func (h History) ReadFrom(ctx context.Context, from uint64, fn func(ledger.Entry) error) (uint64, error) {
+func (h History) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error) {
 	if from == 0 {
 		from = 1
 	}
@@ -42,10 +43,10 @@ func (h History) ReadFrom(ctx context.Context, from uint64, fn func(ledger.Entry
 // ChainStart implements ledger.ChainStart: the archive segment holding
 // seq and the link in its header, or, past the archive, the stream from
 // after the archive's last entry and the archive's head.
-func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
+func (h History) ChainStart(seq uint64) (uint64, protocol.Link, bool, error) {
 	archived, head, err := h.Archive.Last()
 	if err != nil {
-		return 0, ledger.Link{}, false, err
+		return 0, protocol.Link{}, false, err
 	}
 	if seq > archived {
 		// The stream holds what follows the archive, unless a recorded
@@ -55,17 +56,17 @@ func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
 		for {
 			r, lost, err := h.Archive.LostAt(start)
 			if err != nil {
-				return 0, ledger.Link{}, false, err
+				return 0, protocol.Link{}, false, err
 			}
 			if !lost {
 				return start, prev, true, nil
 			}
 			if r.Last >= seq {
-				return 0, ledger.Link{}, false, nil
+				return 0, protocol.Link{}, false, nil
 			}
 			// Past a loss whose next link nobody knew, the chain starts
 			// again from the zero link, as the views' does.
-			start, prev = r.Last+1, ledger.Link{}
+			start, prev = r.Last+1, protocol.Link{}
 			if r.NextKnown {
 				prev = r.Next
 			}
@@ -73,20 +74,20 @@ func (h History) ChainStart(seq uint64) (uint64, ledger.Link, bool, error) {
 	}
 	segs, err := h.Archive.Segments()
 	if err != nil {
-		return 0, ledger.Link{}, false, err
+		return 0, protocol.Link{}, false, err
 	}
 	for _, s := range segs {
 		if s.First <= seq && seq <= s.Last {
 			hdr, err := readHeader(s.Path)
 			if err != nil {
-				return 0, ledger.Link{}, false, err
+				return 0, protocol.Link{}, false, err
 			}
-			prev, err := ledger.ParseLink(hdr.PrevLink)
+			prev, err := protocol.ParseLink(hdr.PrevLink)
 			if err != nil || hdr.FromSeq != s.First {
-				return 0, ledger.Link{}, false, fmt.Errorf("%w: %s: header", ErrBadSegment, s.Path)
+				return 0, protocol.Link{}, false, fmt.Errorf("%w: %s: header", ErrBadSegment, s.Path)
 			}
 			return s.First, prev, true, nil
 		}
 	}
-	return 0, ledger.Link{}, false, nil
+	return 0, protocol.Link{}, false, nil
 }

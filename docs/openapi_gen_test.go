@@ -21,6 +21,7 @@ import (
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 type obj = map[string]any
@@ -327,7 +328,7 @@ func buildDocument() obj {
 				"application/yaml": obj{"schema": obj{"type": "string"}},
 				"application/json": obj{"schema": obj{"type": "object"}},
 			}},
-			ok:   obj{"201": jsonBody("A new version was written.", sch(ledger.RegisterResult{})), "200": jsonBody("Unchanged: the same definition is in force.", sch(ledger.RegisterResult{}))},
+			ok:   obj{"201": jsonBody("A new version was written.", sch(protocol.RegisterResult{})), "200": jsonBody("Unchanged: the same definition is in force.", sch(protocol.RegisterResult{}))},
 			errs: queryErrs},
 		{method: "get", path: "/projects/{project}/tools/{tool}", id: "getTool", tag: "registry",
 			summary: "A tool's definition in force", desc: "The registered definition in force, or the built-in of that name; 404 otherwise.",

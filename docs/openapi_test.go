@@ -34,6 +34,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 var update = flag.Bool("update", false, "regenerate openapi.json")
@@ -328,7 +329,7 @@ func (s *served) populate(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	cl := ledger.NewClient(nc)
-	_, err = cl.SetRoster(ctx, ledger.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-alice"})
+	_, err = cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-alice"})
 	require.NoError(t, err)
 	_, err = cl.Dispatch(ctx, demoCall.Dispatch())
 	require.NoError(t, err)

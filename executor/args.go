@@ -8,16 +8,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // templateVars are the only template variables options may use (seed 003).
-func templateVars(c *Call, meta ledger.CardMetadata) *strings.Replacer {
+func templateVars(c *Call, meta protocol.CardMetadata) *strings.Replacer {
 	step := c.StepID
 	if step == "" {
 		step = meta.StepID
@@ -60,13 +59,13 @@ func decodeAny(raw json.RawMessage) (any, error) {
 // given), options.args.fixed (always), template variables in both, then
 // options.envs (parameter <- environment variable value). It returns the
 // secret values injected, for redaction.
-func resolveArgs(c *Call, cardArgs json.RawMessage, opts ledger.ToolOptions, meta ledger.CardMetadata, env func(string) (string, bool)) (map[string]any, []string, *Outcome) {
+func resolveArgs(c *Call, cardArgs json.RawMessage, opts protocol.ToolOptions, meta protocol.CardMetadata, env func(string) (string, bool)) (map[string]any, []string, *Outcome) {
 	args := map[string]any{}
 	if len(cardArgs) > 0 {
 		v, err := decodeAny(cardArgs)
 		m, ok := v.(map[string]any)
 		if err != nil || !ok {
-			o := Invalid("tool.call arguments are not a JSON object", ledger.Violation{Field: "arguments", Code: ledger.VInvalidType, Message: "must be a JSON object"})
+			o := Invalid("tool.call arguments are not a JSON object", protocol.Violation{Field: "arguments", Code: protocol.VInvalidType, Message: "must be a JSON object"})
 			return nil, nil, &o
 		}
 		args = m
@@ -122,7 +121,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // validateArgs checks the final arguments against the tool's schema and
 // lists every violation, field by field.
-func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Violation {
+func validateArgs(schema *jsonschema.Schema, args map[string]any) []protocol.Violation {
 	if schema == nil {
 		return nil
 	}
@@ -130,11 +129,11 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Viola
 	// the validator expects.
 	b, err := json.Marshal(args)
 	if err != nil {
-		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidJSON, Message: err.Error()}}
+		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidJSON, Message: err.Error()}}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
-		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidJSON, Message: err.Error()}}
+		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidJSON, Message: err.Error()}}
 	}
 	err = schema.Validate(inst)
 	if err == nil {
@@ -142,9 +141,9 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Viola
 	}
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
-		return []ledger.Violation{{Field: "arguments", Code: ledger.VInvalidValue, Message: err.Error()}}
+		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidValue, Message: err.Error()}}
 	}
-	var out []ledger.Violation
+	var out []protocol.Violation
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) > 0 {
@@ -159,7 +158,7 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Viola
 		}
 		if req, ok := e.ErrorKind.(*kind.Required); ok {
 			for _, m := range req.Missing {
-				out = append(out, ledger.Violation{Field: field + "." + m, Code: ledger.VRequired, Message: "is required"})
+				out = append(out, protocol.Violation{Field: field + "." + m, Code: protocol.VRequired, Message: "is required"})
 			}
 			return
 		}
@@ -167,7 +166,7 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []ledger.Viola
 		if kp := e.ErrorKind.KeywordPath(); len(kp) > 0 {
 			code = kp[0]
 		}
-		out = append(out, ledger.Violation{Field: field, Code: code, Message: e.ErrorKind.LocalizedString(printer)})
+		out = append(out, protocol.Violation{Field: field, Code: code, Message: e.ErrorKind.LocalizedString(printer)})
 	}
 	walk(ve)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Field < out[j].Field })

@@ -5,21 +5,21 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // builtinDefinition is the definition a built-in tool has in projects that
 // did not register one of their own.
-func builtinDefinition(name, description, parameters string, timeoutMS, timeoutMaxMS int64) *ledger.ToolDefinition {
-	return &ledger.ToolDefinition{
+func builtinDefinition(name, description, parameters string, timeoutMS, timeoutMaxMS int64) *protocol.ToolDefinition {
+	return &protocol.ToolDefinition{
 		ToolName:       name,
 		Description:    description,
 		Parameters:     json.RawMessage(parameters),
-		TargetSubject:  ledger.Root + "." + ledger.DefaultVersion + ".{project_id}.{channel_id}.cmd.tool." + name,
-		AfterExecution: ledger.AfterSuspend,
-		Limits:         ledger.ToolLimits{TimeoutMSDefault: timeoutMS, TimeoutMSMax: timeoutMaxMS, ConcurrencyMax: ledger.DefaultConcurrencyMax},
-		Determinism:    ledger.DeterminismPure,
-		Retry:          ledger.RetryPolicy{MaxAttempts: ledger.DefaultMaxAttempts, BaseMS: ledger.DefaultRetryBaseMS, CapMS: ledger.DefaultRetryCapMS},
+		TargetSubject:  protocol.Root + "." + protocol.DefaultVersion + ".{project_id}.{channel_id}.cmd.tool." + name,
+		AfterExecution: protocol.AfterSuspend,
+		Limits:         protocol.ToolLimits{TimeoutMSDefault: timeoutMS, TimeoutMSMax: timeoutMaxMS, ConcurrencyMax: protocol.DefaultConcurrencyMax},
+		Determinism:    protocol.DeterminismPure,
+		Retry:          protocol.RetryPolicy{MaxAttempts: protocol.DefaultMaxAttempts, BaseMS: protocol.DefaultRetryBaseMS, CapMS: protocol.DefaultRetryCapMS},
 	}
 }
 

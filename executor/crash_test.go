@@ -18,6 +18,7 @@ import (
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const helperEnv = "CGLEDGER_EXECUTOR_HELPER_URL"
@@ -50,7 +51,7 @@ func TestHelperExecutorProcess(t *testing.T) {
 		<-ctx.Done()
 		return executor.Success("never reached")
 	})
-	if err := ex.Register("stall", stall, def("stall", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)); err != nil {
+	if err := ex.Register("stall", stall, def("stall", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)); err != nil {
 		os.Exit(2)
 	}
 	if err := ex.Start(ctx); err != nil {
@@ -99,12 +100,12 @@ func TestKilledExecutorMidCallStillResolvesOnce(t *testing.T) {
 		status     string
 		taxonomy   string
 	}{
-		{"redelivered_and_run_again", 5, ledger.StatusSuccess, ""},
-		{"last_delivery_becomes_terminal_failure", 2, ledger.StatusFailed, executor.CodeRedelivered},
+		{"redelivered_and_run_again", 5, protocol.StatusSuccess, ""},
+		{"last_delivery_becomes_terminal_failure", 2, protocol.StatusFailed, executor.CodeRedelivered},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &rig{Env: ledgertest.New(t), reg: prometheus.NewRegistry()}
-			_, err := r.L.SetRoster(ledgertest.Ctx(t), ledger.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
+			_, err := r.L.SetRoster(ledgertest.Ctx(t), protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
 			require.NoError(t, err)
 			c := r.dispatch(t, callOpts{tool: "stall"})
 			helper := startHelper(t, r.Srv.URL(), tc.maxDeliver, c.ID)
@@ -113,14 +114,14 @@ func TestKilledExecutorMidCallStillResolvesOnce(t *testing.T) {
 
 			finisher := executor.ToolFunc(func(context.Context, *executor.Call) executor.Outcome { return executor.Success("finished") })
 			r.start(t, executor.Config{AckWait: time.Second, MaxDeliver: tc.maxDeliver}, map[string]impl{
-				"stall": {finisher, def("stall", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)},
+				"stall": {finisher, def("stall", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)},
 			})
 			_, tr, _ := r.result(t, c)
 			require.Equal(t, tc.status, tr.Status)
 			if tc.taxonomy != "" {
 				require.Equal(t, tc.taxonomy, errDetail(t, tr).TaxonomyCode)
 			}
-			require.Len(t, r.entriesOfKind(t, ledger.KindReport), 1, "exactly one report")
+			require.Len(t, r.entriesOfKind(t, protocol.KindReport), 1, "exactly one report")
 			require.GreaterOrEqual(t, counterSum(t, r, "cgledger_executor_redeliveries_total"), 1.0)
 		})
 	}

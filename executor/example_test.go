@@ -14,6 +14,7 @@ import (
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // A Go tool in twenty lines: "shout" upper-cases its text argument. The
@@ -29,12 +30,12 @@ func Example() {
 		text, _ := call.Arguments["text"].(string)
 		return executor.Success(map[string]string{"text": strings.ToUpper(text)})
 	})
-	def := &ledger.ToolDefinition{
+	def := &protocol.ToolDefinition{
 		ToolName:       "shout",
 		Parameters:     json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
 		TargetSubject:  "cg.v1.{project_id}.{channel_id}.cmd.tool.shout",
-		AfterExecution: ledger.AfterSuspend,
-		Limits:         ledger.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000},
+		AfterExecution: protocol.AfterSuspend,
+		Limits:         protocol.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000},
 	}
 	ex, err := executor.New(l, nc, executor.Config{})
 	if err != nil {
@@ -49,16 +50,16 @@ func Example() {
 	defer ex.Stop(ctx)
 
 	// An agent calls it.
-	id := ledger.Identity{AgentID: "alice", AgentTurnID: "turn-1", TurnEpoch: 1, ToolCallID: "call-1"}
-	_, err = l.Dispatch(ctx, ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject("v1", "demo", "main", "shout"),
+	id := protocol.Identity{AgentID: "alice", AgentTurnID: "turn-1", TurnEpoch: 1, ToolCallID: "call-1"}
+	_, err = l.Dispatch(ctx, protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject("v1", "demo", "main", "shout"),
 		Identity: id,
-		Card: ledger.Card{
-			CardID: "card-1", ProjectID: "demo", Type: ledger.CardToolCall, AuthorID: "alice",
+		Card: protocol.Card{
+			CardID: "card-1", ProjectID: "demo", Type: protocol.CardToolCall, AuthorID: "alice",
 			AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
 			Content: json.RawMessage(`{"tool_name":"shout","arguments":{"text":"hello"}}`),
 		},
-		Payload: ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "shout", AfterExecution: ledger.AfterSuspend},
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "shout", AfterExecution: protocol.AfterSuspend},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -71,7 +72,7 @@ func Example() {
 
 // waitForResult polls the call until it is reported and returns its
 // result card.
-func waitForResult(ctx context.Context, l *ledger.Ledger, project string, id ledger.Identity) *ledger.StoredCard {
+func waitForResult(ctx context.Context, l *ledger.Ledger, project string, id protocol.Identity) *protocol.StoredCard {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Ledger is what the executor needs from the ledger. *ledger.Ledger
@@ -32,12 +33,12 @@ import (
 // on a projection.
 type Ledger interface {
 	ReadExecutionInputs(ctx context.Context, q ledger.ExecutionQuery) ledger.ExecutionInputs
-	GetCall(ctx context.Context, project, turnID, callID string) (*ledger.CallRecord, error)
-	GetTool(ctx context.Context, project, tool string) (*ledger.StoredTool, error)
-	PutCard(ctx context.Context, card ledger.Card) (ledger.PutCardResult, error)
-	Report(ctx context.Context, req ledger.ReportRequest) (ledger.ReportOutcome, error)
-	Resume(ctx context.Context, project, turnID, callID string) (ledger.ReportOutcome, error)
-	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *ledger.Error) error
+	GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error)
+	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
+	PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error)
+	Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error)
+	Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error)
+	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error
 }
 
 // Config configures an Executor. Zero values mean the documented defaults.
@@ -118,7 +119,7 @@ type Executor struct {
 type impl struct {
 	name    string
 	tool    Tool
-	builtin *ledger.ToolDefinition
+	builtin *protocol.ToolDefinition
 }
 
 var (
@@ -179,7 +180,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 // command's tool_name picks the registered definition in the project.
 // builtin, when not nil, is the definition used for tool_name == name in
 // projects that registered none (its project_id is filled per call).
-func (e *Executor) Register(name string, tool Tool, builtin *ledger.ToolDefinition) error {
+func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefinition) error {
 	if !implNameRE.MatchString(name) {
 		return fmt.Errorf("executor: implementation name %q must match %s", name, implNameRE)
 	}
@@ -193,7 +194,7 @@ func (e *Executor) Register(name string, tool Tool, builtin *ledger.ToolDefiniti
 // Start creates (or binds) the durable consumers and starts running calls.
 func (e *Executor) Start(ctx context.Context) error {
 	e.runCtx, e.stopRun = context.WithCancelCause(context.Background())
-	sub, err := e.nc.Subscribe(ledger.Root+".*.*.*.ledger.cancel.>", e.onCancel)
+	sub, err := e.nc.Subscribe(protocol.Root+".*.*.*.ledger.cancel.>", e.onCancel)
 	if err != nil {
 		return fmt.Errorf("executor: subscribe to cancellations: %w", err)
 	}
@@ -202,7 +203,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		cons, err := e.js.CreateOrUpdateConsumer(ctx, e.cfg.Stream, jetstream.ConsumerConfig{
 			Durable:        e.cfg.DurablePrefix + im.name,
 			Description:    "cgledger executor: commands for implementation " + im.name,
-			FilterSubjects: []string{ledger.Root + ".*.*.*.cmd.tool." + im.name, ledger.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
+			FilterSubjects: []string{protocol.Root + ".*.*.*.cmd.tool." + im.name, protocol.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        e.cfg.AckWait,
 			// Unlimited: a command whose outcome cannot be written yet
@@ -264,8 +265,8 @@ func (e *Executor) Stop(ctx context.Context) {
 func callKey(project, turn, call string) string { return project + "\x00" + turn + "\x00" + call }
 
 func (e *Executor) onCancel(m *nats.Msg) {
-	sub, err := ledger.ParseSubject(m.Subject)
-	if err != nil || sub.Kind != ledger.SubjectCancel {
+	sub, err := protocol.ParseSubject(m.Subject)
+	if err != nil || sub.Kind != protocol.SubjectCancel {
 		return
 	}
 	e.mu.Lock()
@@ -307,7 +308,7 @@ func (e *Executor) opCtx() (context.Context, context.CancelFunc) {
 
 // answer is everything needed to write a call's result card and report.
 type answer struct {
-	rec      *ledger.CallRecord
+	rec      *protocol.CallRecord
 	toolName string
 	delivery uint64
 	trace    context.Context
@@ -325,7 +326,7 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		e.m.redelivered.WithLabelValues(im.name).Inc()
 	}
 	h := msg.Headers()
-	cmd, perr := ledger.ParseToolCommand(msg.Subject(), h, msg.Data())
+	cmd, perr := protocol.ParseToolCommand(msg.Subject(), h, msg.Data())
 	if perr != nil {
 		e.badCommand(msg, perr)
 		return
@@ -334,31 +335,31 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	pre := e.prefetch(cmd, meta.NumDelivered > 1)
 	rec, err := pre.rec, pre.recErr
 	switch {
-	case errors.Is(err, ledger.ErrUnknownCall):
-		var vs ledger.Violations
-		vs.Add("header."+ledger.HeaderToolCallID, ledger.VNotFound, "call %s of turn %s was not dispatched through the ledger", id.ToolCallID, id.AgentTurnID)
-		e.reject(msg, &ledger.Error{Code: ledger.CodeUnknownCall, Message: "command for a call the ledger never dispatched", Violations: vs})
+	case errors.Is(err, protocol.ErrUnknownCall):
+		var vs protocol.Violations
+		vs.Add("header."+protocol.HeaderToolCallID, protocol.VNotFound, "call %s of turn %s was not dispatched through the ledger", id.ToolCallID, id.AgentTurnID)
+		e.reject(msg, &protocol.Error{Code: protocol.CodeUnknownCall, Message: "command for a call the ledger never dispatched", Violations: vs})
 		return
 	case err != nil:
 		e.retryLater(msg, "read call record", err)
 		return
-	case rec.State == ledger.StateClaimed || (rec.State == ledger.StateDispatched && meta.NumDelivered > 1):
+	case rec.State == protocol.StateClaimed || (rec.State == protocol.StateDispatched && meta.NumDelivered > 1):
 		// A redelivery: a report may be stored whose reporter died before
 		// waking the agent. Finish it (idempotent) rather than run the tool
 		// again; only a call with no stored report runs.
 		ctx, cancel := e.opCtx()
 		_, err := e.l.Resume(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
 		cancel()
-		if errors.Is(err, ledger.ErrNotReported) && rec.State == ledger.StateDispatched {
+		if errors.Is(err, protocol.ErrNotReported) && rec.State == protocol.StateDispatched {
 			break
 		}
-		if _, refused := ledger.AsError(err); err != nil && !refused {
+		if _, refused := protocol.AsError(err); err != nil && !refused {
 			e.retryLater(msg, "resume stored report", err)
 			return
 		}
 		e.ack(msg, "resumed")
 		return
-	case rec.State != ledger.StateDispatched:
+	case rec.State != protocol.StateDispatched:
 		// Already answered (a redelivery after the report, or a repeated
 		// command): nothing to run.
 		e.ack(msg, "already answered")
@@ -436,21 +437,21 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 // prefetched holds what running a command needs to read from the ledger,
 // read concurrently: one round trip instead of four.
 type prefetched struct {
-	rec       *ledger.CallRecord
+	rec       *protocol.CallRecord
 	recErr    error
 	canceled  bool
 	cancelErr error
-	card      *ledger.StoredCard
+	card      *protocol.StoredCard
 	cardErr   error
 	toolName  string // the tool read ahead (the payload's); "" when none
-	tool      *ledger.StoredTool
+	tool      *protocol.StoredTool
 	toolErr   error
 }
 
 // prefetch reads the call record, the cancellation, the tool.call card and
 // the tool definition named by the payload at once. Reads a command turns
 // out not to need (an unknown or finished call) cost nothing but the wait.
-func (e *Executor) prefetch(cmd *ledger.ToolCommand, redelivered bool) *prefetched {
+func (e *Executor) prefetch(cmd *protocol.ToolCommand, redelivered bool) *prefetched {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	sub, id := cmd.Subject, cmd.Identity
@@ -460,7 +461,7 @@ func (e *Executor) prefetch(cmd *ledger.ToolCommand, redelivered bool) *prefetch
 	})
 	p := &prefetched{rec: in.Record, recErr: in.RecordErr, canceled: in.Canceled, cancelErr: in.CancelErr,
 		card: in.Card, cardErr: in.CardErr, tool: in.Tool, toolErr: in.ToolErr}
-	if ledger.ValidIdentifier(cmd.Payload.ToolName) {
+	if protocol.ValidIdentifier(cmd.Payload.ToolName) {
 		p.toolName = cmd.Payload.ToolName
 	}
 	return p
@@ -472,13 +473,13 @@ func canceledOutcome() Outcome {
 
 // prepare resolves the tool definition and final arguments. A non-nil
 // *Outcome is the call's answer (it cannot run); an error is transient.
-func (e *Executor) prepare(im *impl, cmd *ledger.ToolCommand, pre *prefetched) (*Call, *jsonschema.Schema, []string, *Outcome, error) {
+func (e *Executor) prepare(im *impl, cmd *protocol.ToolCommand, pre *prefetched) (*Call, *jsonschema.Schema, []string, *Outcome, error) {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	sub, id := cmd.Subject, cmd.Identity
 	card, err := pre.card, pre.cardErr
-	if errors.Is(err, ledger.ErrUnknownCard) {
-		o := Invalid("the tool.call card does not exist", ledger.Violation{Field: "payload.tool_call_card_id", Code: ledger.VNotFound, Message: "card " + cmd.Payload.ToolCallCardID + " not found"})
+	if errors.Is(err, protocol.ErrUnknownCard) {
+		o := Invalid("the tool.call card does not exist", protocol.Violation{Field: "payload.tool_call_card_id", Code: protocol.VNotFound, Message: "card " + cmd.Payload.ToolCallCardID + " not found"})
 		return nil, nil, nil, &o, nil
 	}
 	if err != nil {
@@ -486,7 +487,7 @@ func (e *Executor) prepare(im *impl, cmd *ledger.ToolCommand, pre *prefetched) (
 	}
 	tc, err := card.Card.ToolCall()
 	if err != nil || card.Card.AgentTurnID != id.AgentTurnID || card.Card.ToolCallID != id.ToolCallID {
-		o := Invalid("tool_call_card_id does not name this call's tool.call card", ledger.Violation{Field: "payload.tool_call_card_id", Code: ledger.VMismatch, Message: fmt.Sprintf("card %s is not the tool.call card of %s/%s", card.Card.CardID, id.AgentTurnID, id.ToolCallID)})
+		o := Invalid("tool_call_card_id does not name this call's tool.call card", protocol.Violation{Field: "payload.tool_call_card_id", Code: protocol.VMismatch, Message: fmt.Sprintf("card %s is not the tool.call card of %s/%s", card.Card.CardID, id.AgentTurnID, id.ToolCallID)})
 		return nil, nil, nil, &o, nil
 	}
 	toolName := cmd.Payload.ToolName
@@ -529,8 +530,8 @@ func (e *Executor) prepare(im *impl, cmd *ledger.ToolCommand, pre *prefetched) (
 
 // definition reads the tool's registered definition (read-your-writes from
 // the ledger), falling back to the implementation's built-in one.
-func (e *Executor) definition(ctx context.Context, im *impl, project, toolName string, pre *prefetched) (*ledger.ToolDefinition, uint64, error) {
-	if ledger.ValidIdentifier(toolName) {
+func (e *Executor) definition(ctx context.Context, im *impl, project, toolName string, pre *prefetched) (*protocol.ToolDefinition, uint64, error) {
+	if protocol.ValidIdentifier(toolName) {
 		st, err := pre.tool, pre.toolErr
 		if toolName != pre.toolName {
 			st, err = e.l.GetTool(ctx, project, toolName)
@@ -538,7 +539,7 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 		if err == nil {
 			return &st.Definition, st.Seq, nil
 		}
-		if !errors.Is(err, ledger.ErrNotFound) {
+		if !errors.Is(err, protocol.ErrNotFound) {
 			return nil, 0, err
 		}
 	}
@@ -550,7 +551,7 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 	return nil, 0, nil
 }
 
-func (e *Executor) schema(project string, def *ledger.ToolDefinition, seq uint64) (*jsonschema.Schema, error) {
+func (e *Executor) schema(project string, def *protocol.ToolDefinition, seq uint64) (*jsonschema.Schema, error) {
 	key := project + "\x00" + def.ToolName
 	if s, ok := e.schemas.get(key, seq); ok {
 		return s, nil
@@ -572,7 +573,7 @@ func (e *Executor) lookupEnv(name string) (string, bool) {
 
 // timeout is the call's deadline: the requested timeout_ms or the tool's
 // default, capped at the tool's maximum.
-func (e *Executor) timeout(def *ledger.ToolDefinition, requestedMS int64) time.Duration {
+func (e *Executor) timeout(def *protocol.ToolDefinition, requestedMS int64) time.Duration {
 	ms := def.Limits.TimeoutMSDefault
 	if requestedMS > 0 {
 		ms = requestedMS
@@ -673,7 +674,7 @@ func (e *Executor) interrupted(ctx context.Context, call *Call) Outcome {
 	}
 }
 
-func backoff(p ledger.RetryPolicy, attempt int) time.Duration {
+func backoff(p protocol.RetryPolicy, attempt int) time.Duration {
 	capMS := float64(p.CapMS)
 	exp := float64(p.BaseMS) * float64(uint64(1)<<min(attempt-1, 30))
 	if exp > capMS {
@@ -682,10 +683,10 @@ func backoff(p ledger.RetryPolicy, attempt int) time.Duration {
 	return time.Duration(rand.Float64()*exp) * time.Millisecond
 }
 
-func (e *Executor) sem(project string, def *ledger.ToolDefinition) chan struct{} {
+func (e *Executor) sem(project string, def *protocol.ToolDefinition) chan struct{} {
 	n := def.Limits.ConcurrencyMax
 	if n <= 0 {
-		n = ledger.DefaultConcurrencyMax
+		n = protocol.DefaultConcurrencyMax
 	}
 	// One semaphore per tool of a project, replaced when its limit changes
 	// (calls holding the old one release into it): re-registrations do not
@@ -710,7 +711,7 @@ type toolSem struct {
 // resultCardID is deterministic per delivery: a redelivered command writes
 // its own card rather than colliding with a card an earlier run may have
 // written before crashing.
-func resultCardID(key []byte, rec *ledger.CallRecord, delivery uint64) string {
+func resultCardID(key []byte, rec *protocol.CallRecord, delivery uint64) string {
 	msg := []byte(rec.ProjectID + "\x00" + rec.AgentTurnID + "\x00" + rec.ToolCallID + "\x00" + strconv.FormatUint(delivery, 10))
 	if len(key) == 0 {
 		h := sha256.Sum256(msg)
@@ -736,22 +737,22 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		o = Terminal(CodeToolPanic, "the tool's output cannot be encoded as JSON: "+err.Error(), "return JSON-encodable output")
 		content, status, _ = resultContent(o, attempts)
 	}
-	if status != ledger.StatusSuccess {
+	if status != protocol.StatusSuccess {
 		// The tool's span says how the call ended, as the ledger's spans do.
 		span := trace.SpanFromContext(ans.trace)
 		span.SetAttributes(attribute.String("cgledger.code", o.Code), attribute.String("cgledger.status", status))
 		span.SetStatus(codes.Error, status)
 	}
 	content = red.bytes(content)
-	card := ledger.Card{
-		CardID: resultCardID(e.cfg.CardIDKey, rec, ans.delivery), ProjectID: rec.ProjectID, Type: ledger.CardToolResult,
+	card := protocol.Card{
+		CardID: resultCardID(e.cfg.CardIDKey, rec, ans.delivery), ProjectID: rec.ProjectID, Type: protocol.CardToolResult,
 		AuthorID: e.cfg.SourceID, FunctionName: ans.toolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	if _, err := e.l.PutCard(ctx, card); err != nil {
-		if le, refused := ledger.AsError(err); refused && le.Code == ledger.CodeBadRequest {
+		if le, refused := protocol.AsError(err); refused && le.Code == protocol.CodeBadRequest {
 			// The result itself is unacceptable (too large...): answer with
 			// that instead, which always fits.
 			o = Terminal("S-TOOL-RESULT", "the tool's result was refused by the ledger: "+le.Message, "return a smaller result")
@@ -766,14 +767,14 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		}
 	}
 	traceparent, tracestate := injectTrace(ans.trace)
-	id := ledger.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
+	id := protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
 		StepID: rec.StepID, Traceparent: traceparent, Tracestate: tracestate}
-	_, err = e.l.Report(ctx, ledger.ReportRequest{
+	_, err = e.l.Report(ctx, protocol.ReportRequest{
 		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: e.cfg.SourceID, SourceFunction: ans.toolName,
-		Payload: ledger.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
+		Payload: protocol.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
 	})
 	if err != nil {
-		if _, refused := ledger.AsError(err); !refused {
+		if _, refused := protocol.AsError(err); !refused {
 			e.retryLater(msg, "report", err)
 			return
 		}
@@ -814,17 +815,17 @@ func (e *Executor) retryLater(msg jetstream.Msg, what string, err error) {
 // result through the report path when its identity routes to a dispatched
 // call, else with a rejection entry. Either way it is acked.
 func (e *Executor) badCommand(msg jetstream.Msg, perr error) {
-	le, _ := ledger.AsError(perr)
+	le, _ := protocol.AsError(perr)
 	if le == nil {
-		le = &ledger.Error{Code: ledger.CodeBadRequest, Message: perr.Error()}
+		le = &protocol.Error{Code: protocol.CodeBadRequest, Message: perr.Error()}
 	}
-	sub, serr := ledger.ParseSubject(msg.Subject())
-	id, idViolations := ledger.ParseIdentity(msg.Headers(), ledger.IdentityRules{RequireToolCallID: true})
+	sub, serr := protocol.ParseSubject(msg.Subject())
+	id, idViolations := protocol.ParseIdentity(msg.Headers(), protocol.IdentityRules{RequireToolCallID: true})
 	if serr == nil && sub.IsCommand() && len(idViolations) == 0 {
 		ctx, cancel := e.opCtx()
 		rec, err := e.l.GetCall(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
 		cancel()
-		if err == nil && rec.State == ledger.StateDispatched && rec.ChannelID == sub.Channel {
+		if err == nil && rec.State == protocol.StateDispatched && rec.ChannelID == sub.Channel {
 			meta, _ := msg.Metadata()
 			ans := &answer{rec: rec, toolName: rec.ToolName, delivery: meta.NumDelivered, trace: e.runCtx}
 			if ans.toolName == "" {
@@ -838,7 +839,7 @@ func (e *Executor) badCommand(msg jetstream.Msg, perr error) {
 	e.reject(msg, le)
 }
 
-func (e *Executor) reject(msg jetstream.Msg, le *ledger.Error) {
+func (e *Executor) reject(msg jetstream.Msg, le *protocol.Error) {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	if err := e.l.RejectCommand(ctx, msg.Subject(), msg.Headers(), msg.Data(), le); err != nil {

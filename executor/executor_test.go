@@ -19,11 +19,10 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 func TestEchoResolvesWithResultCardAndTrace(t *testing.T) {
@@ -35,7 +34,7 @@ func TestEchoResolvesWithResultCardAndTrace(t *testing.T) {
 	parent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	c := r.dispatch(t, callOpts{tool: "echo", args: `{"text":"hi","n":[1,2]}`, traceparent: parent})
 	rec, tr, card := r.result(t, c)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.JSONEq(t, `{"text":"hi","n":[1,2]}`, string(tr.Result))
 	require.Nil(t, tr.Error)
 	require.Equal(t, "cgledger.executor", card.Card.AuthorID)
@@ -44,10 +43,10 @@ func TestEchoResolvesWithResultCardAndTrace(t *testing.T) {
 	_, err = wake.NextMsg(10 * time.Second)
 	require.NoError(t, err)
 
-	reports := r.entriesOfKind(t, ledger.KindReport)
+	reports := r.entriesOfKind(t, protocol.KindReport)
 	require.Len(t, reports, 1)
-	tp := nats.Header(reports[0].Headers).Get(ledger.HeaderTraceparent)
-	require.True(t, ledger.ValidTraceparent(tp), tp)
+	tp := nats.Header(reports[0].Headers).Get(protocol.HeaderTraceparent)
+	require.True(t, protocol.ValidTraceparent(tp), tp)
 	require.Equal(t, parent[3:35], tp[3:35], "same trace")
 	require.NotEqual(t, parent[36:52], tp[36:52], "a new child span")
 	require.Equal(t, rec.Claim.Seq, reports[0].Seq)
@@ -79,7 +78,7 @@ options:
 	require.NoError(t, err)
 	c := r.dispatch(t, callOpts{tool: "greet", target: "echo", args: `{"name":"x","lang":null}`})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(tr.Result, &out))
 	require.Nil(t, out["lang"], "an explicit null counts as given")
@@ -115,7 +114,7 @@ determinism: pure
 	require.NoError(t, err)
 	c := r.dispatch(t, callOpts{tool: "strict", target: "echo", args: `{"query":"ab","limit":50}`})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
 	d := errDetail(t, tr)
 	fields := map[string]string{}
@@ -134,10 +133,10 @@ func TestDeadlineResolvesAsTimeout(t *testing.T) {
 	r := newRig(t, executor.Config{}, nil)
 	c := r.dispatch(t, callOpts{tool: "sleep", args: `{"ms":60000}`, timeoutMS: 200})
 	rec, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusTimeout, tr.Status)
+	require.Equal(t, protocol.StatusTimeout, tr.Status)
 	require.Equal(t, executor.ErrToolTimeout, tr.Error.Code)
 	require.Equal(t, executor.CodeTimeout, errDetail(t, tr).TaxonomyCode)
-	require.Equal(t, ledger.StatusTimeout, rec.Claim.Status)
+	require.Equal(t, protocol.StatusTimeout, rec.Claim.Status)
 	require.Equal(t, 1.0, counterSum(t, r, "cgledger_executor_deadline_expiries_total"))
 }
 
@@ -171,11 +170,11 @@ func TestRetriesWithBackoffHonourRetryAfter(t *testing.T) {
 		return executor.Success(map[string]any{"attempt": call.Attempt})
 	})
 	r := newRig(t, executor.Config{}, map[string]impl{
-		"flaky": {flaky, def("flaky", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 4, BaseMS: 1, CapMS: 5}, 4)},
+		"flaky": {flaky, def("flaky", protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 4, BaseMS: 1, CapMS: 5}, 4)},
 	})
 	c := r.dispatch(t, callOpts{tool: "flaky"})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.JSONEq(t, `{"attempt":3}`, string(tr.Result))
 	t1, _ := times.Load(int32(1))
 	t2, _ := times.Load(int32(2))
@@ -191,31 +190,31 @@ func TestRetryClassesAndExhaustion(t *testing.T) {
 		return name, impl{executor.ToolFunc(func(context.Context, *executor.Call) executor.Outcome {
 			c.n.Add(1)
 			return o
-		}), def(name, determinism, ledger.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2}, 4)}
+		}), def(name, determinism, protocol.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2}, 4)}
 	}
 	extra := map[string]impl{}
 	add := func(name string, im impl) { extra[name] = im }
-	add(mk("auth", executor.Terminal("A-AUTH-401", "bad key", "rotate the key"), ledger.DeterminismIdempotent))
-	add(mk("upstream", executor.Retryable("R-UPSTREAM-502", "bad gateway", 0), ledger.DeterminismIdempotent))
-	add(mk("sidefx", executor.Retryable("R-UPSTREAM-502", "bad gateway", 0), ledger.DeterminismSideEffectful))
-	add(mk("invalid", executor.Invalid("nope", ledger.Violation{Field: "arguments.x", Code: "required", Message: "is required"}), ledger.DeterminismIdempotent))
+	add(mk("auth", executor.Terminal("A-AUTH-401", "bad key", "rotate the key"), protocol.DeterminismIdempotent))
+	add(mk("upstream", executor.Retryable("R-UPSTREAM-502", "bad gateway", 0), protocol.DeterminismIdempotent))
+	add(mk("sidefx", executor.Retryable("R-UPSTREAM-502", "bad gateway", 0), protocol.DeterminismSideEffectful))
+	add(mk("invalid", executor.Invalid("nope", protocol.Violation{Field: "arguments.x", Code: "required", Message: "is required"}), protocol.DeterminismIdempotent))
 	panicky := &counter{}
 	tools["panicky"] = panicky
 	extra["panicky"] = impl{executor.ToolFunc(func(context.Context, *executor.Call) executor.Outcome {
 		panicky.n.Add(1)
 		panic("boom")
-	}), def("panicky", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2}, 4)}
+	}), def("panicky", protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2}, 4)}
 	r := newRig(t, executor.Config{}, extra)
 
 	cases := []struct {
 		tool, status, code, taxonomy string
 		attempts                     int
 	}{
-		{"auth", ledger.StatusFailed, executor.ErrAuthFailed, "A-AUTH-401", 1},
-		{"upstream", ledger.StatusFailed, executor.ErrUpstreamUnavailable, "R-UPSTREAM-502", 3},
-		{"sidefx", ledger.StatusFailed, executor.ErrUpstreamUnavailable, "R-UPSTREAM-502", 1},
-		{"invalid", ledger.StatusFailed, executor.ErrBadRequest, "I-REQ-001", 1},
-		{"panicky", ledger.StatusFailed, executor.ErrInternal, executor.CodeToolPanic, 2},
+		{"auth", protocol.StatusFailed, executor.ErrAuthFailed, "A-AUTH-401", 1},
+		{"upstream", protocol.StatusFailed, executor.ErrUpstreamUnavailable, "R-UPSTREAM-502", 3},
+		{"sidefx", protocol.StatusFailed, executor.ErrUpstreamUnavailable, "R-UPSTREAM-502", 1},
+		{"invalid", protocol.StatusFailed, executor.ErrBadRequest, "I-REQ-001", 1},
+		{"panicky", protocol.StatusFailed, executor.ErrInternal, executor.CodeToolPanic, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.tool, func(t *testing.T) {
@@ -241,7 +240,7 @@ func TestCancelInFlightAndBeforePickup(t *testing.T) {
 		<-ctx.Done()
 		return executor.Retryable("R-UPSTREAM-NET", "interrupted", 0)
 	})
-	r := newRig(t, executor.Config{}, map[string]impl{"blocker": {blocker, def("blocker", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)}})
+	r := newRig(t, executor.Config{}, map[string]impl{"blocker": {blocker, def("blocker", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)}})
 	ctx := ledgertest.Ctx(t)
 	c := r.dispatch(t, callOpts{tool: "blocker"})
 	select {
@@ -250,23 +249,23 @@ func TestCancelInFlightAndBeforePickup(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("tool never started")
 	}
-	_, err := r.L.Cancel(ctx, ledger.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: "user stop"})
+	_, err := r.L.Cancel(ctx, protocol.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: "user stop"})
 	require.NoError(t, err)
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
 	require.Equal(t, "canceled", tr.Error.Code)
 
 	// Cancelled before any executor picks it up: answered without running.
 	r.ex.Stop(context.Background())
 	c2 := r.dispatch(t, callOpts{tool: "blocker"})
-	_, err = r.L.Cancel(ctx, ledger.CancelRequest{ProjectID: c2.Project, AgentID: c2.Agent, AgentTurnID: c2.Turn, ToolCallID: c2.ID})
+	_, err = r.L.Cancel(ctx, protocol.CancelRequest{ProjectID: c2.Project, AgentID: c2.Agent, AgentTurnID: c2.Turn, ToolCallID: c2.ID})
 	require.NoError(t, err)
-	r.start(t, executor.Config{Registerer: prometheusNoop()}, map[string]impl{"blocker": {blocker, def("blocker", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)}})
+	r.start(t, executor.Config{Registerer: prometheusNoop()}, map[string]impl{"blocker": {blocker, def("blocker", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)}})
 	_, tr, _ = r.result(t, c2)
-	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
 	require.EqualValues(t, 1, runs.Load(), "the second call never ran")
 
-	_, err = r.L.Cancel(ctx, ledger.CancelRequest{ProjectID: c2.Project, AgentID: c2.Agent, AgentTurnID: c2.Turn, ToolCallID: c2.ID})
+	_, err = r.L.Cancel(ctx, protocol.CancelRequest{ProjectID: c2.Project, AgentID: c2.Agent, AgentTurnID: c2.Turn, ToolCallID: c2.ID})
 	require.NoError(t, err, "cancelling again is idempotent")
 }
 
@@ -293,16 +292,16 @@ func TestBadCommandsAreAnsweredNotDropped(t *testing.T) {
 		return r.count(t, "cg.v1.>") > 0 && r.commandRejections(t) == 2
 	}, time.Minute, 20*time.Millisecond)
 	var codes []string
-	for _, e := range r.entriesOfKind(t, ledger.KindRejection) {
-		var re ledger.RejectionEntry
+	for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
+		var re protocol.RejectionEntry
 		require.NoError(t, json.Unmarshal(e.Data, &re))
-		if re.Op != ledger.OpCommand {
+		if re.Op != protocol.OpCommand {
 			// The valid and the invalid command for c race; the loser's
 			// report is refused as a conflict, which is also recorded.
 			continue
 		}
 		codes = append(codes, string(re.Code))
-		if re.Code == ledger.CodeBadRequest {
+		if re.Code == protocol.CodeBadRequest {
 			require.GreaterOrEqual(t, len(re.Violations), 4, "every violation: %+v", re.Violations)
 		}
 	}
@@ -310,7 +309,7 @@ func TestBadCommandsAreAnsweredNotDropped(t *testing.T) {
 	_, tr, _ := r.result(t, c)
 	// Whichever of the two commands for c came first answers it; the
 	// ledger keeps exactly one report.
-	require.Len(t, r.entriesOfKind(t, ledger.KindReport), 1)
+	require.Len(t, r.entriesOfKind(t, protocol.KindReport), 1)
 	_ = tr
 }
 
@@ -318,7 +317,7 @@ func TestUnregisteredToolAndWrongTarget(t *testing.T) {
 	r := newRig(t, executor.Config{}, nil)
 	c := r.dispatch(t, callOpts{tool: "nosuch", target: "echo"})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
 	require.Equal(t, executor.CodeUnknownTool, errDetail(t, tr).TaxonomyCode)
 
@@ -345,7 +344,7 @@ func TestPerToolConcurrencyLimit(t *testing.T) {
 		}
 		return executor.Success(nil)
 	})
-	r := newRig(t, executor.Config{}, map[string]impl{"slow": {slow, def("slow", ledger.DeterminismPure, ledger.RetryPolicy{}, 2)}})
+	r := newRig(t, executor.Config{}, map[string]impl{"slow": {slow, def("slow", protocol.DeterminismPure, protocol.RetryPolicy{}, 2)}})
 	var calls []ledgertest.Call
 	for range 6 {
 		calls = append(calls, r.dispatch(t, callOpts{tool: "slow"}))
@@ -354,7 +353,7 @@ func TestPerToolConcurrencyLimit(t *testing.T) {
 	close(release)
 	for _, c := range calls {
 		_, tr, _ := r.result(t, c)
-		require.Equal(t, ledger.StatusSuccess, tr.Status)
+		require.Equal(t, protocol.StatusSuccess, tr.Status)
 	}
 	require.EqualValues(t, 2, peak.Load(), "never more than concurrency_max at once")
 }
@@ -367,7 +366,7 @@ func TestGracefulStopFinishesInFlightCalls(t *testing.T) {
 		<-release
 		return executor.Success("done")
 	})
-	r := newRig(t, executor.Config{DrainTimeout: time.Minute}, map[string]impl{"drain": {tool, def("drain", ledger.DeterminismPure, ledger.RetryPolicy{}, 4)}})
+	r := newRig(t, executor.Config{DrainTimeout: time.Minute}, map[string]impl{"drain": {tool, def("drain", protocol.DeterminismPure, protocol.RetryPolicy{}, 4)}})
 	c := r.dispatch(t, callOpts{tool: "drain"})
 	<-started
 	stopped := make(chan struct{})
@@ -377,7 +376,7 @@ func TestGracefulStopFinishesInFlightCalls(t *testing.T) {
 	r.L.Flush()
 	rec, err := r.L.GetCall(context.Background(), c.Project, c.Turn, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateWoken, rec.State, "the in-flight call was reported before Stop returned")
+	require.Equal(t, protocol.StateWoken, rec.State, "the in-flight call was reported before Stop returned")
 }
 
 func TestExecutorMetricsPassPromlint(t *testing.T) {
@@ -408,10 +407,10 @@ func TestHeartbeatsKeepLongCallsFromRedelivery(t *testing.T) {
 	})
 	// AckWait is far shorter than the call: only heartbeats keep JetStream
 	// from handing the command to a second run.
-	r := newRig(t, executor.Config{AckWait: 600 * time.Millisecond}, map[string]impl{"long": {long, def("long", ledger.DeterminismIdempotent, ledger.RetryPolicy{}, 4)}})
+	r := newRig(t, executor.Config{AckWait: 600 * time.Millisecond}, map[string]impl{"long": {long, def("long", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)}})
 	c := r.dispatch(t, callOpts{tool: "long"})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.EqualValues(t, 1, runs.Load(), "never run twice")
 	require.Zero(t, counterSum(t, r, "cgledger_executor_redeliveries_total"))
 }
@@ -423,7 +422,7 @@ func TestToolSpanRecordsAFailedCall(t *testing.T) {
 	r := newRig(t, executor.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, nil)
 	c := r.dispatch(t, callOpts{tool: "sleep", args: `{"ms":5000}`, timeoutMS: 100, traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
 	_, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StatusTimeout, tr.Status)
+	require.Equal(t, protocol.StatusTimeout, tr.Status)
 	require.Eventually(t, func() bool { return len(rec.Ended()) > 0 }, time.Minute, 10*time.Millisecond, "the tool span ends")
 	span := rec.Ended()[0]
 	require.Equal(t, "cgledger.tool sleep", span.Name())
@@ -432,6 +431,6 @@ func TestToolSpanRecordsAFailedCall(t *testing.T) {
 	for _, kv := range span.Attributes() {
 		attrs[string(kv.Key)] = kv.Value.AsString()
 	}
-	require.Equal(t, ledger.StatusTimeout, attrs["cgledger.status"])
+	require.Equal(t, protocol.StatusTimeout, attrs["cgledger.status"])
 	require.NotEmpty(t, attrs["cgledger.code"])
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 type rig struct {
@@ -29,7 +30,7 @@ type rig struct {
 func newRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
 	t.Helper()
 	r := &rig{Env: ledgertest.New(t), reg: prometheus.NewRegistry()}
-	_, err := r.L.SetRoster(ledgertest.Ctx(t), ledger.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
+	_, err := r.L.SetRoster(ledgertest.Ctx(t), protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
 	require.NoError(t, err)
 	r.start(t, cfg, extra)
 	return r
@@ -37,7 +38,7 @@ func newRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
 
 type impl struct {
 	tool executor.Tool
-	def  *ledger.ToolDefinition
+	def  *protocol.ToolDefinition
 }
 
 func (r *rig) start(t *testing.T, cfg executor.Config, extra map[string]impl) {
@@ -57,12 +58,12 @@ func (r *rig) start(t *testing.T, cfg executor.Config, extra map[string]impl) {
 }
 
 // def is a built-in-style definition for a test implementation.
-func def(name, determinism string, retry ledger.RetryPolicy, concurrency int) *ledger.ToolDefinition {
-	return &ledger.ToolDefinition{
+func def(name, determinism string, retry protocol.RetryPolicy, concurrency int) *protocol.ToolDefinition {
+	return &protocol.ToolDefinition{
 		ToolName: name, Parameters: json.RawMessage(`{"type":"object"}`),
 		TargetSubject:  "cg.v1.{project_id}.{channel_id}.cmd.tool." + name,
-		AfterExecution: ledger.AfterSuspend,
-		Limits:         ledger.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000, ConcurrencyMax: concurrency},
+		AfterExecution: protocol.AfterSuspend,
+		Limits:         protocol.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000, ConcurrencyMax: concurrency},
 		Determinism:    determinism, Retry: retry,
 	}
 }
@@ -97,13 +98,13 @@ func (r *rig) dispatch(t *testing.T, o callOpts) ledgertest.Call {
 }
 
 // result waits for the call's report and returns its record and result card.
-func (r *rig) result(t *testing.T, c ledgertest.Call) (*ledger.CallRecord, ledger.ToolResultContent, *ledger.StoredCard) {
+func (r *rig) result(t *testing.T, c ledgertest.Call) (*protocol.CallRecord, protocol.ToolResultContent, *protocol.StoredCard) {
 	t.Helper()
-	var rec *ledger.CallRecord
+	var rec *protocol.CallRecord
 	require.Eventually(t, func() bool {
 		var err error
 		rec, err = r.L.GetCall(context.Background(), c.Project, c.Turn, c.ID)
-		return err == nil && rec.State == ledger.StateWoken
+		return err == nil && rec.State == protocol.StateWoken
 	}, 30*time.Second, 5*time.Millisecond, "call %s resolves", c.ID)
 	card, err := r.L.GetCard(context.Background(), c.Project, rec.Claim.ToolResultCardID)
 	require.NoError(t, err)
@@ -113,14 +114,14 @@ func (r *rig) result(t *testing.T, c ledgertest.Call) (*ledger.CallRecord, ledge
 }
 
 type detail struct {
-	TaxonomyCode string             `json:"taxonomy_code"`
-	FixHint      string             `json:"fix_hint"`
-	Attempts     int                `json:"attempts"`
-	RetryAfterMS int64              `json:"retry_after_ms"`
-	Violations   []ledger.Violation `json:"violations"`
+	TaxonomyCode string               `json:"taxonomy_code"`
+	FixHint      string               `json:"fix_hint"`
+	Attempts     int                  `json:"attempts"`
+	RetryAfterMS int64                `json:"retry_after_ms"`
+	Violations   []protocol.Violation `json:"violations"`
 }
 
-func errDetail(t *testing.T, tr ledger.ToolResultContent) detail {
+func errDetail(t *testing.T, tr protocol.ToolResultContent) detail {
 	t.Helper()
 	require.NotNil(t, tr.Error)
 	var d detail
@@ -129,10 +130,10 @@ func errDetail(t *testing.T, tr ledger.ToolResultContent) detail {
 }
 
 // allEntries returns every ledger entry's subject, headers and data.
-func (r *rig) allEntries(t *testing.T) []ledger.Entry {
+func (r *rig) allEntries(t *testing.T) []protocol.Entry {
 	t.Helper()
-	var out []ledger.Entry
-	_, err := r.L.ReadEntries(ledgertest.Ctx(t), 1, func(e ledger.Entry) error {
+	var out []protocol.Entry
+	_, err := r.L.ReadEntries(ledgertest.Ctx(t), 1, func(e protocol.Entry) error {
 		out = append(out, e)
 		return nil
 	})
@@ -140,11 +141,11 @@ func (r *rig) allEntries(t *testing.T) []ledger.Entry {
 	return out
 }
 
-func (r *rig) entriesOfKind(t *testing.T, kind ledger.EntryKind) []ledger.Entry {
+func (r *rig) entriesOfKind(t *testing.T, kind protocol.EntryKind) []protocol.Entry {
 	t.Helper()
-	var out []ledger.Entry
+	var out []protocol.Entry
 	for _, e := range r.allEntries(t) {
-		if nats.Header(e.Headers).Get(ledger.HeaderEntryKind) == string(kind) {
+		if nats.Header(e.Headers).Get(protocol.HeaderEntryKind) == string(kind) {
 			out = append(out, e)
 		}
 	}
@@ -169,10 +170,10 @@ func (r *rig) count(t *testing.T, filter string) int {
 func (r *rig) commandRejections(t *testing.T) int {
 	t.Helper()
 	n := 0
-	for _, e := range r.entriesOfKind(t, ledger.KindRejection) {
-		var re ledger.RejectionEntry
+	for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
+		var re protocol.RejectionEntry
 		require.NoError(t, json.Unmarshal(e.Data, &re))
-		if re.Op == ledger.OpCommand {
+		if re.Op == protocol.OpCommand {
 			n++
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // HTTPToolConfig configures the built-in HTTP tool. Zero values are the
@@ -265,7 +265,7 @@ func (t *httpTool) allowedList() string {
 
 // buildRequest makes the upstream request from options.jina and the
 // arguments; a non-nil Outcome means the call cannot run.
-func (t *httpTool) buildRequest(ctx context.Context, j *ledger.JinaOptions, call *Call) (*http.Request, *Outcome) {
+func (t *httpTool) buildRequest(ctx context.Context, j *protocol.JinaOptions, call *Call) (*http.Request, *Outcome) {
 	fail := func(msg, hint string) (*http.Request, *Outcome) {
 		o := Terminal(CodeToolConfig, msg, hint)
 		return nil, &o
@@ -317,8 +317,8 @@ func (t *httpTool) buildRequest(ctx context.Context, j *ledger.JinaOptions, call
 		}
 		target, err := url.Parse(raw)
 		if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-			o := Invalid("reader needs an http(s) URL in arguments.url", ledger.Violation{
-				Field: "arguments.url", Code: ledger.VInvalidValue,
+			o := Invalid("reader needs an http(s) URL in arguments.url", protocol.Violation{
+				Field: "arguments.url", Code: protocol.VInvalidValue,
 				Message: fmt.Sprintf("must be an absolute http(s) URL, got %q", clipString(raw, 200)),
 			})
 			return nil, &o
@@ -329,7 +329,7 @@ func (t *httpTool) buildRequest(ctx context.Context, j *ledger.JinaOptions, call
 			s := strings.TrimRight((&url.URL{Scheme: base.Scheme, Host: base.Host}).String()+prefix, "/") + "/" + target.String()
 			u, err = url.Parse(s)
 			if err != nil {
-				o := Invalid("reader cannot use arguments.url", ledger.Violation{Field: "arguments.url", Code: ledger.VInvalidValue, Message: "cannot be appended to the reader's base URL"})
+				o := Invalid("reader cannot use arguments.url", protocol.Violation{Field: "arguments.url", Code: protocol.VInvalidValue, Message: "cannot be appended to the reader's base URL"})
 				return nil, &o
 			}
 		} else {
@@ -363,18 +363,18 @@ func cloneURL(u *url.URL) *url.URL {
 }
 
 // stringArg reads a required non-empty string argument.
-func stringArg(call *Call, name string) (string, *ledger.Violation) {
+func stringArg(call *Call, name string) (string, *protocol.Violation) {
 	field := "arguments." + name
 	v, ok := call.Arguments[name]
 	if !ok || v == nil {
-		return "", &ledger.Violation{Field: field, Code: ledger.VRequired, Message: "is required"}
+		return "", &protocol.Violation{Field: field, Code: protocol.VRequired, Message: "is required"}
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", &ledger.Violation{Field: field, Code: ledger.VInvalidType, Message: fmt.Sprintf("must be a string, got %T", v)}
+		return "", &protocol.Violation{Field: field, Code: protocol.VInvalidType, Message: fmt.Sprintf("must be a string, got %T", v)}
 	}
 	if strings.TrimSpace(s) == "" {
-		return "", &ledger.Violation{Field: field, Code: ledger.VEmpty, Message: "must not be empty"}
+		return "", &protocol.Violation{Field: field, Code: protocol.VEmpty, Message: "must not be empty"}
 	}
 	return s, nil
 }

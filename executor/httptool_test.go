@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // seen is what an upstream received.
@@ -86,7 +86,7 @@ func loopbackTool(t *testing.T, env map[string]string, ports ...int) *httpTool {
 
 func jinaCall(mode, baseURL, path, method string, args map[string]any) *Call {
 	c := &Call{ToolName: "web", Arguments: args}
-	c.Options.Jina = &ledger.JinaOptions{Mode: mode, BaseURL: baseURL, Path: path, Method: method}
+	c.Options.Jina = &protocol.JinaOptions{Mode: mode, BaseURL: baseURL, Path: path, Method: method}
 	return c
 }
 
@@ -144,7 +144,7 @@ func TestHTTPSearchGET(t *testing.T) {
 	}
 	// The result card's content is what a worker sees.
 	content, status, err := resultContent(o, 1)
-	if err != nil || status != ledger.StatusSuccess || !bytes.Contains(content, []byte(`"n":12345678901234567890`)) {
+	if err != nil || status != protocol.StatusSuccess || !bytes.Contains(content, []byte(`"n":12345678901234567890`)) {
 		t.Fatalf("result content %s %s %v", status, content, err)
 	}
 }
@@ -245,15 +245,15 @@ func TestHTTPInvalidRequestsAndConfig(t *testing.T) {
 		field string
 		code  string
 	}{
-		{"search", map[string]any{}, "arguments.query", ledger.VRequired},
-		{"search", map[string]any{"query": nil}, "arguments.query", ledger.VRequired},
-		{"search", map[string]any{"query": json.Number("3")}, "arguments.query", ledger.VInvalidType},
-		{"search", map[string]any{"query": "  "}, "arguments.query", ledger.VEmpty},
-		{"reader", map[string]any{}, "arguments.url", ledger.VRequired},
-		{"reader", map[string]any{"url": "ftp://example.com/x"}, "arguments.url", ledger.VInvalidValue},
-		{"reader", map[string]any{"url": "/relative/path"}, "arguments.url", ledger.VInvalidValue},
-		{"reader", map[string]any{"url": "https://"}, "arguments.url", ledger.VInvalidValue},
-		{"reader", map[string]any{"url": false}, "arguments.url", ledger.VInvalidType},
+		{"search", map[string]any{}, "arguments.query", protocol.VRequired},
+		{"search", map[string]any{"query": nil}, "arguments.query", protocol.VRequired},
+		{"search", map[string]any{"query": json.Number("3")}, "arguments.query", protocol.VInvalidType},
+		{"search", map[string]any{"query": "  "}, "arguments.query", protocol.VEmpty},
+		{"reader", map[string]any{}, "arguments.url", protocol.VRequired},
+		{"reader", map[string]any{"url": "ftp://example.com/x"}, "arguments.url", protocol.VInvalidValue},
+		{"reader", map[string]any{"url": "/relative/path"}, "arguments.url", protocol.VInvalidValue},
+		{"reader", map[string]any{"url": "https://"}, "arguments.url", protocol.VInvalidValue},
+		{"reader", map[string]any{"url": false}, "arguments.url", protocol.VInvalidType},
 	}
 	for _, tc := range invalid {
 		o := run(t, tool, jinaCall(tc.mode, srv.URL, "", "", tc.args))
@@ -268,7 +268,7 @@ func TestHTTPInvalidRequestsAndConfig(t *testing.T) {
 	if o.Message != "options.jina is required" {
 		t.Fatalf("message = %q", o.Message)
 	}
-	for _, j := range []ledger.JinaOptions{
+	for _, j := range []protocol.JinaOptions{
 		{Mode: "crawl", BaseURL: srv.URL},
 		{Mode: "search", BaseURL: "ftp://127.0.0.1/"},
 		{Mode: "search", BaseURL: "not a url"},
@@ -337,10 +337,10 @@ func TestHTTPStatusMapping(t *testing.T) {
 		if tc.kind != KindSuccess && tc.q != "304" && !strings.Contains(o.Message, " body") {
 			t.Errorf("%s: message %q lacks the upstream's body", tc.q, o.Message)
 		}
-		if tc.kind == KindRetryable && retryable(o, ledger.DeterminismSideEffectful, 1) {
+		if tc.kind == KindRetryable && retryable(o, protocol.DeterminismSideEffectful, 1) {
 			t.Errorf("%s: side-effectful tools must not retry", tc.q)
 		}
-		if tc.kind == KindTerminal && retryable(o, ledger.DeterminismPure, 1) {
+		if tc.kind == KindTerminal && retryable(o, protocol.DeterminismPure, 1) {
 			t.Errorf("%s: terminal outcome retried", tc.q)
 		}
 	}
@@ -443,7 +443,7 @@ func TestHTTPDeadline(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("took %v", el)
 	}
-	if status, code := l0(o); status != ledger.StatusTimeout || code != ErrToolTimeout {
+	if status, code := l0(o); status != protocol.StatusTimeout || code != ErrToolTimeout {
 		t.Fatalf("L0 = %s %s", status, code)
 	}
 
@@ -539,7 +539,7 @@ func TestHTTPRedirects(t *testing.T) {
 	if hitsB.Load() != 0 {
 		t.Fatal("the guarded port was reached")
 	}
-	if retryable(o, ledger.DeterminismPure, 1) {
+	if retryable(o, protocol.DeterminismPure, 1) {
 		t.Fatal("a refused dial must not be retried")
 	}
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // OutcomeKind is one of seed 004's four outcomes (plus the L0 partial).
@@ -39,7 +39,7 @@ type Outcome struct {
 	// RetryAfter is the upstream's backoff hint for retryable errors.
 	RetryAfter time.Duration
 	// Violations lists every problem of an invalid request.
-	Violations []ledger.Violation
+	Violations []protocol.Violation
 }
 
 // Success is a successful outcome with typed output.
@@ -62,7 +62,7 @@ func Terminal(code, message, hint string) Outcome {
 }
 
 // Invalid is a request the tool refuses, with every violation.
-func Invalid(message string, violations ...ledger.Violation) Outcome {
+func Invalid(message string, violations ...protocol.Violation) Outcome {
 	return Outcome{Kind: KindInvalid, Code: "I-REQ-001", Message: message, Violations: violations}
 }
 
@@ -101,33 +101,33 @@ func class(code string) string {
 func l0(o Outcome) (status, errCode string) {
 	switch o.Kind {
 	case KindSuccess:
-		return ledger.StatusSuccess, ""
+		return protocol.StatusSuccess, ""
 	case KindPartial:
-		return ledger.StatusPartial, ""
+		return protocol.StatusPartial, ""
 	case KindInvalid:
-		return ledger.StatusFailed, ErrBadRequest
+		return protocol.StatusFailed, ErrBadRequest
 	}
 	if o.Code == CodeCanceled {
-		return ledger.StatusCanceled, codeErrorCanceled
+		return protocol.StatusCanceled, codeErrorCanceled
 	}
 	switch class(o.Code) {
 	case "R-TIMEOUT":
-		return ledger.StatusTimeout, ErrToolTimeout
+		return protocol.StatusTimeout, ErrToolTimeout
 	case "R-UPSTREAM", "R-CAP":
-		return ledger.StatusFailed, ErrUpstreamUnavailable
+		return protocol.StatusFailed, ErrUpstreamUnavailable
 	case "A-AUTH":
-		return ledger.StatusFailed, ErrAuthFailed
+		return protocol.StatusFailed, ErrAuthFailed
 	case "I-REQ", "P-PRECOND", "C-CONTRACT":
-		return ledger.StatusFailed, ErrBadRequest
+		return protocol.StatusFailed, ErrBadRequest
 	}
-	return ledger.StatusFailed, ErrInternal
+	return protocol.StatusFailed, ErrInternal
 }
 
 // retryable reports whether a failed attempt may be retried under the
 // tool's determinism: side-effectful tools are never retried automatically;
 // S-TOOL faults are retried once (seed 004).
 func retryable(o Outcome, determinism string, attempt int) bool {
-	if o.Kind != KindRetryable || determinism == ledger.DeterminismSideEffectful {
+	if o.Kind != KindRetryable || determinism == protocol.DeterminismSideEffectful {
 		return false
 	}
 	if class(o.Code) == "S-TOOL" {
@@ -138,12 +138,12 @@ func retryable(o Outcome, determinism string, attempt int) bool {
 
 // errorDetail is error.detail of a result card.
 type errorDetail struct {
-	TaxonomyCode string             `json:"taxonomy_code"`
-	Class        OutcomeKind        `json:"class"`
-	FixHint      string             `json:"fix_hint,omitempty"`
-	Attempts     int                `json:"attempts"`
-	RetryAfterMS int64              `json:"retry_after_ms,omitempty"`
-	Violations   []ledger.Violation `json:"violations,omitempty"`
+	TaxonomyCode string               `json:"taxonomy_code"`
+	Class        OutcomeKind          `json:"class"`
+	FixHint      string               `json:"fix_hint,omitempty"`
+	Attempts     int                  `json:"attempts"`
+	RetryAfterMS int64                `json:"retry_after_ms,omitempty"`
+	Violations   []protocol.Violation `json:"violations,omitempty"`
 }
 
 // resultContent builds a ToolResultContent for the final outcome.

@@ -8,14 +8,14 @@ import (
 	"sort"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Registry is what the management API needs from the ledger.
 type Registry interface {
-	RegisterToolYAML(ctx context.Context, project string, body []byte) (ledger.RegisterResult, error)
-	GetTool(ctx context.Context, project, tool string) (*ledger.StoredTool, error)
-	ListTools(ctx context.Context, project string) ([]ledger.StoredTool, error)
+	RegisterToolYAML(ctx context.Context, project string, body []byte) (protocol.RegisterResult, error)
+	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
+	ListTools(ctx context.Context, project string) ([]protocol.StoredTool, error)
 }
 
 // maxDefinitionBytes bounds a registration request body.
@@ -25,7 +25,7 @@ const maxDefinitionBytes = 256 << 10
 // force and the entry that wrote it, or a built-in (Seq 0, Builtin true)
 // the project did not override.
 type RegistryTool struct {
-	ledger.StoredTool
+	protocol.StoredTool
 	Builtin bool `json:"builtin"`
 }
 
@@ -63,7 +63,7 @@ type registryRoute struct {
 // projects that did not register their own. Errors are RFC 9457 problem
 // details (internal/httpjson); a request no route serves is 404, or 405 with
 // Allow.
-func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handler {
+func RegistryHandler(r Registry, builtins ...*protocol.ToolDefinition) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range registryRoutes(&registry{r: r, builtins: builtins}) {
 		mux.HandleFunc(rt.pattern, rt.serve)
@@ -74,7 +74,7 @@ func RegistryHandler(r Registry, builtins ...*ledger.ToolDefinition) http.Handle
 
 type registry struct {
 	r        Registry
-	builtins []*ledger.ToolDefinition
+	builtins []*protocol.ToolDefinition
 }
 
 func registryRoutes(g *registry) []registryRoute {
@@ -88,13 +88,13 @@ func registryRoutes(g *registry) []registryRoute {
 func (g *registry) register(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxDefinitionBytes+1))
 	if err != nil {
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
 		return
 	}
 	if len(body) > maxDefinitionBytes {
-		var vs ledger.Violations
-		vs.Add("body", ledger.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "definition too large", Violations: vs})
+		var vs protocol.Violations
+		vs.Add("body", protocol.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "definition too large", Violations: vs})
 		return
 	}
 	res, err := g.r.RegisterToolYAML(req.Context(), req.PathValue("project"), body)
@@ -120,19 +120,19 @@ func registryCursor(t RegistryTool) string {
 }
 
 func (g *registry) list(w http.ResponseWriter, req *http.Request) {
-	var vs ledger.Violations
+	var vs protocol.Violations
 	limit := httpjson.Limit(req, &vs)
 	cursor := req.URL.Query().Get("cursor")
 	var after []byte
 	if cursor != "" {
 		b, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || len(b) < 2 || b[0] != 'r' && b[0] != 'b' {
-			vs.Add("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+			vs.Add("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 		}
 		after = b
 	}
 	if len(vs) > 0 {
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: vs})
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs})
 		return
 	}
 	project := req.PathValue("project")
@@ -154,7 +154,7 @@ func (g *registry) list(w http.ResponseWriter, req *http.Request) {
 		if !seen[b.ToolName] {
 			d := *b
 			d.ProjectID = project
-			bs = append(bs, RegistryTool{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
+			bs = append(bs, RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
 		}
 	}
 	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Definition.ToolName < bs[j].Definition.ToolName })
@@ -194,7 +194,7 @@ func (g *registry) get(w http.ResponseWriter, req *http.Request) {
 				if b.ToolName == name {
 					d := *b
 					d.ProjectID = project
-					httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: ledger.StoredTool{Definition: d}, Builtin: true})
+					httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
 					return
 				}
 			}
@@ -206,6 +206,6 @@ func (g *registry) get(w http.ResponseWriter, req *http.Request) {
 }
 
 func isNotFound(err error) bool {
-	e, ok := ledger.AsError(err)
-	return ok && e.Code == ledger.CodeNotFound
+	e, ok := protocol.AsError(err)
+	return ok && e.Code == protocol.CodeNotFound
 }

@@ -15,28 +15,28 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // fakeRegistry holds registered tools in memory.
-type fakeRegistry struct{ tools []ledger.StoredTool }
+type fakeRegistry struct{ tools []protocol.StoredTool }
 
-func (f *fakeRegistry) RegisterToolYAML(context.Context, string, []byte) (ledger.RegisterResult, error) {
-	var vs ledger.Violations
-	vs.Add("tool.tool_name", ledger.VRequired, "is required")
-	return ledger.RegisterResult{}, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid tool definition", Violations: vs, Seq: 42}
+func (f *fakeRegistry) RegisterToolYAML(context.Context, string, []byte) (protocol.RegisterResult, error) {
+	var vs protocol.Violations
+	vs.Add("tool.tool_name", protocol.VRequired, "is required")
+	return protocol.RegisterResult{}, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid tool definition", Violations: vs, Seq: 42}
 }
 
-func (f *fakeRegistry) GetTool(_ context.Context, project, tool string) (*ledger.StoredTool, error) {
+func (f *fakeRegistry) GetTool(_ context.Context, project, tool string) (*protocol.StoredTool, error) {
 	for _, t := range f.tools {
 		if t.Definition.ToolName == tool {
 			return &t, nil
 		}
 	}
-	return nil, &ledger.Error{Code: ledger.CodeNotFound, Message: "tool " + tool + " is not registered in project " + project}
+	return nil, &protocol.Error{Code: protocol.CodeNotFound, Message: "tool " + tool + " is not registered in project " + project}
 }
 
-func (f *fakeRegistry) ListTools(context.Context, string) ([]ledger.StoredTool, error) {
+func (f *fakeRegistry) ListTools(context.Context, string) ([]protocol.StoredTool, error) {
 	return f.tools, nil
 }
 
@@ -44,7 +44,7 @@ func registryServer(t *testing.T, registered ...string) *httptest.Server {
 	t.Helper()
 	f := &fakeRegistry{}
 	for i, n := range registered {
-		f.tools = append(f.tools, ledger.StoredTool{Seq: uint64(10 + i), Definition: ledger.ToolDefinition{ProjectID: "p", ToolName: n}})
+		f.tools = append(f.tools, protocol.StoredTool{Seq: uint64(10 + i), Definition: protocol.ToolDefinition{ProjectID: "p", ToolName: n}})
 	}
 	srv := httptest.NewServer(executor.RegistryHandler(f, executor.EchoDefinition, executor.SleepDefinition))
 	t.Cleanup(srv.Close)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestFullStoreNeverLosesAnAcknowledgedCall fills the ledger stream while a
@@ -27,7 +27,7 @@ func TestFullStoreNeverLosesAnAcknowledgedCall(t *testing.T) {
 		<-release
 		return executor.Success("done")
 	})
-	r := newRig(t, executor.Config{MaxDeliver: 2}, map[string]impl{"slow": {tool, def("slow", ledger.DeterminismPure, ledger.RetryPolicy{}, 4)}})
+	r := newRig(t, executor.Config{MaxDeliver: 2}, map[string]impl{"slow": {tool, def("slow", protocol.DeterminismPure, protocol.RetryPolicy{}, 4)}})
 	ctx := ledgertest.Ctx(t)
 	c := r.dispatch(t, callOpts{tool: "slow"})
 	<-started
@@ -49,17 +49,17 @@ func TestFullStoreNeverLosesAnAcknowledgedCall(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond, "the executor keeps retrying the write")
 	rec, err := r.L.GetCall(ctx, c.Project, c.Turn, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateDispatched, rec.State)
+	require.Equal(t, protocol.StateDispatched, rec.State)
 
 	full.MaxBytes = -1
 	_, err = r.JS.UpdateStream(ctx, full)
 	require.NoError(t, err)
 	rec, tr, _ := r.result(t, c)
-	require.Equal(t, ledger.StateWoken, rec.State)
+	require.Equal(t, protocol.StateWoken, rec.State)
 	// Whether the tool's own result or the redelivery bound's failure was
 	// written first, there is one report.
-	require.Contains(t, []string{ledger.StatusSuccess, ledger.StatusFailed}, tr.Status)
-	require.Equal(t, 1, r.count(t, ledger.ReportSubject("v1", c.Project, c.Channel, c.Turn, c.ID)))
+	require.Contains(t, []string{protocol.StatusSuccess, protocol.StatusFailed}, tr.Status)
+	require.Equal(t, 1, r.count(t, protocol.ReportSubject("v1", c.Project, c.Channel, c.Turn, c.ID)))
 }
 
 // metricValue sums a counter's samples in the rig's registry.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Tool is what a tool implementer writes: run one attempt of a call and
@@ -37,9 +37,9 @@ type Call struct {
 	// variables applied, validated against the tool's schema.
 	Arguments map[string]any
 	// Definition is the tool's registry entry (or its built-in default).
-	Definition *ledger.ToolDefinition
+	Definition *protocol.ToolDefinition
 	// Options are the definition's decoded options.
-	Options ledger.ToolOptions
+	Options protocol.ToolOptions
 	// Attempt counts attempts of this delivery, from 1.
 	Attempt int
 	// Deadline is when the call must have its outcome; Timeout is the

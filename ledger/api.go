@@ -12,30 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/protocol"
 )
-
-// API subjects: the ledger's operations over NATS request/reply, for clients
-// in any language (docs/protocol.md, "Ledger API"). A request goes to
-// cgledger.v1.<project_id>.<actor>.<op>: the project and the actor (the agent
-// or tool the caller acts as) sit in the subject so that NATS permissions can
-// scope them, and the ledger checks the request against them. They sit
-// outside the cg.> namespace so the ledger stream never captures a request.
-const APIPrefix = auth.APIPrefix
-
-// Read operations (writes are the Op* names of rejection entries).
-const (
-	OpCardGet      = "card.get"
-	OpRosterGet    = "roster.get"
-	OpCallGet      = "call.get"
-	OpToolGet      = "tool.get"
-	OpToolList     = "tool.list"
-	OpToolConsumer = "tool.consumer"
-	// OpProjectorSkip is global: its subject's project token is "_".
-	OpProjectorSkip = "projector.skip"
-)
-
-// APISubject is the subject of an API operation for project, sent by actor.
-func APISubject(project, actor, op string) string { return auth.APISubject(project, actor, op) }
 
 // APIConfig configures the request/reply API. Zero values mean the defaults.
 type APIConfig struct {
@@ -46,13 +24,6 @@ type APIConfig struct {
 	RequestTimeout time.Duration
 	// MaxInFlight bounds concurrently handled requests. Zero means 256.
 	MaxInFlight int
-}
-
-// APIReply is the body of every API reply: Result on success, Error otherwise.
-type APIReply struct {
-	OK     bool            `json:"ok"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *Error          `json:"error,omitempty"`
 }
 
 // APIServer serves the ledger API until Stop.
@@ -86,26 +57,26 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{l: l, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	handlers := map[string]apiHandler{
-		OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.PutCardJSON(ctx, m.Data) },
-		OpCardGet:   s.cardGet,
-		OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.DispatchMsg(ctx, m.Header, m.Data) },
-		OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.ReportMsg(ctx, m.Header, m.Data) },
-		OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
-		OpRosterGet: s.rosterGet,
-		OpCallGet:   s.callGet,
-		OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
-		OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
+		protocol.OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.PutCardJSON(ctx, m.Data) },
+		protocol.OpCardGet:   s.cardGet,
+		protocol.OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.DispatchMsg(ctx, m.Header, m.Data) },
+		protocol.OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.ReportMsg(ctx, m.Header, m.Data) },
+		protocol.OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
+		protocol.OpRosterGet: s.rosterGet,
+		protocol.OpCallGet:   s.callGet,
+		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
+		protocol.OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
 			c, _ := CallerFrom(ctx)
 			return l.RegisterToolYAML(ctx, c.Project, m.Data)
 		},
-		OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
-		OpToolGet:       s.toolGet,
-		OpToolList:      s.toolList,
-		OpToolConsumer:  s.toolConsumer,
-		OpProjectorSkip: s.projectorSkip,
+		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
+		protocol.OpToolGet:       s.toolGet,
+		protocol.OpToolList:      s.toolList,
+		protocol.OpToolConsumer:  s.toolConsumer,
+		protocol.OpProjectorSkip: s.projectorSkip,
 	}
 	for op, h := range handlers {
-		subj := APISubject("*", "*", op)
+		subj := protocol.APISubject("*", "*", op)
 		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(op, h))
 		if err != nil {
 			s.Stop()
@@ -142,57 +113,57 @@ func validReply(reply string) bool {
 
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
-var writeOps = map[string]bool{OpCardPut: true, OpDispatch: true, OpReport: true, OpRosterSet: true, OpConsume: true, OpCancel: true, OpToolRegister: true}
+var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
 func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller, error) {
 	toks := strings.SplitN(m.Subject, ".", 5)
 	var c Caller
-	var vs Violations
+	var vs protocol.Violations
 	if len(toks) == 5 {
 		c.Project, c.Actor = toks[2], toks[3]
 	}
-	global := op == OpProjectorSkip
+	global := op == protocol.OpProjectorSkip
 	switch {
 	case global && c.Project != auth.GlobalProject:
-		vs.Add("subject", VInvalidToken, "%s belongs to no project: its subject is %s", op, APISubject(auth.GlobalProject, "<actor>", op))
-	case !global && !ValidIdentifier(c.Project):
-		vs.Add("subject", VInvalidToken, "project token %q of %s is not an identifier", clip(c.Project), APISubject("<project_id>", "<actor>", op))
+		vs.Add("subject", protocol.VInvalidToken, "%s belongs to no project: its subject is %s", op, protocol.APISubject(auth.GlobalProject, "<actor>", op))
+	case !global && !protocol.ValidIdentifier(c.Project):
+		vs.Add("subject", protocol.VInvalidToken, "project token %q of %s is not an identifier", protocol.Clip(c.Project), protocol.APISubject("<project_id>", "<actor>", op))
 	}
-	if !ValidIdentifier(c.Actor) {
-		vs.Add("subject", VInvalidToken, "actor token %q of %s is not an identifier", clip(c.Actor), APISubject("<project_id>", "<actor>", op))
+	if !protocol.ValidIdentifier(c.Actor) {
+		vs.Add("subject", protocol.VInvalidToken, "actor token %q of %s is not an identifier", protocol.Clip(c.Actor), protocol.APISubject("<project_id>", "<actor>", op))
 	}
-	code, msg := CodeBadRequest, "invalid API subject"
+	code, msg := protocol.CodeBadRequest, "invalid API subject"
 	if m.Reply != "" && !validReply(m.Reply) {
 		// Answering would publish the reply wherever the requester chose,
 		// a ledger subject included: refuse, record, and send nothing.
-		vs.Add("reply", VInvalidValue, "reply subject %q is not an inbox (it must start with _INBOX)", clip(m.Reply))
+		vs.Add("reply", protocol.VInvalidValue, "reply subject %q is not an inbox (it must start with _INBOX)", protocol.Clip(m.Reply))
 		msg = "invalid reply subject"
 		m.Reply = ""
 	}
-	if len(vs) == 0 && op != OpDispatch && op != OpReport {
+	if len(vs) == 0 && op != protocol.OpDispatch && op != protocol.OpReport {
 		// Dispatch and report check their headers with the identity; the
 		// others take none they read, but a bad block is refused all the same.
-		vs, _ = checkHeaders(m.Header)
+		vs, _ = protocol.CheckHeaders(m.Header)
 		msg = "invalid request headers"
 	}
 	if len(vs) == 0 && !global {
 		vs = checkCaller(op, c, m.Header, m.Data)
-		code, msg = CodeForbidden, "request does not match the project or actor of its subject"
+		code, msg = protocol.CodeForbidden, "request does not match the project or actor of its subject"
 	}
 	if len(vs) == 0 {
 		return c, nil
 	}
-	e := newError(code, vs, "%s: %s", op, msg)
+	e := protocol.NewError(code, vs, "%s: %s", op, msg)
 	if !writeOps[op] && m.Reply != "" {
 		return c, e
 	}
 	project := ""
-	if ValidIdentifier(c.Project) {
+	if protocol.ValidIdentifier(c.Project) {
 		project = c.Project
 	}
-	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, rejectedRequest("", m.Header, m.Data))
+	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
 }
 
 func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
@@ -222,8 +193,8 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 			}
 			code := "ok"
 			if err != nil {
-				code = string(CodeInternal)
-				if e, ok := AsError(err); ok {
+				code = string(protocol.CodeInternal)
+				if e, ok := protocol.AsError(err); ok {
 					code = string(e.Code)
 				}
 			}
@@ -242,17 +213,17 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 // encodeReply builds the reply body. Errors that are not protocol refusals
 // become code "internal": nothing was rejected, the client may retry.
 func encodeReply(res any, err error) []byte {
-	var r APIReply
+	var r protocol.APIReply
 	if err != nil {
-		e, ok := AsError(err)
+		e, ok := protocol.AsError(err)
 		if !ok {
-			e = &Error{Code: CodeInternal, Message: err.Error()}
+			e = &protocol.Error{Code: protocol.CodeInternal, Message: err.Error()}
 		}
 		r.Error = e
 	} else {
 		b, merr := json.Marshal(res)
 		if merr != nil {
-			r.Error = &Error{Code: CodeInternal, Message: "encode result: " + merr.Error()}
+			r.Error = &protocol.Error{Code: protocol.CodeInternal, Message: "encode result: " + merr.Error()}
 		} else {
 			r.OK, r.Result = true, b
 		}
@@ -260,34 +231,34 @@ func encodeReply(res any, err error) []byte {
 	b, err := json.Marshal(r)
 	if err != nil {
 		// Never an empty reply: say what failed in a body that always encodes.
-		b, _ = json.Marshal(APIReply{Error: &Error{Code: CodeInternal, Message: "encode reply: " + clipHead(err.Error(), MaxViolationText)}})
+		b, _ = json.Marshal(protocol.APIReply{Error: &protocol.Error{Code: protocol.CodeInternal, Message: "encode reply: " + protocol.ClipHead(err.Error(), protocol.MaxViolationText)}})
 	}
 	return b
 }
 
 func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var ids []string
 	project := ""
 	if ok {
-		project = o.ident("project_id", true)
-		if r := o.raw("card_ids"); r == nil {
-			vs.Add("body.card_ids", VRequired, "is required")
+		project = o.Ident("project_id", true)
+		if r := o.Raw("card_ids"); r == nil {
+			vs.Add("body.card_ids", protocol.VRequired, "is required")
 		} else if err := json.Unmarshal(r, &ids); err != nil {
-			vs.Add("body.card_ids", VInvalidType, "must be an array of strings")
+			vs.Add("body.card_ids", protocol.VInvalidType, "must be an array of strings")
 		}
 		for i, id := range ids {
-			checkIdent(&vs, fmt.Sprintf("body.card_ids[%d]", i), id, true)
+			protocol.CheckIdent(&vs, fmt.Sprintf("body.card_ids[%d]", i), id, true)
 		}
-		if r := o.raw("card_ids"); r != nil && len(ids) == 0 && len(vs) == 0 {
-			vs.Add("body.card_ids", VEmpty, "at least one card id is required")
+		if r := o.Raw("card_ids"); r != nil && len(ids) == 0 && len(vs) == 0 {
+			vs.Add("body.card_ids", protocol.VEmpty, "at least one card id is required")
 		}
 		if len(ids) > maxCardIDs {
-			vs.Add("body.card_ids", VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
+			vs.Add("body.card_ids", protocol.VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
 		}
 	}
-	if err := badRequest("card.get request", vs); err != nil {
+	if err := protocol.BadRequest("card.get request", vs); err != nil {
 		return nil, err
 	}
 	cards, missing, err := s.l.GetCards(ctx, project, ids)
@@ -295,81 +266,70 @@ func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, err
 	}
 	if cards == nil {
-		cards = []StoredCard{}
+		cards = []protocol.StoredCard{}
 	}
 	if missing == nil {
 		missing = []string{}
 	}
 	return struct {
-		Cards   []StoredCard `json:"cards"`
-		Missing []string     `json:"missing"`
+		Cards   []protocol.StoredCard `json:"cards"`
+		Missing []string              `json:"missing"`
 	}{cards, missing}, nil
 }
 
 func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project, agent string
 	if ok {
-		project, agent = o.ident("project_id", true), o.ident("agent_id", true)
+		project, agent = o.Ident("project_id", true), o.Ident("agent_id", true)
 	}
-	if err := badRequest("roster.get request", vs); err != nil {
+	if err := protocol.BadRequest("roster.get request", vs); err != nil {
 		return nil, err
 	}
 	return s.l.GetRoster(ctx, project, agent)
 }
 
 func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project, turn, call string
 	if ok {
-		project, turn, call = o.ident("project_id", true), o.ident("agent_turn_id", true), o.ident("tool_call_id", true)
+		project, turn, call = o.Ident("project_id", true), o.Ident("agent_turn_id", true), o.Ident("tool_call_id", true)
 	}
-	if err := badRequest("call.get request", vs); err != nil {
+	if err := protocol.BadRequest("call.get request", vs); err != nil {
 		return nil, err
 	}
 	return s.l.GetCall(ctx, project, turn, call)
 }
 
 func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project, tool string
 	if ok {
-		project, tool = o.ident("project_id", true), o.ident("tool_name", true)
+		project, tool = o.Ident("project_id", true), o.Ident("tool_name", true)
 	}
-	if err := badRequest("tool.get request", vs); err != nil {
+	if err := protocol.BadRequest("tool.get request", vs); err != nil {
 		return nil, err
 	}
 	return s.l.GetTool(ctx, project, tool)
 }
 
 func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project string
 	if ok {
-		project = o.ident("project_id", true)
+		project = o.Ident("project_id", true)
 	}
-	if err := badRequest("tool.list request", vs); err != nil {
+	if err := protocol.BadRequest("tool.list request", vs); err != nil {
 		return nil, err
 	}
 	tools, err := s.l.ListTools(ctx, project)
 	return struct {
-		Tools []StoredTool `json:"tools"`
+		Tools []protocol.StoredTool `json:"tools"`
 	}{tools}, err
-}
-
-// ToolConsumer names the durable consumer a tool service pulls its commands
-// from (see docs/protocol.md, "tool.consumer").
-type ToolConsumer struct {
-	Stream         string   `json:"stream"`
-	Consumer       string   `json:"consumer"`
-	FilterSubjects []string `json:"filter_subjects"`
-	// APIPrefix is the JetStream API prefix to pull it with (credentials
-	// on): the tool service's JetStream client must use it.
-	APIPrefix string `json:"api_prefix"`
 }
 
 // EnsureToolConsumer creates (or finds) the durable consumer of a project's
@@ -377,40 +337,40 @@ type ToolConsumer struct {
 // not_found): the only JetStream consumer a tool credential may pull from,
 // so a tool service in any language gets durable, redelivered commands
 // without any right to the JetStream API beyond it.
-func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (ToolConsumer, error) {
-	var vs Violations
-	checkIdent(&vs, "subject", project, true)
-	checkIdent(&vs, "subject", tool, true)
-	if err := badRequest("tool.consumer request", vs); err != nil {
-		return ToolConsumer{}, err
+func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "subject", project, true)
+	protocol.CheckIdent(&vs, "subject", tool, true)
+	if err := protocol.BadRequest("tool.consumer request", vs); err != nil {
+		return protocol.ToolConsumer{}, err
 	}
 	// Only tools an admin registered get a consumer: each one is a resource
 	// of the stream (which caps consumers), not something any tool
 	// credential may mint.
 	tools, err := l.ListTools(ctx, project)
 	if err != nil {
-		return ToolConsumer{}, fmt.Errorf("tool consumer: %w", err)
+		return protocol.ToolConsumer{}, fmt.Errorf("tool consumer: %w", err)
 	}
 	registered := false
 	for _, t := range tools {
-		if sub, err := ParseSubject(t.Definition.TargetFor(project, "c")); err == nil && len(sub.Target) > 0 && sub.Target[0] == tool {
+		if sub, err := protocol.ParseSubject(t.Definition.TargetFor(project, "c")); err == nil && len(sub.Target) > 0 && sub.Target[0] == tool {
 			registered = true
 			break
 		}
 	}
 	if !registered {
-		vs.Add("subject", VNotFound, "no tool registered in project %s has target %q (cg.v1.{project_id}.{channel_id}.cmd.tool.%s...): register it first", project, tool, tool)
-		return ToolConsumer{}, newError(CodeNotFound, vs, "no registered tool with target %s", tool)
+		vs.Add("subject", protocol.VNotFound, "no tool registered in project %s has target %q (cg.v1.{project_id}.{channel_id}.cmd.tool.%s...): register it first", project, tool, tool)
+		return protocol.ToolConsumer{}, protocol.NewError(protocol.CodeNotFound, vs, "no registered tool with target %s", tool)
 	}
-	base := Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
+	base := protocol.Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
 	name := auth.ToolConsumerName(project, tool)
 	if err := l.checkConsumerQuota(ctx, project, name); err != nil {
-		return ToolConsumer{}, err
+		return protocol.ToolConsumer{}, err
 	}
-	tc := ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
+	tc := protocol.ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
 	_, err = l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
-		Description:    "cgledger: commands of tool " + clip(tool) + " in project " + clip(project),
+		Description:    "cgledger: commands of tool " + protocol.Clip(tool) + " in project " + protocol.Clip(project),
 		FilterSubjects: tc.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
@@ -422,7 +382,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		Metadata:      map[string]string{consumerProjectKey: project, "cgledger.tool": tool},
 	})
 	if err != nil {
-		return ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
+		return protocol.ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
 	}
 	return tc, nil
 }
@@ -432,25 +392,19 @@ func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) 
 	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
 }
 
-// SkipRequest is the body of projector.skip.
-type SkipRequest struct {
-	Seq    uint64 `json:"seq"`
-	Reason string `json:"reason"`
-}
-
 func (s *APIServer) projectorSkip(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs Violations
-	o, ok := parseObject("body", m.Data, &vs)
-	var req SkipRequest
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
+	var req protocol.SkipRequest
 	if ok {
-		if r := o.raw("seq"); r == nil {
-			vs.Add("body.seq", VRequired, "is required")
+		if r := o.Raw("seq"); r == nil {
+			vs.Add("body.seq", protocol.VRequired, "is required")
 		} else if err := json.Unmarshal(r, &req.Seq); err != nil {
-			vs.Add("body.seq", VInvalidType, "must be a positive integer")
+			vs.Add("body.seq", protocol.VInvalidType, "must be a positive integer")
 		}
-		req.Reason = o.str("reason", true)
+		req.Reason = o.Str("reason", true)
 	}
-	if err := badRequest("projector.skip request", vs); err != nil {
+	if err := protocol.BadRequest("projector.skip request", vs); err != nil {
 		return nil, err
 	}
 	return s.l.Skip(ctx, req.Seq, req.Reason)
@@ -489,14 +443,14 @@ func (l *Ledger) checkConsumerQuota(ctx context.Context, project, name string) e
 	if err := lister.Err(); err != nil {
 		return fmt.Errorf("tool consumer quota: %w", err)
 	}
-	var vs Violations
+	var vs protocol.Violations
 	switch {
 	case perProject >= MaxToolConsumersPerProject:
-		vs.Add("subject", VTooLarge, "project %s already has %d tool consumers, the most a project may have", project, perProject)
+		vs.Add("subject", protocol.VTooLarge, "project %s already has %d tool consumers, the most a project may have", project, perProject)
 	case total >= MaxToolConsumers:
-		vs.Add("subject", VTooLarge, "the ledger already has %d tool consumers, the most it keeps", total)
+		vs.Add("subject", protocol.VTooLarge, "the ledger already has %d tool consumers, the most it keeps", total)
 	default:
 		return nil
 	}
-	return newError(CodeBadRequest, vs, "no more tool consumers")
+	return protocol.NewError(protocol.CodeBadRequest, vs, "no more tool consumers")
 }

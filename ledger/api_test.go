@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // rawReply is the API reply as a client in another language would decode it.
@@ -50,7 +51,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	serveAPI(t, e)
 	nc := e.srv.Connect(t)
 
-	r := request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterSet), nil, `{"project_id":"p1","agent_id":"a1","worker_target":"worker_x"}`)
+	r := request(t, nc, protocol.APISubject("p1", "a1", protocol.OpRosterSet), nil, `{"project_id":"p1","agent_id":"a1","worker_target":"worker_x"}`)
 	require.True(t, r.OK, "%+v", r.Error)
 
 	wake, err := nc.SubscribeSync("cg.v1.p1.c1.cmd.agent.worker_x.wakeup")
@@ -69,9 +70,9 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	          "content":{"tool_name":"search","arguments":{"q":"nats"}},
 	          "metadata":{"trace_id":"tr1","parent_step_id":"ps1","step_id":"s1"}},
 	  "payload":{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend"}}`
-	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpDispatch), h, dispatch)
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpDispatch), h, dispatch)
 	require.True(t, r.OK, "%+v", r.Error)
-	var d ledger.DispatchResult
+	var d protocol.DispatchResult
 	require.NoError(t, json.Unmarshal(r.Result, &d))
 	require.Equal(t, "cg.v1.p1.c1.cmd.tool.search", d.Subject)
 
@@ -83,7 +84,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, "2", cmd.Header.Get("CG-Turn-Epoch"))
 	require.JSONEq(t, `{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend"}`, string(cmd.Data))
 
-	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpCardGet), nil, `{"project_id":"p1","card_ids":["call-card-1","nope"]}`)
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCardGet), nil, `{"project_id":"p1","card_ids":["call-card-1","nope"]}`)
 	require.True(t, r.OK, "%+v", r.Error)
 	var got struct {
 		Cards []struct {
@@ -102,7 +103,7 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.Equal(t, "nats", got.Cards[0].Card.Content.Arguments["q"])
 	require.Equal(t, []string{"nope"}, got.Missing)
 
-	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpCardPut), nil, `{"card_id":"res-card-1","project_id":"p1","type":"tool.result","author_id":"tool.search","function_name":"search",
+	r = request(t, nc, protocol.APISubject("p1", "search", protocol.OpCardPut), nil, `{"card_id":"res-card-1","project_id":"p1","type":"tool.result","author_id":"tool.search","function_name":"search",
 	  "agent_turn_id":"t1","tool_call_id":"k1","content":{"status":"success","result":{"hits":3,"__cg_control":{"after_execution":"terminate"}}},
 	  "metadata":{"trace_id":"tr1","parent_step_id":"ps1","step_id":"s1"}}`)
 	require.True(t, r.OK, "%+v", r.Error)
@@ -115,9 +116,9 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	rh.Set("CG-Channel-Id", "c1")
 	rh.Set("CG-Source-Id", "tool.search")
 	rh.Set("CG-Source-Function", "search")
-	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
+	r = request(t, nc, protocol.APISubject("p1", "search", protocol.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
-	var out ledger.ReportOutcome
+	var out protocol.ReportOutcome
 	require.NoError(t, json.Unmarshal(r.Result, &out))
 	require.False(t, out.Duplicate)
 	require.Equal(t, "suspend", out.AfterExecution, "the report's own field is kept as sent")
@@ -127,22 +128,22 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a1", w.Header.Get("CG-Agent-Id"))
 
-	r = request(t, nc, ledger.APISubject("p1", "search", ledger.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
+	r = request(t, nc, protocol.APISubject("p1", "search", protocol.OpReport), rh, `{"status":"success","after_execution":"suspend","tool_result_card_id":"res-card-1","step_id":"s1"}`)
 	require.True(t, r.OK)
-	var dup ledger.ReportOutcome
+	var dup protocol.ReportOutcome
 	require.NoError(t, json.Unmarshal(r.Result, &dup))
 	require.True(t, dup.Duplicate)
 	require.Equal(t, out.Seq, dup.Seq)
 
-	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
-	var rec ledger.CallRecord
+	var rec protocol.CallRecord
 	require.NoError(t, json.Unmarshal(r.Result, &rec))
-	require.Equal(t, ledger.StateWoken, rec.State)
+	require.Equal(t, protocol.StateWoken, rec.State)
 
-	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterGet), nil, `{"project_id":"p1","agent_id":"a1"}`)
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpRosterGet), nil, `{"project_id":"p1","agent_id":"a1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
-	r = request(t, nc, ledger.APISubject("p1", "a1", ledger.OpRosterGet), nil, `{"project_id":"p1","agent_id":"nobody"}`)
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpRosterGet), nil, `{"project_id":"p1","agent_id":"nobody"}`)
 	require.False(t, r.OK)
 	require.Equal(t, "not_found", r.Error.Code)
 }
@@ -159,7 +160,7 @@ func TestAPIBadDispatchListsEveryViolationAndIsRecorded(t *testing.T) {
 	body := `{"subject":"cg.v1.p1.c1.cmd.tool.search",
 	  "card":{"card_id":"cc","project_id":"p1","type":"tool.call","author_id":"a1","agent_turn_id":"t1","tool_call_id":"k1","content":"just text"},
 	  "payload":{"tool_call_card_id":"","args":{"q":1},"after_execution":"later"}}`
-	r := request(t, nc, ledger.APISubject("p1", "a1", ledger.OpDispatch), h, body)
+	r := request(t, nc, protocol.APISubject("p1", "a1", protocol.OpDispatch), h, body)
 	require.False(t, r.OK)
 	require.Equal(t, "bad_request", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq)
@@ -179,9 +180,9 @@ func TestAPIBadDispatchListsEveryViolationAndIsRecorded(t *testing.T) {
 
 	rej := e.subjectEntries(t, "cg.v1.p1.c1.ledger.rejection.bad_request")
 	require.Len(t, rej, 1)
-	var re ledger.RejectionEntry
+	var re protocol.RejectionEntry
 	require.NoError(t, json.Unmarshal(rej[0].Data, &re))
-	require.Equal(t, ledger.OpDispatch, re.Op)
+	require.Equal(t, protocol.OpDispatch, re.Op)
 	require.Len(t, re.Violations, len(fields))
 	require.Equal(t, []string{"-1"}, re.Request.Headers["CG-Turn-Epoch"])
 	// Nothing else was written: no card, no command.
@@ -196,11 +197,11 @@ func TestAPIGarbageBodiesAreRejectedPrecisely(t *testing.T) {
 	for _, tc := range []struct {
 		subject, body, field, code string
 	}{
-		{ledger.APISubject("p", "a1", ledger.OpDispatch), `not json`, "body", "invalid_type"},
-		{ledger.APISubject("p", "x", ledger.OpReport), `[1,2]`, "payload", "invalid_type"},
-		{ledger.APISubject("p", "x", ledger.OpCardPut), ``, "card", "required"},
-		{ledger.APISubject("p", "x", ledger.OpRosterSet), `{"project_id":"p","agent_id":"a.b","worker_target":"w"}`, "body.agent_id", "invalid_token"},
-		{ledger.APISubject("p", "x", ledger.OpCardGet), `{"project_id":"p"}`, "body.card_ids", "required"},
+		{protocol.APISubject("p", "a1", protocol.OpDispatch), `not json`, "body", "invalid_type"},
+		{protocol.APISubject("p", "x", protocol.OpReport), `[1,2]`, "payload", "invalid_type"},
+		{protocol.APISubject("p", "x", protocol.OpCardPut), ``, "card", "required"},
+		{protocol.APISubject("p", "x", protocol.OpRosterSet), `{"project_id":"p","agent_id":"a.b","worker_target":"w"}`, "body.agent_id", "invalid_token"},
+		{protocol.APISubject("p", "x", protocol.OpCardGet), `{"project_id":"p"}`, "body.card_ids", "required"},
 	} {
 		r := request(t, nc, tc.subject, nil, tc.body)
 		require.False(t, r.OK, tc.subject)
@@ -218,7 +219,7 @@ func TestAPIGarbageBodiesAreRejectedPrecisely(t *testing.T) {
 	rej := e.subjectEntries(t, "cg.v1._._.ledger.rejection.bad_request")
 	require.Len(t, rej, 4, "every refused write (card.get is a read: no entry)")
 	for _, m := range rej {
-		require.Equal(t, "p", m.Header.Get(ledger.HeaderProjectID), string(m.Data))
+		require.Equal(t, "p", m.Header.Get(protocol.HeaderProjectID), string(m.Data))
 	}
 }
 
@@ -228,12 +229,12 @@ func TestClientMatchesLocalLedger(t *testing.T) {
 	cl := ledger.NewClient(e.srv.Connect(t))
 	ctx := ctxT(t)
 	c := newCall("turn-c", "call-c", 7)
-	_, err := cl.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "wt"})
+	_, err := cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "wt"})
 	require.NoError(t, err)
 	d, err := cl.Dispatch(ctx, c.dispatchReq())
 	require.NoError(t, err)
 	require.NotZero(t, d.CommandSeq)
-	rc := c.resultCard(ledger.StatusSuccess)
+	rc := c.resultCard(protocol.StatusSuccess)
 	_, err = cl.PutCard(ctx, rc)
 	require.NoError(t, err)
 	cards, missing, err := cl.GetCards(ctx, project, []string{rc.CardID, c.card.CardID})
@@ -242,16 +243,16 @@ func TestClientMatchesLocalLedger(t *testing.T) {
 	require.Empty(t, missing)
 	stale := c
 	stale.epoch = 6
-	_, err = cl.Report(ctx, stale.reportReq(ledger.StatusSuccess, rc.CardID))
-	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
-	out, err := cl.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	_, err = cl.Report(ctx, stale.reportReq(protocol.StatusSuccess, rc.CardID))
+	require.ErrorIs(t, err, protocol.ErrStaleEpoch)
+	out, err := cl.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.Equal(t, "wt", out.Wakeup.WorkerTarget)
 	rec, err := cl.GetCall(ctx, project, c.turn, c.id)
 	require.NoError(t, err)
 	require.Equal(t, out.Seq, rec.Claim.Seq)
 	_, err = cl.GetCall(ctx, project, c.turn, "nope")
-	require.ErrorIs(t, err, ledger.ErrUnknownCall)
+	require.ErrorIs(t, err, protocol.ErrUnknownCall)
 }
 
 // TestAPIAnswersOnlyOnInboxes: without credentials everyone shares one
@@ -263,22 +264,22 @@ func TestAPIAnswersOnlyOnInboxes(t *testing.T) {
 	serveAPI(t, e)
 	nc := e.srv.Connect(t)
 	evil := "cg.v1.p1.card.evil"
-	for _, op := range []string{ledger.OpCardGet, ledger.OpRosterSet} {
-		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: ledger.APISubject("p1", "a1", op), Reply: evil,
+	for _, op := range []string{protocol.OpCardGet, protocol.OpRosterSet} {
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: protocol.APISubject("p1", "a1", op), Reply: evil,
 			Data: []byte(`{"project_id":"p1","agent_id":"a1","worker_target":"w","card_ids":["x"]}`)}))
 	}
 	var ops []string
 	require.Eventually(t, func() bool {
 		ops = ops[:0]
 		for _, m := range e.subjectEntries(t, "cg.v1.*.*.ledger.rejection.bad_request") {
-			var re ledger.RejectionEntry
+			var re protocol.RejectionEntry
 			require.NoError(t, json.Unmarshal(m.Data, &re))
 			require.Equal(t, "reply", re.Violations[0].Field)
 			ops = append(ops, re.Op)
 		}
 		return len(ops) == 2
 	}, time.Minute, 20*time.Millisecond)
-	require.ElementsMatch(t, []string{ledger.OpCardGet, ledger.OpRosterSet}, ops)
+	require.ElementsMatch(t, []string{protocol.OpCardGet, protocol.OpRosterSet}, ops)
 	require.Empty(t, e.subjectEntries(t, evil), "the ledger answered on a ledger subject")
 	require.Empty(t, e.subjectEntries(t, "cg.v1.p1.roster.>"), "a refused request writes nothing else")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // authEnv is a ledger on a server that enforces credentials, as serve runs by
@@ -109,7 +110,7 @@ func dispatchBodyFor(c call, args string) string {
 	card := c.card
 	card.Content = json.RawMessage(`{"tool_name":"echo","arguments":` + args + `}`)
 	cb, _ := json.Marshal(card)
-	return `{"subject":"` + ledger.ToolCommandSubject("v1", project, channel, "echo") + `","card":` + string(cb) +
+	return `{"subject":"` + protocol.ToolCommandSubject("v1", project, channel, "echo") + `","card":` + string(cb) +
 		`,"payload":{"tool_call_card_id":"` + c.card.CardID + `","tool_name":"echo","after_execution":"suspend"}}`
 }
 
@@ -141,7 +142,7 @@ func TestAuthNoCredentialOrForeignOrExpiredCredentialCannotConnect(t *testing.T)
 func TestAuthNoClientWritesOrDeletesTheLedger(t *testing.T) {
 	e := newAuthEnv(t)
 	c := newCall("t1", "k1", 1)
-	e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	e.dispatchAndResult(t, c, protocol.StatusSuccess)
 	for _, g := range []auth.Grant{
 		{Role: auth.RoleWorker, Project: project},
 		{Role: auth.RoleTool, Project: project, Tool: "echo"},
@@ -151,11 +152,11 @@ func TestAuthNoClientWritesOrDeletesTheLedger(t *testing.T) {
 		t.Run(string(g.Role), func(t *testing.T) {
 			cl := e.client(t, g)
 			forged := nats.Header{}
-			forged.Set(ledger.HeaderEntryKind, "bogus")
+			forged.Set(protocol.HeaderEntryKind, "bogus")
 			for _, subj := range []string{
-				ledger.ReportSubject("v1", project, channel, c.turn, c.id),        // a forged report
+				protocol.ReportSubject("v1", project, channel, c.turn, c.id),      // a forged report
 				"cg.v1." + project + ".anything",                                  // any entry
-				ledger.ToolCommandSubject("v1", project, channel, "echo"),         // a raw command
+				protocol.ToolCommandSubject("v1", project, channel, "echo"),       // a raw command
 				"$JS.API.STREAM.DELETE." + ledger.DefaultStream,                   // delete the ledger
 				"$JS.API.STREAM.PURGE." + ledger.DefaultStream,                    // purge it
 				"$JS.API.STREAM.UPDATE." + ledger.DefaultStream,                   // edit it
@@ -173,7 +174,7 @@ func TestAuthNoClientWritesOrDeletesTheLedger(t *testing.T) {
 			require.NoError(t, err, "the ledger stream survives")
 			rec, err := e.l.GetCall(ctxT(t), project, c.turn, c.id)
 			require.NoError(t, err)
-			require.Equal(t, ledger.StateDispatched, rec.State, "no forged report was accepted")
+			require.Equal(t, protocol.StateDispatched, rec.State, "no forged report was accepted")
 		})
 	}
 }
@@ -185,14 +186,14 @@ func TestAuthProjectIsolation(t *testing.T) {
 	e := newAuthEnv(t)
 	c := newCall("t1", "k1", 1)
 	ctx := ctxT(t)
-	_, err := e.l.Dispatch(ctx, ledger.DispatchRequest{Subject: c.dispatchReq().Subject, Identity: c.identity(),
-		Card: func() ledger.Card {
+	_, err := e.l.Dispatch(ctx, protocol.DispatchRequest{Subject: c.dispatchReq().Subject, Identity: c.identity(),
+		Card: func() protocol.Card {
 			card := c.card
 			card.Content = json.RawMessage(`{"tool_name":"echo","arguments":{"api_key":"sk-secret-A"}}`)
 			return card
 		}(), Payload: c.dispatchReq().Payload})
 	require.NoError(t, err)
-	rc := c.resultCard(ledger.StatusSuccess)
+	rc := c.resultCard(protocol.StatusSuccess)
 	_, err = e.l.PutCard(ctx, rc)
 	require.NoError(t, err)
 
@@ -204,14 +205,14 @@ func TestAuthProjectIsolation(t *testing.T) {
 	cardGet := `{"project_id":"` + project + `","card_ids":["` + c.card.CardID + `"]}`
 	callGet := `{"project_id":"` + project + `","agent_turn_id":"t1","tool_call_id":"k1"}`
 	// NATS: B's credentials do not reach A's subjects at all.
-	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCardGet), nil, cardGet)
-	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCallGet), nil, callGet)
-	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpConsume), nil, `{}`)
-	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpCancel), nil, `{}`)
-	e.refusedByNATS(t, bWorker, ledger.APISubject(project, agent, ledger.OpRosterSet), nil, `{}`)
-	e.refusedByNATS(t, bTool, ledger.APISubject(project, "echo", ledger.OpReport), nil, `{}`)
-	e.refusedByNATS(t, bTool, ledger.APISubject(project, "echo", ledger.OpCardPut), nil, `{}`)
-	e.refusedByNATS(t, bAdmin, ledger.APISubject(project, "ops", ledger.OpToolRegister), nil, `tool_name: echo`)
+	e.refusedByNATS(t, bWorker, protocol.APISubject(project, agent, protocol.OpCardGet), nil, cardGet)
+	e.refusedByNATS(t, bWorker, protocol.APISubject(project, agent, protocol.OpCallGet), nil, callGet)
+	e.refusedByNATS(t, bWorker, protocol.APISubject(project, agent, protocol.OpConsume), nil, `{}`)
+	e.refusedByNATS(t, bWorker, protocol.APISubject(project, agent, protocol.OpCancel), nil, `{}`)
+	e.refusedByNATS(t, bWorker, protocol.APISubject(project, agent, protocol.OpRosterSet), nil, `{}`)
+	e.refusedByNATS(t, bTool, protocol.APISubject(project, "echo", protocol.OpReport), nil, `{}`)
+	e.refusedByNATS(t, bTool, protocol.APISubject(project, "echo", protocol.OpCardPut), nil, `{}`)
+	e.refusedByNATS(t, bAdmin, protocol.APISubject(project, "ops", protocol.OpToolRegister), nil, `tool_name: echo`)
 	// Nor can B listen to A's replies, commands or wakeups.
 	for _, subj := range []string{"_INBOX.>", "cg.>", "cg.v1." + project + ".*.cmd.tool.echo", "cg.v1." + project + ".*.cmd.agent.*.wakeup"} {
 		_, err := bWorker.nc.SubscribeSync(subj)
@@ -220,16 +221,16 @@ func TestAuthProjectIsolation(t *testing.T) {
 	}
 
 	// The ledger: on B's own subjects, naming A is forbidden and recorded.
-	r := bWorker.request(t, ledger.APISubject(other, agent, ledger.OpCardGet), nil, cardGet)
+	r := bWorker.request(t, protocol.APISubject(other, agent, protocol.OpCardGet), nil, cardGet)
 	require.False(t, r.OK)
 	require.Equal(t, "forbidden", r.Error.Code)
 	require.NotContains(t, string(r.Result), "sk-secret-A")
-	r = bWorker.request(t, ledger.APISubject(other, agent, ledger.OpConsume), nil,
+	r = bWorker.request(t, protocol.APISubject(other, agent, protocol.OpConsume), nil,
 		`{"project_id":"`+project+`","agent_id":"`+agent+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
 	require.Equal(t, "forbidden", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq, "a refused write is recorded")
 	rh := reportHeader(c)
-	r = bTool.request(t, ledger.APISubject(other, "echo", ledger.OpReport), rh,
+	r = bTool.request(t, protocol.APISubject(other, "echo", protocol.OpReport), rh,
 		`{"status":"success","after_execution":"suspend","tool_result_card_id":"`+rc.CardID+`"}`)
 	require.Equal(t, "forbidden", r.Error.Code)
 	var vs []string
@@ -240,7 +241,7 @@ func TestAuthProjectIsolation(t *testing.T) {
 
 	rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateDispatched, rec.State, "A's call is untouched")
+	require.Equal(t, protocol.StateDispatched, rec.State, "A's call is untouched")
 }
 
 // TestAuthActorScopes: a worker acts only as its agent, a tool reports only
@@ -255,21 +256,21 @@ func TestAuthActorScopes(t *testing.T) {
 
 	// As another agent: NATS refuses the subject; the ledger refuses a
 	// header naming another agent on alice's own subject.
-	e.refusedByNATS(t, alice, ledger.APISubject(project, "mallory", ledger.OpDispatch), h, body)
+	e.refusedByNATS(t, alice, protocol.APISubject(project, "mallory", protocol.OpDispatch), h, body)
 	mh := nats.Header{}
 	for k, v := range h {
 		mh[k] = v
 	}
-	mh.Set(ledger.HeaderAgentID, "mallory")
-	r := alice.request(t, ledger.APISubject(project, agent, ledger.OpDispatch), mh, body)
+	mh.Set(protocol.HeaderAgentID, "mallory")
+	r := alice.request(t, protocol.APISubject(project, agent, protocol.OpDispatch), mh, body)
 	require.Equal(t, "forbidden", r.Error.Code)
 	require.Equal(t, "header.CG-Agent-Id", r.Error.Violations[0].Field)
 
-	r = alice.request(t, ledger.APISubject(project, agent, ledger.OpDispatch), h, body)
+	r = alice.request(t, protocol.APISubject(project, agent, protocol.OpDispatch), h, body)
 	require.True(t, r.OK, "%+v", r.Error)
-	cmd := e.subjectEntries(t, ledger.ToolCommandSubject("v1", project, channel, "echo"))
+	cmd := e.subjectEntries(t, protocol.ToolCommandSubject("v1", project, channel, "echo"))
 	require.Len(t, cmd, 1)
-	require.Equal(t, agent, cmd[0].Header.Get(ledger.HeaderActor), "the command records who dispatched it")
+	require.Equal(t, agent, cmd[0].Header.Get(protocol.HeaderActor), "the command records who dispatched it")
 
 	// A repeated key is a bad_request whichever value comes last, never a
 	// forbidden decided by the last value.
@@ -277,45 +278,45 @@ func TestAuthActorScopes(t *testing.T) {
 		`{"project_id":"other","project_id":"` + project + `","agent_id":"` + agent + `","agent_turn_id":"t1","tool_call_id":"k1"}`,
 		`{"project_id":"` + project + `","project_id":"other","agent_id":"` + agent + `","agent_turn_id":"t1","tool_call_id":"k1"}`,
 	} {
-		r := alice.request(t, ledger.APISubject(project, agent, ledger.OpConsume), nil, body)
+		r := alice.request(t, protocol.APISubject(project, agent, protocol.OpConsume), nil, body)
 		require.Equal(t, "bad_request", r.Error.Code, body)
 		require.Equal(t, "body.project_id", r.Error.Violations[0].Field, body)
-		require.Equal(t, ledger.VDuplicate, r.Error.Violations[0].Code, body)
+		require.Equal(t, protocol.VDuplicate, r.Error.Violations[0].Code, body)
 		// The refusal is the caller's project's, whatever copy names
 		// another project: nobody writes into another project's views.
 		js, err := e.nc.JetStream()
 		require.NoError(t, err)
 		m, err := js.GetMsg(ledger.DefaultStream, r.Error.RejectionSeq)
 		require.NoError(t, err)
-		require.Equal(t, project, m.Header.Get(ledger.HeaderProjectID), body)
+		require.Equal(t, project, m.Header.Get(protocol.HeaderProjectID), body)
 	}
 
 	// A worker does not report; an auditor does not write.
-	e.refusedByNATS(t, alice, ledger.APISubject(project, agent, ledger.OpReport), nil, `{}`)
+	e.refusedByNATS(t, alice, protocol.APISubject(project, agent, protocol.OpReport), nil, `{}`)
 	aud := e.client(t, auth.Grant{Role: auth.RoleAuditor, Project: project})
-	e.refusedByNATS(t, aud, ledger.APISubject(project, "x", ledger.OpCardPut), nil, `{}`)
-	r = aud.request(t, ledger.APISubject(project, "x", ledger.OpCallGet), nil, `{"project_id":"`+project+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	e.refusedByNATS(t, aud, protocol.APISubject(project, "x", protocol.OpCardPut), nil, `{}`)
+	r = aud.request(t, protocol.APISubject(project, "x", protocol.OpCallGet), nil, `{"project_id":"`+project+`","agent_turn_id":"t1","tool_call_id":"k1"}`)
 	require.True(t, r.OK, "an auditor reads")
 
 	// Another tool of the same project cannot report echo's call.
-	rc := c.resultCard(ledger.StatusSuccess)
+	rc := c.resultCard(protocol.StatusSuccess)
 	_, err := e.l.PutCard(ctxT(t), rc)
 	require.NoError(t, err)
 	rh := reportHeader(c)
 	report := `{"status":"success","after_execution":"suspend","tool_result_card_id":"` + rc.CardID + `"}`
 	spoof := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "spoof"})
-	r = spoof.request(t, ledger.APISubject(project, "spoof", ledger.OpReport), rh, report)
+	r = spoof.request(t, protocol.APISubject(project, "spoof", protocol.OpReport), rh, report)
 	require.Equal(t, "forbidden", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq)
-	e.refusedByNATS(t, spoof, ledger.APISubject(project, "echo", ledger.OpReport), rh, report)
+	e.refusedByNATS(t, spoof, protocol.APISubject(project, "echo", protocol.OpReport), rh, report)
 
 	// The echo tool can, and its report records it.
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
-	r = echo.request(t, ledger.APISubject(project, "echo", ledger.OpReport), rh, report)
+	r = echo.request(t, protocol.APISubject(project, "echo", protocol.OpReport), rh, report)
 	require.True(t, r.OK, "%+v", r.Error)
-	rep := e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id))
+	rep := e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id))
 	require.Len(t, rep, 1)
-	require.Equal(t, "echo", rep[0].Header.Get(ledger.HeaderActor))
+	require.Equal(t, "echo", rep[0].Header.Get(protocol.HeaderActor))
 }
 
 // TestAuthToolPullsOnlyItsOwnConsumer: a tool credential gets durable
@@ -325,7 +326,7 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
 	cl := ledger.NewClient(echo.nc, ledger.WithActor("echo"))
 	_, err := cl.EnsureToolConsumer(ctxT(t), project)
-	require.ErrorIs(t, err, ledger.ErrNotFound, "only registered tools get a consumer")
+	require.ErrorIs(t, err, protocol.ErrNotFound, "only registered tools get a consumer")
 	registerEcho(t, e)
 	tc, err := cl.EnsureToolConsumer(ctxT(t), project)
 	require.NoError(t, err)
@@ -347,7 +348,7 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 		require.NoError(t, m.Ack())
 	}
 	require.Len(t, got, 1)
-	require.Equal(t, c.id, got[0].Headers().Get(ledger.HeaderToolCallID))
+	require.Equal(t, c.id, got[0].Headers().Get(protocol.HeaderToolCallID))
 	// The ack crossed into the ledger's account.
 	ledgerCons, err := e.js.Consumer(ctxT(t), tc.Stream, tc.Consumer)
 	require.NoError(t, err)
@@ -371,25 +372,25 @@ func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 func TestAuthProjectorSkipNeedsAnAdminOfEveryProject(t *testing.T) {
 	e := newAuthEnv(t)
 	c := newCall("t1", "k1", 1)
-	e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	e.dispatchAndResult(t, c, protocol.StatusSuccess)
 	body := `{"seq":1,"reason":"test"}`
-	subject := ledger.APISubject("_", "oncall", ledger.OpProjectorSkip)
+	subject := protocol.APISubject("_", "oncall", protocol.OpProjectorSkip)
 	projAdmin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: project})
 	e.refusedByNATS(t, projAdmin, subject, nil, body)
 	auditor := e.client(t, auth.Grant{Role: auth.RoleAuditor, Project: auth.AllProjects})
 	e.refusedByNATS(t, auditor, subject, nil, body)
 
 	admin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: auth.AllProjects})
-	r := admin.request(t, ledger.APISubject(project, "oncall", ledger.OpProjectorSkip), nil, body)
+	r := admin.request(t, protocol.APISubject(project, "oncall", protocol.OpProjectorSkip), nil, body)
 	require.Equal(t, "bad_request", r.Error.Code, "a project-scoped subject is not the skip's")
 	r = admin.request(t, subject, nil, `{"seq":"x"}`)
 	require.Equal(t, "bad_request", r.Error.Code)
 	require.Len(t, r.Error.Violations, 2, "seq and reason")
 	res, err := ledger.NewClient(admin.nc, ledger.WithActor("oncall")).Skip(ctxT(t), 1, "test")
 	require.NoError(t, err)
-	entries := e.subjectEntries(t, ledger.SkipSubject("v1", 1))
+	entries := e.subjectEntries(t, protocol.SkipSubject("v1", 1))
 	require.Len(t, entries, 1)
-	require.Equal(t, "oncall", entries[0].Header.Get(ledger.HeaderActor))
+	require.Equal(t, "oncall", entries[0].Header.Get(protocol.HeaderActor))
 	require.Equal(t, mustSeq(t, entries[0]), res.SkipSeq)
 }
 
@@ -397,10 +398,10 @@ func TestAuthProjectorSkipNeedsAnAdminOfEveryProject(t *testing.T) {
 func reportHeader(c call) nats.Header {
 	h := nats.Header{}
 	c.identity().Apply(h)
-	h.Set(ledger.HeaderProjectID, project)
-	h.Set(ledger.HeaderChannelID, channel)
-	h.Set(ledger.HeaderSourceID, source)
-	h.Set(ledger.HeaderSourceFunction, toolFn)
+	h.Set(protocol.HeaderProjectID, project)
+	h.Set(protocol.HeaderChannelID, channel)
+	h.Set(protocol.HeaderSourceID, source)
+	h.Set(protocol.HeaderSourceFunction, toolFn)
 	return h
 }
 
@@ -438,7 +439,7 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 		subj string
 		body string
 	}{
-		{worker, ledger.APISubject(project, agent, ledger.OpCardGet), cardGet},
+		{worker, protocol.APISubject(project, agent, protocol.OpCardGet), cardGet},
 		{echo, tc.APIPrefix + ".CONSUMER.INFO." + tc.Stream + "." + tc.Consumer, ``},
 		{echo, tc.APIPrefix + ".CONSUMER.MSG.NEXT." + tc.Stream + "." + tc.Consumer, `{"batch":1}`},
 	} {
@@ -453,7 +454,7 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 			got["ledger reply"] = true
 		case strings.Contains(string(m.Data), "consumer_info_response"):
 			got["jetstream reply"] = true
-		case m.Header.Get(ledger.HeaderToolCallID) == c.id:
+		case m.Header.Get(protocol.HeaderToolCallID) == c.id:
 			got["pulled command"] = true
 		}
 	}
@@ -498,8 +499,8 @@ func TestAuthRepliesStayInTheRequestersProject(t *testing.T) {
 	const other = "proj-B"
 	alice := e.client(t, auth.Grant{Role: auth.RoleWorker, Project: project, Agent: agent})
 	aTool := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
-	wakeA := ledger.WakeupSubject("v1", project, channel, agent)
-	cmdA := ledger.ToolCommandSubject("v1", project, channel, "echo")
+	wakeA := protocol.WakeupSubject("v1", project, channel, agent)
+	cmdA := protocol.ToolCommandSubject("v1", project, channel, "echo")
 	wakeups, err := alice.nc.SubscribeSync(wakeA)
 	require.NoError(t, err)
 	cmds, err := aTool.nc.SubscribeSync(cmdA)
@@ -514,7 +515,7 @@ func TestAuthRepliesStayInTheRequestersProject(t *testing.T) {
 	require.NoError(t, spyNC.Flush())
 	body := `{"project_id":"` + other + `","agent_turn_id":"t","tool_call_id":"k"}`
 	for _, reply := range []string{wakeA, cmdA} {
-		require.NoError(t, bWorker.nc.PublishMsg(&nats.Msg{Subject: ledger.APISubject(other, agent, ledger.OpCallGet), Reply: reply, Data: []byte(body)}))
+		require.NoError(t, bWorker.nc.PublishMsg(&nats.Msg{Subject: protocol.APISubject(other, agent, protocol.OpCallGet), Reply: reply, Data: []byte(body)}))
 	}
 	for range 2 {
 		m, err := spy.NextMsg(time.Minute)

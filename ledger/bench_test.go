@@ -39,6 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const (
@@ -106,7 +107,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 
 // rawSubject maps a ledger subject to the raw stream's subject of equal length.
 func rawSubject(ledgerSubject string) string {
-	return rawBenchRoot + strings.TrimPrefix(ledgerSubject, ledger.Root)
+	return rawBenchRoot + strings.TrimPrefix(ledgerSubject, protocol.Root)
 }
 
 // directGetHeaders are added by the server to a direct get's reply; they are
@@ -317,11 +318,11 @@ func (be *benchEnv) dispatchShape(b *testing.B) *rawShape {
 	c := newCall(benchTurn('w'), benchCallID, 1)
 	_, err := be.l.Dispatch(be.ctx, c.dispatchReq())
 	require.NoError(b, err)
-	cmdSubject := ledger.ToolCommandSubject("v1", project, channel, "echo")
+	cmdSubject := protocol.ToolCommandSubject("v1", project, channel, "echo")
 	return newRawShape(
-		be.sample(b, ledger.CardSubject("v1", project, c.card.CardID)),
+		be.sample(b, protocol.CardSubject("v1", project, c.card.CardID)),
 		// Card ids follow newCall's scheme, so raw subjects have the same length.
-		func(turn string) string { return ledger.CardSubject("v1", project, "cc-"+turn+"-"+benchCallID) },
+		func(turn string) string { return protocol.CardSubject("v1", project, "cc-"+turn+"-"+benchCallID) },
 		be.sample(b, cmdSubject), cmdSubject)
 }
 
@@ -329,27 +330,27 @@ func (be *benchEnv) dispatchShape(b *testing.B) *rawShape {
 // call and returns the raw shape of what the report stored.
 func (be *benchEnv) reportShape(b *testing.B) *rawShape {
 	b.Helper()
-	_, err := be.l.SetRoster(be.ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: benchWorker})
+	_, err := be.l.SetRoster(be.ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: benchWorker})
 	require.NoError(b, err)
 	reqs := be.prepareReports(b, 1)
 	out, err := be.l.Report(be.ctx, reqs[0])
 	require.NoError(b, err)
 	require.False(b, out.Wakeup.Skipped)
 	return newRawShape(
-		be.sample(b, ledger.ReportSubject("v1", project, channel, reqs[0].Identity.AgentTurnID, benchCallID)),
-		func(turn string) string { return ledger.ReportSubject("v1", project, channel, turn, benchCallID) },
+		be.sample(b, protocol.ReportSubject("v1", project, channel, reqs[0].Identity.AgentTurnID, benchCallID)),
+		func(turn string) string { return protocol.ReportSubject("v1", project, channel, turn, benchCallID) },
 		be.sample(b, out.Wakeup.Subject), out.Wakeup.Subject)
 }
 
 // prepareReports dispatches n calls and stores their result cards (setup,
 // not timed), and returns the report request of each.
-func (be *benchEnv) prepareReports(b *testing.B, n int) []ledger.ReportRequest {
+func (be *benchEnv) prepareReports(b *testing.B, n int) []protocol.ReportRequest {
 	b.Helper()
-	reqs := make([]ledger.ReportRequest, n)
+	reqs := make([]protocol.ReportRequest, n)
 	calls := make([]call, n)
 	for i := range calls {
 		calls[i] = newCall(benchTurn('r'), benchCallID, 1)
-		reqs[i] = calls[i].reportReq(ledger.StatusSuccess, calls[i].resultCard(ledger.StatusSuccess).CardID)
+		reqs[i] = calls[i].reportReq(protocol.StatusSuccess, calls[i].resultCard(protocol.StatusSuccess).CardID)
 	}
 	var (
 		wg    sync.WaitGroup
@@ -367,7 +368,7 @@ func (be *benchEnv) prepareReports(b *testing.B, n int) []ledger.ReportRequest {
 				c := calls[i]
 				_, err := be.l.Dispatch(be.ctx, c.dispatchReq())
 				if err == nil {
-					_, err = be.l.PutCard(be.ctx, c.resultCard(ledger.StatusSuccess))
+					_, err = be.l.PutCard(be.ctx, c.resultCard(protocol.StatusSuccess))
 				}
 				if err != nil {
 					errMu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 )
 
@@ -102,7 +103,7 @@ func (c *boundedCache[V]) putIfUnchanged(key string, v V, gen uint64) {
 
 // cachedRecord is a call record as this process last wrote or read it.
 type cachedRecord struct {
-	rec *CallRecord
+	rec *protocol.CallRecord
 	rev uint64
 }
 
@@ -116,9 +117,9 @@ type cachedRecord struct {
 // account).
 type caches struct {
 	records *boundedCache[cachedRecord]
-	cards   *boundedCache[*StoredCard]
-	rosters *boundedCache[*RosterResult] // by subject; nil: the agent has none
-	tools   *boundedCache[*StoredTool]   // by subject; nil: not registered
+	cards   *boundedCache[*protocol.StoredCard]
+	rosters *boundedCache[*protocol.RosterResult] // by subject; nil: the agent has none
+	tools   *boundedCache[*protocol.StoredTool]   // by subject; nil: not registered
 
 	mu   sync.Mutex
 	nc   *nats.Conn
@@ -132,9 +133,9 @@ type caches struct {
 func newCaches() *caches {
 	return &caches{
 		records: newBoundedCache[cachedRecord](cacheSize),
-		cards:   newBoundedCache[*StoredCard](cacheSize),
-		rosters: newBoundedCache[*RosterResult](cacheSize),
-		tools:   newBoundedCache[*StoredTool](cacheSize),
+		cards:   newBoundedCache[*protocol.StoredCard](cacheSize),
+		rosters: newBoundedCache[*protocol.RosterResult](cacheSize),
+		tools:   newBoundedCache[*protocol.StoredTool](cacheSize),
 	}
 }
 
@@ -204,8 +205,8 @@ func (c *caches) unsubscribe() {
 // before (cards never change), else reads it. A card cached from its own
 // write has no Time: only the hot path, which does not look at it, reads
 // through here.
-func (l *Ledger) cardCached(ctx context.Context, project, cardID string) (*StoredCard, error) {
-	if sc, ok := l.cache.cards.get(CardSubject(l.version, project, cardID)); ok {
+func (l *Ledger) cardCached(ctx context.Context, project, cardID string) (*protocol.StoredCard, error) {
+	if sc, ok := l.cache.cards.get(protocol.CardSubject(l.version, project, cardID)); ok {
 		c := *sc
 		return &c, nil
 	}
@@ -214,14 +215,14 @@ func (l *Ledger) cardCached(ctx context.Context, project, cardID string) (*Store
 
 // rosterCached is GetRoster served from memory while no write to the
 // agent's roster subject has been seen since it was read.
-func (l *Ledger) rosterCached(ctx context.Context, project, agentID string) (RosterResult, error) {
+func (l *Ledger) rosterCached(ctx context.Context, project, agentID string) (protocol.RosterResult, error) {
 	if !l.cache.watching() {
 		return l.GetRoster(ctx, project, agentID)
 	}
-	subj := RosterSubject(l.version, project, agentID)
+	subj := protocol.RosterSubject(l.version, project, agentID)
 	if r, ok := l.cache.rosters.get(subj); ok {
 		if r == nil {
-			return RosterResult{}, newError(CodeNotFound, nil, "agent %s has no roster entry in project %s", agentID, project)
+			return protocol.RosterResult{}, protocol.NewError(protocol.CodeNotFound, nil, "agent %s has no roster entry in project %s", agentID, project)
 		}
 		return *r, nil
 	}
@@ -230,7 +231,7 @@ func (l *Ledger) rosterCached(ctx context.Context, project, agentID string) (Ros
 	switch {
 	case err == nil:
 		l.cache.rosters.putIfUnchanged(subj, &r, gen)
-	case isCode(err, CodeNotFound):
+	case isCode(err, protocol.CodeNotFound):
 		l.cache.rosters.putIfUnchanged(subj, nil, gen)
 	}
 	return r, err
@@ -238,14 +239,14 @@ func (l *Ledger) rosterCached(ctx context.Context, project, agentID string) (Ros
 
 // toolCached is GetTool served from memory while no write to the tool's
 // subject has been seen since it was read.
-func (l *Ledger) toolCached(ctx context.Context, project, tool string) (*StoredTool, error) {
+func (l *Ledger) toolCached(ctx context.Context, project, tool string) (*protocol.StoredTool, error) {
 	if !l.cache.watching() {
 		return l.GetTool(ctx, project, tool)
 	}
-	subj := ToolSubject(l.version, project, tool)
+	subj := protocol.ToolSubject(l.version, project, tool)
 	if st, ok := l.cache.tools.get(subj); ok {
 		if st == nil {
-			return nil, newError(CodeNotFound, nil, "tool %s is not registered in project %s", tool, project)
+			return nil, protocol.NewError(protocol.CodeNotFound, nil, "tool %s is not registered in project %s", tool, project)
 		}
 		c := *st
 		return &c, nil
@@ -256,7 +257,7 @@ func (l *Ledger) toolCached(ctx context.Context, project, tool string) (*StoredT
 	case err == nil:
 		c := *st
 		l.cache.tools.putIfUnchanged(subj, &c, gen)
-	case isCode(err, CodeNotFound):
+	case isCode(err, protocol.CodeNotFound):
 		l.cache.tools.putIfUnchanged(subj, nil, gen)
 	}
 	return st, err

@@ -4,24 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 )
-
-// HeaderActor names, on an entry written for an API request, the actor token
-// of the request's subject (cgledger.v1.<project>.<actor>.<op>): the agent,
-// tool or person NATS let publish it. It records who asked.
-const HeaderActor = "CG-Actor"
-
-// CodeForbidden: the request names a project or an actor other than the one
-// its API subject (which NATS permissions scope) grants.
-const CodeForbidden Code = "forbidden"
-
-// ErrForbidden matches every *Error with code forbidden.
-var ErrForbidden = errors.New("forbidden")
-
-func init() { sentinelByCode[CodeForbidden] = ErrForbidden }
 
 // Caller is who sent an API request, read from its subject.
 type Caller struct {
@@ -86,41 +72,41 @@ func topLevel(b []byte) map[string]json.RawMessage {
 // behind NATS permissions, and the only check when running without them.
 // It decodes only the top level of the body (and of a dispatch's card), and
 // only for the operations whose body names a project or an agent.
-func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
-	var vs Violations
+func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Violations {
+	var vs protocol.Violations
 	project := func(field, v string, ok bool) {
 		// An id that is not an identifier is left to the operation's own
 		// validation, which names the precise problem.
-		if ok && ValidIdentifier(v) && v != c.Project {
-			vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", clip(v), c.Project)
+		if ok && protocol.ValidIdentifier(v) && v != c.Project {
+			vs.Add(field, protocol.VForbidden, "project %q is not the project of the request subject (%q)", protocol.Clip(v), c.Project)
 		}
 	}
 	actor := func(field, v string, ok bool) {
-		if ok && ValidIdentifier(v) && v != c.Actor {
-			vs.Add(field, VForbidden, "%q is not the actor of the request subject (%q)", v, c.Actor)
+		if ok && protocol.ValidIdentifier(v) && v != c.Actor {
+			vs.Add(field, protocol.VForbidden, "%q is not the actor of the request subject (%q)", v, c.Actor)
 		}
 	}
 	switch op {
-	case OpCardPut:
+	case protocol.OpCardPut:
 		p, ok := stringField(topLevel(body), "project_id")
 		project("card.project_id", p, ok)
-	case OpDispatch:
+	case protocol.OpDispatch:
 		f := topLevel(body)
 		if s, ok := stringField(f, "subject"); ok {
-			if sub, err := ParseSubject(s); err == nil && sub.Project != c.Project {
-				vs.Add("body.subject", VForbidden, "subject project %q is not the project of the request subject (%q)", clip(sub.Project), c.Project)
+			if sub, err := protocol.ParseSubject(s); err == nil && sub.Project != c.Project {
+				vs.Add("body.subject", protocol.VForbidden, "subject project %q is not the project of the request subject (%q)", protocol.Clip(sub.Project), c.Project)
 			}
 		}
 		p, ok := stringField(topLevel(f["card"]), "project_id")
 		project("card.project_id", p, ok)
-		a := HeaderGet(h, HeaderAgentID)
-		actor("header."+HeaderAgentID, a, a != "")
-	case OpReport, OpToolRegister:
+		a := protocol.HeaderGet(h, protocol.HeaderAgentID)
+		actor("header."+protocol.HeaderAgentID, a, a != "")
+	case protocol.OpReport, protocol.OpToolRegister:
 		// A report's actor is checked against its call's tool once the call
 		// is read (callerOwnsCall).
-		p := HeaderGet(h, HeaderProjectID)
-		project("header."+HeaderProjectID, p, p != "")
-	case OpRosterSet, OpConsume, OpCancel:
+		p := protocol.HeaderGet(h, protocol.HeaderProjectID)
+		project("header."+protocol.HeaderProjectID, p, p != "")
+	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel:
 		f := topLevel(body)
 		p, ok := stringField(f, "project_id")
 		project("body.project_id", p, ok)
@@ -136,22 +122,22 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 // callerOwnsCall checks that a report comes from the tool its call was
 // dispatched to: the actor of a report is the command subject's tool target
 // (or PMO tool). Reports made in process (no caller) are not checked.
-func callerOwnsCall(ctx context.Context, rec *CallRecord) Violations {
+func callerOwnsCall(ctx context.Context, rec *protocol.CallRecord) protocol.Violations {
 	c, ok := CallerFrom(ctx)
 	if !ok {
 		return nil
 	}
-	sub, err := ParseSubject(rec.Subject)
+	sub, err := protocol.ParseSubject(rec.Subject)
 	if err != nil {
 		return nil
 	}
 	tool := sub.Tool
-	if sub.Kind == SubjectToolCommand && len(sub.Target) > 0 {
+	if sub.Kind == protocol.SubjectToolCommand && len(sub.Target) > 0 {
 		tool = sub.Target[0]
 	}
-	var vs Violations
+	var vs protocol.Violations
 	if tool != c.Actor {
-		vs.Add("subject", VForbidden, "call %s was dispatched to tool %q; the report's actor is %q", rec.ToolCallID, tool, c.Actor)
+		vs.Add("subject", protocol.VForbidden, "call %s was dispatched to tool %q; the report's actor is %q", rec.ToolCallID, tool, c.Actor)
 	}
 	return vs
 }

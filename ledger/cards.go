@@ -8,19 +8,10 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// PutCardResult is the outcome of a card put.
-type PutCardResult struct {
-	CardID string `json:"card_id"`
-	// Seq is the ledger sequence of the entry holding the card.
-	Seq uint64 `json:"seq"`
-	// Duplicate is true when an identical card was already stored; Seq is then
-	// the original entry's.
-	Duplicate bool `json:"duplicate"`
-}
 
 // maxCardIDs bounds one GetCards call.
 const maxCardIDs = 256
@@ -29,19 +20,19 @@ const maxCardIDs = 256
 // identical card again returns the original (Duplicate), a different card
 // under an existing id is a conflict. The card is readable by id as soon as
 // PutCard returns.
-func (l *Ledger) PutCard(ctx context.Context, card Card) (PutCardResult, error) {
+func (l *Ledger) PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error) {
 	data, err := json.Marshal(card)
 	if err != nil {
-		return PutCardResult{}, fmt.Errorf("put card: encode: %w", err)
+		return protocol.PutCardResult{}, fmt.Errorf("put card: encode: %w", err)
 	}
 	return l.PutCardJSON(ctx, data)
 }
 
 // PutCardJSON is PutCard for a card given as JSON, as received over the API.
-func (l *Ledger) PutCardJSON(ctx context.Context, data []byte) (PutCardResult, error) {
-	c, err := ParseCard(data)
+func (l *Ledger) PutCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
+	c, err := protocol.ParseCard(data)
 	if err != nil {
-		e, _ := AsError(err)
+		e, _ := protocol.AsError(err)
 		var project string
 		var probe struct {
 			ProjectID string `json:"project_id"`
@@ -49,31 +40,31 @@ func (l *Ledger) PutCardJSON(ctx context.Context, data []byte) (PutCardResult, e
 		if json.Unmarshal(data, &probe) == nil {
 			project = probe.ProjectID
 		}
-		return PutCardResult{}, l.reject(ctx, OpCardPut, project, Unrouted, e, rejectedRequest("", nil, data))
+		return protocol.PutCardResult{}, l.reject(ctx, protocol.OpCardPut, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
 	}
-	return l.putCard(ctx, OpCardPut, c, "", func() RejectedRequest { return rejectedRequest("", nil, data) })
+	return l.putCard(ctx, protocol.OpCardPut, c, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
 }
 
 // putCard stores a validated card. channel, when known, routes a rejection.
-func (l *Ledger) putCard(ctx context.Context, op string, c *Card, channel string, req func() RejectedRequest) (PutCardResult, error) {
+func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, channel string, req func() protocol.RejectedRequest) (protocol.PutCardResult, error) {
 	data, err := json.Marshal(c)
 	if err != nil {
-		return PutCardResult{}, fmt.Errorf("put card %s: encode: %w", c.CardID, err)
+		return protocol.PutCardResult{}, fmt.Errorf("put card %s: encode: %w", c.CardID, err)
 	}
 	if len(data) > int(l.streams.MaxMsgSize)-4096 {
-		var vs Violations
-		vs.Add("card", VTooLarge, "card is %d bytes; the limit is %d", len(data), int(l.streams.MaxMsgSize)-4096)
-		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+		var vs protocol.Violations
+		vs.Add("card", protocol.VTooLarge, "card is %d bytes; the limit is %d", len(data), int(l.streams.MaxMsgSize)-4096)
+		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
 	}
-	msg := &nats.Msg{Subject: CardSubject(l.version, c.ProjectID, c.CardID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(HeaderProjectID, c.ProjectID)
-	msg.Header.Set(HeaderAgentTurnID, c.AgentTurnID)
-	msg.Header.Set(HeaderToolCallID, c.ToolCallID)
-	ack, err := l.appendEntry(ctx, KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	msg := &nats.Msg{Subject: protocol.CardSubject(l.version, c.ProjectID, c.CardID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(protocol.HeaderProjectID, c.ProjectID)
+	msg.Header.Set(protocol.HeaderAgentTurnID, c.AgentTurnID)
+	msg.Header.Set(protocol.HeaderToolCallID, c.ToolCallID)
+	ack, err := l.appendEntry(ctx, protocol.KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
-		l.cache.cards.put(msg.Subject, &StoredCard{Card: *c, Seq: ack.Sequence})
-		return PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
+		l.cache.cards.put(msg.Subject, &protocol.StoredCard{Card: *c, Seq: ack.Sequence})
+		return protocol.PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
 	case isWrongLastSeq(err):
 		existing, gerr := l.lastForSubject(ctx, msg.Subject)
 		if gerr == nil && existing != nil {
@@ -83,44 +74,44 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *Card, channel string
 			}
 		}
 		if gerr != nil || existing == nil {
-			return PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %v", c.CardID, gerr)
+			return protocol.PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %v", c.CardID, gerr)
 		}
 		if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
-			var vs Violations
-			vs.Add("card.card_id", VConflict, "the subject of card %s holds a message that is not a card entry (ledger seq %d); choose another card_id", c.CardID, existing.Sequence)
-			return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeConflict, vs, "card id %s is taken by a foreign message", c.CardID), req())
+			var vs protocol.Violations
+			vs.Add("card.card_id", protocol.VConflict, "the subject of card %s holds a message that is not a card entry (ledger seq %d); choose another card_id", c.CardID, existing.Sequence)
+			return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card id %s is taken by a foreign message", c.CardID), req())
 		}
 		if bytes.Equal(existing.Data, data) {
-			return PutCardResult{CardID: c.CardID, Seq: existing.Sequence, Duplicate: true}, nil
+			return protocol.PutCardResult{CardID: c.CardID, Seq: existing.Sequence, Duplicate: true}, nil
 		}
-		var vs Violations
-		vs.Add("card.card_id", VConflict, "card %s already exists at ledger seq %d with different content; cards are immutable", c.CardID, existing.Sequence)
-		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeConflict, vs, "card %s already exists with different content", c.CardID), req())
+		var vs protocol.Violations
+		vs.Add("card.card_id", protocol.VConflict, "card %s already exists at ledger seq %d with different content; cards are immutable", c.CardID, existing.Sequence)
+		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card %s already exists with different content", c.CardID), req())
 	case isTooLarge(err):
-		var vs Violations
-		vs.Add("card", VTooLarge, "card exceeds the stream's maximum message size (%d bytes)", l.streams.MaxMsgSize)
-		return PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, newError(CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+		var vs protocol.Violations
+		vs.Add("card", protocol.VTooLarge, "card exceeds the stream's maximum message size (%d bytes)", l.streams.MaxMsgSize)
+		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
 	default:
-		return PutCardResult{}, fmt.Errorf("put card %s: %w", c.CardID, err)
+		return protocol.PutCardResult{}, fmt.Errorf("put card %s: %w", c.CardID, err)
 	}
 }
 
 // GetCard returns one card by id, or an error matching ErrUnknownCard.
-func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*StoredCard, error) {
-	var vs Violations
-	checkIdent(&vs, "project_id", project, true)
-	checkIdent(&vs, "card_id", cardID, true)
-	if err := badRequest("card lookup", vs); err != nil {
+func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*protocol.StoredCard, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", project, true)
+	protocol.CheckIdent(&vs, "card_id", cardID, true)
+	if err := protocol.BadRequest("card lookup", vs); err != nil {
 		return nil, err
 	}
-	subject := CardSubject(l.version, project, cardID)
+	subject := protocol.CardSubject(l.version, project, cardID)
 	// The newest message is the cheap read and, normally, the only one.
 	msg, err := l.lastForSubject(ctx, subject)
 	if err != nil {
 		return nil, fmt.Errorf("get card %s: %w", cardID, err)
 	}
 	if msg == nil {
-		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s", cardID, project)
+		return nil, protocol.NewError(protocol.CodeUnknownCard, nil, "card %s not found in project %s", cardID, project)
 	}
 	sc, ok := decodeCardEntry(msg, project, cardID)
 	if !ok {
@@ -136,7 +127,7 @@ func (l *Ledger) GetCard(ctx context.Context, project, cardID string) (*StoredCa
 	if !ok {
 		// Whatever it is, it is not a card: the id does not name one.
 		l.log.Warn("card subject holds a message that is not a card entry", "project", project, "card_id", cardID, "seq", msg.Sequence)
-		return nil, newError(CodeUnknownCard, nil, "card %s not found in project %s (its subject holds a message that is not a card entry)", cardID, project)
+		return nil, protocol.NewError(protocol.CodeUnknownCard, nil, "card %s not found in project %s (its subject holds a message that is not a card entry)", cardID, project)
 	}
 	c := *sc
 	l.cache.cards.put(subject, &c)
@@ -162,16 +153,16 @@ func (l *Ledger) firstForSubject(ctx context.Context, subject string) (*jetstrea
 // a card entry for (project, cardID): a client allowed to publish on cg.>
 // can put anything on a card subject, and an empty or foreign object must
 // not be served as a card.
-func decodeCardEntry(msg *jetstream.RawStreamMsg, project, cardID string) (*StoredCard, bool) {
-	if HeaderGet(msg.Header, HeaderEntryKind) != string(KindCard) {
+func decodeCardEntry(msg *jetstream.RawStreamMsg, project, cardID string) (*protocol.StoredCard, bool) {
+	if protocol.HeaderGet(msg.Header, protocol.HeaderEntryKind) != string(protocol.KindCard) {
 		return nil, false
 	}
-	sc := &StoredCard{Seq: msg.Sequence, Time: msg.Time.UTC()}
+	sc := &protocol.StoredCard{Seq: msg.Sequence, Time: msg.Time.UTC()}
 	if err := json.Unmarshal(msg.Data, &sc.Card); err != nil {
 		return nil, false
 	}
 	c := &sc.Card
-	if c.CardID != cardID || c.ProjectID != project || (c.Type != CardToolCall && c.Type != CardToolResult) ||
+	if c.CardID != cardID || c.ProjectID != project || (c.Type != protocol.CardToolCall && c.Type != protocol.CardToolResult) ||
 		len(c.Content) == 0 || c.Content[0] != '{' {
 		return nil, false
 	}
@@ -180,23 +171,23 @@ func decodeCardEntry(msg *jetstream.RawStreamMsg, project, cardID string) (*Stor
 
 // GetCards returns the cards with the given ids in request order, and the ids
 // that do not exist. Lookups run concurrently.
-func (l *Ledger) GetCards(ctx context.Context, project string, ids []string) ([]StoredCard, []string, error) {
-	var vs Violations
-	checkIdent(&vs, "project_id", project, true)
+func (l *Ledger) GetCards(ctx context.Context, project string, ids []string) ([]protocol.StoredCard, []string, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", project, true)
 	if len(ids) == 0 {
-		vs.Add("card_ids", VRequired, "at least one card id is required")
+		vs.Add("card_ids", protocol.VRequired, "at least one card id is required")
 	}
 	if len(ids) > maxCardIDs {
-		vs.Add("card_ids", VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
+		vs.Add("card_ids", protocol.VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
 	}
 	for i, id := range ids {
-		checkIdent(&vs, fmt.Sprintf("card_ids[%d]", i), id, true)
+		protocol.CheckIdent(&vs, fmt.Sprintf("card_ids[%d]", i), id, true)
 	}
-	if err := badRequest("card lookup", vs); err != nil {
+	if err := protocol.BadRequest("card lookup", vs); err != nil {
 		return nil, nil, err
 	}
 	type res struct {
-		card *StoredCard
+		card *protocol.StoredCard
 		err  error
 	}
 	out := make([]res, len(ids))
@@ -211,13 +202,13 @@ func (l *Ledger) GetCards(ctx context.Context, project string, ids []string) ([]
 		}()
 	}
 	wg.Wait()
-	var cards []StoredCard
+	var cards []protocol.StoredCard
 	var missing []string
 	for i, r := range out {
 		switch {
 		case r.err == nil:
 			cards = append(cards, *r.card)
-		case isCode(r.err, CodeUnknownCard):
+		case isCode(r.err, protocol.CodeUnknownCard):
 			missing = append(missing, ids[i])
 		default:
 			return nil, nil, r.err
@@ -226,7 +217,7 @@ func (l *Ledger) GetCards(ctx context.Context, project string, ids []string) ([]
 	return cards, missing, nil
 }
 
-func isCode(err error, code Code) bool {
-	e, ok := AsError(err)
+func isCode(err error, code protocol.Code) bool {
+	e, ok := protocol.AsError(err)
 	return ok && e.Code == code
 }

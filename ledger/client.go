@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Client calls a ledger's request/reply API over NATS: what a worker or tool
@@ -55,7 +56,7 @@ func (c *Client) subject(project, actor, op string) string {
 	if project == "" {
 		project = "_"
 	}
-	return APISubject(project, actor, op)
+	return protocol.APISubject(project, actor, op)
 }
 
 func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
@@ -63,7 +64,7 @@ func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
 	if err != nil {
 		return fmt.Errorf("ledger client: %s: %w", msg.Subject, err)
 	}
-	var r APIReply
+	var r protocol.APIReply
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return fmt.Errorf("ledger client: %s: decode reply: %w", msg.Subject, err)
 	}
@@ -91,9 +92,9 @@ func jsonMsg(subject string, v any) (*nats.Msg, error) {
 }
 
 // PutCard stores a card (see Ledger.PutCard).
-func (c *Client) PutCard(ctx context.Context, card Card) (PutCardResult, error) {
-	var out PutCardResult
-	msg, err := jsonMsg(c.subject(card.ProjectID, "", OpCardPut), card)
+func (c *Client) PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error) {
+	var out protocol.PutCardResult
+	msg, err := jsonMsg(c.subject(card.ProjectID, "", protocol.OpCardPut), card)
 	if err != nil {
 		return out, err
 	}
@@ -101,12 +102,12 @@ func (c *Client) PutCard(ctx context.Context, card Card) (PutCardResult, error) 
 }
 
 // GetCards reads cards by id (see Ledger.GetCards).
-func (c *Client) GetCards(ctx context.Context, project string, ids []string) ([]StoredCard, []string, error) {
+func (c *Client) GetCards(ctx context.Context, project string, ids []string) ([]protocol.StoredCard, []string, error) {
 	var out struct {
-		Cards   []StoredCard `json:"cards"`
-		Missing []string     `json:"missing"`
+		Cards   []protocol.StoredCard `json:"cards"`
+		Missing []string              `json:"missing"`
 	}
-	msg, err := jsonMsg(c.subject(project, "", OpCardGet), map[string]any{"project_id": project, "card_ids": ids})
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpCardGet), map[string]any{"project_id": project, "card_ids": ids})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,8 +118,8 @@ func (c *Client) GetCards(ctx context.Context, project string, ids []string) ([]
 }
 
 // Dispatch writes the tool.call card and publishes the command (see Ledger.Dispatch).
-func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
-	var out DispatchResult
+func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (protocol.DispatchResult, error) {
+	var out protocol.DispatchResult
 	card, err := json.Marshal(req.Card)
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode card: %w", err)
@@ -127,7 +128,7 @@ func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode payload: %w", err)
 	}
-	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, OpDispatch), dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
+	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
 	if err != nil {
 		return out, err
 	}
@@ -136,24 +137,24 @@ func (c *Client) Dispatch(ctx context.Context, req DispatchRequest) (DispatchRes
 }
 
 // Report submits a tool result report (see Ledger.Report).
-func (c *Client) Report(ctx context.Context, req ReportRequest) (ReportOutcome, error) {
-	var out ReportOutcome
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(req.SourceFunction), OpReport), req.Payload)
+func (c *Client) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
+	var out protocol.ReportOutcome
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(req.SourceFunction), protocol.OpReport), req.Payload)
 	if err != nil {
 		return out, err
 	}
 	req.Identity.Apply(msg.Header)
-	msg.Header.Set(HeaderProjectID, req.ProjectID)
-	msg.Header.Set(HeaderChannelID, req.ChannelID)
-	msg.Header.Set(HeaderSourceID, req.SourceID)
-	msg.Header.Set(HeaderSourceFunction, req.SourceFunction)
+	msg.Header.Set(protocol.HeaderProjectID, req.ProjectID)
+	msg.Header.Set(protocol.HeaderChannelID, req.ChannelID)
+	msg.Header.Set(protocol.HeaderSourceID, req.SourceID)
+	msg.Header.Set(protocol.HeaderSourceFunction, req.SourceFunction)
 	return out, c.call(ctx, msg, &out)
 }
 
 // SetRoster records an agent's worker target (see Ledger.SetRoster).
-func (c *Client) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, error) {
-	var out RosterResult
-	msg, err := jsonMsg(c.subject(e.ProjectID, e.AgentID, OpRosterSet), e)
+func (c *Client) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
+	var out protocol.RosterResult
+	msg, err := jsonMsg(c.subject(e.ProjectID, e.AgentID, protocol.OpRosterSet), e)
 	if err != nil {
 		return out, err
 	}
@@ -161,9 +162,9 @@ func (c *Client) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, er
 }
 
 // GetRoster reads an agent's worker target (see Ledger.GetRoster).
-func (c *Client) GetRoster(ctx context.Context, project, agentID string) (RosterResult, error) {
-	var out RosterResult
-	msg, err := jsonMsg(c.subject(project, "", OpRosterGet), map[string]string{"project_id": project, "agent_id": agentID})
+func (c *Client) GetRoster(ctx context.Context, project, agentID string) (protocol.RosterResult, error) {
+	var out protocol.RosterResult
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpRosterGet), map[string]string{"project_id": project, "agent_id": agentID})
 	if err != nil {
 		return out, err
 	}
@@ -171,9 +172,9 @@ func (c *Client) GetRoster(ctx context.Context, project, agentID string) (Roster
 }
 
 // GetCall reads a call record (see Ledger.GetCall).
-func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*CallRecord, error) {
-	var out CallRecord
-	msg, err := jsonMsg(c.subject(project, "", OpCallGet), map[string]string{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
+func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error) {
+	var out protocol.CallRecord
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpCallGet), map[string]string{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +185,9 @@ func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*
 }
 
 // Consume records that an agent consumed a call's result (see Ledger.Consume).
-func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult, error) {
-	var out ConsumeResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, OpConsume), req)
+func (c *Client) Consume(ctx context.Context, req protocol.ConsumeRequest) (protocol.ConsumeResult, error) {
+	var out protocol.ConsumeResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, protocol.OpConsume), req)
 	if err != nil {
 		return out, err
 	}
@@ -195,16 +196,16 @@ func (c *Client) Consume(ctx context.Context, req ConsumeRequest) (ConsumeResult
 
 // RegisterTool registers a tool definition given as YAML or JSON (see
 // Ledger.RegisterToolYAML).
-func (c *Client) RegisterTool(ctx context.Context, project string, definition []byte) (RegisterResult, error) {
-	var out RegisterResult
-	msg := &nats.Msg{Subject: c.subject(project, "", OpToolRegister), Data: definition, Header: nats.Header{}}
+func (c *Client) RegisterTool(ctx context.Context, project string, definition []byte) (protocol.RegisterResult, error) {
+	var out protocol.RegisterResult
+	msg := &nats.Msg{Subject: c.subject(project, "", protocol.OpToolRegister), Data: definition, Header: nats.Header{}}
 	return out, c.call(ctx, msg, &out)
 }
 
 // GetTool reads a tool definition (see Ledger.GetTool).
-func (c *Client) GetTool(ctx context.Context, project, tool string) (*StoredTool, error) {
-	var out StoredTool
-	msg, err := jsonMsg(c.subject(project, "", OpToolGet), map[string]string{"project_id": project, "tool_name": tool})
+func (c *Client) GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error) {
+	var out protocol.StoredTool
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpToolGet), map[string]string{"project_id": project, "tool_name": tool})
 	if err != nil {
 		return nil, err
 	}
@@ -215,11 +216,11 @@ func (c *Client) GetTool(ctx context.Context, project, tool string) (*StoredTool
 }
 
 // ListTools reads every tool of a project (see Ledger.ListTools).
-func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, error) {
+func (c *Client) ListTools(ctx context.Context, project string) ([]protocol.StoredTool, error) {
 	var out struct {
-		Tools []StoredTool `json:"tools"`
+		Tools []protocol.StoredTool `json:"tools"`
 	}
-	msg, err := jsonMsg(c.subject(project, "", OpToolList), map[string]string{"project_id": project})
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpToolList), map[string]string{"project_id": project})
 	if err != nil {
 		return nil, err
 	}
@@ -227,9 +228,9 @@ func (c *Client) ListTools(ctx context.Context, project string) ([]StoredTool, e
 }
 
 // Cancel asks to cancel a call in flight (see Ledger.Cancel).
-func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, error) {
-	var out CancelResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, OpCancel), req)
+func (c *Client) Cancel(ctx context.Context, req protocol.CancelRequest) (protocol.CancelResult, error) {
+	var out protocol.CancelResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, protocol.OpCancel), req)
 	if err != nil {
 		return out, err
 	}
@@ -238,9 +239,9 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (CancelResult, e
 
 // EnsureToolConsumer asks for the durable consumer of the client's actor as a
 // tool target (see Ledger.EnsureToolConsumer).
-func (c *Client) EnsureToolConsumer(ctx context.Context, project string) (ToolConsumer, error) {
-	var out ToolConsumer
-	msg, err := jsonMsg(c.subject(project, "", OpToolConsumer), struct{}{})
+func (c *Client) EnsureToolConsumer(ctx context.Context, project string) (protocol.ToolConsumer, error) {
+	var out protocol.ToolConsumer
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpToolConsumer), struct{}{})
 	if err != nil {
 		return out, err
 	}
@@ -250,7 +251,7 @@ func (c *Client) EnsureToolConsumer(ctx context.Context, project string) (ToolCo
 // identOr returns s when it can be an actor token, else "" (the client's
 // own actor).
 func identOr(s string) string {
-	if ValidIdentifier(s) {
+	if protocol.ValidIdentifier(s) {
 		return s
 	}
 	return ""
@@ -268,9 +269,9 @@ func subjectProject(subject string) string {
 
 // Skip asks the ledger to record an operator's skip of the entry at seq
 // (see Ledger.Skip); it needs an admin credential of every project.
-func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (SkipResult, error) {
-	var out SkipResult
-	msg, err := jsonMsg(APISubject(auth.GlobalProject, c.actor, OpProjectorSkip), SkipRequest{Seq: seq, Reason: reason})
+func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (protocol.SkipResult, error) {
+	var out protocol.SkipResult
+	msg, err := jsonMsg(protocol.APISubject(auth.GlobalProject, c.actor, protocol.OpProjectorSkip), protocol.SkipRequest{Seq: seq, Reason: reason})
 	if err != nil {
 		return out, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestToolConsumerQuota: one project's admin, registering tools, cannot
@@ -28,7 +29,7 @@ func TestToolConsumerQuota(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err := e.l.EnsureToolConsumer(ctx, "greedy", fmt.Sprintf("t%d", ledger.MaxToolConsumersPerProject))
-	requireViolation(t, err, "subject", ledger.VTooLarge, "project greedy already has")
+	requireViolation(t, err, "subject", protocol.VTooLarge, "project greedy already has")
 	_, err = e.l.EnsureToolConsumer(ctx, "greedy", "t0")
 	require.NoError(t, err, "an existing consumer is always answered")
 	register("other", "svc")

@@ -7,32 +7,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// DispatchRequest asks the ledger to write a tool.call card and publish the
-// tool command that points at it.
-type DispatchRequest struct {
-	// Subject is the command subject: cg.<ver>.<project>.<channel>.cmd.tool.<target>...
-	// or cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>.
-	Subject  string
-	Identity Identity
-	// Card is the tool.call card; its card_id must equal Payload.ToolCallCardID.
-	Card    Card
-	Payload ToolCommandPayload
-}
-
-// DispatchResult is the outcome of a dispatch.
-type DispatchResult struct {
-	Subject        string `json:"subject"`
-	ToolCallCardID string `json:"tool_call_card_id"`
-	CardSeq        uint64 `json:"card_seq"`
-	CommandSeq     uint64 `json:"command_seq"`
-	// Duplicate is true when this exact dispatch had already been made; the
-	// sequences are the original ones.
-	Duplicate bool `json:"duplicate"`
-}
 
 // dispatchBody is the JSON body of a dispatch API request.
 type dispatchBody struct {
@@ -44,27 +22,27 @@ type dispatchBody struct {
 // Dispatch writes the tool.call card, records the call, and publishes the
 // command, in that order, so a crash never leaves a command whose card is
 // missing. Repeating the same dispatch returns the original outcome.
-func (l *Ledger) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
+func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (protocol.DispatchResult, error) {
 	card, err := json.Marshal(req.Card)
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
 	}
 	payload, err := json.Marshal(req.Payload)
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
 	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil, nil)
 }
 
 // DispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
 // body {"subject", "card", "payload"}.
-func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (DispatchResult, error) {
-	var vs Violations
+func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
+	var vs protocol.Violations
 	// card and payload are checked as documents of their own below, so
 	// their violations carry the documented card.* and payload.* paths.
-	o, ok := parseObject("body", body, &vs, "card", "payload")
+	o, ok := protocol.ParseObject("body", body, &vs, "card", "payload")
 	if !ok {
-		return DispatchResult{}, l.reject(ctx, OpDispatch, "", "", newError(CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), rejectedRequest("", h, body))
+		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, "", "", protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), protocol.NewRejectedRequest("", h, body))
 	}
 	// A body that repeats a key is refused, but checked through like any
 	// other so that every problem is listed; its refusal keeps the body as
@@ -73,12 +51,12 @@ func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (D
 	if len(vs) > 0 {
 		asReceived = body
 	}
-	subject := o.str("subject", true)
+	subject := o.Str("subject", true)
 	var card, payload []byte
-	if r := o.raw("card"); r != nil {
+	if r := o.Raw("card"); r != nil {
 		card = r
 	}
-	if r := o.raw("payload"); r != nil {
+	if r := o.Raw("payload"); r != nil {
 		payload = r
 	}
 	return l.dispatch(ctx, subject, h, card, payload, vs, asReceived)
@@ -86,50 +64,50 @@ func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (D
 
 // dispatch validates and writes a dispatch; vs holds violations found
 // already, and asReceived, when set, is the request body a refusal records.
-func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations, asReceived []byte) (DispatchResult, error) {
+func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
 	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
 	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, vs, asReceived)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs Violations, asReceived []byte) (DispatchResult, error) {
-	rawReq := func() RejectedRequest {
+func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+	rawReq := func() protocol.RejectedRequest {
 		if asReceived != nil {
-			return rejectedRequest("", h, asReceived)
+			return protocol.NewRejectedRequest("", h, asReceived)
 		}
 		b, _ := json.Marshal(dispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
-		return rejectedRequest("", h, b)
+		return protocol.NewRejectedRequest("", h, b)
 	}
-	sub := parseSubject(subject, &vs)
-	if sub.Kind != SubjectUnknown && !sub.IsCommand() {
-		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", clip(subject), sub.Kind)
+	sub := protocol.DecodeSubject(subject, &vs)
+	if sub.Kind != protocol.SubjectUnknown && !sub.IsCommand() {
+		vs.Add("subject", protocol.VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", protocol.Clip(subject), sub.Kind)
 	}
-	if sub.Kind != SubjectUnknown && sub.Version != l.version {
-		vs.Add("subject", VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)
+	if sub.Kind != protocol.SubjectUnknown && sub.Version != l.version {
+		vs.Add("subject", protocol.VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)
 	}
-	id, hvs := ParseIdentity(h, IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == SubjectPMOCommand})
+	id, hvs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == protocol.SubjectPMOCommand})
 	vs = append(vs, hvs...)
-	payload := parseCommandPayload(payloadJSON, sub, id, hvs, &vs)
-	card := parseCard("card", cardJSON, &vs)
+	payload := protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
+	card := protocol.DecodeCard("card", cardJSON, &vs)
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
 	}
 	if len(vs) > 0 {
-		return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
+		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
 	}
 
 	payloadBytes, err := json.Marshal(payload)
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
 	cardBytes, err := json.Marshal(card)
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
 	}
 	normSubject := sub.String()
-	rec := &CallRecord{
-		State:          StateDispatched,
+	rec := &protocol.CallRecord{
+		State:          protocol.StateDispatched,
 		ProjectID:      sub.Project,
 		ChannelID:      sub.Channel,
 		AgentID:        id.AgentID,
@@ -150,17 +128,17 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 
 	// The card and the call record are independent writes: one round trip
 	// for both. The command, which must never exist without them, waits.
-	var put PutCardResult
+	var put protocol.PutCardResult
 	var putErr error
 	putDone := make(chan struct{})
 	go func() {
 		defer close(putDone)
-		put, putErr = l.putCard(ctx, OpDispatch, card, sub.Channel, rawReq)
+		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, sub.Channel, rawReq)
 	}()
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
 	<-putDone
 	if putErr != nil {
-		if _, refused := AsError(putErr); refused && created {
+		if _, refused := protocol.AsError(putErr); refused && created {
 			// The card can never be stored as given (its id holds another
 			// card): take back the record this attempt created, so a
 			// corrected dispatch of the call is not refused as a conflict.
@@ -169,27 +147,27 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 			}
 			l.cache.records.drop(key)
 		}
-		return DispatchResult{}, putErr
+		return protocol.DispatchResult{}, putErr
 	}
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
 	if err := l.step(StepDispatchCard); err != nil {
-		return DispatchResult{}, err
+		return protocol.DispatchResult{}, err
 	}
 	if created {
 		if err := l.step(StepDispatchRecord); err != nil {
-			return DispatchResult{}, err
+			return protocol.DispatchResult{}, err
 		}
 	} else {
 		if existing.DispatchFingerprint != rec.DispatchFingerprint {
-			var cvs Violations
-			cvs.Add("header."+HeaderToolCallID, VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
-			return DispatchResult{}, l.reject(ctx, OpDispatch, sub.Project, sub.Channel, newError(CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
+			var cvs protocol.Violations
+			cvs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
+			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
 		}
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
-			return DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true}, nil
+			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true}, nil
 		}
 		// A previous attempt stopped before publishing (or before recording
 		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
@@ -197,13 +175,13 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	}
 
 	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
-	msg.Header.Set(HeaderMsgID, "cmd."+sub.Project+"."+id.AgentTurnID+"."+id.ToolCallID)
-	ack, err := l.appendEntry(ctx, KindCommand, msg)
+	msg.Header.Set(protocol.HeaderMsgID, "cmd."+sub.Project+"."+id.AgentTurnID+"."+id.ToolCallID)
+	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg)
 	if err != nil {
-		return DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
 	if err := l.step(StepDispatchCommand); err != nil {
-		return DispatchResult{}, err
+		return protocol.DispatchResult{}, err
 	}
 	// The answer does not wait for the record to hold the sequences: this
 	// process's executor and report read them from memory (and the report's
@@ -218,13 +196,13 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if !created {
 		l.m.dupDispatches.Inc()
 	}
-	return DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
+	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
 }
 
 // createOrRead creates the call record or, when it exists, reads it. The
 // record can vanish between the two (a dispatch whose card was refused takes
 // its record back): then the create is tried again.
-func (l *Ledger) createOrRead(ctx context.Context, key string, rec *CallRecord) (rev uint64, created bool, existing *CallRecord, erev uint64, err error) {
+func (l *Ledger) createOrRead(ctx context.Context, key string, rec *protocol.CallRecord) (rev uint64, created bool, existing *protocol.CallRecord, erev uint64, err error) {
 	for range 8 {
 		rev, created, err = l.createRecord(ctx, key, rec)
 		if err != nil || created {
@@ -256,7 +234,7 @@ func (l *Ledger) createOrRead(ctx context.Context, key string, rec *CallRecord) 
 // it returns the record once its dispatch is confirmed (a conflict), or nil
 // once it is gone; a leftover whose card id holds another card is removed
 // here (at its revision) rather than waited for.
-func (l *Ledger) settleForeign(ctx context.Context, key string, rec *CallRecord, rev uint64) (*CallRecord, uint64, error) {
+func (l *Ledger) settleForeign(ctx context.Context, key string, rec *protocol.CallRecord, rev uint64) (*protocol.CallRecord, uint64, error) {
 	for range 100 {
 		confirmed, stored, err := l.dispatchConfirmed(ctx, rec)
 		if err != nil || confirmed {
@@ -286,7 +264,7 @@ func (l *Ledger) settleForeign(ctx context.Context, key string, rec *CallRecord,
 // On a replicated bucket the read can reach a replica that has not applied
 // the create yet, so it retries for a moment; a record still absent after
 // that was removed (nil, and no error).
-func (l *Ledger) readExisting(ctx context.Context, key string) (*CallRecord, uint64, error) {
+func (l *Ledger) readExisting(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	deadline := time.Now().Add(250 * time.Millisecond)
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
 		rec, rev, err := l.getRecord(ctx, key)
@@ -308,7 +286,7 @@ func (l *Ledger) readExisting(ctx context.Context, key string) (*CallRecord, uin
 // record, starting from revision rev. A report may already have moved the
 // record on (the executor can be that fast), so a lost compare-and-set
 // re-reads and sets them on what it finds.
-func (l *Ledger) recordSequences(ctx context.Context, key string, want *CallRecord, rev uint64) error {
+func (l *Ledger) recordSequences(ctx context.Context, key string, want *protocol.CallRecord, rev uint64) error {
 	rec := cloneRecord(want)
 	for range 16 {
 		_, ok, err := l.updateRecord(ctx, key, rec, rev)
@@ -332,23 +310,23 @@ func (l *Ledger) recordSequences(ctx context.Context, key string, want *CallReco
 }
 
 // crossCheckDispatch checks that card, subject, identity and payload agree.
-func crossCheckDispatch(c *Card, sub Subject, id Identity, p *ToolCommandPayload, vs *Violations) {
-	if c.Type != "" && c.Type != CardToolCall {
-		vs.Add("card.type", VInvalidValue, "a dispatch needs a %s card, got %q", CardToolCall, c.Type)
+func crossCheckDispatch(c *protocol.Card, sub protocol.Subject, id protocol.Identity, p *protocol.ToolCommandPayload, vs *protocol.Violations) {
+	if c.Type != "" && c.Type != protocol.CardToolCall {
+		vs.Add("card.type", protocol.VInvalidValue, "a dispatch needs a %s card, got %q", protocol.CardToolCall, c.Type)
 	}
 	if p.ToolCallCardID != "" && c.CardID != "" && p.ToolCallCardID != c.CardID {
-		vs.Add("payload.tool_call_card_id", VMismatch, "must equal card.card_id (%q), got %q", c.CardID, p.ToolCallCardID)
+		vs.Add("payload.tool_call_card_id", protocol.VMismatch, "must equal card.card_id (%q), got %q", c.CardID, p.ToolCallCardID)
 	}
 	if sub.Project != "" && c.ProjectID != "" && sub.Project != c.ProjectID {
-		vs.Add("card.project_id", VMismatch, "must equal the subject's project_id (%q), got %q", sub.Project, c.ProjectID)
+		vs.Add("card.project_id", protocol.VMismatch, "must equal the subject's project_id (%q), got %q", sub.Project, c.ProjectID)
 	}
 	if id.AgentTurnID != "" && c.AgentTurnID != "" && id.AgentTurnID != c.AgentTurnID {
-		vs.Add("card.agent_turn_id", VMismatch, "must equal header %s (%q), got %q", HeaderAgentTurnID, id.AgentTurnID, c.AgentTurnID)
+		vs.Add("card.agent_turn_id", protocol.VMismatch, "must equal header %s (%q), got %q", protocol.HeaderAgentTurnID, id.AgentTurnID, c.AgentTurnID)
 	}
 	if id.ToolCallID != "" && c.ToolCallID != "" && id.ToolCallID != c.ToolCallID {
-		vs.Add("card.tool_call_id", VMismatch, "must equal header %s (%q), got %q", HeaderToolCallID, id.ToolCallID, c.ToolCallID)
+		vs.Add("card.tool_call_id", protocol.VMismatch, "must equal header %s (%q), got %q", protocol.HeaderToolCallID, id.ToolCallID, c.ToolCallID)
 	}
-	if c.Type != CardToolCall || len(c.Content) == 0 {
+	if c.Type != protocol.CardToolCall || len(c.Content) == 0 {
 		return
 	}
 	tc, err := c.ToolCall()
@@ -359,7 +337,7 @@ func crossCheckDispatch(c *Card, sub Subject, id Identity, p *ToolCommandPayload
 	case p.ToolName == "":
 		p.ToolName = tc.ToolName
 	case tc.ToolName != "" && p.ToolName != tc.ToolName:
-		vs.Add("payload.tool_name", VMismatch, "must equal card.content.tool_name (%q), got %q", tc.ToolName, p.ToolName)
+		vs.Add("payload.tool_name", protocol.VMismatch, "must equal card.content.tool_name (%q), got %q", tc.ToolName, p.ToolName)
 	}
 }
 

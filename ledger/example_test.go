@@ -11,6 +11,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // embedded starts a throwaway JetStream server and connects to it; the
@@ -49,16 +50,16 @@ func Example() {
 	}
 	defer l.Close()
 
-	id := ledger.Identity{AgentID: "alice", AgentTurnID: "turn-1", TurnEpoch: 1, ToolCallID: "call-1"}
-	req := ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject("v1", "demo", "main", "echo"),
+	id := protocol.Identity{AgentID: "alice", AgentTurnID: "turn-1", TurnEpoch: 1, ToolCallID: "call-1"}
+	req := protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject("v1", "demo", "main", "echo"),
 		Identity: id,
-		Card: ledger.Card{
-			CardID: "card-1", ProjectID: "demo", Type: ledger.CardToolCall, AuthorID: "alice",
+		Card: protocol.Card{
+			CardID: "card-1", ProjectID: "demo", Type: protocol.CardToolCall, AuthorID: "alice",
 			AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
 			Content: json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi"}}`),
 		},
-		Payload: ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "echo", AfterExecution: ledger.AfterSuspend},
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "echo", AfterExecution: protocol.AfterSuspend},
 	}
 	first, err := l.Dispatch(ctx, req)
 	if err != nil {
@@ -97,7 +98,7 @@ func ExampleNewClient() {
 	defer api.Stop()
 
 	c := ledger.NewClient(nc, ledger.WithActor("alice"))
-	if _, err := c.SetRoster(ctx, ledger.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-7"}); err != nil {
+	if _, err := c.SetRoster(ctx, protocol.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-7"}); err != nil {
 		log.Fatal(err)
 	}
 	r, err := c.GetRoster(ctx, "demo", "alice")
@@ -106,8 +107,8 @@ func ExampleNewClient() {
 	}
 	fmt.Println("worker target:", r.WorkerTarget)
 
-	_, err = c.SetRoster(ctx, ledger.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "no spaces allowed"})
-	if le, ok := ledger.AsError(err); ok {
+	_, err = c.SetRoster(ctx, protocol.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "no spaces allowed"})
+	if le, ok := protocol.AsError(err); ok {
 		fmt.Println(le.Code)
 		for _, v := range le.Violations {
 			fmt.Println("-", v.Field, v.Code)

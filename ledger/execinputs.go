@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"sync"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // ExecutionQuery names a delivered command's call, the tool.call card it
@@ -22,13 +24,13 @@ type ExecutionQuery struct {
 // read has its own error: an executor decides per read whether the call can
 // go on.
 type ExecutionInputs struct {
-	Record    *CallRecord
+	Record    *protocol.CallRecord
 	RecordErr error
 	Canceled  bool
 	CancelErr error
-	Card      *StoredCard
+	Card      *protocol.StoredCard
 	CardErr   error
-	Tool      *StoredTool
+	Tool      *protocol.StoredTool
 	ToolErr   error
 }
 
@@ -58,7 +60,7 @@ func (l *Ledger) ReadExecutionInputs(ctx context.Context, q ExecutionQuery) Exec
 			in.Card, in.CardErr = l.cardCached(ctx, q.Project, q.ToolCallCardID)
 		}
 	}()
-	if ValidIdentifier(q.ToolName) {
+	if protocol.ValidIdentifier(q.ToolName) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -72,7 +73,7 @@ func (e *ExportEntry) UnmarshalJSON(b []byte) error {
 
 // entry converts the line into the entry it records.
 func (el *exportLine) entry(e *ExportEntry) error {
-	*e = ExportEntry{Entry: Entry{Seq: el.Seq, Subject: el.Subject, Headers: el.Headers, Time: el.Time}, Link: el.Link}
+	*e = ExportEntry{Entry: protocol.Entry{Seq: el.Seq, Subject: el.Subject, Headers: el.Headers, Time: el.Time}, Link: el.Link}
 	switch {
 	case el.JSON != nil && el.Data != nil:
 		return errors.New("an entry has either json or data, not both")
@@ -120,7 +121,7 @@ type ExportHeader struct {
 
 // ExportEntry is one entry line: the entry and its chain link.
 type ExportEntry struct {
-	Entry
+	protocol.Entry
 	Link string `json:"link"`
 }
 
@@ -134,7 +135,7 @@ type ExportTrailer struct {
 
 // ReadEntries calls fn for every entry of the ledger stream from sequence
 // from to the stream's last sequence when the call starts, in order.
-func (l *Ledger) ReadEntries(ctx context.Context, from uint64, fn func(Entry) error) (last uint64, err error) {
+func (l *Ledger) ReadEntries(ctx context.Context, from uint64, fn func(protocol.Entry) error) (last uint64, err error) {
 	return ReadStream(ctx, l.js, l.streams.Stream, from, fn)
 }
 
@@ -142,7 +143,7 @@ func (l *Ledger) ReadEntries(ctx context.Context, from uint64, fn func(Entry) er
 // read the ledger stream without a Ledger). An entry from from on that the
 // stream no longer keeps (its retention window let it go) is an error
 // wrapping ErrHistoryLost, never a silent jump.
-func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(Entry) error) (uint64, error) {
+func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(protocol.Entry) error) (uint64, error) {
 	if from == 0 {
 		from = 1
 	}
@@ -220,7 +221,7 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		if err != nil {
 			return 0, fmt.Errorf("read stream %s: metadata: %w", stream, err)
 		}
-		e := Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: map[string][]string(m.Headers()), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		e := protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: map[string][]string(m.Headers()), Data: m.Data(), Time: meta.Timestamp.UTC()}
 		if e.Seq != next {
 			return 0, lost(next, e.Seq)
 		}
@@ -261,7 +262,7 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 	bw := bufio.NewWriterSize(w, 1<<16)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	start, prev := uint64(1), Genesis
+	start, prev := uint64(1), protocol.Genesis
 	if cs, ok := h.(ChainStart); ok && from > 1 {
 		s, l, ok, err := cs.ChainStart(from)
 		if err != nil {
@@ -271,7 +272,7 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 			start, prev = s, l
 		}
 	}
-	v := NewChainVerifier(start, prev)
+	v := protocol.NewChainVerifier(start, prev)
 	tr := ExportTrailer{End: true}
 	headerDone := false
 	writeHeader := func() error {
@@ -279,7 +280,7 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 		return enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, Stream: stream, FromSeq: from, PrevLink: v.Head().String()})
 	}
 	var line []byte
-	_, err := h.ReadFrom(ctx, start, func(e Entry) error {
+	_, err := h.ReadFrom(ctx, start, func(e protocol.Entry) error {
 		if e.Seq == from && !headerDone {
 			if err := writeHeader(); err != nil {
 				return err
@@ -306,10 +307,10 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 		return tr, fmt.Errorf("export: %w", err)
 	}
 	if !headerDone {
-		if from > v.next {
-			var vs Violations
-			vs.Add("from_seq", VInvalidValue, "sequence %d is past the end of the ledger (last seq %d)", from, v.next-1)
-			return tr, newError(CodeBadRequest, vs, "export from seq %d: past the end of the ledger (last seq %d)", from, v.next-1)
+		if from > v.Next() {
+			var vs protocol.Violations
+			vs.Add("from_seq", protocol.VInvalidValue, "sequence %d is past the end of the ledger (last seq %d)", from, v.Next()-1)
+			return tr, protocol.NewError(protocol.CodeBadRequest, vs, "export from seq %d: past the end of the ledger (last seq %d)", from, v.Next()-1)
 		}
 		if err := writeHeader(); err != nil {
 			return tr, fmt.Errorf("export: %w", err)
@@ -328,8 +329,8 @@ func ExportHistory(ctx context.Context, h History, stream string, w io.Writer, f
 // lineKeysUnique refuses a line of an export file that repeats a key in
 // any object outside an entry's json payload.
 func lineKeysUnique(line int, b []byte) error {
-	var vs Violations
-	checkDuplicateKeys("line", b, &vs, "json")
+	var vs protocol.Violations
+	protocol.CheckDuplicateKeys("line", b, &vs, "json")
 	if len(vs) == 0 {
 		return nil
 	}
@@ -455,20 +456,20 @@ type NotedSkip struct {
 // entry. Both verifiers call it for every entry they chain.
 func (r *VerifyReport) Note(seq uint64, subject string, h nats.Header, data []byte) {
 	// Read as the views read it: header names case-insensitively.
-	h = nats.Header(CanonicalHeaders(h))
-	rec := RecognizeEntry(subject, h)
+	h = nats.Header(protocol.CanonicalHeaders(h))
+	rec := protocol.RecognizeEntry(subject, h)
 	switch {
 	case rec.Unrecognized():
 		r.UnrecognizedCount++
 		if len(r.Unrecognized) < MaxNoted {
-			r.Unrecognized = append(r.Unrecognized, NotedEntry{Seq: seq, Subject: clip(subject), Code: rec.Code, Reason: rec.Reason})
+			r.Unrecognized = append(r.Unrecognized, NotedEntry{Seq: seq, Subject: protocol.Clip(subject), Code: rec.Code, Reason: rec.Reason})
 		}
-	case rec.Kind == string(KindSkip):
-		sub, err := ParseSubject(subject)
+	case rec.Kind == string(protocol.KindSkip):
+		sub, err := protocol.ParseSubject(subject)
 		if err != nil {
 			return
 		}
-		if s, ok := ParseSkip(seq, subject, h, data, sub.Seq); ok {
+		if s, ok := protocol.ParseSkip(seq, subject, h, data, sub.Seq); ok {
 			r.SkipCount++
 			if len(r.Skips) < MaxNoted {
 				r.Skips = append(r.Skips, NotedSkip{Seq: s.Seq, SkipSeq: seq, Reason: s.Reason})
@@ -488,8 +489,8 @@ func VerifyExport(r io.Reader) (VerifyReport, error) {
 // reference link (ref returns nil when it has none), such as the links a
 // projector recorded: a file whose links were all recomputed after an edit
 // is self-consistent, but fails against the reference at the edited entry.
-func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (VerifyReport, error) {
-	var v *ChainVerifier
+func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*protocol.Link, error)) (VerifyReport, error) {
+	var v *protocol.ChainVerifier
 	var rep VerifyReport
 	var fileBad uint64
 	hdr, tr, err := ReadExport(r, func(h ExportHeader) (err error) {
@@ -499,7 +500,7 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 		rep.LastSeq = e.Seq
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		// An unparseable link cannot match any recomputed one.
-		file, _ := ParseLink(e.Link)
+		file, _ := protocol.ParseLink(e.Link)
 		if ref == nil {
 			v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file)
 			return nil
@@ -521,18 +522,18 @@ func VerifyExportAgainst(r io.Reader, ref func(seq uint64) (*Link, error)) (Veri
 }
 
 // chainFrom starts verifying the chain of the file whose header is h.
-func chainFrom(h ExportHeader) (*ChainVerifier, error) {
-	prev, err := ParseLink(h.PrevLink)
+func chainFrom(h ExportHeader) (*protocol.ChainVerifier, error) {
+	prev, err := protocol.ParseLink(h.PrevLink)
 	if err != nil {
 		return nil, fmt.Errorf("%w: header prev_link: %v", ErrBadExport, err)
 	}
-	return NewChainVerifier(h.FromSeq, prev), nil
+	return protocol.NewChainVerifier(h.FromSeq, prev), nil
 }
 
 // verdict completes rep from the verifier of a file read to its end: the
 // first bad entry (by the chain, then by fileBad, a mismatch with a
 // reference), a missing trailer, or a trailer that disagrees.
-func verdict(rep *VerifyReport, hdr ExportHeader, v *ChainVerifier, tr *ExportTrailer, fileBad uint64) {
+func verdict(rep *VerifyReport, hdr ExportHeader, v *protocol.ChainVerifier, tr *ExportTrailer, fileBad uint64) {
 	rep.FromSeq = hdr.FromSeq
 	rep.Count, rep.Head = v.Count(), v.Head().String()
 	switch bad, why := v.FirstBad(); {
@@ -541,9 +542,9 @@ func verdict(rep *VerifyReport, hdr ExportHeader, v *ChainVerifier, tr *ExportTr
 	case fileBad != 0:
 		rep.FirstBadSeq, rep.Reason = fileBad, fmt.Sprintf("entry %d does not match the link recorded in the file", fileBad)
 	case tr == nil:
-		rep.FirstBadSeq, rep.Reason = v.next, "file is truncated: no trailer"
-	case tr.Count != v.Count() || tr.Head != rep.Head || (tr.Count > 0 && tr.LastSeq != v.next-1):
-		rep.FirstBadSeq, rep.Reason = v.next, fmt.Sprintf("trailer says %d entries ending at seq %d in %s; file holds %d ending at seq %d in %s", tr.Count, tr.LastSeq, tr.Head, v.Count(), v.next-1, rep.Head)
+		rep.FirstBadSeq, rep.Reason = v.Next(), "file is truncated: no trailer"
+	case tr.Count != v.Count() || tr.Head != rep.Head || (tr.Count > 0 && tr.LastSeq != v.Next()-1):
+		rep.FirstBadSeq, rep.Reason = v.Next(), fmt.Sprintf("trailer says %d entries ending at seq %d in %s; file holds %d ending at seq %d in %s", tr.Count, tr.LastSeq, tr.Head, v.Count(), v.Next()-1, rep.Head)
 	default:
 		rep.OK = true
 	}

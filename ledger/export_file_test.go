@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // populate writes a small but varied ledger: roster, calls, reports, a
@@ -17,21 +18,21 @@ import (
 func populate(t *testing.T, e *env, calls int) {
 	t.Helper()
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
 	require.NoError(t, err)
 	for i := range calls {
 		c := newCall("turn-x", "call-"+string(rune('a'+i)), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		_, err := e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		_, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.NoError(t, err)
 	}
 	c := newCall("turn-x", "call-a", 1)
-	_, err = e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, c.resultCard(ledger.StatusSuccess).CardID))
+	_, err = e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, c.resultCard(protocol.StatusSuccess).CardID))
 	require.NoError(t, err)
 	stale := c
 	stale.epoch = 9
-	_, err = e.l.Report(ctx, stale.reportReq(ledger.StatusSuccess, c.resultCard(ledger.StatusSuccess).CardID))
-	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
+	_, err = e.l.Report(ctx, stale.reportReq(protocol.StatusSuccess, c.resultCard(protocol.StatusSuccess).CardID))
+	require.ErrorIs(t, err, protocol.ErrStaleEpoch)
 }
 
 // exported writes a ledger of calls calls (populate) and exports it whole:
@@ -80,7 +81,7 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 	// A header change is caught too, and so is a truncated file.
 	headerEdit := append([]string(nil), orig...)
 	require.NoError(t, json.Unmarshal([]byte(orig[target-1]), &ee))
-	ee.Headers[ledger.HeaderTime] = []string{"2001-01-01T00:00:00Z"}
+	ee.Headers[protocol.HeaderTime] = []string{"2001-01-01T00:00:00Z"}
 	edited, err = json.Marshal(ee)
 	require.NoError(t, err)
 	headerEdit[target-1] = string(edited)
@@ -116,13 +117,13 @@ func TestExportFromSequenceCarriesPrevLink(t *testing.T) {
 func TestChainCoversCanonicalHeadersOnly(t *testing.T) {
 	h1 := nats.Header{"CG-Agent-Id": {"a"}, "Nats-Msg-Id": {"x"}}
 	h2 := nats.Header{"cg-agent-id": {"a"}, "Nats-Msg-Id": {"y"}}
-	l1 := ledger.NextLink(ledger.Genesis, 1, "s", h1, []byte("d"))
-	require.Equal(t, l1, ledger.NextLink(ledger.Genesis, 1, "s", h2, []byte("d")), "header case and Nats-* headers do not matter")
-	require.NotEqual(t, l1, ledger.NextLink(ledger.Genesis, 2, "s", h1, []byte("d")))
-	require.NotEqual(t, l1, ledger.NextLink(ledger.Genesis, 1, "t", h1, []byte("d")))
-	require.NotEqual(t, l1, ledger.NextLink(ledger.Genesis, 1, "s", nats.Header{"CG-Agent-Id": {"b"}}, []byte("d")))
-	require.NotEqual(t, l1, ledger.NextLink(ledger.Genesis, 1, "s", h1, []byte("e")))
-	require.NotEqual(t, l1, ledger.NextLink(l1, 1, "s", h1, []byte("d")))
+	l1 := protocol.NextLink(protocol.Genesis, 1, "s", h1, []byte("d"))
+	require.Equal(t, l1, protocol.NextLink(protocol.Genesis, 1, "s", h2, []byte("d")), "header case and Nats-* headers do not matter")
+	require.NotEqual(t, l1, protocol.NextLink(protocol.Genesis, 2, "s", h1, []byte("d")))
+	require.NotEqual(t, l1, protocol.NextLink(protocol.Genesis, 1, "t", h1, []byte("d")))
+	require.NotEqual(t, l1, protocol.NextLink(protocol.Genesis, 1, "s", nats.Header{"CG-Agent-Id": {"b"}}, []byte("d")))
+	require.NotEqual(t, l1, protocol.NextLink(protocol.Genesis, 1, "s", h1, []byte("e")))
+	require.NotEqual(t, l1, protocol.NextLink(l1, 1, "s", h1, []byte("d")))
 }
 
 // TestExportEntryKeepsBytesExactly: a payload is written as JSON only when
@@ -145,7 +146,7 @@ func TestExportEntryKeepsBytesExactly(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := ledger.ExportEntry{Entry: ledger.Entry{Seq: 1, Subject: "s", Data: c.data}, Link: "l"}
+			e := ledger.ExportEntry{Entry: protocol.Entry{Seq: 1, Subject: "s", Data: c.data}, Link: "l"}
 			plain, err := json.Marshal(e) // escapes HTML
 			require.NoError(t, err)
 			var buf bytes.Buffer

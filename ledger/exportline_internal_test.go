@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestAppendExportLineMatchesEncodingJSON checks the hand-written entry
@@ -29,7 +31,7 @@ func TestAppendExportLineMatchesEncodingJSON(t *testing.T) {
 		[]byte(`{"s":"\u2028"}`), []byte("\xff\xfe"), []byte("plain text"), []byte(`{"n":1.5e3,"t":true,"z":null}`), []byte(`  {}`), []byte(`{"k":"é"}`)}
 	zones := []*time.Location{time.UTC, time.FixedZone("X", 3600), time.FixedZone("Y", -5*3600-1800)}
 	for i := range 20000 {
-		e := ExportEntry{Entry: Entry{Seq: r.Uint64() >> uint(r.IntN(64)), Subject: str(30)}, Link: str(70)}
+		e := ExportEntry{Entry: protocol.Entry{Seq: r.Uint64() >> uint(r.IntN(64)), Subject: str(30)}, Link: str(70)}
 		if r.IntN(4) > 0 {
 			e.Headers = map[string][]string{}
 			for range r.IntN(6) {

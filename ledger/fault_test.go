@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -37,7 +38,7 @@ func crashOnce(step ledger.Step, before func()) func(ledger.Step) error {
 
 // retryReport retries a report until it succeeds or the deadline passes, as
 // an executor's redelivery would.
-func retryReport(t *testing.T, l *ledger.Ledger, req ledger.ReportRequest) ledger.ReportOutcome {
+func retryReport(t *testing.T, l *ledger.Ledger, req protocol.ReportRequest) protocol.ReportOutcome {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -47,7 +48,7 @@ func retryReport(t *testing.T, l *ledger.Ledger, req ledger.ReportRequest) ledge
 		if err == nil {
 			return out
 		}
-		_, refused := ledger.AsError(err)
+		_, refused := protocol.AsError(err)
 		require.False(t, refused, "retry refused: %v", err)
 		require.True(t, time.Now().Before(deadline), "report never succeeded: %v", err)
 	}
@@ -55,9 +56,9 @@ func retryReport(t *testing.T, l *ledger.Ledger, req ledger.ReportRequest) ledge
 
 // assertExactlyOneReport checks the ledger holds one report entry for the call
 // and its record is complete.
-func assertExactlyOneReport(t *testing.T, e *env, c call, out ledger.ReportOutcome) {
+func assertExactlyOneReport(t *testing.T, e *env, c call, out protocol.ReportOutcome) {
 	t.Helper()
-	reports := e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id))
+	reports := e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id))
 	require.Len(t, reports, 1, "exactly one report entry for %s/%s", c.turn, c.id)
 	meta, err := reports[0].Metadata()
 	require.NoError(t, err)
@@ -65,7 +66,7 @@ func assertExactlyOneReport(t *testing.T, e *env, c call, out ledger.ReportOutco
 	e.l.Flush()
 	rec, err := e.l.GetCall(ctxT(t), project, c.turn, c.id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateWoken, rec.State)
+	require.Equal(t, protocol.StateWoken, rec.State)
 	require.Equal(t, out.Seq, rec.Claim.Seq)
 }
 
@@ -74,13 +75,13 @@ func TestReportCrashAfterEachStepThenRetry(t *testing.T) {
 	// A retry after a crash waits out the crashed report's lease.
 	e.l.SetReportLease(100 * time.Millisecond)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
 	for i, step := range reportSteps {
 		t.Run(string(step), func(t *testing.T) {
 			c := newCall("turn-crash", fmt.Sprintf("call-%d", i), 1)
-			rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-			req := c.reportReq(ledger.StatusSuccess, rc.CardID)
+			rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+			req := c.reportReq(protocol.StatusSuccess, rc.CardID)
 			e.l.SetAfterStep(crashOnce(step, nil))
 			_, err := e.l.Report(ctx, req)
 			require.ErrorIs(t, err, errCrash)
@@ -92,8 +93,8 @@ func TestReportCrashAfterEachStepThenRetry(t *testing.T) {
 			// stored report.
 			require.True(t, out.Duplicate)
 			wakeups := 0
-			for _, m := range e.subjectEntries(t, ledger.WakeupSubject("v1", project, channel, "w1")) {
-				if m.Header.Get(ledger.HeaderToolCallID) == c.id {
+			for _, m := range e.subjectEntries(t, protocol.WakeupSubject("v1", project, channel, "w1")) {
+				if m.Header.Get(protocol.HeaderToolCallID) == c.id {
 					wakeups++
 				}
 			}
@@ -107,13 +108,13 @@ func TestReportNATSServerRestartBetweenSteps(t *testing.T) {
 	// A retry after a crash waits out the crashed report's lease.
 	e.l.SetReportLease(100 * time.Millisecond)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
 	for i, step := range reportSteps {
 		t.Run(string(step), func(t *testing.T) {
 			c := newCall("turn-restart", fmt.Sprintf("call-%d", i), 1)
-			rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-			req := c.reportReq(ledger.StatusSuccess, rc.CardID)
+			rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+			req := c.reportReq(protocol.StatusSuccess, rc.CardID)
 			e.l.SetAfterStep(crashOnce(step, func() { e.srv.Restart(t) }))
 			_, err := e.l.Report(ctx, req)
 			require.ErrorIs(t, err, errCrash)
@@ -136,8 +137,8 @@ func TestReportRestartMidFlightThenRetry(t *testing.T) {
 	for i, step := range reportSteps {
 		t.Run(string(step), func(t *testing.T) {
 			c := newCall("turn-midflight", fmt.Sprintf("call-%d", i), 1)
-			rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-			req := c.reportReq(ledger.StatusSuccess, rc.CardID)
+			rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+			req := c.reportReq(protocol.StatusSuccess, rc.CardID)
 			var fired atomic.Bool
 			e.l.SetAfterStep(func(s ledger.Step) error {
 				if s == step && fired.CompareAndSwap(false, true) {
@@ -173,7 +174,7 @@ func TestDispatchCrashNeverLeavesCommandWithoutCard(t *testing.T) {
 			e.l.SetAfterStep(nil)
 			// Whatever the crash left, a command never exists without its card.
 			for _, m := range e.subjectEntries(t, "cg.v1.*.*.cmd.tool.>") {
-				sc, err := e.l.GetCard(ctx, project, "cc-"+m.Header.Get(ledger.HeaderAgentTurnID)+"-"+m.Header.Get(ledger.HeaderToolCallID))
+				sc, err := e.l.GetCard(ctx, project, "cc-"+m.Header.Get(protocol.HeaderAgentTurnID)+"-"+m.Header.Get(protocol.HeaderToolCallID))
 				require.NoError(t, err)
 				require.Less(t, sc.Seq, mustSeq(t, m))
 			}
@@ -186,7 +187,7 @@ func TestDispatchCrashNeverLeavesCommandWithoutCard(t *testing.T) {
 			require.Equal(t, res.CommandSeq, again.CommandSeq)
 			n := 0
 			for _, m := range e.subjectEntries(t, "cg.v1.*.*.cmd.tool.>") {
-				if m.Header.Get(ledger.HeaderToolCallID) == c.id && m.Header.Get(ledger.HeaderAgentTurnID) == c.turn {
+				if m.Header.Get(protocol.HeaderToolCallID) == c.id && m.Header.Get(protocol.HeaderAgentTurnID) == c.turn {
 					n++
 				}
 			}
@@ -223,12 +224,12 @@ func TestTenThousandDistinctCallsAllAccepted(t *testing.T) {
 					errs <- err
 					return
 				}
-				rc := c.resultCard(ledger.StatusSuccess)
+				rc := c.resultCard(protocol.StatusSuccess)
 				if _, err := e.l.PutCard(ctx, rc); err != nil {
 					errs <- err
 					return
 				}
-				out, err := e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+				out, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 				if err != nil {
 					errs <- err
 					return
@@ -270,20 +271,20 @@ func TestResumeFinishesAStuckClaim(t *testing.T) {
 	ctx := ctxT(t)
 	for i, step := range reportSteps {
 		c := newCall("turn-resume", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
 		e.l.SetAfterStep(crashOnce(step, nil))
-		_, err := e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		_, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.ErrorIs(t, err, errCrash)
 		e.l.SetAfterStep(nil)
 		rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
 		require.NoError(t, err)
-		require.Equal(t, ledger.StateClaimed, rec.State, "stuck after %s", step)
+		require.Equal(t, protocol.StateClaimed, rec.State, "stuck after %s", step)
 
 		out, err := e.l.Resume(ctx, project, c.turn, c.id)
 		require.NoError(t, err)
 		assertExactlyOneReport(t, e, c, out)
-		require.Equal(t, ledger.StatusSuccess, out.Status)
+		require.Equal(t, protocol.StatusSuccess, out.Status)
 	}
 	_, err := e.l.Resume(ctx, project, "turn-resume", "nope")
-	require.ErrorIs(t, err, ledger.ErrUnknownCall)
+	require.ErrorIs(t, err, protocol.ErrUnknownCall)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const (
@@ -49,55 +50,55 @@ func newEnv(t testing.TB, opts ...natstest.Option) *env {
 type call struct {
 	turn, id string
 	epoch    uint64
-	card     ledger.Card
-	meta     ledger.CardMetadata
+	card     protocol.Card
+	meta     protocol.CardMetadata
 }
 
 func newCall(turn, id string, epoch uint64) call {
-	meta := ledger.CardMetadata{TraceID: "trace-" + turn, ParentStepID: "parent-" + id, StepID: "step-" + id}
-	return call{turn: turn, id: id, epoch: epoch, meta: meta, card: ledger.Card{
-		CardID: "cc-" + turn + "-" + id, ProjectID: project, Type: ledger.CardToolCall, AuthorID: agent,
+	meta := protocol.CardMetadata{TraceID: "trace-" + turn, ParentStepID: "parent-" + id, StepID: "step-" + id}
+	return call{turn: turn, id: id, epoch: epoch, meta: meta, card: protocol.Card{
+		CardID: "cc-" + turn + "-" + id, ProjectID: project, Type: protocol.CardToolCall, AuthorID: agent,
 		AgentTurnID: turn, ToolCallID: id,
 		Content:  json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi"}}`),
 		Metadata: meta,
 	}}
 }
 
-func (c call) identity() ledger.Identity {
-	return ledger.Identity{AgentID: agent, AgentTurnID: c.turn, TurnEpoch: c.epoch, ToolCallID: c.id}
+func (c call) identity() protocol.Identity {
+	return protocol.Identity{AgentID: agent, AgentTurnID: c.turn, TurnEpoch: c.epoch, ToolCallID: c.id}
 }
 
-func (c call) dispatchReq() ledger.DispatchRequest {
-	return ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject("v1", project, channel, "echo"),
+func (c call) dispatchReq() protocol.DispatchRequest {
+	return protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject("v1", project, channel, "echo"),
 		Identity: c.identity(),
 		Card:     c.card,
-		Payload:  ledger.ToolCommandPayload{ToolCallCardID: c.card.CardID, ToolName: "echo", AfterExecution: ledger.AfterSuspend},
+		Payload:  protocol.ToolCommandPayload{ToolCallCardID: c.card.CardID, ToolName: "echo", AfterExecution: protocol.AfterSuspend},
 	}
 }
 
-func (c call) resultCard(status string) ledger.Card {
+func (c call) resultCard(status string) protocol.Card {
 	content := fmt.Sprintf(`{"status":%q,"result":{"text":"hi"}}`, status)
-	if status != ledger.StatusSuccess {
+	if status != protocol.StatusSuccess {
 		content = fmt.Sprintf(`{"status":%q,"result":null,"error":{"code":"internal_error","message":"boom"}}`, status)
 	}
-	return ledger.Card{
-		CardID: "rc-" + c.turn + "-" + c.id + "-" + status, ProjectID: project, Type: ledger.CardToolResult,
+	return protocol.Card{
+		CardID: "rc-" + c.turn + "-" + c.id + "-" + status, ProjectID: project, Type: protocol.CardToolResult,
 		AuthorID: source, FunctionName: toolFn, AgentTurnID: c.turn, ToolCallID: c.id,
 		Content: json.RawMessage(content), Metadata: c.meta,
 	}
 }
 
-func (c call) reportReq(status, cardID string) ledger.ReportRequest {
-	return ledger.ReportRequest{
+func (c call) reportReq(status, cardID string) protocol.ReportRequest {
+	return protocol.ReportRequest{
 		ProjectID: project, ChannelID: channel, Identity: c.identity(),
 		SourceID: source, SourceFunction: toolFn,
-		Payload: ledger.ReportPayload{Status: status, AfterExecution: ledger.AfterSuspend, ToolResultCardID: cardID},
+		Payload: protocol.ReportPayload{Status: status, AfterExecution: protocol.AfterSuspend, ToolResultCardID: cardID},
 	}
 }
 
 // dispatchAndResult dispatches c and stores its result card.
-func (e *env) dispatchAndResult(t testing.TB, c call, status string) ledger.Card {
+func (e *env) dispatchAndResult(t testing.TB, c call, status string) protocol.Card {
 	t.Helper()
 	ctx := ctxT(t)
 	_, err := e.l.Dispatch(ctx, c.dispatchReq())

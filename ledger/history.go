@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -16,7 +17,7 @@ type History interface {
 	// last sequence as of the call, in order with none missing, and returns
 	// that last sequence. An entry kept nowhere any more is an error
 	// wrapping ErrHistoryLost, never a silent jump.
-	ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error)
+	ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error)
 }
 
 // ErrHistoryLost is returned when entries a reader needs are no longer
@@ -36,7 +37,7 @@ type StreamHistory struct {
 }
 
 // ReadFrom implements History.
-func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(Entry) error) (uint64, error) {
+func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error) {
 	return ReadStream(ctx, h.JS, h.Stream, from, fn)
 }
 
@@ -45,7 +46,7 @@ func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(Entry)
 // Last when it was known (NextKnown), so the chain can go on past it.
 type LostRange struct {
 	First, Last uint64
-	Next        Link
+	Next        protocol.Link
 	NextKnown   bool
 }
 
@@ -56,5 +57,5 @@ type LostRange struct {
 // piece on, not the whole history from sequence 1; ok is false when the
 // history has no such piece for seq.
 type ChainStart interface {
-	ChainStart(seq uint64) (start uint64, prev Link, ok bool, err error)
+	ChainStart(seq uint64) (start uint64, prev protocol.Link, ok bool, err error)
 }

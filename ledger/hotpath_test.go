@@ -26,6 +26,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/testenv"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // ---------------------------------------------------------------- helpers
@@ -64,7 +65,7 @@ func hpRecordState(t *testing.T, kv jetstream.KeyValue, c call) string {
 		return ""
 	}
 	require.NoError(t, err)
-	var rec ledger.CallRecord
+	var rec protocol.CallRecord
 	require.NoError(t, jsonUnmarshal(e.Value(), &rec))
 	return rec.State
 }
@@ -89,7 +90,7 @@ func drainWakeups(t *testing.T, nc *nats.Conn, sub *nats.Subscription) map[strin
 		if err != nil {
 			return got
 		}
-		got[m.Header.Get(ledger.HeaderToolCallID)]++
+		got[m.Header.Get(protocol.HeaderToolCallID)]++
 	}
 }
 
@@ -207,22 +208,22 @@ func TestHotpathRosterCacheStaleAfterReconnect(t *testing.T) {
 	b := hpOpen(t, ncB)
 	ctx := ctxT(t)
 
-	_, err = a.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	_, err = a.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
 	// B reports once: its memory now holds agent-1 -> w1.
 	c1 := newCall("turn-reconnect", "call-1", 1)
-	rc1 := e.dispatchAndResult(t, c1, ledger.StatusSuccess)
-	out, err := b.Report(ctx, c1.reportReq(ledger.StatusSuccess, rc1.CardID))
+	rc1 := e.dispatchAndResult(t, c1, protocol.StatusSuccess)
+	out, err := b.Report(ctx, c1.reportReq(protocol.StatusSuccess, rc1.CardID))
 	require.NoError(t, err)
 	require.Equal(t, "w1", out.Wakeup.WorkerTarget)
 
 	// Partition B: what the server sends it is lost, then the connection
 	// breaks and B reconnects.
 	proxy.setBlackhole(true)
-	_, err = a.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w2"})
+	_, err = a.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w2"})
 	require.NoError(t, err)
 	hpWaitFor(t, "the roster change to be sent to B (and lost)", func() bool {
-		return proxy.droppedContains(ledger.RosterSubject("v1", project, agent))
+		return proxy.droppedContains(protocol.RosterSubject("v1", project, agent))
 	})
 	before := ncB.Stats().Reconnects
 	proxy.setBlackhole(false)
@@ -235,8 +236,8 @@ func TestHotpathRosterCacheStaleAfterReconnect(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for i := 2; ; i++ {
 		c := newCall("turn-reconnect", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		out, err := b.Report(ctxT(t), c.reportReq(ledger.StatusSuccess, rc.CardID))
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		out, err := b.Report(ctxT(t), c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.NoError(t, err)
 		if out.Wakeup.WorkerTarget == "w2" {
 			break
@@ -254,14 +255,14 @@ func TestHotpathRosterCacheStaleAfterReconnect(t *testing.T) {
 func TestHotpathCloseRacesInFlightReports(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
 	const n = 40
-	reqs := make([]ledger.ReportRequest, n)
+	reqs := make([]protocol.ReportRequest, n)
 	for i := range n {
 		c := newCall("turn-close", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		reqs[i] = c.reportReq(ledger.StatusSuccess, rc.CardID)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		reqs[i] = c.reportReq(protocol.StatusSuccess, rc.CardID)
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -297,7 +298,7 @@ func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
 	a := hpOpen(t, ncA)
 	ctx := ctxT(t)
 	c := newCall("turn-close-mark", "call-1", 1)
-	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
 
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -309,12 +310,12 @@ func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
 		return nil
 	})
 	type res struct {
-		out ledger.ReportOutcome
+		out protocol.ReportOutcome
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
-		out, err := a.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		out, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		done <- res{out, err}
 	}()
 	<-reached
@@ -329,14 +330,14 @@ func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
 	require.NoError(t, r.err)
 	require.False(t, r.out.Duplicate)
 	kv := hpKV(t, e.nc)
-	require.Equal(t, ledger.StateWoken, hpRecordState(t, kv, c),
+	require.Equal(t, protocol.StateWoken, hpRecordState(t, kv, c),
 		"Close returned before the report in flight had its record marked woken")
 }
 
 // refusedDispatch is a dispatch of c whose tool.call card reuses c's card id
 // with other content (a different trace id): putCard refuses it, and the
 // dispatch takes back the call record it created.
-func refusedDispatch(c call) ledger.DispatchRequest {
+func refusedDispatch(c call) protocol.DispatchRequest {
 	req := c.dispatchReq()
 	req.Card.Metadata.TraceID = "trace-wrong"
 	return req
@@ -362,7 +363,7 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 		_, err := a.PutCard(ctx, c.card)
 		require.NoError(t, err)
 		stop := make(chan struct{})
-		got := make(chan *ledger.CallRecord, 1)
+		got := make(chan *protocol.CallRecord, 1)
 		go func() {
 			for {
 				select {
@@ -380,7 +381,7 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 			}
 		}()
 		_, err = a.Dispatch(ctx, refusedDispatch(c))
-		require.ErrorIs(t, err, ledger.ErrConflict, "the refused dispatch")
+		require.ErrorIs(t, err, protocol.ErrConflict, "the refused dispatch")
 		close(stop)
 		if rec := <-got; rec != nil {
 			require.Equal(t, "trace-wrong", rec.CardMetadata.TraceID)
@@ -400,10 +401,10 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 		AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
 	require.NoError(t, in.RecordErr)
 	assert.Equal(t, c.meta.TraceID, in.Record.CardMetadata.TraceID, "B's view of the call is the refused dispatch's")
-	rc := c.resultCard(ledger.StatusSuccess)
+	rc := c.resultCard(protocol.StatusSuccess)
 	_, err = a.PutCard(ctx, rc)
 	require.NoError(t, err)
-	out, err := b.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	out, err := b.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err, "a correct report of the corrected dispatch")
 	require.False(t, out.Duplicate)
 }
@@ -427,9 +428,9 @@ func TestHotpathCorrectedDispatchRacingRefusedOneGetsAnAnswer(t *testing.T) {
 	// The refused dispatch D's record, as it stands in the window before D
 	// takes it back.
 	key := hpCallKey(project, c.turn, c.id)
-	leftover, err := json.Marshal(ledger.CallRecord{State: ledger.StateDispatched, ProjectID: project, ChannelID: channel,
+	leftover, err := json.Marshal(protocol.CallRecord{State: protocol.StateDispatched, ProjectID: project, ChannelID: channel,
 		AgentID: agent, AgentTurnID: c.turn, TurnEpoch: c.epoch, ToolCallID: c.id, ToolCallCardID: c.card.CardID,
-		CardMetadata: ledger.CardMetadata{TraceID: "trace-wrong"}, DispatchFingerprint: "the refused dispatch"})
+		CardMetadata: protocol.CardMetadata{TraceID: "trace-wrong"}, DispatchFingerprint: "the refused dispatch"})
 	require.NoError(t, err)
 	_, err = kv.Create(ctx, key, leftover)
 	require.NoError(t, err)
@@ -445,7 +446,7 @@ func TestHotpathCorrectedDispatchRacingRefusedOneGetsAnAnswer(t *testing.T) {
 	out, err := b.Dispatch(ctx, c.dispatchReq())
 	require.True(t, hit, "E's create met D's record")
 	if err != nil {
-		_, refused := ledger.AsError(err)
+		_, refused := protocol.AsError(err)
 		require.True(t, refused, "the corrected dispatch got no definite answer: %v", err)
 	}
 	require.NoError(t, err, "the call is free: the corrected dispatch goes through")
@@ -465,10 +466,10 @@ func TestHotpathRacingReportsAcrossProcessesThenConsume(t *testing.T) {
 	e := newEnv(t)
 	ls := e.ledgers(t, 3)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-mix"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-mix"})
 	require.NoError(t, err)
 	watcher := e.srv.Connect(t)
-	wakeups, err := watcher.SubscribeSync(ledger.WakeupSubject("v1", project, channel, "w-mix"))
+	wakeups, err := watcher.SubscribeSync(protocol.WakeupSubject("v1", project, channel, "w-mix"))
 	require.NoError(t, err)
 	require.NoError(t, watcher.Flush())
 	for round := range 4 {
@@ -476,15 +477,15 @@ func TestHotpathRacingReportsAcrossProcessesThenConsume(t *testing.T) {
 		// Dispatch through one process, report through all.
 		_, err := ls[round%3].Dispatch(ctx, c.dispatchReq())
 		require.NoError(t, err)
-		ok, bad := c.resultCard(ledger.StatusSuccess), c.resultCard(ledger.StatusFailed)
-		for _, rc := range []ledger.Card{ok, bad} {
+		ok, bad := c.resultCard(protocol.StatusSuccess), c.resultCard(protocol.StatusFailed)
+		for _, rc := range []protocol.Card{ok, bad} {
 			_, err := ls[(round+1)%3].PutCard(ctx, rc)
 			require.NoError(t, err)
 		}
 		var (
 			mu                   sync.Mutex
 			firsts, dups, confls int
-			winner               ledger.ReportOutcome
+			winner               protocol.ReportOutcome
 			winnerStatus         string
 		)
 		var wg sync.WaitGroup
@@ -492,15 +493,15 @@ func TestHotpathRacingReportsAcrossProcessesThenConsume(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				status, card := ledger.StatusSuccess, ok.CardID
+				status, card := protocol.StatusSuccess, ok.CardID
 				if i%3 == 0 {
-					status, card = ledger.StatusFailed, bad.CardID
+					status, card = protocol.StatusFailed, bad.CardID
 				}
 				out, err := ls[i%3].Report(ctx, c.reportReq(status, card))
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
-				case errors.Is(err, ledger.ErrConflict):
+				case errors.Is(err, protocol.ErrConflict):
 					confls++
 				case err != nil:
 					t.Errorf("round %d: report %d got no definite answer: %v", round, i, err)
@@ -515,17 +516,17 @@ func TestHotpathRacingReportsAcrossProcessesThenConsume(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 1, firsts, "round %d: one accepted report", round)
 		want := 40 // identical to the winner: the 40 success reports...
-		if winnerStatus == ledger.StatusFailed {
+		if winnerStatus == protocol.StatusFailed {
 			want = 20 // ...or the 20 failed ones
 		}
 		require.Equal(t, want-1, dups, "round %d: duplicates of the winner", round)
 		require.Equal(t, 60-want, confls, "round %d: conflicts", round)
-		require.Len(t, e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id)), 1)
+		require.Len(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id)), 1)
 		require.Equal(t, map[string]int{c.id: 1}, drainWakeups(t, watcher, wakeups), "round %d: one wakeup", round)
 		// Consume right away, through every process.
 		var consumed uint64
 		for i, l := range ls {
-			res, err := l.Consume(ctx, ledger.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
+			res, err := l.Consume(ctx, protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
 			require.NoError(t, err, "round %d: consume through process %d", round, i)
 			require.Equal(t, winner.Seq, res.ReportSeq)
 			require.Equal(t, i > 0, res.Duplicate)
@@ -550,39 +551,39 @@ func TestHotpathStaleRecordCacheNeverAnswersWrong(t *testing.T) {
 	ls := e.ledgers(t, 2)
 	a, b := ls[0], ls[1]
 	ctx := ctxT(t)
-	_, err := a.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-stale"})
+	_, err := a.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-stale"})
 	require.NoError(t, err)
 	c := newCall("turn-stale", "call-1", 1)
-	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess) // through A: A's memory holds the record
-	bad := c.resultCard(ledger.StatusFailed)
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess) // through A: A's memory holds the record
+	bad := c.resultCard(protocol.StatusFailed)
 	_, err = a.PutCard(ctx, bad)
 	require.NoError(t, err)
 	in := a.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
 	require.NoError(t, in.RecordErr)
-	require.Equal(t, ledger.StateDispatched, in.Record.State)
+	require.Equal(t, protocol.StateDispatched, in.Record.State)
 
-	orig, err := b.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	orig, err := b.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.False(t, orig.Duplicate)
 	b.Flush()
-	require.Equal(t, ledger.StateWoken, hpRecordState(t, hpKV(t, e.nc), c))
+	require.Equal(t, protocol.StateWoken, hpRecordState(t, hpKV(t, e.nc), c))
 
-	dup, err := a.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	dup, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate)
 	require.Equal(t, orig.Seq, dup.Seq)
 	require.Equal(t, orig.Wakeup.Seq, dup.Wakeup.Seq)
-	_, err = a.Report(ctx, c.reportReq(ledger.StatusFailed, bad.CardID))
-	require.ErrorIs(t, err, ledger.ErrConflict)
-	res, err := a.Consume(ctx, ledger.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
+	_, err = a.Report(ctx, c.reportReq(protocol.StatusFailed, bad.CardID))
+	require.ErrorIs(t, err, protocol.ErrConflict)
+	res, err := a.Consume(ctx, protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
 	require.NoError(t, err)
 	require.Equal(t, orig.Seq, res.ReportSeq)
-	_, err = a.Cancel(ctx, ledger.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	_, err = a.Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
+	require.ErrorIs(t, err, protocol.ErrConflict)
 	fresh := a.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID, Fresh: true})
 	require.NoError(t, fresh.RecordErr)
-	require.Equal(t, ledger.StateWoken, fresh.Record.State)
-	require.Len(t, e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id)), 1)
+	require.Equal(t, protocol.StateWoken, fresh.Record.State)
+	require.Len(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id)), 1)
 }
 
 // TestHotpathStaleRecordCacheClaimedNotMarked: B's report is stored but its
@@ -598,28 +599,28 @@ func TestHotpathStaleRecordCacheClaimedNotMarked(t *testing.T) {
 	b.SetReportLease(200 * time.Millisecond)
 	ctx := ctxT(t)
 	c := newCall("turn-claimed", "call-1", 1)
-	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-	bad := c.resultCard(ledger.StatusFailed)
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+	bad := c.resultCard(protocol.StatusFailed)
 	_, err := a.PutCard(ctx, bad)
 	require.NoError(t, err)
 
 	b.SetAfterStep(crashOnce(ledger.StepAppended, nil))
-	_, err = b.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	_, err = b.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.ErrorIs(t, err, errCrash)
 	rec, err := a.GetCall(ctx, project, c.turn, c.id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateClaimed, rec.State)
-	require.Equal(t, ledger.StatusSuccess, rec.Claim.Status)
+	require.Equal(t, protocol.StateClaimed, rec.State)
+	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
 
-	_, err = a.Report(ctx, c.reportReq(ledger.StatusFailed, bad.CardID))
-	require.ErrorIs(t, err, ledger.ErrConflict)
-	out, err := a.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	_, err = a.Report(ctx, c.reportReq(protocol.StatusFailed, bad.CardID))
+	require.ErrorIs(t, err, protocol.ErrConflict)
+	out, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.True(t, out.Duplicate)
 	require.Equal(t, rec.Claim.Seq, out.Seq)
 	rec, err = a.GetCall(ctx, project, c.turn, c.id)
 	require.NoError(t, err)
-	require.Equal(t, ledger.StateWoken, rec.State)
+	require.Equal(t, protocol.StateWoken, rec.State)
 	require.Equal(t, out.Seq, rec.Claim.Seq)
 }
 
@@ -651,7 +652,7 @@ func TestHotpathRacingDispatchesAcrossProcessesRecordSequences(t *testing.T) {
 		}
 		e2, err := kv.Get(ctxT(t), hpCallKey(project, c.turn, c.id))
 		require.NoError(t, err)
-		var rec ledger.CallRecord
+		var rec protocol.CallRecord
 		require.NoError(t, jsonUnmarshal(e2.Value(), &rec))
 		for seq := range seqs {
 			require.Equal(t, seq, rec.CommandSeq)
@@ -671,21 +672,21 @@ func TestHotpathReportRacesRecordSequences(t *testing.T) {
 	ctx := ctxT(t)
 	for i := range 10 {
 		c := newCall("turn-seqrace", fmt.Sprintf("call-%d", i), 1)
-		rc := c.resultCard(ledger.StatusSuccess)
+		rc := c.resultCard(protocol.StatusSuccess)
 		_, err := b.PutCard(ctx, rc)
 		require.NoError(t, err)
 		res, err := a.Dispatch(ctx, c.dispatchReq())
 		require.NoError(t, err)
-		out, err := b.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		out, err := b.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.NoError(t, err)
 		require.False(t, out.Duplicate)
 		a.Flush()
 		b.Flush()
 		en, err := kv.Get(ctx, hpCallKey(project, c.turn, c.id))
 		require.NoError(t, err)
-		var rec ledger.CallRecord
+		var rec protocol.CallRecord
 		require.NoError(t, jsonUnmarshal(en.Value(), &rec))
-		require.Equal(t, ledger.StateWoken, rec.State)
+		require.Equal(t, protocol.StateWoken, rec.State)
 		require.Equal(t, res.CommandSeq, rec.CommandSeq)
 		require.Equal(t, res.CardSeq, rec.CardSeq)
 		require.Equal(t, out.Seq, rec.Claim.Seq)
@@ -700,21 +701,21 @@ func TestHotpathRosterChangeInOtherProcessReachesReport(t *testing.T) {
 	ls := e.ledgers(t, 2)
 	a, b := ls[0], ls[1]
 	ctx := ctxT(t)
-	_, err := b.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-old"})
+	_, err := b.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-old"})
 	require.NoError(t, err)
 	c0 := newCall("turn-roster", "call-0", 1)
-	rc0 := e.dispatchAndResult(t, c0, ledger.StatusSuccess)
-	out, err := a.Report(ctx, c0.reportReq(ledger.StatusSuccess, rc0.CardID))
+	rc0 := e.dispatchAndResult(t, c0, protocol.StatusSuccess)
+	out, err := a.Report(ctx, c0.reportReq(protocol.StatusSuccess, rc0.CardID))
 	require.NoError(t, err)
 	require.Equal(t, "w-old", out.Wakeup.WorkerTarget)
 
-	_, err = b.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-new"})
+	_, err = b.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-new"})
 	require.NoError(t, err)
 	deadline := time.Now().Add(time.Minute)
 	for i := 1; ; i++ {
 		c := newCall("turn-roster", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		out, err := a.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		out, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.NoError(t, err)
 		if out.Wakeup.WorkerTarget == "w-new" {
 			break
@@ -725,8 +726,8 @@ func TestHotpathRosterChangeInOtherProcessReachesReport(t *testing.T) {
 	// And from then on, never the old target again.
 	for i := 100; i < 110; i++ {
 		c := newCall("turn-roster", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-		out, err := a.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		out, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		require.NoError(t, err)
 		require.Equal(t, "w-new", out.Wakeup.WorkerTarget)
 	}
@@ -745,27 +746,27 @@ func TestHotpathCancelVersusReport(t *testing.T) {
 	ctx := ctxT(t)
 	for round := range 30 {
 		c := newCall("turn-cancel", fmt.Sprintf("call-%d", round), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
 		var (
 			wg        sync.WaitGroup
-			cancelRes ledger.CancelResult
+			cancelRes protocol.CancelResult
 			cancelErr error
-			reportOut ledger.ReportOutcome
+			reportOut protocol.ReportOutcome
 			reportErr error
 		)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			cancelRes, cancelErr = ls[round%2].Cancel(ctx, ledger.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id, Reason: "race"})
+			cancelRes, cancelErr = ls[round%2].Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id, Reason: "race"})
 		}()
 		go func() {
 			defer wg.Done()
-			reportOut, reportErr = ls[(round+1)%2].Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+			reportOut, reportErr = ls[(round+1)%2].Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 		}()
 		wg.Wait()
 		require.NoError(t, reportErr, "round %d", round)
 		if cancelErr != nil {
-			require.ErrorIs(t, cancelErr, ledger.ErrConflict, "round %d", round)
+			require.ErrorIs(t, cancelErr, protocol.ErrConflict, "round %d", round)
 			continue
 		}
 		require.Less(t, cancelRes.Seq, reportOut.Seq,
@@ -785,15 +786,15 @@ func TestHotpathCorrectedDispatchAfterRefusedCard(t *testing.T) {
 	_, err := ls[0].PutCard(ctx, c.card)
 	require.NoError(t, err)
 	_, err = ls[0].Dispatch(ctx, refusedDispatch(c))
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, protocol.ErrConflict)
 	require.Empty(t, hpRecordState(t, kv, c), "the refused dispatch took its record back")
 	res, err := ls[1].Dispatch(ctx, c.dispatchReq())
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
-	rc := c.resultCard(ledger.StatusSuccess)
+	rc := c.resultCard(protocol.StatusSuccess)
 	_, err = ls[1].PutCard(ctx, rc)
 	require.NoError(t, err)
-	out, err := ls[0].Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	out, err := ls[0].Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.False(t, out.Duplicate)
 }
@@ -805,11 +806,11 @@ func TestHotpathFlushWaitsForMarks(t *testing.T) {
 	ctx := ctxT(t)
 	kv := hpKV(t, e.nc)
 	calls := make([]call, 30)
-	reqs := make([]ledger.ReportRequest, len(calls))
+	reqs := make([]protocol.ReportRequest, len(calls))
 	for i := range calls {
 		calls[i] = newCall("turn-flush", fmt.Sprintf("call-%d", i), 1)
-		rc := e.dispatchAndResult(t, calls[i], ledger.StatusSuccess)
-		reqs[i] = calls[i].reportReq(ledger.StatusSuccess, rc.CardID)
+		rc := e.dispatchAndResult(t, calls[i], protocol.StatusSuccess)
+		reqs[i] = calls[i].reportReq(protocol.StatusSuccess, rc.CardID)
 	}
 	var accepted atomic.Int32
 	var wg sync.WaitGroup
@@ -827,7 +828,7 @@ func TestHotpathFlushWaitsForMarks(t *testing.T) {
 	require.EqualValues(t, len(calls), accepted.Load())
 	e.l.Flush()
 	for _, c := range calls {
-		require.Equal(t, ledger.StateWoken, hpRecordState(t, kv, c), c.id)
+		require.Equal(t, protocol.StateWoken, hpRecordState(t, kv, c), c.id)
 	}
 }
 
@@ -844,7 +845,7 @@ func TestHotpathRefusedDispatchNeverTakesReportsOrCancels(t *testing.T) {
 		c := newCall(fmt.Sprintf("turn-refused-%d", round), "call-1", 1)
 		_, err := ls[0].PutCard(ctx, c.card)
 		require.NoError(t, err)
-		rc := c.resultCard(ledger.StatusSuccess)
+		rc := c.resultCard(protocol.StatusSuccess)
 		_, err = ls[0].PutCard(ctx, rc)
 		require.NoError(t, err)
 		var wg sync.WaitGroup
@@ -853,7 +854,7 @@ func TestHotpathRefusedDispatchNeverTakesReportsOrCancels(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, err := ls[0].Dispatch(ctx, refusedDispatch(c))
-			assert.ErrorIs(t, err, ledger.ErrConflict)
+			assert.ErrorIs(t, err, protocol.ErrConflict)
 		}()
 		for i := range 6 {
 			wg.Add(1)
@@ -861,24 +862,24 @@ func TestHotpathRefusedDispatchNeverTakesReportsOrCancels(t *testing.T) {
 				defer wg.Done()
 				l := ls[1+i%2]
 				if i%3 == 0 {
-					if _, err := l.Cancel(ctx, ledger.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}); err == nil {
+					if _, err := l.Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}); err == nil {
 						accepted.Add(1)
 					} else {
-						assert.ErrorIs(t, err, ledger.ErrUnknownCall)
+						assert.ErrorIs(t, err, protocol.ErrUnknownCall)
 					}
 					return
 				}
-				if _, err := l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID)); err == nil {
+				if _, err := l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID)); err == nil {
 					accepted.Add(1)
 				} else {
-					assert.ErrorIs(t, err, ledger.ErrUnknownCall)
+					assert.ErrorIs(t, err, protocol.ErrUnknownCall)
 				}
 			}()
 		}
 		wg.Wait()
 		require.Zero(t, accepted.Load(), "round %d: a report or cancel was accepted for a refused dispatch", round)
-		require.Empty(t, e.subjectEntries(t, ledger.ReportSubject("v1", project, channel, c.turn, c.id)))
-		require.Empty(t, e.subjectEntries(t, ledger.CancelSubject("v1", project, channel, c.turn, c.id)))
+		require.Empty(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id)))
+		require.Empty(t, e.subjectEntries(t, protocol.CancelSubject("v1", project, channel, c.turn, c.id)))
 
 		// A refused and a correct dispatch at once: the correct one is
 		// dispatched, whatever the order.

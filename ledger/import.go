@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -68,7 +69,7 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		}
 		return nil
 	}
-	var v *ChainVerifier
+	var v *protocol.ChainVerifier
 	var published uint64
 	hdr, tr, err := ReadExport(r, func(h ExportHeader) (err error) {
 		if h.FromSeq != 1 {
@@ -79,7 +80,7 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 	}, func(e ExportEntry) error {
 		rep.LastSeq = e.Seq
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
-		file, _ := ParseLink(e.Link)
+		file, _ := protocol.ParseLink(e.Link)
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}

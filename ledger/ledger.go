@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,9 +98,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	}
 	version := cfg.Version
 	if version == "" {
-		version = DefaultVersion
+		version = protocol.DefaultVersion
 	}
-	if !ValidVersion(version) {
+	if !protocol.ValidVersion(version) {
 		return nil, fmt.Errorf("ledger: open: invalid protocol version %q", version)
 	}
 	js, err := jetstream.New(nc)
@@ -179,21 +180,21 @@ func (l *Ledger) step(s Step) error {
 }
 
 // appendEntry publishes one entry and waits for the stream's acknowledgement.
-func (l *Ledger) appendEntry(ctx context.Context, kind EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if err := l.writable(); err != nil {
 		return nil, err
 	}
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
-	msg.Header.Set(HeaderEntryKind, string(kind))
+	msg.Header.Set(protocol.HeaderEntryKind, string(kind))
 	l.expire(kind, msg)
-	if c, ok := CallerFrom(ctx); ok && c.Actor != "" && kind != KindWakeup {
-		msg.Header.Set(HeaderActor, c.Actor)
+	if c, ok := CallerFrom(ctx); ok && c.Actor != "" && kind != protocol.KindWakeup {
+		msg.Header.Set(protocol.HeaderActor, c.Actor)
 	}
 	start := time.Now()
-	if msg.Header.Get(HeaderTime) == "" {
-		msg.Header.Set(HeaderTime, FormatTime(start))
+	if msg.Header.Get(protocol.HeaderTime) == "" {
+		msg.Header.Set(protocol.HeaderTime, protocol.FormatTime(start))
 	}
 	opts = append(opts, jetstream.WithExpectStream(l.streams.Stream))
 	ack, err := l.js.PublishMsg(ctx, msg, opts...)
@@ -228,23 +229,6 @@ func (l *Ledger) writable() error {
 		return fmt.Errorf("write refused: %w", err)
 	}
 	return nil
-}
-
-// FormatTime renders an entry time as the CG-Time header does: RFC 3339 in
-// UTC with nanoseconds.
-func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-// EntryTime returns an entry's time from its CG-Time header, and false when
-// it has none (entries published on cg.> by others than the ledger). Views
-// use it rather than the stream's timestamp so that replaying the same
-// entries into a fresh stream gives the same views.
-func EntryTime(h nats.Header) (time.Time, bool) {
-	if v := HeaderGet(h, HeaderTime); v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			return t.UTC(), true
-		}
-	}
-	return time.Time{}, false
 }
 
 // lastForSubject reads the newest entry on an exact subject. It returns

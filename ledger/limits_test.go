@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // TestAmplifyingBodiesGetABoundedRecordedRefusal: a body whose violations
@@ -33,21 +32,21 @@ func TestAmplifyingBodiesGetABoundedRecordedRefusal(t *testing.T) {
 	}
 	b.WriteString("}" + strings.Repeat("}", depth))
 	body := `{"card_id":"c-amp","project_id":"p1","type":"tool.call","author_id":"a","agent_turn_id":"t","tool_call_id":"k","content":{"tool_name":"x","arguments":` + b.String() + `}}`
-	require.Less(t, len(body), ledger.MaxRequestBytes)
+	require.Less(t, len(body), protocol.MaxRequestBytes)
 
-	r := request(t, nc, ledger.APISubject("p1", "a", ledger.OpCardPut), nil, body)
+	r := request(t, nc, protocol.APISubject("p1", "a", protocol.OpCardPut), nil, body)
 	require.Equal(t, "bad_request", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq, "the refusal is recorded")
 	require.LessOrEqual(t, len(r.Error.Violations), 101)
 	for _, v := range r.Error.Violations {
-		require.LessOrEqual(t, len(v.Field), ledger.MaxViolationText+3)
-		require.LessOrEqual(t, len(v.Message), ledger.MaxViolationText+3)
+		require.LessOrEqual(t, len(v.Field), protocol.MaxViolationText+3)
+		require.LessOrEqual(t, len(v.Message), protocol.MaxViolationText+3)
 	}
 
-	deep := strings.Repeat("[", ledger.MaxJSONDepth+10) + strings.Repeat("]", ledger.MaxJSONDepth+10)
+	deep := strings.Repeat("[", protocol.MaxJSONDepth+10) + strings.Repeat("]", protocol.MaxJSONDepth+10)
 	body = `{"card_id":"c-deep","project_id":"p1","type":"tool.call","author_id":"a","agent_turn_id":"t","tool_call_id":"k","content":{"tool_name":"x","arguments":{"a":` + deep + `}}}`
-	r = request(t, nc, ledger.APISubject("p1", "a", ledger.OpCardPut), nil, body)
+	r = request(t, nc, protocol.APISubject("p1", "a", protocol.OpCardPut), nil, body)
 	require.Equal(t, "bad_request", r.Error.Code)
-	require.Equal(t, ledger.VTooLarge, r.Error.Violations[0].Code)
+	require.Equal(t, protocol.VTooLarge, r.Error.Violations[0].Code)
 	require.NotZero(t, r.Error.RejectionSeq)
 }

@@ -10,23 +10,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func TestMetricsCountOutcomesAndPassPromlint(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
 	require.NoError(t, err)
 	c := newCall("turn-m", "call-m", 2)
-	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-	_, err = e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+	_, err = e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
-	_, err = e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	_, err = e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	stale := c
 	stale.epoch = 1
-	_, err = e.l.Report(ctx, stale.reportReq(ledger.StatusSuccess, rc.CardID))
-	require.ErrorIs(t, err, ledger.ErrStaleEpoch)
+	_, err = e.l.Report(ctx, stale.reportReq(protocol.StatusSuccess, rc.CardID))
+	require.ErrorIs(t, err, protocol.ErrStaleEpoch)
 
 	// A repeated dispatch moves its own counter.
 	_, err = e.l.Dispatch(ctx, c.dispatchReq())
@@ -103,7 +104,7 @@ func TestAPIMetricsCountEveryAnswer(t *testing.T) {
 	_, err := cl.Dispatch(ctx, c.dispatchReq())
 	require.NoError(t, err)
 	_, err = cl.GetCall(ctx, project, c.turn, "nope")
-	require.ErrorIs(t, err, ledger.ErrUnknownCall)
+	require.ErrorIs(t, err, protocol.ErrUnknownCall)
 	require.Equal(t, 1.0, apiCount(t, e, "dispatch", "ok"))
 	require.Equal(t, 1.0, apiCount(t, e, "call.get", "unknown_call"))
 	require.Equal(t, uint64(1), histogramCount(t, e, "cgledger_api_request_duration_seconds", "op", "dispatch"))

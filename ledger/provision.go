@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -90,7 +91,7 @@ func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
 		Description:       "cgledger: append-only ledger of tool commands, cards, reports, wakeups and rejections",
-		Subjects:          []string{Root + ".>"},
+		Subjects:          []string{protocol.Root + ".>"},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func TestProvisionIsIdempotent(t *testing.T) {
@@ -72,8 +73,8 @@ func TestLedgerSurvivesRestartOnSameStore(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	c := newCall("turn-r", "call-r", 1)
-	rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
-	out, err := e.l.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+	out, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	e.srv.Restart(t)
 	waitConnected(t, e.nc)
@@ -83,7 +84,7 @@ func TestLedgerSurvivesRestartOnSameStore(t *testing.T) {
 	card, err := l2.GetCard(ctx, project, rc.CardID)
 	require.NoError(t, err)
 	require.Equal(t, rc.CardID, card.Card.CardID)
-	dup, err := l2.Report(ctx, c.reportReq(ledger.StatusSuccess, rc.CardID))
+	dup, err := l2.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate)
 	require.Equal(t, out.Seq, dup.Seq)

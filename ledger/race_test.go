@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // ledgers opens n ledgers on their own connections to e's server: n
@@ -62,10 +63,10 @@ func TestRacingIdenticalDispatchesHaveOneFirst(t *testing.T) {
 			t.Fatalf("round %d: a racing dispatch got no definite answer: %v", round, err)
 		}
 		require.Equal(t, 1, firsts, "round %d: exactly one caller dispatched", round)
-		require.Len(t, e.subjectEntries(t, ledger.CardSubject("v1", project, c.card.CardID)), 1)
+		require.Len(t, e.subjectEntries(t, protocol.CardSubject("v1", project, c.card.CardID)), 1)
 		cmds := 0
-		for _, m := range e.subjectEntries(t, ledger.ToolCommandSubject("v1", project, channel, "echo")) {
-			if m.Header.Get(ledger.HeaderToolCallID) == c.id {
+		for _, m := range e.subjectEntries(t, protocol.ToolCommandSubject("v1", project, channel, "echo")) {
+			if m.Header.Get(protocol.HeaderToolCallID) == c.id {
 				cmds++
 			}
 		}
@@ -80,17 +81,17 @@ func TestRacingIdenticalDispatchesHaveOneFirst(t *testing.T) {
 func TestRacingIdenticalReportsHaveOneFirstAndOneWakeup(t *testing.T) {
 	e := newEnv(t)
 	ls := e.ledgers(t, 3)
-	_, err := e.l.SetRoster(ctxT(t), ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-race"})
+	_, err := e.l.SetRoster(ctxT(t), protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-race"})
 	require.NoError(t, err)
 	watcher := e.srv.Connect(t)
-	wakeups, err := watcher.SubscribeSync(ledger.WakeupSubject("v1", project, channel, "w-race"))
+	wakeups, err := watcher.SubscribeSync(protocol.WakeupSubject("v1", project, channel, "w-race"))
 	require.NoError(t, err)
 	require.NoError(t, watcher.Flush())
 	for round := range 5 {
 		c := newCall("turn-race", "rcall-"+string(rune('a'+round)), 1)
-		rc := e.dispatchAndResult(t, c, ledger.StatusSuccess)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
 		firsts, errs := race(100, ls, func(l *ledger.Ledger) (bool, error) {
-			out, err := l.Report(ctxT(t), c.reportReq(ledger.StatusSuccess, rc.CardID))
+			out, err := l.Report(ctxT(t), c.reportReq(protocol.StatusSuccess, rc.CardID))
 			return !out.Duplicate, err
 		})
 		for _, err := range errs {
@@ -106,7 +107,7 @@ func TestRacingIdenticalReportsHaveOneFirstAndOneWakeup(t *testing.T) {
 			if err != nil {
 				break
 			}
-			require.Equal(t, c.id, m.Header.Get(ledger.HeaderToolCallID))
+			require.Equal(t, c.id, m.Header.Get(protocol.HeaderToolCallID))
 			got++
 		}
 		require.Equal(t, 1, got, "round %d: one wakeup reached the worker", round)

@@ -9,75 +9,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// Call record states, in the order a call moves through them.
-const (
-	StateDispatched = "dispatched" // command published (or about to be)
-	StateClaimed    = "claimed"    // a report is stored; the agent is being woken (or, in records of earlier versions, the entry is being appended)
-	StateWoken      = "woken"      // report appended and wakeup published (or recorded as skipped)
-)
-
-// CallRecord is the KV record of one call, keyed by (project_id,
-// agent_turn_id, tool_call_id). Dispatch creates it; the report path moves it
-// forward with compare-and-set updates, which is what makes the report
-// exactly-once (docs/report-path.md).
-type CallRecord struct {
-	State          string       `json:"state"`
-	ProjectID      string       `json:"project_id"`
-	ChannelID      string       `json:"channel_id"`
-	AgentID        string       `json:"agent_id"`
-	AgentTurnID    string       `json:"agent_turn_id"`
-	TurnEpoch      uint64       `json:"turn_epoch"`
-	ToolCallID     string       `json:"tool_call_id"`
-	StepID         string       `json:"step_id,omitempty"`
-	Subject        string       `json:"subject"`
-	ToolName       string       `json:"tool_name,omitempty"`
-	AfterExecution string       `json:"after_execution"`
-	ToolCallCardID string       `json:"tool_call_card_id"`
-	CardSeq        uint64       `json:"card_seq"`
-	CardMetadata   CardMetadata `json:"card_metadata"`
-	// DispatchFingerprint identifies the dispatch request, so a retry of the
-	// same dispatch is told apart from a different one reusing the ids.
-	DispatchFingerprint string `json:"dispatch_fingerprint"`
-	CommandSeq          uint64 `json:"command_seq,omitempty"`
-	Claim               *Claim `json:"claim,omitempty"`
-	// DispatchedAt is when dispatch created the record (the call latency
-	// metric's start); zero in records of earlier versions.
-	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
-}
-
-// Claim is the winning report of a call, with everything needed to append its
-// entry and wake the agent, so any retry can finish the work identically.
-type Claim struct {
-	Fingerprint             string              `json:"fingerprint"`
-	Status                  string              `json:"status"`
-	AfterExecution          string              `json:"after_execution"`
-	EffectiveAfterExecution string              `json:"effective_after_execution"`
-	ToolResultCardID        string              `json:"tool_result_card_id"`
-	SourceID                string              `json:"source_id"`
-	Subject                 string              `json:"subject"`
-	MsgID                   string              `json:"msg_id"`
-	Header                  map[string][]string `json:"header"`
-	Data                    json.RawMessage     `json:"data"`
-	Seq                     uint64              `json:"seq,omitempty"`
-	WakeupSubject           string              `json:"wakeup_subject,omitempty"`
-	WakeupSeq               uint64              `json:"wakeup_seq,omitempty"`
-	WorkerTarget            string              `json:"worker_target,omitempty"`
-	WakeupSkipped           bool                `json:"wakeup_skipped,omitempty"`
-	// LeaseUntil is how long the claim's writer alone may append the entry
-	// and publish the wakeup: a concurrent identical report waits for it to
-	// finish and answers duplicate, and takes over only after the lease
-	// (its writer crashed or stalled). One wakeup per report reaches core
-	// NATS subscribers, except after such a takeover.
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-}
 
 // callKey is the KV key of a call. Ids are base64url-encoded because
 // identifiers may hold characters KV keys do not allow.
 func callKey(project, turnID, callID string) string {
-	return "call." + keyToken(project) + "." + keyToken(turnID) + "." + keyToken(callID)
+	return "call." + protocol.KeyToken(project) + "." + protocol.KeyToken(turnID) + "." + protocol.KeyToken(callID)
 }
 
 // fingerprint hashes parts with separators so that different splits of the
@@ -91,7 +30,7 @@ func fingerprint(parts ...string) string {
 }
 
 // getRecord reads a call record and its revision; (nil, 0, nil) when absent.
-func (l *Ledger) getRecord(ctx context.Context, key string) (*CallRecord, uint64, error) {
+func (l *Ledger) getRecord(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	e, err := l.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -99,7 +38,7 @@ func (l *Ledger) getRecord(ctx context.Context, key string) (*CallRecord, uint64
 	if err != nil {
 		return nil, 0, fmt.Errorf("read call record: %w", err)
 	}
-	var rec CallRecord
+	var rec protocol.CallRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, 0, fmt.Errorf("decode call record rev %d: %w", e.Revision(), err)
 	}
@@ -112,7 +51,7 @@ func (l *Ledger) getRecord(ctx context.Context, key string) (*CallRecord, uint64
 // (another process moved the call on): callers use it only where a
 // compare-and-set or an expected-last-sequence append catches that, or for
 // the fields dispatch fixed and nothing changes.
-func (l *Ledger) recordCached(ctx context.Context, key string) (*CallRecord, uint64, error) {
+func (l *Ledger) recordCached(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	if c, ok := l.cache.records.get(key); ok {
 		return cloneRecord(c.rec), c.rev, nil
 	}
@@ -124,8 +63,8 @@ func (l *Ledger) recordCached(ctx context.Context, key string) (*CallRecord, uin
 // whose command is published is remembered: until then its dispatch can
 // still be refused and the record taken back and written anew, and no
 // process may keep the first version.
-func (l *Ledger) cacheRecord(key string, rec *CallRecord, rev uint64) {
-	if rec.CommandSeq == 0 && rec.State == StateDispatched {
+func (l *Ledger) cacheRecord(key string, rec *protocol.CallRecord, rev uint64) {
+	if rec.CommandSeq == 0 && rec.State == protocol.StateDispatched {
 		return
 	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
@@ -134,7 +73,7 @@ func (l *Ledger) cacheRecord(key string, rec *CallRecord, rev uint64) {
 
 // cloneRecord copies a record deeply enough that the copy's state and claim
 // can be changed without touching the original.
-func cloneRecord(rec *CallRecord) *CallRecord {
+func cloneRecord(rec *protocol.CallRecord) *protocol.CallRecord {
 	c := *rec
 	if rec.Claim != nil {
 		cl := *rec.Claim
@@ -145,7 +84,7 @@ func cloneRecord(rec *CallRecord) *CallRecord {
 
 // createRecord writes a new record. ok=false means the key already exists
 // (JetStream reports that as 10071 or 10164, not always ErrKeyExists).
-func (l *Ledger) createRecord(ctx context.Context, key string, rec *CallRecord) (rev uint64, ok bool, err error) {
+func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.CallRecord) (rev uint64, ok bool, err error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode call record: %w", err)
@@ -166,7 +105,7 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *CallRecord) 
 
 // updateRecord compare-and-sets a record at revision rev. ok=false means
 // another writer got there first.
-func (l *Ledger) updateRecord(ctx context.Context, key string, rec *CallRecord, rev uint64) (uint64, bool, error) {
+func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.CallRecord, rev uint64) (uint64, bool, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode call record: %w", err)
@@ -192,9 +131,9 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *CallRecord, 
 // so for a record still dispatched GetCall also looks at the report's own
 // subject: a stored report shows as StateClaimed with its claim (sequence
 // and outcome) read from the entry.
-func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*CallRecord, error) {
+func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error) {
 	rec, err := l.getCall(ctx, project, turnID, callID, false)
-	if err != nil || rec.State != StateDispatched {
+	if err != nil || rec.State != protocol.StateDispatched {
 		return rec, err
 	}
 	confirmed, _, err := l.dispatchConfirmed(ctx, rec)
@@ -202,9 +141,9 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}
 	if !confirmed {
-		return nil, newError(CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
+		return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
 	}
-	m, err := l.lastForSubject(ctx, ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
+	m, err := l.lastForSubject(ctx, protocol.ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
 	if err != nil {
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}
@@ -214,17 +153,17 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 			return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 		}
 		c.LeaseUntil = time.Time{}
-		rec.State, rec.Claim = StateClaimed, c
+		rec.State, rec.Claim = protocol.StateClaimed, c
 	}
 	return rec, nil
 }
 
-func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, cached bool) (*CallRecord, error) {
-	var vs Violations
-	checkIdent(&vs, "project_id", project, true)
-	checkIdent(&vs, "agent_turn_id", turnID, true)
-	checkIdent(&vs, "tool_call_id", callID, true)
-	if err := badRequest("call lookup", vs); err != nil {
+func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, cached bool) (*protocol.CallRecord, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", project, true)
+	protocol.CheckIdent(&vs, "agent_turn_id", turnID, true)
+	protocol.CheckIdent(&vs, "tool_call_id", callID, true)
+	if err := protocol.BadRequest("call lookup", vs); err != nil {
 		return nil, err
 	}
 	read := l.getRecord
@@ -236,7 +175,7 @@ func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, ca
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}
 	if rec == nil {
-		return nil, newError(CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
+		return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
 	}
 	return rec, nil
 }

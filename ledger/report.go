@@ -1,170 +1,59 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ReportPayload is the business payload of a tool result report: routing and
-// pointer fields only; the result itself lives in the tool.result card.
-type ReportPayload struct {
-	Status           string `json:"status"`
-	AfterExecution   string `json:"after_execution"`
-	ToolResultCardID string `json:"tool_result_card_id"`
-	StepID           string `json:"step_id,omitempty"`
-}
-
-// ReportRequest is a tool result report: the call's identity unchanged from
-// the command, the reporting source, and the payload.
-type ReportRequest struct {
-	ProjectID string
-	ChannelID string
-	Identity  Identity
-	// SourceID and SourceFunction name the reporting tool service; they must
-	// equal the result card's author_id and function_name.
-	SourceID       string
-	SourceFunction string
-	Payload        ReportPayload
-}
-
-// WakeupOutcome says where the agent was woken, or why it was not.
-type WakeupOutcome struct {
-	Subject      string `json:"subject,omitempty"`
-	WorkerTarget string `json:"worker_target,omitempty"`
-	Seq          uint64 `json:"seq,omitempty"`
-	Skipped      bool   `json:"skipped"`
-	Reason       string `json:"reason,omitempty"`
-}
-
-// ReportOutcome is the accepted report of a call. For a duplicate it is the
-// original outcome, with Duplicate set.
-type ReportOutcome struct {
-	Seq                     uint64        `json:"seq"`
-	AgentTurnID             string        `json:"agent_turn_id"`
-	ToolCallID              string        `json:"tool_call_id"`
-	ToolResultCardID        string        `json:"tool_result_card_id"`
-	Status                  string        `json:"status"`
-	AfterExecution          string        `json:"after_execution"`
-	EffectiveAfterExecution string        `json:"effective_after_execution"`
-	Duplicate               bool          `json:"duplicate"`
-	DuplicateSeq            uint64        `json:"duplicate_seq,omitempty"`
-	Wakeup                  WakeupOutcome `json:"wakeup"`
-}
-
-// NoRosterEntry is the reason a wakeup is skipped when the agent has no
-// roster entry.
-const NoRosterEntry = "no_roster_entry"
-
 // reportInput is a syntactically valid report.
 type reportInput struct {
 	project, channel string
-	id               Identity
+	id               protocol.Identity
 	sourceID         string
 	sourceFunction   string
-	payload          ReportPayload
+	payload          protocol.ReportPayload
 	stepID           string
 }
 
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
 // tool_call_id), fences it on turn_epoch, appends it, and wakes the agent.
 // Every refusal is recorded as a rejection entry and returned as *Error.
-func (l *Ledger) Report(ctx context.Context, req ReportRequest) (ReportOutcome, error) {
+func (l *Ledger) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
 	h := req.Identity.Header()
-	h.Set(HeaderProjectID, req.ProjectID)
-	h.Set(HeaderChannelID, req.ChannelID)
-	h.Set(HeaderSourceID, req.SourceID)
-	h.Set(HeaderSourceFunction, req.SourceFunction)
+	h.Set(protocol.HeaderProjectID, req.ProjectID)
+	h.Set(protocol.HeaderChannelID, req.ChannelID)
+	h.Set(protocol.HeaderSourceID, req.SourceID)
+	h.Set(protocol.HeaderSourceFunction, req.SourceFunction)
 	data, err := json.Marshal(req.Payload)
 	if err != nil {
-		return ReportOutcome{}, fmt.Errorf("report: encode payload: %w", err)
+		return protocol.ReportOutcome{}, fmt.Errorf("report: encode payload: %w", err)
 	}
 	return l.ReportMsg(ctx, h, data)
 }
 
 // ReportMsg is Report for a report as received over the API: CG-* headers
 // and the JSON payload.
-func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (ReportOutcome, error) {
-	in, vs := parseReport(h, data)
-	raw := func() RejectedRequest { return rejectedRequest("", h, data) }
+func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+	req, vs := protocol.ParseReport(h, data)
+	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
+		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID)}
+	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, data) }
 	if len(vs) > 0 {
-		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
+		return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
 	}
 	ctx, span := startRequestSpan(ctx, h, "cgledger.report")
 	out, err := l.report(ctx, in, raw)
 	endSpan(span, err)
 	return out, err
-}
-
-func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
-	in := &reportInput{}
-	id, vs, bad := parseIdentity(h, IdentityRules{RequireToolCallID: true})
-	hvs := append(Violations(nil), vs...)
-	hdr := func(name string) string {
-		if bad[strings.ToLower(name)] {
-			return ""
-		}
-		v, ok := headerValue(h, name)
-		switch {
-		case !ok:
-			vs.Add("header."+name, VRequired, "header is required")
-		case v == "":
-			vs.Add("header."+name, VEmpty, "header must not be empty")
-		}
-		return v
-	}
-	in.project = hdr(HeaderProjectID)
-	if in.project != "" {
-		checkIdent(&vs, "header."+HeaderProjectID, in.project, true)
-	}
-	in.channel = hdr(HeaderChannelID)
-	if in.channel != "" {
-		checkIdent(&vs, "header."+HeaderChannelID, in.channel, true)
-	}
-	in.id = id
-	in.sourceID = hdr(HeaderSourceID)
-	if in.sourceID != "" {
-		checkName(&vs, "header."+HeaderSourceID, in.sourceID, true)
-	}
-	in.sourceFunction = hdr(HeaderSourceFunction)
-	if in.sourceFunction != "" {
-		checkName(&vs, "header."+HeaderSourceFunction, in.sourceFunction, true)
-	}
-	o, ok := parseObject("payload", data, &vs)
-	if !ok {
-		return in, vs
-	}
-	for _, f := range inlineForbidden {
-		if o.has(f) {
-			vs.Add(o.path(f), VForbidden, "inline %s are not allowed in a report: write it to the tool.result card", f)
-		}
-	}
-	p := ReportPayload{
-		Status:           o.str("status", true),
-		AfterExecution:   o.str("after_execution", true),
-		ToolResultCardID: o.ident("tool_result_card_id", true),
-		StepID:           o.ident("step_id", false),
-	}
-	if p.Status != "" && !ValidStatus(p.Status) {
-		vs.Add(o.path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", clip(p.Status))
-	}
-	if p.AfterExecution != "" && !ValidAfterExecution(p.AfterExecution) {
-		vs.Add(o.path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, clip(p.AfterExecution))
-	}
-	checkPayloadIdentity(o, id, hvs, &vs)
-	in.payload = p
-	in.stepID = id.StepID
-	if in.stepID == "" {
-		in.stepID = p.StepID
-	}
-	return in, vs
 }
 
 // prefetched is what the report path reads before deciding anything. The
@@ -173,12 +62,12 @@ func parseReport(h nats.Header, data []byte) (*reportInput, Violations) {
 // hot path (dispatch, executor and report in one process) none of them
 // reaches the server.
 type prefetched struct {
-	rec     *CallRecord
+	rec     *protocol.CallRecord
 	rev     uint64
 	recErr  error
-	card    *StoredCard
+	card    *protocol.StoredCard
 	cardErr error
-	roster  *RosterResult
+	roster  *protocol.RosterResult
 	rostErr error
 }
 
@@ -195,7 +84,7 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 		r, err := l.rosterCached(ctx, in.project, in.id.AgentID)
 		if err == nil {
 			p.roster = &r
-		} else if !isCode(err, CodeNotFound) {
+		} else if !isCode(err, protocol.CodeNotFound) {
 			p.rostErr = err
 		}
 	}()
@@ -204,69 +93,69 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 	return p
 }
 
-func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() RejectedRequest) (ReportOutcome, error) {
+func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
 	// Close waits for reports in flight too: one it let go between the
 	// append and the mark would leave the record unmarked.
 	l.bg.start()
 	defer l.bg.done()
-	refuse := func(code Code, vs Violations, format string, args ...any) (ReportOutcome, error) {
-		return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, newError(code, vs, format, args...), raw())
+	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.ReportOutcome, error) {
+		return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, protocol.NewError(code, vs, format, args...), raw())
 	}
 	key := callKey(in.project, in.id.AgentTurnID, in.id.ToolCallID)
 	pre := l.prefetch(ctx, key, in)
 	rec, rev := pre.rec, pre.rev
 	if pre.recErr != nil {
-		return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.recErr)
+		return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.recErr)
 	}
 	if rec != nil {
 		confirmed, _, err := l.dispatchConfirmed(ctx, rec)
 		if err != nil {
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		if !confirmed {
 			rec = nil
 		}
 	}
 	if rec == nil {
-		var vs Violations
-		vs.Add("header."+HeaderToolCallID, VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
-		return refuse(CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
+		var vs protocol.Violations
+		vs.Add("header."+protocol.HeaderToolCallID, protocol.VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
+		return refuse(protocol.CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
 	}
 	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
-		return refuse(CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
+		return refuse(protocol.CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
 	}
 	fp := fingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction)
-	conflict := func(c *Claim, state string) (ReportOutcome, error) {
-		var vs Violations
-		vs.Add("payload", VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
+	conflict := func(c *protocol.Claim, state string) (protocol.ReportOutcome, error) {
+		var vs protocol.Violations
+		vs.Add("payload", protocol.VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
 			rec.ToolCallID, c.SourceID, c.Status, c.ToolResultCardID, c.AfterExecution, state, c.Seq)
-		return refuse(CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
+		return refuse(protocol.CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
 	}
 	for range 64 {
 		if in.id.TurnEpoch != rec.TurnEpoch {
-			var vs Violations
-			vs.Add("header."+HeaderTurnEpoch, "stale_epoch", "call %s was dispatched with turn_epoch %d; report has %d", rec.ToolCallID, rec.TurnEpoch, in.id.TurnEpoch)
-			return refuse(CodeStaleEpoch, vs, "stale turn_epoch %d for call %s (dispatched with %d)", in.id.TurnEpoch, rec.ToolCallID, rec.TurnEpoch)
+			var vs protocol.Violations
+			vs.Add("header."+protocol.HeaderTurnEpoch, "stale_epoch", "call %s was dispatched with turn_epoch %d; report has %d", rec.ToolCallID, rec.TurnEpoch, in.id.TurnEpoch)
+			return refuse(protocol.CodeStaleEpoch, vs, "stale turn_epoch %d for call %s (dispatched with %d)", in.id.TurnEpoch, rec.ToolCallID, rec.TurnEpoch)
 		}
 		if vs := matchCall(rec, in, fp); len(vs) > 0 {
-			return refuse(CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
+			return refuse(protocol.CodeMismatch, vs, "report does not match call %s", rec.ToolCallID)
 		}
-		var claim *Claim
+		var claim *protocol.Claim
 		switch {
-		case rec.State == StateDispatched:
+		case rec.State == protocol.StateDispatched:
 			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
-				if e, ok := AsError(rerr); ok {
-					return ReportOutcome{}, l.reject(ctx, OpReport, in.project, in.channel, e, raw())
+				if e, ok := protocol.AsError(rerr); ok {
+					return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, e, raw())
 				}
-				return ReportOutcome{}, rerr
+				return protocol.ReportOutcome{}, rerr
 			}
 			claim = c
 		case rec.Claim == nil:
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: record in state %s has no claim", in.id.AgentTurnID, in.id.ToolCallID, rec.State)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: record in state %s has no claim", in.id.AgentTurnID, in.id.ToolCallID, rec.State)
 		case rec.Claim.Fingerprint != fp:
 			return conflict(rec.Claim, rec.State)
-		case rec.State == StateWoken:
+		case rec.State == protocol.StateWoken:
 			return l.finishReport(ctx, rec, in, true)
 		default:
 			// A claim written by an earlier version of the ledger, before
@@ -279,7 +168,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		// its entry, through any number of ledger processes.
 		seq, stored, err := l.appendReport(ctx, claim)
 		if err != nil {
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		here := stored == nil
 		if !here {
@@ -290,7 +179,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 		}
 		claim.Seq = seq
 		if err := l.step(StepAppended); err != nil {
-			return ReportOutcome{}, err
+			return protocol.ReportOutcome{}, err
 		}
 		if !here {
 			// Another report stored the entry: it publishes the one wakeup.
@@ -298,32 +187,32 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			// than the lease (its writer crashed or stalled).
 			woken, wrec, wrev, err := l.awaitWoken(ctx, key, claim.LeaseUntil)
 			if err != nil {
-				return ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
 			if woken {
 				rec, rev = wrec, wrev
 				continue
 			}
 			if rec, rev, err = l.reread(ctx, key); err != nil {
-				return ReportOutcome{}, err
+				return protocol.ReportOutcome{}, err
 			}
-			if rec.State == StateWoken {
+			if rec.State == protocol.StateWoken {
 				continue
 			}
 		}
 		next := cloneRecord(rec)
 		next.Claim = claim
 		if pre.rostErr != nil {
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 		}
 		appended := time.Now()
 		if err := l.wake(ctx, next, pre.roster); err != nil {
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		if err := l.step(StepWoken); err != nil {
-			return ReportOutcome{}, err
+			return protocol.ReportOutcome{}, err
 		}
-		next.State = StateWoken
+		next.State = protocol.StateWoken
 		// The record keeps the outcome, not the entry's bytes: the stream
 		// holds those.
 		next.Claim.Header, next.Claim.Data, next.Claim.LeaseUntil = nil, nil, time.Time{}
@@ -351,18 +240,18 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() Rejecte
 			return l.finishReport(ctx, next, in, false)
 		}
 		if err := l.markWoken(ctx, key, next, rev); err != nil {
-			return ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		return l.finishReport(ctx, next, in, true)
 	}
-	return ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
+	return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
 }
 
 // markWoken compare-and-sets the record to woken with the accepted report's
 // outcome, starting from revision rev (which may be behind: a lost
 // compare-and-set re-reads and tries again, and a record already woken is
 // left as it is).
-func (l *Ledger) markWoken(ctx context.Context, key string, next *CallRecord, rev uint64) error {
+func (l *Ledger) markWoken(ctx context.Context, key string, next *protocol.CallRecord, rev uint64) error {
 	cur := next
 	for range 16 {
 		_, ok, err := l.updateRecord(ctx, key, cur, rev)
@@ -379,11 +268,11 @@ func (l *Ledger) markWoken(ctx context.Context, key string, next *CallRecord, re
 		if err != nil {
 			return err
 		}
-		if rec.State == StateWoken {
+		if rec.State == protocol.StateWoken {
 			return nil
 		}
 		cur = cloneRecord(rec)
-		cur.State, cur.Claim = StateWoken, next.Claim
+		cur.State, cur.Claim = protocol.StateWoken, next.Claim
 		rev = nrev
 	}
 	return fmt.Errorf("call record %s: too many concurrent updates", key)
@@ -392,13 +281,13 @@ func (l *Ledger) markWoken(ctx context.Context, key string, next *CallRecord, re
 // awaitWoken polls the call record until it is woken (true, with the
 // record) or the lease has passed (false). Polling, rather than a KV watch,
 // because it only runs for concurrent identical reports.
-func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *CallRecord, uint64, error) {
+func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *protocol.CallRecord, uint64, error) {
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		rec, rev, err := l.getRecord(ctx, key)
 		if err != nil {
 			return false, nil, 0, err
 		}
-		if rec != nil && rec.State == StateWoken {
+		if rec != nil && rec.State == protocol.StateWoken {
 			return true, rec, rev, nil
 		}
 		if !time.Now().Before(leaseUntil) {
@@ -413,14 +302,14 @@ func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Tim
 }
 
 // withClaim copies a record deeply enough to change its claim.
-func withClaim(rec *CallRecord) *CallRecord {
+func withClaim(rec *protocol.CallRecord) *protocol.CallRecord {
 	next := *rec
 	c := *rec.Claim
 	next.Claim = &c
 	return &next
 }
 
-func (l *Ledger) reread(ctx context.Context, key string) (*CallRecord, uint64, error) {
+func (l *Ledger) reread(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	rec, rev, err := l.getRecord(ctx, key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("report: re-read call record: %w", err)
@@ -433,16 +322,16 @@ func (l *Ledger) reread(ctx context.Context, key string) (*CallRecord, uint64, e
 
 // matchCall checks the report's routing identity, and its after_execution,
 // against the dispatched call. fp is the report's fingerprint.
-func matchCall(rec *CallRecord, in *reportInput, fp string) Violations {
-	var vs Violations
+func matchCall(rec *protocol.CallRecord, in *reportInput, fp string) protocol.Violations {
+	var vs protocol.Violations
 	if in.channel != rec.ChannelID {
-		vs.Add("header."+HeaderChannelID, VMismatch, "call %s was dispatched on channel %q, report names %q", rec.ToolCallID, rec.ChannelID, in.channel)
+		vs.Add("header."+protocol.HeaderChannelID, protocol.VMismatch, "call %s was dispatched on channel %q, report names %q", rec.ToolCallID, rec.ChannelID, in.channel)
 	}
 	if in.id.AgentID != rec.AgentID {
-		vs.Add("header."+HeaderAgentID, VMismatch, "call %s belongs to agent %q, report names %q", rec.ToolCallID, rec.AgentID, in.id.AgentID)
+		vs.Add("header."+protocol.HeaderAgentID, protocol.VMismatch, "call %s belongs to agent %q, report names %q", rec.ToolCallID, rec.AgentID, in.id.AgentID)
 	}
 	if in.stepID != "" && rec.StepID != "" && in.stepID != rec.StepID {
-		vs.Add("header."+HeaderStepID, VMismatch, "call %s was dispatched with step_id %q, report names %q", rec.ToolCallID, rec.StepID, in.stepID)
+		vs.Add("header."+protocol.HeaderStepID, protocol.VMismatch, "call %s was dispatched with step_id %q, report names %q", rec.ToolCallID, rec.StepID, in.stepID)
 	}
 	// after_execution is the dispatcher's decision, carried through
 	// unchanged; only the result card's __cg_control may override it, as the
@@ -451,61 +340,61 @@ func matchCall(rec *CallRecord, in *reportInput, fp string) Violations {
 	// answers its retries (and Resume) as a duplicate.
 	repeat := rec.Claim != nil && rec.Claim.Fingerprint == fp
 	if rec.AfterExecution != "" && in.payload.AfterExecution != rec.AfterExecution && !repeat {
-		vs.Add("payload.after_execution", VMismatch, "call %s was dispatched with after_execution %q, report has %q; it must be carried through unchanged (the result card's result.__cg_control.after_execution may override the effective value)",
+		vs.Add("payload.after_execution", protocol.VMismatch, "call %s was dispatched with after_execution %q, report has %q; it must be carried through unchanged (the result card's result.__cg_control.after_execution may override the effective value)",
 			rec.ToolCallID, rec.AfterExecution, in.payload.AfterExecution)
 	}
 	return vs
 }
 
 // buildClaim validates the result card pointer and prepares the report entry.
-func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *StoredCard, err error) (*Claim, error) {
+func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string, sc *protocol.StoredCard, err error) (*protocol.Claim, error) {
 	if err != nil {
-		if isCode(err, CodeUnknownCard) {
-			var vs Violations
-			vs.Add("payload.tool_result_card_id", VNotFound, "card %s does not exist in project %s", in.payload.ToolResultCardID, in.project)
-			return nil, newError(CodeUnknownCard, vs, "result card %s not found", in.payload.ToolResultCardID)
+		if isCode(err, protocol.CodeUnknownCard) {
+			var vs protocol.Violations
+			vs.Add("payload.tool_result_card_id", protocol.VNotFound, "card %s does not exist in project %s", in.payload.ToolResultCardID, in.project)
+			return nil, protocol.NewError(protocol.CodeUnknownCard, vs, "result card %s not found", in.payload.ToolResultCardID)
 		}
 		return nil, err
 	}
 	c := &sc.Card
-	var vs Violations
-	if c.Type != CardToolResult {
-		vs.Add("card.type", VMismatch, "card %s is a %s card, not %s", c.CardID, c.Type, CardToolResult)
+	var vs protocol.Violations
+	if c.Type != protocol.CardToolResult {
+		vs.Add("card.type", protocol.VMismatch, "card %s is a %s card, not %s", c.CardID, c.Type, protocol.CardToolResult)
 	}
 	if c.AgentTurnID != rec.AgentTurnID || c.ToolCallID != rec.ToolCallID {
-		vs.Add("card.tool_call_id", VMismatch, "card %s belongs to call %s/%s, not %s/%s", c.CardID, c.AgentTurnID, c.ToolCallID, rec.AgentTurnID, rec.ToolCallID)
+		vs.Add("card.tool_call_id", protocol.VMismatch, "card %s belongs to call %s/%s, not %s/%s", c.CardID, c.AgentTurnID, c.ToolCallID, rec.AgentTurnID, rec.ToolCallID)
 	}
 	if c.AuthorID != in.sourceID {
-		vs.Add("card.author_id", VMismatch, "card author %q is not the reporting source %q", c.AuthorID, in.sourceID)
+		vs.Add("card.author_id", protocol.VMismatch, "card author %q is not the reporting source %q", c.AuthorID, in.sourceID)
 	}
 	if c.FunctionName != in.sourceFunction {
-		vs.Add("card.function_name", VMismatch, "card function_name %q is not the reporting source's %q", c.FunctionName, in.sourceFunction)
+		vs.Add("card.function_name", protocol.VMismatch, "card function_name %q is not the reporting source's %q", c.FunctionName, in.sourceFunction)
 	}
 	want := rec.CardMetadata
 	if c.Metadata.TraceID != want.TraceID {
-		vs.Add("card.metadata.trace_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.TraceID, c.Metadata.TraceID)
+		vs.Add("card.metadata.trace_id", protocol.VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.TraceID, c.Metadata.TraceID)
 	}
 	if c.Metadata.ParentStepID != want.ParentStepID {
-		vs.Add("card.metadata.parent_step_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.ParentStepID, c.Metadata.ParentStepID)
+		vs.Add("card.metadata.parent_step_id", protocol.VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.ParentStepID, c.Metadata.ParentStepID)
 	}
 	if c.Metadata.StepID != want.StepID {
-		vs.Add("card.metadata.step_id", VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.StepID, c.Metadata.StepID)
+		vs.Add("card.metadata.step_id", protocol.VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.StepID, c.Metadata.StepID)
 	}
 	effective := in.payload.AfterExecution
-	if c.Type == CardToolResult {
+	if c.Type == protocol.CardToolResult {
 		tr, err := c.ToolResult()
 		if err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 		if tr.Status != in.payload.Status {
-			vs.Add("payload.status", VMismatch, "report status %q differs from the result card's status %q", in.payload.Status, tr.Status)
+			vs.Add("payload.status", protocol.VMismatch, "report status %q differs from the result card's status %q", in.payload.Status, tr.Status)
 		}
 		effective = tr.EffectiveAfterExecution(in.payload.AfterExecution)
 	}
 	if len(vs) > 0 {
-		return nil, newError(CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
+		return nil, protocol.NewError(protocol.CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
 	}
-	entry := ReportEntry{
+	entry := protocol.ReportEntry{
 		ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
 		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, StepID: in.stepID,
 		Status: in.payload.Status, AfterExecution: in.payload.AfterExecution, EffectiveAfterExecution: effective,
@@ -517,17 +406,17 @@ func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *Sto
 		return nil, fmt.Errorf("report: encode entry: %w", err)
 	}
 	h := in.id.Header()
-	h.Set(HeaderProjectID, in.project)
-	h.Set(HeaderChannelID, in.channel)
-	h.Set(HeaderSourceID, in.sourceID)
-	h.Set(HeaderSourceFunction, in.sourceFunction)
+	h.Set(protocol.HeaderProjectID, in.project)
+	h.Set(protocol.HeaderChannelID, in.channel)
+	h.Set(protocol.HeaderSourceID, in.sourceID)
+	h.Set(protocol.HeaderSourceFunction, in.sourceFunction)
 	// The claim fixes the entry's time too, so a retry appends identical bytes.
-	h.Set(HeaderTime, FormatTime(time.Now()))
-	return &Claim{
+	h.Set(protocol.HeaderTime, protocol.FormatTime(time.Now()))
+	return &protocol.Claim{
 		LeaseUntil:  time.Now().Add(l.lease),
 		Fingerprint: fp, Status: in.payload.Status, AfterExecution: in.payload.AfterExecution,
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
-		Subject: ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
+		Subject: protocol.ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
 		MsgID:   "report." + in.project + "." + in.id.AgentTurnID + "." + in.id.ToolCallID,
 		Header:  h, Data: data,
 	}, nil
@@ -538,13 +427,13 @@ func (l *Ledger) buildClaim(rec *CallRecord, in *reportInput, fp string, sc *Sto
 // holds across restarts (unlike the Nats-Msg-Id window). stored is nil when
 // this call wrote the entry; otherwise it is the entry already there, as a
 // claim, and seq is its sequence.
-func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, stored *Claim, err error) {
+func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
 	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		msg.Header[k] = append([]string(nil), v...)
 	}
-	msg.Header.Set(HeaderMsgID, c.MsgID)
-	ack, err := l.appendEntry(ctx, KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	msg.Header.Set(protocol.HeaderMsgID, c.MsgID)
+	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
 		return ack.Sequence, nil, nil
@@ -568,42 +457,42 @@ func (l *Ledger) appendReport(ctx context.Context, c *Claim) (seq uint64, stored
 
 // claimFromEntry reads a stored report entry back as the claim it won: its
 // fingerprint, outcome and the lease its writer holds from the entry's time.
-func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*Claim, error) {
-	var e ReportEntry
+func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, error) {
+	var e protocol.ReportEntry
 	if err := json.Unmarshal(m.Data, &e); err != nil {
 		return nil, fmt.Errorf("decode report entry %d: %w", m.Sequence, err)
 	}
-	at, ok := EntryTime(m.Header)
+	at, ok := protocol.EntryTime(m.Header)
 	if !ok {
 		at = m.Time
 	}
-	return &Claim{
+	return &protocol.Claim{
 		Fingerprint: fingerprint(e.Status, e.AfterExecution, e.ToolResultCardID, e.StepID, e.SourceID, e.SourceFunction),
 		Status:      e.Status, AfterExecution: e.AfterExecution, EffectiveAfterExecution: e.EffectiveAfterExecution,
 		ToolResultCardID: e.ToolResultCardID, SourceID: e.SourceID, Subject: m.Subject,
-		MsgID: HeaderGet(m.Header, HeaderMsgID), Seq: m.Sequence, LeaseUntil: at.Add(l.lease),
+		MsgID: protocol.HeaderGet(m.Header, protocol.HeaderMsgID), Seq: m.Sequence, LeaseUntil: at.Add(l.lease),
 	}, nil
 }
 
 // wake publishes the wakeup to the agent's worker target (read when the
 // report arrived), or records that the agent has none. It fills the claim's
 // wakeup fields.
-func (l *Ledger) wake(ctx context.Context, rec *CallRecord, roster *RosterResult) error {
+func (l *Ledger) wake(ctx context.Context, rec *protocol.CallRecord, roster *protocol.RosterResult) error {
 	c := rec.Claim
 	if roster == nil {
-		data, merr := json.Marshal(WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
-			AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ReportSeq: c.Seq, Reason: NoRosterEntry})
+		data, merr := json.Marshal(protocol.WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
+			AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ReportSeq: c.Seq, Reason: protocol.NoRosterEntry})
 		if merr != nil {
 			return merr
 		}
-		subj := WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
+		subj := protocol.WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
-		msg.Header.Set(HeaderProjectID, rec.ProjectID)
-		msg.Header.Set(HeaderChannelID, rec.ChannelID)
-		msg.Header.Set(HeaderAgentID, rec.AgentID)
-		msg.Header.Set(HeaderAgentTurnID, rec.AgentTurnID)
-		msg.Header.Set(HeaderToolCallID, rec.ToolCallID)
-		ack, err := l.appendEntry(ctx, KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		msg.Header.Set(protocol.HeaderProjectID, rec.ProjectID)
+		msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
+		msg.Header.Set(protocol.HeaderAgentID, rec.AgentID)
+		msg.Header.Set(protocol.HeaderAgentTurnID, rec.AgentTurnID)
+		msg.Header.Set(protocol.HeaderToolCallID, rec.ToolCallID)
+		ack, err := l.appendEntry(ctx, protocol.KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
 		switch {
 		case err == nil:
 			if !ack.Duplicate {
@@ -616,16 +505,16 @@ func (l *Ledger) wake(ctx context.Context, rec *CallRecord, roster *RosterResult
 		c.WakeupSkipped, c.WakeupSubject, c.WorkerTarget, c.WakeupSeq = true, "", "", 0
 		return nil
 	}
-	data, err := json.Marshal(WakeupEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
+	data, err := json.Marshal(protocol.WakeupEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 		WorkerTarget: roster.WorkerTarget, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
 		Status: c.Status, ToolResultCardID: c.ToolResultCardID, EffectiveAfterExecution: c.EffectiveAfterExecution, ReportSeq: c.Seq})
 	if err != nil {
 		return err
 	}
-	subj := WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget)
-	msg := &nats.Msg{Subject: subj, Data: data, Header: Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
-	msg.Header.Set(HeaderMsgID, "wakeup."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	ack, err := l.appendEntry(ctx, KindWakeup, msg)
+	subj := protocol.WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget)
+	msg := &nats.Msg{Subject: subj, Data: data, Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
+	msg.Header.Set(protocol.HeaderMsgID, "wakeup."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
+	ack, err := l.appendEntry(ctx, protocol.KindWakeup, msg)
 	if err != nil {
 		return err
 	}
@@ -637,34 +526,34 @@ func (l *Ledger) wake(ctx context.Context, rec *CallRecord, roster *RosterResult
 }
 
 // finishReport builds the outcome and, for a duplicate, records it.
-func (l *Ledger) finishReport(ctx context.Context, rec *CallRecord, in *reportInput, duplicate bool) (ReportOutcome, error) {
+func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in *reportInput, duplicate bool) (protocol.ReportOutcome, error) {
 	c := rec.Claim
-	out := ReportOutcome{
+	out := protocol.ReportOutcome{
 		Seq: c.Seq, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ToolResultCardID: c.ToolResultCardID,
 		Status: c.Status, AfterExecution: c.AfterExecution, EffectiveAfterExecution: c.EffectiveAfterExecution,
 		Duplicate: duplicate,
-		Wakeup:    WakeupOutcome{Subject: c.WakeupSubject, WorkerTarget: c.WorkerTarget, Seq: c.WakeupSeq, Skipped: c.WakeupSkipped},
+		Wakeup:    protocol.WakeupOutcome{Subject: c.WakeupSubject, WorkerTarget: c.WorkerTarget, Seq: c.WakeupSeq, Skipped: c.WakeupSkipped},
 	}
 	if c.WakeupSkipped {
-		out.Wakeup.Reason = NoRosterEntry
+		out.Wakeup.Reason = protocol.NoRosterEntry
 	}
 	if !duplicate {
 		return out, nil
 	}
 	l.m.duplicates.Inc()
-	data, err := json.Marshal(DuplicateEntry{ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
+	data, err := json.Marshal(protocol.DuplicateEntry{ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
 		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, Status: in.payload.Status,
 		ToolResultCardID: in.payload.ToolResultCardID, SourceID: in.sourceID, OriginalSeq: c.Seq})
 	if err != nil {
-		return ReportOutcome{}, fmt.Errorf("report: encode duplicate entry: %w", err)
+		return protocol.ReportOutcome{}, fmt.Errorf("report: encode duplicate entry: %w", err)
 	}
-	msg := &nats.Msg{Subject: DuplicateSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID), Data: data, Header: in.id.Header()}
-	msg.Header.Set(HeaderProjectID, in.project)
-	msg.Header.Set(HeaderChannelID, in.channel)
-	msg.Header.Set(HeaderSourceID, in.sourceID)
-	ack, err := l.appendEntry(ctx, KindDuplicate, msg)
+	msg := &nats.Msg{Subject: protocol.DuplicateSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID), Data: data, Header: in.id.Header()}
+	msg.Header.Set(protocol.HeaderProjectID, in.project)
+	msg.Header.Set(protocol.HeaderChannelID, in.channel)
+	msg.Header.Set(protocol.HeaderSourceID, in.sourceID)
+	ack, err := l.appendEntry(ctx, protocol.KindDuplicate, msg)
 	if err != nil {
-		return ReportOutcome{}, fmt.Errorf("report: record duplicate of seq %s: %w", strconv.FormatUint(c.Seq, 10), err)
+		return protocol.ReportOutcome{}, fmt.Errorf("report: record duplicate of seq %s: %w", strconv.FormatUint(c.Seq, 10), err)
 	}
 	out.DuplicateSeq = ack.Sequence
 	return out, nil
@@ -677,14 +566,14 @@ func (l *Ledger) finishReport(ctx context.Context, rec *CallRecord, in *reportIn
 // woken, instead of running the tool again. A call with no stored report
 // (nor a claim written by an earlier version) is an error matching
 // ErrNotReported.
-func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (ReportOutcome, error) {
+func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error) {
 	rec, err := l.GetCall(ctx, project, turnID, callID)
 	if err != nil {
-		return ReportOutcome{}, err
+		return protocol.ReportOutcome{}, err
 	}
-	m, err := l.lastForSubject(ctx, ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
+	m, err := l.lastForSubject(ctx, protocol.ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
 	if err != nil {
-		return ReportOutcome{}, fmt.Errorf("resume %s/%s: %w", turnID, callID, err)
+		return protocol.ReportOutcome{}, fmt.Errorf("resume %s/%s: %w", turnID, callID, err)
 	}
 	var data []byte
 	switch {
@@ -693,15 +582,15 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (Re
 	case rec.Claim != nil && len(rec.Claim.Data) > 0:
 		data = rec.Claim.Data
 	default:
-		return ReportOutcome{}, newError(CodeNotReported, nil, "call %s has no stored report to resume", callID)
+		return protocol.ReportOutcome{}, protocol.NewError(protocol.CodeNotReported, nil, "call %s has no stored report to resume", callID)
 	}
-	var e ReportEntry
+	var e protocol.ReportEntry
 	if err := json.Unmarshal(data, &e); err != nil {
-		return ReportOutcome{}, fmt.Errorf("resume %s/%s: decode report entry: %w", turnID, callID, err)
+		return protocol.ReportOutcome{}, fmt.Errorf("resume %s/%s: decode report entry: %w", turnID, callID, err)
 	}
-	return l.Report(ctx, ReportRequest{
+	return l.Report(ctx, protocol.ReportRequest{
 		ProjectID: e.ProjectID, ChannelID: e.ChannelID, SourceID: e.SourceID, SourceFunction: e.SourceFunction,
-		Identity: Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
-		Payload:  ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID},
+		Identity: protocol.Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
+		Payload:  protocol.ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID},
 	})
 }

@@ -5,83 +5,78 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 )
 
-// RosterResult is an agent's roster entry and the sequence that wrote it.
-type RosterResult struct {
-	RosterEntry
-	Seq uint64 `json:"seq"`
-}
-
 // SetRoster records agent_id -> worker_target for a project. Wakeups for the
 // agent's calls go to the worker target current when the report is accepted.
-func (l *Ledger) SetRoster(ctx context.Context, e RosterEntry) (RosterResult, error) {
-	var vs Violations
-	checkIdent(&vs, "project_id", e.ProjectID, true)
-	checkIdent(&vs, "agent_id", e.AgentID, true)
-	checkIdent(&vs, "worker_target", e.WorkerTarget, true)
+func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", e.ProjectID, true)
+	protocol.CheckIdent(&vs, "agent_id", e.AgentID, true)
+	protocol.CheckIdent(&vs, "worker_target", e.WorkerTarget, true)
 	data, err := json.Marshal(e)
 	if err != nil {
-		return RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
+		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
-	if err := badRequest("roster entry", vs); err != nil {
-		ee, _ := AsError(err)
-		return RosterResult{}, l.reject(ctx, OpRosterSet, e.ProjectID, Unrouted, ee, rejectedRequest("", nil, data))
+	if err := protocol.BadRequest("roster entry", vs); err != nil {
+		ee, _ := protocol.AsError(err)
+		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, data))
 	}
 	return l.setRoster(ctx, e, data)
 }
 
 // SetRosterJSON is SetRoster for a JSON body, as received over the API.
-func (l *Ledger) SetRosterJSON(ctx context.Context, body []byte) (RosterResult, error) {
-	var vs Violations
-	var e RosterEntry
-	if o, ok := parseObject("body", body, &vs); ok {
-		e = RosterEntry{ProjectID: o.ident("project_id", true), AgentID: o.ident("agent_id", true), WorkerTarget: o.ident("worker_target", true)}
+func (l *Ledger) SetRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+	var vs protocol.Violations
+	var e protocol.RosterEntry
+	if o, ok := protocol.ParseObject("body", body, &vs); ok {
+		e = protocol.RosterEntry{ProjectID: o.Ident("project_id", true), AgentID: o.Ident("agent_id", true), WorkerTarget: o.Ident("worker_target", true)}
 	}
-	if err := badRequest("roster entry", vs); err != nil {
-		ee, _ := AsError(err)
-		return RosterResult{}, l.reject(ctx, OpRosterSet, e.ProjectID, Unrouted, ee, rejectedRequest("", nil, body))
+	if err := protocol.BadRequest("roster entry", vs); err != nil {
+		ee, _ := protocol.AsError(err)
+		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
-		return RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
+		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
 	return l.setRoster(ctx, e, data)
 }
 
-func (l *Ledger) setRoster(ctx context.Context, e RosterEntry, data []byte) (RosterResult, error) {
-	msg := &nats.Msg{Subject: RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(HeaderProjectID, e.ProjectID)
-	msg.Header.Set(HeaderAgentID, e.AgentID)
-	ack, err := l.appendEntry(ctx, KindRoster, msg)
+func (l *Ledger) setRoster(ctx context.Context, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
+	msg := &nats.Msg{Subject: protocol.RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(protocol.HeaderProjectID, e.ProjectID)
+	msg.Header.Set(protocol.HeaderAgentID, e.AgentID)
+	ack, err := l.appendEntry(ctx, protocol.KindRoster, msg)
 	// Read-your-writes in this process, whatever the watch's delay.
 	l.cache.changed(msg.Subject)
 	if err != nil {
-		return RosterResult{}, fmt.Errorf("set roster %s/%s: %w", e.ProjectID, e.AgentID, err)
+		return protocol.RosterResult{}, fmt.Errorf("set roster %s/%s: %w", e.ProjectID, e.AgentID, err)
 	}
-	return RosterResult{RosterEntry: e, Seq: ack.Sequence}, nil
+	return protocol.RosterResult{RosterEntry: e, Seq: ack.Sequence}, nil
 }
 
 // GetRoster returns an agent's current roster entry, or an error matching
 // ErrNotFound when the agent has none.
-func (l *Ledger) GetRoster(ctx context.Context, project, agentID string) (RosterResult, error) {
-	var vs Violations
-	checkIdent(&vs, "project_id", project, true)
-	checkIdent(&vs, "agent_id", agentID, true)
-	if err := badRequest("roster lookup", vs); err != nil {
-		return RosterResult{}, err
+func (l *Ledger) GetRoster(ctx context.Context, project, agentID string) (protocol.RosterResult, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", project, true)
+	protocol.CheckIdent(&vs, "agent_id", agentID, true)
+	if err := protocol.BadRequest("roster lookup", vs); err != nil {
+		return protocol.RosterResult{}, err
 	}
-	msg, err := l.lastForSubject(ctx, RosterSubject(l.version, project, agentID))
+	msg, err := l.lastForSubject(ctx, protocol.RosterSubject(l.version, project, agentID))
 	if err != nil {
-		return RosterResult{}, fmt.Errorf("get roster %s/%s: %w", project, agentID, err)
+		return protocol.RosterResult{}, fmt.Errorf("get roster %s/%s: %w", project, agentID, err)
 	}
 	if msg == nil {
-		return RosterResult{}, newError(CodeNotFound, nil, "agent %s has no roster entry in project %s", agentID, project)
+		return protocol.RosterResult{}, protocol.NewError(protocol.CodeNotFound, nil, "agent %s has no roster entry in project %s", agentID, project)
 	}
-	var r RosterResult
+	var r protocol.RosterResult
 	if err := json.Unmarshal(msg.Data, &r.RosterEntry); err != nil {
-		return RosterResult{}, fmt.Errorf("get roster %s/%s: decode entry %d: %w", project, agentID, msg.Sequence, err)
+		return protocol.RosterResult{}, fmt.Errorf("get roster %s/%s: decode entry %d: %w", project, agentID, msg.Sequence, err)
 	}
 	r.Seq = msg.Sequence
 	return r, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // sequencesDelay is how long a dispatch's sequence write waits. The call's
@@ -20,7 +22,7 @@ type pendingSequences struct {
 }
 
 type pendingWrite struct {
-	rec   *CallRecord
+	rec   *protocol.CallRecord
 	rev   uint64
 	timer *time.Timer
 }
@@ -28,7 +30,7 @@ type pendingWrite struct {
 // deferSequences stores rec's card and command sequences in its record
 // (at revision rev) after sequencesDelay, unless a mark of the record that
 // carries them lands first.
-func (l *Ledger) deferSequences(key string, rec *CallRecord, rev uint64) {
+func (l *Ledger) deferSequences(key string, rec *protocol.CallRecord, rev uint64) {
 	p := &pendingWrite{rec: cloneRecord(rec), rev: rev}
 	l.bg.start()
 	ps := &l.seqs

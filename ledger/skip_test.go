@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func (e *env) stream(t *testing.T) jetstream.Stream {
@@ -40,8 +41,8 @@ func (e *env) publishRaw(t *testing.T, subject string, h nats.Header, data strin
 
 func requireViolation(t *testing.T, err error, field, code, msgPart string) {
 	t.Helper()
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
-	e, ok := ledger.AsError(err)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
+	e, ok := protocol.AsError(err)
 	require.True(t, ok, "%v", err)
 	for _, v := range e.Violations {
 		if v.Field == field && v.Code == code && strings.Contains(v.Message, msgPart) {
@@ -57,24 +58,24 @@ func requireViolation(t *testing.T, err error, field, code, msgPart string) {
 func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	target := e.publishRaw(t, "cg.v1.p.c.ledger.report.t.c", nats.Header{ledger.HeaderEntryKind: {"report"}}, "not json")
+	target := e.publishRaw(t, "cg.v1.p.c.ledger.report.t.c", nats.Header{protocol.HeaderEntryKind: {"report"}}, "not json")
 	last := e.lastSeq(t)
 
 	_, err := e.l.Skip(ctx, last+1, "ahead")
-	requireViolation(t, err, "seq", ledger.VInvalidValue, "sequence 2 is past the end of the ledger (last seq 1)")
+	requireViolation(t, err, "seq", protocol.VInvalidValue, "sequence 2 is past the end of the ledger (last seq 1)")
 	_, err = e.l.Skip(ctx, 0, "zero")
-	requireViolation(t, err, "seq", ledger.VInvalidValue, "at least 1")
+	requireViolation(t, err, "seq", protocol.VInvalidValue, "at least 1")
 	_, err = e.l.Skip(ctx, target, "")
-	requireViolation(t, err, "reason", ledger.VRequired, "needs a reason")
-	_, err = e.l.Skip(ctx, target, strings.Repeat("x", ledger.MaxSkipReason+1))
-	requireViolation(t, err, "reason", ledger.VTooLarge, "at most")
+	requireViolation(t, err, "reason", protocol.VRequired, "needs a reason")
+	_, err = e.l.Skip(ctx, target, strings.Repeat("x", protocol.MaxSkipReason+1))
+	requireViolation(t, err, "reason", protocol.VTooLarge, "at most")
 	_, err = e.l.Skip(ctx, target, "\xff")
-	requireViolation(t, err, "reason", ledger.VInvalidValue, "UTF-8")
+	requireViolation(t, err, "reason", protocol.VInvalidValue, "UTF-8")
 	require.Equal(t, last, e.lastSeq(t), "refusals append nothing")
 
 	// A stray message on the skip subject (not a valid skip) neither counts
 	// as the skip nor blocks the operator's.
-	stray := e.publishRaw(t, ledger.SkipSubject("v1", target), nats.Header{ledger.HeaderEntryKind: {"skip"}}, `{"seq":99,"reason":"x"}`)
+	stray := e.publishRaw(t, protocol.SkipSubject("v1", target), nats.Header{protocol.HeaderEntryKind: {"skip"}}, `{"seq":99,"reason":"x"}`)
 	_, found, err := ledger.FindSkip(ctx, e.stream(t), target)
 	require.NoError(t, err)
 	require.False(t, found, "a skip whose data names another sequence is not a skip")
@@ -82,15 +83,15 @@ func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 	const reason = "operator: corrupt report from build 1.2.3"
 	res, err := e.l.Skip(ctx, target, reason)
 	require.NoError(t, err)
-	require.Equal(t, ledger.SkipResult{Seq: target, SkipSeq: stray + 1, Reason: reason, Subject: "cg.v1.p.c.ledger.report.t.c"}, res)
+	require.Equal(t, protocol.SkipResult{Seq: target, SkipSeq: stray + 1, Reason: reason, Subject: "cg.v1.p.c.ledger.report.t.c"}, res)
 
-	msgs := e.subjectEntries(t, ledger.SkipSubject("v1", target))
+	msgs := e.subjectEntries(t, protocol.SkipSubject("v1", target))
 	require.Len(t, msgs, 2)
 	m := msgs[1]
-	require.Equal(t, "skip", m.Header.Get(ledger.HeaderEntryKind))
-	require.NotEmpty(t, m.Header.Get(ledger.HeaderTime))
+	require.Equal(t, "skip", m.Header.Get(protocol.HeaderEntryKind))
+	require.NotEmpty(t, m.Header.Get(protocol.HeaderTime))
 	require.JSONEq(t, `{"seq":1,"reason":"operator: corrupt report from build 1.2.3","subject":"cg.v1.p.c.ledger.report.t.c"}`, string(m.Data))
-	require.False(t, ledger.RecognizeEntry(m.Subject, m.Header).Unrecognized())
+	require.False(t, protocol.RecognizeEntry(m.Subject, m.Header).Unrecognized())
 
 	rec, found, err := ledger.FindSkip(ctx, e.stream(t), target)
 	require.NoError(t, err)
@@ -104,13 +105,13 @@ func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 	require.True(t, dup.Duplicate)
 	require.Equal(t, res.SkipSeq, dup.SkipSeq)
 	_, err = e.l.Skip(ctx, target, "a different reason")
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, protocol.ErrConflict)
 	require.Contains(t, err.Error(), "already skipped by entry")
 	lastAfter := e.lastSeq(t)
 
 	// Concurrent identical skips of another sequence write one entry.
 	var wg sync.WaitGroup
-	results := make([]ledger.SkipResult, 8)
+	results := make([]protocol.SkipResult, 8)
 	errs := make([]error, 8)
 	for i := range results {
 		wg.Add(1)
@@ -134,7 +135,7 @@ func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 
 // TestRecognizeEntry pins which messages are ledger entries.
 func TestRecognizeEntry(t *testing.T) {
-	kind := func(k string) nats.Header { return nats.Header{ledger.HeaderEntryKind: {k}} }
+	kind := func(k string) nats.Header { return nats.Header{protocol.HeaderEntryKind: {k}} }
 	cases := []struct {
 		subject string
 		h       nats.Header
@@ -144,20 +145,20 @@ func TestRecognizeEntry(t *testing.T) {
 		{"cg.v1.p.card.x", kind("card"), "card", ""},
 		{"cg.v1.p.c.cmd.tool.echo", kind("command"), "command", ""},
 		{"cg.v1.p.c.cmd.tool.echo", nil, "command", ""},
-		{"cg.v1.p.c.cmd.agent.w.wakeup", nil, ledger.ViewKindExternalWakeup, ""},
+		{"cg.v1.p.c.cmd.agent.w.wakeup", nil, protocol.ViewKindExternalWakeup, ""},
 		{"cg.v1._._.ledger.rejection.bad_request", kind("rejection"), "rejection", ""},
 		{"cg.v1._._.ledger.skip.3", kind("skip"), "skip", ""},
-		{"cg.v1.p.c.ledger.report.t.c", kind("bogus"), ledger.ViewKindUnrecognized, ledger.UnrecognizedUnknownKind},
-		{"cg.v1.p.c.ledger.report.t.c", kind("external_wakeup"), ledger.ViewKindUnrecognized, ledger.UnrecognizedUnknownKind},
-		{"cg.v1.p.c.ledger.report.t.c", kind("unrecognized"), ledger.ViewKindUnrecognized, ledger.UnrecognizedUnknownKind},
-		{"cg.v1.p.c.ledger.report.t.c", nil, ledger.ViewKindUnrecognized, ledger.UnrecognizedNoKind},
-		{"cg.x", nil, ledger.ViewKindUnrecognized, ledger.UnrecognizedOutsideGrammar},
-		{"cg.v1.p.c.what.ever", kind("card"), ledger.ViewKindUnrecognized, ledger.UnrecognizedOutsideGrammar},
-		{"cg.v1.p.card.x", kind("report"), ledger.ViewKindUnrecognized, ledger.UnrecognizedKindMismatch},
-		{"cg.v1.p.c.ledger.skip.3", kind("skip"), ledger.ViewKindUnrecognized, ledger.UnrecognizedOutsideGrammar},
+		{"cg.v1.p.c.ledger.report.t.c", kind("bogus"), protocol.ViewKindUnrecognized, protocol.UnrecognizedUnknownKind},
+		{"cg.v1.p.c.ledger.report.t.c", kind("external_wakeup"), protocol.ViewKindUnrecognized, protocol.UnrecognizedUnknownKind},
+		{"cg.v1.p.c.ledger.report.t.c", kind("unrecognized"), protocol.ViewKindUnrecognized, protocol.UnrecognizedUnknownKind},
+		{"cg.v1.p.c.ledger.report.t.c", nil, protocol.ViewKindUnrecognized, protocol.UnrecognizedNoKind},
+		{"cg.x", nil, protocol.ViewKindUnrecognized, protocol.UnrecognizedOutsideGrammar},
+		{"cg.v1.p.c.what.ever", kind("card"), protocol.ViewKindUnrecognized, protocol.UnrecognizedOutsideGrammar},
+		{"cg.v1.p.card.x", kind("report"), protocol.ViewKindUnrecognized, protocol.UnrecognizedKindMismatch},
+		{"cg.v1.p.c.ledger.skip.3", kind("skip"), protocol.ViewKindUnrecognized, protocol.UnrecognizedOutsideGrammar},
 	}
 	for _, c := range cases {
-		r := ledger.RecognizeEntry(c.subject, c.h)
+		r := protocol.RecognizeEntry(c.subject, c.h)
 		require.Equal(t, c.kind, r.Kind, "%s %v: %s", c.subject, c.h, r.Reason)
 		require.Equal(t, c.code, r.Code, "%s %v: %s", c.subject, c.h, r.Reason)
 		require.Equal(t, c.code != "", r.Unrecognized())

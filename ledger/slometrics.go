@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,7 +36,7 @@ func (c sloCollector) Collect(ch chan<- prometheus.Metric) {
 	l := c.l
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(Root+"."+l.version+".*.tool.*"))
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+l.version+".*.tool.*"))
 	if err != nil {
 		return
 	}

@@ -5,22 +5,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
-// requireSubjectError asserts that err is a bad_request *ledger.Error whose
+// requireSubjectError asserts that err is a bad_request *protocol.Error whose
 // violations all name the "subject" field and carry exactly wantCodes (in the
 // order they were found).
 func requireSubjectError(t *testing.T, err error, wantCodes ...string) {
 	t.Helper()
 	require.Error(t, err)
-	var e *ledger.Error
-	require.True(t, errors.As(err, &e), "error %v (%T) is not a *ledger.Error", err, err)
-	assert.Equal(t, ledger.CodeBadRequest, e.Code)
-	assert.True(t, errors.Is(err, ledger.ErrBadRequest), "errors.Is(err, ErrBadRequest)")
+	var e *protocol.Error
+	require.True(t, errors.As(err, &e), "error %v (%T) is not a *protocol.Error", err, err)
+	assert.Equal(t, protocol.CodeBadRequest, e.Code)
+	assert.True(t, errors.Is(err, protocol.ErrBadRequest), "errors.Is(err, ErrBadRequest)")
 	require.Len(t, e.Violations, len(wantCodes), "violations: %+v", e.Violations)
 	got := make([]string, len(e.Violations))
 	for i, v := range e.Violations {
@@ -32,163 +31,163 @@ func requireSubjectError(t *testing.T, err error, wantCodes ...string) {
 }
 
 func TestSubjectBuildParseRoundTrip(t *testing.T) {
-	long := strings.Repeat("x", ledger.MaxIdentifierLen)
+	long := strings.Repeat("x", protocol.MaxIdentifierLen)
 	tests := []struct {
 		name  string
 		built string
 		text  string
-		want  ledger.Subject
+		want  protocol.Subject
 	}{
 		{
 			name:  "tool command, one target token",
-			built: ledger.ToolCommandSubject("v1", "proj-1", "chan-1", "echo"),
+			built: protocol.ToolCommandSubject("v1", "proj-1", "chan-1", "echo"),
 			text:  "cg.v1.proj-1.chan-1.cmd.tool.echo",
-			want:  ledger.Subject{Kind: ledger.SubjectToolCommand, Version: "v1", Project: "proj-1", Channel: "chan-1", Target: []string{"echo"}},
+			want:  protocol.Subject{Kind: protocol.SubjectToolCommand, Version: "v1", Project: "proj-1", Channel: "chan-1", Target: []string{"echo"}},
 		},
 		{
 			name:  "tool command, several target tokens",
-			built: ledger.ToolCommandSubject("v2", "p", "c", "svc", "fn", "x_y-z"),
+			built: protocol.ToolCommandSubject("v2", "p", "c", "svc", "fn", "x_y-z"),
 			text:  "cg.v2.p.c.cmd.tool.svc.fn.x_y-z",
-			want:  ledger.Subject{Kind: ledger.SubjectToolCommand, Version: "v2", Project: "p", Channel: "c", Target: []string{"svc", "fn", "x_y-z"}},
+			want:  protocol.Subject{Kind: protocol.SubjectToolCommand, Version: "v2", Project: "p", Channel: "c", Target: []string{"svc", "fn", "x_y-z"}},
 		},
 		{
 			name:  "tool command whose target tokens look like grammar keywords",
-			built: ledger.ToolCommandSubject("v1", "p", "c", "sys", "pmo", "internal", "x"),
+			built: protocol.ToolCommandSubject("v1", "p", "c", "sys", "pmo", "internal", "x"),
 			text:  "cg.v1.p.c.cmd.tool.sys.pmo.internal.x",
-			want:  ledger.Subject{Kind: ledger.SubjectToolCommand, Version: "v1", Project: "p", Channel: "c", Target: []string{"sys", "pmo", "internal", "x"}},
+			want:  protocol.Subject{Kind: protocol.SubjectToolCommand, Version: "v1", Project: "p", Channel: "c", Target: []string{"sys", "pmo", "internal", "x"}},
 		},
 		{
 			name:  "pmo command",
-			built: ledger.PMOCommandSubject("v1", "p", "c", "spawn_agent"),
+			built: protocol.PMOCommandSubject("v1", "p", "c", "spawn_agent"),
 			text:  "cg.v1.p.c.cmd.sys.pmo.internal.spawn_agent",
-			want:  ledger.Subject{Kind: ledger.SubjectPMOCommand, Version: "v1", Project: "p", Channel: "c", Tool: "spawn_agent"},
+			want:  protocol.Subject{Kind: protocol.SubjectPMOCommand, Version: "v1", Project: "p", Channel: "c", Tool: "spawn_agent"},
 		},
 		{
 			name:  "wakeup",
-			built: ledger.WakeupSubject("v1", "p", "c", "worker-7"),
+			built: protocol.WakeupSubject("v1", "p", "c", "worker-7"),
 			text:  "cg.v1.p.c.cmd.agent.worker-7.wakeup",
-			want:  ledger.Subject{Kind: ledger.SubjectWakeup, Version: "v1", Project: "p", Channel: "c", WorkerTarget: "worker-7"},
+			want:  protocol.Subject{Kind: protocol.SubjectWakeup, Version: "v1", Project: "p", Channel: "c", WorkerTarget: "worker-7"},
 		},
 		{
 			name:  "report",
-			built: ledger.ReportSubject("v1", "p", "c", "turn-1", "call-1"),
+			built: protocol.ReportSubject("v1", "p", "c", "turn-1", "call-1"),
 			text:  "cg.v1.p.c.ledger.report.turn-1.call-1",
-			want:  ledger.Subject{Kind: ledger.SubjectReport, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
+			want:  protocol.Subject{Kind: protocol.SubjectReport, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
 		},
 		{
 			name:  "duplicate",
-			built: ledger.DuplicateSubject("v1", "p", "c", "turn-1", "call-1"),
+			built: protocol.DuplicateSubject("v1", "p", "c", "turn-1", "call-1"),
 			text:  "cg.v1.p.c.ledger.duplicate.turn-1.call-1",
-			want:  ledger.Subject{Kind: ledger.SubjectDuplicate, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
+			want:  protocol.Subject{Kind: protocol.SubjectDuplicate, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
 		},
 		{
 			name:  "wakeup skipped",
-			built: ledger.WakeupSkippedSubject("v1", "p", "c", "turn-1", "call-1"),
+			built: protocol.WakeupSkippedSubject("v1", "p", "c", "turn-1", "call-1"),
 			text:  "cg.v1.p.c.ledger.wakeup_skipped.turn-1.call-1",
-			want:  ledger.Subject{Kind: ledger.SubjectWakeupSkip, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
+			want:  protocol.Subject{Kind: protocol.SubjectWakeupSkip, Version: "v1", Project: "p", Channel: "c", AgentTurnID: "turn-1", ToolCallID: "call-1"},
 		},
 		{
 			name:  "rejection",
-			built: ledger.RejectionSubject("v1", "p", "c", ledger.CodeBadRequest),
+			built: protocol.RejectionSubject("v1", "p", "c", protocol.CodeBadRequest),
 			text:  "cg.v1.p.c.ledger.rejection.bad_request",
-			want:  ledger.Subject{Kind: ledger.SubjectRejection, Version: "v1", Project: "p", Channel: "c", Reason: "bad_request"},
+			want:  protocol.Subject{Kind: protocol.SubjectRejection, Version: "v1", Project: "p", Channel: "c", Reason: "bad_request"},
 		},
 		{
 			name:  "rejection with invalid project is unrouted",
-			built: ledger.RejectionSubject("v1", "bad.project", "c", ledger.CodeConflict),
+			built: protocol.RejectionSubject("v1", "bad.project", "c", protocol.CodeConflict),
 			text:  "cg.v1._._.ledger.rejection.conflict",
-			want:  ledger.Subject{Kind: ledger.SubjectRejection, Version: "v1", Project: "_", Channel: "_", Reason: "conflict"},
+			want:  protocol.Subject{Kind: protocol.SubjectRejection, Version: "v1", Project: "_", Channel: "_", Reason: "conflict"},
 		},
 		{
 			name:  "rejection with empty channel is unrouted",
-			built: ledger.RejectionSubject("v1", "p", "", ledger.CodeUnknownCall),
+			built: protocol.RejectionSubject("v1", "p", "", protocol.CodeUnknownCall),
 			text:  "cg.v1._._.ledger.rejection.unknown_call",
-			want:  ledger.Subject{Kind: ledger.SubjectRejection, Version: "v1", Project: "_", Channel: "_", Reason: "unknown_call"},
+			want:  protocol.Subject{Kind: protocol.SubjectRejection, Version: "v1", Project: "_", Channel: "_", Reason: "unknown_call"},
 		},
 		{
 			name:  "card",
-			built: ledger.CardSubject("v1", "p", "card-1"),
+			built: protocol.CardSubject("v1", "p", "card-1"),
 			text:  "cg.v1.p.card.card-1",
-			want:  ledger.Subject{Kind: ledger.SubjectCard, Version: "v1", Project: "p", CardID: "card-1"},
+			want:  protocol.Subject{Kind: protocol.SubjectCard, Version: "v1", Project: "p", CardID: "card-1"},
 		},
 		{
 			name:  "roster",
-			built: ledger.RosterSubject("v1", "p", "agent-1"),
+			built: protocol.RosterSubject("v1", "p", "agent-1"),
 			text:  "cg.v1.p.roster.agent-1",
-			want:  ledger.Subject{Kind: ledger.SubjectRoster, Version: "v1", Project: "p", AgentID: "agent-1"},
+			want:  protocol.Subject{Kind: protocol.SubjectRoster, Version: "v1", Project: "p", AgentID: "agent-1"},
 		},
 		{
 			name:  "max-length identifiers and punctuation",
-			built: ledger.ReportSubject("v123456789", long, "!#$%&'()+,-/:;<=?@[]^_`{|}~", long, "a"),
+			built: protocol.ReportSubject("v123456789", long, "!#$%&'()+,-/:;<=?@[]^_`{|}~", long, "a"),
 			text:  "cg.v123456789." + long + ".!#$%&'()+,-/:;<=?@[]^_`{|}~." + "ledger.report." + long + ".a",
-			want: ledger.Subject{Kind: ledger.SubjectReport, Version: "v123456789", Project: long, Channel: "!#$%&'()+,-/:;<=?@[]^_`{|}~",
+			want: protocol.Subject{Kind: protocol.SubjectReport, Version: "v123456789", Project: long, Channel: "!#$%&'()+,-/:;<=?@[]^_`{|}~",
 				AgentTurnID: long, ToolCallID: "a"},
 		},
 		{
 			name:  "skip",
-			built: ledger.SkipSubject("v1", 18446744073709551615),
+			built: protocol.SkipSubject("v1", 18446744073709551615),
 			text:  "cg.v1._._.ledger.skip.18446744073709551615",
-			want:  ledger.Subject{Kind: ledger.SubjectSkip, Version: "v1", Project: "_", Channel: "_", Seq: 18446744073709551615},
+			want:  protocol.Subject{Kind: protocol.SubjectSkip, Version: "v1", Project: "_", Channel: "_", Seq: 18446744073709551615},
 		},
 		{
 			name:  "grammar keywords as ids",
-			built: ledger.CardSubject("v0", "card", "roster"),
+			built: protocol.CardSubject("v0", "card", "roster"),
 			text:  "cg.v0.card.card.roster",
-			want:  ledger.Subject{Kind: ledger.SubjectCard, Version: "v0", Project: "card", CardID: "roster"},
+			want:  protocol.Subject{Kind: protocol.SubjectCard, Version: "v0", Project: "card", CardID: "roster"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.text, tc.built, "builder output")
-			got, err := ledger.ParseSubject(tc.built)
+			got, err := protocol.ParseSubject(tc.built)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.want.Kind, got.Kind)
 			assert.Equal(t, tc.built, got.String(), "String() of the parsed subject")
-			again, err := ledger.ParseSubject(got.String())
+			again, err := protocol.ParseSubject(got.String())
 			require.NoError(t, err)
 			assert.Equal(t, got, again)
 
-			cmd, err := ledger.ParseCommandSubject(tc.built)
+			cmd, err := protocol.ParseCommandSubject(tc.built)
 			if got.IsCommand() {
 				require.NoError(t, err)
 				assert.Equal(t, got, cmd)
 			} else {
-				requireSubjectError(t, err, ledger.VInvalidSubject)
-				assert.Equal(t, ledger.Subject{}, cmd)
+				requireSubjectError(t, err, protocol.VInvalidSubject)
+				assert.Equal(t, protocol.Subject{}, cmd)
 			}
 		})
 	}
 }
 
 func TestSubjectKindString(t *testing.T) {
-	want := map[ledger.SubjectKind]string{
-		ledger.SubjectUnknown:     "unknown",
-		ledger.SubjectToolCommand: "tool_command",
-		ledger.SubjectPMOCommand:  "pmo_command",
-		ledger.SubjectWakeup:      "wakeup",
-		ledger.SubjectReport:      "report",
-		ledger.SubjectDuplicate:   "duplicate",
-		ledger.SubjectWakeupSkip:  "wakeup_skipped",
-		ledger.SubjectRejection:   "rejection",
-		ledger.SubjectCard:        "card",
-		ledger.SubjectRoster:      "roster",
-		ledger.SubjectConsumed:    "consumed",
-		ledger.SubjectTool:        "tool",
-		ledger.SubjectCancel:      "cancel",
-		ledger.SubjectSkip:        "skip",
-		ledger.SubjectKind(999):   "unknown",
+	want := map[protocol.SubjectKind]string{
+		protocol.SubjectUnknown:     "unknown",
+		protocol.SubjectToolCommand: "tool_command",
+		protocol.SubjectPMOCommand:  "pmo_command",
+		protocol.SubjectWakeup:      "wakeup",
+		protocol.SubjectReport:      "report",
+		protocol.SubjectDuplicate:   "duplicate",
+		protocol.SubjectWakeupSkip:  "wakeup_skipped",
+		protocol.SubjectRejection:   "rejection",
+		protocol.SubjectCard:        "card",
+		protocol.SubjectRoster:      "roster",
+		protocol.SubjectConsumed:    "consumed",
+		protocol.SubjectTool:        "tool",
+		protocol.SubjectCancel:      "cancel",
+		protocol.SubjectSkip:        "skip",
+		protocol.SubjectKind(999):   "unknown",
 	}
 	for k, name := range want {
 		assert.Equal(t, name, k.String(), "kind %d", int(k))
 	}
-	assert.Equal(t, "", ledger.Subject{Kind: ledger.SubjectUnknown, Version: "v1", Project: "p"}.String())
+	assert.Equal(t, "", protocol.Subject{Kind: protocol.SubjectUnknown, Version: "v1", Project: "p"}.String())
 }
 
 func TestSubjectIsCommand(t *testing.T) {
-	for k := ledger.SubjectUnknown; k <= ledger.SubjectSkip; k++ {
-		want := k == ledger.SubjectToolCommand || k == ledger.SubjectPMOCommand
-		assert.Equal(t, want, ledger.Subject{Kind: k}.IsCommand(), "kind %s", k)
+	for k := protocol.SubjectUnknown; k <= protocol.SubjectSkip; k++ {
+		want := k == protocol.SubjectToolCommand || k == protocol.SubjectPMOCommand
+		assert.Equal(t, want, protocol.Subject{Kind: k}.IsCommand(), "kind %s", k)
 	}
 }
 
@@ -197,18 +196,18 @@ func TestSubjectValidVersion(t *testing.T) {
 	invalid := []string{"", "v", "V1", "1", "vv1", "v-1", "v+1", "v1a", "va", "v 1", "v1 ", " v1", "v1.0", "v1_0",
 		"v0x1", "v1234567890", "v4294967296", "v１"}
 	for _, v := range valid {
-		assert.True(t, ledger.ValidVersion(v), "ValidVersion(%q)", v)
+		assert.True(t, protocol.ValidVersion(v), "ValidVersion(%q)", v)
 	}
 	for _, v := range invalid {
-		assert.False(t, ledger.ValidVersion(v), "ValidVersion(%q)", v)
+		assert.False(t, protocol.ValidVersion(v), "ValidVersion(%q)", v)
 	}
 }
 
 func TestSubjectParseRejects(t *testing.T) {
-	long := strings.Repeat("a", ledger.MaxIdentifierLen+1)
+	long := strings.Repeat("a", protocol.MaxIdentifierLen+1)
 	const (
-		sub = ledger.VInvalidSubject
-		tok = ledger.VInvalidToken
+		sub = protocol.VInvalidSubject
+		tok = protocol.VInvalidToken
 	)
 	tests := []struct {
 		name  string
@@ -328,55 +327,55 @@ func TestSubjectParseRejects(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ledger.ParseSubject(tc.in)
+			got, err := protocol.ParseSubject(tc.in)
 			requireSubjectError(t, err, tc.codes...)
-			assert.Equal(t, ledger.Subject{}, got, "a failed parse returns the zero Subject")
+			assert.Equal(t, protocol.Subject{}, got, "a failed parse returns the zero Subject")
 
 			// ParseCommandSubject reports exactly the same problems.
-			cmd, cerr := ledger.ParseCommandSubject(tc.in)
+			cmd, cerr := protocol.ParseCommandSubject(tc.in)
 			requireSubjectError(t, cerr, tc.codes...)
-			assert.Equal(t, ledger.Subject{}, cmd)
+			assert.Equal(t, protocol.Subject{}, cmd)
 		})
 	}
 }
 
 func TestSubjectParseCommandRejectsNonCommands(t *testing.T) {
 	for _, s := range []string{
-		ledger.WakeupSubject("v1", "p", "c", "w"),
-		ledger.ReportSubject("v1", "p", "c", "t", "c"),
-		ledger.DuplicateSubject("v1", "p", "c", "t", "c"),
-		ledger.WakeupSkippedSubject("v1", "p", "c", "t", "c"),
-		ledger.RejectionSubject("v1", "p", "c", ledger.CodeMismatch),
-		ledger.RejectionSubject("v1", "", "", ledger.CodeMismatch),
-		ledger.CardSubject("v1", "p", "x"),
-		ledger.RosterSubject("v1", "p", "a"),
+		protocol.WakeupSubject("v1", "p", "c", "w"),
+		protocol.ReportSubject("v1", "p", "c", "t", "c"),
+		protocol.DuplicateSubject("v1", "p", "c", "t", "c"),
+		protocol.WakeupSkippedSubject("v1", "p", "c", "t", "c"),
+		protocol.RejectionSubject("v1", "p", "c", protocol.CodeMismatch),
+		protocol.RejectionSubject("v1", "", "", protocol.CodeMismatch),
+		protocol.CardSubject("v1", "p", "x"),
+		protocol.RosterSubject("v1", "p", "a"),
 	} {
 		t.Run(s, func(t *testing.T) {
-			parsed, err := ledger.ParseSubject(s)
+			parsed, err := protocol.ParseSubject(s)
 			require.NoError(t, err)
 			require.False(t, parsed.IsCommand())
 
-			got, err := ledger.ParseCommandSubject(s)
-			requireSubjectError(t, err, ledger.VInvalidSubject)
-			assert.Equal(t, ledger.Subject{}, got)
-			e, _ := ledger.AsError(err)
+			got, err := protocol.ParseCommandSubject(s)
+			requireSubjectError(t, err, protocol.VInvalidSubject)
+			assert.Equal(t, protocol.Subject{}, got)
+			e, _ := protocol.AsError(err)
 			assert.Contains(t, e.Violations[0].Message, parsed.Kind.String())
 		})
 	}
 }
 
 func TestSubjectErrorMessage(t *testing.T) {
-	_, err := ledger.ParseSubject("cg.V1.p*.card.x")
+	_, err := protocol.ParseSubject("cg.V1.p*.card.x")
 	require.Error(t, err)
 	msg := err.Error()
 	assert.True(t, strings.HasPrefix(msg, "bad_request: "), msg)
 	assert.Contains(t, msg, "2 violation(s)")
 	assert.Contains(t, msg, "subject: ")
-	assert.Contains(t, msg, "("+ledger.VInvalidSubject+")")
-	assert.Contains(t, msg, "("+ledger.VInvalidToken+")")
+	assert.Contains(t, msg, "("+protocol.VInvalidSubject+")")
+	assert.Contains(t, msg, "("+protocol.VInvalidToken+")")
 
 	// Long inputs are clipped in messages.
-	_, err = ledger.ParseSubject("nope." + strings.Repeat("z", 1000))
+	_, err = protocol.ParseSubject("nope." + strings.Repeat("z", 1000))
 	require.Error(t, err)
 	assert.Less(t, len(err.Error()), 400, err.Error())
 }

@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 const searchYAML = `
@@ -46,8 +45,8 @@ func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
 	d := got.Definition
 	require.Equal(t, int64(5000), d.Limits.TimeoutMSDefault)
 	require.Equal(t, 4, d.Limits.ConcurrencyMax)
-	require.Equal(t, ledger.DeterminismIdempotent, d.Determinism)
-	require.Equal(t, &ledger.ToolSLO{SuccessRateMin: 0.995, P95LatencyMSMax: 2000}, d.SLO)
+	require.Equal(t, protocol.DeterminismIdempotent, d.Determinism)
+	require.Equal(t, &protocol.ToolSLO{SuccessRateMin: 0.995, P95LatencyMSMax: 2000}, d.SLO)
 	require.Equal(t, "cg.v1.proj-1.chan-9.cmd.tool.http.search", d.TargetFor(project, "chan-9"))
 	opts, err := d.ParsedOptions()
 	require.NoError(t, err)
@@ -63,7 +62,7 @@ func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
 	changed, err := e.l.RegisterToolYAML(ctx, project, []byte(strings.Replace(searchYAML, "description: Search the web", "description: Search, v2", 1)))
 	require.NoError(t, err)
 	require.Greater(t, changed.Seq, r.Seq)
-	require.Len(t, e.subjectEntries(t, ledger.ToolSubject("v1", project, "web_search")), 2, "every version is an entry")
+	require.Len(t, e.subjectEntries(t, protocol.ToolSubject("v1", project, "web_search")), 2, "every version is an entry")
 
 	// Defaults are filled for a minimal JSON definition.
 	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"echo2","parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.echo","after_execution":"terminate"}`))
@@ -72,8 +71,8 @@ func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.Equal(t, "echo2", list[0].Definition.ToolName)
-	require.Equal(t, ledger.DeterminismSideEffectful, list[0].Definition.Determinism)
-	require.EqualValues(t, ledger.DefaultTimeoutMS, list[0].Definition.Limits.TimeoutMSDefault)
+	require.Equal(t, protocol.DeterminismSideEffectful, list[0].Definition.Determinism)
+	require.EqualValues(t, protocol.DefaultTimeoutMS, list[0].Definition.Limits.TimeoutMSDefault)
 	require.Equal(t, "Search, v2", list[1].Definition.Description)
 }
 
@@ -93,8 +92,8 @@ determinism: maybe
 slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 `
 	_, err := e.l.RegisterToolYAML(ctx, project, []byte(bad))
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
-	le, _ := ledger.AsError(err)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
+	le, _ := protocol.AsError(err)
 	got := map[string]string{}
 	for _, v := range le.Violations {
 		got[v.Field] = v.Code
@@ -115,14 +114,14 @@ slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 	}, got)
 	require.NotZero(t, le.Seq, "the refusal is a ledger entry")
 	_, err = e.l.GetTool(ctx, project, "fork_join")
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, protocol.ErrNotFound)
 
 	_, err = e.l.RegisterToolYAML(ctx, project, []byte("tool_name: [unclosed"))
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"x","parameters":{"type":"object"},"target_subject":"cg.v1.other.{channel_id}.cmd.tool.x","after_execution":"suspend"}`))
-	le, _ = ledger.AsError(err)
+	le, _ = protocol.AsError(err)
 	require.Equal(t, "tool.target_subject", le.Violations[0].Field)
-	require.Equal(t, ledger.VMismatch, le.Violations[0].Code)
+	require.Equal(t, protocol.VMismatch, le.Violations[0].Code)
 }
 
 // TestSLOCollectorExportsRegisteredTargets: a tool's SLO is a gauge per tool

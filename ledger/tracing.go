@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -20,9 +21,9 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/cgledger/cgledger/le
 // the traceparent the request carries (if any).
 func startRequestSpan(ctx context.Context, h nats.Header, name string) (context.Context, trace.Span) {
 	carrier := propagation.HeaderCarrier{}
-	if v := HeaderGet(h, HeaderTraceparent); v != "" {
+	if v := protocol.HeaderGet(h, protocol.HeaderTraceparent); v != "" {
 		carrier.Set("traceparent", v)
-		if s := HeaderGet(h, HeaderTracestate); s != "" {
+		if s := protocol.HeaderGet(h, protocol.HeaderTracestate); s != "" {
 			carrier.Set("tracestate", s)
 		}
 	}
@@ -34,8 +35,8 @@ func startRequestSpan(ctx context.Context, h nats.Header, name string) (context.
 // protocol code.
 func endSpan(span trace.Span, err error) {
 	if err != nil {
-		code := string(CodeInternal)
-		if e, ok := AsError(err); ok {
+		code := string(protocol.CodeInternal)
+		if e, ok := protocol.AsError(err); ok {
 			code = string(e.Code)
 		}
 		span.SetAttributes(attribute.String("cgledger.code", code))

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,8 +21,8 @@ const headerMsgTTL = "Nats-TTL"
 // ledger keeps reading them for as long as it lives (a tool registered once
 // stays callable, an agent keeps its worker target, a skip keeps the
 // projector going); entries of single calls may expire with their call.
-func keptForever(kind EntryKind) bool {
-	return kind == KindTool || kind == KindRoster || kind == KindSkip
+func keptForever(kind protocol.EntryKind) bool {
+	return kind == protocol.KindTool || kind == protocol.KindRoster || kind == protocol.KindSkip
 }
 
 // ttlValue is the Nats-TTL of entries written under a retention window:
@@ -34,7 +35,7 @@ func ttlValue(window time.Duration) string {
 // kept forever. The window is a TTL per entry, not the stream's max age:
 // nats-server expires by max age after a restart without looking at
 // per-message TTLs, so a max age would take tool definitions with it.
-func (l *Ledger) expire(kind EntryKind, msg *nats.Msg) {
+func (l *Ledger) expire(kind protocol.EntryKind, msg *nats.Msg) {
 	if l.ttl != "" && !keptForever(kind) {
 		msg.Header.Set(headerMsgTTL, l.ttl)
 	}

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // vtViol is a violation's field and code, the stable part tests assert on.
@@ -31,7 +30,7 @@ func vtSorted(vs []vtViol) []string {
 
 // vtRequireViolations asserts that vs holds exactly want (field and code,
 // any order, with multiplicity) and that every violation has a message.
-func vtRequireViolations(t *testing.T, vs []ledger.Violation, want ...vtViol) {
+func vtRequireViolations(t *testing.T, vs []protocol.Violation, want ...vtViol) {
 	t.Helper()
 	got := make([]vtViol, len(vs))
 	for i, v := range vs {
@@ -41,15 +40,15 @@ func vtRequireViolations(t *testing.T, vs []ledger.Violation, want ...vtViol) {
 	require.Equal(t, vtSorted(want), vtSorted(got), "violations: %+v", vs)
 }
 
-// vtRequireBadRequest asserts err is a bad_request *ledger.Error holding
+// vtRequireBadRequest asserts err is a bad_request *protocol.Error holding
 // exactly want.
 func vtRequireBadRequest(t *testing.T, err error, want ...vtViol) {
 	t.Helper()
 	require.Error(t, err)
-	var e *ledger.Error
-	require.True(t, errors.As(err, &e), "error %v (%T) is not a *ledger.Error", err, err)
-	require.Equal(t, ledger.CodeBadRequest, e.Code, "error: %v", err)
-	require.True(t, errors.Is(err, ledger.ErrBadRequest))
+	var e *protocol.Error
+	require.True(t, errors.As(err, &e), "error %v (%T) is not a *protocol.Error", err, err)
+	require.Equal(t, protocol.CodeBadRequest, e.Code, "error: %v", err)
+	require.True(t, errors.Is(err, protocol.ErrBadRequest))
 	assert.Contains(t, e.Message, fmt.Sprintf("%d violation(s)", len(want)))
 	vtRequireViolations(t, e.Violations, want...)
 }
@@ -77,10 +76,10 @@ func vtHeader(kv ...string) nats.Header {
 // vtIdentityHeader is a header with every identity header set validly.
 func vtIdentityHeader() nats.Header {
 	return vtHeader(
-		ledger.HeaderAgentID, vtAgent,
-		ledger.HeaderAgentTurnID, vtTurn,
-		ledger.HeaderTurnEpoch, vtEpochText,
-		ledger.HeaderToolCallID, vtCall,
+		protocol.HeaderAgentID, vtAgent,
+		protocol.HeaderAgentTurnID, vtTurn,
+		protocol.HeaderTurnEpoch, vtEpochText,
+		protocol.HeaderToolCallID, vtCall,
 	)
 }
 
@@ -109,7 +108,7 @@ func hdrField(name string) string { return "header." + name }
 // Identifiers and names.
 
 func TestValidateIdentifierAndName(t *testing.T) {
-	max := strings.Repeat("a", ledger.MaxIdentifierLen)
+	max := strings.Repeat("a", protocol.MaxIdentifierLen)
 	tooLong := max + "a"
 	ids := []struct {
 		s         string
@@ -142,8 +141,8 @@ func TestValidateIdentifierAndName(t *testing.T) {
 		{strings.Repeat("é", 129), false, false}, // 258 bytes
 	}
 	for _, tc := range ids {
-		assert.Equal(t, tc.ident, ledger.ValidIdentifier(tc.s), "ValidIdentifier(%q)", tc.s)
-		assert.Equal(t, tc.nm, ledger.ValidName(tc.s), "ValidName(%q)", tc.s)
+		assert.Equal(t, tc.ident, protocol.ValidIdentifier(tc.s), "ValidIdentifier(%q)", tc.s)
+		assert.Equal(t, tc.nm, protocol.ValidName(tc.s), "ValidName(%q)", tc.s)
 	}
 }
 
@@ -160,7 +159,7 @@ func TestValidateParseEpoch(t *testing.T) {
 		"18446744073709551615": 18446744073709551615,
 	}
 	for s, want := range ok {
-		n, valid := ledger.ParseEpoch(s)
+		n, valid := protocol.ParseEpoch(s)
 		assert.True(t, valid, "ParseEpoch(%q)", s)
 		assert.Equal(t, want, n, "ParseEpoch(%q)", s)
 	}
@@ -168,7 +167,7 @@ func TestValidateParseEpoch(t *testing.T) {
 		"", "00", "01", "007", "+1", "+0", "-1", "-0", " 1", "1 ", "1\n", "1.0", "1e3", "0x1", "0b1", "0o7",
 		"1_000", "18446744073709551616", "99999999999999999999", "abc", "١", "1,000", "∞",
 	} {
-		_, valid := ledger.ParseEpoch(s)
+		_, valid := protocol.ParseEpoch(s)
 		assert.False(t, valid, "ParseEpoch(%q)", s)
 	}
 }
@@ -198,10 +197,10 @@ func TestValidateTraceparent(t *testing.T) {
 		"00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01", // non-hex
 	}
 	for _, s := range valid {
-		assert.True(t, ledger.ValidTraceparent(s), "ValidTraceparent(%q)", s)
+		assert.True(t, protocol.ValidTraceparent(s), "ValidTraceparent(%q)", s)
 	}
 	for _, s := range invalid {
-		assert.False(t, ledger.ValidTraceparent(s), "ValidTraceparent(%q)", s)
+		assert.False(t, protocol.ValidTraceparent(s), "ValidTraceparent(%q)", s)
 	}
 }
 
@@ -210,63 +209,63 @@ func TestValidateTraceparent(t *testing.T) {
 
 func TestValidateIdentityAccepts(t *testing.T) {
 	t.Run("required only", func(t *testing.T) {
-		h := vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderAgentTurnID, vtTurn, ledger.HeaderTurnEpoch, "0")
-		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		h := vtHeader(protocol.HeaderAgentID, vtAgent, protocol.HeaderAgentTurnID, vtTurn, protocol.HeaderTurnEpoch, "0")
+		id, vs := protocol.ParseIdentity(h, protocol.IdentityRules{})
 		require.Empty(t, vs)
-		assert.Equal(t, ledger.Identity{AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: 0}, id)
+		assert.Equal(t, protocol.Identity{AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: 0}, id)
 	})
 	t.Run("everything", func(t *testing.T) {
 		h := vtWith(vtIdentityHeader(),
-			ledger.HeaderStepID, vtStep,
-			ledger.HeaderContextBoxID, vtBox,
-			ledger.HeaderTraceparent, vtTrace,
-			ledger.HeaderTracestate, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+			protocol.HeaderStepID, vtStep,
+			protocol.HeaderContextBoxID, vtBox,
+			protocol.HeaderTraceparent, vtTrace,
+			protocol.HeaderTracestate, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
 			"X-Unrelated", "ignored",
 		)
-		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true})
+		id, vs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: true})
 		require.Empty(t, vs)
-		want := ledger.Identity{
+		want := protocol.Identity{
 			AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: vtEpoch, ToolCallID: vtCall, StepID: vtStep,
 			ContextBoxID: vtBox, Traceparent: vtTrace, Tracestate: "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
 		}
 		assert.Equal(t, want, id)
 
 		// The identity's own header parses back to it.
-		again, vs := ledger.ParseIdentity(id.Header(), ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true})
+		again, vs := protocol.ParseIdentity(id.Header(), protocol.IdentityRules{RequireToolCallID: true, RequireStepID: true})
 		require.Empty(t, vs)
 		assert.Equal(t, id, again)
 	})
 	t.Run("max epoch and max-length ids", func(t *testing.T) {
-		long := strings.Repeat("z", ledger.MaxIdentifierLen)
-		h := vtHeader(ledger.HeaderAgentID, long, ledger.HeaderAgentTurnID, long, ledger.HeaderTurnEpoch, "18446744073709551615",
-			ledger.HeaderTracestate, strings.Repeat("s", 512))
-		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		long := strings.Repeat("z", protocol.MaxIdentifierLen)
+		h := vtHeader(protocol.HeaderAgentID, long, protocol.HeaderAgentTurnID, long, protocol.HeaderTurnEpoch, "18446744073709551615",
+			protocol.HeaderTracestate, strings.Repeat("s", 512))
+		id, vs := protocol.ParseIdentity(h, protocol.IdentityRules{})
 		require.Empty(t, vs)
 		assert.Equal(t, uint64(18446744073709551615), id.TurnEpoch)
 		assert.Equal(t, long, id.AgentID)
 		assert.Len(t, id.Tracestate, 512)
 	})
 	t.Run("empty tracestate is allowed", func(t *testing.T) {
-		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTracestate, ""), ledger.IdentityRules{})
+		id, vs := protocol.ParseIdentity(vtWith(vtIdentityHeader(), protocol.HeaderTracestate, ""), protocol.IdentityRules{})
 		require.Empty(t, vs)
 		assert.Equal(t, "", id.Tracestate)
 	})
 	t.Run("a repeated non-CG header is allowed", func(t *testing.T) {
 		h := vtIdentityHeader()
 		h["X-Other"] = []string{"first", "second"}
-		_, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		_, vs := protocol.ParseIdentity(h, protocol.IdentityRules{})
 		require.Empty(t, vs)
 	})
 }
 
 func TestValidateIdentityHeaderNamesAreCaseInsensitive(t *testing.T) {
-	want := ledger.Identity{
+	want := protocol.Identity{
 		AgentID: vtAgent, AgentTurnID: vtTurn, TurnEpoch: vtEpoch, ToolCallID: vtCall, StepID: vtStep,
 		ContextBoxID: vtBox, Traceparent: vtTrace, Tracestate: "k=v",
 	}
 	names := []string{
-		ledger.HeaderAgentID, ledger.HeaderAgentTurnID, ledger.HeaderTurnEpoch, ledger.HeaderToolCallID,
-		ledger.HeaderStepID, ledger.HeaderContextBoxID, ledger.HeaderTraceparent, ledger.HeaderTracestate,
+		protocol.HeaderAgentID, protocol.HeaderAgentTurnID, protocol.HeaderTurnEpoch, protocol.HeaderToolCallID,
+		protocol.HeaderStepID, protocol.HeaderContextBoxID, protocol.HeaderTraceparent, protocol.HeaderTracestate,
 	}
 	values := []string{vtAgent, vtTurn, vtEpochText, vtCall, vtStep, vtBox, vtTrace, "k=v"}
 	transforms := map[string]func(string) string{
@@ -284,97 +283,97 @@ func TestValidateIdentityHeaderNamesAreCaseInsensitive(t *testing.T) {
 			return string(b)
 		},
 	}
-	rules := ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true}
+	rules := protocol.IdentityRules{RequireToolCallID: true, RequireStepID: true}
 	for tname, tf := range transforms {
 		t.Run(tname, func(t *testing.T) {
 			h := nats.Header{}
 			for i, n := range names {
 				h[tf(n)] = []string{values[i]}
 			}
-			id, vs := ledger.ParseIdentity(h, rules)
+			id, vs := protocol.ParseIdentity(h, rules)
 			require.Empty(t, vs)
 			assert.Equal(t, want, id)
 		})
 	}
 	t.Run("a case variant of a header already sent is a duplicate", func(t *testing.T) {
 		h := vtWith(vtIdentityHeader(), "cg-agent-id", "other")
-		id, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
-		vtRequireViolations(t, vs, vtViol{hdrField(ledger.HeaderAgentID), ledger.VDuplicate})
+		id, vs := protocol.ParseIdentity(h, protocol.IdentityRules{})
+		vtRequireViolations(t, vs, vtViol{hdrField(protocol.HeaderAgentID), protocol.VDuplicate})
 		assert.Empty(t, id.AgentID, "neither value is used")
 	})
 	t.Run("violations name the canonical header", func(t *testing.T) {
 		h := vtHeader("cg-agent-id", "a b", "CG-AGENT-TURN-ID", "", "cg-turn-epoch", "01", "TRACEPARENT", "nope")
-		_, vs := ledger.ParseIdentity(h, ledger.IdentityRules{})
+		_, vs := protocol.ParseIdentity(h, protocol.IdentityRules{})
 		vtRequireViolations(t, vs,
-			vtViol{hdrField(ledger.HeaderAgentID), ledger.VInvalidToken},
-			vtViol{hdrField(ledger.HeaderAgentTurnID), ledger.VEmpty},
-			vtViol{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue},
-			vtViol{hdrField(ledger.HeaderTraceparent), ledger.VInvalidValue},
+			vtViol{hdrField(protocol.HeaderAgentID), protocol.VInvalidToken},
+			vtViol{hdrField(protocol.HeaderAgentTurnID), protocol.VEmpty},
+			vtViol{hdrField(protocol.HeaderTurnEpoch), protocol.VInvalidValue},
+			vtViol{hdrField(protocol.HeaderTraceparent), protocol.VInvalidValue},
 		)
 	})
 }
 
 func TestValidateIdentityRejects(t *testing.T) {
 	base := vtIdentityHeader()
-	long := strings.Repeat("a", ledger.MaxIdentifierLen+1)
-	agent, turn, epoch, call := hdrField(ledger.HeaderAgentID), hdrField(ledger.HeaderAgentTurnID), hdrField(ledger.HeaderTurnEpoch), hdrField(ledger.HeaderToolCallID)
-	step, box, tp, ts := hdrField(ledger.HeaderStepID), hdrField(ledger.HeaderContextBoxID), hdrField(ledger.HeaderTraceparent), hdrField(ledger.HeaderTracestate)
+	long := strings.Repeat("a", protocol.MaxIdentifierLen+1)
+	agent, turn, epoch, call := hdrField(protocol.HeaderAgentID), hdrField(protocol.HeaderAgentTurnID), hdrField(protocol.HeaderTurnEpoch), hdrField(protocol.HeaderToolCallID)
+	step, box, tp, ts := hdrField(protocol.HeaderStepID), hdrField(protocol.HeaderContextBoxID), hdrField(protocol.HeaderTraceparent), hdrField(protocol.HeaderTracestate)
 	tests := []struct {
 		name  string
 		h     nats.Header
-		rules ledger.IdentityRules
+		rules protocol.IdentityRules
 		want  []vtViol
 	}{
-		{"nil header", nil, ledger.IdentityRules{},
-			[]vtViol{{agent, ledger.VRequired}, {turn, ledger.VRequired}, {epoch, ledger.VRequired}}},
-		{"empty header, all rules", nats.Header{}, ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true},
-			[]vtViol{{agent, ledger.VRequired}, {turn, ledger.VRequired}, {epoch, ledger.VRequired}, {call, ledger.VRequired}, {step, ledger.VRequired}}},
-		{"missing agent", vtWithout(base, ledger.HeaderAgentID), ledger.IdentityRules{}, []vtViol{{agent, ledger.VRequired}}},
-		{"missing turn", vtWithout(base, ledger.HeaderAgentTurnID), ledger.IdentityRules{}, []vtViol{{turn, ledger.VRequired}}},
-		{"missing epoch", vtWithout(base, ledger.HeaderTurnEpoch), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VRequired}}},
+		{"nil header", nil, protocol.IdentityRules{},
+			[]vtViol{{agent, protocol.VRequired}, {turn, protocol.VRequired}, {epoch, protocol.VRequired}}},
+		{"empty header, all rules", nats.Header{}, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: true},
+			[]vtViol{{agent, protocol.VRequired}, {turn, protocol.VRequired}, {epoch, protocol.VRequired}, {call, protocol.VRequired}, {step, protocol.VRequired}}},
+		{"missing agent", vtWithout(base, protocol.HeaderAgentID), protocol.IdentityRules{}, []vtViol{{agent, protocol.VRequired}}},
+		{"missing turn", vtWithout(base, protocol.HeaderAgentTurnID), protocol.IdentityRules{}, []vtViol{{turn, protocol.VRequired}}},
+		{"missing epoch", vtWithout(base, protocol.HeaderTurnEpoch), protocol.IdentityRules{}, []vtViol{{epoch, protocol.VRequired}}},
 		{"header present with no values counts as missing", func() nats.Header {
-			h := vtWithout(base, ledger.HeaderAgentID)
-			h[ledger.HeaderAgentID] = nil
+			h := vtWithout(base, protocol.HeaderAgentID)
+			h[protocol.HeaderAgentID] = nil
 			h["cg-agent-id"] = []string{}
 			return h
-		}(), ledger.IdentityRules{}, []vtViol{{agent, ledger.VRequired}}},
-		{"missing tool call id when required", vtWithout(base, ledger.HeaderToolCallID), ledger.IdentityRules{RequireToolCallID: true}, []vtViol{{call, ledger.VRequired}}},
-		{"missing tool call id when optional", vtWithout(base, ledger.HeaderToolCallID), ledger.IdentityRules{}, nil},
-		{"missing step id when required", base, ledger.IdentityRules{RequireStepID: true}, []vtViol{{step, ledger.VRequired}}},
-		{"empty agent", vtWith(base, ledger.HeaderAgentID, ""), ledger.IdentityRules{}, []vtViol{{agent, ledger.VEmpty}}},
-		{"empty optional call id", vtWith(base, ledger.HeaderToolCallID, ""), ledger.IdentityRules{}, []vtViol{{call, ledger.VEmpty}}},
-		{"empty optional context box", vtWith(base, ledger.HeaderContextBoxID, ""), ledger.IdentityRules{}, []vtViol{{box, ledger.VEmpty}}},
-		{"empty epoch", vtWith(base, ledger.HeaderTurnEpoch, ""), ledger.IdentityRules{}, []vtViol{{epoch, ledger.VEmpty}}},
-		{"agent with dot", vtWith(base, ledger.HeaderAgentID, "a.b"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
-		{"agent with star", vtWith(base, ledger.HeaderAgentID, "a*"), ledger.IdentityRules{}, []vtViol{{agent, ledger.VInvalidToken}}},
-		{"turn with gt", vtWith(base, ledger.HeaderAgentTurnID, ">"), ledger.IdentityRules{}, []vtViol{{turn, ledger.VInvalidToken}}},
-		{"turn with space", vtWith(base, ledger.HeaderAgentTurnID, "t 1"), ledger.IdentityRules{}, []vtViol{{turn, ledger.VInvalidToken}}},
-		{"call reserved", vtWith(base, ledger.HeaderToolCallID, "_"), ledger.IdentityRules{}, []vtViol{{call, ledger.VInvalidToken}}},
-		{"step too long", vtWith(base, ledger.HeaderStepID, long), ledger.IdentityRules{}, []vtViol{{step, ledger.VInvalidToken}}},
-		{"box non-ascii", vtWith(base, ledger.HeaderContextBoxID, "bøx"), ledger.IdentityRules{}, []vtViol{{box, ledger.VInvalidToken}}},
-		{"traceparent upper case", vtWith(base, ledger.HeaderTraceparent, strings.ToUpper(vtTrace)), ledger.IdentityRules{}, []vtViol{{tp, ledger.VInvalidValue}}},
-		{"traceparent empty", vtWith(base, ledger.HeaderTraceparent, ""), ledger.IdentityRules{}, []vtViol{{tp, ledger.VInvalidValue}}},
-		{"tracestate too long", vtWith(base, ledger.HeaderTracestate, strings.Repeat("s", 513)), ledger.IdentityRules{}, []vtViol{{ts, ledger.VTooLarge}}},
+		}(), protocol.IdentityRules{}, []vtViol{{agent, protocol.VRequired}}},
+		{"missing tool call id when required", vtWithout(base, protocol.HeaderToolCallID), protocol.IdentityRules{RequireToolCallID: true}, []vtViol{{call, protocol.VRequired}}},
+		{"missing tool call id when optional", vtWithout(base, protocol.HeaderToolCallID), protocol.IdentityRules{}, nil},
+		{"missing step id when required", base, protocol.IdentityRules{RequireStepID: true}, []vtViol{{step, protocol.VRequired}}},
+		{"empty agent", vtWith(base, protocol.HeaderAgentID, ""), protocol.IdentityRules{}, []vtViol{{agent, protocol.VEmpty}}},
+		{"empty optional call id", vtWith(base, protocol.HeaderToolCallID, ""), protocol.IdentityRules{}, []vtViol{{call, protocol.VEmpty}}},
+		{"empty optional context box", vtWith(base, protocol.HeaderContextBoxID, ""), protocol.IdentityRules{}, []vtViol{{box, protocol.VEmpty}}},
+		{"empty epoch", vtWith(base, protocol.HeaderTurnEpoch, ""), protocol.IdentityRules{}, []vtViol{{epoch, protocol.VEmpty}}},
+		{"agent with dot", vtWith(base, protocol.HeaderAgentID, "a.b"), protocol.IdentityRules{}, []vtViol{{agent, protocol.VInvalidToken}}},
+		{"agent with star", vtWith(base, protocol.HeaderAgentID, "a*"), protocol.IdentityRules{}, []vtViol{{agent, protocol.VInvalidToken}}},
+		{"turn with gt", vtWith(base, protocol.HeaderAgentTurnID, ">"), protocol.IdentityRules{}, []vtViol{{turn, protocol.VInvalidToken}}},
+		{"turn with space", vtWith(base, protocol.HeaderAgentTurnID, "t 1"), protocol.IdentityRules{}, []vtViol{{turn, protocol.VInvalidToken}}},
+		{"call reserved", vtWith(base, protocol.HeaderToolCallID, "_"), protocol.IdentityRules{}, []vtViol{{call, protocol.VInvalidToken}}},
+		{"step too long", vtWith(base, protocol.HeaderStepID, long), protocol.IdentityRules{}, []vtViol{{step, protocol.VInvalidToken}}},
+		{"box non-ascii", vtWith(base, protocol.HeaderContextBoxID, "bøx"), protocol.IdentityRules{}, []vtViol{{box, protocol.VInvalidToken}}},
+		{"traceparent upper case", vtWith(base, protocol.HeaderTraceparent, strings.ToUpper(vtTrace)), protocol.IdentityRules{}, []vtViol{{tp, protocol.VInvalidValue}}},
+		{"traceparent empty", vtWith(base, protocol.HeaderTraceparent, ""), protocol.IdentityRules{}, []vtViol{{tp, protocol.VInvalidValue}}},
+		{"tracestate too long", vtWith(base, protocol.HeaderTracestate, strings.Repeat("s", 513)), protocol.IdentityRules{}, []vtViol{{ts, protocol.VTooLarge}}},
 		{
 			"every problem at once",
 			vtHeader(
-				ledger.HeaderAgentID, "a b",
-				ledger.HeaderTurnEpoch, "01",
-				ledger.HeaderToolCallID, "",
-				ledger.HeaderContextBoxID, "x.y",
-				ledger.HeaderTraceparent, "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-				ledger.HeaderTracestate, strings.Repeat("s", 600),
+				protocol.HeaderAgentID, "a b",
+				protocol.HeaderTurnEpoch, "01",
+				protocol.HeaderToolCallID, "",
+				protocol.HeaderContextBoxID, "x.y",
+				protocol.HeaderTraceparent, "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+				protocol.HeaderTracestate, strings.Repeat("s", 600),
 			),
-			ledger.IdentityRules{RequireToolCallID: true, RequireStepID: true},
+			protocol.IdentityRules{RequireToolCallID: true, RequireStepID: true},
 			[]vtViol{
-				{agent, ledger.VInvalidToken}, {turn, ledger.VRequired}, {epoch, ledger.VInvalidValue}, {call, ledger.VEmpty},
-				{step, ledger.VRequired}, {box, ledger.VInvalidToken}, {tp, ledger.VInvalidValue}, {ts, ledger.VTooLarge},
+				{agent, protocol.VInvalidToken}, {turn, protocol.VRequired}, {epoch, protocol.VInvalidValue}, {call, protocol.VEmpty},
+				{step, protocol.VRequired}, {box, protocol.VInvalidToken}, {tp, protocol.VInvalidValue}, {ts, protocol.VTooLarge},
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, vs := ledger.ParseIdentity(tc.h, tc.rules)
+			_, vs := protocol.ParseIdentity(tc.h, tc.rules)
 			vtRequireViolations(t, vs, tc.want...)
 		})
 	}
@@ -382,13 +381,13 @@ func TestValidateIdentityRejects(t *testing.T) {
 
 func TestValidateIdentityEpochs(t *testing.T) {
 	for s, want := range map[string]uint64{"0": 0, "1": 1, "42": 42, "18446744073709551615": 1<<64 - 1} {
-		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTurnEpoch, s), ledger.IdentityRules{})
+		id, vs := protocol.ParseIdentity(vtWith(vtIdentityHeader(), protocol.HeaderTurnEpoch, s), protocol.IdentityRules{})
 		require.Empty(t, vs, "epoch %q", s)
 		assert.Equal(t, want, id.TurnEpoch, "epoch %q", s)
 	}
 	for _, s := range []string{"00", "01", "+1", "-1", " 1", "1 ", "1.0", "1e2", "0x2a", "1_0", "18446744073709551616", "seven"} {
-		id, vs := ledger.ParseIdentity(vtWith(vtIdentityHeader(), ledger.HeaderTurnEpoch, s), ledger.IdentityRules{})
-		vtRequireViolations(t, vs, vtViol{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue})
+		id, vs := protocol.ParseIdentity(vtWith(vtIdentityHeader(), protocol.HeaderTurnEpoch, s), protocol.IdentityRules{})
+		vtRequireViolations(t, vs, vtViol{hdrField(protocol.HeaderTurnEpoch), protocol.VInvalidValue})
 		assert.Zero(t, id.TurnEpoch, "epoch %q", s)
 	}
 }
@@ -397,13 +396,13 @@ func TestValidateIdentityEpochs(t *testing.T) {
 // ParseToolCommand.
 
 var (
-	vtToolSubject = ledger.ToolCommandSubject("v1", "proj-1", "chan-1", "echo")
-	vtPMOSubject  = ledger.PMOCommandSubject("v1", "proj-1", "chan-1", "spawn_agent")
+	vtToolSubject = protocol.ToolCommandSubject("v1", "proj-1", "chan-1", "echo")
+	vtPMOSubject  = protocol.PMOCommandSubject("v1", "proj-1", "chan-1", "spawn_agent")
 )
 
 const vtPayload = `{"tool_call_card_id":"card-1","after_execution":"suspend"}`
 
-func vtPMOHeader() nats.Header { return vtWith(vtIdentityHeader(), ledger.HeaderStepID, vtStep) }
+func vtPMOHeader() nats.Header { return vtWith(vtIdentityHeader(), protocol.HeaderStepID, vtStep) }
 
 func TestValidateToolCommandAccepts(t *testing.T) {
 	tests := []struct {
@@ -411,47 +410,47 @@ func TestValidateToolCommandAccepts(t *testing.T) {
 		subject string
 		h       nats.Header
 		data    string
-		want    ledger.ToolCommandPayload
+		want    protocol.ToolCommandPayload
 	}{
 		{"minimal", vtToolSubject, vtIdentityHeader(), vtPayload,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"terminate", vtToolSubject, vtIdentityHeader(), `{"tool_call_card_id":"card-1","after_execution":"terminate"}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterTerminate}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterTerminate}},
 		{"whitespace around payload", vtToolSubject, vtIdentityHeader(), " \n\t" + vtPayload + "\n ",
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"unknown fields ignored", vtToolSubject, vtIdentityHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","extra":{"nested":[1,2]},"note":"hi","argz":1,"Arguments":{}}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"optional tool name is a free-form name", vtToolSubject, vtIdentityHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","tool_name":"tool.example"}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "tool.example", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "tool.example", AfterExecution: protocol.AfterSuspend}},
 		{"tool name need not equal the tool target", vtToolSubject, vtIdentityHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","tool_name":"other"}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "other", AfterExecution: ledger.AfterSuspend}},
-		{"identity fields equal to headers", vtToolSubject, vtWith(vtIdentityHeader(), ledger.HeaderStepID, vtStep, ledger.HeaderContextBoxID, vtBox),
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "other", AfterExecution: protocol.AfterSuspend}},
+		{"identity fields equal to headers", vtToolSubject, vtWith(vtIdentityHeader(), protocol.HeaderStepID, vtStep, protocol.HeaderContextBoxID, vtBox),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":"agent-1","agent_turn_id":"turn-1",` +
 				`"tool_call_id":"call-1","step_id":"step-1","context_box_id":"box-1","turn_epoch":7}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"turn_epoch as a string", vtToolSubject, vtIdentityHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","turn_epoch":"7"}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"null identity fields are absent", vtToolSubject, vtIdentityHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":null,"turn_epoch":null,"step_id":null}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 		{"pmo command", vtPMOSubject, vtPMOHeader(),
 			`{"tool_call_card_id":"card-1","after_execution":"terminate","tool_name":"spawn_agent"}`,
-			ledger.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "spawn_agent", AfterExecution: ledger.AfterTerminate}},
+			protocol.ToolCommandPayload{ToolCallCardID: "card-1", ToolName: "spawn_agent", AfterExecution: protocol.AfterTerminate}},
 		{"lower-case headers", vtToolSubject,
 			vtHeader("cg-agent-id", vtAgent, "cg-agent-turn-id", vtTurn, "cg-turn-epoch", vtEpochText, "cg-tool-call-id", vtCall),
-			vtPayload, ledger.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: ledger.AfterSuspend}},
+			vtPayload, protocol.ToolCommandPayload{ToolCallCardID: "card-1", AfterExecution: protocol.AfterSuspend}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, err := ledger.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
+			cmd, err := protocol.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
 			require.NoError(t, err)
 			require.NotNil(t, cmd)
 			assert.Equal(t, tc.want, cmd.Payload)
-			sub, err := ledger.ParseCommandSubject(tc.subject)
+			sub, err := protocol.ParseCommandSubject(tc.subject)
 			require.NoError(t, err)
 			assert.Equal(t, sub, cmd.Subject)
 			assert.Equal(t, vtAgent, cmd.Identity.AgentID)
@@ -481,132 +480,132 @@ func TestValidateToolCommandRejects(t *testing.T) {
 		want    []vtViol
 	}{
 		// Payload shape.
-		{"no payload", vtToolSubject, h, "", []vtViol{{p, ledger.VRequired}}},
-		{"blank payload", vtToolSubject, h, " \n\t ", []vtViol{{p, ledger.VRequired}}},
-		{"array payload", vtToolSubject, h, `[]`, []vtViol{{p, ledger.VInvalidType}}},
-		{"string payload", vtToolSubject, h, `"x"`, []vtViol{{p, ledger.VInvalidType}}},
-		{"null payload", vtToolSubject, h, `null`, []vtViol{{p, ledger.VInvalidType}}},
-		{"number payload", vtToolSubject, h, `1`, []vtViol{{p, ledger.VInvalidType}}},
-		{"truncated payload", vtToolSubject, h, `{"tool_call_card_id":"card-1"`, []vtViol{{p, ledger.VInvalidJSON}}},
-		{"trailing garbage", vtToolSubject, h, vtPayload + ` x`, []vtViol{{p, ledger.VInvalidJSON}}},
-		{"two objects", vtToolSubject, h, vtPayload + vtPayload, []vtViol{{p, ledger.VInvalidJSON}}},
-		{"empty object", vtToolSubject, h, `{}`, []vtViol{{cardID, ledger.VRequired}, {after, ledger.VRequired}}},
+		{"no payload", vtToolSubject, h, "", []vtViol{{p, protocol.VRequired}}},
+		{"blank payload", vtToolSubject, h, " \n\t ", []vtViol{{p, protocol.VRequired}}},
+		{"array payload", vtToolSubject, h, `[]`, []vtViol{{p, protocol.VInvalidType}}},
+		{"string payload", vtToolSubject, h, `"x"`, []vtViol{{p, protocol.VInvalidType}}},
+		{"null payload", vtToolSubject, h, `null`, []vtViol{{p, protocol.VInvalidType}}},
+		{"number payload", vtToolSubject, h, `1`, []vtViol{{p, protocol.VInvalidType}}},
+		{"truncated payload", vtToolSubject, h, `{"tool_call_card_id":"card-1"`, []vtViol{{p, protocol.VInvalidJSON}}},
+		{"trailing garbage", vtToolSubject, h, vtPayload + ` x`, []vtViol{{p, protocol.VInvalidJSON}}},
+		{"two objects", vtToolSubject, h, vtPayload + vtPayload, []vtViol{{p, protocol.VInvalidJSON}}},
+		{"empty object", vtToolSubject, h, `{}`, []vtViol{{cardID, protocol.VRequired}, {after, protocol.VRequired}}},
 
 		// tool_call_card_id.
-		{"card id missing", vtToolSubject, h, `{"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VRequired}}},
-		{"card id null", vtToolSubject, h, `{"tool_call_card_id":null,"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VRequired}}},
-		{"card id empty", vtToolSubject, h, `{"tool_call_card_id":"","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VEmpty}}},
-		{"card id number", vtToolSubject, h, `{"tool_call_card_id":5,"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidType}}},
-		{"card id object", vtToolSubject, h, `{"tool_call_card_id":{},"after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidType}}},
-		{"card id with dot", vtToolSubject, h, `{"tool_call_card_id":"a.b","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
-		{"card id reserved", vtToolSubject, h, `{"tool_call_card_id":"_","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
-		{"card id with space", vtToolSubject, h, `{"tool_call_card_id":" card-1","after_execution":"suspend"}`, []vtViol{{cardID, ledger.VInvalidToken}}},
+		{"card id missing", vtToolSubject, h, `{"after_execution":"suspend"}`, []vtViol{{cardID, protocol.VRequired}}},
+		{"card id null", vtToolSubject, h, `{"tool_call_card_id":null,"after_execution":"suspend"}`, []vtViol{{cardID, protocol.VRequired}}},
+		{"card id empty", vtToolSubject, h, `{"tool_call_card_id":"","after_execution":"suspend"}`, []vtViol{{cardID, protocol.VEmpty}}},
+		{"card id number", vtToolSubject, h, `{"tool_call_card_id":5,"after_execution":"suspend"}`, []vtViol{{cardID, protocol.VInvalidType}}},
+		{"card id object", vtToolSubject, h, `{"tool_call_card_id":{},"after_execution":"suspend"}`, []vtViol{{cardID, protocol.VInvalidType}}},
+		{"card id with dot", vtToolSubject, h, `{"tool_call_card_id":"a.b","after_execution":"suspend"}`, []vtViol{{cardID, protocol.VInvalidToken}}},
+		{"card id reserved", vtToolSubject, h, `{"tool_call_card_id":"_","after_execution":"suspend"}`, []vtViol{{cardID, protocol.VInvalidToken}}},
+		{"card id with space", vtToolSubject, h, `{"tool_call_card_id":" card-1","after_execution":"suspend"}`, []vtViol{{cardID, protocol.VInvalidToken}}},
 
 		// after_execution.
-		{"after missing", vtToolSubject, h, `{"tool_call_card_id":"card-1"}`, []vtViol{{after, ledger.VRequired}}},
-		{"after empty", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":""}`, []vtViol{{after, ledger.VEmpty}}},
-		{"after unknown", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"continue"}`, []vtViol{{after, ledger.VInvalidValue}}},
-		{"after wrong case", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"Suspend"}`, []vtViol{{after, ledger.VInvalidValue}}},
-		{"after padded", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"suspend "}`, []vtViol{{after, ledger.VInvalidValue}}},
-		{"after bool", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":true}`, []vtViol{{after, ledger.VInvalidType}}},
+		{"after missing", vtToolSubject, h, `{"tool_call_card_id":"card-1"}`, []vtViol{{after, protocol.VRequired}}},
+		{"after empty", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":""}`, []vtViol{{after, protocol.VEmpty}}},
+		{"after unknown", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"continue"}`, []vtViol{{after, protocol.VInvalidValue}}},
+		{"after wrong case", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"Suspend"}`, []vtViol{{after, protocol.VInvalidValue}}},
+		{"after padded", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":"suspend "}`, []vtViol{{after, protocol.VInvalidValue}}},
+		{"after bool", vtToolSubject, h, `{"tool_call_card_id":"card-1","after_execution":true}`, []vtViol{{after, protocol.VInvalidType}}},
 
 		// Inline arguments and results.
-		{"inline args", vtToolSubject, h, obj(`,"args":{"x":1}`), []vtViol{{"payload.args", ledger.VForbidden}}},
-		{"inline arguments", vtToolSubject, h, obj(`,"arguments":{}`), []vtViol{{"payload.arguments", ledger.VForbidden}}},
-		{"inline result", vtToolSubject, h, obj(`,"result":"done"`), []vtViol{{"payload.result", ledger.VForbidden}}},
-		{"inline args null", vtToolSubject, h, obj(`,"args":null`), []vtViol{{"payload.args", ledger.VForbidden}}},
-		{"inline arguments null", vtToolSubject, h, obj(`,"arguments":null`), []vtViol{{"payload.arguments", ledger.VForbidden}}},
-		{"inline result null", vtToolSubject, h, obj(`,"result":null`), []vtViol{{"payload.result", ledger.VForbidden}}},
+		{"inline args", vtToolSubject, h, obj(`,"args":{"x":1}`), []vtViol{{"payload.args", protocol.VForbidden}}},
+		{"inline arguments", vtToolSubject, h, obj(`,"arguments":{}`), []vtViol{{"payload.arguments", protocol.VForbidden}}},
+		{"inline result", vtToolSubject, h, obj(`,"result":"done"`), []vtViol{{"payload.result", protocol.VForbidden}}},
+		{"inline args null", vtToolSubject, h, obj(`,"args":null`), []vtViol{{"payload.args", protocol.VForbidden}}},
+		{"inline arguments null", vtToolSubject, h, obj(`,"arguments":null`), []vtViol{{"payload.arguments", protocol.VForbidden}}},
+		{"inline result null", vtToolSubject, h, obj(`,"result":null`), []vtViol{{"payload.result", protocol.VForbidden}}},
 		{"all three inline", vtToolSubject, h, obj(`,"args":[],"arguments":"","result":0`),
-			[]vtViol{{"payload.args", ledger.VForbidden}, {"payload.arguments", ledger.VForbidden}, {"payload.result", ledger.VForbidden}}},
+			[]vtViol{{"payload.args", protocol.VForbidden}, {"payload.arguments", protocol.VForbidden}, {"payload.result", protocol.VForbidden}}},
 
 		// Payload identity must equal the headers.
-		{"agent_id mismatch", vtToolSubject, h, obj(`,"agent_id":"agent-2"`), []vtViol{{"payload.agent_id", ledger.VIdentityMismatch}}},
-		{"agent_turn_id mismatch", vtToolSubject, h, obj(`,"agent_turn_id":"turn-2"`), []vtViol{{"payload.agent_turn_id", ledger.VIdentityMismatch}}},
-		{"tool_call_id mismatch", vtToolSubject, h, obj(`,"tool_call_id":"call-2"`), []vtViol{{"payload.tool_call_id", ledger.VIdentityMismatch}}},
-		{"step_id mismatch", vtToolSubject, vtWith(h, ledger.HeaderStepID, vtStep), obj(`,"step_id":"step-2"`), []vtViol{{"payload.step_id", ledger.VIdentityMismatch}}},
+		{"agent_id mismatch", vtToolSubject, h, obj(`,"agent_id":"agent-2"`), []vtViol{{"payload.agent_id", protocol.VIdentityMismatch}}},
+		{"agent_turn_id mismatch", vtToolSubject, h, obj(`,"agent_turn_id":"turn-2"`), []vtViol{{"payload.agent_turn_id", protocol.VIdentityMismatch}}},
+		{"tool_call_id mismatch", vtToolSubject, h, obj(`,"tool_call_id":"call-2"`), []vtViol{{"payload.tool_call_id", protocol.VIdentityMismatch}}},
+		{"step_id mismatch", vtToolSubject, vtWith(h, protocol.HeaderStepID, vtStep), obj(`,"step_id":"step-2"`), []vtViol{{"payload.step_id", protocol.VIdentityMismatch}}},
 		// An absent optional header leaves nothing to compare a payload field with.
 		{"step_id without header is accepted", vtToolSubject, h, obj(`,"step_id":"step-1"`), nil},
 		{"context_box_id without header is accepted", vtToolSubject, h, obj(`,"context_box_id":"box-9"`), nil},
-		{"context_box_id mismatch", vtToolSubject, vtWith(h, ledger.HeaderContextBoxID, vtBox), obj(`,"context_box_id":"box-2"`), []vtViol{{"payload.context_box_id", ledger.VIdentityMismatch}}},
-		{"agent_id empty string", vtToolSubject, h, obj(`,"agent_id":""`), []vtViol{{"payload.agent_id", ledger.VIdentityMismatch}}},
-		{"turn_epoch number mismatch", vtToolSubject, h, obj(`,"turn_epoch":8`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
-		{"turn_epoch string mismatch", vtToolSubject, h, obj(`,"turn_epoch":"6"`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
-		{"turn_epoch zero", vtToolSubject, h, obj(`,"turn_epoch":0`), []vtViol{{"payload.turn_epoch", ledger.VIdentityMismatch}}},
-		{"turn_epoch leading zero", vtToolSubject, h, obj(`,"turn_epoch":"07"`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch negative", vtToolSubject, h, obj(`,"turn_epoch":-7`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch fraction", vtToolSubject, h, obj(`,"turn_epoch":7.0`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch exponent", vtToolSubject, h, obj(`,"turn_epoch":7e0`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch overflow", vtToolSubject, h, obj(`,"turn_epoch":18446744073709551616`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch bool", vtToolSubject, h, obj(`,"turn_epoch":true`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"turn_epoch empty string", vtToolSubject, h, obj(`,"turn_epoch":""`), []vtViol{{"payload.turn_epoch", ledger.VInvalidValue}}},
-		{"payload identity not checked against an invalid header", vtToolSubject, vtWith(h, ledger.HeaderAgentID, "bad agent", ledger.HeaderTurnEpoch, "x"),
+		{"context_box_id mismatch", vtToolSubject, vtWith(h, protocol.HeaderContextBoxID, vtBox), obj(`,"context_box_id":"box-2"`), []vtViol{{"payload.context_box_id", protocol.VIdentityMismatch}}},
+		{"agent_id empty string", vtToolSubject, h, obj(`,"agent_id":""`), []vtViol{{"payload.agent_id", protocol.VIdentityMismatch}}},
+		{"turn_epoch number mismatch", vtToolSubject, h, obj(`,"turn_epoch":8`), []vtViol{{"payload.turn_epoch", protocol.VIdentityMismatch}}},
+		{"turn_epoch string mismatch", vtToolSubject, h, obj(`,"turn_epoch":"6"`), []vtViol{{"payload.turn_epoch", protocol.VIdentityMismatch}}},
+		{"turn_epoch zero", vtToolSubject, h, obj(`,"turn_epoch":0`), []vtViol{{"payload.turn_epoch", protocol.VIdentityMismatch}}},
+		{"turn_epoch leading zero", vtToolSubject, h, obj(`,"turn_epoch":"07"`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch negative", vtToolSubject, h, obj(`,"turn_epoch":-7`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch fraction", vtToolSubject, h, obj(`,"turn_epoch":7.0`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch exponent", vtToolSubject, h, obj(`,"turn_epoch":7e0`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch overflow", vtToolSubject, h, obj(`,"turn_epoch":18446744073709551616`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch bool", vtToolSubject, h, obj(`,"turn_epoch":true`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"turn_epoch empty string", vtToolSubject, h, obj(`,"turn_epoch":""`), []vtViol{{"payload.turn_epoch", protocol.VInvalidValue}}},
+		{"payload identity not checked against an invalid header", vtToolSubject, vtWith(h, protocol.HeaderAgentID, "bad agent", protocol.HeaderTurnEpoch, "x"),
 			obj(`,"agent_id":"agent-9","turn_epoch":9`),
-			[]vtViol{{hdrField(ledger.HeaderAgentID), ledger.VInvalidToken}, {hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue}}},
+			[]vtViol{{hdrField(protocol.HeaderAgentID), protocol.VInvalidToken}, {hdrField(protocol.HeaderTurnEpoch), protocol.VInvalidValue}}},
 
 		// Headers.
-		{"missing tool call id header", vtToolSubject, vtWithout(h, ledger.HeaderToolCallID), vtPayload,
-			[]vtViol{{hdrField(ledger.HeaderToolCallID), ledger.VRequired}}},
+		{"missing tool call id header", vtToolSubject, vtWithout(h, protocol.HeaderToolCallID), vtPayload,
+			[]vtViol{{hdrField(protocol.HeaderToolCallID), protocol.VRequired}}},
 		{"tool command does not require a step id", vtToolSubject, h, vtPayload, nil},
 		{"no headers", vtToolSubject, nil, vtPayload, []vtViol{
-			{hdrField(ledger.HeaderAgentID), ledger.VRequired}, {hdrField(ledger.HeaderAgentTurnID), ledger.VRequired},
-			{hdrField(ledger.HeaderTurnEpoch), ledger.VRequired}, {hdrField(ledger.HeaderToolCallID), ledger.VRequired},
+			{hdrField(protocol.HeaderAgentID), protocol.VRequired}, {hdrField(protocol.HeaderAgentTurnID), protocol.VRequired},
+			{hdrField(protocol.HeaderTurnEpoch), protocol.VRequired}, {hdrField(protocol.HeaderToolCallID), protocol.VRequired},
 		}},
 
 		// PMO commands.
-		{"pmo requires step id", vtPMOSubject, h, obj(`,"tool_name":"spawn_agent"`), []vtViol{{hdrField(ledger.HeaderStepID), ledger.VRequired}}},
-		{"pmo requires tool call id", vtPMOSubject, vtWithout(vtPMOHeader(), ledger.HeaderToolCallID), obj(`,"tool_name":"spawn_agent"`),
-			[]vtViol{{hdrField(ledger.HeaderToolCallID), ledger.VRequired}}},
-		{"pmo requires tool name", vtPMOSubject, vtPMOHeader(), vtPayload, []vtViol{{toolName, ledger.VRequired}}},
-		{"pmo tool name empty", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":""`), []vtViol{{toolName, ledger.VEmpty}}},
-		{"pmo tool name mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"kill_agent"`), []vtViol{{toolName, ledger.VMismatch}}},
-		{"pmo tool name case mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"Spawn_Agent"`), []vtViol{{toolName, ledger.VMismatch}}},
-		{"pmo tool name invalid", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"spawn agent"`), []vtViol{{toolName, ledger.VInvalidValue}}},
-		{"tool name with control character", vtToolSubject, h, obj(`,"tool_name":"a\u0001"`), []vtViol{{toolName, ledger.VInvalidValue}}},
+		{"pmo requires step id", vtPMOSubject, h, obj(`,"tool_name":"spawn_agent"`), []vtViol{{hdrField(protocol.HeaderStepID), protocol.VRequired}}},
+		{"pmo requires tool call id", vtPMOSubject, vtWithout(vtPMOHeader(), protocol.HeaderToolCallID), obj(`,"tool_name":"spawn_agent"`),
+			[]vtViol{{hdrField(protocol.HeaderToolCallID), protocol.VRequired}}},
+		{"pmo requires tool name", vtPMOSubject, vtPMOHeader(), vtPayload, []vtViol{{toolName, protocol.VRequired}}},
+		{"pmo tool name empty", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":""`), []vtViol{{toolName, protocol.VEmpty}}},
+		{"pmo tool name mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"kill_agent"`), []vtViol{{toolName, protocol.VMismatch}}},
+		{"pmo tool name case mismatch", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"Spawn_Agent"`), []vtViol{{toolName, protocol.VMismatch}}},
+		{"pmo tool name invalid", vtPMOSubject, vtPMOHeader(), obj(`,"tool_name":"spawn agent"`), []vtViol{{toolName, protocol.VInvalidValue}}},
+		{"tool name with control character", vtToolSubject, h, obj(`,"tool_name":"a\u0001"`), []vtViol{{toolName, protocol.VInvalidValue}}},
 
 		// Subjects.
-		{"non-command subject", ledger.CardSubject("v1", "proj-1", "card-1"), h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
-		{"wakeup subject", ledger.WakeupSubject("v1", "proj-1", "chan-1", "w"), h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
-		{"garbage subject", "hello", h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
-		{"empty subject", "", h, vtPayload, []vtViol{{"subject", ledger.VInvalidSubject}}},
-		{"subject with bad tokens", "cg.v1.p*.c.cmd.tool.a b", h, vtPayload, []vtViol{{"subject", ledger.VInvalidToken}, {"subject", ledger.VInvalidToken}}},
+		{"non-command subject", protocol.CardSubject("v1", "proj-1", "card-1"), h, vtPayload, []vtViol{{"subject", protocol.VInvalidSubject}}},
+		{"wakeup subject", protocol.WakeupSubject("v1", "proj-1", "chan-1", "w"), h, vtPayload, []vtViol{{"subject", protocol.VInvalidSubject}}},
+		{"garbage subject", "hello", h, vtPayload, []vtViol{{"subject", protocol.VInvalidSubject}}},
+		{"empty subject", "", h, vtPayload, []vtViol{{"subject", protocol.VInvalidSubject}}},
+		{"subject with bad tokens", "cg.v1.p*.c.cmd.tool.a b", h, vtPayload, []vtViol{{"subject", protocol.VInvalidToken}, {"subject", protocol.VInvalidToken}}},
 
 		// Everything at once.
 		{
 			"every problem at once",
 			"cg.V1.proj-1.chan-1.cmd.tool.echo",
-			vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderTurnEpoch, "01"),
+			vtHeader(protocol.HeaderAgentID, vtAgent, protocol.HeaderTurnEpoch, "01"),
 			`{"arguments":{},"after_execution":"later","agent_id":"agent-2","result":null}`,
 			[]vtViol{
-				{"subject", ledger.VInvalidSubject},
-				{hdrField(ledger.HeaderAgentTurnID), ledger.VRequired},
-				{hdrField(ledger.HeaderTurnEpoch), ledger.VInvalidValue},
-				{hdrField(ledger.HeaderToolCallID), ledger.VRequired},
-				{"payload.arguments", ledger.VForbidden},
-				{"payload.result", ledger.VForbidden},
-				{cardID, ledger.VRequired},
-				{after, ledger.VInvalidValue},
-				{"payload.agent_id", ledger.VIdentityMismatch},
+				{"subject", protocol.VInvalidSubject},
+				{hdrField(protocol.HeaderAgentTurnID), protocol.VRequired},
+				{hdrField(protocol.HeaderTurnEpoch), protocol.VInvalidValue},
+				{hdrField(protocol.HeaderToolCallID), protocol.VRequired},
+				{"payload.arguments", protocol.VForbidden},
+				{"payload.result", protocol.VForbidden},
+				{cardID, protocol.VRequired},
+				{after, protocol.VInvalidValue},
+				{"payload.agent_id", protocol.VIdentityMismatch},
 			},
 		},
 		{
 			"every pmo problem at once",
 			vtPMOSubject,
-			vtHeader(ledger.HeaderAgentID, vtAgent, ledger.HeaderAgentTurnID, vtTurn, ledger.HeaderTurnEpoch, "7", ledger.HeaderToolCallID, vtCall),
+			vtHeader(protocol.HeaderAgentID, vtAgent, protocol.HeaderAgentTurnID, vtTurn, protocol.HeaderTurnEpoch, "7", protocol.HeaderToolCallID, vtCall),
 			`{"tool_call_card_id":"a>b","tool_name":"other","turn_epoch":"8","args":1}`,
 			[]vtViol{
-				{hdrField(ledger.HeaderStepID), ledger.VRequired},
-				{"payload.args", ledger.VForbidden},
-				{cardID, ledger.VInvalidToken},
-				{toolName, ledger.VMismatch},
-				{after, ledger.VRequired},
-				{"payload.turn_epoch", ledger.VIdentityMismatch},
+				{hdrField(protocol.HeaderStepID), protocol.VRequired},
+				{"payload.args", protocol.VForbidden},
+				{cardID, protocol.VInvalidToken},
+				{toolName, protocol.VMismatch},
+				{after, protocol.VRequired},
+				{"payload.turn_epoch", protocol.VIdentityMismatch},
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, err := ledger.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
+			cmd, err := protocol.ParseToolCommand(tc.subject, tc.h, []byte(tc.data))
 			if len(tc.want) == 0 {
 				require.NoError(t, err)
 				require.NotNil(t, cmd)
@@ -643,7 +642,7 @@ func vtCardJSON(t *testing.T, base map[string]any, override map[string]any) []by
 
 func vtCallCard() map[string]any {
 	return map[string]any{
-		"card_id": "cc-1", "project_id": "proj-1", "type": ledger.CardToolCall, "author_id": "agent-1",
+		"card_id": "cc-1", "project_id": "proj-1", "type": protocol.CardToolCall, "author_id": "agent-1",
 		"agent_turn_id": "turn-1", "tool_call_id": "call-1",
 		"content":  json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi"}}`),
 		"metadata": map[string]any{"trace_id": "tr", "parent_step_id": "ps", "step_id": "st"},
@@ -652,7 +651,7 @@ func vtCallCard() map[string]any {
 
 func vtResultCard() map[string]any {
 	return map[string]any{
-		"card_id": "rc-1", "project_id": "proj-1", "type": ledger.CardToolResult, "author_id": "tool.example",
+		"card_id": "rc-1", "project_id": "proj-1", "type": protocol.CardToolResult, "author_id": "tool.example",
 		"function_name": "echo", "agent_turn_id": "turn-1", "tool_call_id": "call-1",
 		"content":  json.RawMessage(`{"status":"success","result":{"text":"hi"}}`),
 		"metadata": map[string]any{"trace_id": "tr", "parent_step_id": "ps", "step_id": "st"},
@@ -670,13 +669,13 @@ func TestValidateCardAccepts(t *testing.T) {
 			"content": {"tool_name": "echo", "arguments": { "text" : "hi", "n": [1, 2] }, "extra": true},
 			"metadata": {"trace_id": "tr", "parent_step_id": "ps", "step_id": "st", "other": 1}
 		}`)
-		c, err := ledger.ParseCard(data)
+		c, err := protocol.ParseCard(data)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.Card{
-			CardID: "cc-1", ProjectID: "proj-1", Type: ledger.CardToolCall, AuthorID: "agent-1",
+		assert.Equal(t, protocol.Card{
+			CardID: "cc-1", ProjectID: "proj-1", Type: protocol.CardToolCall, AuthorID: "agent-1",
 			AgentTurnID: "turn-1", ToolCallID: "call-1",
 			Content:  json.RawMessage(`{"tool_name":"echo","arguments":{"text":"hi","n":[1,2]}}`),
-			Metadata: ledger.CardMetadata{TraceID: "tr", ParentStepID: "ps", StepID: "st"},
+			Metadata: protocol.CardMetadata{TraceID: "tr", ParentStepID: "ps", StepID: "st"},
 		}, *c)
 		tc, err := c.ToolCall()
 		require.NoError(t, err)
@@ -688,25 +687,25 @@ func TestValidateCardAccepts(t *testing.T) {
 		// Parsing the normalized card again is the identity.
 		b, err := json.Marshal(c)
 		require.NoError(t, err)
-		again, err := ledger.ParseCard(b)
+		again, err := protocol.ParseCard(b)
 		require.NoError(t, err)
 		assert.Equal(t, c, again)
 	})
 	t.Run("tool.call with empty arguments and no metadata", func(t *testing.T) {
-		c, err := ledger.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{
+		c, err := protocol.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{
 			"content": json.RawMessage(`{"tool_name":"x","arguments":{}}`), "metadata": nil,
 		}))
 		require.NoError(t, err)
 		assert.Equal(t, `{"tool_name":"x","arguments":{}}`, string(c.Content))
-		assert.Equal(t, ledger.CardMetadata{}, c.Metadata)
+		assert.Equal(t, protocol.CardMetadata{}, c.Metadata)
 	})
 	t.Run("tool.call keeps a function_name", func(t *testing.T) {
-		c, err := ledger.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{"function_name": "fn.x"}))
+		c, err := protocol.ParseCard(vtCardJSON(t, vtCallCard(), map[string]any{"function_name": "fn.x"}))
 		require.NoError(t, err)
 		assert.Equal(t, "fn.x", c.FunctionName)
 	})
 	t.Run("author_id may contain dots", func(t *testing.T) {
-		c, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), nil))
+		c, err := protocol.ParseCard(vtCardJSON(t, vtResultCard(), nil))
 		require.NoError(t, err)
 		assert.Equal(t, "tool.example", c.AuthorID)
 		assert.Equal(t, "echo", c.FunctionName)
@@ -732,12 +731,12 @@ func TestValidateCardAccepts(t *testing.T) {
 	}
 	for _, tc := range results {
 		t.Run("tool.result "+tc.name, func(t *testing.T) {
-			c, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"content": json.RawMessage(tc.content)}))
+			c, err := protocol.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"content": json.RawMessage(tc.content)}))
 			require.NoError(t, err)
 			assert.JSONEq(t, tc.want, string(c.Content))
 			tr, err := c.ToolResult()
 			require.NoError(t, err)
-			assert.True(t, ledger.ValidStatus(tr.Status))
+			assert.True(t, protocol.ValidStatus(tr.Status))
 			_, err = c.ToolCall()
 			assert.Error(t, err)
 		})
@@ -766,80 +765,80 @@ func TestValidateCardRejects(t *testing.T) {
 		want     []vtViol
 	}{
 		// Not an object.
-		{name: "empty input", raw: " ", want: []vtViol{{"card", ledger.VRequired}}},
-		{name: "array", raw: `[{}]`, want: []vtViol{{"card", ledger.VInvalidType}}},
-		{name: "text", raw: `"a card"`, want: []vtViol{{"card", ledger.VInvalidType}}},
-		{name: "invalid json", raw: `{"card_id":`, want: []vtViol{{"card", ledger.VInvalidJSON}}},
+		{name: "empty input", raw: " ", want: []vtViol{{"card", protocol.VRequired}}},
+		{name: "array", raw: `[{}]`, want: []vtViol{{"card", protocol.VInvalidType}}},
+		{name: "text", raw: `"a card"`, want: []vtViol{{"card", protocol.VInvalidType}}},
+		{name: "invalid json", raw: `{"card_id":`, want: []vtViol{{"card", protocol.VInvalidJSON}}},
 		{name: "empty object", raw: `{}`, want: []vtViol{
-			{"card.card_id", ledger.VRequired}, {"card.project_id", ledger.VRequired}, {"card.type", ledger.VRequired},
-			{"card.author_id", ledger.VRequired}, {"card.agent_turn_id", ledger.VRequired}, {"card.tool_call_id", ledger.VRequired},
+			{"card.card_id", protocol.VRequired}, {"card.project_id", protocol.VRequired}, {"card.type", protocol.VRequired},
+			{"card.author_id", protocol.VRequired}, {"card.agent_turn_id", protocol.VRequired}, {"card.tool_call_id", protocol.VRequired},
 		}},
 
 		// Type.
-		{name: "unknown type", base: call, override: map[string]any{"type": "tool.other"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
-		{name: "text type", base: call, override: map[string]any{"type": "text"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
-		{name: "type wrong case", base: call, override: map[string]any{"type": "Tool.Call"}, want: []vtViol{{"card.type", ledger.VInvalidValue}}},
-		{name: "type empty", base: call, override: map[string]any{"type": ""}, want: []vtViol{{"card.type", ledger.VEmpty}}},
-		{name: "type missing", base: call, override: map[string]any{"type": nil}, want: []vtViol{{"card.type", ledger.VRequired}}},
-		{name: "type number", base: call, override: map[string]any{"type": 1}, want: []vtViol{{"card.type", ledger.VInvalidType}}},
+		{name: "unknown type", base: call, override: map[string]any{"type": "tool.other"}, want: []vtViol{{"card.type", protocol.VInvalidValue}}},
+		{name: "text type", base: call, override: map[string]any{"type": "text"}, want: []vtViol{{"card.type", protocol.VInvalidValue}}},
+		{name: "type wrong case", base: call, override: map[string]any{"type": "Tool.Call"}, want: []vtViol{{"card.type", protocol.VInvalidValue}}},
+		{name: "type empty", base: call, override: map[string]any{"type": ""}, want: []vtViol{{"card.type", protocol.VEmpty}}},
+		{name: "type missing", base: call, override: map[string]any{"type": nil}, want: []vtViol{{"card.type", protocol.VRequired}}},
+		{name: "type number", base: call, override: map[string]any{"type": 1}, want: []vtViol{{"card.type", protocol.VInvalidType}}},
 
 		// Identifiers and names.
-		{name: "card id with dot", base: call, override: map[string]any{"card_id": "a.b"}, want: []vtViol{{"card.card_id", ledger.VInvalidToken}}},
-		{name: "card id reserved", base: call, override: map[string]any{"card_id": "_"}, want: []vtViol{{"card.card_id", ledger.VInvalidToken}}},
-		{name: "project id wildcard", base: call, override: map[string]any{"project_id": "*"}, want: []vtViol{{"card.project_id", ledger.VInvalidToken}}},
-		{name: "turn id too long", base: call, override: map[string]any{"agent_turn_id": strings.Repeat("t", 257)}, want: []vtViol{{"card.agent_turn_id", ledger.VInvalidToken}}},
-		{name: "call id empty", base: call, override: map[string]any{"tool_call_id": ""}, want: []vtViol{{"card.tool_call_id", ledger.VEmpty}}},
-		{name: "author with space", base: call, override: map[string]any{"author_id": "an agent"}, want: []vtViol{{"card.author_id", ledger.VInvalidValue}}},
-		{name: "author empty", base: call, override: map[string]any{"author_id": ""}, want: []vtViol{{"card.author_id", ledger.VEmpty}}},
-		{name: "author number", base: call, override: map[string]any{"author_id": 7}, want: []vtViol{{"card.author_id", ledger.VInvalidType}}},
-		{name: "function name with newline", base: result, override: map[string]any{"function_name": "echo\n"}, want: []vtViol{{"card.function_name", ledger.VInvalidValue}}},
-		{name: "result without function name", base: result, override: map[string]any{"function_name": nil}, want: []vtViol{{"card.function_name", ledger.VRequired}}},
-		{name: "result with empty function name", base: result, override: map[string]any{"function_name": ""}, want: []vtViol{{"card.function_name", ledger.VEmpty}}},
+		{name: "card id with dot", base: call, override: map[string]any{"card_id": "a.b"}, want: []vtViol{{"card.card_id", protocol.VInvalidToken}}},
+		{name: "card id reserved", base: call, override: map[string]any{"card_id": "_"}, want: []vtViol{{"card.card_id", protocol.VInvalidToken}}},
+		{name: "project id wildcard", base: call, override: map[string]any{"project_id": "*"}, want: []vtViol{{"card.project_id", protocol.VInvalidToken}}},
+		{name: "turn id too long", base: call, override: map[string]any{"agent_turn_id": strings.Repeat("t", 257)}, want: []vtViol{{"card.agent_turn_id", protocol.VInvalidToken}}},
+		{name: "call id empty", base: call, override: map[string]any{"tool_call_id": ""}, want: []vtViol{{"card.tool_call_id", protocol.VEmpty}}},
+		{name: "author with space", base: call, override: map[string]any{"author_id": "an agent"}, want: []vtViol{{"card.author_id", protocol.VInvalidValue}}},
+		{name: "author empty", base: call, override: map[string]any{"author_id": ""}, want: []vtViol{{"card.author_id", protocol.VEmpty}}},
+		{name: "author number", base: call, override: map[string]any{"author_id": 7}, want: []vtViol{{"card.author_id", protocol.VInvalidType}}},
+		{name: "function name with newline", base: result, override: map[string]any{"function_name": "echo\n"}, want: []vtViol{{"card.function_name", protocol.VInvalidValue}}},
+		{name: "result without function name", base: result, override: map[string]any{"function_name": nil}, want: []vtViol{{"card.function_name", protocol.VRequired}}},
+		{name: "result with empty function name", base: result, override: map[string]any{"function_name": ""}, want: []vtViol{{"card.function_name", protocol.VEmpty}}},
 
 		// Metadata.
-		{name: "metadata not an object", base: call, override: map[string]any{"metadata": "x"}, want: []vtViol{{"card.metadata", ledger.VInvalidType}}},
-		{name: "metadata array", base: call, override: map[string]any{"metadata": []int{}}, want: []vtViol{{"card.metadata", ledger.VInvalidType}}},
+		{name: "metadata not an object", base: call, override: map[string]any{"metadata": "x"}, want: []vtViol{{"card.metadata", protocol.VInvalidType}}},
+		{name: "metadata array", base: call, override: map[string]any{"metadata": []int{}}, want: []vtViol{{"card.metadata", protocol.VInvalidType}}},
 		{name: "metadata field not a string", base: call, override: map[string]any{"metadata": map[string]any{"trace_id": 1, "step_id": false}},
-			want: []vtViol{{"card.metadata.trace_id", ledger.VInvalidType}, {"card.metadata.step_id", ledger.VInvalidType}}},
+			want: []vtViol{{"card.metadata.trace_id", protocol.VInvalidType}, {"card.metadata.step_id", protocol.VInvalidType}}},
 
 		// tool.call content.
-		{name: "call content missing", base: call, override: map[string]any{"content": nil}, want: []vtViol{{content, ledger.VRequired}}},
-		{name: "call content null", base: call, override: map[string]any{"content": vtNull}, want: []vtViol{{content, ledger.VRequired}}},
-		{name: "call content text", base: call, override: map[string]any{"content": "please echo hi"}, want: []vtViol{{content, ledger.VInvalidType}}},
-		{name: "call content array", base: call, override: map[string]any{"content": []any{map[string]any{"tool_name": "echo"}}}, want: []vtViol{{content, ledger.VInvalidType}}},
-		{name: "call content number", base: call, override: map[string]any{"content": 3}, want: []vtViol{{content, ledger.VInvalidType}}},
+		{name: "call content missing", base: call, override: map[string]any{"content": nil}, want: []vtViol{{content, protocol.VRequired}}},
+		{name: "call content null", base: call, override: map[string]any{"content": vtNull}, want: []vtViol{{content, protocol.VRequired}}},
+		{name: "call content text", base: call, override: map[string]any{"content": "please echo hi"}, want: []vtViol{{content, protocol.VInvalidType}}},
+		{name: "call content array", base: call, override: map[string]any{"content": []any{map[string]any{"tool_name": "echo"}}}, want: []vtViol{{content, protocol.VInvalidType}}},
+		{name: "call content number", base: call, override: map[string]any{"content": 3}, want: []vtViol{{content, protocol.VInvalidType}}},
 		{name: "call content empty object", base: withContent(call, `{}`),
-			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
+			want: []vtViol{{"card.content.tool_name", protocol.VRequired}, {"card.content.arguments", protocol.VRequired}}},
 		{name: "call content arbitrary dict", base: withContent(call, `{"text":"hi","foo":1}`),
-			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
-		{name: "call arguments null", base: withContent(call, `{"tool_name":"echo","arguments":null}`), want: []vtViol{{"card.content.arguments", ledger.VRequired}}},
-		{name: "call arguments string", base: withContent(call, `{"tool_name":"echo","arguments":"{}"}`), want: []vtViol{{"card.content.arguments", ledger.VInvalidType}}},
-		{name: "call arguments array", base: withContent(call, `{"tool_name":"echo","arguments":[]}`), want: []vtViol{{"card.content.arguments", ledger.VInvalidType}}},
-		{name: "call tool name invalid", base: withContent(call, `{"tool_name":"e cho","arguments":{}}`), want: []vtViol{{"card.content.tool_name", ledger.VInvalidValue}}},
-		{name: "call tool name number", base: withContent(call, `{"tool_name":1,"arguments":{}}`), want: []vtViol{{"card.content.tool_name", ledger.VInvalidType}}},
+			want: []vtViol{{"card.content.tool_name", protocol.VRequired}, {"card.content.arguments", protocol.VRequired}}},
+		{name: "call arguments null", base: withContent(call, `{"tool_name":"echo","arguments":null}`), want: []vtViol{{"card.content.arguments", protocol.VRequired}}},
+		{name: "call arguments string", base: withContent(call, `{"tool_name":"echo","arguments":"{}"}`), want: []vtViol{{"card.content.arguments", protocol.VInvalidType}}},
+		{name: "call arguments array", base: withContent(call, `{"tool_name":"echo","arguments":[]}`), want: []vtViol{{"card.content.arguments", protocol.VInvalidType}}},
+		{name: "call tool name invalid", base: withContent(call, `{"tool_name":"e cho","arguments":{}}`), want: []vtViol{{"card.content.tool_name", protocol.VInvalidValue}}},
+		{name: "call tool name number", base: withContent(call, `{"tool_name":1,"arguments":{}}`), want: []vtViol{{"card.content.tool_name", protocol.VInvalidType}}},
 		{name: "call with result content", base: withContent(call, `{"status":"success","result":{}}`),
-			want: []vtViol{{"card.content.tool_name", ledger.VRequired}, {"card.content.arguments", ledger.VRequired}}},
+			want: []vtViol{{"card.content.tool_name", protocol.VRequired}, {"card.content.arguments", protocol.VRequired}}},
 
 		// tool.result content.
-		{name: "result content missing", base: result, override: map[string]any{"content": nil}, want: []vtViol{{content, ledger.VRequired}}},
-		{name: "result content text", base: result, override: map[string]any{"content": "hi"}, want: []vtViol{{content, ledger.VInvalidType}}},
-		{name: "result content array", base: result, override: map[string]any{"content": []int{1}}, want: []vtViol{{content, ledger.VInvalidType}}},
-		{name: "result content empty object", base: withContent(result, `{}`), want: []vtViol{{"card.content.status", ledger.VRequired}}},
-		{name: "result status unknown", base: withContent(result, `{"status":"ok"}`), want: []vtViol{{"card.content.status", ledger.VInvalidValue}}},
-		{name: "result status wrong case", base: withContent(result, `{"status":"SUCCESS"}`), want: []vtViol{{"card.content.status", ledger.VInvalidValue}}},
-		{name: "result status empty", base: withContent(result, `{"status":""}`), want: []vtViol{{"card.content.status", ledger.VEmpty}}},
-		{name: "result status number", base: withContent(result, `{"status":0}`), want: []vtViol{{"card.content.status", ledger.VInvalidType}}},
-		{name: "success with error", base: withContent(result, `{"status":"success","result":{},"error":{"code":"x"}}`), want: []vtViol{{errF, ledger.VForbidden}}},
+		{name: "result content missing", base: result, override: map[string]any{"content": nil}, want: []vtViol{{content, protocol.VRequired}}},
+		{name: "result content text", base: result, override: map[string]any{"content": "hi"}, want: []vtViol{{content, protocol.VInvalidType}}},
+		{name: "result content array", base: result, override: map[string]any{"content": []int{1}}, want: []vtViol{{content, protocol.VInvalidType}}},
+		{name: "result content empty object", base: withContent(result, `{}`), want: []vtViol{{"card.content.status", protocol.VRequired}}},
+		{name: "result status unknown", base: withContent(result, `{"status":"ok"}`), want: []vtViol{{"card.content.status", protocol.VInvalidValue}}},
+		{name: "result status wrong case", base: withContent(result, `{"status":"SUCCESS"}`), want: []vtViol{{"card.content.status", protocol.VInvalidValue}}},
+		{name: "result status empty", base: withContent(result, `{"status":""}`), want: []vtViol{{"card.content.status", protocol.VEmpty}}},
+		{name: "result status number", base: withContent(result, `{"status":0}`), want: []vtViol{{"card.content.status", protocol.VInvalidType}}},
+		{name: "success with error", base: withContent(result, `{"status":"success","result":{},"error":{"code":"x"}}`), want: []vtViol{{errF, protocol.VForbidden}}},
 		{name: "success with empty error", base: withContent(result, `{"status":"success","error":{}}`),
-			want: []vtViol{{errF + ".code", ledger.VRequired}, {errF, ledger.VForbidden}}},
-		{name: "failed without error", base: withContent(result, `{"status":"failed","result":null}`), want: []vtViol{{errF, ledger.VRequired}}},
-		{name: "failed with null error", base: withContent(result, `{"status":"failed","error":null}`), want: []vtViol{{errF, ledger.VRequired}}},
-		{name: "timeout without error", base: withContent(result, `{"status":"timeout"}`), want: []vtViol{{errF, ledger.VRequired}}},
-		{name: "failed with text error", base: withContent(result, `{"status":"failed","error":"boom"}`), want: []vtViol{{errF, ledger.VInvalidType}}},
-		{name: "failed with error without code", base: withContent(result, `{"status":"failed","error":{"message":"m"}}`), want: []vtViol{{errF + ".code", ledger.VRequired}}},
-		{name: "failed with empty error code", base: withContent(result, `{"status":"failed","error":{"code":""}}`), want: []vtViol{{errF + ".code", ledger.VEmpty}}},
-		{name: "error message not a string", base: withContent(result, `{"status":"failed","error":{"code":"c","message":1}}`), want: []vtViol{{errF + ".message", ledger.VInvalidType}}},
-		{name: "error detail not an object", base: withContent(result, `{"status":"failed","error":{"code":"c","detail":"d"}}`), want: []vtViol{{errF + ".detail", ledger.VInvalidType}}},
+			want: []vtViol{{errF + ".code", protocol.VRequired}, {errF, protocol.VForbidden}}},
+		{name: "failed without error", base: withContent(result, `{"status":"failed","result":null}`), want: []vtViol{{errF, protocol.VRequired}}},
+		{name: "failed with null error", base: withContent(result, `{"status":"failed","error":null}`), want: []vtViol{{errF, protocol.VRequired}}},
+		{name: "timeout without error", base: withContent(result, `{"status":"timeout"}`), want: []vtViol{{errF, protocol.VRequired}}},
+		{name: "failed with text error", base: withContent(result, `{"status":"failed","error":"boom"}`), want: []vtViol{{errF, protocol.VInvalidType}}},
+		{name: "failed with error without code", base: withContent(result, `{"status":"failed","error":{"message":"m"}}`), want: []vtViol{{errF + ".code", protocol.VRequired}}},
+		{name: "failed with empty error code", base: withContent(result, `{"status":"failed","error":{"code":""}}`), want: []vtViol{{errF + ".code", protocol.VEmpty}}},
+		{name: "error message not a string", base: withContent(result, `{"status":"failed","error":{"code":"c","message":1}}`), want: []vtViol{{errF + ".message", protocol.VInvalidType}}},
+		{name: "error detail not an object", base: withContent(result, `{"status":"failed","error":{"code":"c","detail":"d"}}`), want: []vtViol{{errF + ".detail", protocol.VInvalidType}}},
 
 		// Everything at once.
 		{
@@ -847,17 +846,17 @@ func TestValidateCardRejects(t *testing.T) {
 			raw: `{"card_id":"a.b","project_id":"","type":"tool.result","author_id":"has space","agent_turn_id":"t",` +
 				`"tool_call_id":"_","content":{"status":"success","error":{"code":"x","detail":[1]}},"metadata":{"trace_id":5}}`,
 			want: []vtViol{
-				{"card.card_id", ledger.VInvalidToken}, {"card.project_id", ledger.VEmpty}, {"card.author_id", ledger.VInvalidValue},
-				{"card.tool_call_id", ledger.VInvalidToken}, {"card.function_name", ledger.VRequired},
-				{"card.metadata.trace_id", ledger.VInvalidType}, {errF + ".detail", ledger.VInvalidType}, {errF, ledger.VForbidden},
+				{"card.card_id", protocol.VInvalidToken}, {"card.project_id", protocol.VEmpty}, {"card.author_id", protocol.VInvalidValue},
+				{"card.tool_call_id", protocol.VInvalidToken}, {"card.function_name", protocol.VRequired},
+				{"card.metadata.trace_id", protocol.VInvalidType}, {errF + ".detail", protocol.VInvalidType}, {errF, protocol.VForbidden},
 			},
 		},
 		{
 			name: "every tool.call problem at once",
 			raw:  `{"card_id":"c","project_id":"p","type":"tool.call","author_id":"","agent_turn_id":"t>","content":{"tool_name":"","arguments":[]}}`,
 			want: []vtViol{
-				{"card.author_id", ledger.VEmpty}, {"card.agent_turn_id", ledger.VInvalidToken}, {"card.tool_call_id", ledger.VRequired},
-				{"card.content.tool_name", ledger.VEmpty}, {"card.content.arguments", ledger.VInvalidType},
+				{"card.author_id", protocol.VEmpty}, {"card.agent_turn_id", protocol.VInvalidToken}, {"card.tool_call_id", protocol.VRequired},
+				{"card.content.tool_name", protocol.VEmpty}, {"card.content.arguments", protocol.VInvalidType},
 			},
 		},
 	}
@@ -867,7 +866,7 @@ func TestValidateCardRejects(t *testing.T) {
 			if tc.raw == "" {
 				data = vtCardJSON(t, tc.base, tc.override)
 			}
-			c, err := ledger.ParseCard(data)
+			c, err := protocol.ParseCard(data)
 			vtRequireBadRequest(t, err, tc.want...)
 			assert.Nil(t, c)
 		})
@@ -878,12 +877,12 @@ func TestValidateCardRejects(t *testing.T) {
 
 func TestValidateReportsEachViolationOnce(t *testing.T) {
 	t.Run("tool.result function_name of the wrong type is reported once", func(t *testing.T) {
-		_, err := ledger.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"function_name": 123}))
-		vtRequireBadRequest(t, err, vtViol{"card.function_name", ledger.VInvalidType})
+		_, err := protocol.ParseCard(vtCardJSON(t, vtResultCard(), map[string]any{"function_name": 123}))
+		vtRequireBadRequest(t, err, vtViol{"card.function_name", protocol.VInvalidType})
 	})
 	t.Run("payload identity field of the wrong type is reported once", func(t *testing.T) {
-		_, err := ledger.ParseToolCommand(vtToolSubject, vtIdentityHeader(),
+		_, err := protocol.ParseToolCommand(vtToolSubject, vtIdentityHeader(),
 			[]byte(`{"tool_call_card_id":"card-1","after_execution":"suspend","agent_id":5}`))
-		vtRequireBadRequest(t, err, vtViol{"payload.agent_id", ledger.VInvalidType})
+		vtRequireBadRequest(t, err, vtViol{"payload.agent_id", protocol.VInvalidType})
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // reader is what view lookups need; *pebble.DB, *pebble.Batch (indexed) and
@@ -28,7 +29,7 @@ type reader interface {
 // head after it, and the time watermark (the greatest entry time so far).
 type checkpoint struct {
 	Applied   uint64
-	Head      ledger.Link
+	Head      protocol.Link
 	Watermark time.Time
 }
 
@@ -146,7 +147,7 @@ func (a *applier) noteProject(k []byte) {
 		}
 	}
 	project := string(name)
-	if !ledger.ValidIdentifier(project) {
+	if !protocol.ValidIdentifier(project) {
 		return
 	}
 	if a.newProjects == nil {
@@ -196,8 +197,8 @@ func (a *applier) state(project, turn, call string) (*CallState, error) {
 // (docs/views.md). Neither is ever a CG-Entry-Kind.
 const (
 	// KindUnrecognized is a stream message that is not a ledger entry
-	// (ledger.RecognizeEntry).
-	KindUnrecognized = ledger.ViewKindUnrecognized
+	// (protocol.RecognizeEntry).
+	KindUnrecognized = protocol.ViewKindUnrecognized
 	// KindSkipped is an entry that could not be applied and that a skip
 	// entry (ledger.Ledger.Skip) told the projector to pass.
 	KindSkipped = "skipped"
@@ -205,17 +206,17 @@ const (
 
 // apply folds entry e (which must be cp.Applied+1) into the batch and
 // advances the checkpoint.
-func (a *applier) apply(e ledger.Entry) error {
+func (a *applier) apply(e protocol.Entry) error {
 	if e.Seq != a.cp.Applied+1 {
 		return fmt.Errorf("%w: expected seq %d, got %d", ErrGap, a.cp.Applied+1, e.Seq)
 	}
 	// The chain link is over the headers as stored (record takes raw);
 	// everything else reads them as the chain does, case-insensitively
-	// (ledger.CanonicalHeaders).
+	// (protocol.CanonicalHeaders).
 	raw := e
-	e.Headers = ledger.CanonicalHeaders(e.Headers)
+	e.Headers = protocol.CanonicalHeaders(e.Headers)
 	h := nats.Header(e.Headers)
-	rec := ledger.RecognizeEntry(e.Subject, h)
+	rec := protocol.RecognizeEntry(e.Subject, h)
 	if rec.Unrecognized() {
 		a.unrecognized(raw, rec)
 		return nil
@@ -223,37 +224,37 @@ func (a *applier) apply(e ledger.Entry) error {
 	kind := rec.Kind
 	// Entries without CG-Time (published by others) get no time: their
 	// stream timestamp would differ in a replay.
-	t, _ := ledger.EntryTime(h)
+	t, _ := protocol.EntryTime(h)
 	a.record(raw, e.Headers, kind, t, true)
 
 	var err error
 	ev := event{seq: e.Seq, t: t, kind: kind, h: h, data: e.Data, subject: e.Subject}
-	switch ledger.EntryKind(kind) {
-	case ledger.KindCard:
+	switch protocol.EntryKind(kind) {
+	case protocol.KindCard:
 		err = a.card(ev)
-	case ledger.KindCommand:
-		err = a.command(ev, h.Get(ledger.HeaderEntryKind) != "")
-	case ledger.KindReport:
+	case protocol.KindCommand:
+		err = a.command(ev, h.Get(protocol.HeaderEntryKind) != "")
+	case protocol.KindReport:
 		err = a.report(ev)
-	case ledger.KindDuplicate:
+	case protocol.KindDuplicate:
 		err = a.duplicate(ev)
-	case ledger.KindWakeup:
+	case protocol.KindWakeup:
 		err = a.wakeup(ev)
-	case ledger.KindWakeupSkipped:
+	case protocol.KindWakeupSkipped:
 		err = a.wakeupSkipped(ev)
-	case ledger.KindConsumed:
+	case protocol.KindConsumed:
 		err = a.consumed(ev)
-	case ledger.KindRejection:
+	case protocol.KindRejection:
 		err = a.rejection(ev)
-	case ledger.KindRoster:
+	case protocol.KindRoster:
 		err = a.roster(ev)
-	case ledger.KindTool:
+	case protocol.KindTool:
 		err = a.tool(ev)
-	case ledger.KindCancel:
+	case protocol.KindCancel:
 		err = a.cancel(ev)
-	case ledger.KindSkip:
+	case protocol.KindSkip:
 		err = a.skip(ev)
-	case ledger.ViewKindExternalWakeup:
+	case protocol.ViewKindExternalWakeup:
 		// Not the ledger's own: only placed in the timeline of the turn
 		// its headers name (docs/views.md).
 		a.place(ev, e.Subject, e.Headers)
@@ -274,12 +275,12 @@ func (a *applier) apply(e ledger.Entry) error {
 // message claiming a far-future CG-Time would otherwise pin every later
 // entry to that time in as-of-time queries. e is the entry as stored: its
 // link covers the headers as they are, the row keeps canon, the same
-// headers with canonical names (ledger.CanonicalHeaders).
-func (a *applier) record(e ledger.Entry, canon map[string][]string, kind string, t time.Time, trusted bool) {
+// headers with canonical names (protocol.CanonicalHeaders).
+func (a *applier) record(e protocol.Entry, canon map[string][]string, kind string, t time.Time, trusted bool) {
 	if trusted && t.After(a.cp.Watermark) {
 		a.cp.Watermark = t
 	}
-	a.cp.Head = ledger.NextLink(a.cp.Head, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
+	a.cp.Head = protocol.NextLink(a.cp.Head, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 	a.cp.Applied, a.entryTime = e.Seq, t
 	// Only the chained headers are kept: JetStream's own (Nats-*) steer the
 	// server and differ when the same entries are replayed elsewhere.
@@ -302,9 +303,9 @@ func (a *applier) storeUnplaced(seq uint64) {
 // unrecognized records a stream message that is not a ledger entry: it
 // stays in the chain and the views (listed, and in the timeline of the turn
 // it names, if any) without changing any other view. e is as stored.
-func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
-	t, _ := ledger.EntryTime(nats.Header(e.Headers))
-	canon := ledger.CanonicalHeaders(e.Headers)
+func (a *applier) unrecognized(e protocol.Entry, rec protocol.Recognition) {
+	t, _ := protocol.EntryTime(nats.Header(e.Headers))
+	canon := protocol.CanonicalHeaders(e.Headers)
 	a.record(e, canon, KindUnrecognized, t, false)
 	a.set(key(tagEntry).u64(e.Seq), a.body)
 	a.set(key(tagUnrec).u64(e.Seq), []byte(rec.Code))
@@ -318,7 +319,7 @@ func (a *applier) unrecognized(e ledger.Entry, rec ledger.Recognition) {
 func (a *applier) lost(r ledger.LostRange) {
 	a.set(key(tagLost).u64(r.First), binary.BigEndian.AppendUint64(nil, r.Last))
 	a.cp.Applied = r.Last
-	a.cp.Head = ledger.Link{}
+	a.cp.Head = protocol.Link{}
 	if r.NextKnown {
 		a.cp.Head = r.Next
 	}
@@ -326,9 +327,9 @@ func (a *applier) lost(r ledger.LostRange) {
 
 // skipped records entry e, which could not be applied, as skipped by the
 // skip entry s, with no effect on any other view.
-func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
-	t, _ := ledger.EntryTime(nats.Header(e.Headers))
-	canon := ledger.CanonicalHeaders(e.Headers)
+func (a *applier) skipped(e protocol.Entry, s protocol.SkipRecord) {
+	t, _ := protocol.EntryTime(nats.Header(e.Headers))
+	canon := protocol.CanonicalHeaders(e.Headers)
 	a.record(e, canon, KindSkipped, t, false)
 	a.set(key(tagEntry).u64(e.Seq), a.body)
 	a.set(key(tagSkipped).u64(e.Seq), appendSkipRow(nil, s.SkipSeq, s.Reason))
@@ -336,7 +337,7 @@ func (a *applier) skipped(e ledger.Entry, s ledger.SkipRecord) {
 	if a.skippedHere == nil {
 		a.skippedHere = map[uint64]skipMark{}
 	}
-	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: ledger.ChainedHeaders(canon)}
+	a.skippedHere[e.Seq] = skipMark{by: s.SkipSeq, subject: e.Subject, headers: protocol.ChainedHeaders(canon)}
 	a.nSkipped++
 }
 
@@ -354,18 +355,18 @@ func appendSkipRow(b []byte, seq uint64, reason string) []byte {
 }
 
 // skip applies a skip entry: it is listed, and placed in the timeline of the
-// entry it skipped. A skip entry that is not valid (ledger.ParseSkip) or
+// entry it skipped. A skip entry that is not valid (protocol.ParseSkip) or
 // names an entry that applied fine has no effect beyond its own rows.
 func (a *applier) skip(ev event) error {
-	var se ledger.SkipEntry
+	var se protocol.SkipEntry
 	if err := decode(ev, &se); err != nil {
 		return err
 	}
-	sub, err := ledger.ParseSubject(ev.subject)
+	sub, err := protocol.ParseSubject(ev.subject)
 	if err != nil {
 		return corrupt(ev.seq, "skip entry subject: %v", err)
 	}
-	s, ok := ledger.ParseSkip(ev.seq, ev.subject, ev.h, ev.data, sub.Seq)
+	s, ok := protocol.ParseSkip(ev.seq, ev.subject, ev.h, ev.data, sub.Seq)
 	if !ok {
 		return nil
 	}
@@ -407,20 +408,20 @@ func (a *applier) skippedBy(seq uint64) (skipMark, bool, error) {
 func (a *applier) place(ev event, subject string, headers map[string][]string) {
 	h := nats.Header(headers)
 	var project, turn, call string
-	if sub, err := ledger.ParseSubject(subject); err == nil {
-		if sub.Project != ledger.Unrouted {
+	if sub, err := protocol.ParseSubject(subject); err == nil {
+		if sub.Project != protocol.Unrouted {
 			project = sub.Project
 		}
 		turn, call = sub.AgentTurnID, sub.ToolCallID
 	}
 	if project == "" {
-		project = ledger.HeaderGet(h, ledger.HeaderProjectID)
+		project = protocol.HeaderGet(h, protocol.HeaderProjectID)
 	}
 	if turn == "" {
-		turn = ledger.HeaderGet(h, ledger.HeaderAgentTurnID)
+		turn = protocol.HeaderGet(h, protocol.HeaderAgentTurnID)
 	}
 	if call == "" {
-		call = ledger.HeaderGet(h, ledger.HeaderToolCallID)
+		call = protocol.HeaderGet(h, protocol.HeaderToolCallID)
 	}
 	a.trace(ev, project, turn, call)
 }
@@ -461,10 +462,10 @@ func decode(ev event, v any) error {
 // and a call's entries are each one range of keys. The call story's cs row
 // only says that the call has entries in that turn.
 func (a *applier) trace(ev event, project, turn, call string) {
-	if !ledger.ValidIdentifier(project) || !ledger.ValidIdentifier(turn) {
+	if !protocol.ValidIdentifier(project) || !protocol.ValidIdentifier(turn) {
 		return
 	}
-	if !ledger.ValidIdentifier(call) {
+	if !protocol.ValidIdentifier(call) {
 		call = ""
 	}
 	a.set(key(tagTimeline, project, turn, call).u64(ev.seq), a.body)
@@ -499,15 +500,15 @@ func (a *applier) story(project, call, turn string) {
 }
 
 func (a *applier) card(ev event) error {
-	var c ledger.Card
+	var c protocol.Card
 	if err := decode(ev, &c); err != nil {
 		return err
 	}
-	if !ledger.ValidIdentifier(c.ProjectID) || !ledger.ValidIdentifier(c.CardID) {
+	if !protocol.ValidIdentifier(c.ProjectID) || !protocol.ValidIdentifier(c.CardID) {
 		return corrupt(ev.seq, "card entry without valid project_id/card_id")
 	}
 	a.set(key(tagCard, c.ProjectID, c.CardID).u64(ev.seq), appendCardRow(nil, ev.t, ev.data))
-	if ledger.ValidIdentifier(c.AgentTurnID) {
+	if protocol.ValidIdentifier(c.AgentTurnID) {
 		a.set(key(tagTurnCard, c.ProjectID, c.AgentTurnID).u64(ev.seq), []byte(c.CardID))
 	}
 	a.trace(ev, c.ProjectID, c.AgentTurnID, c.ToolCallID)
@@ -515,15 +516,15 @@ func (a *applier) card(ev event) error {
 }
 
 func (a *applier) command(ev event, fromLedger bool) error {
-	cmd, err := ledger.ParseToolCommand(ev.subject, ev.h, ev.data)
+	cmd, err := protocol.ParseToolCommand(ev.subject, ev.h, ev.data)
 	if err != nil {
 		if fromLedger {
 			return corrupt(ev.seq, "command written by the ledger does not validate: %v", err)
 		}
 		// An external publish on a command subject that does not follow the
 		// protocol: keep it in the timeline if it names a turn.
-		sub, _ := ledger.ParseSubject(ev.subject)
-		id, _ := ledger.ParseIdentity(ev.h, ledger.IdentityRules{})
+		sub, _ := protocol.ParseSubject(ev.subject)
+		id, _ := protocol.ParseIdentity(ev.h, protocol.IdentityRules{})
 		a.trace(ev, sub.Project, id.AgentTurnID, id.ToolCallID)
 		return nil
 	}
@@ -604,11 +605,11 @@ func (a *applier) stateFor(project, turn, call string, seq uint64) (*CallState, 
 }
 
 func (a *applier) report(ev event) error {
-	var r ledger.ReportEntry
+	var r protocol.ReportEntry
 	if err := decode(ev, &r); err != nil {
 		return err
 	}
-	if !ledger.ValidIdentifier(r.ProjectID) || !ledger.ValidIdentifier(r.AgentTurnID) || !ledger.ValidIdentifier(r.ToolCallID) || !ledger.ValidIdentifier(r.AgentID) {
+	if !protocol.ValidIdentifier(r.ProjectID) || !protocol.ValidIdentifier(r.AgentTurnID) || !protocol.ValidIdentifier(r.ToolCallID) || !protocol.ValidIdentifier(r.AgentID) {
 		return corrupt(ev.seq, "report entry without valid identity")
 	}
 	st, err := a.stateFor(r.ProjectID, r.AgentTurnID, r.ToolCallID, ev.seq)
@@ -642,7 +643,7 @@ func (a *applier) report(ev event) error {
 }
 
 func (a *applier) duplicate(ev event) error {
-	var d ledger.DuplicateEntry
+	var d protocol.DuplicateEntry
 	if err := decode(ev, &d); err != nil {
 		return err
 	}
@@ -657,7 +658,7 @@ func (a *applier) duplicate(ev event) error {
 }
 
 func (a *applier) wakeup(ev event) error {
-	var w ledger.WakeupEntry
+	var w protocol.WakeupEntry
 	if err := decode(ev, &w); err != nil {
 		return err
 	}
@@ -674,7 +675,7 @@ func (a *applier) wakeup(ev event) error {
 }
 
 func (a *applier) wakeupSkipped(ev event) error {
-	var w ledger.WakeupSkippedEntry
+	var w protocol.WakeupSkippedEntry
 	if err := decode(ev, &w); err != nil {
 		return err
 	}
@@ -689,7 +690,7 @@ func (a *applier) wakeupSkipped(ev event) error {
 }
 
 func (a *applier) consumed(ev event) error {
-	var c ledger.ConsumedEntry
+	var c protocol.ConsumedEntry
 	if err := decode(ev, &c); err != nil {
 		return err
 	}
@@ -710,14 +711,14 @@ func (a *applier) consumed(ev event) error {
 }
 
 func (a *applier) rejection(ev event) error {
-	var r ledger.RejectionEntry
+	var r protocol.RejectionEntry
 	if err := decode(ev, &r); err != nil {
 		return err
 	}
-	project := ev.h.Get(ledger.HeaderProjectID)
+	project := ev.h.Get(protocol.HeaderProjectID)
 	rh := nats.Header(r.Request.Headers)
 	// The refused request's headers are as the client sent them: any case.
-	turn, call := ledger.HeaderGet(rh, ledger.HeaderAgentTurnID), ledger.HeaderGet(rh, ledger.HeaderToolCallID)
+	turn, call := protocol.HeaderGet(rh, protocol.HeaderAgentTurnID), protocol.HeaderGet(rh, protocol.HeaderToolCallID)
 	if turn == "" || call == "" {
 		// Body-addressed requests (inbox.consume) name the call in the body.
 		var body struct {
@@ -734,11 +735,11 @@ func (a *applier) rejection(ev event) error {
 			}
 		}
 	}
-	if !ledger.ValidIdentifier(project) {
-		project = ledger.Unrouted
+	if !protocol.ValidIdentifier(project) {
+		project = protocol.Unrouted
 	}
 	a.set(key(tagReject, project).u64(ev.seq), []byte(r.Code))
-	if project == ledger.Unrouted || !ledger.ValidIdentifier(turn) || !ledger.ValidIdentifier(call) {
+	if project == protocol.Unrouted || !protocol.ValidIdentifier(turn) || !protocol.ValidIdentifier(call) {
 		a.trace(ev, project, turn, call)
 		return nil
 	}
@@ -747,14 +748,14 @@ func (a *applier) rejection(ev event) error {
 		return err
 	}
 	if st == nil {
-		if r.Op != ledger.OpDispatch {
+		if r.Op != protocol.OpDispatch {
 			a.trace(ev, project, turn, call)
 			return nil
 		}
 		st = &CallState{ProjectID: project, AgentTurnID: turn, ToolCallID: call, State: StateRejected,
-			ChannelID: ev.h.Get(ledger.HeaderChannelID), AgentID: ledger.HeaderGet(rh, ledger.HeaderAgentID)}
+			ChannelID: ev.h.Get(protocol.HeaderChannelID), AgentID: protocol.HeaderGet(rh, protocol.HeaderAgentID)}
 		// The refused dispatch's epoch, when it sent a valid one.
-		if epoch, err := strconv.ParseUint(ledger.HeaderGet(rh, ledger.HeaderTurnEpoch), 10, 64); err == nil {
+		if epoch, err := strconv.ParseUint(protocol.HeaderGet(rh, protocol.HeaderTurnEpoch), 10, 64); err == nil {
 			st.TurnEpoch = epoch
 		}
 		a.index(st, dimState, StateRejected)
@@ -770,11 +771,11 @@ func (a *applier) rejection(ev event) error {
 }
 
 func (a *applier) roster(ev event) error {
-	var r ledger.RosterEntry
+	var r protocol.RosterEntry
 	if err := decode(ev, &r); err != nil {
 		return err
 	}
-	if !ledger.ValidIdentifier(r.ProjectID) || !ledger.ValidIdentifier(r.AgentID) {
+	if !protocol.ValidIdentifier(r.ProjectID) || !protocol.ValidIdentifier(r.AgentID) {
 		return corrupt(ev.seq, "roster entry without valid project_id/agent_id")
 	}
 	a.set(key(tagRoster, r.ProjectID, r.AgentID).u64(ev.seq), []byte(r.WorkerTarget))
@@ -782,7 +783,7 @@ func (a *applier) roster(ev event) error {
 }
 
 func (a *applier) cancel(ev event) error {
-	var c ledger.CancelEntry
+	var c protocol.CancelEntry
 	if err := decode(ev, &c); err != nil {
 		return err
 	}
@@ -797,11 +798,11 @@ func (a *applier) cancel(ev event) error {
 }
 
 func (a *applier) tool(ev event) error {
-	var d ledger.ToolDefinition
+	var d protocol.ToolDefinition
 	if err := decode(ev, &d); err != nil {
 		return err
 	}
-	if !ledger.ValidIdentifier(d.ProjectID) || !ledger.ValidIdentifier(d.ToolName) {
+	if !protocol.ValidIdentifier(d.ProjectID) || !protocol.ValidIdentifier(d.ToolName) {
 		return corrupt(ev.seq, "tool entry without valid project_id/tool_name")
 	}
 	a.set(key(tagTool, d.ProjectID, d.ToolName).u64(ev.seq), ev.data)

@@ -49,6 +49,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const (
@@ -158,9 +159,9 @@ func synthCallIDs(i int) (turn, agent, channel, tool string, agentIdx int) {
 
 func synthStatus(i int) string {
 	if i%10 == 9 {
-		return ledger.StatusFailed
+		return protocol.StatusFailed
 	}
-	return ledger.StatusSuccess
+	return protocol.StatusSuccess
 }
 
 // synthConsumed says whether call i of a ledger of calls calls is consumed.
@@ -172,20 +173,20 @@ func synthConsumed(i, calls int) bool {
 // synth appends entries as the ledger writes them.
 type synth struct {
 	seq uint64
-	out []ledger.Entry
+	out []protocol.Entry
 }
 
-func (s *synth) add(subject string, kind ledger.EntryKind, h nats.Header, data any) uint64 {
+func (s *synth) add(subject string, kind protocol.EntryKind, h nats.Header, data any) uint64 {
 	b, err := json.Marshal(data)
 	if err != nil {
 		panic(err)
 	}
 	s.seq++
 	t := synthT0.Add(time.Duration(s.seq) * 50 * time.Microsecond)
-	h.Set(ledger.HeaderEntryKind, string(kind))
-	h.Set(ledger.HeaderTime, ledger.FormatTime(t))
+	h.Set(protocol.HeaderEntryKind, string(kind))
+	h.Set(protocol.HeaderTime, protocol.FormatTime(t))
 	h.Set("Nats-Expected-Stream", ledger.DefaultStream)
-	s.out = append(s.out, ledger.Entry{Seq: s.seq, Subject: subject, Headers: h, Data: b, Time: t.Add(20 * time.Microsecond)})
+	s.out = append(s.out, protocol.Entry{Seq: s.seq, Subject: subject, Headers: h, Data: b, Time: t.Add(20 * time.Microsecond)})
 	return s.seq
 }
 
@@ -199,23 +200,23 @@ func mustJSON(v any) json.RawMessage {
 
 func (s *synth) roster(a int) {
 	h := nats.Header{}
-	h.Set(ledger.HeaderProjectID, synthProject)
-	h.Set(ledger.HeaderAgentID, synthAgent(a))
-	s.add(ledger.RosterSubject(ledger.DefaultVersion, synthProject, synthAgent(a)), ledger.KindRoster, h,
-		ledger.RosterEntry{ProjectID: synthProject, AgentID: synthAgent(a), WorkerTarget: "worker-" + synthAgent(a)})
+	h.Set(protocol.HeaderProjectID, synthProject)
+	h.Set(protocol.HeaderAgentID, synthAgent(a))
+	s.add(protocol.RosterSubject(protocol.DefaultVersion, synthProject, synthAgent(a)), protocol.KindRoster, h,
+		protocol.RosterEntry{ProjectID: synthProject, AgentID: synthAgent(a), WorkerTarget: "worker-" + synthAgent(a)})
 }
 
-func synthMeta(turn, id string) ledger.CardMetadata {
-	return ledger.CardMetadata{TraceID: "trace-" + turn, ParentStepID: "parent-" + id, StepID: "step-" + id}
+func synthMeta(turn, id string) protocol.CardMetadata {
+	return protocol.CardMetadata{TraceID: "trace-" + turn, ParentStepID: "parent-" + id, StepID: "step-" + id}
 }
 
-func (s *synth) card(c ledger.Card) uint64 {
+func (s *synth) card(c protocol.Card) uint64 {
 	h := nats.Header{}
-	h.Set(ledger.HeaderProjectID, c.ProjectID)
-	h.Set(ledger.HeaderAgentTurnID, c.AgentTurnID)
-	h.Set(ledger.HeaderToolCallID, c.ToolCallID)
+	h.Set(protocol.HeaderProjectID, c.ProjectID)
+	h.Set(protocol.HeaderAgentTurnID, c.AgentTurnID)
+	h.Set(protocol.HeaderToolCallID, c.ToolCallID)
 	h.Set("Nats-Expected-Last-Subject-Sequence", "0")
-	return s.add(ledger.CardSubject(ledger.DefaultVersion, c.ProjectID, c.CardID), ledger.KindCard, h, c)
+	return s.add(protocol.CardSubject(protocol.DefaultVersion, c.ProjectID, c.CardID), protocol.KindCard, h, c)
 }
 
 // dispatch writes call i's tool.call card and command; it returns the
@@ -224,16 +225,16 @@ func (s *synth) dispatch(i int) uint64 {
 	turn, agent, channel, tool, _ := synthCallIDs(i)
 	id := synthCall(i)
 	cardID := "cc-" + turn + "-" + id
-	s.card(ledger.Card{
-		CardID: cardID, ProjectID: synthProject, Type: ledger.CardToolCall, AuthorID: agent,
+	s.card(protocol.Card{
+		CardID: cardID, ProjectID: synthProject, Type: protocol.CardToolCall, AuthorID: agent,
 		AgentTurnID: turn, ToolCallID: id,
-		Content:  mustJSON(ledger.ToolCallContent{ToolName: tool, Arguments: json.RawMessage(`{"q":"` + id + `"}`)}),
+		Content:  mustJSON(protocol.ToolCallContent{ToolName: tool, Arguments: json.RawMessage(`{"q":"` + id + `"}`)}),
 		Metadata: synthMeta(turn, id),
 	})
-	h := ledger.Identity{AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}.Header()
-	h.Set(ledger.HeaderMsgID, "cmd."+synthProject+"."+turn+"."+id)
-	return s.add(ledger.ToolCommandSubject(ledger.DefaultVersion, synthProject, channel, tool), ledger.KindCommand, h,
-		ledger.ToolCommandPayload{ToolCallCardID: cardID, ToolName: tool, AfterExecution: ledger.AfterSuspend})
+	h := protocol.Identity{AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}.Header()
+	h.Set(protocol.HeaderMsgID, "cmd."+synthProject+"."+turn+"."+id)
+	return s.add(protocol.ToolCommandSubject(protocol.DefaultVersion, synthProject, channel, tool), protocol.KindCommand, h,
+		protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: tool, AfterExecution: protocol.AfterSuspend})
 }
 
 // result writes call i's tool.result card, report, wakeup and, if the agent
@@ -242,47 +243,47 @@ func (s *synth) result(i, calls int, commandSeq uint64) {
 	turn, agent, channel, tool, _ := synthCallIDs(i)
 	id := synthCall(i)
 	status := synthStatus(i)
-	content := ledger.ToolResultContent{Status: status, Result: json.RawMessage(`{"n":1}`)}
-	if status == ledger.StatusFailed {
-		content.Error = &ledger.ToolError{Code: "internal_error", Message: "boom"}
+	content := protocol.ToolResultContent{Status: status, Result: json.RawMessage(`{"n":1}`)}
+	if status == protocol.StatusFailed {
+		content.Error = &protocol.ToolError{Code: "internal_error", Message: "boom"}
 	}
 	rcID := "rc-" + turn + "-" + id + "-" + status
-	rcSeq := s.card(ledger.Card{
-		CardID: rcID, ProjectID: synthProject, Type: ledger.CardToolResult, AuthorID: "tool." + tool, FunctionName: tool,
+	rcSeq := s.card(protocol.Card{
+		CardID: rcID, ProjectID: synthProject, Type: protocol.CardToolResult, AuthorID: "tool." + tool, FunctionName: tool,
 		AgentTurnID: turn, ToolCallID: id, Content: mustJSON(content), Metadata: synthMeta(turn, id),
 	})
-	id0 := ledger.Identity{AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}
+	id0 := protocol.Identity{AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}
 
 	h := id0.Header()
-	h.Set(ledger.HeaderProjectID, synthProject)
-	h.Set(ledger.HeaderChannelID, channel)
-	h.Set(ledger.HeaderSourceID, "tool."+tool)
-	h.Set(ledger.HeaderSourceFunction, tool)
-	h.Set(ledger.HeaderMsgID, "report."+synthProject+"."+turn+"."+id)
+	h.Set(protocol.HeaderProjectID, synthProject)
+	h.Set(protocol.HeaderChannelID, channel)
+	h.Set(protocol.HeaderSourceID, "tool."+tool)
+	h.Set(protocol.HeaderSourceFunction, tool)
+	h.Set(protocol.HeaderMsgID, "report."+synthProject+"."+turn+"."+id)
 	h.Set("Nats-Expected-Last-Subject-Sequence", "0")
-	reportSeq := s.add(ledger.ReportSubject(ledger.DefaultVersion, synthProject, channel, turn, id), ledger.KindReport, h, ledger.ReportEntry{
+	reportSeq := s.add(protocol.ReportSubject(protocol.DefaultVersion, synthProject, channel, turn, id), protocol.KindReport, h, protocol.ReportEntry{
 		ProjectID: synthProject, ChannelID: channel, AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id,
-		Status: status, AfterExecution: ledger.AfterSuspend, EffectiveAfterExecution: ledger.AfterSuspend,
+		Status: status, AfterExecution: protocol.AfterSuspend, EffectiveAfterExecution: protocol.AfterSuspend,
 		ToolResultCardID: rcID, ToolResultCardSeq: rcSeq, ToolCallCardID: "cc-" + turn + "-" + id, ToolName: tool,
 		SourceID: "tool." + tool, SourceFunction: tool, CommandSeq: commandSeq,
 	})
 
 	worker := "worker-" + agent
 	h = id0.Header()
-	h.Set(ledger.HeaderMsgID, "wakeup."+synthProject+"."+turn+"."+id)
-	s.add(ledger.WakeupSubject(ledger.DefaultVersion, synthProject, channel, worker), ledger.KindWakeup, h, ledger.WakeupEntry{
+	h.Set(protocol.HeaderMsgID, "wakeup."+synthProject+"."+turn+"."+id)
+	s.add(protocol.WakeupSubject(protocol.DefaultVersion, synthProject, channel, worker), protocol.KindWakeup, h, protocol.WakeupEntry{
 		ProjectID: synthProject, ChannelID: channel, AgentID: agent, WorkerTarget: worker, AgentTurnID: turn, TurnEpoch: 1,
-		ToolCallID: id, Status: status, ToolResultCardID: rcID, EffectiveAfterExecution: ledger.AfterSuspend, ReportSeq: reportSeq,
+		ToolCallID: id, Status: status, ToolResultCardID: rcID, EffectiveAfterExecution: protocol.AfterSuspend, ReportSeq: reportSeq,
 	})
 
 	if !synthConsumed(i, calls) {
 		return
 	}
 	h = id0.Header()
-	h.Set(ledger.HeaderProjectID, synthProject)
-	h.Set(ledger.HeaderChannelID, channel)
+	h.Set(protocol.HeaderProjectID, synthProject)
+	h.Set(protocol.HeaderChannelID, channel)
 	h.Set("Nats-Expected-Last-Subject-Sequence", "0")
-	s.add(ledger.ConsumedSubject(ledger.DefaultVersion, synthProject, channel, turn, id), ledger.KindConsumed, h, ledger.ConsumedEntry{
+	s.add(protocol.ConsumedSubject(protocol.DefaultVersion, synthProject, channel, turn, id), protocol.KindConsumed, h, protocol.ConsumedEntry{
 		ProjectID: synthProject, ChannelID: channel, AgentID: agent, AgentTurnID: turn, ToolCallID: id, ReportSeq: reportSeq,
 	})
 }

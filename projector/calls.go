@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // CallFilter narrows a calls listing. Empty fields do not filter. From and
@@ -30,13 +30,13 @@ const maxExamined = 10000
 // then state, tool, agent, channel, else all calls) and checks each
 // candidate's state as of the query (docs/views.md).
 func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, limit int) (*Page[CallState], error) {
-	var vs ledger.Violations
-	if !ledger.ValidIdentifier(project) {
-		vs.Add("project_id", ledger.VInvalidToken, "must be an identifier, got %q", project)
+	var vs protocol.Violations
+	if !protocol.ValidIdentifier(project) {
+		vs.Add("project_id", protocol.VInvalidToken, "must be an identifier, got %q", project)
 	}
 	vs = append(vs, f.violations()...)
 	if len(vs) > 0 {
-		return nil, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid calls query", Violations: vs}
+		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid calls query", Violations: vs}
 	}
 	dim, val := dimAll, ""
 	switch {
@@ -116,18 +116,18 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 }
 
 // violations lists every problem with the filter's values.
-func (f CallFilter) violations() ledger.Violations {
-	var vs ledger.Violations
-	if f.Status != "" && !ledger.ValidStatus(f.Status) {
-		vs.Add("status", ledger.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
+func (f CallFilter) violations() protocol.Violations {
+	var vs protocol.Violations
+	if f.Status != "" && !protocol.ValidStatus(f.Status) {
+		vs.Add("status", protocol.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
 	}
 	switch f.State {
 	case "", StateDispatched, StateReported, StateConsumed, StateRejected:
 	default:
-		vs.Add("state", ledger.VInvalidValue, "must be one of dispatched, reported, consumed, rejected; got %q", f.State)
+		vs.Add("state", protocol.VInvalidValue, "must be one of dispatched, reported, consumed, rejected; got %q", f.State)
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
-		vs.Add("to", ledger.VInvalidValue, "must not be before from")
+		vs.Add("to", protocol.VInvalidValue, "must not be before from")
 	}
 	return vs
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // crashDir is the view directory on the in-memory crash filesystems.
@@ -73,16 +74,16 @@ func streamLastSeq(t *testing.T, e *ledgertest.Env) uint64 {
 }
 
 // ledgerEntries reads the whole ledger stream entry by entry.
-func ledgerEntries(t *testing.T, e *ledgertest.Env, last uint64) []ledger.Entry {
+func ledgerEntries(t *testing.T, e *ledgertest.Env, last uint64) []protocol.Entry {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
 	st, err := e.JS.Stream(ctx, ledger.DefaultStream)
 	require.NoError(t, err)
-	entries := make([]ledger.Entry, 0, last)
+	entries := make([]protocol.Entry, 0, last)
 	for seq := uint64(1); seq <= last; seq++ {
 		m, err := st.GetMsg(ctx, seq)
 		require.NoError(t, err)
-		entries = append(entries, ledger.Entry{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Data: m.Data, Time: m.Time})
+		entries = append(entries, protocol.Entry{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Data: m.Data, Time: m.Time})
 	}
 	return entries
 }
@@ -115,7 +116,7 @@ func buildReference(t *testing.T, e *ledgertest.Env) *reference {
 	ref.digestAt = make([]string, 0, ref.last+1)
 	ref.digestAt = append(ref.digestAt, digest(t, s1))
 	for _, en := range ledgerEntries(t, e, ref.last) {
-		require.NoError(t, projector.ApplyEntries(s1, []ledger.Entry{en}, 1))
+		require.NoError(t, projector.ApplyEntries(s1, []protocol.Entry{en}, 1))
 		ref.digestAt = append(ref.digestAt, digest(t, s1))
 	}
 	require.Equal(t, ref.digest, ref.digestAt[ref.last], "entry-by-entry views equal the projector's")

@@ -6,14 +6,14 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // encodeEntry is the e\0<seq> row's binary form (docs/views.md): kind,
 // subject, time (Unix ns, 0 for none), headers sorted by name, data. Each
 // string or byte field is a uvarint length then the bytes.
 //
-// Only the headers the chain covers (ledger.IsChainedHeader) are written: the
+// Only the headers the chain covers (protocol.IsChainedHeader) are written: the
 // caller passes the entry's canonical headers as they are, and no filtered
 // copy is made per entry.
 func encodeEntry(e storedEntry) []byte {
@@ -21,7 +21,7 @@ func encodeEntry(e storedEntry) []byte {
 	names := namesBuf[:0]
 	size := 3*binary.MaxVarintLen64 + len(e.Kind) + len(e.Subject) + len(e.Data)
 	for k, vals := range e.Headers {
-		if !ledger.IsChainedHeader(k) {
+		if !protocol.IsChainedHeader(k) {
 			continue
 		}
 		names = append(names, k)

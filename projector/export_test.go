@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/cockroachdb/pebble/v2"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // SetAfterCommit installs the commit hook (tests only).
@@ -16,7 +15,7 @@ func (p *Projector) SetAfterCommit(f func(applied uint64) error) { p.afterCommit
 
 // ApplyEntries applies entries (which must continue the store's sequence)
 // in batches of batch, without NATS (benchmarks build large views with it).
-func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
+func ApplyEntries(s *Store, entries []protocol.Entry, batch int) error {
 	cp, err := s.checkpoint()
 	if err != nil {
 		return err
@@ -24,13 +23,13 @@ func ApplyEntries(s *Store, entries []ledger.Entry, batch int) error {
 	all := entries
 	// Skips are looked up among the given entries, as the projector looks
 	// them up in the stream.
-	find := func(seq uint64) (ledger.SkipRecord, bool, error) {
+	find := func(seq uint64) (protocol.SkipRecord, bool, error) {
 		for _, e := range all {
-			if rec, ok := ledger.ParseSkip(e.Seq, e.Subject, e.Headers, e.Data, seq); ok {
+			if rec, ok := protocol.ParseSkip(e.Seq, e.Subject, e.Headers, e.Data, seq); ok {
 				return rec, true, nil
 			}
 		}
-		return ledger.SkipRecord{}, false, nil
+		return protocol.SkipRecord{}, false, nil
 	}
 	for len(entries) > 0 {
 		n := min(batch, len(entries))
@@ -91,7 +90,7 @@ func firstSeqs(r reader) (map[string]uint64, error) {
 				return false, fmt.Errorf("malformed %s row %q", tag, k)
 			}
 			project := string(rest[:j])
-			if !ledger.ValidIdentifier(project) {
+			if !protocol.ValidIdentifier(project) {
 				return true, nil
 			}
 			seq := trailingU64(k)

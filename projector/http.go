@@ -13,6 +13,7 @@ import (
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // HTTPConfig wires the audit HTTP API.
@@ -103,7 +104,7 @@ type CallStateAnswer struct {
 // RosterAnswer is the body of GET .../agents/{agent}/roster.
 type RosterAnswer struct {
 	AsOfSeq uint64 `json:"as_of_seq"`
-	ledger.RosterResult
+	protocol.RosterResult
 }
 
 // ChainLink is the body of GET /v1/chain/{seq}: the chain link (hex) the
@@ -121,7 +122,7 @@ type handler struct {
 // params parses the query string, collecting every violation.
 type params struct {
 	r  *http.Request
-	vs ledger.Violations
+	vs protocol.Violations
 }
 
 func (p *params) str(name string) string { return p.r.URL.Query().Get(name) }
@@ -133,7 +134,7 @@ func (p *params) uint(name string) uint64 {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		p.vs.Add(name, ledger.VInvalidValue, "must be an unsigned integer, got %q", s)
+		p.vs.Add(name, protocol.VInvalidValue, "must be an unsigned integer, got %q", s)
 	}
 	return n
 }
@@ -145,13 +146,13 @@ func (p *params) time(name string) time.Time {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		p.vs.Add(name, ledger.VInvalidValue, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", s)
+		p.vs.Add(name, protocol.VInvalidValue, "must be an RFC 3339 time such as 2026-11-22T10:00:00Z, got %q", s)
 		return t
 	}
 	// Views index time in int64 nanoseconds since 1970: outside that range
 	// a time cannot be compared, so it is refused rather than misread.
 	if t.Before(minIndexTime) || t.After(maxIndexTime) {
-		p.vs.Add(name, ledger.VInvalidValue, "must be between %s and %s, got %q", minIndexTime.Format(time.RFC3339), maxIndexTime.Format(time.RFC3339), s)
+		p.vs.Add(name, protocol.VInvalidValue, "must be between %s and %s, got %q", minIndexTime.Format(time.RFC3339), maxIndexTime.Format(time.RFC3339), s)
 	}
 	return t
 }
@@ -167,7 +168,7 @@ func (p *params) asOf() AsOf {
 	seq := p.uint("as_of_seq")
 	if seq == 0 && p.r.URL.Query().Has("as_of_seq") && p.str("as_of_seq") != "" {
 		if _, err := strconv.ParseUint(p.str("as_of_seq"), 10, 64); err == nil {
-			p.vs.Add("as_of_seq", ledger.VInvalidValue, "must be a ledger sequence, 1 or more (leave it out for the latest)")
+			p.vs.Add("as_of_seq", protocol.VInvalidValue, "must be a ledger sequence, 1 or more (leave it out for the latest)")
 		}
 	}
 	return AsOf{Seq: seq, Time: p.time("as_of")}
@@ -180,7 +181,7 @@ func (p *params) cursor() string {
 	c := p.str("cursor")
 	if c != "" {
 		if _, err := base64.RawURLEncoding.DecodeString(c); err != nil {
-			p.vs.Add("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+			p.vs.Add("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 		}
 	}
 	return c
@@ -193,7 +194,7 @@ func (p *params) done(w http.ResponseWriter) bool {
 	if len(p.vs) == 0 {
 		return false
 	}
-	httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
+	httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
 	return true
 }
 
@@ -273,7 +274,7 @@ func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
 	switch st := p.str("state"); st {
 	case "", "all", InboxPending, InboxConsumed:
 	default:
-		p.vs.Add("state", ledger.VInvalidValue, "must be pending, consumed or all, got %q", st)
+		p.vs.Add("state", protocol.VInvalidValue, "must be pending, consumed or all, got %q", st)
 	}
 	cursor := p.cursor()
 	if p.done(w) {
@@ -349,9 +350,9 @@ func (h *handler) digest(w http.ResponseWriter, r *http.Request) {
 func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
-		var vs ledger.Violations
-		vs.Add("seq", ledger.VInvalidValue, "must be a ledger sequence (a positive integer), got %q", r.PathValue("seq"))
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid sequence", Violations: vs})
+		var vs protocol.Violations
+		vs.Add("seq", protocol.VInvalidValue, "must be a ledger sequence (a positive integer), got %q", r.PathValue("seq"))
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid sequence", Violations: vs})
 		return
 	}
 	link, ok, err := h.q.store.LinkAt(seq)
@@ -367,7 +368,7 @@ func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 		} else if seq > applied {
 			msg += fmt.Sprintf(": the views have applied through seq %d", applied)
 		}
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: msg})
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: msg})
 		return
 	}
 	reply(w, ChainLink{Seq: seq, Link: link.String()}, nil)
@@ -375,7 +376,7 @@ func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) verify(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Verify == nil {
-		httpjson.Error(w, &ledger.Error{Code: ledger.CodeNotFound, Message: "verification against the live stream is not configured here"})
+		httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "verification against the live stream is not configured here"})
 		return
 	}
 	rep, err := h.cfg.Verify(r.Context())

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Config configures a Projector. Zero values mean the defaults.
@@ -63,7 +64,7 @@ type Config struct {
 // ArchiveReader reads archived ledger entries in order (package archive's
 // *Archive). A sequence it does not hold wraps ledger.ErrHistoryLost.
 type ArchiveReader interface {
-	ReadRange(ctx context.Context, from, to uint64, fn func(ledger.Entry) error) error
+	ReadRange(ctx context.Context, from, to uint64, fn func(protocol.Entry) error) error
 	// LostAt returns the range recorded as lost (expired before it was
 	// archived) that holds seq, if any: the projector records it and goes
 	// on past it, as every rebuild from the same archive does.
@@ -174,10 +175,10 @@ func (p *Projector) WaitForSkip(ctx context.Context, stop error) error {
 }
 
 // findSkip looks up the skip entry for seq in the ledger stream.
-func (p *Projector) findSkip(ctx context.Context, seq uint64) (ledger.SkipRecord, bool, error) {
+func (p *Projector) findSkip(ctx context.Context, seq uint64) (protocol.SkipRecord, bool, error) {
 	s, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
-		return ledger.SkipRecord{}, false, fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
+		return protocol.SkipRecord{}, false, fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
 	}
 	return ledger.FindSkip(ctx, s, seq)
 }
@@ -185,18 +186,18 @@ func (p *Projector) findSkip(ctx context.Context, seq uint64) (ledger.SkipRecord
 // pendingEntry is an entry of the batch being built; skip is set when it is
 // recorded as skipped rather than applied.
 type pendingEntry struct {
-	e    ledger.Entry
-	skip *ledger.SkipRecord
+	e    protocol.Entry
+	skip *protocol.SkipRecord
 }
 
 // skipFinder looks up the skip entry of a sequence.
-type skipFinder func(seq uint64) (ledger.SkipRecord, bool, error)
+type skipFinder func(seq uint64) (protocol.SkipRecord, bool, error)
 
 // applyOrSkip applies e after the pending entries of a's batch. When e
 // cannot be applied and find has a skip entry for it, the batch is rebuilt
 // from cp and pending (the failed apply may have left part of e in it) and
 // e is recorded as skipped. It returns the applier to go on with.
-func applyOrSkip(s *Store, a *applier, cp checkpoint, pending []pendingEntry, e ledger.Entry, find skipFinder) (*applier, pendingEntry, error) {
+func applyOrSkip(s *Store, a *applier, cp checkpoint, pending []pendingEntry, e protocol.Entry, find skipFinder) (*applier, pendingEntry, error) {
 	pe := pendingEntry{e: e}
 	err := a.apply(e)
 	if err == nil || !errors.Is(err, ErrCorruptEntry) {
@@ -337,7 +338,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		return err
 	}
 	defer func() { _ = settle() }()
-	find := func(seq uint64) (ledger.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
+	find := func(seq uint64) (protocol.SkipRecord, bool, error) { return p.findSkip(ctx, seq) }
 	// commitNow commits the batch, whatever its size; numPending is how
 	// many entries follow in the stream.
 	commitNow := func(numPending uint64) (done bool, err error) {
@@ -380,7 +381,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 	// handle applies one entry; numPending is how many follow it in the
 	// stream, and flush commits the batch after it whatever its size.
-	handle := func(e ledger.Entry, numPending uint64, flush bool) (done bool, err error) {
+	handle := func(e protocol.Entry, numPending uint64, flush bool) (done bool, err error) {
 		var pe pendingEntry
 		a, pe, err = applyOrSkip(p.store, a, cp, pending, e, find)
 		if err != nil {
@@ -420,7 +421,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		for a.cp.Applied < to {
 			from := a.cp.Applied + 1 // the applier's position, past a batch not yet committed
 			p.log.Info("projector reading archived entries", "from_seq", from, "to_seq", to)
-			err = p.cfg.Archive.ReadRange(ctx, from, to, func(e ledger.Entry) error {
+			err = p.cfg.Archive.ReadRange(ctx, from, to, func(e protocol.Entry) error {
 				done, err := handle(e, pendingAfter(e.Seq), e.Seq == to)
 				if err == nil && done {
 					stopped = true
@@ -517,7 +518,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		if err != nil {
 			return fmt.Errorf("projector: entry metadata: %w", err)
 		}
-		e := ledger.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
+		e := protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
 		if e.Seq > a.cp.Applied+1 && p.cfg.Archive != nil {
 			// Entries expired between the start of this read and their
 			// delivery: they are in the archive.

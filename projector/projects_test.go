@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // projectsLedger writes the standard scenario (project proj) and entries
@@ -25,15 +25,15 @@ func projectsLedger(t *testing.T, e *ledgertest.Env) {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
 	e.Scenario(t, 6)
-	_, err := e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "crew", AgentID: "a1", WorkerTarget: "w1"})
+	_, err := e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "crew", AgentID: "a1", WorkerTarget: "w1"})
 	require.NoError(t, err)
 	_, err = e.L.RegisterToolYAML(ctx, "toolbox", []byte("tool_name: hammer\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.hammer\nafter_execution: suspend\n"))
 	require.NoError(t, err)
 	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: "cg.not.in.the.grammar", Data: []byte(`{}`),
-		Header: nats.Header{ledger.HeaderProjectID: {"stray"}, ledger.HeaderAgentTurnID: {"t1"}}})
+		Header: nats.Header{protocol.HeaderProjectID: {"stray"}, protocol.HeaderAgentTurnID: {"t1"}}})
 	require.NoError(t, err)
-	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t1", ID: "c1", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{}`)
-	_, err = e.L.PutCard(ctx, ledger.Card{ProjectID: "not.valid", CardID: "x"})
+	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t1", ID: "c1", Epoch: 1, Tool: "echo"}, protocol.StatusSuccess, `{}`)
+	_, err = e.L.PutCard(ctx, protocol.Card{ProjectID: "not.valid", CardID: "x"})
 	require.Error(t, err)
 }
 
@@ -186,8 +186,8 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	require.NoError(t, s.Close())
 	s = openTestStore(t, dir)
 	ctx := ledgertest.Ctx(t)
-	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t2", ID: "c2", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{}`)
-	_, err = e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "late", AgentID: "a1", WorkerTarget: "w1"})
+	e.Complete(t, ledgertest.Call{Project: "beta", Channel: "main", Agent: "ann", Turn: "t2", ID: "c2", Epoch: 1, Tool: "echo"}, protocol.StatusSuccess, `{}`)
+	_, err = e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "late", AgentID: "a1", WorkerTarget: "w1"})
 	require.NoError(t, err)
 	catchUp(t, e, s, 2)
 	require.Equal(t, rebuiltDigest(t, e), storeDigest(t, s), "applied after a reopen")
@@ -266,5 +266,5 @@ func TestProjectsAsOfAndPaging(t *testing.T) {
 	require.Len(t, page.Items, 2, "crew and proj exist as of crew's first entry")
 	require.Empty(t, page.NextCursor, "nothing else exists then")
 	_, err = q.Projects(AsOf{}, "bm90IGEgY3Vyc29y", 0)
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // AsOf selects the ledger position a query answers for: the views as they
@@ -111,24 +111,24 @@ func seqAtTime(r reader, t time.Time) (uint64, error) {
 }
 
 func notFound(format string, args ...any) error {
-	return &ledger.Error{Code: ledger.CodeNotFound, Message: fmt.Sprintf(format, args...)}
+	return &protocol.Error{Code: protocol.CodeNotFound, Message: fmt.Sprintf(format, args...)}
 }
 
 func badQuery(field, code, format string, args ...any) error {
-	var vs ledger.Violations
+	var vs protocol.Violations
 	vs.Add(field, code, format, args...)
-	return &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs}
+	return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs}
 }
 
 func checkIDs(pairs ...string) error {
-	var vs ledger.Violations
+	var vs protocol.Violations
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if !ledger.ValidIdentifier(pairs[i+1]) {
-			vs.Add(pairs[i], ledger.VInvalidToken, "must be an identifier, got %q", pairs[i+1])
+		if !protocol.ValidIdentifier(pairs[i+1]) {
+			vs.Add(pairs[i], protocol.VInvalidToken, "must be an identifier, got %q", pairs[i+1])
 		}
 	}
 	if len(vs) > 0 {
-		return &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs}
+		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs}
 	}
 	return nil
 }
@@ -411,7 +411,7 @@ func decodeCursor(c string, p []byte) ([]byte, error) {
 	}
 	k, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil || !bytes.HasPrefix(k, p) {
-		return nil, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+		return nil, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
 	return append(k, 0), nil
 }
@@ -425,7 +425,7 @@ func (q *Queries) Inbox(project, agent, state string, at AsOf, cursor string, li
 	switch state {
 	case "", "all", InboxPending, InboxConsumed:
 	default:
-		return nil, badQuery("state", ledger.VInvalidValue, "must be pending, consumed or all, got %q", state)
+		return nil, badQuery("state", protocol.VInvalidValue, "must be pending, consumed or all, got %q", state)
 	}
 	v, err := q.open(at)
 	if err != nil {
@@ -513,7 +513,7 @@ func decodeSeqCursor(c, scope string) (uint64, error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil || len(b) < 9 || b[0] != 'r' || string(b[9:]) != scope {
-		return 0, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+		return 0, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
 	return binary.BigEndian.Uint64(b[1:9]), nil
 }
@@ -616,25 +616,25 @@ func (q *Queries) turnCards(project, turn string, at AsOf, cursor string, limit 
 }
 
 // Roster answers an agent's worker target as of the query.
-func (q *Queries) Roster(project, agent string, at AsOf) (ledger.RosterResult, uint64, error) {
+func (q *Queries) Roster(project, agent string, at AsOf) (protocol.RosterResult, uint64, error) {
 	if err := checkIDs("project_id", project, "agent_id", agent); err != nil {
-		return ledger.RosterResult{}, 0, err
+		return protocol.RosterResult{}, 0, err
 	}
 	v, err := q.open(at)
 	if err != nil {
-		return ledger.RosterResult{}, 0, err
+		return protocol.RosterResult{}, 0, err
 	}
 	defer v.close()
 	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: key(tagRoster, project, agent).prefix(), UpperBound: key(tagRoster, project, agent).u64(v.seq + 1)})
 	if err != nil {
-		return ledger.RosterResult{}, 0, err
+		return protocol.RosterResult{}, 0, err
 	}
 	defer it.Close()
 	if !it.Last() {
 		if err := it.Error(); err != nil {
-			return ledger.RosterResult{}, 0, err
+			return protocol.RosterResult{}, 0, err
 		}
-		return ledger.RosterResult{}, v.seq, notFound("agent %s has no roster entry in project %s as of seq %d", agent, project, v.seq)
+		return protocol.RosterResult{}, v.seq, notFound("agent %s has no roster entry in project %s as of seq %d", agent, project, v.seq)
 	}
-	return ledger.RosterResult{RosterEntry: ledger.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: string(it.Value())}, Seq: trailingU64(it.Key())}, v.seq, nil
+	return protocol.RosterResult{RosterEntry: protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: string(it.Value())}, Seq: trailingU64(it.Key())}, v.seq, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // scenarioViews builds the standard scenario and projects it.
@@ -54,23 +55,23 @@ func TestQueriesAnswerTheScenario(t *testing.T) {
 	require.Len(t, story.Calls, 1)
 	st := story.Calls[0]
 	require.Equal(t, projector.StateReported, st.State)
-	require.Equal(t, ledger.StatusSuccess, st.Status)
-	require.Equal(t, ledger.AfterSuspend, st.AfterExecution, "the report's own field is kept as sent")
-	require.Equal(t, ledger.AfterTerminate, st.EffectiveAfterExecution, "__cg_control override wins")
+	require.Equal(t, protocol.StatusSuccess, st.Status)
+	require.Equal(t, protocol.AfterSuspend, st.AfterExecution, "the report's own field is kept as sent")
+	require.Equal(t, protocol.AfterTerminate, st.EffectiveAfterExecution, "__cg_control override wins")
 	require.Equal(t, 1, st.Duplicates)
 	require.Equal(t, 2, st.Rejections)
-	require.Equal(t, string(ledger.CodeConflict), st.LastRejection)
+	require.Equal(t, string(protocol.CodeConflict), st.LastRejection)
 	require.Equal(t, "worker-alice", st.WorkerTarget)
 	require.Equal(t, []string{"card", "command", "card", "report", "wakeup", "duplicate", "rejection", "card", "rejection"}, kinds(story.Items))
 
 	bad, _, err := q.CallState("proj", "turn-special", "bad", projector.AsOf{})
 	require.NoError(t, err)
 	require.Equal(t, projector.StateRejected, bad.State)
-	require.Equal(t, string(ledger.CodeBadRequest), bad.LastRejection)
+	require.Equal(t, string(protocol.CodeBadRequest), bad.LastRejection)
 	pending, _, err := q.CallState("proj", "turn-special", "pending", projector.AsOf{})
 	require.NoError(t, err)
 	require.Equal(t, projector.StateDispatched, pending.State)
-	require.Equal(t, string(ledger.CodeUnknownCard), pending.LastRejection)
+	require.Equal(t, string(protocol.CodeUnknownCard), pending.LastRejection)
 
 	inbox, err := q.Inbox("proj", "alice", "", projector.AsOf{}, "", 0)
 	require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestQueriesAnswerTheScenario(t *testing.T) {
 	pend, err := q.Inbox("proj", "alice", projector.InboxPending, projector.AsOf{}, "", 0)
 	require.NoError(t, err)
 	require.Len(t, pend.Items, 5)
-	require.Equal(t, ledger.AfterTerminate, pend.Items[4].EffectiveAfterExecution)
+	require.Equal(t, protocol.AfterTerminate, pend.Items[4].EffectiveAfterExecution)
 
 	cards, err := q.TurnCards("proj", "turn-special", projector.AsOf{})
 	require.NoError(t, err)
@@ -125,9 +126,9 @@ func TestQueriesAsOfSequenceAndTime(t *testing.T) {
 
 	// Before the turn began there is nothing to show.
 	_, err = q.Timeline("proj", "turn-alice-0", projector.AsOf{Seq: 1})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, protocol.ErrNotFound)
 	_, err = q.Card("proj", c0.ToolCallCardID, projector.AsOf{Seq: c0.DispatchedSeq - 2})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, protocol.ErrNotFound)
 	_, err = q.Card("proj", c0.ToolCallCardID, projector.AsOf{Seq: c0.DispatchedSeq - 1})
 	require.NoError(t, err)
 }
@@ -146,11 +147,11 @@ func TestCallsFiltersAndPagination(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"call-0", "call-3", "call-6", "call-9", "override"}, ids(page))
 
-	page, err = q.Calls("proj", projector.CallFilter{Status: ledger.StatusFailed}, all, "", 0)
+	page, err = q.Calls("proj", projector.CallFilter{Status: protocol.StatusFailed}, all, "", 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"call-4", "call-9"}, ids(page))
 
-	page, err = q.Calls("proj", projector.CallFilter{Tool: "search", Status: ledger.StatusSuccess}, all, "", 0)
+	page, err = q.Calls("proj", projector.CallFilter{Tool: "search", Status: protocol.StatusSuccess}, all, "", 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"call-0", "call-3", "call-6", "override"}, ids(page))
 
@@ -198,11 +199,11 @@ func TestCallsFiltersAndPagination(t *testing.T) {
 	require.Equal(t, []string{first.Items[0].ToolCallID}, ids(page))
 
 	_, err = q.Calls("proj", projector.CallFilter{Status: "meh", State: "gone"}, all, "bogus", 0)
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
-	le, _ := ledger.AsError(err)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
+	le, _ := protocol.AsError(err)
 	require.Len(t, le.Violations, 2)
 	_, err = q.Calls("proj", projector.CallFilter{}, all, "bogus!", 0)
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 }
 
 func TestVerifyAgainstViews(t *testing.T) {
@@ -231,16 +232,16 @@ func TestVerifyExportCatchesARewrittenChain(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	var hdr ledger.ExportHeader
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
-	prev := ledger.Genesis
+	prev := protocol.Genesis
 	edited := uint64(0)
 	for i := 1; i < len(lines)-1; i++ {
 		var ee ledger.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(lines[i]), &ee))
-		if edited == 0 && strings.Contains(string(ee.Data), `"status":"failed"`) && ee.Headers[ledger.HeaderEntryKind][0] == "report" {
+		if edited == 0 && strings.Contains(string(ee.Data), `"status":"failed"`) && ee.Headers[protocol.HeaderEntryKind][0] == "report" {
 			ee.Data = bytes.Replace(ee.Data, []byte(`"status":"failed"`), []byte(`"status":"success"`), 1)
 			edited = ee.Seq
 		}
-		l := ledger.NextLink(prev, ee.Seq, ee.Subject, nats.Header(ee.Headers), ee.Data)
+		l := protocol.NextLink(prev, ee.Seq, ee.Subject, nats.Header(ee.Headers), ee.Data)
 		ee.Link, prev = l.String(), l
 		b, err := json.Marshal(ee)
 		require.NoError(t, err)
@@ -275,13 +276,13 @@ func TestTurnsHoldEveryEntryThatNamesThem(t *testing.T) {
 	noCall := c.Dispatch()
 	noCall.Identity.ToolCallID = ""
 	_, err := e.L.Dispatch(ctx, noCall)
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	bad := c.Dispatch()
 	bad.Payload.AfterExecution = "later"
 	_, err = e.L.Dispatch(ctx, bad)
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
-	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: ledger.WakeupSubject("v1", "proj", "main", "w1"), Data: []byte(`{"hello":1}`),
-		Header: nats.Header{ledger.HeaderAgentTurnID: {"t9"}, ledger.HeaderToolCallID: {"c1"}}})
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
+	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: protocol.WakeupSubject("v1", "proj", "main", "w1"), Data: []byte(`{"hello":1}`),
+		Header: nats.Header{protocol.HeaderAgentTurnID: {"t9"}, protocol.HeaderToolCallID: {"c1"}}})
 	require.NoError(t, err)
 
 	s := openStore(t, filepath.Join(t.TempDir(), "views"))
@@ -290,10 +291,10 @@ func TestTurnsHoldEveryEntryThatNamesThem(t *testing.T) {
 	q := projector.NewQueries(s)
 	tl, err := q.Timeline("proj", "t9", projector.AsOf{})
 	require.NoError(t, err)
-	require.Equal(t, []string{"rejection", "rejection", ledger.ViewKindExternalWakeup}, kinds(tl.Items))
+	require.Equal(t, []string{"rejection", "rejection", protocol.ViewKindExternalWakeup}, kinds(tl.Items))
 	story, err := q.CallStory("proj", "c1", "", projector.AsOf{})
 	require.NoError(t, err)
-	require.Equal(t, []string{"rejection", ledger.ViewKindExternalWakeup}, kinds(story.Items))
+	require.Equal(t, []string{"rejection", protocol.ViewKindExternalWakeup}, kinds(story.Items))
 	require.Len(t, story.Calls, 1)
 	require.Equal(t, uint64(3), story.Calls[0].TurnEpoch)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
 )
 
@@ -67,31 +68,31 @@ func TestUnrecognizedEntriesDoNotStopTheProjector(t *testing.T) {
 	e.Scenario(t, 3)
 	ctx := ledgertest.Ctx(t)
 	turnHdr := func(kind string) nats.Header {
-		h := nats.Header{ledger.HeaderProjectID: []string{"proj"}, ledger.HeaderAgentTurnID: []string{"turn-after"}}
+		h := nats.Header{protocol.HeaderProjectID: []string{"proj"}, protocol.HeaderAgentTurnID: []string{"turn-after"}}
 		if kind != "" {
-			h.Set(ledger.HeaderEntryKind, kind)
+			h.Set(protocol.HeaderEntryKind, kind)
 		}
 		return h
 	}
 	farFuture := kindHeader("bogus")
-	farFuture.Set(ledger.HeaderTime, "2200-01-01T00:00:00Z")
+	farFuture.Set(protocol.HeaderTime, "2200-01-01T00:00:00Z")
 	bad := []struct {
 		subject string
 		h       nats.Header
 		code    string
 	}{
-		{"cg.v1.proj.main.ledger.report.turn-bogus.call-bogus", farFuture, ledger.UnrecognizedUnknownKind},
-		{"cg.v1.proj.main.ledger.report.turn-old.call-old", kindHeader("report_v0"), ledger.UnrecognizedUnknownKind},
-		{"cg.v1.proj.card.fake", nil, ledger.UnrecognizedNoKind},
-		{"cg.not.in.the.grammar.at.all", turnHdr("card"), ledger.UnrecognizedOutsideGrammar},
-		{"cg.v1.proj.card.fake", kindHeader("roster"), ledger.UnrecognizedKindMismatch},
+		{"cg.v1.proj.main.ledger.report.turn-bogus.call-bogus", farFuture, protocol.UnrecognizedUnknownKind},
+		{"cg.v1.proj.main.ledger.report.turn-old.call-old", kindHeader("report_v0"), protocol.UnrecognizedUnknownKind},
+		{"cg.v1.proj.card.fake", nil, protocol.UnrecognizedNoKind},
+		{"cg.not.in.the.grammar.at.all", turnHdr("card"), protocol.UnrecognizedOutsideGrammar},
+		{"cg.v1.proj.card.fake", kindHeader("roster"), protocol.UnrecognizedKindMismatch},
 	}
 	var badSeqs []uint64
 	for _, b := range bad {
 		badSeqs = append(badSeqs, publishRaw(t, e.JS, b.subject, b.h, `{"project_id":"proj"}`))
 	}
 	after := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-after", ID: "after", Epoch: 1, Tool: "echo"}
-	e.Complete(t, after, ledger.StatusSuccess, `{"n":2}`)
+	e.Complete(t, after, protocol.StatusSuccess, `{"n":2}`)
 	last := streamLastSeq(t, e)
 
 	dir := filepath.Join(t.TempDir(), "views")
@@ -172,7 +173,7 @@ func TestUnrecognizedEntriesDoNotStopTheProjector(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, frep.OK, "%+v", frep)
 	require.Equal(t, badSeqs, seqsOf(frep.Unrecognized, func(n ledger.NotedEntry) uint64 { return n.Seq }))
-	require.Equal(t, ledger.UnrecognizedKindMismatch, frep.Unrecognized[4].Code)
+	require.Equal(t, protocol.UnrecognizedKindMismatch, frep.Unrecognized[4].Code)
 
 	// A replay of the export projects it to the same views.
 	res, err := replay.Run(ctx, path, replay.Options{})
@@ -204,7 +205,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	bad := publishRaw(t, e.JS, "cg.v1.proj.main.ledger.report.t.c", kindHeader("report"), "not json")
 	after := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-after", ID: "after", Epoch: 1, Tool: "echo"}
-	e.Complete(t, after, ledger.StatusSuccess, `{"n":2}`)
+	e.Complete(t, after, protocol.StatusSuccess, `{"n":2}`)
 
 	s := openStore(t, filepath.Join(t.TempDir(), "views"))
 	defer s.Close()
@@ -248,10 +249,10 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	// Refusals name the problem precisely and write nothing.
 	last := streamLastSeq(t, e)
 	_, err := e.L.Skip(ctx, last+5, "typo")
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	require.Contains(t, err.Error(), "sequence "+itoa(last+5)+" is past the end of the ledger (last seq "+itoa(last)+")")
 	_, err = e.L.Skip(ctx, bad, "  ")
-	require.ErrorIs(t, err, ledger.ErrBadRequest)
+	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	require.Equal(t, last, streamLastSeq(t, e), "a refused skip appends nothing")
 
 	const reason = "incident 42: report written by a buggy build; result re-sent as seq N+2"
@@ -268,7 +269,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 
 	// Running live again: a new call is projected.
 	later := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-later", ID: "later", Epoch: 1, Tool: "echo"}
-	e.Complete(t, later, ledger.StatusSuccess, `{"n":3}`)
+	e.Complete(t, later, protocol.StatusSuccess, `{"n":3}`)
 	last = streamLastSeq(t, e)
 	waitFor(t, "the projector to apply the later call", func() bool { return sp.Applied() == last })
 
@@ -278,7 +279,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	require.True(t, dup.Duplicate)
 	require.Equal(t, res.SkipSeq, dup.SkipSeq)
 	_, err = e.L.Skip(ctx, bad, "another reason")
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, protocol.ErrConflict)
 	require.Equal(t, last, streamLastSeq(t, e), "neither appended anything")
 
 	q := projector.NewQueries(s)
@@ -289,7 +290,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, skipped.Items, 1)
 	require.Equal(t, projector.SkippedEntry{Seq: bad, Subject: "cg.v1.proj.main.ledger.report.t.c",
-		Headers: map[string][]string{ledger.HeaderEntryKind: {"report"}}, SkipSeq: res.SkipSeq, Reason: reason}, skipped.Items[0])
+		Headers: map[string][]string{protocol.HeaderEntryKind: {"report"}}, SkipSeq: res.SkipSeq, Reason: reason}, skipped.Items[0])
 	skips, err := q.Skips(projector.AsOf{}, "", 0)
 	require.NoError(t, err)
 	require.Len(t, skips.Items, 1)
@@ -301,7 +302,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	// skipped entry's subject names.
 	tl, err := q.Timeline("proj", "t", projector.AsOf{})
 	require.NoError(t, err)
-	require.Equal(t, []string{projector.KindSkipped, string(ledger.KindSkip)}, kinds(tl.Items))
+	require.Equal(t, []string{projector.KindSkipped, string(protocol.KindSkip)}, kinds(tl.Items))
 	require.Equal(t, res.SkipSeq, tl.Items[0].SkipSeq)
 	require.Equal(t, reason, tl.Items[0].Reason)
 	// As of the skipped entry, the skip entry is not there yet.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestRunFollowsTheLedger starts Run on a ledger, keeps appending calls
@@ -45,7 +45,7 @@ func TestRunFollowsTheLedger(t *testing.T) {
 	for i := range 6 {
 		c := ledgertest.Call{Project: "proj", Channel: "main", Agent: []string{"alice", "bob"}[i%2],
 			Turn: fmt.Sprintf("turn-run-%d", i/2), ID: fmt.Sprintf("run-%d", i), Epoch: 1, Tool: "echo"}
-		e.Complete(t, c, ledger.StatusSuccess, `{"n":3}`)
+		e.Complete(t, c, protocol.StatusSuccess, `{"n":3}`)
 		if i%2 == 1 {
 			waitApplied(fmt.Sprintf("after call %d", i))
 		}

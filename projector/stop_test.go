@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/natstest"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // metricValue reads one series of a counter or gauge from reg; labels are
@@ -121,7 +121,7 @@ func publishRaw(t *testing.T, js jetstream.JetStream, subject string, h nats.Hea
 }
 
 func kindHeader(kind string) nats.Header {
-	return nats.Header{ledger.HeaderEntryKind: []string{kind}}
+	return nats.Header{protocol.HeaderEntryKind: []string{kind}}
 }
 
 // TestCorruptEntryStopsWithoutSkipping publishes entries the projector
@@ -149,7 +149,7 @@ func TestCorruptEntryStopsWithoutSkipping(t *testing.T) {
 			ctx := ledgertest.Ctx(t)
 			bad := publishRaw(t, e.JS, tc.subject, kindHeader(tc.kind), tc.data)
 			// Good entries after the bad one: they must never be applied.
-			e.Complete(t, ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-after", ID: "after", Epoch: 1, Tool: "echo"}, ledger.StatusSuccess, `{"n":2}`)
+			e.Complete(t, ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-after", ID: "after", Epoch: 1, Tool: "echo"}, protocol.StatusSuccess, `{"n":2}`)
 			last := streamLastSeq(t, e)
 			require.Greater(t, last, bad)
 			want := prefixDigest(t, e, bad-1)
@@ -249,7 +249,7 @@ func (g *gapEnv) prefixDigests(t *testing.T, last uint64) []string {
 	for seq := uint64(1); seq <= last; seq++ {
 		m, err := g.stream.GetMsg(ctx, seq)
 		require.NoError(t, err)
-		require.NoError(t, projector.ApplyEntries(s, []ledger.Entry{{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Data: m.Data, Time: m.Time}}, 1))
+		require.NoError(t, projector.ApplyEntries(s, []protocol.Entry{{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Data: m.Data, Time: m.Time}}, 1))
 		d = append(d, digest(t, s))
 	}
 	return d

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func TestToolRegistryVersionsAsOf(t *testing.T) {
@@ -34,7 +34,7 @@ func TestToolRegistryVersionsAsOf(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, h.Versions, 2, "every version is kept")
 	require.Equal(t, v2.Seq, h.Current.Seq)
-	var d ledger.ToolDefinition
+	var d protocol.ToolDefinition
 	require.NoError(t, json.Unmarshal(h.Current.Definition, &d))
 	require.Equal(t, "v2", d.Description)
 
@@ -51,5 +51,5 @@ func TestToolRegistryVersionsAsOf(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, before.Items, 1, "echo2 was registered later")
 	_, err = q.Tool("proj", "nope", projector.AsOf{})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, protocol.ErrNotFound)
 }

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // ToolsPage answers one page of the tools registered in a project, each at
@@ -27,7 +27,7 @@ func (q *Queries) ToolsPage(project string, at AsOf, cursor string, limit int) (
 	if cursor != "" {
 		k, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || !bytes.HasPrefix(k, p) || len(k) == len(p) || bytes.IndexByte(k[len(p):], 0) >= 0 {
-			return nil, badQuery("cursor", ledger.VInvalidValue, "is not a cursor of this query")
+			return nil, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 		}
 		// Past every version of the named tool: names are printable ASCII,
 		// so name\x01 sorts after name\0<seq> and before any longer name.

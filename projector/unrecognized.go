@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // UnrecognizedEntry is a stream message the projector recorded as
@@ -37,7 +36,7 @@ type SkippedEntry struct {
 	Reason  string `json:"reason"`
 }
 
-// SkipItem is a valid skip entry (ledger.ParseSkip).
+// SkipItem is a valid skip entry (protocol.ParseSkip).
 type SkipItem struct {
 	// Seq is the skip entry's sequence; SkippedSeq the entry it names.
 	Seq        uint64    `json:"seq"`
@@ -152,7 +151,7 @@ func (q *Queries) Skips(at AsOf, cursor string, limit int) (*Page[SkipItem], err
 func (v *view) annotate(it *TimelineItem, se storedEntry) error {
 	switch it.Kind {
 	case KindUnrecognized:
-		it.Reason = ledger.RecognizeEntry(se.Subject, nats.Header(se.Headers)).Reason
+		it.Reason = protocol.RecognizeEntry(se.Subject, nats.Header(se.Headers)).Reason
 	case KindSkipped:
 		row, ok, err := get(v.snap, key(tagSkipped).u64(it.Seq))
 		if err != nil {

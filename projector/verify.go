@@ -12,25 +12,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // link returns the chain link the views recorded for seq.
-func (s *Store) link(seq uint64) (*ledger.Link, error) {
+func (s *Store) link(seq uint64) (*protocol.Link, error) {
 	v, ok, err := get(s.db, key(tagLink).u64(seq))
 	if err != nil || !ok {
 		return nil, err
 	}
-	var l ledger.Link
+	var l protocol.Link
 	copy(l[:], v)
 	return &l, nil
 }
 
 // LinkAt returns the chain link the views recorded after applying seq, and
 // false when they have not applied it (or it is outside the chain).
-func (s *Store) LinkAt(seq uint64) (ledger.Link, bool, error) {
+func (s *Store) LinkAt(seq uint64) (protocol.Link, bool, error) {
 	l, err := s.link(seq)
 	if err != nil || l == nil {
-		return ledger.Link{}, false, err
+		return protocol.Link{}, false, err
 	}
 	return *l, true, nil
 }
@@ -58,7 +59,7 @@ func (s *Store) LostAt(seq uint64) (first, last uint64, ok bool, err error) {
 }
 
 // ChainHead returns the applied sequence and the chain link after it.
-func (s *Store) ChainHead() (uint64, ledger.Link, error) {
+func (s *Store) ChainHead() (uint64, protocol.Link, error) {
 	cp, err := s.checkpoint()
 	return cp.Applied, cp.Head, err
 }
@@ -79,9 +80,9 @@ func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream
 // archive and then the stream). History that is kept nowhere any more is
 // a failed verification naming the first missing sequence.
 func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.VerifyReport, error) {
-	v := ledger.NewChainVerifier(1, ledger.Genesis)
+	v := protocol.NewChainVerifier(1, protocol.Genesis)
 	rep := ledger.VerifyReport{FromSeq: 1}
-	_, err := h.ReadFrom(ctx, 1, func(e ledger.Entry) error {
+	_, err := h.ReadFrom(ctx, 1, func(e protocol.Entry) error {
 		want, err := s.link(e.Seq)
 		if err != nil {
 			return err
@@ -122,7 +123,7 @@ func (s *Store) VerifyExport(r io.Reader) (ledger.VerifyReport, error) {
 	return rep, nil
 }
 
-func finishReport(rep ledger.VerifyReport, v *ledger.ChainVerifier) ledger.VerifyReport {
+func finishReport(rep ledger.VerifyReport, v *protocol.ChainVerifier) ledger.VerifyReport {
 	rep.Count, rep.Head = v.Count(), v.Head().String()
 	if bad, why := v.FirstBad(); bad != 0 {
 		rep.FirstBadSeq, rep.Reason = bad, why

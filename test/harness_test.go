@@ -25,6 +25,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
 )
 
@@ -59,16 +60,16 @@ func (r *replayRig) ctx() context.Context { return ledgertest.Ctx(r.t) }
 type toolImpl struct {
 	name string
 	tool executor.Tool
-	def  *ledger.ToolDefinition
+	def  *protocol.ToolDefinition
 }
 
 // toolDef is a built-in-style definition for a scenario's tool.
-func toolDef(name, determinism string, retry ledger.RetryPolicy) *ledger.ToolDefinition {
-	return &ledger.ToolDefinition{
+func toolDef(name, determinism string, retry protocol.RetryPolicy) *protocol.ToolDefinition {
+	return &protocol.ToolDefinition{
 		ToolName: name, Description: "scenario tool " + name, Parameters: json.RawMessage(`{"type":"object"}`),
 		TargetSubject:  "cg.v1.{project_id}.{channel_id}.cmd.tool." + name,
-		AfterExecution: ledger.AfterSuspend,
-		Limits:         ledger.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000, ConcurrencyMax: 4},
+		AfterExecution: protocol.AfterSuspend,
+		Limits:         protocol.ToolLimits{TimeoutMSDefault: 10_000, TimeoutMSMax: 60_000, ConcurrencyMax: 4},
 		Determinism:    determinism, Retry: retry,
 	}
 }
@@ -103,7 +104,7 @@ func (r *replayRig) startExecutor(extra ...toolImpl) {
 func (r *replayRig) roster(agents ...string) {
 	r.t.Helper()
 	for _, a := range agents {
-		_, err := r.L.SetRoster(r.ctx(), ledger.RosterEntry{ProjectID: scProject, AgentID: a, WorkerTarget: "worker-" + a})
+		_, err := r.L.SetRoster(r.ctx(), protocol.RosterEntry{ProjectID: scProject, AgentID: a, WorkerTarget: "worker-" + a})
 		require.NoError(r.t, err)
 	}
 }
@@ -115,13 +116,13 @@ func scCall(agent, turn, id string, epoch uint64, tool string) ledgertest.Call {
 }
 
 // dispatchReq is the call's dispatch with the given arguments.
-func dispatchReq(c ledgertest.Call, args string) ledger.DispatchRequest {
+func dispatchReq(c ledgertest.Call, args string) protocol.DispatchRequest {
 	req := c.Dispatch()
 	req.Card.Content = json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":%s}`, c.Tool, args))
 	return req
 }
 
-func (r *replayRig) dispatch(req ledger.DispatchRequest) ledger.DispatchResult {
+func (r *replayRig) dispatch(req protocol.DispatchRequest) protocol.DispatchResult {
 	r.t.Helper()
 	res, err := r.L.Dispatch(r.ctx(), req)
 	require.NoError(r.t, err, "dispatch %s", req.Identity.ToolCallID)
@@ -130,13 +131,13 @@ func (r *replayRig) dispatch(req ledger.DispatchRequest) ledger.DispatchResult {
 
 // resolved waits until the call's report and wakeup are written (the call
 // record is woken) and returns the result card's content.
-func (r *replayRig) resolved(c ledgertest.Call) ledger.ToolResultContent {
+func (r *replayRig) resolved(c ledgertest.Call) protocol.ToolResultContent {
 	r.t.Helper()
-	var rec *ledger.CallRecord
+	var rec *protocol.CallRecord
 	require.Eventually(r.t, func() bool {
 		var err error
 		rec, err = r.L.GetCall(context.Background(), c.Project, c.Turn, c.ID)
-		return err == nil && rec.State == ledger.StateWoken
+		return err == nil && rec.State == protocol.StateWoken
 	}, scWaitFor, scPollGap, "call %s/%s resolves", c.Turn, c.ID)
 	card, err := r.L.GetCard(r.ctx(), c.Project, rec.Claim.ToolResultCardID)
 	require.NoError(r.t, err)
@@ -146,7 +147,7 @@ func (r *replayRig) resolved(c ledgertest.Call) ledger.ToolResultContent {
 }
 
 // run dispatches the call and waits for its result.
-func (r *replayRig) run(c ledgertest.Call, args string, mod func(*ledger.DispatchRequest)) ledger.ToolResultContent {
+func (r *replayRig) run(c ledgertest.Call, args string, mod func(*protocol.DispatchRequest)) protocol.ToolResultContent {
 	r.t.Helper()
 	req := dispatchReq(c, args)
 	if mod != nil {
@@ -156,9 +157,9 @@ func (r *replayRig) run(c ledgertest.Call, args string, mod func(*ledger.Dispatc
 	return r.resolved(c)
 }
 
-func (r *replayRig) consume(c ledgertest.Call) ledger.ConsumeResult {
+func (r *replayRig) consume(c ledgertest.Call) protocol.ConsumeResult {
 	r.t.Helper()
-	res, err := r.L.Consume(r.ctx(), ledger.ConsumeRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID})
+	res, err := r.L.Consume(r.ctx(), protocol.ConsumeRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID})
 	require.NoError(r.t, err, "consume %s", c.ID)
 	return res
 }
@@ -166,7 +167,7 @@ func (r *replayRig) consume(c ledgertest.Call) ledger.ConsumeResult {
 // entryKind is an entry's CG-Entry-Kind, or "raw" for entries others
 // published on cg.> without one (raw commands).
 func entryKind(h map[string][]string) string {
-	if k := nats.Header(h).Get(ledger.HeaderEntryKind); k != "" {
+	if k := nats.Header(h).Get(protocol.HeaderEntryKind); k != "" {
 		return k
 	}
 	return "raw"
@@ -176,7 +177,7 @@ func entryKind(h map[string][]string) string {
 func (r *replayRig) countKind(kind string) int {
 	r.t.Helper()
 	n := 0
-	_, err := r.L.ReadEntries(r.ctx(), 1, func(e ledger.Entry) error {
+	_, err := r.L.ReadEntries(r.ctx(), 1, func(e protocol.Entry) error {
 		if entryKind(e.Headers) == kind {
 			n++
 		}
@@ -194,10 +195,10 @@ func (r *replayRig) waitKind(kind string, n int) {
 }
 
 // refused asserts err is the ledger's refusal with the sentinel want.
-func requireRefused(t *testing.T, err error, want error, what string) *ledger.Error {
+func requireRefused(t *testing.T, err error, want error, what string) *protocol.Error {
 	t.Helper()
 	require.ErrorIs(t, err, want, what)
-	le, ok := ledger.AsError(err)
+	le, ok := protocol.AsError(err)
 	require.True(t, ok, "%s: a protocol error", what)
 	require.NotZero(t, le.Seq, "%s: the refusal is recorded as a rejection entry", what)
 	return le

@@ -52,6 +52,7 @@ import (
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 type replayScenario struct {
@@ -84,12 +85,12 @@ func happyPath(t *testing.T, r *replayRig) {
 	lookup := scCall("bob", "turn-bob-1", "call-lookup", 1, "echo")
 	ping := scCall("carol", "turn-carol-1", "call-ping", 1, "echo") // carol has no roster entry
 	summary := scCall("bob", "turn-bob-2", "call-summary", 2, "echo")
-	require.Equal(t, ledger.StatusSuccess, r.run(weather, `{"city":"Lisbon"}`, nil).Status)
-	require.Equal(t, ledger.StatusSuccess, r.run(news, `{"topic":"markets","limit":3}`, nil).Status)
-	require.Equal(t, ledger.StatusSuccess, r.run(lookup, `{"id":42}`, nil).Status)
-	require.Equal(t, ledger.StatusSuccess, r.run(ping, `{"ping":true}`, nil).Status)
-	tr := r.run(summary, `{"text":"all done"}`, func(req *ledger.DispatchRequest) { req.Payload.AfterExecution = ledger.AfterTerminate })
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, r.run(weather, `{"city":"Lisbon"}`, nil).Status)
+	require.Equal(t, protocol.StatusSuccess, r.run(news, `{"topic":"markets","limit":3}`, nil).Status)
+	require.Equal(t, protocol.StatusSuccess, r.run(lookup, `{"id":42}`, nil).Status)
+	require.Equal(t, protocol.StatusSuccess, r.run(ping, `{"ping":true}`, nil).Status)
+	tr := r.run(summary, `{"text":"all done"}`, func(req *protocol.DispatchRequest) { req.Payload.AfterExecution = protocol.AfterTerminate })
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.JSONEq(t, `{"text":"all done"}`, string(tr.Result))
 
 	r.consume(weather)
@@ -108,10 +109,10 @@ func duplicatesAndStaleEpochs(t *testing.T, r *replayRig) {
 	first := scCall("alice", "turn-dup", "call-first", 3, "search")
 	second := scCall("alice", "turn-dup", "call-second", 3, "search")
 
-	out := r.Complete(t, first, ledger.StatusSuccess, `{"hits":3}`)
+	out := r.Complete(t, first, protocol.StatusSuccess, `{"hits":3}`)
 	require.False(t, out.Duplicate)
 	for range 2 {
-		dup, err := r.L.Report(r.ctx(), first.Report(ledger.StatusSuccess))
+		dup, err := r.L.Report(r.ctx(), first.Report(protocol.StatusSuccess))
 		require.NoError(t, err)
 		require.True(t, dup.Duplicate)
 		require.Equal(t, out.Seq, dup.Seq, "a duplicate answers with the original report")
@@ -123,28 +124,28 @@ func duplicatesAndStaleEpochs(t *testing.T, r *replayRig) {
 	for _, epoch := range []uint64{2, 4} {
 		stale := first
 		stale.Epoch = epoch
-		_, err := r.L.Report(r.ctx(), stale.Report(ledger.StatusSuccess))
-		requireRefused(t, err, ledger.ErrStaleEpoch, "report with another epoch")
+		_, err := r.L.Report(r.ctx(), stale.Report(protocol.StatusSuccess))
+		requireRefused(t, err, protocol.ErrStaleEpoch, "report with another epoch")
 	}
 
-	_, err = r.L.PutCard(r.ctx(), first.ResultCard(ledger.StatusFailed, `null`))
+	_, err = r.L.PutCard(r.ctx(), first.ResultCard(protocol.StatusFailed, `null`))
 	require.NoError(t, err)
-	_, err = r.L.Report(r.ctx(), first.Report(ledger.StatusFailed))
-	requireRefused(t, err, ledger.ErrConflict, "a different result")
+	_, err = r.L.Report(r.ctx(), first.Report(protocol.StatusFailed))
+	requireRefused(t, err, protocol.ErrConflict, "a different result")
 
 	wrong := first
 	wrong.Agent = "mallory"
-	_, err = r.L.Report(r.ctx(), wrong.Report(ledger.StatusSuccess))
-	requireRefused(t, err, ledger.ErrMismatch, "report by another agent")
+	_, err = r.L.Report(r.ctx(), wrong.Report(protocol.StatusSuccess))
+	requireRefused(t, err, protocol.ErrMismatch, "report by another agent")
 
 	changed := dispatchReq(first, `{"q":"something else"}`)
 	_, err = r.L.Dispatch(r.ctx(), changed)
-	requireRefused(t, err, ledger.ErrConflict, "the same call dispatched with different content")
+	requireRefused(t, err, protocol.ErrConflict, "the same call dispatched with different content")
 
-	r.Complete(t, second, ledger.StatusSuccess, `{"hits":0}`)
+	r.Complete(t, second, protocol.StatusSuccess, `{"hits":0}`)
 	require.False(t, r.consume(second).Duplicate)
 	require.True(t, r.consume(second).Duplicate)
-	dup, err := r.L.Report(r.ctx(), second.Report(ledger.StatusSuccess))
+	dup, err := r.L.Report(r.ctx(), second.Report(protocol.StatusSuccess))
 	require.NoError(t, err)
 	require.True(t, dup.Duplicate, "a duplicate after consumption")
 }
@@ -162,7 +163,7 @@ func invalidCommands(t *testing.T, r *replayRig) {
 	nextRejection := func() {
 		t.Helper()
 		rejections++
-		r.waitKind(string(ledger.KindRejection), rejections)
+		r.waitKind(string(protocol.KindRejection), rejections)
 	}
 
 	bad := scCall("bob", "turn-invalid", "call-bad", 1, "echo")
@@ -172,7 +173,7 @@ func invalidCommands(t *testing.T, r *replayRig) {
 	req.Card.ProjectID = "other"
 	req.Card.Content = json.RawMessage(`{"tool_name":"echo"}`)
 	_, err := r.L.Dispatch(r.ctx(), req)
-	le := requireRefused(t, err, ledger.ErrBadRequest, "invalid dispatch")
+	le := requireRefused(t, err, protocol.ErrBadRequest, "invalid dispatch")
 	require.GreaterOrEqual(t, len(le.Violations), 3, "every violation at once: %+v", le.Violations)
 	nextRejection()
 
@@ -198,24 +199,24 @@ func invalidCommands(t *testing.T, r *replayRig) {
 	r.dispatch(dispatchReq(parked, `{"x":1}`))
 	publish(parked.Identity().Header(), `{"arguments":{"x":1}}`)
 	tr := r.resolved(parked)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
 
 	// Arguments that do not match sleep's schema.
 	sleepy := scCall("bob", "turn-invalid", "call-sleepy", 1, "sleep")
 	tr = r.run(sleepy, `{"ms":"soon","extra":true}`, nil)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, executor.ErrBadRequest, tr.Error.Code)
 
 	// A report pointing at a result card that was never written.
 	orphan := scCall("bob", "turn-invalid", "call-orphan", 1, "parked")
 	r.dispatch(dispatchReq(orphan, `{}`))
-	_, err = r.L.Report(r.ctx(), orphan.Report(ledger.StatusSuccess))
-	requireRefused(t, err, ledger.ErrUnknownCard, "unknown result card")
+	_, err = r.L.Report(r.ctx(), orphan.Report(protocol.StatusSuccess))
+	requireRefused(t, err, protocol.ErrUnknownCard, "unknown result card")
 	nextRejection()
 	// A report for a call that was never dispatched.
-	_, err = r.L.Report(r.ctx(), ghost.Report(ledger.StatusSuccess))
-	requireRefused(t, err, ledger.ErrUnknownCall, "unknown call")
+	_, err = r.L.Report(r.ctx(), ghost.Report(protocol.StatusSuccess))
+	requireRefused(t, err, protocol.ErrUnknownCall, "unknown call")
 	nextRejection()
 }
 
@@ -233,17 +234,17 @@ func timeoutsAndRetries(t *testing.T, r *replayRig) {
 	down := executor.ToolFunc(func(context.Context, *executor.Call) executor.Outcome {
 		return executor.Retryable("R-UPSTREAM-503", "upstream still down", 0)
 	})
-	tiny := ledger.RetryPolicy{MaxAttempts: 5, BaseMS: 1, CapMS: 2}
+	tiny := protocol.RetryPolicy{MaxAttempts: 5, BaseMS: 1, CapMS: 2}
 	r.startExecutor(
-		toolImpl{"flaky", flaky, toolDef("flaky", ledger.DeterminismIdempotent, tiny)},
-		toolImpl{"down", down, toolDef("down", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 2, BaseMS: 1, CapMS: 2})},
-		toolImpl{"charge", down, toolDef("charge", ledger.DeterminismSideEffectful, tiny)},
+		toolImpl{"flaky", flaky, toolDef("flaky", protocol.DeterminismIdempotent, tiny)},
+		toolImpl{"down", down, toolDef("down", protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 2, BaseMS: 1, CapMS: 2})},
+		toolImpl{"charge", down, toolDef("charge", protocol.DeterminismSideEffectful, tiny)},
 	)
 	type detail struct {
 		TaxonomyCode string `json:"taxonomy_code"`
 		Attempts     int    `json:"attempts"`
 	}
-	errDetail := func(tr ledger.ToolResultContent) detail {
+	errDetail := func(tr protocol.ToolResultContent) detail {
 		t.Helper()
 		require.NotNil(t, tr.Error)
 		var d detail
@@ -252,25 +253,25 @@ func timeoutsAndRetries(t *testing.T, r *replayRig) {
 	}
 
 	slow := scCall("alice", "turn-retry", "call-slow", 1, "sleep")
-	tr := r.run(slow, `{"ms":60000}`, func(req *ledger.DispatchRequest) { req.Payload.TimeoutMS = 50 })
-	require.Equal(t, ledger.StatusTimeout, tr.Status)
+	tr := r.run(slow, `{"ms":60000}`, func(req *protocol.DispatchRequest) { req.Payload.TimeoutMS = 50 })
+	require.Equal(t, protocol.StatusTimeout, tr.Status)
 	require.Equal(t, executor.ErrToolTimeout, tr.Error.Code)
 	require.Equal(t, executor.CodeTimeout, errDetail(tr).TaxonomyCode)
 
 	fl := scCall("alice", "turn-retry", "call-flaky", 1, "flaky")
 	tr = r.run(fl, `{}`, nil)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.JSONEq(t, `{"attempt":3}`, string(tr.Result))
 
 	dn := scCall("alice", "turn-retry", "call-down", 1, "down")
 	tr = r.run(dn, `{}`, nil)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, executor.ErrUpstreamUnavailable, tr.Error.Code)
 	require.Equal(t, 2, errDetail(tr).Attempts)
 
 	ch := scCall("alice", "turn-retry", "call-charge", 1, "charge")
 	tr = r.run(ch, `{}`, nil)
-	require.Equal(t, ledger.StatusFailed, tr.Status)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, 1, errDetail(tr).Attempts, "side-effectful tools are never retried")
 }
 
@@ -285,9 +286,9 @@ func cancellation(t *testing.T, r *replayRig) {
 		<-ctx.Done()
 		return executor.Retryable("R-UPSTREAM-NET", "interrupted", 0)
 	})
-	ex := r.newExecutor(toolImpl{"blocker", blocker, toolDef("blocker", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 1, BaseMS: 1, CapMS: 1})})
-	cancel := func(c ledgertest.Call, reason string) (ledger.CancelResult, error) {
-		return r.L.Cancel(r.ctx(), ledger.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: reason})
+	ex := r.newExecutor(toolImpl{"blocker", blocker, toolDef("blocker", protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 1, BaseMS: 1, CapMS: 1})})
+	cancel := func(c ledgertest.Call, reason string) (protocol.CancelResult, error) {
+		return r.L.Cancel(r.ctx(), protocol.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: reason})
 	}
 
 	queued := scCall("alice", "turn-cancel", "call-queued", 1, "blocker")
@@ -297,7 +298,7 @@ func cancellation(t *testing.T, r *replayRig) {
 	require.False(t, res.Duplicate)
 	r.start(ex)
 	tr := r.resolved(queued)
-	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
 	require.Empty(t, started, "a call canceled before pickup never runs")
 
 	running := scCall("alice", "turn-cancel", "call-running", 1, "blocker")
@@ -311,16 +312,16 @@ func cancellation(t *testing.T, r *replayRig) {
 	_, err = cancel(running, "user stop")
 	require.NoError(t, err)
 	tr = r.resolved(running)
-	require.Equal(t, ledger.StatusCanceled, tr.Status)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
 	require.Equal(t, "canceled", tr.Error.Code)
 	res, err = cancel(running, "user stop")
 	require.NoError(t, err)
 	require.True(t, res.Duplicate, "canceling again is idempotent")
 
 	done := scCall("alice", "turn-cancel", "call-done", 1, "echo")
-	require.Equal(t, ledger.StatusSuccess, r.run(done, `{"v":1}`, nil).Status)
+	require.Equal(t, protocol.StatusSuccess, r.run(done, `{"v":1}`, nil).Status)
 	_, err = cancel(done, "too late")
-	requireRefused(t, err, ledger.ErrConflict, "cancel after the result")
+	requireRefused(t, err, protocol.ErrConflict, "cancel after the result")
 }
 
 // cgControlOverrides: result cards whose result.__cg_control.after_execution
@@ -336,27 +337,27 @@ func cgControlOverrides(t *testing.T, r *replayRig) {
 		d := c.Dispatch()
 		d.Payload.AfterExecution = reportAfter
 		r.dispatch(d)
-		_, err := r.L.PutCard(r.ctx(), c.ResultCard(ledger.StatusSuccess, result))
+		_, err := r.L.PutCard(r.ctx(), c.ResultCard(protocol.StatusSuccess, result))
 		require.NoError(t, err)
-		rep := c.Report(ledger.StatusSuccess)
+		rep := c.Report(protocol.StatusSuccess)
 		rep.Payload.AfterExecution = reportAfter
 		out, err := r.L.Report(r.ctx(), rep)
 		require.NoError(t, err)
 		require.Equal(t, want, out.EffectiveAfterExecution, c.ID)
 	}
 	complete(scCall("alice", "turn-control", "call-terminate", 1, "search"),
-		`{"answer":42,"__cg_control":{"after_execution":"terminate"}}`, ledger.AfterSuspend, ledger.AfterTerminate)
+		`{"answer":42,"__cg_control":{"after_execution":"terminate"}}`, protocol.AfterSuspend, protocol.AfterTerminate)
 	complete(scCall("alice", "turn-control", "call-suspend", 1, "search"),
-		`{"draft":true,"__cg_control":{"after_execution":"suspend"}}`, ledger.AfterTerminate, ledger.AfterSuspend)
+		`{"draft":true,"__cg_control":{"after_execution":"suspend"}}`, protocol.AfterTerminate, protocol.AfterSuspend)
 	complete(scCall("alice", "turn-control", "call-invalid", 1, "search"),
-		`{"answer":0,"__cg_control":{"after_execution":"later"}}`, ledger.AfterSuspend, ledger.AfterSuspend)
+		`{"answer":0,"__cg_control":{"after_execution":"later"}}`, protocol.AfterSuspend, protocol.AfterSuspend)
 	complete(scCall("alice", "turn-control", "call-not-object", 1, "search"),
-		`{"answer":1,"__cg_control":"terminate"}`, ledger.AfterSuspend, ledger.AfterSuspend)
+		`{"answer":1,"__cg_control":"terminate"}`, protocol.AfterSuspend, protocol.AfterSuspend)
 
 	viaTool := scCall("alice", "turn-control", "call-echo", 1, "echo")
 	tr := r.run(viaTool, `{"note":"stop here","__cg_control":{"after_execution":"terminate"}}`, nil)
-	require.Equal(t, ledger.StatusSuccess, tr.Status)
-	require.Equal(t, ledger.AfterTerminate, tr.EffectiveAfterExecution(ledger.AfterSuspend))
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+	require.Equal(t, protocol.AfterTerminate, tr.EffectiveAfterExecution(protocol.AfterSuspend))
 	r.consume(scCall("alice", "turn-control", "call-terminate", 1, "search"))
 }
 

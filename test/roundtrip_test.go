@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestExportReplayRoundTrip records a fresh multi-agent ledger (the
@@ -34,19 +34,19 @@ func TestExportReplayRoundTrip(t *testing.T) {
 		}
 		return executor.Success(map[string]any{"ok": true})
 	})
-	r.startExecutor(toolImpl{"flaky", flaky, toolDef("flaky", ledger.DeterminismIdempotent, ledger.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2})})
+	r.startExecutor(toolImpl{"flaky", flaky, toolDef("flaky", protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 3, BaseMS: 1, CapMS: 2})})
 	r.roster("dave")
 	var calls []ledgertest.Call
 	for i, agent := range []string{"alice", "bob", "dave", "erin"} { // erin has no roster entry
 		turn := fmt.Sprintf("rt-turn-%s", agent)
 		echo := scCall(agent, turn, fmt.Sprintf("rt-echo-%d", i), 1, "echo")
-		require.Equal(t, ledger.StatusSuccess, r.run(echo, fmt.Sprintf(`{"i":%d}`, i), nil).Status)
+		require.Equal(t, protocol.StatusSuccess, r.run(echo, fmt.Sprintf(`{"i":%d}`, i), nil).Status)
 		fl := scCall(agent, turn, fmt.Sprintf("rt-flaky-%d", i), 1, "flaky")
-		require.Equal(t, ledger.StatusSuccess, r.run(fl, `{}`, nil).Status)
+		require.Equal(t, protocol.StatusSuccess, r.run(fl, `{}`, nil).Status)
 		calls = append(calls, echo, fl)
 	}
 	slow := scCall("dave", "rt-turn-dave", "rt-slow", 1, "sleep")
-	require.Equal(t, ledger.StatusTimeout, r.run(slow, `{"ms":60000}`, func(req *ledger.DispatchRequest) { req.Payload.TimeoutMS = 20 }).Status)
+	require.Equal(t, protocol.StatusTimeout, r.run(slow, `{"ms":60000}`, func(req *protocol.DispatchRequest) { req.Payload.TimeoutMS = 20 }).Status)
 	for i, c := range calls {
 		if i%3 == 0 {
 			r.consume(c)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const benchHelp = `Measure what a tool call costs against raw JetStream on the same machine, in one
@@ -340,11 +341,11 @@ func median(rs []benchResult) benchResult {
 // setup gives the bench's agents a roster entry and routes wakeups to the
 // calls waiting for them.
 func (e *benchEnv) setup(ctx context.Context) error {
-	if _, err := e.cl.SetRoster(ctx, ledger.RosterEntry{ProjectID: "bench", AgentID: "agent", WorkerTarget: "bench-worker"}); err != nil {
+	if _, err := e.cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: "bench", AgentID: "agent", WorkerTarget: "bench-worker"}); err != nil {
 		return fmt.Errorf("roster: %w", err)
 	}
 	_, err := e.worker.Subscribe("cg.v1.bench.*.cmd.agent.bench-worker.wakeup", func(m *nats.Msg) {
-		id := m.Header.Get(ledger.HeaderToolCallID)
+		id := m.Header.Get(protocol.HeaderToolCallID)
 		e.mu.Lock()
 		ch := e.waiters[id]
 		delete(e.waiters, id)
@@ -384,7 +385,7 @@ func (e *benchEnv) callTool(ctx context.Context, tool string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	_, err := e.cl.Consume(ctx, ledger.ConsumeRequest{ProjectID: "bench", AgentID: "agent", AgentTurnID: turn, ToolCallID: id})
+	_, err := e.cl.Consume(ctx, protocol.ConsumeRequest{ProjectID: "bench", AgentID: "agent", AgentTurnID: turn, ToolCallID: id})
 	return err
 }
 
@@ -401,9 +402,9 @@ func (e *benchEnv) duplicateReport(ctx context.Context) (func(context.Context) e
 	if err != nil || rec.Claim == nil {
 		return nil, fmt.Errorf("read the call to repeat: %v", err)
 	}
-	req := ledger.ReportRequest{ProjectID: "bench", ChannelID: rec.ChannelID, SourceID: rec.Claim.SourceID, SourceFunction: "echo",
-		Identity: ledger.Identity{AgentID: rec.AgentID, AgentTurnID: turn, TurnEpoch: rec.TurnEpoch, ToolCallID: id},
-		Payload:  ledger.ReportPayload{Status: rec.Claim.Status, AfterExecution: rec.Claim.AfterExecution, ToolResultCardID: rec.Claim.ToolResultCardID}}
+	req := protocol.ReportRequest{ProjectID: "bench", ChannelID: rec.ChannelID, SourceID: rec.Claim.SourceID, SourceFunction: "echo",
+		Identity: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: turn, TurnEpoch: rec.TurnEpoch, ToolCallID: id},
+		Payload:  protocol.ReportPayload{Status: rec.Claim.Status, AfterExecution: rec.Claim.AfterExecution, ToolResultCardID: rec.Claim.ToolResultCardID}}
 	return func(ctx context.Context) error {
 		out, err := admin.Report(ctx, req)
 		if err == nil && !out.Duplicate {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // The bench's external tool service and its report-only target. Neither is
@@ -38,7 +39,7 @@ type benchTools struct {
 	rep    *ledger.Client // tool credential of target brep
 	cc     jetstream.ConsumeContext
 	mu     sync.Mutex
-	pool   []ledger.ReportRequest
+	pool   []protocol.ReportRequest
 	closer []func()
 }
 
@@ -101,7 +102,7 @@ func (t *benchTools) close() {
 func (t *benchTools) serve(m jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cmd ledger.ToolCommandPayload
+	var cmd protocol.ToolCommandPayload
 	h := m.Headers()
 	toks := strings.Split(m.Subject(), ".")
 	if json.Unmarshal(m.Data(), &cmd) != nil || len(toks) < 4 {
@@ -115,8 +116,8 @@ func (t *benchTools) serve(m jetstream.Msg) {
 		return
 	}
 	call := cards[0].Card
-	id := ledger.Identity{AgentID: h.Get(ledger.HeaderAgentID), AgentTurnID: h.Get(ledger.HeaderAgentTurnID), ToolCallID: h.Get(ledger.HeaderToolCallID)}
-	id.TurnEpoch, _ = strconv.ParseUint(h.Get(ledger.HeaderTurnEpoch), 10, 64)
+	id := protocol.Identity{AgentID: h.Get(protocol.HeaderAgentID), AgentTurnID: h.Get(protocol.HeaderAgentTurnID), ToolCallID: h.Get(protocol.HeaderToolCallID)}
+	id.TurnEpoch, _ = strconv.ParseUint(h.Get(protocol.HeaderTurnEpoch), 10, 64)
 	req, err := t.result(ctx, t.ext, benchExtTool, project, channel, id, call)
 	if err != nil {
 		_ = m.Nak()
@@ -131,22 +132,22 @@ func (t *benchTools) serve(m jetstream.Msg) {
 
 // result puts the tool.result card for call and returns the report that
 // goes with it.
-func (t *benchTools) result(ctx context.Context, cl *ledger.Client, tool, project, channel string, id ledger.Identity, call ledger.Card) (ledger.ReportRequest, error) {
-	card := ledger.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: ledger.CardToolResult, AuthorID: "svc." + tool,
+func (t *benchTools) result(ctx context.Context, cl *ledger.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
+	card := protocol.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: protocol.CardToolResult, AuthorID: "svc." + tool,
 		FunctionName: tool, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
 		Content: json.RawMessage(`{"status":"success","result":{"text":"bench"}}`), Metadata: call.Metadata}
 	if _, err := cl.PutCard(ctx, card); err != nil {
-		return ledger.ReportRequest{}, fmt.Errorf("result card: %w", err)
+		return protocol.ReportRequest{}, fmt.Errorf("result card: %w", err)
 	}
-	return ledger.ReportRequest{ProjectID: project, ChannelID: channel, SourceID: "svc." + tool, SourceFunction: tool, Identity: id,
-		Payload: ledger.ReportPayload{Status: ledger.StatusSuccess, AfterExecution: ledger.AfterSuspend, ToolResultCardID: card.CardID}}, nil
+	return protocol.ReportRequest{ProjectID: project, ChannelID: channel, SourceID: "svc." + tool, SourceFunction: tool, Identity: id,
+		Payload: protocol.ReportPayload{Status: protocol.StatusSuccess, AfterExecution: protocol.AfterSuspend, ToolResultCardID: card.CardID}}, nil
 }
 
 // prepare dispatches n calls to the report-only tool and puts their result
 // cards, n at a time in flight, so the report workload measures the report
 // alone.
 func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
-	reqs := make([]ledger.ReportRequest, n)
+	reqs := make([]protocol.ReportRequest, n)
 	errs := make(chan error, inflight)
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
@@ -159,7 +160,7 @@ func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
 			card, err := t.e.dispatch(ctx, benchReportTool, turn, id)
 			if err == nil {
 				reqs[i], err = t.result(ctx, t.rep, benchReportTool, "bench", "main",
-					ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}, card)
+					protocol.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}, card)
 			}
 			if err != nil {
 				select {
@@ -206,16 +207,16 @@ func (e *benchEnv) nextCall() (string, string) {
 
 // dispatch dispatches call id of turn to tool as a worker does and returns
 // its tool.call card.
-func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (ledger.Card, error) {
+func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (protocol.Card, error) {
 	sum := sha256.Sum256([]byte(turn + id))
-	card := ledger.Card{CardID: "cc-" + id, ProjectID: "bench", Type: ledger.CardToolCall, AuthorID: "agent",
+	card := protocol.Card{CardID: "cc-" + id, ProjectID: "bench", Type: protocol.CardToolCall, AuthorID: "agent",
 		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"` + tool + `","arguments":{"text":"bench"}}`),
-		Metadata: ledger.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
-	_, err := e.cl.Dispatch(ctx, ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject(ledger.DefaultVersion, "bench", "main", tool),
-		Identity: ledger.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
+		Metadata: protocol.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
+	_, err := e.cl.Dispatch(ctx, protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "bench", "main", tool),
+		Identity: protocol.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
 		Card:     card,
-		Payload:  ledger.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: tool, AfterExecution: ledger.AfterSuspend},
+		Payload:  protocol.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: tool, AfterExecution: protocol.AfterSuspend},
 	})
 	return card, err
 }

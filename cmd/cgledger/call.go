@@ -15,6 +15,7 @@ import (
 
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func randomID(prefix string) string {
@@ -41,7 +42,7 @@ ledger answers a repeat with the original outcome.`)
 	turn := fs.String("turn", "", "agent_turn_id (generated when absent)")
 	callID := fs.String("call-id", "", "tool_call_id (generated when absent)")
 	epoch := fs.Uint64("epoch", 1, "turn_epoch")
-	after := fs.String("after-execution", ledger.AfterSuspend, "suspend or terminate")
+	after := fs.String("after-execution", protocol.AfterSuspend, "suspend or terminate")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
@@ -57,7 +58,7 @@ ledger answers a repeat with the original outcome.`)
 	if !json.Valid([]byte(*argsJSON)) || len(*argsJSON) == 0 || (*argsJSON)[0] != '{' {
 		return failf(exitUsage, "call: --args must be a JSON object, got %q", *argsJSON)
 	}
-	if *after != ledger.AfterSuspend && *after != ledger.AfterTerminate {
+	if *after != protocol.AfterSuspend && *after != protocol.AfterTerminate {
 		return failf(exitUsage, "call: --after-execution must be suspend or terminate, got %q", *after)
 	}
 	if *turn == "" {
@@ -75,13 +76,13 @@ ledger answers a repeat with the original outcome.`)
 	defer nc.Close()
 	cl := ledger.NewClient(nc)
 
-	subject := ledger.ToolCommandSubject(ledger.DefaultVersion, *project, *channel, *tool)
+	subject := protocol.ToolCommandSubject(protocol.DefaultVersion, *project, *channel, *tool)
 	// A tool that is neither registered nor built in has no executor: say
 	// so now, not only when the wait ends.
 	unserved := ""
 	if st, err := cl.GetTool(ctx, *project, *tool); err == nil {
 		subject = st.Definition.TargetFor(*project, *channel)
-	} else if errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrBadRequest) {
+	} else if errors.Is(err, protocol.ErrNotFound) || errors.Is(err, protocol.ErrBadRequest) {
 		if *tool != "echo" && *tool != "sleep" {
 			unserved = fmt.Sprintf("tool %s is not registered in project %s and is not a built-in (echo, sleep): no executor consumes %s, so unless a tool service of your own does, no result will come (register it: cgledger tools register FILE --project %s)", *tool, *project, subject, *project)
 			fmt.Fprintf(os.Stderr, "cgledger call: warning: %s\n", unserved)
@@ -94,18 +95,18 @@ ledger answers a repeat with the original outcome.`)
 	// are immutable), so its trace id derives from the identity.
 	sum := sha256.Sum256([]byte(*project + "\x00" + *turn + "\x00" + *callID))
 	traceID := hex.EncodeToString(sum[:16])
-	id := ledger.Identity{AgentID: *agent, AgentTurnID: *turn, TurnEpoch: *epoch, ToolCallID: *callID,
+	id := protocol.Identity{AgentID: *agent, AgentTurnID: *turn, TurnEpoch: *epoch, ToolCallID: *callID,
 		Traceparent: "00-" + traceID + "-" + randomID("") + "-01"}
 	// Calls are keyed by (project, turn, call): the card id is too, so the
 	// same --call-id in another turn is another card.
 	cardID := "cc-" + hex.EncodeToString(sum[16:28])
-	req := ledger.DispatchRequest{
+	req := protocol.DispatchRequest{
 		Subject: subject, Identity: id,
-		Card: ledger.Card{CardID: cardID, ProjectID: *project, Type: ledger.CardToolCall, AuthorID: *agent,
+		Card: protocol.Card{CardID: cardID, ProjectID: *project, Type: protocol.CardToolCall, AuthorID: *agent,
 			AgentTurnID: *turn, ToolCallID: *callID,
 			Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":%s}`, *tool, *argsJSON)),
-			Metadata: ledger.CardMetadata{TraceID: traceID, ParentStepID: *turn, StepID: "step-" + *callID}},
-		Payload: ledger.ToolCommandPayload{ToolCallCardID: cardID, ToolName: *tool, AfterExecution: *after, TimeoutMS: timeout.Milliseconds()},
+			Metadata: protocol.CardMetadata{TraceID: traceID, ParentStepID: *turn, StepID: "step-" + *callID}},
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: *tool, AfterExecution: *after, TimeoutMS: timeout.Milliseconds()},
 	}
 	d, err := cl.Dispatch(ctx, req)
 	if err != nil {
@@ -183,7 +184,7 @@ ledger answers a repeat with the original outcome.`)
 			}
 		}
 	}
-	if tr.Status != ledger.StatusSuccess {
+	if tr.Status != protocol.StatusSuccess {
 		return exitFailed
 	}
 	return exitOK

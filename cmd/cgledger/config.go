@@ -16,7 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cgledger/cgledger/internal/diskspace"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Settings is the effective configuration of `cgledger serve`: defaults,
@@ -173,14 +173,14 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 	for _, st := range settings {
 		source[st.key] = "default"
 	}
-	var vs ledger.Violations
+	var vs protocol.Violations
 	bad := func(key, from, v string, err error) {
 		msg := err.Error()
 		var ne *strconv.NumError
 		if errors.As(err, &ne) {
 			msg = "not a valid " + map[bool]string{true: "boolean (true or false)", false: "whole number"}[ne.Func == "ParseBool"]
 		}
-		vs.Add(key, ledger.VInvalidValue, "%s: got %q from %s", msg, v, from)
+		vs.Add(key, protocol.VInvalidValue, "%s: got %q from %s", msg, v, from)
 	}
 	cfgSource := "--config"
 	if configPath == "" {
@@ -195,7 +195,7 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		if err != nil {
 			// Listed with every other problem; the environment and the flags
 			// are still read.
-			vs.Add("config", ledger.VInvalidValue, "config file %s (from %s): %v", configPath, cfgSource, err)
+			vs.Add("config", protocol.VInvalidValue, "config file %s (from %s): %v", configPath, cfgSource, err)
 			m = nil
 		}
 		keys := make([]string, 0, len(m))
@@ -206,7 +206,7 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		for _, k := range keys {
 			st := lookupSetting(k)
 			if st == nil {
-				vs.Add(k, ledger.VInvalidValue, "unknown setting in config file %s (settings: docs/cli.md, Configuration)", configPath)
+				vs.Add(k, protocol.VInvalidValue, "unknown setting in config file %s (settings: docs/cli.md, Configuration)", configPath)
 				continue
 			}
 			v := m[k]
@@ -246,7 +246,7 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		}
 	})
 	if len(vs) > 0 {
-		return s, source, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid settings", Violations: vs}
+		return s, source, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid settings", Violations: vs}
 	}
 	return s, source, nil
 }
@@ -261,101 +261,101 @@ func lookupSetting(key string) *setting {
 }
 
 // validate lists every problem with the settings.
-func (s Settings) validate() ledger.Violations {
-	var vs ledger.Violations
+func (s Settings) validate() protocol.Violations {
+	var vs protocol.Violations
 	if s.NATSURL == "" {
 		if s.Data == "" {
-			vs.Add("data", ledger.VRequired, "is required with the embedded server")
+			vs.Add("data", protocol.VRequired, "is required with the embedded server")
 		}
 		if _, _, err := net.SplitHostPort(s.NATSListen); err != nil {
-			vs.Add("nats_listen", ledger.VInvalidValue, "must be host:port, got %q", s.NATSListen)
+			vs.Add("nats_listen", protocol.VInvalidValue, "must be host:port, got %q", s.NATSListen)
 		}
 		if s.Replicas > 1 {
-			vs.Add("replicas", ledger.VInvalidValue, "the embedded server is a single node: use replicas 1, or --nats-url with a cluster")
+			vs.Add("replicas", protocol.VInvalidValue, "the embedded server is a single node: use replicas 1, or --nats-url with a cluster")
 		}
 	} else {
 		u, err := url.Parse(strings.Split(s.NATSURL, ",")[0])
 		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
-			vs.Add("nats_url", ledger.VInvalidValue, "must be a nats://, tls://, ws:// or wss:// URL (comma-separated for several), got %q", s.NATSURL)
+			vs.Add("nats_url", protocol.VInvalidValue, "must be a nats://, tls://, ws:// or wss:// URL (comma-separated for several), got %q", s.NATSURL)
 		}
 		if s.NATSCreds != "" {
 			if _, err := os.Stat(s.NATSCreds); err != nil {
-				vs.Add("nats_creds", ledger.VNotFound, "cannot read %s: %v", s.NATSCreds, err)
+				vs.Add("nats_creds", protocol.VNotFound, "cannot read %s: %v", s.NATSCreds, err)
 			}
 		}
 	}
 	if _, _, err := net.SplitHostPort(s.HTTPListen); err != nil {
-		vs.Add("http_listen", ledger.VInvalidValue, "must be host:port, got %q", s.HTTPListen)
+		vs.Add("http_listen", protocol.VInvalidValue, "must be host:port, got %q", s.HTTPListen)
 	}
 	if s.Replicas < 1 || s.Replicas > 5 {
-		vs.Add("replicas", ledger.VInvalidValue, "must be between 1 and 5, got %d", s.Replicas)
+		vs.Add("replicas", protocol.VInvalidValue, "must be between 1 and 5, got %d", s.Replicas)
 	}
 	if s.SyncInterval != "" {
 		if d, err := time.ParseDuration(s.SyncInterval); err != nil || d < 0 {
-			vs.Add("sync_interval", ledger.VInvalidValue, "must be a duration such as 1s, got %q", s.SyncInterval)
+			vs.Add("sync_interval", protocol.VInvalidValue, "must be a duration such as 1s, got %q", s.SyncInterval)
 		}
 	}
 	if s.AckWait != "" {
 		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
-			vs.Add("ack_wait", ledger.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
+			vs.Add("ack_wait", protocol.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
 		}
 	}
 	retention, rerr := parseDays(s.Retention)
 	if rerr != nil || retention < 0 || (retention > 0 && retention < time.Second) {
-		vs.Add("retention", ledger.VInvalidValue, "must be a duration of at least 1s such as 30d or 720h, or 0 to keep everything, got %q", s.Retention)
+		vs.Add("retention", protocol.VInvalidValue, "must be a duration of at least 1s such as 30d or 720h, or 0 to keep everything, got %q", s.Retention)
 	}
 	if s.ArchiveSeal != "" {
 		d, err := parseDays(s.ArchiveSeal)
 		switch {
 		case err != nil || d < 100*time.Millisecond:
-			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be a duration of at least 100ms such as 1h, got %q", s.ArchiveSeal)
+			vs.Add("archive_seal_age", protocol.VInvalidValue, "must be a duration of at least 100ms such as 1h, got %q", s.ArchiveSeal)
 		case rerr == nil && retention > 0 && d > retention/2:
-			vs.Add("archive_seal_age", ledger.VInvalidValue, "must be at most half of retention (%s) so that every entry is sealed well before it expires, got %q", retention, s.ArchiveSeal)
+			vs.Add("archive_seal_age", protocol.VInvalidValue, "must be at most half of retention (%s) so that every entry is sealed well before it expires, got %q", retention, s.ArchiveSeal)
 		}
 	}
 	if s.MemoryLimit != "" && s.MemoryLimit != "off" {
 		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
-			vs.Add("memory_limit", ledger.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
+			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
 		}
 	}
 	if s.DiskReserve != "" && s.DiskReserve != "off" {
 		if _, err := diskspace.ParseSize(s.DiskReserve); err != nil {
-			vs.Add("disk_reserve", ledger.VInvalidValue, "must be a size such as 64MiB, or off; got %q", s.DiskReserve)
+			vs.Add("disk_reserve", protocol.VInvalidValue, "must be a size such as 64MiB, or off; got %q", s.DiskReserve)
 		}
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {
-		vs.Add("log_format", ledger.VInvalidValue, "must be text or json, got %q", s.LogFormat)
+		vs.Add("log_format", protocol.VInvalidValue, "must be text or json, got %q", s.LogFormat)
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		vs.Add("log_level", ledger.VInvalidValue, "must be debug, info, warn or error, got %q", s.LogLevel)
+		vs.Add("log_level", protocol.VInvalidValue, "must be debug, info, warn or error, got %q", s.LogLevel)
 	}
 	if len(s.Roles) == 0 {
-		vs.Add("roles", ledger.VRequired, "at least one of api, executor, projector")
+		vs.Add("roles", protocol.VRequired, "at least one of api, executor, projector")
 	}
 	for _, r := range s.Roles {
 		if r != "api" && r != "executor" && r != "projector" {
-			vs.Add("roles", ledger.VInvalidValue, "unknown role %q (api, executor, projector)", r)
+			vs.Add("roles", protocol.VInvalidValue, "unknown role %q (api, executor, projector)", r)
 		}
 	}
 	if s.PProf != "" {
 		if _, _, err := net.SplitHostPort(s.PProf); err != nil {
-			vs.Add("pprof", ledger.VInvalidValue, "must be host:port, got %q", s.PProf)
+			vs.Add("pprof", protocol.VInvalidValue, "must be host:port, got %q", s.PProf)
 		}
 	}
 	if (s.TLSCert == "") != (s.TLSKey == "") {
-		vs.Add("tls_cert", ledger.VInvalidValue, "tls_cert and tls_key go together")
+		vs.Add("tls_cert", protocol.VInvalidValue, "tls_cert and tls_key go together")
 	}
 	for key, path := range map[string]string{"tls_cert": s.TLSCert, "tls_key": s.TLSKey, "tls_ca": s.TLSCA} {
 		if path != "" {
 			if _, err := os.Stat(path); err != nil {
-				vs.Add(key, ledger.VNotFound, "cannot read %s: %v", path, err)
+				vs.Add(key, protocol.VNotFound, "cannot read %s: %v", path, err)
 			}
 		}
 	}
-	if !ledger.ValidName(s.SourceID) {
-		vs.Add("source_id", ledger.VInvalidValue, "must be a name without whitespace, got %q", s.SourceID)
+	if !protocol.ValidName(s.SourceID) {
+		vs.Add("source_id", protocol.VInvalidValue, "must be a name without whitespace, got %q", s.SourceID)
 	}
 	return vs
 }
@@ -378,8 +378,8 @@ func checkConfig(args []string) int {
 		return code
 	}
 	s, source, err := loadSettings(fs, *cfgPath)
-	var vs ledger.Violations
-	if e, ok := ledger.AsError(err); ok {
+	var vs protocol.Violations
+	if e, ok := protocol.AsError(err); ok {
 		vs = append(vs, e.Violations...)
 	} else if err != nil {
 		return failf(exitUsage, "check-config: %v", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func projectorCmd(args []string) int {
@@ -49,7 +50,7 @@ admin credential is one). See docs/views.md, "Operator recovery".`)
 	if len(missing) > 0 {
 		return failf(exitUsage, "projector skip: missing %v", missing)
 	}
-	if !ledger.ValidIdentifier(*actor) {
+	if !protocol.ValidIdentifier(*actor) {
 		return failf(exitUsage, "projector skip: --actor %q is not an identifier", *actor)
 	}
 	nc, err := cf.connect()

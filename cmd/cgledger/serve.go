@@ -38,6 +38,7 @@ import (
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const serveHelp = `Run cgledger. With no flags: an embedded JetStream nats-server (data under ./data,
@@ -63,8 +64,8 @@ func serve(args []string) int {
 		return code
 	}
 	s, source, err := loadSettings(fs, *cfgPath)
-	var vs ledger.Violations
-	if e, ok := ledger.AsError(err); ok {
+	var vs protocol.Violations
+	if e, ok := protocol.AsError(err); ok {
 		vs = append(vs, e.Violations...)
 	} else if err != nil {
 		return failf(exitUsage, "serve: %v", err)
@@ -466,8 +467,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if v := r.URL.Query().Get("from_seq"); v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
-				httpjson.Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "from_seq must be a positive integer",
-					Violations: []ledger.Violation{{Field: "from_seq", Code: ledger.VInvalidValue, Message: fmt.Sprintf("want a sequence >= 1, got %q", v)}}})
+				httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "from_seq must be a positive integer",
+					Violations: []protocol.Violation{{Field: "from_seq", Code: protocol.VInvalidValue, Message: fmt.Sprintf("want a sequence >= 1, got %q", v)}}})
 				return
 			}
 			from = n
@@ -479,7 +480,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				w.Header().Del("Content-Type")
 				if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
 					// Kept nowhere, or not intact: retrying cannot help.
-					err = &ledger.Error{Code: ledger.CodeNotFound, Message: err.Error()}
+					err = &protocol.Error{Code: protocol.CodeNotFound, Message: err.Error()}
 				}
 				httpjson.Error(w, err)
 				return

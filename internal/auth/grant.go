@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Role is what a credential may do.
@@ -23,11 +25,11 @@ const (
 )
 
 // APIPrefix starts every API subject: cgledger.v1.<project>.<actor>.<op>.
-const APIPrefix = "cgledger.v1"
+const APIPrefix = protocol.APIPrefix
 
 // GlobalProject is the project token of API operations that belong to no
-// project (projector.skip). "_" is never a valid project id.
-const GlobalProject = "_"
+// project (projector.skip).
+const GlobalProject = protocol.GlobalProject
 
 // AllProjects in a grant's Project means every project (admin and auditor
 // only).
@@ -109,26 +111,12 @@ func (g Grant) Validate() []string {
 	return errs
 }
 
-// IsIdent reports whether s is a protocol identifier: 1 to 256 bytes of
-// printable ASCII (0x21-0x7e) without '.', '*' or '>', and not the reserved
-// token "_": a single NATS subject token that can be named in a permission.
-func IsIdent(s string) bool {
-	if len(s) == 0 || len(s) > 256 || s == "_" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x21 || c > 0x7e || c == '.' || c == '*' || c == '>' {
-			return false
-		}
-	}
-	return true
-}
+// IsIdent reports whether s is a protocol identifier (protocol.ValidIdentifier):
+// a single NATS subject token that can be named in a permission.
+func IsIdent(s string) bool { return protocol.ValidIdentifier(s) }
 
 // APISubject is the subject of an API operation.
-func APISubject(project, actor, op string) string {
-	return APIPrefix + "." + project + "." + actor + "." + op
-}
+func APISubject(project, actor, op string) string { return protocol.APISubject(project, actor, op) }
 
 // ToolConsumerName is the durable consumer the ledger keeps for a tool of a
 // project. Project ids may hold characters consumer names may not, so the

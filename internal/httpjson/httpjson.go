@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Write sends v as JSON with status.
@@ -28,23 +28,23 @@ func Write(w http.ResponseWriter, status int, v any) {
 
 // Status is the HTTP status of a protocol code: bad_request -> 400,
 // not_found -> 404, anything else 500.
-func Status(code ledger.Code) int {
+func Status(code protocol.Code) int {
 	switch code {
-	case ledger.CodeBadRequest:
+	case protocol.CodeBadRequest:
 		return http.StatusBadRequest
-	case ledger.CodeNotFound:
+	case protocol.CodeNotFound:
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
 }
 
-// Problem is the problem details body of err: a *ledger.Error keeps its
+// Problem is the problem details body of err: a *protocol.Error keeps its
 // code, message, violations and rejection sequence; anything else is
 // internal (500).
 func Problem(err error) *problem.Details {
-	e, ok := ledger.AsError(err)
+	e, ok := protocol.AsError(err)
 	if !ok {
-		e = &ledger.Error{Code: ledger.CodeInternal, Message: err.Error()}
+		e = &protocol.Error{Code: protocol.CodeInternal, Message: err.Error()}
 	}
 	var vs []problem.Violation
 	for _, v := range e.Violations {
@@ -69,7 +69,7 @@ const (
 // Limit reads the limit query parameter, adding a violation to vs when it
 // is not an unsigned integer or above MaxLimit. It returns the limit to
 // use: DefaultLimit when absent or 0.
-func Limit(r *http.Request, vs *ledger.Violations) int {
+func Limit(r *http.Request, vs *protocol.Violations) int {
 	s := r.URL.Query().Get("limit")
 	if s == "" {
 		return DefaultLimit
@@ -77,10 +77,10 @@ func Limit(r *http.Request, vs *ledger.Violations) int {
 	n, err := strconv.ParseUint(s, 10, 64)
 	switch {
 	case err != nil:
-		vs.Add("limit", ledger.VInvalidValue, "must be an unsigned integer, got %q", s)
+		vs.Add("limit", protocol.VInvalidValue, "must be an unsigned integer, got %q", s)
 		return DefaultLimit
 	case n > MaxLimit:
-		vs.Add("limit", ledger.VInvalidValue, "must be at most %d", MaxLimit)
+		vs.Add("limit", protocol.VInvalidValue, "must be at most %d", MaxLimit)
 		return MaxLimit
 	case n == 0:
 		return DefaultLimit
@@ -99,7 +99,7 @@ func NoRoute(w http.ResponseWriter, r *http.Request, allow []string) {
 			r.Method+" is not served for "+r.URL.Path+": use "+joinMethods(allow), nil))
 		return
 	}
-	problem.Write(w, problem.New(http.StatusNotFound, string(ledger.CodeNotFound), "no such endpoint: "+r.Method+" "+r.URL.Path, nil))
+	problem.Write(w, problem.New(http.StatusNotFound, string(protocol.CodeNotFound), "no such endpoint: "+r.Method+" "+r.URL.Path, nil))
 }
 
 // probeMethods are the methods AllowedMethods tries.
@@ -161,7 +161,7 @@ func joinMethods(ms []string) string { return strings.Join(ms, ", ") }
 // something the API does not do.
 func SingleValued(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var vs ledger.Violations
+		var vs protocol.Violations
 		q := r.URL.Query()
 		names := make([]string, 0, len(q))
 		for name := range q {
@@ -170,11 +170,11 @@ func SingleValued(next http.HandlerFunc) http.HandlerFunc {
 		slices.Sort(names)
 		for _, name := range names {
 			if n := len(q[name]); n > 1 {
-				vs.Add(name, ledger.VInvalidValue, "given %d times: give it once", n)
+				vs.Add(name, protocol.VInvalidValue, "given %d times: give it once", n)
 			}
 		}
 		if len(vs) > 0 {
-			Error(w, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query", Violations: vs})
+			Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs})
 			return
 		}
 		next(w, r)

@@ -14,7 +14,7 @@ import (
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 func decode(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
@@ -29,9 +29,9 @@ func decode(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
 // the values of earlier releases.
 func TestErrorIsAProblem(t *testing.T) {
 	rec := httptest.NewRecorder()
-	var vs ledger.Violations
-	vs.Add("limit", ledger.VInvalidValue, "must be at most %d", 1000)
-	httpjson.Error(rec, &ledger.Error{Code: ledger.CodeBadRequest, Message: "invalid query parameters", Violations: vs, Seq: 7})
+	var vs protocol.Violations
+	vs.Add("limit", protocol.VInvalidValue, "must be at most %d", 1000)
+	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs, Seq: 7})
 	require.Equal(t, 400, rec.Code)
 	require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
 	require.JSONEq(t, `{
@@ -44,7 +44,7 @@ func TestErrorIsAProblem(t *testing.T) {
 	}`, rec.Body.String())
 
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, &ledger.Error{Code: ledger.CodeNotFound, Message: "turn t has no entries"})
+	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeNotFound, Message: "turn t has no entries"})
 	require.JSONEq(t, `{"type": "https://cgledger.dev/problems/not_found", "title": "Not found", "status": 404,
 		"detail": "turn t has no entries", "code": "not_found", "error": {"code": "not_found", "message": "turn t has no entries"}}`, rec.Body.String())
 
@@ -58,7 +58,7 @@ func TestErrorIsAProblem(t *testing.T) {
 
 	// Codes the audit API has no status for stay 500, as before.
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, &ledger.Error{Code: ledger.CodeConflict, Message: "x"})
+	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeConflict, Message: "x"})
 	require.Equal(t, 500, rec.Code)
 	require.Equal(t, "Conflict", decode(t, rec)["title"])
 }
@@ -97,7 +97,7 @@ func TestNoRouteAndLimit(t *testing.T) {
 		"": {100, false}, "limit=0": {100, false}, "limit=7": {7, false}, "limit=1000": {1000, false},
 		"limit=1001": {1000, true}, "limit=-1": {100, true}, "limit=x": {100, true},
 	} {
-		var vs ledger.Violations
+		var vs protocol.Violations
 		got := httpjson.Limit(httptest.NewRequest("GET", "/?"+q, nil), &vs)
 		require.Equal(t, want.limit, got, q)
 		require.Equal(t, want.bad, len(vs) == 1, q)

@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/cgledger/cgledger/ledger"
 )
 
 // WriteCalls writes calls complete calls (dispatch, result card, report)
@@ -22,7 +21,7 @@ func (e *Env) WriteCalls(tb testing.TB, ctx context.Context, calls, workers int)
 	tb.Helper()
 	const agents = 8
 	for a := range agents {
-		if _, err := e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "proj", AgentID: "agent-" + strconv.Itoa(a), WorkerTarget: "worker-" + strconv.Itoa(a)}); err != nil {
+		if _, err := e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "agent-" + strconv.Itoa(a), WorkerTarget: "worker-" + strconv.Itoa(a)}); err != nil {
 			tb.Fatalf("ledgertest: roster: %v", err)
 		}
 	}
@@ -44,9 +43,9 @@ func (e *Env) WriteCalls(tb testing.TB, ctx context.Context, calls, workers int)
 					Project: "proj", Channel: "main", Agent: "agent-" + strconv.Itoa(turn%agents),
 					Turn: fmt.Sprintf("turn-%06d", turn), ID: fmt.Sprintf("call-%06d", i), Epoch: 1, Tool: tools[i%len(tools)],
 				}
-				status := ledger.StatusSuccess
+				status := protocol.StatusSuccess
 				if i%10 == 9 {
-					status = ledger.StatusFailed
+					status = protocol.StatusFailed
 				}
 				if _, err := e.L.Dispatch(ctx, c.Dispatch()); err != nil {
 					fail(fmt.Errorf("dispatch %s: %w", c.ID, err))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Env is a running embedded server with a ledger on it.
@@ -72,55 +73,55 @@ func (c Call) CardID() string { return "cc-" + c.Turn + "-" + c.ID }
 func (c Call) ResultCardID(status string) string { return "rc-" + c.Turn + "-" + c.ID + "-" + status }
 
 // Meta is the lineage metadata of the call's cards.
-func (c Call) Meta() ledger.CardMetadata {
-	return ledger.CardMetadata{TraceID: "trace-" + c.Turn, ParentStepID: "parent-" + c.ID, StepID: "step-" + c.ID}
+func (c Call) Meta() protocol.CardMetadata {
+	return protocol.CardMetadata{TraceID: "trace-" + c.Turn, ParentStepID: "parent-" + c.ID, StepID: "step-" + c.ID}
 }
 
 // Identity is the call's control identity.
-func (c Call) Identity() ledger.Identity {
-	return ledger.Identity{AgentID: c.Agent, AgentTurnID: c.Turn, TurnEpoch: c.Epoch, ToolCallID: c.ID}
+func (c Call) Identity() protocol.Identity {
+	return protocol.Identity{AgentID: c.Agent, AgentTurnID: c.Turn, TurnEpoch: c.Epoch, ToolCallID: c.ID}
 }
 
 // Dispatch is the call's dispatch request.
-func (c Call) Dispatch() ledger.DispatchRequest {
-	return ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject("v1", c.Project, c.Channel, c.Tool),
+func (c Call) Dispatch() protocol.DispatchRequest {
+	return protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject("v1", c.Project, c.Channel, c.Tool),
 		Identity: c.Identity(),
-		Card: ledger.Card{
-			CardID: c.CardID(), ProjectID: c.Project, Type: ledger.CardToolCall, AuthorID: c.Agent,
+		Card: protocol.Card{
+			CardID: c.CardID(), ProjectID: c.Project, Type: protocol.CardToolCall, AuthorID: c.Agent,
 			AgentTurnID: c.Turn, ToolCallID: c.ID,
 			Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":{"q":%q}}`, c.Tool, c.ID)),
 			Metadata: c.Meta(),
 		},
-		Payload: ledger.ToolCommandPayload{ToolCallCardID: c.CardID(), ToolName: c.Tool, AfterExecution: ledger.AfterSuspend},
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: c.CardID(), ToolName: c.Tool, AfterExecution: protocol.AfterSuspend},
 	}
 }
 
 // ResultCard is the call's tool.result card with status; result may carry a
 // __cg_control override.
-func (c Call) ResultCard(status string, result string) ledger.Card {
+func (c Call) ResultCard(status string, result string) protocol.Card {
 	content := fmt.Sprintf(`{"status":%q,"result":%s}`, status, result)
-	if status == ledger.StatusFailed || status == ledger.StatusTimeout {
+	if status == protocol.StatusFailed || status == protocol.StatusTimeout {
 		content = fmt.Sprintf(`{"status":%q,"result":%s,"error":{"code":"internal_error","message":"boom"}}`, status, result)
 	}
-	return ledger.Card{
-		CardID: c.ResultCardID(status), ProjectID: c.Project, Type: ledger.CardToolResult,
+	return protocol.Card{
+		CardID: c.ResultCardID(status), ProjectID: c.Project, Type: protocol.CardToolResult,
 		AuthorID: "tool." + c.Tool, FunctionName: c.Tool, AgentTurnID: c.Turn, ToolCallID: c.ID,
 		Content: json.RawMessage(content), Metadata: c.Meta(),
 	}
 }
 
 // Report is the report of the call's result card with status.
-func (c Call) Report(status string) ledger.ReportRequest {
-	return ledger.ReportRequest{
+func (c Call) Report(status string) protocol.ReportRequest {
+	return protocol.ReportRequest{
 		ProjectID: c.Project, ChannelID: c.Channel, Identity: c.Identity(),
 		SourceID: "tool." + c.Tool, SourceFunction: c.Tool,
-		Payload: ledger.ReportPayload{Status: status, AfterExecution: ledger.AfterSuspend, ToolResultCardID: c.ResultCardID(status)},
+		Payload: protocol.ReportPayload{Status: status, AfterExecution: protocol.AfterSuspend, ToolResultCardID: c.ResultCardID(status)},
 	}
 }
 
 // Complete dispatches the call, stores its result card and reports it.
-func (e *Env) Complete(tb testing.TB, c Call, status, result string) ledger.ReportOutcome {
+func (e *Env) Complete(tb testing.TB, c Call, status, result string) protocol.ReportOutcome {
 	tb.Helper()
 	ctx := Ctx(tb)
 	if _, err := e.L.Dispatch(ctx, c.Dispatch()); err != nil {
@@ -156,45 +157,45 @@ func (e *Env) Scenario(tb testing.TB, calls int) {
 		}
 	}
 	for _, a := range []string{"alice", "bob"} {
-		_, err := e.L.SetRoster(ctx, ledger.RosterEntry{ProjectID: "proj", AgentID: a, WorkerTarget: "worker-" + a})
+		_, err := e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: a, WorkerTarget: "worker-" + a})
 		must(err, "roster")
 	}
 	for i := range calls {
 		agent := []string{"alice", "bob"}[i%2]
 		tool := []string{"search", "echo", "fetch"}[i%3]
 		c := Call{Project: "proj", Channel: "main", Agent: agent, Turn: fmt.Sprintf("turn-%s-%d", agent, i/4), ID: fmt.Sprintf("call-%d", i), Epoch: 1, Tool: tool}
-		status := ledger.StatusSuccess
+		status := protocol.StatusSuccess
 		if i%5 == 4 {
-			status = ledger.StatusFailed
+			status = protocol.StatusFailed
 		}
 		e.Complete(tb, c, status, `{"n":1}`)
 		if i%3 == 0 {
-			_, err := e.L.Consume(ctx, ledger.ConsumeRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID})
+			_, err := e.L.Consume(ctx, protocol.ConsumeRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID})
 			must(err, "consume")
 		}
 	}
 	ov := Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "turn-special", ID: "override", Epoch: 3, Tool: "search"}
-	e.Complete(tb, ov, ledger.StatusSuccess, `{"hits":2,"__cg_control":{"after_execution":"terminate"}}`)
-	_, err := e.L.Report(ctx, ov.Report(ledger.StatusSuccess))
+	e.Complete(tb, ov, protocol.StatusSuccess, `{"hits":2,"__cg_control":{"after_execution":"terminate"}}`)
+	_, err := e.L.Report(ctx, ov.Report(protocol.StatusSuccess))
 	must(err, "duplicate")
 	stale := ov
 	stale.Epoch = 2
-	_, err = e.L.Report(ctx, stale.Report(ledger.StatusSuccess))
-	refused(err, ledger.ErrStaleEpoch, "stale epoch")
-	_, err = e.L.PutCard(ctx, ov.ResultCard(ledger.StatusFailed, `null`))
+	_, err = e.L.Report(ctx, stale.Report(protocol.StatusSuccess))
+	refused(err, protocol.ErrStaleEpoch, "stale epoch")
+	_, err = e.L.PutCard(ctx, ov.ResultCard(protocol.StatusFailed, `null`))
 	must(err, "second result card")
-	_, err = e.L.Report(ctx, ov.Report(ledger.StatusFailed))
-	refused(err, ledger.ErrConflict, "conflict")
+	_, err = e.L.Report(ctx, ov.Report(protocol.StatusFailed))
+	refused(err, protocol.ErrConflict, "conflict")
 
 	pending := Call{Project: "proj", Channel: "main", Agent: "bob", Turn: "turn-special", ID: "pending", Epoch: 3, Tool: "fetch"}
 	_, err = e.L.Dispatch(ctx, pending.Dispatch())
 	must(err, "dispatch pending")
-	_, err = e.L.Report(ctx, pending.Report(ledger.StatusSuccess))
-	refused(err, ledger.ErrUnknownCard, "unknown card")
+	_, err = e.L.Report(ctx, pending.Report(protocol.StatusSuccess))
+	refused(err, protocol.ErrUnknownCard, "unknown card")
 
 	bad := Call{Project: "proj", Channel: "main", Agent: "bob", Turn: "turn-special", ID: "bad", Epoch: 3, Tool: "fetch"}
 	req := bad.Dispatch()
 	req.Payload.AfterExecution = "later"
 	_, err = e.L.Dispatch(ctx, req)
-	refused(err, ledger.ErrBadRequest, "bad dispatch")
+	refused(err, protocol.ErrBadRequest, "bad dispatch")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 type callJSON struct {
@@ -204,13 +205,13 @@ func relink(t *testing.T, raw []byte) []byte {
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	var hdr ledger.ExportHeader
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
-	prev, err := ledger.ParseLink(hdr.PrevLink)
+	prev, err := protocol.ParseLink(hdr.PrevLink)
 	require.NoError(t, err)
 	out := []string{lines[0]}
 	for _, line := range lines[1 : len(lines)-1] {
 		var e ledger.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(line), &e))
-		prev = ledger.NextLink(prev, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
+		prev = protocol.NextLink(prev, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		e.Link = prev.String()
 		b, err := json.Marshal(e)
 		require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // The checker, in the manner of Jepsen: a load generator records, for every
@@ -164,20 +165,20 @@ func (l *load) waitDone() {
 	require.True(l.t, waitFor(retryFor+readyTimeout, l.finished), "the load generator finishes")
 }
 
-func (l *load) request(i int) ledger.DispatchRequest {
+func (l *load) request(i int) protocol.DispatchRequest {
 	l.mu.Lock()
 	k := l.records[i].key
 	l.mu.Unlock()
 	sum := sha256.Sum256([]byte(k.project + "\x00" + k.turn + "\x00" + k.call))
 	cardID := "cc-" + hex.EncodeToString(sum[:12])
-	return ledger.DispatchRequest{
-		Subject:  ledger.ToolCommandSubject(ledger.DefaultVersion, k.project, l.spec.channel, l.spec.target),
-		Identity: ledger.Identity{AgentID: l.spec.agent, AgentTurnID: k.turn, TurnEpoch: 1, ToolCallID: k.call},
-		Card: ledger.Card{CardID: cardID, ProjectID: k.project, Type: ledger.CardToolCall, AuthorID: l.spec.agent,
+	return protocol.DispatchRequest{
+		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, k.project, l.spec.channel, l.spec.target),
+		Identity: protocol.Identity{AgentID: l.spec.agent, AgentTurnID: k.turn, TurnEpoch: 1, ToolCallID: k.call},
+		Card: protocol.Card{CardID: cardID, ProjectID: k.project, Type: protocol.CardToolCall, AuthorID: l.spec.agent,
 			AgentTurnID: k.turn, ToolCallID: k.call,
 			Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":{"text":"call %d of %s"}}`, l.spec.tool, i, l.spec.runID)),
-			Metadata: ledger.CardMetadata{TraceID: hex.EncodeToString(sum[12:28]), ParentStepID: k.turn, StepID: "s-" + k.call}},
-		Payload: ledger.ToolCommandPayload{ToolCallCardID: cardID, ToolName: l.spec.tool, AfterExecution: ledger.AfterSuspend},
+			Metadata: protocol.CardMetadata{TraceID: hex.EncodeToString(sum[12:28]), ParentStepID: k.turn, StepID: "s-" + k.call}},
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: l.spec.tool, AfterExecution: protocol.AfterSuspend},
 	}
 }
 
@@ -203,8 +204,8 @@ func (l *load) call(ctx context.Context, i int) {
 			l.acked.Add(1)
 			return
 		}
-		var le *ledger.Error
-		if errors.As(err, &le) && le.Code != ledger.CodeInternal {
+		var le *protocol.Error
+		if errors.As(err, &le) && le.Code != protocol.CodeInternal {
 			rec.refused = string(le.Code) + ": " + le.Message
 			l.mu.Unlock()
 			return
@@ -274,12 +275,12 @@ func parseExport(raw []byte) (*ledgerView, error) {
 		}
 		v.entries++
 		tok := strings.Split(e.Subject, ".")
-		switch header(e.Headers, ledger.HeaderEntryKind) {
+		switch header(e.Headers, protocol.HeaderEntryKind) {
 		case "command":
 			if len(tok) < 3 {
 				return nil, fmt.Errorf("command on subject %q", e.Subject)
 			}
-			k := callKey{tok[2], header(e.Headers, ledger.HeaderAgentTurnID), header(e.Headers, ledger.HeaderToolCallID)}
+			k := callKey{tok[2], header(e.Headers, protocol.HeaderAgentTurnID), header(e.Headers, protocol.HeaderToolCallID)}
 			v.commands[k]++
 		case "report":
 			// cg.v1.<p>.<c>.ledger.report.<turn>.<call>
@@ -378,7 +379,7 @@ func (l *load) judge(view *ledgerView) verdict {
 			v.problem("stuck %s: %d command(s), no report (not acknowledged: %s)", r.key, view.commands[r.key], r.lastErr)
 		}
 		for _, st := range reports {
-			if st != ledger.StatusSuccess {
+			if st != protocol.StatusSuccess {
 				v.nonSuccess++
 			}
 		}

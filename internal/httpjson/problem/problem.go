@@ -28,7 +28,7 @@ const ContentType = "application/problem+json"
 // identifies the kind of problem; it is not promised to resolve.
 const TypeBase = "https://cgledger.dev/problems/"
 
-// Codes the HTTP layers use besides the protocol's own (ledger.Code*).
+// Codes the HTTP layers use besides the protocol's own (protocol.Code*).
 const (
 	// CodeMethodNotAllowed: the path exists, not for this method (405,
 	// with an Allow header).

@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ func ParseLink(s string) (Link, error) {
 	var l Link
 	b, err := hex.DecodeString(s)
 	if err != nil || len(b) != len(l) {
-		return l, fmt.Errorf("invalid chain link %q: want %d hex bytes", clip(s), len(l))
+		return l, fmt.Errorf("invalid chain link %q: want %d hex bytes", Clip(s), len(l))
 	}
 	copy(l[:], b)
 	return l, nil
@@ -181,6 +181,10 @@ func (v *ChainVerifier) Add(seq uint64, subject string, h nats.Header, data []by
 	}
 	return true
 }
+
+// Next is the sequence the verifier expects next: one past the last entry
+// added, or the first sequence it was started at.
+func (v *ChainVerifier) Next() uint64 { return v.next }
 
 // Head is the link of the last entry added.
 func (v *ChainVerifier) Head() Link { return v.head }

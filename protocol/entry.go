@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"encoding/json"
@@ -156,8 +156,8 @@ type RejectionEntry struct {
 //   - Headers holds the headers whose name and values are valid UTF-8;
 //     HeadersBase64 holds the others, name and values base64-encoded.
 //
-// The body is cut at maxRejectedData bytes and the headers at
-// maxRejectedHeaders bytes; Truncated says when either was cut.
+// The body is cut at MaxRejectedData bytes and the headers at
+// MaxRejectedHeaders bytes; Truncated says when either was cut.
 type RejectedRequest struct {
 	Subject       string              `json:"subject,omitempty"`
 	Headers       map[string][]string `json:"headers,omitempty"`
@@ -167,13 +167,13 @@ type RejectedRequest struct {
 	Truncated     bool                `json:"truncated,omitempty"`
 }
 
-// maxRejectedData bounds the request body kept in a rejection entry, so a
+// MaxRejectedData bounds the request body kept in a rejection entry, so a
 // refused oversized request can still be recorded.
-const maxRejectedData = 16 << 10
+const MaxRejectedData = 16 << 10
 
-// maxRejectedHeaders bounds the request headers kept in a rejection entry
+// MaxRejectedHeaders bounds the request headers kept in a rejection entry
 // (counted as in MaxHeaderBytes), for the same reason.
-const maxRejectedHeaders = MaxHeaderBytes
+const MaxRejectedHeaders = MaxHeaderBytes
 
 // Entry is one ledger entry read back from the stream.
 type Entry struct {

@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"github.com/nats-io/nats.go"
@@ -13,9 +13,9 @@ const (
 // ValidAfterExecution reports whether s is suspend or terminate.
 func ValidAfterExecution(s string) bool { return s == AfterSuspend || s == AfterTerminate }
 
-// inlineForbidden are the payload fields a tool command must not carry:
+// InlineForbidden are the payload fields a tool command must not carry:
 // arguments travel only in the tool.call card.
-var inlineForbidden = []string{"args", "arguments", "result"}
+var InlineForbidden = []string{"args", "arguments", "result"}
 
 // ToolCommandPayload is the business payload of a tool command.
 type ToolCommandPayload struct {
@@ -39,50 +39,53 @@ type ToolCommand struct {
 func ParseToolCommand(subject string, h nats.Header, data []byte) (*ToolCommand, error) {
 	var vs Violations
 	cmd := &ToolCommand{}
-	sub := parseSubject(subject, &vs)
+	sub := DecodeSubject(subject, &vs)
 	if len(vs) == 0 && !sub.IsCommand() {
-		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", clip(subject), sub.Kind)
+		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", Clip(subject), sub.Kind)
 	}
 	cmd.Subject = sub
 	rules := IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == SubjectPMOCommand}
 	id, hvs := ParseIdentity(h, rules)
 	vs = append(vs, hvs...)
 	cmd.Identity = id
-	cmd.Payload = parseCommandPayload(data, sub, id, hvs, &vs)
-	if err := badRequest("tool command", vs); err != nil {
+	cmd.Payload = DecodeCommandPayload(data, sub, id, hvs, &vs)
+	if err := BadRequest("tool command", vs); err != nil {
 		return nil, err
 	}
 	return cmd, nil
 }
 
-func parseCommandPayload(data []byte, sub Subject, id Identity, headerViolations Violations, vs *Violations) ToolCommandPayload {
+// DecodeCommandPayload reads a tool command's payload for subject sub and the
+// identity id read from its headers (headerViolations are the identity's own
+// violations, so fields are not refused twice), adding every violation to vs.
+func DecodeCommandPayload(data []byte, sub Subject, id Identity, headerViolations Violations, vs *Violations) ToolCommandPayload {
 	var p ToolCommandPayload
-	o, ok := parseObject("payload", data, vs)
+	o, ok := ParseObject("payload", data, vs)
 	if !ok {
 		return p
 	}
-	for _, f := range inlineForbidden {
-		if o.has(f) {
-			vs.Add(o.path(f), VForbidden, "inline %s are not allowed: arguments are read from the tool.call card named by tool_call_card_id", f)
+	for _, f := range InlineForbidden {
+		if o.Has(f) {
+			vs.Add(o.Path(f), VForbidden, "inline %s are not allowed: arguments are read from the tool.call card named by tool_call_card_id", f)
 		}
 	}
-	p.ToolCallCardID = o.ident("tool_call_card_id", true)
-	p.ToolName = o.name("tool_name", sub.Kind == SubjectPMOCommand)
+	p.ToolCallCardID = o.Ident("tool_call_card_id", true)
+	p.ToolName = o.Name("tool_name", sub.Kind == SubjectPMOCommand)
 	if sub.Kind == SubjectPMOCommand && p.ToolName != "" && sub.Tool != "" && p.ToolName != sub.Tool {
-		vs.Add(o.path("tool_name"), VMismatch, "must equal the PMO tool in the subject (%q), got %q", sub.Tool, p.ToolName)
+		vs.Add(o.Path("tool_name"), VMismatch, "must equal the PMO tool in the subject (%q), got %q", sub.Tool, p.ToolName)
 	}
-	p.AfterExecution = o.str("after_execution", true)
+	p.AfterExecution = o.Str("after_execution", true)
 	if p.AfterExecution != "" && !ValidAfterExecution(p.AfterExecution) {
-		vs.Add(o.path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, clip(p.AfterExecution))
+		vs.Add(o.Path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, Clip(p.AfterExecution))
 	}
 	p.TimeoutMS = intField(o, "timeout_ms", 1, 24*3600*1000)
-	checkPayloadIdentity(o, id, headerViolations, vs)
+	CheckPayloadIdentity(o, id, headerViolations, vs)
 	return p
 }
 
-// checkPayloadIdentity enforces that identity fields repeated in a payload
+// CheckPayloadIdentity enforces that identity fields repeated in a payload
 // equal the CG-* headers, which are authoritative (seed 003).
-func checkPayloadIdentity(o jsonObject, id Identity, headerViolations Violations, vs *Violations) {
+func CheckPayloadIdentity(o JSONObject, id Identity, headerViolations Violations, vs *Violations) {
 	headerBad := map[string]bool{}
 	for _, v := range headerViolations {
 		headerBad[v.Field] = true
@@ -97,18 +100,18 @@ func checkPayloadIdentity(o jsonObject, id Identity, headerViolations Violations
 	for _, pr := range pairs {
 		// An optional header that is absent leaves nothing to compare with;
 		// a required one that is absent is already a violation.
-		if o.raw(pr.field) == nil || headerBad["header."+pr.header] || pr.want == "" {
+		if o.Raw(pr.field) == nil || headerBad["header."+pr.header] || pr.want == "" {
 			continue
 		}
 		n := len(*vs)
-		got := o.str(pr.field, false)
+		got := o.Str(pr.field, false)
 		if len(*vs) == n && got != pr.want {
-			vs.Add(o.path(pr.field), VIdentityMismatch, "must equal header %s (%q), got %q", pr.header, pr.want, clip(got))
+			vs.Add(o.Path(pr.field), VIdentityMismatch, "must equal header %s (%q), got %q", pr.header, pr.want, Clip(got))
 		}
 	}
-	if o.raw("turn_epoch") != nil && !headerBad["header."+HeaderTurnEpoch] {
-		if n, ok := o.epoch("turn_epoch"); ok && n != id.TurnEpoch {
-			vs.Add(o.path("turn_epoch"), VIdentityMismatch, "must equal header %s (%d), got %d", HeaderTurnEpoch, id.TurnEpoch, n)
+	if o.Raw("turn_epoch") != nil && !headerBad["header."+HeaderTurnEpoch] {
+		if n, ok := o.Epoch("turn_epoch"); ok && n != id.TurnEpoch {
+			vs.Add(o.Path("turn_epoch"), VIdentityMismatch, "must equal header %s (%d), got %d", HeaderTurnEpoch, id.TurnEpoch, n)
 		}
 	}
 }

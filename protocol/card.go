@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"encoding/json"
@@ -124,28 +124,31 @@ func (tr ToolResultContent) EffectiveAfterExecution(fallback string) string {
 // dropped; arbitrary dicts or text as content are rejected.
 func ParseCard(data []byte) (*Card, error) {
 	var vs Violations
-	c := parseCard("card", data, &vs)
-	if err := badRequest("card", vs); err != nil {
+	c := DecodeCard("card", data, &vs)
+	if err := BadRequest("card", vs); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func parseCard(prefix string, data []byte, vs *Violations) *Card {
-	o, ok := parseObject(prefix, data, vs)
+// DecodeCard is ParseCard for a card inside a larger request: it reads data
+// as the card at field path prefix and adds every violation to vs. The card
+// is nil when data is not a JSON object.
+func DecodeCard(prefix string, data []byte, vs *Violations) *Card {
+	o, ok := ParseObject(prefix, data, vs)
 	if !ok {
 		return nil
 	}
-	c := &Card{CardID: o.ident("card_id", true), ProjectID: o.ident("project_id", true), Type: o.str("type", true)}
-	c.AuthorID = o.name("author_id", true)
-	c.FunctionName = o.name("function_name", c.Type == CardToolResult)
-	c.AgentTurnID = o.ident("agent_turn_id", true)
-	c.ToolCallID = o.ident("tool_call_id", true)
-	if md, ok := o.object("metadata", false); ok {
+	c := &Card{CardID: o.Ident("card_id", true), ProjectID: o.Ident("project_id", true), Type: o.Str("type", true)}
+	c.AuthorID = o.Name("author_id", true)
+	c.FunctionName = o.Name("function_name", c.Type == CardToolResult)
+	c.AgentTurnID = o.Ident("agent_turn_id", true)
+	c.ToolCallID = o.Ident("tool_call_id", true)
+	if md, ok := o.Object("metadata", false); ok {
 		c.Metadata = CardMetadata{
-			TraceID:      md.str("trace_id", false),
-			ParentStepID: md.str("parent_step_id", false),
-			StepID:       md.str("step_id", false),
+			TraceID:      md.Str("trace_id", false),
+			ParentStepID: md.Str("parent_step_id", false),
+			StepID:       md.Str("step_id", false),
 		}
 	}
 	var content any
@@ -160,12 +163,12 @@ func parseCard(prefix string, data []byte, vs *Violations) *Card {
 			content = tr
 		}
 	default:
-		vs.Add(o.path("type"), VInvalidValue, "must be %q or %q, got %q", CardToolCall, CardToolResult, clip(c.Type))
+		vs.Add(o.Path("type"), VInvalidValue, "must be %q or %q, got %q", CardToolCall, CardToolResult, Clip(c.Type))
 	}
 	if content != nil {
 		b, err := json.Marshal(content)
 		if err != nil {
-			vs.Add(o.path("content"), VInvalidJSON, "cannot be encoded: %v", err)
+			vs.Add(o.Path("content"), VInvalidJSON, "cannot be encoded: %v", err)
 		}
 		c.Content = b
 	}
@@ -177,66 +180,66 @@ func parseCard(prefix string, data []byte, vs *Violations) *Card {
 	return c
 }
 
-func contentObject(o jsonObject, vs *Violations, kind string) (jsonObject, bool) {
-	r := o.raw("content")
+func contentObject(o JSONObject, vs *Violations, kind string) (JSONObject, bool) {
+	r := o.Raw("content")
 	if r == nil {
-		vs.Add(o.path("content"), VRequired, "is required (%s)", kind)
-		return jsonObject{}, false
+		vs.Add(o.Path("content"), VRequired, "is required (%s)", kind)
+		return JSONObject{}, false
 	}
 	if r[0] != '{' {
-		vs.Add(o.path("content"), VInvalidType, "must be a %s object; text or other JSON is not accepted", kind)
-		return jsonObject{}, false
+		vs.Add(o.Path("content"), VInvalidType, "must be a %s object; text or other JSON is not accepted", kind)
+		return JSONObject{}, false
 	}
-	return parseMember(o.path("content"), r, vs)
+	return parseMember(o.Path("content"), r, vs)
 }
 
-func parseToolCallContent(o jsonObject, vs *Violations) (ToolCallContent, bool) {
+func parseToolCallContent(o JSONObject, vs *Violations) (ToolCallContent, bool) {
 	var tc ToolCallContent
 	co, ok := contentObject(o, vs, "ToolCallContent")
 	if !ok {
 		return tc, false
 	}
 	n := len(*vs)
-	tc.ToolName = co.name("tool_name", true)
-	args := co.raw("arguments")
+	tc.ToolName = co.Name("tool_name", true)
+	args := co.Raw("arguments")
 	switch {
 	case args == nil:
-		vs.Add(co.path("arguments"), VRequired, "is required (a JSON object, {} for none)")
+		vs.Add(co.Path("arguments"), VRequired, "is required (a JSON object, {} for none)")
 	case args[0] != '{':
-		vs.Add(co.path("arguments"), VInvalidType, "must be a JSON object")
+		vs.Add(co.Path("arguments"), VInvalidType, "must be a JSON object")
 	default:
-		tc.Arguments = compactJSON(args)
+		tc.Arguments = CompactJSON(args)
 	}
 	return tc, len(*vs) == n
 }
 
-func parseToolResultContent(o jsonObject, vs *Violations) (ToolResultContent, bool) {
+func parseToolResultContent(o JSONObject, vs *Violations) (ToolResultContent, bool) {
 	var tr ToolResultContent
 	co, ok := contentObject(o, vs, "ToolResultContent")
 	if !ok {
 		return tr, false
 	}
 	n := len(*vs)
-	tr.Status = co.str("status", true)
+	tr.Status = co.Str("status", true)
 	if tr.Status != "" && !ValidStatus(tr.Status) {
-		vs.Add(co.path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", clip(tr.Status))
+		vs.Add(co.Path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", Clip(tr.Status))
 	}
-	tr.Result = compactJSON(co.raw("result"))
-	if eo, ok := co.object("error", false); ok {
-		tr.Error = &ToolError{Code: eo.str("code", true), Message: eo.str("message", false)}
-		if d := eo.raw("detail"); d != nil {
+	tr.Result = CompactJSON(co.Raw("result"))
+	if eo, ok := co.Object("error", false); ok {
+		tr.Error = &ToolError{Code: eo.Str("code", true), Message: eo.Str("message", false)}
+		if d := eo.Raw("detail"); d != nil {
 			if d[0] != '{' {
-				vs.Add(eo.path("detail"), VInvalidType, "must be a JSON object")
+				vs.Add(eo.Path("detail"), VInvalidType, "must be a JSON object")
 			} else {
-				tr.Error.Detail = compactJSON(d)
+				tr.Error.Detail = CompactJSON(d)
 			}
 		}
 	}
 	switch {
 	case tr.Status == StatusSuccess && tr.Error != nil:
-		vs.Add(co.path("error"), VForbidden, "must be absent or null when status is success")
-	case (tr.Status == StatusFailed || tr.Status == StatusTimeout) && tr.Error == nil && co.raw("error") == nil:
-		vs.Add(co.path("error"), VRequired, "is required when status is %s", tr.Status)
+		vs.Add(co.Path("error"), VForbidden, "must be absent or null when status is success")
+	case (tr.Status == StatusFailed || tr.Status == StatusTimeout) && tr.Error == nil && co.Raw("error") == nil:
+		vs.Add(co.Path("error"), VRequired, "is required when status is %s", tr.Status)
 	}
 	return tr, len(*vs) == n
 }

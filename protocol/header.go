@@ -1,10 +1,11 @@
-package ledger
+package protocol
 
 import (
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -61,12 +62,12 @@ type IdentityRules struct {
 // then case-insensitively, because clients in other languages do not all
 // preserve header case.
 func HeaderGet(h nats.Header, name string) string {
-	v, _ := headerValue(h, name)
+	v, _ := HeaderValue(h, name)
 	return v
 }
 
-// headerValue looks a header up by exact name first, then case-insensitively.
-func headerValue(h nats.Header, name string) (string, bool) {
+// HeaderValue looks a header up by exact name first, then case-insensitively.
+func HeaderValue(h nats.Header, name string) (string, bool) {
 	if h == nil {
 		return "", false
 	}
@@ -136,13 +137,13 @@ func singleValued(lower string) bool {
 	return strings.HasPrefix(lower, "cg-") || lower == strings.ToLower(HeaderTraceparent)
 }
 
-// checkHeaders validates a request's header block as a whole: every name and
+// CheckHeaders validates a request's header block as a whole: every name and
 // value is UTF-8, no single-valued header is sent twice (in any case
 // variants of its name, since names are matched case-insensitively), and
 // the block fits in MaxHeaderBytes. It returns the violations and the
 // lower-cased names of the headers they name, so that per-header checks
 // skip those rather than pile more violations on the same header.
-func checkHeaders(h nats.Header) (Violations, map[string]bool) {
+func CheckHeaders(h nats.Header) (Violations, map[string]bool) {
 	var vs Violations
 	bad := map[string]bool{}
 	keys := make([]string, 0, len(h))
@@ -204,21 +205,21 @@ func checkHeaders(h nats.Header) (Violations, map[string]bool) {
 // also checks the header block as a whole (UTF-8, repeated CG-* headers,
 // size; see checkHeaders).
 func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
-	id, vs, _ := parseIdentity(h, rules)
+	id, vs, _ := ParseIdentityHeaders(h, rules)
 	return id, vs
 }
 
-// parseIdentity is ParseIdentity that also returns the lower-cased names of
+// ParseIdentityHeaders is ParseIdentity that also returns the lower-cased names of
 // headers already refused by checkHeaders, for callers reading more headers.
-func parseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations, map[string]bool) {
-	vs, bad := checkHeaders(h)
+func ParseIdentityHeaders(h nats.Header, rules IdentityRules) (Identity, Violations, map[string]bool) {
+	vs, bad := CheckHeaders(h)
 	var id Identity
 	skip := func(name string) bool { return bad[strings.ToLower(name)] }
 	get := func(name string, required bool) string {
 		if skip(name) {
 			return ""
 		}
-		v, ok := headerValue(h, name)
+		v, ok := HeaderValue(h, name)
 		field := "header." + name
 		if !ok {
 			if required {
@@ -231,7 +232,7 @@ func parseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations, ma
 			return ""
 		}
 		if !ValidIdentifier(v) {
-			checkIdent(&vs, field, v, required)
+			CheckIdent(&vs, field, v, required)
 			return ""
 		}
 		return v
@@ -240,26 +241,26 @@ func parseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations, ma
 	id.AgentTurnID = get(HeaderAgentTurnID, true)
 	if skip(HeaderTurnEpoch) {
 		// Already refused as a whole.
-	} else if v, ok := headerValue(h, HeaderTurnEpoch); !ok {
+	} else if v, ok := HeaderValue(h, HeaderTurnEpoch); !ok {
 		vs.Add("header."+HeaderTurnEpoch, VRequired, "header is required")
 	} else if v == "" {
 		vs.Add("header."+HeaderTurnEpoch, VEmpty, "header must not be empty")
 	} else if n, ok := ParseEpoch(v); !ok {
-		vs.Add("header."+HeaderTurnEpoch, VInvalidValue, "must be an unsigned decimal integer without sign or leading zeros (got %q)", clip(v))
+		vs.Add("header."+HeaderTurnEpoch, VInvalidValue, "must be an unsigned decimal integer without sign or leading zeros (got %q)", Clip(v))
 	} else {
 		id.TurnEpoch = n
 	}
 	id.ToolCallID = get(HeaderToolCallID, rules.RequireToolCallID)
 	id.StepID = get(HeaderStepID, rules.RequireStepID)
 	id.ContextBoxID = get(HeaderContextBoxID, false)
-	if v, ok := headerValue(h, HeaderTraceparent); ok && !skip(HeaderTraceparent) {
+	if v, ok := HeaderValue(h, HeaderTraceparent); ok && !skip(HeaderTraceparent) {
 		if ValidTraceparent(v) {
 			id.Traceparent = v
 		} else {
-			vs.Add("header."+HeaderTraceparent, VInvalidValue, "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero), got %q", clip(v))
+			vs.Add("header."+HeaderTraceparent, VInvalidValue, "must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero), got %q", Clip(v))
 		}
 	}
-	if v, ok := headerValue(h, HeaderTracestate); ok && !skip(HeaderTracestate) {
+	if v, ok := HeaderValue(h, HeaderTracestate); ok && !skip(HeaderTracestate) {
 		if len(v) > 512 {
 			vs.Add("header."+HeaderTracestate, VTooLarge, "must be at most 512 bytes")
 		} else {
@@ -292,4 +293,21 @@ func (id Identity) Header() nats.Header {
 	h := nats.Header{}
 	id.Apply(h)
 	return h
+}
+
+// FormatTime renders an entry time as the CG-Time header does: RFC 3339 in
+// UTC with nanoseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// EntryTime returns an entry's time from its CG-Time header, and false when
+// it has none (entries published on cg.> by others than the ledger). Views
+// use it rather than the stream's timestamp so that replaying the same
+// entries into a fresh stream gives the same views.
+func EntryTime(h nats.Header) (time.Time, bool) {
+	if v := HeaderGet(h, HeaderTime); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
 }

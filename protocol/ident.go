@@ -1,12 +1,10 @@
-package ledger
+package protocol
 
 import (
 	"encoding/base64"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/cgledger/cgledger/internal/auth"
 )
 
 // MaxIdentifierLen bounds every identifier (ids, targets, names) in bytes.
@@ -19,28 +17,38 @@ const Unrouted = "_"
 // ValidIdentifier reports whether s can be used as an identifier: a single
 // NATS subject token of printable ASCII (0x21-0x7e) with no '.', '*' or '>',
 // 1 to MaxIdentifierLen bytes, and not the reserved token "_".
-// The grammar lives in internal/auth, which scopes credentials by the same
-// tokens.
-func ValidIdentifier(s string) bool { return auth.IsIdent(s) }
+// internal/auth scopes credentials by the same tokens.
+func ValidIdentifier(s string) bool {
+	if len(s) == 0 || len(s) > MaxIdentifierLen || s == Unrouted {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c > 0x7e || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}
 
-// checkIdent adds a violation unless s is a valid identifier. Empty values are
+// CheckIdent adds a violation unless s is a valid identifier. Empty values are
 // reported as required (when required) or empty.
-func checkIdent(vs *Violations, field, s string, required bool) {
+func CheckIdent(vs *Violations, field, s string, required bool) {
 	switch {
 	case s == "" && required:
 		vs.Add(field, VRequired, "is required")
 	case s == "":
 		return
 	case !ValidIdentifier(s):
-		vs.Add(field, VInvalidToken, "must be 1-%d printable ASCII characters without '.', '*', '>' or whitespace, and not %q (got %s)", MaxIdentifierLen, Unrouted, strconv.Quote(clip(s)))
+		vs.Add(field, VInvalidToken, "must be 1-%d printable ASCII characters without '.', '*', '>' or whitespace, and not %q (got %s)", MaxIdentifierLen, Unrouted, strconv.Quote(Clip(s)))
 	}
 }
 
-// keyToken encodes an identifier into a KV-key-safe token.
-func keyToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+// KeyToken encodes an identifier into a KV-key-safe token.
+func KeyToken(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
-// clip shortens s for use in a message.
-func clip(s string) string {
+// Clip shortens s for use in a message.
+func Clip(s string) string {
 	const n = 64
 	if len(s) <= n {
 		return s
@@ -64,13 +72,13 @@ func ValidName(s string) bool {
 	return true
 }
 
-// checkName adds a violation unless s is a valid name.
-func checkName(vs *Violations, field, s string, required bool) {
+// CheckName adds a violation unless s is a valid name.
+func CheckName(vs *Violations, field, s string, required bool) {
 	switch {
 	case s == "" && required:
 		vs.Add(field, VRequired, "is required")
 	case s == "":
 	case !ValidName(s):
-		vs.Add(field, VInvalidValue, "must be 1-%d bytes of UTF-8 without whitespace or control characters (got %s)", MaxIdentifierLen, strconv.Quote(clip(s)))
+		vs.Add(field, VInvalidValue, "must be 1-%d bytes of UTF-8 without whitespace or control characters (got %s)", MaxIdentifierLen, strconv.Quote(Clip(s)))
 	}
 }

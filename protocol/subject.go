@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"strconv"
@@ -136,9 +136,9 @@ func ValidVersion(v string) bool {
 // *Error listing every problem when s is not one.
 func ParseSubject(s string) (Subject, error) {
 	var vs Violations
-	sub := parseSubject(s, &vs)
+	sub := DecodeSubject(s, &vs)
 	if len(vs) > 0 {
-		return Subject{}, badRequest("subject", vs)
+		return Subject{}, BadRequest("subject", vs)
 	}
 	return sub, nil
 }
@@ -151,31 +151,33 @@ func ParseCommandSubject(s string) (Subject, error) {
 	}
 	if !sub.IsCommand() {
 		var vs Violations
-		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not cg.<ver>.<project_id>.<channel_id>.cmd.tool.<target>... or cmd.sys.pmo.internal.<tool>", clip(s), sub.Kind)
-		return Subject{}, badRequest("subject", vs)
+		vs.Add("subject", VInvalidSubject, "%q is a %s subject, not cg.<ver>.<project_id>.<channel_id>.cmd.tool.<target>... or cmd.sys.pmo.internal.<tool>", Clip(s), sub.Kind)
+		return Subject{}, BadRequest("subject", vs)
 	}
 	return sub, nil
 }
 
-func parseSubject(s string, vs *Violations) Subject {
+// DecodeSubject is ParseSubject that adds every violation to vs under the
+// field "subject" rather than returning an error.
+func DecodeSubject(s string, vs *Violations) Subject {
 	const field = "subject"
 	toks := strings.Split(s, ".")
 	if len(toks) < 5 || toks[0] != Root {
-		vs.Add(field, VInvalidSubject, "%q does not match cg.<ver>.<project_id>...", clip(s))
+		vs.Add(field, VInvalidSubject, "%q does not match cg.<ver>.<project_id>...", Clip(s))
 		return Subject{}
 	}
 	sub := Subject{Version: toks[1], Project: toks[2]}
 	if !ValidVersion(sub.Version) {
-		vs.Add(field, VInvalidSubject, "version token %q must be 'v' followed by digits", clip(sub.Version))
+		vs.Add(field, VInvalidSubject, "version token %q must be 'v' followed by digits", Clip(sub.Version))
 	}
 	tokenOK := func(name, t string) {
 		if !ValidIdentifier(t) {
-			vs.Add(field, VInvalidToken, "%s token %q is not a valid identifier", name, clip(t))
+			vs.Add(field, VInvalidToken, "%s token %q is not a valid identifier", name, Clip(t))
 		}
 	}
 	projectOK := func() { tokenOK("project_id", sub.Project) }
 	fail := func() Subject {
-		vs.Add(field, VInvalidSubject, "%q matches no subject of the grammar (see docs/protocol.md)", clip(s))
+		vs.Add(field, VInvalidSubject, "%q matches no subject of the grammar (see docs/protocol.md)", Clip(s))
 		return Subject{}
 	}
 	// Project-scoped entries: cg.<ver>.<p>.card.<id>, cg.<ver>.<p>.roster.<agent>.
@@ -234,11 +236,11 @@ func parseSubject(s string, vs *Violations) Subject {
 		// project and channel tokens are always Unrouted.
 		sub.Kind = SubjectSkip
 		if sub.Project != Unrouted || sub.Channel != Unrouted {
-			vs.Add(field, VInvalidSubject, "skip entries are under cg.<ver>._._.ledger.skip.<seq>, not %q", clip(s))
+			vs.Add(field, VInvalidSubject, "skip entries are under cg.<ver>._._.ledger.skip.<seq>, not %q", Clip(s))
 		}
 		n, ok := parseSeqToken(rest[2])
 		if !ok {
-			vs.Add(field, VInvalidToken, "seq token %q must be a sequence number (decimal, at least 1, no leading zeros)", clip(rest[2]))
+			vs.Add(field, VInvalidToken, "seq token %q must be a sequence number (decimal, at least 1, no leading zeros)", Clip(rest[2]))
 		}
 		sub.Seq = n
 		return sub

@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"errors"
@@ -106,7 +106,7 @@ type Violations []Violation
 // long as itself, and the refusal must still fit in one reply and one
 // rejection entry.
 func (vs *Violations) Add(field, code, format string, args ...any) {
-	*vs = append(*vs, Violation{Field: clipTail(field, MaxViolationText), Code: code, Message: clipHead(fmt.Sprintf(format, args...), MaxViolationText)})
+	*vs = append(*vs, Violation{Field: clipTail(field, MaxViolationText), Code: code, Message: ClipHead(fmt.Sprintf(format, args...), MaxViolationText)})
 }
 
 // MaxViolationText bounds a violation's field and message, in bytes.
@@ -125,9 +125,9 @@ func clipTail(s string, n int) string {
 	return "..." + s[i:]
 }
 
-// clipHead keeps the first n bytes of s (on a UTF-8 boundary), marked with
+// ClipHead keeps the first n bytes of s (on a UTF-8 boundary), marked with
 // a trailing "...".
-func clipHead(s string, n int) string {
+func ClipHead(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -169,17 +169,17 @@ func (e *Error) Error() string {
 // Unwrap lets errors.Is match the sentinel for the error's code.
 func (e *Error) Unwrap() error { return sentinelByCode[e.Code] }
 
-// newError builds an *Error.
-func newError(code Code, vs []Violation, format string, args ...any) *Error {
+// NewError builds an *Error.
+func NewError(code Code, vs []Violation, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Violations: vs}
 }
 
-// badRequest returns nil when vs is empty, else a bad_request *Error.
-func badRequest(what string, vs Violations) error {
+// BadRequest returns nil when vs is empty, else a bad_request *Error.
+func BadRequest(what string, vs Violations) error {
 	if len(vs) == 0 {
 		return nil
 	}
-	return newError(CodeBadRequest, vs, "invalid %s: %d violation(s)", what, len(vs))
+	return NewError(CodeBadRequest, vs, "invalid %s: %d violation(s)", what, len(vs))
 }
 
 // AsError returns the *Error in err's chain, if any.

@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"encoding/json"
@@ -34,7 +34,7 @@ func TestCheckDuplicateKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var vs Violations
-			checkDuplicateKeys("p", []byte(tc.doc), &vs, tc.opaque...)
+			CheckDuplicateKeys("p", []byte(tc.doc), &vs, tc.opaque...)
 			var got []string
 			for _, v := range vs {
 				require.NotEmpty(t, v.Message)
@@ -51,21 +51,21 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		}
 		b.WriteString(`"end":0}`)
 		var vs Violations
-		checkDuplicateKeys("p", []byte(b.String()), &vs)
+		CheckDuplicateKeys("p", []byte(b.String()), &vs)
 		require.Len(t, vs, maxDuplicateKeyViolations+1)
 		require.Equal(t, "p", vs[len(vs)-1].Field, "the last violation says more were left out")
 	})
 	t.Run("nesting up to the limit", func(t *testing.T) {
 		doc := strings.Repeat(`{"a":`, MaxJSONDepth) + "1" + strings.Repeat("}", MaxJSONDepth)
 		var vs Violations
-		checkDuplicateKeys("p", []byte(doc), &vs)
+		CheckDuplicateKeys("p", []byte(doc), &vs)
 		require.Empty(t, vs)
 	})
 	t.Run("nesting past the limit", func(t *testing.T) {
 		const depth = 5000
 		doc := strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth)
 		var vs Violations
-		checkDuplicateKeys("p", []byte(doc), &vs)
+		CheckDuplicateKeys("p", []byte(doc), &vs)
 		require.Len(t, vs, 1)
 		require.Equal(t, VTooLarge, vs[0].Code)
 		require.LessOrEqual(t, len(vs[0].Field), MaxViolationText, "the path fits")
@@ -74,7 +74,7 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		const depth = 300
 		doc := strings.Repeat(`{"abcdefgh":`, depth) + "1" + strings.Repeat("}", depth)
 		var vs Violations
-		checkDuplicateKeys("p", []byte(doc), &vs)
+		CheckDuplicateKeys("p", []byte(doc), &vs)
 		require.Len(t, vs, 1)
 		require.Equal(t, VTooLarge, vs[0].Code)
 		require.Len(t, vs[0].Field, MaxViolationText)
@@ -84,7 +84,7 @@ func TestCheckDuplicateKeys(t *testing.T) {
 	t.Run("a long repeated key keeps its end", func(t *testing.T) {
 		long := strings.Repeat("k", 600) + "END"
 		var vs Violations
-		checkDuplicateKeys("p", []byte(`{"x":{"`+long+`":1,"`+long+`":2}}`), &vs)
+		CheckDuplicateKeys("p", []byte(`{"x":{"`+long+`":1,"`+long+`":2}}`), &vs)
 		require.Len(t, vs, 1)
 		require.Len(t, vs[0].Field, MaxViolationText)
 		require.True(t, strings.HasPrefix(vs[0].Field, "...") && strings.HasSuffix(vs[0].Field, "kkkEND"), vs[0].Field)
@@ -200,7 +200,7 @@ func FuzzNoDuplicateKeys(f *testing.F) {
 func TestParseObjectDeeperThanTheDecoder(t *testing.T) {
 	doc := `{"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
 	var vs Violations
-	_, ok := parseObject("body", []byte(doc), &vs)
+	_, ok := ParseObject("body", []byte(doc), &vs)
 	require.False(t, ok)
 	require.Len(t, vs, 1)
 	require.Equal(t, VTooLarge, vs[0].Code)

@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"bytes"
@@ -35,14 +35,14 @@ type dupFrame struct {
 	index   int
 }
 
-// checkDuplicateKeys records a VDuplicate violation for every key that
+// CheckDuplicateKeys records a VDuplicate violation for every key that
 // appears more than once in the same JSON object of data, at any depth.
 // encoding/json silently keeps the last copy, while other decoders keep the
 // first: the ledger and a client could then read different requests from
 // the same bytes. data must already be known to be valid JSON. Members of
 // the root object named in opaque are not examined: the caller checks them
 // on their own, under their own prefix (a dispatch's card and payload).
-func checkDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...string) {
+func CheckDuplicateKeys(prefix string, data []byte, vs *Violations, opaque ...string) {
 	if noDuplicateKeys(data) {
 		return
 	}
@@ -145,7 +145,7 @@ func checkDuplicateKeysExact(prefix string, data []byte, vs *Violations, opaque 
 				}
 				found++
 				where := path()
-				vs.Add(where+"."+key, VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(clip(key)), clipTail(where, 200))
+				vs.Add(where+"."+key, VDuplicate, "key %s appears more than once in %s; JSON object keys must be unique", strconv.Quote(Clip(key)), clipTail(where, 200))
 			}
 			top.key, top.haveKey = key, true
 			if len(stack) == 1 && slices.Contains(opaque, key) {

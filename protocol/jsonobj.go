@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"unicode/utf8"
 )
 
-// jsonObject reads the fields of one JSON object for validation, recording a
+// JSONObject reads the fields of one JSON object for validation, recording a
 // violation for every missing or mistyped field instead of stopping at the first.
-type jsonObject struct {
+type JSONObject struct {
 	prefix string
 	fields map[string]json.RawMessage
 	vs     *Violations
@@ -33,7 +33,7 @@ const (
 	MaxCardBytes = 512 << 10
 )
 
-// parseObject decodes data, a whole request document (an API body, a
+// ParseObject decodes data, a whole request document (an API body, a
 // command payload, a card), as a JSON object. It records a violation and
 // returns ok=false when data is too large, not UTF-8 or not a JSON object.
 // A key repeated anywhere is recorded as a violation too, but ok stays true
@@ -42,23 +42,23 @@ const (
 // refuses on the violations. Members of the root object named in opaque are
 // not checked for repeated keys: the caller parses them as documents of
 // their own.
-func parseObject(prefix string, data []byte, vs *Violations, opaque ...string) (jsonObject, bool) {
+func ParseObject(prefix string, data []byte, vs *Violations, opaque ...string) (JSONObject, bool) {
 	if len(data) > MaxRequestBytes {
 		vs.Add(prefix, VTooLarge, "is %d bytes; the limit is %d", len(data), MaxRequestBytes)
-		return jsonObject{prefix: prefix, vs: vs}, false
+		return JSONObject{prefix: prefix, vs: vs}, false
 	}
 	o, ok := parseMember(prefix, data, vs)
 	if !ok {
 		return o, false
 	}
-	checkDuplicateKeys(prefix, bytes.TrimSpace(data), vs, opaque...)
+	CheckDuplicateKeys(prefix, bytes.TrimSpace(data), vs, opaque...)
 	return o, true
 }
 
 // parseMember decodes data as a JSON object without the document-level
 // checks: for an object nested in a document parseObject already checked.
-func parseMember(prefix string, data []byte, vs *Violations) (jsonObject, bool) {
-	o := jsonObject{prefix: prefix, vs: vs}
+func parseMember(prefix string, data []byte, vs *Violations) (JSONObject, bool) {
+	o := JSONObject{prefix: prefix, vs: vs}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		vs.Add(prefix, VRequired, "a JSON object is required")
@@ -92,22 +92,22 @@ func parseMember(prefix string, data []byte, vs *Violations) (jsonObject, bool) 
 	return o, true
 }
 
-// path returns the field path of name.
-func (o jsonObject) path(name string) string {
+// Path returns the field path of name.
+func (o JSONObject) Path(name string) string {
 	if o.prefix == "" {
 		return name
 	}
 	return o.prefix + "." + name
 }
 
-// has reports whether name is present (even as null).
-func (o jsonObject) has(name string) bool {
+// Has reports whether name is present (even as null).
+func (o JSONObject) Has(name string) bool {
 	_, ok := o.fields[name]
 	return ok
 }
 
-// raw returns the field's raw JSON, or nil when absent or null.
-func (o jsonObject) raw(name string) json.RawMessage {
+// Raw returns the field's raw JSON, or nil when absent or null.
+func (o JSONObject) Raw(name string) json.RawMessage {
 	r, ok := o.fields[name]
 	if !ok || isNull(r) {
 		return nil
@@ -115,72 +115,72 @@ func (o jsonObject) raw(name string) json.RawMessage {
 	return r
 }
 
-// str reads a string field. Absent and null count as absent.
-func (o jsonObject) str(name string, required bool) string {
-	r := o.raw(name)
+// Str reads a string field. Absent and null count as absent.
+func (o JSONObject) Str(name string, required bool) string {
+	r := o.Raw(name)
 	if r == nil {
 		if required {
-			o.vs.Add(o.path(name), VRequired, "is required")
+			o.vs.Add(o.Path(name), VRequired, "is required")
 		}
 		return ""
 	}
 	var s string
 	if err := json.Unmarshal(r, &s); err != nil {
-		o.vs.Add(o.path(name), VInvalidType, "must be a string")
+		o.vs.Add(o.Path(name), VInvalidType, "must be a string")
 		return ""
 	}
 	if s == "" && required {
-		o.vs.Add(o.path(name), VEmpty, "must not be empty")
+		o.vs.Add(o.Path(name), VEmpty, "must not be empty")
 	}
 	return s
 }
 
-// ident reads a string field that must be a valid identifier.
-func (o jsonObject) ident(name string, required bool) string {
-	s := o.str(name, required)
+// Ident reads a string field that must be a valid identifier.
+func (o JSONObject) Ident(name string, required bool) string {
+	s := o.Str(name, required)
 	if s != "" && !ValidIdentifier(s) {
-		checkIdent(o.vs, o.path(name), s, required)
+		CheckIdent(o.vs, o.Path(name), s, required)
 		return ""
 	}
 	return s
 }
 
-// name reads a string field that must be a valid name.
-func (o jsonObject) name(field string, required bool) string {
-	s := o.str(field, required)
+// Name reads a string field that must be a valid name.
+func (o JSONObject) Name(field string, required bool) string {
+	s := o.Str(field, required)
 	if s != "" && !ValidName(s) {
-		checkName(o.vs, o.path(field), s, required)
+		CheckName(o.vs, o.Path(field), s, required)
 		return ""
 	}
 	return s
 }
 
-// object reads a field that must be a JSON object.
-func (o jsonObject) object(name string, required bool) (jsonObject, bool) {
-	r := o.raw(name)
+// Object reads a field that must be a JSON object.
+func (o JSONObject) Object(name string, required bool) (JSONObject, bool) {
+	r := o.Raw(name)
 	if r == nil {
 		if required {
-			o.vs.Add(o.path(name), VRequired, "is required")
+			o.vs.Add(o.Path(name), VRequired, "is required")
 		}
-		return jsonObject{}, false
+		return JSONObject{}, false
 	}
 	if r[0] != '{' {
-		o.vs.Add(o.path(name), VInvalidType, "must be a JSON object")
-		return jsonObject{}, false
+		o.vs.Add(o.Path(name), VInvalidType, "must be a JSON object")
+		return JSONObject{}, false
 	}
-	return parseMember(o.path(name), r, o.vs)
+	return parseMember(o.Path(name), r, o.vs)
 }
 
-// epoch reads a turn epoch given as a JSON number or a decimal string.
-func (o jsonObject) epoch(name string) (uint64, bool) {
-	r := o.raw(name)
+// Epoch reads a turn epoch given as a JSON number or a decimal string.
+func (o JSONObject) Epoch(name string) (uint64, bool) {
+	r := o.Raw(name)
 	if r == nil {
 		return 0, false
 	}
 	var s string
 	if r[0] == '"' {
 		if err := json.Unmarshal(r, &s); err != nil {
-			o.vs.Add(o.path(name), VInvalidType, "must be an unsigned integer")
+			o.vs.Add(o.Path(name), VInvalidType, "must be an unsigned integer")
 			return 0, false
 		}
 	} else {
@@ -188,7 +188,7 @@ func (o jsonObject) epoch(name string) (uint64, bool) {
 	}
 	n, ok := ParseEpoch(s)
 	if !ok {
-		o.vs.Add(o.path(name), VInvalidValue, "must be an unsigned decimal integer (got %s)", strconv.Quote(clip(s)))
+		o.vs.Add(o.Path(name), VInvalidValue, "must be an unsigned decimal integer (got %s)", strconv.Quote(Clip(s)))
 		return 0, false
 	}
 	return n, true
@@ -198,9 +198,9 @@ func isNull(r json.RawMessage) bool {
 	return len(r) == 0 || string(bytes.TrimSpace(r)) == "null"
 }
 
-// compactJSON returns r without insignificant whitespace, so stored bytes and
+// CompactJSON returns r without insignificant whitespace, so stored bytes and
 // fingerprints do not depend on how a client formatted its JSON.
-func compactJSON(r json.RawMessage) json.RawMessage {
+func CompactJSON(r json.RawMessage) json.RawMessage {
 	if r == nil {
 		return nil
 	}

@@ -1,7 +1,8 @@
-package ledger
+package protocol
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -245,7 +246,7 @@ func FuzzParseIdentity(f *testing.F) {
 					t.Fatalf("violation field %q is not a header path", v.Field)
 				}
 			}
-			fzCheckBadRequest(t, badRequest("identity", vs))
+			fzCheckBadRequest(t, BadRequest("identity", vs))
 			return
 		}
 		if !ValidIdentifier(id.AgentID) || !ValidIdentifier(id.AgentTurnID) {
@@ -338,7 +339,7 @@ func FuzzParseToolCommand(f *testing.F) {
 		if err := json.Unmarshal(bytes.TrimSpace(data), &fields); err != nil {
 			t.Fatalf("accepted payload is not a JSON object: %v", err)
 		}
-		for _, f := range inlineForbidden {
+		for _, f := range InlineForbidden {
 			if _, ok := fields[f]; ok {
 				t.Fatalf("accepted payload with inline %q", f)
 			}
@@ -491,10 +492,7 @@ func FuzzParseReport(f *testing.F) {
 	f.Fuzz(func(t *testing.T, project, channel, agent, turn, epoch, call, step, source, function string, present uint16, data []byte) {
 		values := []string{project, channel, agent, turn, epoch, call, step, source, function}
 		h := fzHeader(fzReportNames, values, present, 0)
-		in, vs := parseReport(h, data)
-		if in == nil {
-			t.Fatalf("parseReport returned a nil input")
-		}
+		in, vs := ParseReport(h, data)
 		if len(vs) > 0 {
 			fzCheckViolations(t, vs)
 			for _, v := range vs {
@@ -502,48 +500,48 @@ func FuzzParseReport(f *testing.F) {
 					t.Fatalf("violation field %q is neither a header nor a payload path", v.Field)
 				}
 			}
-			fzCheckBadRequest(t, badRequest("report", vs))
+			fzCheckBadRequest(t, BadRequest("report", vs))
 			// A refusal is still routed: the rejection subject is well formed.
-			if _, err := ParseSubject(RejectionSubject(DefaultVersion, in.project, in.channel, CodeBadRequest)); err != nil {
-				t.Fatalf("rejection subject for %q/%q: %v", in.project, in.channel, err)
+			if _, err := ParseSubject(RejectionSubject(DefaultVersion, in.ProjectID, in.ChannelID, CodeBadRequest)); err != nil {
+				t.Fatalf("rejection subject for %q/%q: %v", in.ProjectID, in.ChannelID, err)
 			}
 			return
 		}
-		for name, id := range map[string]string{"project": in.project, "channel": in.channel, "agent": in.id.AgentID,
-			"turn": in.id.AgentTurnID, "call": in.id.ToolCallID, "card": in.payload.ToolResultCardID} {
+		for name, id := range map[string]string{"project": in.ProjectID, "channel": in.ChannelID, "agent": in.Identity.AgentID,
+			"turn": in.Identity.AgentTurnID, "call": in.Identity.ToolCallID, "card": in.Payload.ToolResultCardID} {
 			if !ValidIdentifier(id) {
 				t.Fatalf("accepted invalid %s %q", name, id)
 			}
 		}
-		if !ValidName(in.sourceID) || !ValidName(in.sourceFunction) {
-			t.Fatalf("accepted invalid source %q / %q", in.sourceID, in.sourceFunction)
+		if !ValidName(in.SourceID) || !ValidName(in.SourceFunction) {
+			t.Fatalf("accepted invalid source %q / %q", in.SourceID, in.SourceFunction)
 		}
-		if n, ok := ParseEpoch(epoch); !ok || n != in.id.TurnEpoch {
-			t.Fatalf("accepted epoch %q as %d", epoch, in.id.TurnEpoch)
+		if n, ok := ParseEpoch(epoch); !ok || n != in.Identity.TurnEpoch {
+			t.Fatalf("accepted epoch %q as %d", epoch, in.Identity.TurnEpoch)
 		}
-		if !ValidStatus(in.payload.Status) {
-			t.Fatalf("accepted status %q", in.payload.Status)
+		if !ValidStatus(in.Payload.Status) {
+			t.Fatalf("accepted status %q", in.Payload.Status)
 		}
-		if !ValidAfterExecution(in.payload.AfterExecution) {
-			t.Fatalf("accepted after_execution %q", in.payload.AfterExecution)
+		if !ValidAfterExecution(in.Payload.AfterExecution) {
+			t.Fatalf("accepted after_execution %q", in.Payload.AfterExecution)
 		}
-		if in.stepID != "" && !ValidIdentifier(in.stepID) {
-			t.Fatalf("accepted step id %q", in.stepID)
+		if cmp.Or(in.Identity.StepID, in.Payload.StepID) != "" && !ValidIdentifier(cmp.Or(in.Identity.StepID, in.Payload.StepID)) {
+			t.Fatalf("accepted step id %q", cmp.Or(in.Identity.StepID, in.Payload.StepID))
 		}
-		if in.id.StepID != "" && in.stepID != in.id.StepID {
-			t.Fatalf("step id %q is not the header's %q", in.stepID, in.id.StepID)
+		if in.Identity.StepID != "" && cmp.Or(in.Identity.StepID, in.Payload.StepID) != in.Identity.StepID {
+			t.Fatalf("step id %q is not the header's %q", cmp.Or(in.Identity.StepID, in.Payload.StepID), in.Identity.StepID)
 		}
-		if in.id.StepID == "" && in.stepID != in.payload.StepID {
-			t.Fatalf("step id %q is not the payload's %q", in.stepID, in.payload.StepID)
+		if in.Identity.StepID == "" && cmp.Or(in.Identity.StepID, in.Payload.StepID) != in.Payload.StepID {
+			t.Fatalf("step id %q is not the payload's %q", cmp.Or(in.Identity.StepID, in.Payload.StepID), in.Payload.StepID)
 		}
-		if _, err := ParseSubject(ReportSubject(DefaultVersion, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID)); err != nil {
+		if _, err := ParseSubject(ReportSubject(DefaultVersion, in.ProjectID, in.ChannelID, in.Identity.AgentTurnID, in.Identity.ToolCallID)); err != nil {
 			t.Fatalf("accepted report has no valid report subject: %v", err)
 		}
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(bytes.TrimSpace(data), &fields); err != nil {
 			t.Fatalf("accepted payload is not a JSON object: %v", err)
 		}
-		for _, f := range inlineForbidden {
+		for _, f := range InlineForbidden {
 			if _, ok := fields[f]; ok {
 				t.Fatalf("accepted report with inline %q", f)
 			}
@@ -555,7 +553,7 @@ func FuzzParseReport(f *testing.F) {
 // Table tests for the unexported report parser (the API and Report paths call
 // it; only its violations are visible from outside the package).
 
-func TestValidateReportInternal(t *testing.T) {
+func TestParseReport(t *testing.T) {
 	valid := func() nats.Header {
 		h := Identity{AgentID: "agent-1", AgentTurnID: "turn-1", TurnEpoch: 7, ToolCallID: "call-1"}.Header()
 		h.Set(HeaderProjectID, "proj-1")
@@ -619,10 +617,7 @@ func TestValidateReportInternal(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in, vs := parseReport(tc.h, []byte(tc.data))
-			if in == nil {
-				t.Fatal("nil input")
-			}
+			in, vs := ParseReport(tc.h, []byte(tc.data))
 			got := make([]fc, len(vs))
 			for i, v := range vs {
 				got[i] = fc{v.Field, v.Code}
@@ -636,20 +631,20 @@ func TestValidateReportInternal(t *testing.T) {
 				t.Fatalf("violations:\n got %v\nwant %v\n(%+v)", got, tc.want, vs)
 			}
 			if len(vs) > 0 {
-				fzCheckBadRequest(t, badRequest("report", vs))
+				fzCheckBadRequest(t, BadRequest("report", vs))
 				return
 			}
-			if in.project != "proj-1" || in.channel != "chan-1" || in.sourceID != "tool.echo" || in.sourceFunction != "echo" {
+			if in.ProjectID != "proj-1" || in.ChannelID != "chan-1" || in.SourceID != "tool.echo" || in.SourceFunction != "echo" {
 				t.Fatalf("routing: %+v", in)
 			}
-			if in.id.AgentID != "agent-1" || in.id.AgentTurnID != "turn-1" || in.id.TurnEpoch != 7 || in.id.ToolCallID != "call-1" {
-				t.Fatalf("identity: %+v", in.id)
+			if in.Identity.AgentID != "agent-1" || in.Identity.AgentTurnID != "turn-1" || in.Identity.TurnEpoch != 7 || in.Identity.ToolCallID != "call-1" {
+				t.Fatalf("identity: %+v", in.Identity)
 			}
-			if in.stepID != tc.wantStep {
-				t.Fatalf("step id %q, want %q", in.stepID, tc.wantStep)
+			if cmp.Or(in.Identity.StepID, in.Payload.StepID) != tc.wantStep {
+				t.Fatalf("step id %q, want %q", cmp.Or(in.Identity.StepID, in.Payload.StepID), tc.wantStep)
 			}
-			if in.payload.ToolResultCardID != "rc-1" {
-				t.Fatalf("payload: %+v", in.payload)
+			if in.Payload.ToolResultCardID != "rc-1" {
+				t.Fatalf("payload: %+v", in.Payload)
 			}
 		})
 	}

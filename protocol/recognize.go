@@ -1,4 +1,4 @@
-package ledger
+package protocol
 
 import (
 	"fmt"
@@ -66,7 +66,7 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 //
 // Header names are matched case-insensitively, as the chain hashes them.
 func RecognizeEntry(subject string, h nats.Header) Recognition {
-	kind, _ := headerValue(h, HeaderEntryKind)
+	kind, _ := HeaderValue(h, HeaderEntryKind)
 	sub, err := ParseSubject(subject)
 	unrec := func(code, format string, args ...any) Recognition {
 		return Recognition{Kind: ViewKindUnrecognized, Code: code, Reason: fmt.Sprintf(format, args...)}
@@ -74,7 +74,7 @@ func RecognizeEntry(subject string, h nats.Header) Recognition {
 	if kind == "" {
 		switch {
 		case err != nil:
-			return unrec(UnrecognizedOutsideGrammar, "no CG-Entry-Kind, and subject %q is not in the ledger grammar", clip(subject))
+			return unrec(UnrecognizedOutsideGrammar, "no CG-Entry-Kind, and subject %q is not in the ledger grammar", Clip(subject))
 		case sub.IsCommand():
 			// L0 commands may be published by others than the ledger.
 			return Recognition{Kind: string(KindCommand)}
@@ -84,10 +84,10 @@ func RecognizeEntry(subject string, h nats.Header) Recognition {
 		return unrec(UnrecognizedNoKind, "no CG-Entry-Kind on a %s subject, which only the ledger writes", sub.Kind)
 	}
 	if !knownKinds[EntryKind(kind)] {
-		return unrec(UnrecognizedUnknownKind, "unknown CG-Entry-Kind %q", clip(kind))
+		return unrec(UnrecognizedUnknownKind, "unknown CG-Entry-Kind %q", Clip(kind))
 	}
 	if err != nil {
-		return unrec(UnrecognizedOutsideGrammar, "CG-Entry-Kind %q on subject %q, which is not in the ledger grammar", kind, clip(subject))
+		return unrec(UnrecognizedOutsideGrammar, "CG-Entry-Kind %q on subject %q, which is not in the ledger grammar", kind, Clip(subject))
 	}
 	for _, k := range entrySubjects[EntryKind(kind)] {
 		if sub.Kind == k {

@@ -1,0 +1,68 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Call record states, in the order a call moves through them.
+const (
+	StateDispatched = "dispatched" // command published (or about to be)
+	StateClaimed    = "claimed"    // a report is stored; the agent is being woken (or, in records of earlier versions, the entry is being appended)
+	StateWoken      = "woken"      // report appended and wakeup published (or recorded as skipped)
+)
+
+// CallRecord is the KV record of one call, keyed by (project_id,
+// agent_turn_id, tool_call_id). Dispatch creates it; the report path moves it
+// forward with compare-and-set updates, which is what makes the report
+// exactly-once (docs/report-path.md).
+type CallRecord struct {
+	State          string       `json:"state"`
+	ProjectID      string       `json:"project_id"`
+	ChannelID      string       `json:"channel_id"`
+	AgentID        string       `json:"agent_id"`
+	AgentTurnID    string       `json:"agent_turn_id"`
+	TurnEpoch      uint64       `json:"turn_epoch"`
+	ToolCallID     string       `json:"tool_call_id"`
+	StepID         string       `json:"step_id,omitempty"`
+	Subject        string       `json:"subject"`
+	ToolName       string       `json:"tool_name,omitempty"`
+	AfterExecution string       `json:"after_execution"`
+	ToolCallCardID string       `json:"tool_call_card_id"`
+	CardSeq        uint64       `json:"card_seq"`
+	CardMetadata   CardMetadata `json:"card_metadata"`
+	// DispatchFingerprint identifies the dispatch request, so a retry of the
+	// same dispatch is told apart from a different one reusing the ids.
+	DispatchFingerprint string `json:"dispatch_fingerprint"`
+	CommandSeq          uint64 `json:"command_seq,omitempty"`
+	Claim               *Claim `json:"claim,omitempty"`
+	// DispatchedAt is when dispatch created the record (the call latency
+	// metric's start); zero in records of earlier versions.
+	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+}
+
+// Claim is the winning report of a call, with everything needed to append its
+// entry and wake the agent, so any retry can finish the work identically.
+type Claim struct {
+	Fingerprint             string              `json:"fingerprint"`
+	Status                  string              `json:"status"`
+	AfterExecution          string              `json:"after_execution"`
+	EffectiveAfterExecution string              `json:"effective_after_execution"`
+	ToolResultCardID        string              `json:"tool_result_card_id"`
+	SourceID                string              `json:"source_id"`
+	Subject                 string              `json:"subject"`
+	MsgID                   string              `json:"msg_id"`
+	Header                  map[string][]string `json:"header"`
+	Data                    json.RawMessage     `json:"data"`
+	Seq                     uint64              `json:"seq,omitempty"`
+	WakeupSubject           string              `json:"wakeup_subject,omitempty"`
+	WakeupSeq               uint64              `json:"wakeup_seq,omitempty"`
+	WorkerTarget            string              `json:"worker_target,omitempty"`
+	WakeupSkipped           bool                `json:"wakeup_skipped,omitempty"`
+	// LeaseUntil is how long the claim's writer alone may append the entry
+	// and publish the wakeup: a concurrent identical report waits for it to
+	// finish and answers duplicate, and takes over only after the lease
+	// (its writer crashed or stalled). One wakeup per report reaches core
+	// NATS subscribers, except after such a takeover.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+}
