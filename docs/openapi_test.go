@@ -25,13 +25,13 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -328,7 +328,7 @@ func (s *served) populate(t *testing.T) {
 	nc, err := nats.Connect(s.natsURL, nats.UserCredentials(s.adminCreds()), nats.CustomInboxPrefix(inbox))
 	require.NoError(t, err)
 	defer nc.Close()
-	cl := ledger.NewClient(nc)
+	cl := client.New(nc)
 	_, err = cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: "demo", AgentID: "alice", WorkerTarget: "worker-alice"})
 	require.NoError(t, err)
 	_, err = cl.Dispatch(ctx, demoCall.Dispatch())

@@ -32,7 +32,7 @@ import (
 // provides it; every read is read-your-writes, so the executor never depends
 // on a projection.
 type Ledger interface {
-	ReadExecutionInputs(ctx context.Context, q ledger.ExecutionQuery) ledger.ExecutionInputs
+	ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs
 	GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error)
 	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
 	PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error)
@@ -455,7 +455,7 @@ func (e *Executor) prefetch(cmd *protocol.ToolCommand, redelivered bool) *prefet
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	sub, id := cmd.Subject, cmd.Identity
-	in := e.l.ReadExecutionInputs(ctx, ledger.ExecutionQuery{
+	in := e.l.ReadExecutionInputs(ctx, protocol.ExecutionQuery{
 		Project: sub.Project, Channel: sub.Channel, AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
 		ToolCallCardID: cmd.Payload.ToolCallCardID, ToolName: cmd.Payload.ToolName, Fresh: redelivered,
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -23,6 +24,11 @@ type rig struct {
 	ex  *executor.Executor
 	reg *prometheus.Registry
 	seq atomic.Int64
+	// remote, when set, is the ledger the executor runs on and conn its
+	// connection (an executor in another process); else the in-process
+	// ledger on the Env's connection.
+	remote executor.Ledger
+	conn   *nats.Conn
 }
 
 // newRig starts a ledger and an executor with the built-ins plus extra
@@ -31,6 +37,22 @@ func newRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
 	t.Helper()
 	r := &rig{Env: ledgertest.New(t), reg: prometheus.NewRegistry()}
 	_, err := r.L.SetRoster(ledgertest.Ctx(t), protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
+	require.NoError(t, err)
+	r.start(t, cfg, extra)
+	return r
+}
+
+// newRemoteRig is newRig with the executor in another process: its ledger
+// is a client.Client over the request/reply API, on a connection of its own.
+func newRemoteRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
+	t.Helper()
+	r := &rig{Env: ledgertest.New(t), reg: prometheus.NewRegistry()}
+	api, err := r.L.ServeAPI(ledgertest.Ctx(t), ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	r.conn = r.Srv.Connect(t)
+	r.remote = client.New(r.conn)
+	_, err = r.L.SetRoster(ledgertest.Ctx(t), protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
 	require.NoError(t, err)
 	r.start(t, cfg, extra)
 	return r
@@ -46,7 +68,12 @@ func (r *rig) start(t *testing.T, cfg executor.Config, extra map[string]impl) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = r.reg
 	}
-	ex, err := executor.New(r.L, r.NC, cfg)
+	var l executor.Ledger = r.L
+	nc := r.NC
+	if r.remote != nil {
+		l, nc = r.remote, r.conn
+	}
+	ex, err := executor.New(l, nc, cfg)
 	require.NoError(t, err)
 	require.NoError(t, executor.RegisterBuiltins(ex, executor.HTTPToolConfig{}))
 	for name, im := range extra {

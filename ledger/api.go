@@ -57,23 +57,26 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{l: l, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	handlers := map[string]apiHandler{
-		protocol.OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.PutCardJSON(ctx, m.Data) },
+		protocol.OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.putCardJSON(ctx, m.Data) },
 		protocol.OpCardGet:   s.cardGet,
-		protocol.OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.DispatchMsg(ctx, m.Header, m.Data) },
-		protocol.OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.ReportMsg(ctx, m.Header, m.Data) },
-		protocol.OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.SetRosterJSON(ctx, m.Data) },
+		protocol.OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.dispatchMsg(ctx, m.Header, m.Data) },
+		protocol.OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.reportMsg(ctx, m.Header, m.Data) },
+		protocol.OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.setRosterJSON(ctx, m.Data) },
 		protocol.OpRosterGet: s.rosterGet,
 		protocol.OpCallGet:   s.callGet,
-		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.ConsumeJSON(ctx, m.Data) },
+		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.consumeJSON(ctx, m.Data) },
 		protocol.OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
 			c, _ := CallerFrom(ctx)
 			return l.RegisterToolYAML(ctx, c.Project, m.Data)
 		},
-		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.CancelJSON(ctx, m.Data) },
+		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.cancelJSON(ctx, m.Data) },
 		protocol.OpToolGet:       s.toolGet,
 		protocol.OpToolList:      s.toolList,
 		protocol.OpToolConsumer:  s.toolConsumer,
 		protocol.OpProjectorSkip: s.projectorSkip,
+		protocol.OpCancelGet:     s.cancelGet,
+		protocol.OpResume:        s.resume,
+		protocol.OpCommandReject: s.commandReject,
 	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
@@ -113,7 +116,7 @@ func validReply(reply string) bool {
 
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
-var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true}
+var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
@@ -301,6 +304,52 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, err
 	}
 	return s.l.GetCall(ctx, project, turn, call)
+}
+
+func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
+	var r protocol.CallRef
+	if ok {
+		r = protocol.CallRef{ProjectID: o.Ident("project_id", true), ChannelID: o.Ident("channel_id", true),
+			AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
+	}
+	if err := protocol.BadRequest("cancel.get request", vs); err != nil {
+		return nil, err
+	}
+	canceled, err := s.l.Canceled(ctx, r.ProjectID, r.ChannelID, r.AgentTurnID, r.ToolCallID)
+	return protocol.CancelState{Canceled: canceled}, err
+}
+
+// resume serves report.resume. A body that does not read is refused and
+// recorded like any write's; the outcomes of Resume itself (not_reported,
+// unknown_call, or a report refused on the way) are its own.
+func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
+	var vs protocol.Violations
+	o, ok := protocol.ParseObject("body", m.Data, &vs)
+	var r protocol.CallRef
+	if ok {
+		r = protocol.CallRef{ProjectID: o.Ident("project_id", true), AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
+	}
+	if len(vs) > 0 {
+		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.resume request: %d violation(s)", len(vs))
+		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	}
+	return s.l.Resume(ctx, r.ProjectID, r.AgentTurnID, r.ToolCallID)
+}
+
+// commandReject serves command.reject: an executor in another process
+// records a command it refused, as RejectCommand does in process.
+func (s *APIServer) commandReject(ctx context.Context, m *nats.Msg) (any, error) {
+	r, vs := protocol.ParseCommandRejection(m.Data)
+	if len(vs) > 0 {
+		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid command.reject request: %d violation(s)", len(vs))
+		return nil, s.l.reject(ctx, protocol.OpCommandReject, "", protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	}
+	if err := s.l.RejectCommand(ctx, r.Subject, nats.Header(r.Headers), r.Data, r.Error); err != nil {
+		return nil, err
+	}
+	return protocol.RejectionResult{Seq: r.Error.Seq}, nil
 }
 
 func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -226,7 +227,7 @@ func TestAPIGarbageBodiesAreRejectedPrecisely(t *testing.T) {
 func TestClientMatchesLocalLedger(t *testing.T) {
 	e := newEnv(t)
 	serveAPI(t, e)
-	cl := ledger.NewClient(e.srv.Connect(t))
+	cl := client.New(e.srv.Connect(t))
 	ctx := ctxT(t)
 	c := newCall("turn-c", "call-c", 7)
 	_, err := cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "wt"})

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
@@ -36,18 +37,18 @@ func newAuthEnv(t *testing.T) *authEnv {
 	return &authEnv{env: e, js: js}
 }
 
-// client is a connection under one credential that records the permission
+// natsClient is a connection under one credential that records the permission
 // violations NATS reports to it.
-type client struct {
+type natsClient struct {
 	nc   *nats.Conn
 	cred *auth.Credential
 	mu   sync.Mutex
 	errs []string
 }
 
-func (e *authEnv) client(t *testing.T, g auth.Grant) *client {
+func (e *authEnv) client(t *testing.T, g auth.Grant) *natsClient {
 	t.Helper()
-	c := &client{cred: e.srv.Issue(t, g, time.Hour)}
+	c := &natsClient{cred: e.srv.Issue(t, g, time.Hour)}
 	nc, err := e.srv.Dial(nats.UserJWTAndSeed(c.cred.JWT, c.cred.Seed), nats.CustomInboxPrefix(c.cred.InboxPrefix),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.mu.Lock()
@@ -60,7 +61,7 @@ func (e *authEnv) client(t *testing.T, g auth.Grant) *client {
 }
 
 // denied waits until NATS has reported a permission violation naming subject.
-func (c *client) denied(t *testing.T, subject string) {
+func (c *natsClient) denied(t *testing.T, subject string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
@@ -75,7 +76,7 @@ func (c *client) denied(t *testing.T, subject string) {
 }
 
 // request sends an API request and decodes the reply.
-func (c *client) request(t *testing.T, subject string, h nats.Header, body string) rawReply {
+func (c *natsClient) request(t *testing.T, subject string, h nats.Header, body string) rawReply {
 	t.Helper()
 	resp, err := c.nc.RequestMsg(&nats.Msg{Subject: subject, Header: h, Data: []byte(body)}, 10*time.Second)
 	require.NoError(t, err, subject)
@@ -86,7 +87,7 @@ func (c *client) request(t *testing.T, subject string, h nats.Header, body strin
 
 // refusedByNATS publishes a request NATS must not deliver and checks that it
 // was reported as a violation and nothing reached the ledger.
-func (e *authEnv) refusedByNATS(t *testing.T, c *client, subject string, h nats.Header, body string) {
+func (e *authEnv) refusedByNATS(t *testing.T, c *natsClient, subject string, h nats.Header, body string) {
 	t.Helper()
 	before := e.lastSeq(t)
 	// Expected to go unanswered: the wait is short, the proof is the
@@ -324,11 +325,11 @@ func TestAuthActorScopes(t *testing.T) {
 func TestAuthToolPullsOnlyItsOwnConsumer(t *testing.T) {
 	e := newAuthEnv(t)
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
-	cl := ledger.NewClient(echo.nc, ledger.WithActor("echo"))
-	_, err := cl.EnsureToolConsumer(ctxT(t), project)
+	cl := client.New(echo.nc, client.WithActor("echo"))
+	_, err := cl.EnsureToolConsumer(ctxT(t), project, "echo")
 	require.ErrorIs(t, err, protocol.ErrNotFound, "only registered tools get a consumer")
 	registerEcho(t, e)
-	tc, err := cl.EnsureToolConsumer(ctxT(t), project)
+	tc, err := cl.EnsureToolConsumer(ctxT(t), project, "echo")
 	require.NoError(t, err)
 	require.Equal(t, auth.ToolConsumerName(project, "echo"), tc.Consumer)
 
@@ -386,7 +387,7 @@ func TestAuthProjectorSkipNeedsAnAdminOfEveryProject(t *testing.T) {
 	r = admin.request(t, subject, nil, `{"seq":"x"}`)
 	require.Equal(t, "bad_request", r.Error.Code)
 	require.Len(t, r.Error.Violations, 2, "seq and reason")
-	res, err := ledger.NewClient(admin.nc, ledger.WithActor("oncall")).Skip(ctxT(t), 1, "test")
+	res, err := client.New(admin.nc, client.WithActor("oncall")).Skip(ctxT(t), 1, "test")
 	require.NoError(t, err)
 	entries := e.subjectEntries(t, protocol.SkipSubject("v1", 1))
 	require.Len(t, entries, 1)
@@ -429,13 +430,13 @@ func TestAuthReplySubjectsCannotReachTheLedger(t *testing.T) {
 
 	echo := e.client(t, auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"})
 	registerEcho(t, e)
-	tc, err := ledger.NewClient(echo.nc, ledger.WithActor("echo")).EnsureToolConsumer(ctxT(t), project)
+	tc, err := client.New(echo.nc, client.WithActor("echo")).EnsureToolConsumer(ctxT(t), project, "echo")
 	require.NoError(t, err)
 	before := e.lastSeq(t)
 
 	cardGet := `{"project_id":"` + project + `","card_ids":["` + c.card.CardID + `"]}`
 	for _, m := range []struct {
-		cl   *client
+		cl   *natsClient
 		subj string
 		body string
 	}{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -112,7 +113,16 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 		project("body.project_id", p, ok)
 		a, ok := stringField(f, "agent_id")
 		actor("body.agent_id", a, ok)
-	default: // reads
+	case protocol.OpCommandReject:
+		// A tool may record the refusal of its own commands only: the
+		// subject it received them on names its project and, as target, itself.
+		if sub, ok := stringField(topLevel(body), "subject"); ok {
+			toks := strings.Split(sub, ".")
+			if len(toks) < 7 || toks[2] != c.Project || toks[4] != "cmd" || toks[5] != "tool" || toks[6] != c.Actor {
+				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...], got %q", c.Project, c.Actor, c.Project, c.Actor, protocol.Clip(sub))
+			}
+		}
+	default: // reads, and report.resume
 		p, ok := stringField(topLevel(body), "project_id")
 		project("body.project_id", p, ok)
 	}

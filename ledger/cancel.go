@@ -19,11 +19,11 @@ func (l *Ledger) Cancel(ctx context.Context, req protocol.CancelRequest) (protoc
 	if err != nil {
 		return protocol.CancelResult{}, fmt.Errorf("cancel: encode: %w", err)
 	}
-	return l.CancelJSON(ctx, body)
+	return l.cancelJSON(ctx, body)
 }
 
-// CancelJSON is Cancel for a JSON body, as received over the API.
-func (l *Ledger) CancelJSON(ctx context.Context, body []byte) (protocol.CancelResult, error) {
+// cancelJSON is Cancel for a JSON body, as received over the API.
+func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelResult, error) {
 	var vs protocol.Violations
 	var req protocol.CancelRequest
 	if o, ok := protocol.ParseObject("body", body, &vs); ok {

@@ -25,11 +25,11 @@ func (l *Ledger) PutCard(ctx context.Context, card protocol.Card) (protocol.PutC
 	if err != nil {
 		return protocol.PutCardResult{}, fmt.Errorf("put card: encode: %w", err)
 	}
-	return l.PutCardJSON(ctx, data)
+	return l.putCardJSON(ctx, data)
 }
 
-// PutCardJSON is PutCard for a card given as JSON, as received over the API.
-func (l *Ledger) PutCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
+// putCardJSON is PutCard for a card given as JSON, as received over the API.
+func (l *Ledger) putCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
 	c, err := protocol.ParseCard(data)
 	if err != nil {
 		e, _ := protocol.AsError(err)

@@ -18,11 +18,11 @@ func (l *Ledger) Consume(ctx context.Context, req protocol.ConsumeRequest) (prot
 	if err != nil {
 		return protocol.ConsumeResult{}, fmt.Errorf("consume: encode: %w", err)
 	}
-	return l.ConsumeJSON(ctx, body)
+	return l.consumeJSON(ctx, body)
 }
 
-// ConsumeJSON is Consume for a JSON body, as received over the API.
-func (l *Ledger) ConsumeJSON(ctx context.Context, body []byte) (protocol.ConsumeResult, error) {
+// consumeJSON is Consume for a JSON body, as received over the API.
+func (l *Ledger) consumeJSON(ctx context.Context, body []byte) (protocol.ConsumeResult, error) {
 	var vs protocol.Violations
 	var req protocol.ConsumeRequest
 	if o, ok := protocol.ParseObject("body", body, &vs); ok {

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"testing"
 
+	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/stretchr/testify/require"
 )
@@ -37,7 +38,7 @@ func TestConsumeIsRecordedOnceAndValidated(t *testing.T) {
 	unknown.ToolCallID = "nope"
 	_, err = e.l.Consume(ctx, unknown)
 	require.ErrorIs(t, err, protocol.ErrUnknownCall)
-	_, err = e.l.ConsumeJSON(ctx, []byte(`{"project_id":"p"}`))
+	_, err = ledger.ConsumeJSON(e.l, ctx, []byte(`{"project_id":"p"}`))
 	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	le, _ := protocol.AsError(err)
 	require.Len(t, le.Violations, 3)

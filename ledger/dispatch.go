@@ -12,13 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// dispatchBody is the JSON body of a dispatch API request.
-type dispatchBody struct {
-	Subject string          `json:"subject"`
-	Card    json.RawMessage `json:"card"`
-	Payload json.RawMessage `json:"payload"`
-}
-
 // Dispatch writes the tool.call card, records the call, and publishes the
 // command, in that order, so a crash never leaves a command whose card is
 // missing. Repeating the same dispatch returns the original outcome.
@@ -34,9 +27,9 @@ func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil, nil)
 }
 
-// DispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
+// dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
 // body {"subject", "card", "payload"}.
-func (l *Ledger) DispatchMsg(ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
 	var vs protocol.Violations
 	// card and payload are checked as documents of their own below, so
 	// their violations carry the documented card.* and payload.* paths.
@@ -76,7 +69,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		if asReceived != nil {
 			return protocol.NewRejectedRequest("", h, asReceived)
 		}
-		b, _ := json.Marshal(dispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
+		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
 		return protocol.NewRejectedRequest("", h, b)
 	}
 	sub := protocol.DecodeSubject(subject, &vs)

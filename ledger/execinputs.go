@@ -7,33 +7,6 @@ import (
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// ExecutionQuery names a delivered command's call, the tool.call card it
-// points at and the tool definition it asks for.
-type ExecutionQuery struct {
-	Project, Channel, AgentTurnID, ToolCallID string
-	// ToolCallCardID is the payload's tool_call_card_id.
-	ToolCallCardID string
-	// ToolName is the definition to read; empty reads none.
-	ToolName string
-	// Fresh reads everything from the server. Executors set it for a
-	// redelivered command, whose call another process may have moved on.
-	Fresh bool
-}
-
-// ExecutionInputs is what an executor reads before running a call. Each
-// read has its own error: an executor decides per read whether the call can
-// go on.
-type ExecutionInputs struct {
-	Record    *protocol.CallRecord
-	RecordErr error
-	Canceled  bool
-	CancelErr error
-	Card      *protocol.StoredCard
-	CardErr   error
-	Tool      *protocol.StoredTool
-	ToolErr   error
-}
-
 // ReadExecutionInputs reads the call record, the cancellation, the tool.call
 // card and the tool definition at once. Unless q.Fresh, the record, card
 // and definition come from this process's memory when it wrote or read them
@@ -44,8 +17,8 @@ type ExecutionInputs struct {
 // (dropped when any ledger process writes a new one). The cancellation is
 // always read from the server, so a cancel recorded by any process before
 // the read is never missed.
-func (l *Ledger) ReadExecutionInputs(ctx context.Context, q ExecutionQuery) ExecutionInputs {
-	var in ExecutionInputs
+func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs {
+	var in protocol.ExecutionInputs
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -8,3 +8,14 @@ func (l *Ledger) SetAfterStep(f func(Step) error) { l.afterStep.Store(&f) }
 // SetReportLease shortens the report lease (tests of crashes, where the
 // retry must wait it out, as a new process would).
 func (l *Ledger) SetReportLease(d time.Duration) { l.lease = d }
+
+// The raw forms of the write operations, as the API server calls them with a
+// request's headers and body as received (tests of input validation).
+var (
+	DispatchMsg   = (*Ledger).dispatchMsg
+	ReportMsg     = (*Ledger).reportMsg
+	PutCardJSON   = (*Ledger).putCardJSON
+	CancelJSON    = (*Ledger).cancelJSON
+	ConsumeJSON   = (*Ledger).consumeJSON
+	SetRosterJSON = (*Ledger).setRosterJSON
+)

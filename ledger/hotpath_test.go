@@ -372,7 +372,7 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 					return
 				default:
 				}
-				in := b.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel,
+				in := b.ReadExecutionInputs(ctx, protocol.ExecutionQuery{Project: project, Channel: channel,
 					AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
 				if in.RecordErr == nil && in.Record != nil {
 					got <- in.Record
@@ -397,7 +397,7 @@ func TestHotpathRefusedDispatchRecordStaysCachedElsewhere(t *testing.T) {
 	require.False(t, res.Duplicate)
 
 	// B runs the call (first delivery, so from memory) and reports it.
-	in := b.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel,
+	in := b.ReadExecutionInputs(ctx, protocol.ExecutionQuery{Project: project, Channel: channel,
 		AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
 	require.NoError(t, in.RecordErr)
 	assert.Equal(t, c.meta.TraceID, in.Record.CardMetadata.TraceID, "B's view of the call is the refused dispatch's")
@@ -558,7 +558,7 @@ func TestHotpathStaleRecordCacheNeverAnswersWrong(t *testing.T) {
 	bad := c.resultCard(protocol.StatusFailed)
 	_, err = a.PutCard(ctx, bad)
 	require.NoError(t, err)
-	in := a.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
+	in := a.ReadExecutionInputs(ctx, protocol.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID})
 	require.NoError(t, in.RecordErr)
 	require.Equal(t, protocol.StateDispatched, in.Record.State)
 
@@ -580,7 +580,7 @@ func TestHotpathStaleRecordCacheNeverAnswersWrong(t *testing.T) {
 	require.Equal(t, orig.Seq, res.ReportSeq)
 	_, err = a.Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
 	require.ErrorIs(t, err, protocol.ErrConflict)
-	fresh := a.ReadExecutionInputs(ctx, ledger.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID, Fresh: true})
+	fresh := a.ReadExecutionInputs(ctx, protocol.ExecutionQuery{Project: project, Channel: channel, AgentTurnID: c.turn, ToolCallID: c.id, ToolCallCardID: c.card.CardID, Fresh: true})
 	require.NoError(t, fresh.RecordErr)
 	require.Equal(t, protocol.StateWoken, fresh.Record.State)
 	require.Len(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id)), 1)

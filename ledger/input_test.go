@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -309,7 +310,7 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 	}
 	t.Run("card.put at every depth", func(t *testing.T) {
 		before := e.inLastSeq(t)
-		_, err := e.l.PutCardJSON(ctx, card(`{"tool_name":"x","arguments":{"q":1,"q":2,"list":[{"a":1},{"a":2,"a":3,"a":4}],"n":{"m":{"z":0,"z":0}}},"tool_name":"y"}`))
+		_, err := ledger.PutCardJSON(e.l, ctx, card(`{"tool_name":"x","arguments":{"q":1,"q":2,"list":[{"a":1},{"a":2,"a":3,"a":4}],"n":{"m":{"z":0,"z":0}}},"tool_name":"y"}`))
 		refused(t, err,
 			vtViol{"card.content.tool_name", protocol.VDuplicate},
 			vtViol{"card.content.arguments.q", protocol.VDuplicate},
@@ -321,7 +322,7 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		require.Equal(t, []string{"cd-1"}, missing)
 	})
 	t.Run("card top level", func(t *testing.T) {
-		_, err := e.l.PutCardJSON(ctx, []byte(`{"card_id":"a","card_id":"b"}`))
+		_, err := ledger.PutCardJSON(e.l, ctx, []byte(`{"card_id":"a","card_id":"b"}`))
 		le, _ := protocol.AsError(err)
 		require.NotNil(t, le)
 		// The repeat does not hide the card's other problems.
@@ -334,12 +335,12 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 		body := strings.Replace(inDispatchBody(t, d), `"arguments":{"text":"hi"}`, `"arguments":{"text":"hi","text":"ho"}`, 1)
 		body = strings.Replace(body, `"after_execution":"suspend"`, `"after_execution":"suspend","after_execution":"terminate"`, 1)
 		require.Contains(t, body, `"text":"ho"`)
-		_, err := e.l.DispatchMsg(ctx, d.identity().Header(), []byte(body))
+		_, err := ledger.DispatchMsg(e.l, ctx, d.identity().Header(), []byte(body))
 		refused(t, err, vtViol{"card.content.arguments.text", protocol.VDuplicate}, vtViol{"payload.after_execution", protocol.VDuplicate})
 		// A repeated top-level key is refused with every other problem of
 		// the request, and the refusal keeps the body as received.
 		asSent := `{"subject":"a","subject":"b","card":{},"payload":{}}`
-		_, err = e.l.DispatchMsg(ctx, d.identity().Header(), []byte(asSent))
+		_, err = ledger.DispatchMsg(e.l, ctx, d.identity().Header(), []byte(asSent))
 		refused(t, err, vtViol{"body.subject", protocol.VDuplicate}, vtViol{"subject", protocol.VInvalidSubject},
 			vtViol{"payload.tool_call_card_id", protocol.VRequired}, vtViol{"payload.after_execution", protocol.VRequired},
 			vtViol{"card.card_id", protocol.VRequired}, vtViol{"card.project_id", protocol.VRequired}, vtViol{"card.type", protocol.VRequired},
@@ -351,18 +352,18 @@ func TestDuplicateJSONKeysAreRefused(t *testing.T) {
 	})
 	t.Run("report", func(t *testing.T) {
 		body := fmt.Sprintf(`{"status":"success","status":"failed","after_execution":"suspend","tool_result_card_id":%q}`, rc.CardID)
-		_, err := e.l.ReportMsg(ctx, inReportHeader(c), []byte(body))
+		_, err := ledger.ReportMsg(e.l, ctx, inReportHeader(c), []byte(body))
 		refused(t, err, vtViol{"payload.status", protocol.VDuplicate})
 		rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
 		require.NoError(t, err)
 		require.Equal(t, protocol.StateDispatched, rec.State)
 	})
 	t.Run("roster, consume, cancel, tool", func(t *testing.T) {
-		_, err := e.l.SetRosterJSON(ctx, []byte(`{"project_id":"p","agent_id":"a","worker_target":"w1","worker_target":"w2"}`))
+		_, err := ledger.SetRosterJSON(e.l, ctx, []byte(`{"project_id":"p","agent_id":"a","worker_target":"w1","worker_target":"w2"}`))
 		refused(t, err, vtViol{"body.worker_target", protocol.VDuplicate})
-		_, err = e.l.ConsumeJSON(ctx, []byte(`{"project_id":"p","project_id":"p","agent_id":"a","agent_turn_id":"t","tool_call_id":"k"}`))
+		_, err = ledger.ConsumeJSON(e.l, ctx, []byte(`{"project_id":"p","project_id":"p","agent_id":"a","agent_turn_id":"t","tool_call_id":"k"}`))
 		refused(t, err, vtViol{"body.project_id", protocol.VDuplicate})
-		_, err = e.l.CancelJSON(ctx, []byte(`{"project_id":"p","agent_id":"a","agent_turn_id":"t","tool_call_id":"k","reason":"a","reason":"b"}`))
+		_, err = ledger.CancelJSON(e.l, ctx, []byte(`{"project_id":"p","agent_id":"a","agent_turn_id":"t","tool_call_id":"k","reason":"a","reason":"b"}`))
 		refused(t, err, vtViol{"body.reason", protocol.VDuplicate})
 		_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"a","tool_name":"b","parameters":{"type":"object","type":"object"}}`))
 		refused(t, err, vtViol{"tool.tool_name", protocol.VDuplicate}, vtViol{"tool.parameters.type", protocol.VDuplicate})
@@ -511,7 +512,7 @@ func TestOversizedRequestsAreRefusedAndRecorded(t *testing.T) {
 		require.NotContains(t, re.Request.Headers, "X-Padding")
 	})
 	t.Run("the Go client gets the same refusal", func(t *testing.T) {
-		cl := ledger.NewClient(e.srv.Connect(t))
+		cl := client.New(e.srv.Connect(t))
 		card := c.resultCard(protocol.StatusSuccess)
 		card.CardID = "big-client"
 		card.Content = json.RawMessage(`{"status":"success","result":"` + strings.Repeat("x", over) + `"}`)

@@ -9,7 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -98,7 +98,7 @@ func histogramCount(t *testing.T, e *env, name, label, value string) uint64 {
 func TestAPIMetricsCountEveryAnswer(t *testing.T) {
 	e := newEnv(t)
 	serveAPI(t, e)
-	cl := ledger.NewClient(e.srv.Connect(t))
+	cl := client.New(e.srv.Connect(t))
 	ctx := ctxT(t)
 	c := newCall("turn-api-m", "call-1", 1)
 	_, err := cl.Dispatch(ctx, c.dispatchReq())

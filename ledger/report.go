@@ -37,12 +37,12 @@ func (l *Ledger) Report(ctx context.Context, req protocol.ReportRequest) (protoc
 	if err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("report: encode payload: %w", err)
 	}
-	return l.ReportMsg(ctx, h, data)
+	return l.reportMsg(ctx, h, data)
 }
 
-// ReportMsg is Report for a report as received over the API: CG-* headers
+// reportMsg is Report for a report as received over the API: CG-* headers
 // and the JSON payload.
-func (l *Ledger) ReportMsg(ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+func (l *Ledger) reportMsg(ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 	req, vs := protocol.ParseReport(h, data)
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
 		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID)}

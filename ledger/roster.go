@@ -27,8 +27,8 @@ func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protoco
 	return l.setRoster(ctx, e, data)
 }
 
-// SetRosterJSON is SetRoster for a JSON body, as received over the API.
-func (l *Ledger) SetRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+// setRosterJSON is SetRoster for a JSON body, as received over the API.
+func (l *Ledger) setRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
 	var vs protocol.Violations
 	var e protocol.RosterEntry
 	if o, ok := protocol.ParseObject("body", body, &vs); ok {

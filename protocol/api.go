@@ -37,8 +37,17 @@ const (
 	OpToolGet      = "tool.get"
 	OpToolList     = "tool.list"
 	OpToolConsumer = "tool.consumer"
+	OpCancelGet    = "cancel.get"
 	// OpProjectorSkip is global: its subject's project token is "_".
 	OpProjectorSkip = "projector.skip"
+)
+
+// Writes an executor in another process makes besides its reports: finishing
+// a stored report whose wakeup is missing, and recording a command it
+// refused (recorded as a rejection of op OpCommand).
+const (
+	OpResume        = "report.resume"
+	OpCommandReject = "command.reject"
 )
 
 // APISubject is the subject of an API operation for project, sent by actor.

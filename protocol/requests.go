@@ -1,5 +1,7 @@
 package protocol
 
+import "encoding/json"
+
 // DispatchRequest asks the ledger to write a tool.call card and publish the
 // tool command that points at it.
 type DispatchRequest struct {
@@ -155,4 +157,44 @@ type SkipResult struct {
 	// Duplicate says an identical skip (same seq and reason) already existed
 	// and nothing was appended.
 	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// CallRef names one call: the body of call.get, cancel.get (which needs
+// ChannelID too, as the cancel subject holds it) and report.resume.
+type CallRef struct {
+	ProjectID   string `json:"project_id"`
+	ChannelID   string `json:"channel_id,omitempty"`
+	AgentTurnID string `json:"agent_turn_id"`
+	ToolCallID  string `json:"tool_call_id"`
+}
+
+// CancelState is the result of cancel.get: whether a cancellation of the
+// call is recorded.
+type CancelState struct {
+	Canceled bool `json:"canceled"`
+}
+
+// CommandRejection is the body of command.reject: a tool command as an
+// executor received it, and why the executor refused it. Data is the
+// command's body as received (base64 in JSON, since a refused body need not
+// be JSON or UTF-8).
+type CommandRejection struct {
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Data    []byte              `json:"data,omitempty"`
+	Error   *Error              `json:"error"`
+}
+
+// RejectionResult is the result of command.reject: the rejection entry's
+// sequence.
+type RejectionResult struct {
+	Seq uint64 `json:"seq"`
+}
+
+// DispatchBody is the JSON body of a dispatch API request (the identity goes in
+// CG-* headers).
+type DispatchBody struct {
+	Subject string          `json:"subject"`
+	Card    json.RawMessage `json:"card"`
+	Payload json.RawMessage `json:"payload"`
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -149,7 +149,7 @@ type benchEnv struct {
 	worker        *nats.Conn
 	admin         *nats.Conn
 	js            jetstream.JetStream // the ledger account (raw baselines, counters)
-	cl            *ledger.Client
+	cl            *client.Client
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
@@ -214,7 +214,7 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebu
 	if e.js, err = jetstream.New(ln); err != nil {
 		return nil, err
 	}
-	e.cl = ledger.NewClient(e.worker)
+	e.cl = client.New(e.worker)
 	if k, err := auth.LoadAccountKeys(filepath.Join(dir, "auth")); err == nil {
 		e.ledgerAccount, _ = k.Account.PublicKey()
 	}
@@ -397,7 +397,7 @@ func (e *benchEnv) duplicateReport(ctx context.Context) (func(context.Context) e
 	}
 	n := e.seq.Load()
 	turn, id := "turn-"+strconv.FormatInt(n/100, 10), "call-"+strconv.FormatInt(n, 10)
-	admin := ledger.NewClient(e.admin, ledger.WithActor("echo"))
+	admin := client.New(e.admin, client.WithActor("echo"))
 	rec, err := admin.GetCall(ctx, "bench", turn, id)
 	if err != nil || rec.Claim == nil {
 		return nil, fmt.Errorf("read the call to repeat: %v", err)

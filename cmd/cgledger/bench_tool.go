@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -35,8 +35,8 @@ var errPoolEmpty = errors.New("bench: prepared calls used up")
 // benchTools is the external tool service and the report-only workload.
 type benchTools struct {
 	e      *benchEnv
-	ext    *ledger.Client // the service's tool credential (target bext)
-	rep    *ledger.Client // tool credential of target brep
+	ext    *client.Client // the service's tool credential (target bext)
+	rep    *client.Client // tool credential of target brep
 	cc     jetstream.ConsumeContext
 	mu     sync.Mutex
 	pool   []protocol.ReportRequest
@@ -48,10 +48,10 @@ type benchTools struct {
 // the tool.call card, put the result card, report, ack (protocol.md, "A tool
 // service, step by step").
 func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*nats.Conn, error)) (*benchTools, error) {
-	admin := ledger.NewClient(e.admin)
+	admin := client.New(e.admin)
 	for _, name := range []string{benchExtTool, benchReportTool} {
 		def := fmt.Sprintf(`{"tool_name":%q,"parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.%s","after_execution":"suspend"}`, name, name)
-		if _, err := admin.RegisterTool(ctx, "bench", []byte(def)); err != nil {
+		if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(def)); err != nil {
 			return nil, fmt.Errorf("register %s: %w", name, err)
 		}
 	}
@@ -67,9 +67,9 @@ func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*
 		return nil, fmt.Errorf("connect the report caller: %w", err)
 	}
 	t.closer = append(t.closer, rep.Close)
-	t.ext = ledger.NewClient(svc, ledger.WithActor(benchExtTool))
-	t.rep = ledger.NewClient(rep, ledger.WithActor(benchReportTool))
-	ci, err := t.ext.EnsureToolConsumer(ctx, "bench")
+	t.ext = client.New(svc, client.WithActor(benchExtTool))
+	t.rep = client.New(rep, client.WithActor(benchReportTool))
+	ci, err := t.ext.EnsureToolConsumer(ctx, "bench", benchExtTool)
 	if err != nil {
 		t.close()
 		return nil, fmt.Errorf("tool.consumer: %w", err)
@@ -132,7 +132,7 @@ func (t *benchTools) serve(m jetstream.Msg) {
 
 // result puts the tool.result card for call and returns the report that
 // goes with it.
-func (t *benchTools) result(ctx context.Context, cl *ledger.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
+func (t *benchTools) result(ctx context.Context, cl *client.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
 	card := protocol.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: protocol.CardToolResult, AuthorID: "svc." + tool,
 		FunctionName: tool, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
 		Content: json.RawMessage(`{"status":"success","result":{"text":"bench"}}`), Metadata: call.Metadata}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -74,7 +74,7 @@ ledger answers a repeat with the original outcome.`)
 		return failf(exitFor(err), "call: %v", err)
 	}
 	defer nc.Close()
-	cl := ledger.NewClient(nc)
+	cl := client.New(nc)
 
 	subject := protocol.ToolCommandSubject(protocol.DefaultVersion, *project, *channel, *tool)
 	// A tool that is neither registered nor built in has no executor: say

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -60,7 +60,7 @@ admin credential is one). See docs/views.md, "Operator recovery".`)
 	defer nc.Close()
 	ctx, cancel := cf.context(time.Minute)
 	defer cancel()
-	res, err := ledger.NewClient(nc, ledger.WithActor(*actor)).Skip(ctx, *seq, *reason)
+	res, err := client.New(nc, client.WithActor(*actor)).Skip(ctx, *seq, *reason)
 	if err != nil {
 		err = cf.explain(ctx, err)
 		return failf(exitFor(err), "projector skip: %v", err)

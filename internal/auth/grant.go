@@ -46,9 +46,9 @@ const DefaultStream = "CG_LEDGER"
 
 // API operation names (the <op> of an API subject), by role.
 var (
-	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "inbox.consume", "cancel", "tool.get", "tool.list"}
-	ToolOps    = []string{"card.put", "card.get", "call.get", "report", "tool.get", "tool.consumer"}
-	AuditorOps = []string{"card.get", "call.get", "roster.get", "tool.get", "tool.list"}
+	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "cancel", "tool.get", "tool.list"}
+	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "tool.get", "tool.consumer"}
+	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list"}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
 	GlobalOps = []string{"projector.skip"}

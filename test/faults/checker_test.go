@@ -22,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -80,7 +80,7 @@ type loadSpec struct {
 type load struct {
 	t          *testing.T
 	spec       loadSpec
-	client     *ledger.Client
+	client     *client.Client
 	next       atomic.Int64
 	started    atomic.Int64
 	acked      atomic.Int64
@@ -98,7 +98,7 @@ const (
 )
 
 func startLoad(t *testing.T, spec loadSpec) *load {
-	l := &load{t: t, spec: spec, client: ledger.NewClient(spec.nc), done: make(chan struct{}),
+	l := &load{t: t, spec: spec, client: client.New(spec.nc), done: make(chan struct{}),
 		records: make([]*callRecord, spec.calls*maxCallsFactor)}
 	ctx, cancel := context.WithCancel(context.Background())
 	pace := time.NewTicker(time.Second / loadRate)

@@ -1,4 +1,8 @@
-package ledger
+// Package client calls a ledger's request/reply API over NATS
+// (docs/protocol.md): what a worker, a tool service or an executor in another
+// process uses instead of the in-process ledger.Ledger. Its operations have
+// the same names and signatures as the ledger's.
+package client
 
 import (
 	"context"
@@ -8,19 +12,20 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// Client calls a ledger's request/reply API over NATS: what a worker or tool
-// service in another process uses. Refusals come back as *Error with the
-// server's code and violations, so errors.Is works as with a local Ledger.
+// Client calls a ledger's request/reply API over NATS. Refusals come back as
+// *protocol.Error with the server's code and violations, so errors.Is works as
+// with a local ledger.Ledger.
 //
 // Each request goes to cgledger.v1.<project>.<actor>.<op>. Where the ledger
 // checks the actor against an agent (dispatch, roster.set, inbox.consume,
 // cancel) the client takes it from the request; a report goes out as its
 // source function when that is an identifier (the ledger wants the call's
-// tool target: set WithActor when they differ); elsewhere the client's actor.
+// tool target: set WithActor when they differ); tool.consumer as the tool
+// asked for; report.resume and command.reject as the tool the call's command
+// subject targets; elsewhere the client's actor.
 type Client struct {
 	nc    *nats.Conn
 	actor string
@@ -29,16 +34,16 @@ type Client struct {
 // DefaultActor is the actor token of a client that was given none.
 const DefaultActor = "client"
 
-// ClientOption adjusts a Client.
-type ClientOption func(*Client)
+// Option adjusts a Client.
+type Option func(*Client)
 
 // WithActor sets the actor token for requests whose actor the ledger does not
 // derive from the request: a worker credential bound to one agent must use
 // that agent id, a tool credential its tool.
-func WithActor(actor string) ClientOption { return func(c *Client) { c.actor = actor } }
+func WithActor(actor string) Option { return func(c *Client) { c.actor = actor } }
 
-// NewClient returns a client using nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
+// New returns a client using nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
 	c := &Client{nc: nc, actor: DefaultActor}
 	for _, o := range opts {
 		o(c)
@@ -128,7 +133,7 @@ func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode payload: %w", err)
 	}
-	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), dispatchBody{Subject: req.Subject, Card: card, Payload: payload})
+	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), protocol.DispatchBody{Subject: req.Subject, Card: card, Payload: payload})
 	if err != nil {
 		return out, err
 	}
@@ -194,12 +199,22 @@ func (c *Client) Consume(ctx context.Context, req protocol.ConsumeRequest) (prot
 	return out, c.call(ctx, msg, &out)
 }
 
-// RegisterTool registers a tool definition given as YAML or JSON (see
+// RegisterToolYAML registers a tool definition given as YAML or JSON (see
 // Ledger.RegisterToolYAML).
-func (c *Client) RegisterTool(ctx context.Context, project string, definition []byte) (protocol.RegisterResult, error) {
+func (c *Client) RegisterToolYAML(ctx context.Context, project string, body []byte) (protocol.RegisterResult, error) {
 	var out protocol.RegisterResult
-	msg := &nats.Msg{Subject: c.subject(project, "", protocol.OpToolRegister), Data: definition, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: c.subject(project, "", protocol.OpToolRegister), Data: body, Header: nats.Header{}}
 	return out, c.call(ctx, msg, &out)
+}
+
+// RegisterTool registers a definition (see Ledger.RegisterTool); the ledger
+// validates it again and fills its defaults.
+func (c *Client) RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (protocol.RegisterResult, error) {
+	body, err := json.Marshal(d)
+	if err != nil {
+		return protocol.RegisterResult{}, fmt.Errorf("ledger client: encode tool definition: %w", err)
+	}
+	return c.RegisterToolYAML(ctx, d.ProjectID, body)
 }
 
 // GetTool reads a tool definition (see Ledger.GetTool).
@@ -237,11 +252,12 @@ func (c *Client) Cancel(ctx context.Context, req protocol.CancelRequest) (protoc
 	return out, c.call(ctx, msg, &out)
 }
 
-// EnsureToolConsumer asks for the durable consumer of the client's actor as a
-// tool target (see Ledger.EnsureToolConsumer).
-func (c *Client) EnsureToolConsumer(ctx context.Context, project string) (protocol.ToolConsumer, error) {
+// EnsureToolConsumer asks for the durable consumer of a tool target of a
+// project (see Ledger.EnsureToolConsumer). The request goes out as the tool:
+// a tool credential may ask only for its own.
+func (c *Client) EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error) {
 	var out protocol.ToolConsumer
-	msg, err := jsonMsg(c.subject(project, "", protocol.OpToolConsumer), struct{}{})
+	msg, err := jsonMsg(c.subject(project, tool, protocol.OpToolConsumer), struct{}{})
 	if err != nil {
 		return out, err
 	}
@@ -271,7 +287,7 @@ func subjectProject(subject string) string {
 // (see Ledger.Skip); it needs an admin credential of every project.
 func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (protocol.SkipResult, error) {
 	var out protocol.SkipResult
-	msg, err := jsonMsg(protocol.APISubject(auth.GlobalProject, c.actor, protocol.OpProjectorSkip), protocol.SkipRequest{Seq: seq, Reason: reason})
+	msg, err := jsonMsg(protocol.APISubject(protocol.GlobalProject, c.actor, protocol.OpProjectorSkip), protocol.SkipRequest{Seq: seq, Reason: reason})
 	if err != nil {
 		return out, err
 	}

@@ -1,0 +1,196 @@
+package client_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// Both serve an executor: one in process, one in another process.
+var (
+	_ executor.Ledger = (*ledger.Ledger)(nil)
+	_ executor.Ledger = (*client.Client)(nil)
+)
+
+// inProcessOnly are the ledger's methods a client does not mirror, and why:
+// they run the ledger itself or read its stream directly.
+var inProcessOnly = map[string]string{
+	"Close":        "lifecycle of the in-process ledger",
+	"Flush":        "waits for the in-process ledger's background writes",
+	"ServeAPI":     "serves the API the client calls",
+	"ReadEntries":  "reads the stream (auditors use the audit HTTP API or export)",
+	"Export":       "writes the stream to a file (the CLI's export uses the stream)",
+	"StreamName":   "the in-process ledger's configuration",
+	"BucketName":   "the in-process ledger's configuration",
+	"Version":      "the in-process ledger's configuration",
+	"SLOCollector": "the in-process ledger's metrics",
+}
+
+// TestClientHasTheLedgersOperations: every operation of the in-process
+// ledger is on the client with the same signature, so code written against
+// one runs on the other; a new ledger method must be mirrored or listed in
+// inProcessOnly with its reason.
+func TestClientHasTheLedgersOperations(t *testing.T) {
+	lt := reflect.TypeFor[*ledger.Ledger]()
+	ct := reflect.TypeFor[*client.Client]()
+	for name := range inProcessOnly {
+		if _, ok := lt.MethodByName(name); !ok {
+			t.Errorf("inProcessOnly names %s, which ledger.Ledger does not have", name)
+		}
+	}
+	var mirrored []string
+	for m := range lt.Methods() {
+		if _, ok := inProcessOnly[m.Name]; ok {
+			continue
+		}
+		cm, ok := ct.MethodByName(m.Name)
+		if !ok {
+			t.Errorf("ledger.Ledger.%s has no client.Client.%s (mirror it, or say in inProcessOnly why not)", m.Name, m.Name)
+			continue
+		}
+		// Compare without the receivers.
+		if got, want := funcTypeString(cm.Type), funcTypeString(m.Type); got != want {
+			t.Errorf("client.Client.%s is %s; ledger.Ledger.%s is %s", m.Name, got, m.Name, want)
+		}
+		mirrored = append(mirrored, m.Name)
+	}
+	for _, want := range []string{"Dispatch", "Report", "Resume", "PutCard", "GetCard", "GetCards", "GetCall", "Canceled",
+		"Cancel", "Consume", "SetRoster", "GetRoster", "RegisterTool", "RegisterToolYAML", "GetTool", "ListTools",
+		"EnsureToolConsumer", "RejectCommand", "ReadExecutionInputs", "Skip"} {
+		require.Contains(t, mirrored, want)
+	}
+}
+
+func funcTypeString(f reflect.Type) string {
+	var in, out []string
+	for i := 1; i < f.NumIn(); i++ {
+		in = append(in, f.In(i).String())
+	}
+	for i := range f.NumOut() {
+		out = append(out, f.Out(i).String())
+	}
+	return "func(" + join(in) + ") (" + join(out) + ")"
+}
+
+func join(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+// TestClientAnswersAsTheLedger: the operations an executor needs, read over
+// the API, give what the in-process ledger gives.
+func TestClientAnswersAsTheLedger(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	nc := e.Srv.Connect(t)
+	c := client.New(nc, client.WithActor("worker-tool"))
+
+	_, err = e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "p", AgentID: "a", WorkerTarget: "w"})
+	require.NoError(t, err)
+	done := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t1", ID: "k1", Epoch: 1, Tool: "echo"}
+	e.Complete(t, done, protocol.StatusSuccess, `{"text":"hi"}`)
+	open := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t2", ID: "k2", Epoch: 1, Tool: "echo"}
+	_, err = e.L.Dispatch(ctx, open.Dispatch())
+	require.NoError(t, err)
+	_, err = e.L.Cancel(ctx, protocol.CancelRequest{ProjectID: "p", AgentID: "a", AgentTurnID: "t2", ToolCallID: "k2"})
+	require.NoError(t, err)
+
+	t.Run("inputs", func(t *testing.T) {
+		for _, call := range []ledgertest.Call{done, open} {
+			q := protocol.ExecutionQuery{Project: "p", Channel: "main", AgentTurnID: call.Turn, ToolCallID: call.ID,
+				ToolCallCardID: call.CardID(), ToolName: "echo", Fresh: true}
+			want := e.L.ReadExecutionInputs(ctx, q)
+			got := c.ReadExecutionInputs(ctx, q)
+			require.NoError(t, got.RecordErr)
+			require.NoError(t, got.CancelErr)
+			require.NoError(t, got.CardErr)
+			require.Equal(t, want.Canceled, got.Canceled, "call %s", call.ID)
+			require.Equal(t, call == open, got.Canceled)
+			requireSameJSON(t, want.Record, got.Record)
+			requireSameJSON(t, want.Card, got.Card)
+			// echo is a built-in: no registered definition in either.
+			require.ErrorIs(t, want.ToolErr, protocol.ErrNotFound)
+			require.ErrorIs(t, got.ToolErr, protocol.ErrNotFound)
+		}
+	})
+	t.Run("unknown card", func(t *testing.T) {
+		_, err := c.GetCard(ctx, "p", "no-such-card")
+		require.ErrorIs(t, err, protocol.ErrUnknownCard)
+		_, err = e.L.GetCard(ctx, "p", "no-such-card")
+		require.ErrorIs(t, err, protocol.ErrUnknownCard)
+	})
+	t.Run("resume", func(t *testing.T) {
+		want, err := e.L.Resume(ctx, "p", "t1", "k1")
+		require.NoError(t, err)
+		got, err := c.Resume(ctx, "p", "t1", "k1")
+		require.NoError(t, err)
+		// Each resume of a reported call is a duplicate report of its own.
+		require.True(t, got.Duplicate)
+		require.Greater(t, got.DuplicateSeq, want.DuplicateSeq)
+		want.DuplicateSeq, got.DuplicateSeq = 0, 0
+		require.Equal(t, want, got)
+		_, err = c.Resume(ctx, "p", "t2", "k2")
+		require.ErrorIs(t, err, protocol.ErrNotReported)
+	})
+	t.Run("reject command", func(t *testing.T) {
+		subject := "cg.v1.p.main.cmd.tool.echo"
+		h := nats.Header{protocol.HeaderAgentID: {"a"}}
+		data := []byte("not json \xff")
+		le := &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid tool command",
+			Violations: []protocol.Violation{{Field: "payload", Code: protocol.VInvalidJSON, Message: "is not JSON"}}}
+		require.NoError(t, c.RejectCommand(ctx, subject, h, data, le))
+		require.NotZero(t, le.Seq)
+		m, err := e.JS.Stream(ctx, ledger.DefaultStream)
+		require.NoError(t, err)
+		msg, err := m.GetMsg(ctx, le.Seq)
+		require.NoError(t, err)
+		var re protocol.RejectionEntry
+		require.NoError(t, json.Unmarshal(msg.Data, &re))
+		require.Equal(t, protocol.OpCommand, re.Op)
+		require.Equal(t, le.Violations, re.Violations)
+		require.Equal(t, subject, re.Request.Subject)
+		require.Equal(t, "echo", msg.Header.Get(protocol.HeaderActor), "recorded as asked by the command's tool")
+	})
+	t.Run("tools", func(t *testing.T) {
+		d, err := protocol.ParseToolJSON("p", []byte(`{"tool_name":"search","parameters":{"type":"object"},`+
+			`"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.search","after_execution":"suspend"}`))
+		require.NoError(t, err)
+		res, err := c.RegisterTool(ctx, d)
+		require.NoError(t, err)
+		require.False(t, res.Unchanged)
+		again, err := e.L.RegisterTool(ctx, d)
+		require.NoError(t, err)
+		require.True(t, again.Unchanged, "the client registered the same definition")
+		tools, err := c.ListTools(ctx, "p")
+		require.NoError(t, err)
+		require.True(t, slices.ContainsFunc(tools, func(s protocol.StoredTool) bool { return s.Definition.ToolName == "search" }))
+	})
+}
+
+func requireSameJSON(t *testing.T, want, got any) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	require.NoError(t, err)
+	g, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, string(w), string(g))
+}

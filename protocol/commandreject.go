@@ -1,0 +1,77 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// MaxRejectionViolations bounds the violations a command.reject request may
+// carry: an executor lists every problem of one command, and a refused
+// command is at most MaxRequestBytes.
+const MaxRejectionViolations = 256
+
+// KnownCode reports whether c is one of the protocol's error codes.
+func KnownCode(c Code) bool {
+	_, ok := sentinelByCode[c]
+	return ok || c == CodeInternal
+}
+
+// ParseCommandRejection validates a command.reject body. It returns the
+// request as far as it could be read and every violation found. The
+// refusal's code must be a protocol code and its message is required;
+// violations carry the limits of Violations.Add.
+func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
+	var r CommandRejection
+	var vs Violations
+	o, ok := ParseObject("body", data, &vs)
+	if !ok {
+		return r, vs
+	}
+	r.Subject = o.Str("subject", true)
+	if r.Subject != "" && (!strings.HasPrefix(r.Subject, Root+".") || strings.ContainsAny(r.Subject, " \t\r\n*>")) {
+		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject the command was received on (%s.<ver>.<project_id>.<channel_id>.cmd...), got %q", Root, Clip(r.Subject))
+	}
+	if raw := o.Raw("headers"); raw != nil {
+		if err := json.Unmarshal(raw, &r.Headers); err != nil {
+			vs.Add(o.Path("headers"), VInvalidType, "must map header names to arrays of strings")
+		}
+	}
+	if raw := o.Raw("data"); raw != nil {
+		if err := json.Unmarshal(raw, &r.Data); err != nil {
+			vs.Add(o.Path("data"), VInvalidType, "must be the command's body in standard base64 (padded)")
+		}
+	}
+	eo, ok := o.Object("error", true)
+	if !ok {
+		return r, vs
+	}
+	e := &Error{Code: Code(eo.Str("code", true)), Message: eo.Str("message", true)}
+	if e.Code != "" && !KnownCode(e.Code) {
+		vs.Add(eo.Path("code"), VInvalidValue, "is not an error code of the protocol: %q", Clip(string(e.Code)))
+	}
+	if len(e.Message) > MaxViolationText {
+		vs.Add(eo.Path("message"), VTooLarge, "is %d bytes; the limit is %d", len(e.Message), MaxViolationText)
+	}
+	if raw := eo.Raw("violations"); raw != nil {
+		if err := json.Unmarshal(raw, &e.Violations); err != nil {
+			vs.Add(eo.Path("violations"), VInvalidType, `must be an array of {"field","code","message"}`)
+		}
+	}
+	if len(e.Violations) > MaxRejectionViolations {
+		vs.Add(eo.Path("violations"), VTooLarge, "has %d violations; the limit is %d", len(e.Violations), MaxRejectionViolations)
+	}
+	for i, v := range e.Violations {
+		at := fmt.Sprintf("%s[%d]", eo.Path("violations"), i)
+		if v.Code == "" {
+			vs.Add(at+".code", VRequired, "is required")
+		}
+		for _, f := range [...]struct{ name, s string }{{"field", v.Field}, {"code", v.Code}, {"message", v.Message}} {
+			if len(f.s) > MaxViolationText {
+				vs.Add(at+"."+f.name, VTooLarge, "is %d bytes; the limit is %d", len(f.s), MaxViolationText)
+			}
+		}
+	}
+	r.Error = e
+	return r, vs
+}
