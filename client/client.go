@@ -22,13 +22,17 @@ import (
 // Each request goes to cgledger.v1.<project>.<actor>.<op>. Where the ledger
 // checks the actor against an agent (dispatch, roster.set, inbox.consume,
 // cancel) the client takes it from the request; a report goes out as its
-// source function when that is an identifier (the ledger wants the call's
-// tool target: set WithActor when they differ); tool.consumer as the tool
+// source function when that is an identifier, or as the WithActor actor
+// when one is set (the ledger wants the call's tool target: set WithActor
+// when they differ); tool.consumer as the tool
 // asked for; report.resume and command.reject as the tool the call's command
 // subject targets; elsewhere the client's actor.
 type Client struct {
 	nc    *nats.Conn
 	actor string
+	// actorSet says WithActor chose the actor, which then also names
+	// reports (their source function is only a default).
+	actorSet bool
 }
 
 // DefaultActor is the actor token of a client that was given none.
@@ -39,8 +43,11 @@ type Option func(*Client)
 
 // WithActor sets the actor token for requests whose actor the ledger does not
 // derive from the request: a worker credential bound to one agent must use
-// that agent id, a tool credential its tool.
-func WithActor(actor string) Option { return func(c *Client) { c.actor = actor } }
+// that agent id, a tool credential its tool. A set actor also names the
+// client's reports, whose default is their source function.
+func WithActor(actor string) Option {
+	return func(c *Client) { c.actor, c.actorSet = actor, true }
+}
 
 // New returns a client using nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
@@ -144,7 +151,11 @@ func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 // Report submits a tool result report (see Ledger.Report).
 func (c *Client) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
 	var out protocol.ReportOutcome
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(req.SourceFunction), protocol.OpReport), req.Payload)
+	actor := identOr(req.SourceFunction)
+	if c.actorSet {
+		actor = c.actor
+	}
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpReport), req.Payload)
 	if err != nil {
 		return out, err
 	}

@@ -170,6 +170,23 @@ func TestClientAnswersAsTheLedger(t *testing.T) {
 		require.Equal(t, subject, re.Request.Subject)
 		require.Equal(t, "echo", msg.Header.Get(protocol.HeaderActor), "recorded as asked by the command's tool")
 	})
+	t.Run("report as the target", func(t *testing.T) {
+		// A call of tool_name "search" whose command targets "http": the
+		// report's source function is "search", and the ledger wants the
+		// target as actor, which WithActor gives.
+		call := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t3", ID: "k3", Epoch: 1, Tool: "search"}
+		req := call.Dispatch()
+		req.Subject = "cg.v1.p.main.cmd.tool.http"
+		_, err := e.L.Dispatch(ctx, req)
+		require.NoError(t, err)
+		_, err = e.L.PutCard(ctx, call.ResultCard(protocol.StatusSuccess, `{}`))
+		require.NoError(t, err)
+		_, err = client.New(nc).Report(ctx, call.Report(protocol.StatusSuccess))
+		require.ErrorIs(t, err, protocol.ErrForbidden, "as its source function, search")
+		out, err := client.New(nc, client.WithActor("http")).Report(ctx, call.Report(protocol.StatusSuccess))
+		require.NoError(t, err)
+		require.False(t, out.Duplicate)
+	})
 	t.Run("tools", func(t *testing.T) {
 		d, err := protocol.ParseToolJSON("p", []byte(`{"tool_name":"search","parameters":{"type":"object"},`+
 			`"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.search","after_execution":"suspend"}`))
