@@ -145,11 +145,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
-	if err := l.step(StepDispatchCard); err != nil {
+	if err := l.step(stepDispatchCard); err != nil {
 		return protocol.DispatchResult{}, err
 	}
 	if created {
-		if err := l.step(StepDispatchRecord); err != nil {
+		if err := l.step(stepDispatchRecord); err != nil {
 			return protocol.DispatchResult{}, err
 		}
 	} else {
@@ -173,7 +173,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
-	if err := l.step(StepDispatchCommand); err != nil {
+	if err := l.step(stepDispatchCommand); err != nil {
 		return protocol.DispatchResult{}, err
 	}
 	// The answer does not wait for the record to hold the sequences: this
@@ -201,7 +201,7 @@ func (l *Ledger) createOrRead(ctx context.Context, key string, rec *protocol.Cal
 		if err != nil || created {
 			return rev, created, nil, 0, err
 		}
-		if err := l.step(StepDispatchRecordExists); err != nil {
+		if err := l.step(stepDispatchRecordExists); err != nil {
 			return 0, false, nil, 0, err
 		}
 		existing, erev, err = l.readExisting(ctx, key)

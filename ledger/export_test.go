@@ -2,6 +2,21 @@ package ledger
 
 import "time"
 
+// Step names a point in the report path (the report and dispatch steps of
+// docs/report-path.md), for fault-injection tests.
+type Step = step
+
+// The steps, in order.
+const (
+	StepAppended             = stepAppended
+	StepWoken                = stepWoken
+	StepMarkedWoken          = stepMarkedWoken
+	StepDispatchCard         = stepDispatchCard
+	StepDispatchRecord       = stepDispatchRecord
+	StepDispatchRecordExists = stepDispatchRecordExists
+	StepDispatchCommand      = stepDispatchCommand
+)
+
 // SetAfterStep installs the report-path fault-injection hook (tests only).
 func (l *Ledger) SetAfterStep(f func(Step) error) { l.afterStep.Store(&f) }
 

@@ -49,21 +49,22 @@ type Config struct {
 	Retention time.Duration
 }
 
-// Step names a point in the report path, for fault-injection tests.
-type Step string
+// step names a point in the report path, for fault-injection tests
+// (export_test.go gives the tests these names).
+type step string
 
 // Report-path steps, in order (docs/report-path.md).
 const (
-	StepAppended    Step = "appended"     // report entry acknowledged by the stream (the claim)
-	StepWoken       Step = "woken"        // wakeup (or wakeup_skipped) acknowledged
-	StepMarkedWoken Step = "marked_woken" // KV record marked woken (after the answer, for the writer)
+	stepAppended    step = "appended"     // report entry acknowledged by the stream (the claim)
+	stepWoken       step = "woken"        // wakeup (or wakeup_skipped) acknowledged
+	stepMarkedWoken step = "marked_woken" // KV record marked woken (after the answer, for the writer)
 
-	StepDispatchCard   Step = "dispatch_card"   // tool.call card acknowledged
-	StepDispatchRecord Step = "dispatch_record" // call record created in KV
-	// StepDispatchRecordExists: the call record's create failed because a
+	stepDispatchCard   step = "dispatch_card"   // tool.call card acknowledged
+	stepDispatchRecord step = "dispatch_record" // call record created in KV
+	// stepDispatchRecordExists: the call record's create failed because a
 	// record exists (another dispatch of the call, maybe one being refused).
-	StepDispatchRecordExists Step = "dispatch_record_exists"
-	StepDispatchCommand      Step = "dispatch_command" // command acknowledged
+	stepDispatchRecordExists step = "dispatch_record_exists"
+	stepDispatchCommand      step = "dispatch_command" // command acknowledged
 )
 
 // Ledger appends to and reads from the ledger stream. It is safe for
@@ -87,7 +88,7 @@ type Ledger struct {
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
-	afterStep atomic.Pointer[func(Step) error]
+	afterStep atomic.Pointer[func(step) error]
 }
 
 // Open provisions (idempotently) the ledger stream and bucket and returns a
@@ -168,7 +169,7 @@ func (l *Ledger) StreamName() string { return l.streams.Stream }
 func (l *Ledger) BucketName() string { return l.streams.Bucket }
 
 // step runs the fault-injection hook.
-func (l *Ledger) step(s Step) error {
+func (l *Ledger) step(s step) error {
 	f := l.afterStep.Load()
 	if f == nil || *f == nil {
 		return nil

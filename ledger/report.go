@@ -178,7 +178,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			claim = stored
 		}
 		claim.Seq = seq
-		if err := l.step(StepAppended); err != nil {
+		if err := l.step(stepAppended); err != nil {
 			return protocol.ReportOutcome{}, err
 		}
 		if !here {
@@ -209,7 +209,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		if err := l.wake(ctx, next, pre.roster); err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
-		if err := l.step(StepWoken); err != nil {
+		if err := l.step(stepWoken); err != nil {
 			return protocol.ReportOutcome{}, err
 		}
 		next.State = protocol.StateWoken
@@ -259,7 +259,7 @@ func (l *Ledger) markWoken(ctx context.Context, key string, next *protocol.CallR
 			return err
 		}
 		if ok {
-			if err := l.step(StepMarkedWoken); err != nil {
+			if err := l.step(stepMarkedWoken); err != nil {
 				return err
 			}
 			return nil
