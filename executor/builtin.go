@@ -50,15 +50,11 @@ var SleepDefinition = builtinDefinition("sleep", "Sleeps for ms milliseconds.",
 	`{"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":3600000}},"required":["ms"],"additionalProperties":false}`,
 	30_000, 3_600_000)
 
-// RegisterBuiltins registers echo, sleep and the HTTP/OpenAPI tool (under
-// implementation name "http": register tools with target_subject
-// cg.v1.{project_id}.{channel_id}.cmd.tool.http.<anything> and options.jina).
-func RegisterBuiltins(e *Executor, httpCfg HTTPToolConfig) error {
+// RegisterBuiltins registers echo and sleep. The HTTP tool of a vendor's
+// API is in a package of its own (executor/jina, which serve registers too).
+func RegisterBuiltins(e *Executor) error {
 	if err := e.Register("echo", Echo, EchoDefinition); err != nil {
 		return err
 	}
-	if err := e.Register("sleep", Sleep, SleepDefinition); err != nil {
-		return err
-	}
-	return e.Register("http", NewHTTPTool(httpCfg), nil)
+	return e.Register("sleep", Sleep, SleepDefinition)
 }

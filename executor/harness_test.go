@@ -75,7 +75,7 @@ func (r *rig) start(t *testing.T, cfg executor.Config, extra map[string]impl) {
 	}
 	ex, err := executor.New(l, nc, cfg)
 	require.NoError(t, err)
-	require.NoError(t, executor.RegisterBuiltins(ex, executor.HTTPToolConfig{}))
+	require.NoError(t, executor.RegisterBuiltins(ex))
 	for name, im := range extra {
 		require.NoError(t, ex.Register(name, im.tool, im.def))
 	}

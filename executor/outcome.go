@@ -97,6 +97,17 @@ func class(code string) string {
 	return parts[0] + "-" + parts[1]
 }
 
+// Status is the L0 status and error code a worker sees when o is a call's
+// final outcome: what a tool's author checks a mapping against.
+func (o Outcome) Status() (status, errCode string) { return l0(o) }
+
+// ResultContent is the content of the tool.result card written when o is a
+// call's final outcome after attempts attempts, with its L0 status: what a
+// worker reads.
+func (o Outcome) ResultContent(attempts int) (content json.RawMessage, status string, err error) {
+	return resultContent(o, attempts)
+}
+
 // l0 maps a final outcome to the L0 status and error code (DESIGN invariant 6).
 func l0(o Outcome) (status, errCode string) {
 	switch o.Kind {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cgledger/cgledger/executor/jina"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -51,7 +52,9 @@ func TestRegisterToolFromYAMLIsVersionedAndReadable(t *testing.T) {
 	opts, err := d.ParsedOptions()
 	require.NoError(t, err)
 	require.Equal(t, "SEARCH_API_KEY", opts.Envs["api_key"])
-	require.Equal(t, "search", opts.Jina.Mode)
+	j, err := jina.OptionsOf(&d)
+	require.NoError(t, err)
+	require.Equal(t, "search", j.Mode)
 	require.JSONEq(t, `"{agent_turn_id}"`, string(opts.Args.Defaults["session_id"]))
 
 	again, err := e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))

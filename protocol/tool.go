@@ -83,16 +83,6 @@ type ToolOptions struct {
 		Fixed    map[string]json.RawMessage `json:"fixed,omitempty"`
 	} `json:"args"`
 	Envs map[string]string `json:"envs,omitempty"`
-	Jina *JinaOptions      `json:"jina,omitempty"`
-}
-
-// JinaOptions configures the built-in HTTP/OpenAPI tool (seed 003 section 4).
-type JinaOptions struct {
-	Mode    string `json:"mode"`
-	BaseURL string `json:"base_url"`
-	Path    string `json:"path,omitempty"`
-	Method  string `json:"method,omitempty"`
-	AuthEnv string `json:"auth_env,omitempty"`
 }
 
 // ParsedOptions decodes the definition's options.
@@ -138,6 +128,10 @@ func (noLoader) Load(url string) (any, error) {
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidEnvName reports whether s can name an environment variable: a letter
+// or underscore, then letters, digits and underscores.
+func ValidEnvName(s string) bool { return envNameRE.MatchString(s) }
 
 // ParseToolYAML parses a tool definition from YAML (JSON is YAML too) for
 // project, validates it, and fills defaults. It returns every violation at
@@ -375,7 +369,6 @@ func checkOptions(vs *Violations, field string, raw json.RawMessage) {
 			Fixed    json.RawMessage `json:"fixed"`
 		} `json:"args"`
 		Envs json.RawMessage `json:"envs"`
-		Jina json.RawMessage `json:"jina"`
 	}
 	if err := json.Unmarshal(raw, &o); err != nil {
 		vs.Add(field, VInvalidType, "malformed options: %v", err)
@@ -407,25 +400,7 @@ func checkOptions(vs *Violations, field string, raw json.RawMessage) {
 			}
 		}
 	}
-	if len(o.Jina) > 0 && !isNull(o.Jina) {
-		var j JinaOptions
-		if err := json.Unmarshal(o.Jina, &j); err != nil {
-			vs.Add(field+".jina", VInvalidType, "must be an object: %v", err)
-			return
-		}
-		if j.Mode != "search" && j.Mode != "reader" {
-			vs.Add(field+".jina.mode", VInvalidValue, `must be "search" or "reader", got %q`, Clip(j.Mode))
-		}
-		if !strings.HasPrefix(j.BaseURL, "https://") && !strings.HasPrefix(j.BaseURL, "http://") {
-			vs.Add(field+".jina.base_url", VInvalidValue, "must be an http(s) URL, got %q", Clip(j.BaseURL))
-		}
-		if j.Method != "" && j.Method != "GET" && j.Method != "POST" {
-			vs.Add(field+".jina.method", VInvalidValue, "must be GET or POST, got %q", Clip(j.Method))
-		}
-		if j.AuthEnv != "" && !envNameRE.MatchString(j.AuthEnv) {
-			vs.Add(field+".jina.auth_env", VInvalidValue, "must be an environment variable name, got %q", Clip(j.AuthEnv))
-		}
-	}
+	checkVendorOptions(vs, field, raw)
 }
 
 // ToolSubject builds cg.<ver>.<project>.tool.<tool_name>.

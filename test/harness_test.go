@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cgledger/cgledger/executor/jina"
+
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -80,7 +82,8 @@ func (r *replayRig) newExecutor(extra ...toolImpl) *executor.Executor {
 	r.t.Helper()
 	ex, err := executor.New(r.L, r.NC, executor.Config{})
 	require.NoError(r.t, err)
-	require.NoError(r.t, executor.RegisterBuiltins(ex, executor.HTTPToolConfig{}))
+	require.NoError(r.t, executor.RegisterBuiltins(ex))
+	require.NoError(r.t, jina.Register(ex, jina.Config{}))
 	for _, im := range extra {
 		require.NoError(r.t, ex.Register(im.name, im.tool, im.def))
 	}

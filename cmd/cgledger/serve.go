@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cgledger/cgledger/executor/jina"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -446,7 +448,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err != nil {
 			return err
 		}
-		if err := executor.RegisterBuiltins(ex, executor.HTTPToolConfig{Logger: log}); err != nil {
+		if err := executor.RegisterBuiltins(ex); err != nil {
+			return err
+		}
+		if err := jina.Register(ex, jina.Config{Logger: log}); err != nil {
 			return err
 		}
 		if err := ex.Start(life); err != nil {

@@ -46,6 +46,8 @@ var rules = []rule{
 	{from: "ledger", to: "executor", why: "the ledger does not run tools"},
 	{from: "ledger", to: "archive", why: "the archive reads the ledger, not the reverse"},
 	{from: "ledger/...", to: "replay", why: "replay sits above the ledger and the views"},
+	{from: "executor", to: "executor/jina", why: "the executor names no vendor: a vendor's tool registers itself"},
+	{from: "protocol", to: "executor/jina", why: "the protocol names no vendor"},
 	{from: "executor/...", to: "projector/...", why: "executors never depend on the views"},
 	{from: "executor/...", to: "archive", why: "executors never read history"},
 	{from: "archive", to: "projector/...", why: "the archive is read by the views, not the reverse"},

@@ -1,4 +1,4 @@
-package executor
+package jina
 
 import (
 	"bytes"
@@ -20,12 +20,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cgledger/cgledger/executor"
+
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// HTTPToolConfig configures the built-in HTTP tool. Zero values are the
+// Config configures the built-in HTTP tool. Zero values are the
 // documented defaults.
-type HTTPToolConfig struct {
+type Config struct {
 	// AllowedHosts are the hosts the tool may reach (the request's and every
 	// redirect's): exact, case-insensitive host names or IP literals; an
 	// entry with a port ("api.example:8443") allows only that port, one
@@ -49,24 +51,24 @@ type HTTPToolConfig struct {
 
 // Defaults and taxonomy codes of the HTTP tool.
 const (
-	DefaultHTTPMaxResponseBytes = 1 << 20
-	DefaultJinaAuthEnv          = "JINA_API_KEY"
-	httpMaxRedirects            = 5
-	httpErrorSnippet            = 512
-	httpRedacted                = "[REDACTED]"
+	DefaultMaxResponseBytes = 1 << 20
+	DefaultAuthEnv          = "JINA_API_KEY"
+	httpMaxRedirects        = 5
+	httpErrorSnippet        = 512
+	httpRedacted            = "[REDACTED]"
 
-	CodeHTTPHostRefused = "P-PRECOND-HOST"
-	CodeHTTPAddrRefused = "P-PRECOND-ADDR"
-	CodeHTTPRedirects   = "P-PRECOND-REDIRECT"
-	CodeHTTPTLS         = "P-PRECOND-TLS"
-	CodeHTTPTooLarge    = "S-TOOL-TOOLARGE"
-	CodeHTTPNetwork     = "R-UPSTREAM-NET"
-	CodeHTTPRateLimited = "R-CAP-429"
+	CodeHostRefused = "P-PRECOND-HOST"
+	CodeAddrRefused = "P-PRECOND-ADDR"
+	CodeRedirects   = "P-PRECOND-REDIRECT"
+	CodeTLS         = "P-PRECOND-TLS"
+	CodeTooLarge    = "S-TOOL-TOOLARGE"
+	CodeNetwork     = "R-UPSTREAM-NET"
+	CodeRateLimited = "R-CAP-429"
 )
 
-// DefaultHTTPAllowedHosts are the hosts the HTTP tool reaches when
-// HTTPToolConfig.AllowedHosts is empty.
-var DefaultHTTPAllowedHosts = []string{"s.jina.ai", "r.jina.ai"}
+// DefaultAllowedHosts are the hosts the HTTP tool reaches when
+// Config.AllowedHosts is empty.
+var DefaultAllowedHosts = []string{"s.jina.ai", "r.jina.ai"}
 
 type hostRule struct {
 	host string // lower case, no trailing dot, no brackets
@@ -92,15 +94,15 @@ func (e *hostRefusedError) Error() string { return e.Reason }
 
 var errTooManyRedirects = fmt.Errorf("stopped after %d redirects", httpMaxRedirects)
 
-// NewHTTPTool returns the built-in HTTP/OpenAPI tool (seed 003 section 4):
+// New returns the built-in HTTP/OpenAPI tool (seed 003 section 4):
 // it calls the Jina search or reader API described by the call's
 // options.jina, with the API key from the environment variable named by
 // options.jina.auth_env, only on allowed hosts and never on non-public
 // addresses.
-func NewHTTPTool(cfg HTTPToolConfig) Tool {
+func New(cfg Config) executor.Tool {
 	t := &httpTool{maxBytes: cfg.MaxResponseBytes, env: cfg.LookupEnv, log: cfg.Logger}
 	if t.maxBytes <= 0 {
-		t.maxBytes = DefaultHTTPMaxResponseBytes
+		t.maxBytes = DefaultMaxResponseBytes
 	}
 	if t.env == nil {
 		t.env = os.LookupEnv
@@ -110,7 +112,7 @@ func NewHTTPTool(cfg HTTPToolConfig) Tool {
 	}
 	hosts := cfg.AllowedHosts
 	if len(hosts) == 0 {
-		hosts = DefaultHTTPAllowedHosts
+		hosts = DefaultAllowedHosts
 	}
 	for _, h := range hosts {
 		if r, ok := parseHostRule(h); ok {
@@ -191,17 +193,20 @@ func (t *httpTool) checkRedirect(req *http.Request, via []*http.Request) error {
 }
 
 // Run implements Tool.
-func (t *httpTool) Run(ctx context.Context, call *Call) Outcome {
+func (t *httpTool) Run(ctx context.Context, call *executor.Call) executor.Outcome {
 	var forms []string
 	o := t.run(ctx, call, &forms)
 	// A second pass over everything returned: the key never leaves the tool.
 	return scrubOutcome(o, forms)
 }
 
-func (t *httpTool) run(ctx context.Context, call *Call, forms *[]string) Outcome {
-	j := call.Options.Jina
+func (t *httpTool) run(ctx context.Context, call *executor.Call, forms *[]string) executor.Outcome {
+	j, err := OptionsOf(call.Definition)
+	if err != nil {
+		return executor.Terminal(executor.CodeToolConfig, err.Error(), "fix the tool's options.jina")
+	}
 	if j == nil {
-		return Terminal(CodeToolConfig, "options.jina is required", `register the tool with options.jina {mode: "search"|"reader", base_url, ...}`)
+		return executor.Terminal(executor.CodeToolConfig, "options.jina is required", `register the tool with options.jina {mode: "search"|"reader", base_url, ...}`)
 	}
 	if !call.Deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -213,18 +218,18 @@ func (t *httpTool) run(ctx context.Context, call *Call, forms *[]string) Outcome
 		return *bad
 	}
 	if err := t.checkURL(req.URL); err != nil {
-		return Terminal(CodeHTTPHostRefused, err.Error(), "use a base_url on an allowed host ("+t.allowedList()+")")
+		return executor.Terminal(CodeHostRefused, err.Error(), "use a base_url on an allowed host ("+t.allowedList()+")")
 	}
 	authEnv := j.AuthEnv
 	if authEnv == "" {
-		authEnv = DefaultJinaAuthEnv
+		authEnv = DefaultAuthEnv
 	}
 	key, _ := t.env(authEnv)
 	key = strings.TrimSpace(key)
 	*forms = httpSecretForms(key)
 	if key != "" {
 		if !validHeaderValue(key) {
-			return Terminal(CodeToolConfig, fmt.Sprintf("the API key in $%s contains characters not allowed in an HTTP header", authEnv), "fix the value of $"+authEnv)
+			return executor.Terminal(executor.CodeToolConfig, fmt.Sprintf("the API key in $%s contains characters not allowed in an HTTP header", authEnv), "fix the value of $"+authEnv)
 		}
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
@@ -232,7 +237,7 @@ func (t *httpTool) run(ctx context.Context, call *Call, forms *[]string) Outcome
 	start := time.Now()
 	host := req.URL.Host
 	resp, err := t.client.Do(req)
-	var o Outcome
+	var o executor.Outcome
 	if err != nil {
 		o = t.transportError(ctx, err)
 	} else {
@@ -265,9 +270,9 @@ func (t *httpTool) allowedList() string {
 
 // buildRequest makes the upstream request from options.jina and the
 // arguments; a non-nil Outcome means the call cannot run.
-func (t *httpTool) buildRequest(ctx context.Context, j *protocol.JinaOptions, call *Call) (*http.Request, *Outcome) {
-	fail := func(msg, hint string) (*http.Request, *Outcome) {
-		o := Terminal(CodeToolConfig, msg, hint)
+func (t *httpTool) buildRequest(ctx context.Context, j *Options, call *executor.Call) (*http.Request, *executor.Outcome) {
+	fail := func(msg, hint string) (*http.Request, *executor.Outcome) {
+		o := executor.Terminal(executor.CodeToolConfig, msg, hint)
 		return nil, &o
 	}
 	method := strings.ToUpper(j.Method)
@@ -294,7 +299,7 @@ func (t *httpTool) buildRequest(ctx context.Context, j *protocol.JinaOptions, ca
 	case "search":
 		q, vs := stringArg(call, "query")
 		if vs != nil {
-			o := Invalid("search needs arguments.query", *vs)
+			o := executor.Invalid("search needs arguments.query", *vs)
 			return nil, &o
 		}
 		u = cloneURL(base)
@@ -312,12 +317,12 @@ func (t *httpTool) buildRequest(ctx context.Context, j *protocol.JinaOptions, ca
 	case "reader":
 		raw, vs := stringArg(call, "url")
 		if vs != nil {
-			o := Invalid("reader needs arguments.url", *vs)
+			o := executor.Invalid("reader needs arguments.url", *vs)
 			return nil, &o
 		}
 		target, err := url.Parse(raw)
 		if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-			o := Invalid("reader needs an http(s) URL in arguments.url", protocol.Violation{
+			o := executor.Invalid("reader needs an http(s) URL in arguments.url", protocol.Violation{
 				Field: "arguments.url", Code: protocol.VInvalidValue,
 				Message: fmt.Sprintf("must be an absolute http(s) URL, got %q", clipString(raw, 200)),
 			})
@@ -329,7 +334,7 @@ func (t *httpTool) buildRequest(ctx context.Context, j *protocol.JinaOptions, ca
 			s := strings.TrimRight((&url.URL{Scheme: base.Scheme, Host: base.Host}).String()+prefix, "/") + "/" + target.String()
 			u, err = url.Parse(s)
 			if err != nil {
-				o := Invalid("reader cannot use arguments.url", protocol.Violation{Field: "arguments.url", Code: protocol.VInvalidValue, Message: "cannot be appended to the reader's base URL"})
+				o := executor.Invalid("reader cannot use arguments.url", protocol.Violation{Field: "arguments.url", Code: protocol.VInvalidValue, Message: "cannot be appended to the reader's base URL"})
 				return nil, &o
 			}
 		} else {
@@ -363,7 +368,7 @@ func cloneURL(u *url.URL) *url.URL {
 }
 
 // stringArg reads a required non-empty string argument.
-func stringArg(call *Call, name string) (string, *protocol.Violation) {
+func stringArg(call *executor.Call, name string) (string, *protocol.Violation) {
 	field := "arguments." + name
 	v, ok := call.Arguments[name]
 	if !ok || v == nil {
@@ -399,7 +404,7 @@ func clipString(s string, n int) string {
 }
 
 // transportError maps a failed round trip (no response) to an outcome.
-func (t *httpTool) transportError(ctx context.Context, err error) Outcome {
+func (t *httpTool) transportError(ctx context.Context, err error) executor.Outcome {
 	var blocked *blockedAddrError
 	var refused *hostRefusedError
 	var certErr *tls.CertificateVerificationError
@@ -408,20 +413,20 @@ func (t *httpTool) transportError(ctx context.Context, err error) Outcome {
 	var invalidCert x509.CertificateInvalidError
 	switch {
 	case errors.As(err, &blocked):
-		return Terminal(CodeHTTPAddrRefused, blocked.Error(),
+		return executor.Terminal(CodeAddrRefused, blocked.Error(),
 			"the upstream resolves or redirects to a non-public address, which the HTTP tool never reaches")
 	case errors.As(err, &refused):
-		return Terminal(CodeHTTPHostRefused, refused.Error(), "the HTTP tool only reaches "+t.allowedList())
+		return executor.Terminal(CodeHostRefused, refused.Error(), "the HTTP tool only reaches "+t.allowedList())
 	case errors.Is(err, errTooManyRedirects):
-		return Terminal(CodeHTTPRedirects, "the upstream "+errTooManyRedirects.Error(), "")
+		return executor.Terminal(CodeRedirects, "the upstream "+errTooManyRedirects.Error(), "")
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return Retryable(CodeTimeout, "the upstream did not answer within the call's deadline", 0)
+		return executor.Retryable(executor.CodeTimeout, "the upstream did not answer within the call's deadline", 0)
 	case ctx.Err() != nil:
-		return Terminal(CodeCanceled, "the call was canceled while waiting for the upstream", "")
+		return executor.Terminal(executor.CodeCanceled, "the call was canceled while waiting for the upstream", "")
 	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &invalidCert):
-		return Terminal(CodeHTTPTLS, "the upstream's TLS certificate was not accepted: "+innerError(err), "")
+		return executor.Terminal(CodeTLS, "the upstream's TLS certificate was not accepted: "+innerError(err), "")
 	}
-	return Retryable(CodeHTTPNetwork, "network error reaching the upstream: "+innerError(err), 0)
+	return executor.Retryable(CodeNetwork, "network error reaching the upstream: "+innerError(err), 0)
 }
 
 // innerError is err without net/http's `Get "<url>": ` prefix.
@@ -434,7 +439,7 @@ func innerError(err error) string {
 }
 
 // response maps the upstream's response to an outcome.
-func (t *httpTool) response(ctx context.Context, resp *http.Response, authEnv string, keySent bool, forms []string) Outcome {
+func (t *httpTool) response(ctx context.Context, resp *http.Response, authEnv string, keySent bool, forms []string) executor.Outcome {
 	defer resp.Body.Close()
 	if resp.ContentLength > t.maxBytes {
 		return t.tooLarge()
@@ -450,33 +455,33 @@ func (t *httpTool) response(ctx context.Context, resp *http.Response, authEnv st
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
 		// JSON is scrubbed after decoding (whatever its escaping), text here.
-		return Success(map[string]any{"status_code": code, "content_type": ct, "body": scrubValue(decodeBody(ct, data), forms)})
+		return executor.Success(map[string]any{"status_code": code, "content_type": ct, "body": scrubValue(decodeBody(ct, data), forms)})
 	}
 	// Error bodies are quoted in messages: scrub before clipping, so that
 	// no prefix of the key survives a cut.
 	data = []byte(scrubString(string(data), forms))
 	switch {
 	case code == http.StatusTooManyRequests:
-		return Retryable(CodeHTTPRateLimited, upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
+		return executor.Retryable(CodeRateLimited, upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
 	case code == http.StatusRequestTimeout:
-		return Retryable(fmt.Sprintf("R-UPSTREAM-%d", code), upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
+		return executor.Retryable(fmt.Sprintf("R-UPSTREAM-%d", code), upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
 	case code >= 500:
-		return Retryable(fmt.Sprintf("R-UPSTREAM-%d", code), upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
+		return executor.Retryable(fmt.Sprintf("R-UPSTREAM-%d", code), upstreamMessage(code, data), retryAfter(resp.Header.Get("Retry-After")))
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		hint := "check the API key in $" + authEnv
 		if !keySent {
 			hint = "no API key was sent: set $" + authEnv + " in the executor's environment"
 		}
-		return Terminal(fmt.Sprintf("A-AUTH-%d", code), upstreamMessage(code, data), hint)
+		return executor.Terminal(fmt.Sprintf("A-AUTH-%d", code), upstreamMessage(code, data), hint)
 	case code >= 400:
-		return Terminal(fmt.Sprintf("I-REQ-%d", code), upstreamMessage(code, data), "the upstream refused the request: fix the arguments")
+		return executor.Terminal(fmt.Sprintf("I-REQ-%d", code), upstreamMessage(code, data), "the upstream refused the request: fix the arguments")
 	}
 	// 1xx and 3xx that were not followed (no Location, 304...).
-	return Terminal(fmt.Sprintf("P-PRECOND-%d", code), upstreamMessage(code, data), "")
+	return executor.Terminal(fmt.Sprintf("P-PRECOND-%d", code), upstreamMessage(code, data), "")
 }
 
-func (t *httpTool) tooLarge() Outcome {
-	return Terminal(CodeHTTPTooLarge, fmt.Sprintf("the upstream response exceeds the HTTP tool's limit of %d bytes", t.maxBytes),
+func (t *httpTool) tooLarge() executor.Outcome {
+	return executor.Terminal(CodeTooLarge, fmt.Sprintf("the upstream response exceeds the HTTP tool's limit of %d bytes", t.maxBytes),
 		"request less (a narrower query or a smaller page), or raise the executor's MaxResponseBytes")
 }
 
@@ -589,7 +594,7 @@ func scrubValue(v any, forms []string) any {
 }
 
 // scrubOutcome removes the API key from everything the tool returns.
-func scrubOutcome(o Outcome, forms []string) Outcome {
+func scrubOutcome(o executor.Outcome, forms []string) executor.Outcome {
 	if len(forms) == 0 {
 		return o
 	}

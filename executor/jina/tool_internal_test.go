@@ -1,4 +1,4 @@
-package executor
+package jina
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cgledger/cgledger/executor"
 
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -77,34 +79,41 @@ func envMap(m map[string]string) func(string) (string, bool) {
 // loopbackTool is an HTTP tool allowed to reach 127.0.0.1 on ports.
 func loopbackTool(t *testing.T, env map[string]string, ports ...int) *httpTool {
 	t.Helper()
-	return NewHTTPTool(HTTPToolConfig{
+	return New(Config{
 		AllowedHosts:       []string{"127.0.0.1"},
 		AllowLoopbackPorts: ports,
 		LookupEnv:          envMap(env),
 	}).(*httpTool)
 }
 
-func jinaCall(mode, baseURL, path, method string, args map[string]any) *Call {
-	c := &Call{ToolName: "web", Arguments: args}
-	c.Options.Jina = &protocol.JinaOptions{Mode: mode, BaseURL: baseURL, Path: path, Method: method}
-	return c
+func jinaCall(mode, baseURL, path, method string, args map[string]any) *executor.Call {
+	return callWith(Options{Mode: mode, BaseURL: baseURL, Path: path, Method: method}, args)
 }
 
-func run(t *testing.T, tool Tool, c *Call) Outcome {
+// callWith is a call of a tool registered with options.jina j.
+func callWith(j Options, args map[string]any) *executor.Call {
+	opts, err := json.Marshal(map[string]Options{OptionsKey: j})
+	if err != nil {
+		panic(err)
+	}
+	return &executor.Call{ToolName: "web", Arguments: args, Definition: &protocol.ToolDefinition{ToolName: "web", Options: opts}}
+}
+
+func run(t *testing.T, tool executor.Tool, c *executor.Call) executor.Outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return tool.Run(ctx, c)
 }
 
-func wantKind(t *testing.T, o Outcome, kind OutcomeKind, code string) {
+func wantKind(t *testing.T, o executor.Outcome, kind executor.OutcomeKind, code string) {
 	t.Helper()
 	if o.Kind != kind || o.Code != code {
 		t.Fatalf("outcome = %s %s (%q), want %s %s", o.Kind, o.Code, o.Message, kind, code)
 	}
 }
 
-func output(t *testing.T, o Outcome) map[string]any {
+func output(t *testing.T, o executor.Outcome) map[string]any {
 	t.Helper()
 	m, ok := o.Output.(map[string]any)
 	if !ok {
@@ -122,7 +131,7 @@ func TestHTTPSearchGET(t *testing.T) {
 	}))
 	tool := loopbackTool(t, map[string]string{"JINA_API_KEY": "jina_key_123"}, port)
 	o := run(t, tool, jinaCall("search", srv.URL, "/search", "", map[string]any{"query": "cats & dogs?", "session_id": "ignored"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	got := rec.last(t)
 	if got.Method != http.MethodGet || got.Path != "/search" || got.Query.Get("q") != "cats & dogs?" || len(got.Query) != 1 {
 		t.Fatalf("upstream saw %s %s", got.Method, got.RequestURI)
@@ -143,7 +152,7 @@ func TestHTTPSearchGET(t *testing.T) {
 		t.Fatalf("body = %v", body)
 	}
 	// The result card's content is what a worker sees.
-	content, status, err := resultContent(o, 1)
+	content, status, err := o.ResultContent(1)
 	if err != nil || status != protocol.StatusSuccess || !bytes.Contains(content, []byte(`"n":12345678901234567890`)) {
 		t.Fatalf("result content %s %s %v", status, content, err)
 	}
@@ -156,10 +165,9 @@ func TestHTTPSearchDefaultPathAndCustomAuthEnv(t *testing.T) {
 		fmt.Fprint(w, "plain results")
 	}))
 	tool := loopbackTool(t, map[string]string{"JINA_API_KEY": "wrong", "MY_KEY": "  mine-456\n"}, port)
-	c := jinaCall("search", srv.URL, "", "GET", map[string]any{"query": "q1"})
-	c.Options.Jina.AuthEnv = "MY_KEY"
+	c := callWith(Options{Mode: "search", BaseURL: srv.URL, Method: "GET", AuthEnv: "MY_KEY"}, map[string]any{"query": "q1"})
 	o := run(t, tool, c)
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	got := rec.last(t)
 	if got.Path != "/" || got.Query.Get("q") != "q1" || got.Auth != "Bearer mine-456" {
 		t.Fatalf("upstream saw %s auth %q", got.RequestURI, got.Auth)
@@ -178,7 +186,7 @@ func TestHTTPSearchPOSTWithoutKey(t *testing.T) {
 	}))
 	tool := loopbackTool(t, nil, port) // JINA_API_KEY unset
 	o := run(t, tool, jinaCall("search", srv.URL, "/v1/search", "POST", map[string]any{"query": "golang \"nats\""}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	got := rec.last(t)
 	if got.Method != http.MethodPost || got.Path != "/v1/search" || len(got.Query) != 0 || got.ContentType != "application/json" {
 		t.Fatalf("upstream saw %s %s (%s)", got.Method, got.RequestURI, got.ContentType)
@@ -204,7 +212,7 @@ func TestHTTPReader(t *testing.T) {
 	}))
 	tool := loopbackTool(t, map[string]string{"JINA_API_KEY": "reader-key"}, port)
 	o := run(t, tool, jinaCall("reader", srv.URL, "", "", map[string]any{"url": "https://example.com/a/b?x=1&y=two#frag"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	got := rec.last(t)
 	if got.Method != http.MethodGet || got.RequestURI != "/https://example.com/a/b?x=1&y=two" || got.Auth != "Bearer reader-key" {
 		t.Fatalf("upstream saw %s %s auth %q", got.Method, got.RequestURI, got.Auth)
@@ -216,7 +224,7 @@ func TestHTTPReader(t *testing.T) {
 
 	// POST sends the URL as JSON to the base URL.
 	o = run(t, tool, jinaCall("reader", srv.URL, "", "POST", map[string]any{"url": "http://example.org/"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	got = rec.last(t)
 	if got.Method != http.MethodPost || got.Path != "/" || string(got.Body) != `{"url":"http://example.org/"}` {
 		t.Fatalf("upstream saw %s %s %s", got.Method, got.RequestURI, got.Body)
@@ -229,7 +237,7 @@ func TestHTTPJSONContentTypeWithBadJSONIsText(t *testing.T) {
 		fmt.Fprint(w, `{"half":`)
 	}))
 	o := run(t, loopbackTool(t, nil, port), jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	if b := output(t, o)["body"]; b != `{"half":` {
 		t.Fatalf("body = %#v", b)
 	}
@@ -257,26 +265,25 @@ func TestHTTPInvalidRequestsAndConfig(t *testing.T) {
 	}
 	for _, tc := range invalid {
 		o := run(t, tool, jinaCall(tc.mode, srv.URL, "", "", tc.args))
-		wantKind(t, o, KindInvalid, CodeInvalidArgs)
+		wantKind(t, o, executor.KindInvalid, executor.CodeInvalidArgs)
 		if len(o.Violations) != 1 || o.Violations[0].Field != tc.field || o.Violations[0].Code != tc.code {
 			t.Fatalf("%s %v: violations = %+v", tc.mode, tc.args, o.Violations)
 		}
 	}
 
-	o := run(t, tool, &Call{Arguments: map[string]any{"query": "x"}})
-	wantKind(t, o, KindTerminal, CodeToolConfig)
+	o := run(t, tool, &executor.Call{Arguments: map[string]any{"query": "x"}})
+	wantKind(t, o, executor.KindTerminal, executor.CodeToolConfig)
 	if o.Message != "options.jina is required" {
 		t.Fatalf("message = %q", o.Message)
 	}
-	for _, j := range []protocol.JinaOptions{
+	for _, j := range []Options{
 		{Mode: "crawl", BaseURL: srv.URL},
 		{Mode: "search", BaseURL: "ftp://127.0.0.1/"},
 		{Mode: "search", BaseURL: "not a url"},
 		{Mode: "search", BaseURL: srv.URL, Method: "DELETE"},
 	} {
-		c := &Call{Arguments: map[string]any{"query": "x", "url": "https://example.com"}}
-		c.Options.Jina = &j
-		wantKind(t, run(t, tool, c), KindTerminal, CodeToolConfig)
+		c := callWith(j, map[string]any{"query": "x", "url": "https://example.com"})
+		wantKind(t, run(t, tool, c), executor.KindTerminal, executor.CodeToolConfig)
 	}
 	if hits.Load() != 0 {
 		t.Fatalf("upstream was called %d times", hits.Load())
@@ -305,25 +312,25 @@ func TestHTTPStatusMapping(t *testing.T) {
 	tool := loopbackTool(t, nil, port)
 	cases := []struct {
 		q          string
-		kind       OutcomeKind
+		kind       executor.OutcomeKind
 		code       string
 		l0         string
 		retryAfter time.Duration
 	}{
-		{"200", KindSuccess, "", "", 0},
-		{"204", KindSuccess, "", "", 0},
-		{"429", KindRetryable, "R-CAP-429", ErrUpstreamUnavailable, 7 * time.Second},
-		{"431", KindRetryable, "R-CAP-429", ErrUpstreamUnavailable, 0},
-		{"500", KindRetryable, "R-UPSTREAM-500", ErrUpstreamUnavailable, 0},
-		{"502", KindRetryable, "R-UPSTREAM-502", ErrUpstreamUnavailable, 0},
-		{"503", KindRetryable, "R-UPSTREAM-503", ErrUpstreamUnavailable, 2 * time.Second},
-		{"408", KindRetryable, "R-UPSTREAM-408", ErrUpstreamUnavailable, 0},
-		{"401", KindTerminal, "A-AUTH-401", ErrAuthFailed, 0},
-		{"403", KindTerminal, "A-AUTH-403", ErrAuthFailed, 0},
-		{"400", KindTerminal, "I-REQ-400", ErrBadRequest, 0},
-		{"404", KindTerminal, "I-REQ-404", ErrBadRequest, 0},
-		{"422", KindTerminal, "I-REQ-422", ErrBadRequest, 0},
-		{"304", KindTerminal, "P-PRECOND-304", ErrBadRequest, 0},
+		{"200", executor.KindSuccess, "", "", 0},
+		{"204", executor.KindSuccess, "", "", 0},
+		{"429", executor.KindRetryable, "R-CAP-429", executor.ErrUpstreamUnavailable, 7 * time.Second},
+		{"431", executor.KindRetryable, "R-CAP-429", executor.ErrUpstreamUnavailable, 0},
+		{"500", executor.KindRetryable, "R-UPSTREAM-500", executor.ErrUpstreamUnavailable, 0},
+		{"502", executor.KindRetryable, "R-UPSTREAM-502", executor.ErrUpstreamUnavailable, 0},
+		{"503", executor.KindRetryable, "R-UPSTREAM-503", executor.ErrUpstreamUnavailable, 2 * time.Second},
+		{"408", executor.KindRetryable, "R-UPSTREAM-408", executor.ErrUpstreamUnavailable, 0},
+		{"401", executor.KindTerminal, "A-AUTH-401", executor.ErrAuthFailed, 0},
+		{"403", executor.KindTerminal, "A-AUTH-403", executor.ErrAuthFailed, 0},
+		{"400", executor.KindTerminal, "I-REQ-400", executor.ErrBadRequest, 0},
+		{"404", executor.KindTerminal, "I-REQ-404", executor.ErrBadRequest, 0},
+		{"422", executor.KindTerminal, "I-REQ-422", executor.ErrBadRequest, 0},
+		{"304", executor.KindTerminal, "P-PRECOND-304", executor.ErrBadRequest, 0},
 	}
 	for _, tc := range cases {
 		o := run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": tc.q}))
@@ -331,22 +338,16 @@ func TestHTTPStatusMapping(t *testing.T) {
 		if o.RetryAfter != tc.retryAfter {
 			t.Errorf("%s: RetryAfter = %v, want %v", tc.q, o.RetryAfter, tc.retryAfter)
 		}
-		if _, code := l0(o); code != tc.l0 {
+		if _, code := o.Status(); code != tc.l0 {
 			t.Errorf("%s: L0 error code %q, want %q", tc.q, code, tc.l0)
 		}
-		if tc.kind != KindSuccess && tc.q != "304" && !strings.Contains(o.Message, " body") {
+		if tc.kind != executor.KindSuccess && tc.q != "304" && !strings.Contains(o.Message, " body") {
 			t.Errorf("%s: message %q lacks the upstream's body", tc.q, o.Message)
-		}
-		if tc.kind == KindRetryable && retryable(o, protocol.DeterminismSideEffectful, 1) {
-			t.Errorf("%s: side-effectful tools must not retry", tc.q)
-		}
-		if tc.kind == KindTerminal && retryable(o, protocol.DeterminismPure, 1) {
-			t.Errorf("%s: terminal outcome retried", tc.q)
 		}
 	}
 	// Retry-After as an HTTP date.
 	o := run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": "430"}))
-	wantKind(t, o, KindRetryable, "R-CAP-429")
+	wantKind(t, o, executor.KindRetryable, "R-CAP-429")
 	if o.RetryAfter < 58*time.Minute || o.RetryAfter > 61*time.Minute {
 		t.Fatalf("RetryAfter from a date an hour ahead = %v", o.RetryAfter)
 	}
@@ -383,7 +384,7 @@ func TestHTTPResponseSizeCap(t *testing.T) {
 			}
 		}
 	}))
-	tool := NewHTTPTool(HTTPToolConfig{
+	tool := New(Config{
 		AllowedHosts: []string{"127.0.0.1"}, AllowLoopbackPorts: []int{port},
 		MaxResponseBytes: 1000, LookupEnv: envMap(nil),
 	})
@@ -398,13 +399,13 @@ func TestHTTPResponseSizeCap(t *testing.T) {
 		}
 		o := run(t, tool, jinaCall("search", base, "", "", map[string]any{"query": strconv.Itoa(tc.n)}))
 		if tc.ok {
-			wantKind(t, o, KindSuccess, "")
+			wantKind(t, o, executor.KindSuccess, "")
 			if len(output(t, o)["body"].(string)) != tc.n {
 				t.Fatalf("%d bytes: body truncated", tc.n)
 			}
 			continue
 		}
-		wantKind(t, o, KindTerminal, CodeHTTPTooLarge)
+		wantKind(t, o, executor.KindTerminal, CodeTooLarge)
 		if !strings.Contains(o.Message, "1000 bytes") {
 			t.Fatalf("message %q does not say the limit", o.Message)
 		}
@@ -439,29 +440,29 @@ func TestHTTPDeadline(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	o := tool.Run(ctx, jinaCall("search", srv.URL, "", "", map[string]any{"query": "slow"}))
-	wantKind(t, o, KindRetryable, CodeTimeout)
+	wantKind(t, o, executor.KindRetryable, executor.CodeTimeout)
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("took %v", el)
 	}
-	if status, code := l0(o); status != protocol.StatusTimeout || code != ErrToolTimeout {
+	if status, code := o.Status(); status != protocol.StatusTimeout || code != executor.ErrToolTimeout {
 		t.Fatalf("L0 = %s %s", status, code)
 	}
 
 	// The call's Deadline bounds the request even under a longer context.
 	c := jinaCall("search", srv.URL, "", "", map[string]any{"query": "slow"})
 	c.Deadline = time.Now().Add(150 * time.Millisecond)
-	wantKind(t, run(t, tool, c), KindRetryable, CodeTimeout)
+	wantKind(t, run(t, tool, c), executor.KindRetryable, executor.CodeTimeout)
 
 	// Cancellation (not a deadline) is not a timeout.
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	res := make(chan Outcome, 1)
+	res := make(chan executor.Outcome, 1)
 	for len(arrived) > 0 {
 		<-arrived
 	}
 	go func() { res <- tool.Run(ctx2, jinaCall("search", srv.URL, "", "", map[string]any{"query": "slow"})) }()
 	<-arrived // the upstream holds the request
 	cancel2()
-	wantKind(t, <-res, KindTerminal, CodeCanceled)
+	wantKind(t, <-res, executor.KindTerminal, executor.CodeCanceled)
 }
 
 func TestHTTPHostAllowlist(t *testing.T) {
@@ -475,9 +476,9 @@ func TestHTTPHostAllowlist(t *testing.T) {
 		{"127.0.0.10"},   // different address
 		{"127.0.0.1.ai"}, // not a suffix match
 	} {
-		tool := NewHTTPTool(HTTPToolConfig{AllowedHosts: allowed, AllowLoopbackPorts: []int{port}, LookupEnv: envMap(nil)})
+		tool := New(Config{AllowedHosts: allowed, AllowLoopbackPorts: []int{port}, LookupEnv: envMap(nil)})
 		o := run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"}))
-		wantKind(t, o, KindTerminal, CodeHTTPHostRefused)
+		wantKind(t, o, executor.KindTerminal, CodeHostRefused)
 		if !strings.Contains(o.Message, "127.0.0.1") {
 			t.Fatalf("message %q does not name the host", o.Message)
 		}
@@ -486,11 +487,11 @@ func TestHTTPHostAllowlist(t *testing.T) {
 		t.Fatalf("upstream reached %d times", hits.Load())
 	}
 	// An entry with the right port, in any case, allows it.
-	tool := NewHTTPTool(HTTPToolConfig{AllowedHosts: []string{" 127.0.0.1:" + strconv.Itoa(port)}, AllowLoopbackPorts: []int{port}, LookupEnv: envMap(nil)})
-	wantKind(t, run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"})), KindSuccess, "")
+	tool := New(Config{AllowedHosts: []string{" 127.0.0.1:" + strconv.Itoa(port)}, AllowLoopbackPorts: []int{port}, LookupEnv: envMap(nil)})
+	wantKind(t, run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"})), executor.KindSuccess, "")
 
 	// Default allowlist matching, without any network.
-	def := NewHTTPTool(HTTPToolConfig{}).(*httpTool)
+	def := New(Config{}).(*httpTool)
 	for raw, ok := range map[string]bool{
 		"https://s.jina.ai/?q=1": true, "https://R.JINA.AI/x": true, "https://s.jina.ai.:443/": true,
 		"https://evil.jina.ai/": false, "https://s.jina.ai.evil.com/": false, "ftp://s.jina.ai/": false,
@@ -532,20 +533,17 @@ func TestHTTPRedirects(t *testing.T) {
 	// B's port is not allowed: the dial guard refuses the redirect.
 	tool := loopbackTool(t, nil, portA)
 	o := run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "to-b"}))
-	wantKind(t, o, KindTerminal, CodeHTTPAddrRefused)
+	wantKind(t, o, executor.KindTerminal, CodeAddrRefused)
 	if !strings.Contains(o.Message, "127.0.0.1:"+strconv.Itoa(portB)) || !strings.Contains(o.Message, "loopback") {
 		t.Fatalf("message = %q", o.Message)
 	}
 	if hitsB.Load() != 0 {
 		t.Fatal("the guarded port was reached")
 	}
-	if retryable(o, protocol.DeterminismPure, 1) {
-		t.Fatal("a refused dial must not be retried")
-	}
 
 	for q, host := range map[string]string{"to-evil": "evil.example", "to-metadata": "169.254.169.254", "to-file": `"file"`} {
 		o = run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": q}))
-		wantKind(t, o, KindTerminal, CodeHTTPHostRefused)
+		wantKind(t, o, executor.KindTerminal, CodeHostRefused)
 		if !strings.Contains(o.Message, host) || !strings.Contains(o.Message, "redirect refused") {
 			t.Fatalf("%s: message = %q", q, o.Message)
 		}
@@ -554,14 +552,14 @@ func TestHTTPRedirects(t *testing.T) {
 	// Both ports allowed: the redirect is followed.
 	both := loopbackTool(t, nil, portA, portB)
 	o = run(t, both, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "to-b"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	if output(t, o)["body"] != "from B" || hitsB.Load() != 1 {
 		t.Fatalf("output = %v", o.Output)
 	}
 
 	// At most 5 redirects.
-	wantKind(t, run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "hop5"})), KindSuccess, "")
-	wantKind(t, run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "hop6"})), KindTerminal, CodeHTTPRedirects)
+	wantKind(t, run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "hop5"})), executor.KindSuccess, "")
+	wantKind(t, run(t, tool, jinaCall("search", srvA.URL, "", "", map[string]any{"query": "hop6"})), executor.KindTerminal, CodeRedirects)
 }
 
 func TestHTTPDialGuardRefusesLoopbackByDefault(t *testing.T) {
@@ -569,11 +567,11 @@ func TestHTTPDialGuardRefusesLoopbackByDefault(t *testing.T) {
 	srv, _ := upstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	tool := loopbackTool(t, nil) // host allowed, port not
 	o := run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"}))
-	wantKind(t, o, KindTerminal, CodeHTTPAddrRefused)
+	wantKind(t, o, executor.KindTerminal, CodeAddrRefused)
 	if hits.Load() != 0 {
 		t.Fatal("loopback reached")
 	}
-	if _, code := l0(o); code != ErrBadRequest {
+	if _, code := o.Status(); code != executor.ErrBadRequest {
 		t.Fatalf("L0 code = %s", code)
 	}
 }
@@ -640,7 +638,7 @@ func TestHTTPIgnoresProxyEnvironment(t *testing.T) {
 		rec.add(r)
 		fmt.Fprint(w, "direct")
 	}))
-	tool := NewHTTPTool(HTTPToolConfig{
+	tool := New(Config{
 		AllowedHosts:       []string{"upstream.test"},
 		AllowLoopbackPorts: []int{port, proxyPort},
 		LookupEnv:          envMap(nil),
@@ -661,7 +659,7 @@ func TestHTTPIgnoresProxyEnvironment(t *testing.T) {
 		return guarded(ctx, network, net.JoinHostPort("127.0.0.1", p))
 	}
 	o := run(t, tool, jinaCall("search", fmt.Sprintf("http://upstream.test:%d", port), "", "", map[string]any{"query": "x"}))
-	wantKind(t, o, KindSuccess, "")
+	wantKind(t, o, executor.KindSuccess, "")
 	if output(t, o)["body"] != "direct" || proxied.Load() != 0 || len(rec.all()) != 1 {
 		t.Fatalf("output %v, proxy hits %d", o.Output, proxied.Load())
 	}
@@ -677,7 +675,7 @@ func TestHTTPNetworkErrors(t *testing.T) {
 	ln.Close()
 	tool := loopbackTool(t, nil, deadPort)
 	o := run(t, tool, jinaCall("search", fmt.Sprintf("http://127.0.0.1:%d", deadPort), "", "", map[string]any{"query": "x"}))
-	wantKind(t, o, KindRetryable, CodeHTTPNetwork)
+	wantKind(t, o, executor.KindRetryable, CodeNetwork)
 	if !strings.Contains(o.Message, "refused") {
 		t.Fatalf("message = %q", o.Message)
 	}
@@ -693,8 +691,8 @@ func TestHTTPNetworkErrors(t *testing.T) {
 		}
 	}))
 	o = run(t, loopbackTool(t, nil, port), jinaCall("search", srv.URL, "", "", map[string]any{"query": "x"}))
-	wantKind(t, o, KindRetryable, CodeHTTPNetwork)
-	if _, code := l0(o); code != ErrUpstreamUnavailable {
+	wantKind(t, o, executor.KindRetryable, CodeNetwork)
+	if _, code := o.Status(); code != executor.ErrUpstreamUnavailable {
 		t.Fatalf("L0 code %s", code)
 	}
 }
@@ -743,7 +741,7 @@ func TestHTTPCanaryKeyNeverLeaks(t *testing.T) {
 		}
 	}))
 	var logs bytes.Buffer
-	tool := NewHTTPTool(HTTPToolConfig{
+	tool := New(Config{
 		AllowedHosts:       []string{"127.0.0.1"},
 		AllowLoopbackPorts: []int{port},
 		LookupEnv:          envMap(map[string]string{"JINA_API_KEY": canary}),
@@ -755,15 +753,15 @@ func TestHTTPCanaryKeyNeverLeaks(t *testing.T) {
 	for _, mode := range modes {
 		o := run(t, tool, jinaCall("search", srv.URL, "", "", map[string]any{"query": mode}))
 		if mode == "json" || mode == "text" || mode == "ctype" {
-			wantKind(t, o, KindSuccess, "")
-		} else if o.Kind == KindSuccess {
+			wantKind(t, o, executor.KindSuccess, "")
+		} else if o.Kind == executor.KindSuccess {
 			t.Fatalf("%s: unexpected success", mode)
 		}
 		marshaled, err := json.Marshal(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		content, _, err := resultContent(o, 1)
+		content, _, err := o.ResultContent(1)
 		if err != nil {
 			t.Fatal(err)
 		}
