@@ -1,0 +1,112 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// heartbeat tells JetStream the command is still being worked on, so it is
+// not redelivered to a second executor while this one is alive.
+func (e *Executor) heartbeat(msg jetstream.Msg, done <-chan struct{}) {
+	t := time.NewTicker(e.cfg.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			_ = msg.InProgress()
+		}
+	}
+}
+
+// run runs attempts until an outcome is final: retries only retryable
+// classes, with exponential backoff and full jitter (at least retry_after),
+// never past the deadline.
+func (e *Executor) run(ctx context.Context, im *impl, call *Call) (Outcome, int) {
+	def := call.Definition
+	sem := e.sem(call.ProjectID, def)
+	select {
+	case sem <- struct{}{}:
+		defer func() { <-sem }()
+	case <-ctx.Done():
+		return e.interrupted(ctx, call), 0
+	}
+	e.m.inFlight.WithLabelValues(call.ToolName).Inc()
+	defer e.m.inFlight.WithLabelValues(call.ToolName).Dec()
+	for attempt := 1; ; attempt++ {
+		call.Attempt = attempt
+		e.m.attempts.WithLabelValues(call.ToolName).Inc()
+		o := e.attempt(ctx, im, call)
+		if ctx.Err() != nil {
+			return e.interrupted(ctx, call), attempt
+		}
+		if !retryable(o, def.Determinism, attempt) || attempt >= def.Retry.MaxAttempts {
+			return o, attempt
+		}
+		wait := backoff(def.Retry, attempt)
+		if o.RetryAfter > wait {
+			wait = o.RetryAfter
+		}
+		if time.Now().Add(wait).After(call.Deadline) {
+			return o, attempt
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return e.interrupted(ctx, call), attempt
+		}
+	}
+}
+
+// attempt runs the tool once, recovering panics, and stops waiting at the
+// deadline even if the tool ignores its context.
+func (e *Executor) attempt(ctx context.Context, im *impl, call *Call) Outcome {
+	res := make(chan Outcome, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				e.log.Error("tool panicked", "tool", call.ToolName, "panic", fmt.Sprint(r))
+				res <- Retryable(CodeToolPanic, fmt.Sprintf("tool panicked: %v", r), 0)
+			}
+		}()
+		res <- im.tool.Run(ctx, call)
+	}()
+	select {
+	case o := <-res:
+		return o
+	case <-ctx.Done():
+		return Outcome{}
+	}
+}
+
+// interrupted turns a done context into the call's outcome.
+func (e *Executor) interrupted(ctx context.Context, call *Call) Outcome {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errWorkerCanceled):
+		return canceledOutcome()
+	case errors.Is(cause, errShutdown):
+		return Outcome{Kind: KindTerminal, Code: "S-TOOL-SHUTDOWN", Message: "executor shutting down"}
+	default:
+		e.m.deadlines.WithLabelValues(call.ToolName).Inc()
+		return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline of %d ms", call.Timeout.Milliseconds()), 0)
+	}
+}
+
+func backoff(p protocol.RetryPolicy, attempt int) time.Duration {
+	capMS := float64(p.CapMS)
+	exp := float64(p.BaseMS) * float64(uint64(1)<<min(attempt-1, 30))
+	if exp > capMS {
+		exp = capMS
+	}
+	return time.Duration(rand.Float64()*exp) * time.Millisecond
+}

@@ -1,0 +1,177 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// answer is everything needed to write a call's result card and report.
+type answer struct {
+	rec      *protocol.CallRecord
+	toolName string
+	delivery uint64
+	trace    context.Context
+}
+
+func (e *Executor) process(im *impl, msg jetstream.Msg) {
+	start := time.Now()
+	meta, err := msg.Metadata()
+	if err != nil {
+		e.log.Error("command without metadata", "err", err)
+		_ = msg.Term()
+		return
+	}
+	if meta.NumDelivered > 1 {
+		e.m.redelivered.WithLabelValues(im.name).Inc()
+	}
+	h := msg.Headers()
+	cmd, perr := protocol.ParseToolCommand(msg.Subject(), h, msg.Data())
+	if perr != nil {
+		e.badCommand(msg, perr)
+		return
+	}
+	sub, id := cmd.Subject, cmd.Identity
+	pre := e.prefetch(cmd, meta.NumDelivered > 1)
+	rec, err := pre.rec, pre.recErr
+	switch {
+	case errors.Is(err, protocol.ErrUnknownCall):
+		var vs protocol.Violations
+		vs.Add("header."+protocol.HeaderToolCallID, protocol.VNotFound, "call %s of turn %s was not dispatched through the ledger", id.ToolCallID, id.AgentTurnID)
+		e.reject(msg, &protocol.Error{Code: protocol.CodeUnknownCall, Message: "command for a call the ledger never dispatched", Violations: vs})
+		return
+	case err != nil:
+		e.retryLater(msg, "read call record", err)
+		return
+	case rec.State == protocol.StateClaimed || (rec.State == protocol.StateDispatched && meta.NumDelivered > 1):
+		// A redelivery: a report may be stored whose reporter died before
+		// waking the agent. Finish it (idempotent) rather than run the tool
+		// again; only a call with no stored report runs.
+		ctx, cancel := e.opCtx()
+		_, err := e.l.Resume(ctx, sub.Project, id.AgentTurnID, id.ToolCallID)
+		cancel()
+		if errors.Is(err, protocol.ErrNotReported) && rec.State == protocol.StateDispatched {
+			break
+		}
+		if _, refused := protocol.AsError(err); err != nil && !refused {
+			e.retryLater(msg, "resume stored report", err)
+			return
+		}
+		e.ack(msg, "resumed")
+		return
+	case rec.State != protocol.StateDispatched:
+		// Already answered (a redelivery after the report, or a repeated
+		// command): nothing to run.
+		e.ack(msg, "already answered")
+		return
+	}
+
+	key := callKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)
+	runCtx, stop := context.WithCancelCause(e.runCtx)
+	defer stop(nil)
+	e.mu.Lock()
+	e.inflight[key] = stop
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.inflight, key)
+		e.mu.Unlock()
+	}()
+
+	spanCtx, span := startSpan(runCtx, e.tp, h, "cgledger.tool "+rec.ToolName)
+	defer span.End()
+	ans := &answer{rec: rec, toolName: rec.ToolName, delivery: meta.NumDelivered, trace: spanCtx}
+	if ans.toolName == "" {
+		ans.toolName = im.name
+	}
+
+	canceled, err := pre.canceled, pre.cancelErr
+	if err != nil {
+		e.retryLater(msg, "read cancellation", err)
+		return
+	}
+	if canceled {
+		e.finish(msg, ans, canceledOutcome(), 0, nil, start)
+		return
+	}
+	if int(meta.NumDelivered) >= e.cfg.MaxDeliver {
+		o := Terminal(CodeRedelivered, fmt.Sprintf("the command was delivered %d times without an outcome (executor crashes or timeouts)", meta.NumDelivered), "look for executor crashes while running this tool")
+		e.finish(msg, ans, o, 0, nil, start)
+		return
+	}
+	call, schema, secrets, bad, err := e.prepare(im, cmd, pre)
+	if err != nil {
+		e.retryLater(msg, "prepare call", err)
+		return
+	}
+	if call != nil {
+		ans.toolName = call.ToolName
+	}
+	if bad != nil {
+		e.finish(msg, ans, *bad, 0, secrets, start)
+		return
+	}
+	if vs := validateArgs(schema, call.Arguments); len(vs) > 0 {
+		e.finish(msg, ans, Invalid("arguments do not match the tool's parameters schema", vs...), 0, secrets, start)
+		return
+	}
+
+	call.Timeout = e.timeout(call.Definition, cmd.Payload.TimeoutMS)
+	deadline := time.Now().Add(call.Timeout)
+	call.Deadline = deadline
+	dctx, dcancel := context.WithDeadline(runCtx, deadline)
+	defer dcancel()
+	hbDone := make(chan struct{})
+	go e.heartbeat(msg, hbDone)
+	defer close(hbDone)
+
+	o, attempts := e.run(dctx, im, call)
+	if errors.Is(context.Cause(runCtx), errShutdown) {
+		// Shutting down is not an outcome: let another executor run it.
+		_ = msg.Nak()
+		return
+	}
+	e.finish(msg, ans, o, attempts, secrets, start)
+}
+
+// prefetched holds what running a command needs to read from the ledger,
+// read concurrently: one round trip instead of four.
+type prefetched struct {
+	rec       *protocol.CallRecord
+	recErr    error
+	canceled  bool
+	cancelErr error
+	card      *protocol.StoredCard
+	cardErr   error
+	toolName  string // the tool read ahead (the payload's); "" when none
+	tool      *protocol.StoredTool
+	toolErr   error
+}
+
+// prefetch reads the call record, the cancellation, the tool.call card and
+// the tool definition named by the payload at once. Reads a command turns
+// out not to need (an unknown or finished call) cost nothing but the wait.
+func (e *Executor) prefetch(cmd *protocol.ToolCommand, redelivered bool) *prefetched {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	sub, id := cmd.Subject, cmd.Identity
+	in := e.l.ReadExecutionInputs(ctx, protocol.ExecutionQuery{
+		Project: sub.Project, Channel: sub.Channel, AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
+		ToolCallCardID: cmd.Payload.ToolCallCardID, ToolName: cmd.Payload.ToolName, Fresh: redelivered,
+	})
+	p := &prefetched{rec: in.Record, recErr: in.RecordErr, canceled: in.Canceled, cancelErr: in.CancelErr,
+		card: in.Card, cardErr: in.CardErr, tool: in.Tool, toolErr: in.ToolErr}
+	if protocol.ValidIdentifier(cmd.Payload.ToolName) {
+		p.toolName = cmd.Payload.ToolName
+	}
+	return p
+}
+
+func canceledOutcome() Outcome {
+	return Outcome{Kind: KindTerminal, Code: CodeCanceled, Message: "the call was canceled by its worker"}
+}
