@@ -204,8 +204,22 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protoc
 	}
 	next := from
 	var prevHead *protocol.Link
-	for _, s := range segs {
+	relisted := false
+	for i := 0; i < len(segs); i++ {
+		s := segs[i]
 		if s.Last < next {
+			continue
+		}
+		if s.First > next && !relisted {
+			// A directory listing made while the archiver renames a
+			// segment into place may miss an entry (readdir is unspecified
+			// for a directory changed during it): list once more before
+			// calling the range lost.
+			relisted = true
+			if segs, err = a.Segments(); err != nil {
+				return err
+			}
+			i = -1
 			continue
 		}
 		if s.First > next {

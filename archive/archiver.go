@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,7 +155,7 @@ func (a *Archiver) FirstPass() <-chan struct{} { return a.firstPass }
 // depend on the stream keeping it.
 func (a *Archiver) Run(ctx context.Context) error {
 	defer a.firstPassOnce.Do(func() { close(a.firstPass) })
-	backoff := 100 * time.Millisecond
+	wait := backoff.New(100*time.Millisecond, 5*time.Second)
 	for {
 		err := a.follow(ctx)
 		a.firstPassOnce.Do(func() { close(a.firstPass) })
@@ -161,12 +163,9 @@ func (a *Archiver) Run(ctx context.Context) error {
 			return nil
 		}
 		a.log.Warn("archive: following the stream failed; retrying from the last sealed segment", "err", err, "sealed_seq", a.Sealed())
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -259,7 +261,7 @@ func (l *Ledger) settleForeign(ctx context.Context, key string, rec *protocol.Ca
 // that was removed (nil, and no error).
 func (l *Ledger) readExisting(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	deadline := time.Now().Add(250 * time.Millisecond)
-	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
+	for wait := backoff.New(time.Millisecond, 50*time.Millisecond); ; {
 		rec, rev, err := l.getRecord(ctx, key)
 		if err == nil && rec != nil {
 			return rec, rev, nil
@@ -267,10 +269,8 @@ func (l *Ledger) readExisting(ctx context.Context, key string) (*protocol.CallRe
 		if err == nil && !time.Now().Before(deadline) {
 			return nil, 0, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("call record exists but cannot be read (last: %v): %w", err, ctx.Err())
-		case <-time.After(backoff):
+		if werr := wait.Wait(ctx); werr != nil {
+			return nil, 0, fmt.Errorf("call record exists but cannot be read (last: %v): %w", err, werr)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -202,11 +204,9 @@ func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *
 	// Two identical publishes (same Nats-Msg-Id) in flight at once: the
 	// second is refused while the first is stored. Once it is, the same
 	// publish is answered as a duplicate with the original sequence.
-	for backoff := time.Millisecond; err != nil && isMsgIDInProcess(err); backoff = min(2*backoff, 50*time.Millisecond) {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (after: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
+	for wait := backoff.New(time.Millisecond, 50*time.Millisecond); err != nil && isMsgIDInProcess(err); {
+		if werr := wait.Wait(ctx); werr != nil {
+			return nil, fmt.Errorf("%w (after: %v)", werr, err)
 		}
 		ack, err = l.js.PublishMsg(ctx, msg, opts...)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -282,7 +284,7 @@ func (l *Ledger) markWoken(ctx context.Context, key string, next *protocol.CallR
 // record) or the lease has passed (false). Polling, rather than a KV watch,
 // because it only runs for concurrent identical reports.
 func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *protocol.CallRecord, uint64, error) {
-	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
 		rec, rev, err := l.getRecord(ctx, key)
 		if err != nil {
 			return false, nil, 0, err
@@ -293,10 +295,8 @@ func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Tim
 		if !time.Now().Before(leaseUntil) {
 			return false, nil, 0, nil
 		}
-		select {
-		case <-ctx.Done():
-			return false, nil, 0, fmt.Errorf("waiting for the report being finished: %w", ctx.Err())
-		case <-time.After(min(backoff, time.Until(leaseUntil)+time.Millisecond)):
+		if err := wait.WaitUntil(ctx, leaseUntil); err != nil {
+			return false, nil, 0, fmt.Errorf("waiting for the report being finished: %w", err)
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -284,7 +286,7 @@ const catchUpProgressEvery = 2 * time.Second
 // A corrupt entry that already has a skip entry is recorded as skipped; one
 // that has none returns at once (see WaitForSkip).
 func (p *Projector) Run(ctx context.Context) error {
-	backoff := 50 * time.Millisecond
+	wait := backoff.New(50*time.Millisecond, 2*time.Second)
 	for {
 		err := p.consume(ctx, 0)
 		if ctx.Err() != nil {
@@ -295,13 +297,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		p.m.errors.WithLabelValues("nats").Inc()
 		p.log.Warn("projector: consume failed; retrying from checkpoint", "err", err, "applied", p.Applied())
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return nil
-		case <-time.After(backoff):
-		}
-		if backoff < 2*time.Second {
-			backoff *= 2
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/ledger"
@@ -18,16 +20,14 @@ import (
 // once.
 func openLedger(ctx context.Context, nc *nats.Conn, cfg ledger.Config, log *slog.Logger) (*ledger.Ledger, error) {
 	deadline := time.Now().Add(2 * time.Minute)
-	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	for wait := backoff.New(250*time.Millisecond, 5*time.Second); ; {
 		l, err := ledger.Open(ctx, nc, cfg)
 		if err == nil || !clusterSettling(err) || time.Now().After(deadline) {
 			return l, err
 		}
-		log.Warn("the cluster cannot place the ledger's streams yet; retrying", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("open ledger: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
+		log.Warn("the cluster cannot place the ledger's streams yet; retrying", "err", err, "retry_in", wait.Next())
+		if werr := wait.Wait(ctx); werr != nil {
+			return nil, fmt.Errorf("open ledger: %w (last: %v)", werr, err)
 		}
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/backoff"
+
 	"github.com/cgledger/cgledger/executor/jina"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -649,7 +651,7 @@ func (s *startedWriter) Write(p []byte) (int, error) {
 // good.
 func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logger, ready *atomic.Bool, reason *atomic.Value, storeBroken *atomic.Bool) {
 	for {
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		for wait := backoff.New(100*time.Millisecond, 5*time.Second); ; {
 			err := proj.CatchUp(ctx)
 			if ctx.Err() != nil {
 				return
@@ -671,10 +673,8 @@ func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logg
 				}
 				continue
 			}
-			select {
-			case <-ctx.Done():
+			if wait.Wait(ctx) != nil {
 				return
-			case <-time.After(backoff):
 			}
 		}
 		reason.Store("")
