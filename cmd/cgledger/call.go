@@ -138,7 +138,7 @@ ledger answers a repeat with the original outcome.`)
 			// Only "not reported yet" (404) is worth waiting out.
 			return failf(exitFor(err), "call: the call was dispatched (turn %s call %s) but its result cannot be read from %s: %v", *turn, *callID, cf.server, err)
 		}
-		if errors.As(err, &ae) && strings.Contains(ae.Body.Error.Message, "not served by this process") {
+		if errors.As(err, &ae) && strings.Contains(ae.Err.Message, "not served by this process") {
 			return failf(exitFailed, "call: the call was dispatched (turn %s call %s) but %s (from %s) does not serve the views its result is read from: %v; point --server at a serve with the projector role",
 				*turn, *callID, cf.server, cf.from("server"), err)
 		}

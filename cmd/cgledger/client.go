@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // clientFlags are the connection settings every client verb shares (one
@@ -196,29 +197,20 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 // errUnreachable marks failures to reach the server (exit code 3).
 var errUnreachable = errors.New("server unreachable")
 
-// apiError is an HTTP error body from the server.
+// apiError is an HTTP error answer from the server: the protocol's error
+// (code, message, violations), so errors.Is matches its sentinels.
 type apiError struct {
 	Status int
 	// Hint says what to do, when the client can tell.
 	Hint string
-	Body struct {
-		Error struct {
-			Code       string `json:"code"`
-			Message    string `json:"message"`
-			Violations []struct {
-				Field   string `json:"field"`
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"violations"`
-		} `json:"error"`
-	}
+	Err  protocol.Error
 }
 
-// Error renders the server's code, message and violations.
+// Error renders the server's code, message and violations, one a line.
 func (e *apiError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", e.Body.Error.Code, e.Body.Error.Message)
-	for _, v := range e.Body.Error.Violations {
+	fmt.Fprintf(&b, "%s: %s", e.Err.Code, e.Err.Message)
+	for _, v := range e.Err.Violations {
 		fmt.Fprintf(&b, "\n  %s: %s (%s)", v.Field, v.Message, v.Code)
 	}
 	if e.Hint != "" {
@@ -226,6 +218,9 @@ func (e *apiError) Error() string {
 	}
 	return b.String()
 }
+
+// Unwrap is the protocol error the server answered.
+func (e *apiError) Unwrap() error { return &e.Err }
 
 // httpDo sends a request to the server and decodes a JSON answer into out.
 func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
@@ -342,21 +337,22 @@ func (a *asOfFlags) values() (url.Values, error) {
 // credential and where it came from.
 func (c *clientFlags) apiErrorFrom(method, u string, status int, raw []byte) error {
 	ae := &apiError{Status: status}
-	if json.Unmarshal(raw, &ae.Body) != nil || ae.Body.Error.Code == "" {
+	var body struct {
+		Error protocol.Error `json:"error"`
+	}
+	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
+		ae.Err = body.Error
+	} else {
 		// An RFC 9457 problem without the older "error" member.
 		var p struct {
-			Code       string `json:"code"`
-			Detail     string `json:"detail"`
-			Violations []struct {
-				Field   string `json:"field"`
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"violations"`
+			Code       protocol.Code        `json:"code"`
+			Detail     string               `json:"detail"`
+			Violations []protocol.Violation `json:"violations"`
 		}
 		if json.Unmarshal(raw, &p) != nil || p.Code == "" {
 			return fmt.Errorf("%s %s: HTTP %d: %s", method, u, status, strings.TrimSpace(string(raw)))
 		}
-		ae.Body.Error.Code, ae.Body.Error.Message, ae.Body.Error.Violations = p.Code, p.Detail, p.Violations
+		ae.Err = protocol.Error{Code: p.Code, Message: p.Detail, Violations: p.Violations}
 	}
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {
 		cred := "no credential"
