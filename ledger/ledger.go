@@ -1,8 +1,9 @@
-// Package ledger is the write side of cgledger: the L0 tool-call protocol's
-// wire types, subject grammar, header codec and validation; provisioning of
-// the ledger stream and the call-record KV bucket; and the operations that
-// append to the ledger (put card, dispatch, report, roster). Only this package
-// writes ledger entries.
+// Package ledger is the write side of cgledger: provisioning of the ledger
+// stream and the call-record KV bucket; the operations that append to the
+// ledger (put card, dispatch, report, roster, consume, cancel, skip); export
+// and import; and the request/reply API server that answers clients for
+// them. Only this package writes ledger entries. The wire contract it
+// enforces is package protocol.
 package ledger
 
 import (
