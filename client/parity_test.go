@@ -187,6 +187,26 @@ func TestClientAnswersAsTheLedger(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, out.Duplicate)
 	})
+	t.Run("refusals record the request", func(t *testing.T) {
+		// Another tool resuming echo's call: refused before the stored
+		// report is replayed, and recorded as this request.
+		body := `{"project_id":"p","agent_turn_id":"t1","tool_call_id":"k1"}`
+		le := rawRequest(t, nc, protocol.APISubject("p", "other", protocol.OpResume), body)
+		require.Equal(t, protocol.CodeForbidden, le.Code)
+		re := rejection(t, e, le.Seq)
+		require.Equal(t, protocol.OpResume, re.Op)
+		require.JSONEq(t, body, string(re.Request.Data))
+		require.Empty(t, re.Request.Headers)
+
+		// A command of another tool, and one of another project.
+		for _, subject := range []string{"cg.v1.p.main.cmd.tool.search", "cg.v1.q.main.cmd.tool.echo"} {
+			le := rawRequest(t, nc, protocol.APISubject("p", "echo", protocol.OpCommandReject),
+				`{"subject":"`+subject+`","error":{"code":"bad_request","message":"m"}}`)
+			require.Equal(t, protocol.CodeForbidden, le.Code, subject)
+			require.Equal(t, "body.subject", le.Violations[0].Field)
+			require.Equal(t, protocol.OpCommandReject, rejection(t, e, le.Seq).Op)
+		}
+	})
 	t.Run("tools", func(t *testing.T) {
 		d, err := protocol.ParseToolJSON("p", []byte(`{"tool_name":"search","parameters":{"type":"object"},`+
 			`"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.search","after_execution":"suspend"}`))
@@ -210,4 +230,28 @@ func requireSameJSON(t *testing.T, want, got any) {
 	g, err := json.Marshal(got)
 	require.NoError(t, err)
 	require.JSONEq(t, string(w), string(g))
+}
+
+// rawRequest sends body to an API subject and returns the refusal.
+func rawRequest(t *testing.T, nc *nats.Conn, subject, body string) *protocol.Error {
+	t.Helper()
+	m, err := nc.RequestWithContext(ledgertest.Ctx(t), subject, []byte(body))
+	require.NoError(t, err)
+	var r protocol.APIReply
+	require.NoError(t, json.Unmarshal(m.Data, &r))
+	require.False(t, r.OK, "%s answered %s", subject, r.Result)
+	require.NotZero(t, r.Error.Seq, "the refusal is recorded")
+	return r.Error
+}
+
+// rejection reads the rejection entry at seq.
+func rejection(t *testing.T, e *ledgertest.Env, seq uint64) protocol.RejectionEntry {
+	t.Helper()
+	s, err := e.JS.Stream(ledgertest.Ctx(t), ledger.DefaultStream)
+	require.NoError(t, err)
+	msg, err := s.GetMsg(ledgertest.Ctx(t), seq)
+	require.NoError(t, err)
+	var re protocol.RejectionEntry
+	require.NoError(t, json.Unmarshal(msg.Data, &re))
+	return re
 }

@@ -335,6 +335,16 @@ func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.resume request: %d violation(s)", len(vs))
 		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}
+	// Checked here, before the stored report is replayed: a refusal then
+	// records this request, not the report it would have replayed.
+	rec, err := s.l.GetCall(ctx, r.ProjectID, r.AgentTurnID, r.ToolCallID)
+	if err != nil {
+		return nil, err
+	}
+	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+		e := protocol.NewError(protocol.CodeForbidden, vs, "report.resume of call %s by another tool", r.ToolCallID)
+		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, rec.ChannelID, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	}
 	return s.l.Resume(ctx, r.ProjectID, r.AgentTurnID, r.ToolCallID)
 }
 

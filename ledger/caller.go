@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -116,9 +115,10 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 	case protocol.OpCommandReject:
 		// A tool may record the refusal of its own commands only: the
 		// subject it received them on names its project and, as target, itself.
+		// A subject without the command shape is the body's problem
+		// (bad_request, with the others), not the caller's.
 		if sub, ok := stringField(topLevel(body), "subject"); ok {
-			toks := strings.Split(sub, ".")
-			if len(toks) < 7 || toks[2] != c.Project || toks[4] != "cmd" || toks[5] != "tool" || toks[6] != c.Actor {
+			if toks, ok := protocol.CommandSubjectTokens(sub); ok && (toks[2] != c.Project || toks[6] != c.Actor) {
 				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...], got %q", c.Project, c.Actor, c.Project, c.Actor, protocol.Clip(sub))
 			}
 		}

@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -29,12 +30,22 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 		return r, vs
 	}
 	r.Subject = o.Str("subject", true)
-	if r.Subject != "" && (!strings.HasPrefix(r.Subject, Root+".") || strings.ContainsAny(r.Subject, " \t\r\n*>")) {
-		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject the command was received on (%s.<ver>.<project_id>.<channel_id>.cmd...), got %q", Root, Clip(r.Subject))
+	if _, ok := CommandSubjectTokens(r.Subject); r.Subject != "" && !ok {
+		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject a tool command was received on, %s.<ver>.<project_id>.<channel_id>.cmd.tool.<target>[...]: tokens neither empty nor wildcards, no whitespace; got %q", Root, Clip(r.Subject))
 	}
 	if raw := o.Raw("headers"); raw != nil {
 		if err := json.Unmarshal(raw, &r.Headers); err != nil {
 			vs.Add(o.Path("headers"), VInvalidType, "must map header names to arrays of strings")
+		}
+		names := make([]string, 0, len(r.Headers))
+		for name := range r.Headers {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if !validHeaderName(name) {
+				vs.Add(o.Path("headers"), VInvalidValue, "%q is not a header name: printable ASCII without ':' or spaces", Clip(name))
+			}
 		}
 	}
 	if raw := o.Raw("data"); raw != nil {
@@ -47,8 +58,12 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 		return r, vs
 	}
 	e := &Error{Code: Code(eo.Str("code", true)), Message: eo.Str("message", true)}
-	if e.Code != "" && !KnownCode(e.Code) {
+	switch {
+	case e.Code == "":
+	case !KnownCode(e.Code):
 		vs.Add(eo.Path("code"), VInvalidValue, "is not an error code of the protocol: %q", Clip(string(e.Code)))
+	case e.Code == CodeInternal:
+		vs.Add(eo.Path("code"), VInvalidValue, "internal is not a refusal: a command the service could not handle stays unacknowledged")
 	}
 	if len(e.Message) > MaxViolationText {
 		vs.Add(eo.Path("message"), VTooLarge, "is %d bytes; the limit is %d", len(e.Message), MaxViolationText)
@@ -74,4 +89,37 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 	}
 	r.Error = e
 	return r, vs
+}
+
+// CommandSubjectTokens splits a tool command subject,
+// cg.<ver>.<project>.<channel>.cmd.tool.<target>[...], into its tokens; ok
+// is false unless it has that shape with a valid version and no empty,
+// wildcard or whitespace token (no NATS message arrives on such a subject).
+// The project, channel and target tokens are not checked as identifiers: a
+// refused command may name ones the ledger would never accept.
+func CommandSubjectTokens(s string) ([]string, bool) {
+	toks := strings.Split(s, ".")
+	if len(toks) < 7 || toks[0] != Root || !ValidVersion(toks[1]) || toks[4] != "cmd" || toks[5] != "tool" {
+		return nil, false
+	}
+	for _, t := range toks {
+		if t == "" || t == "*" || t == ">" || strings.ContainsAny(t, " \t\r\n") {
+			return nil, false
+		}
+	}
+	return toks, true
+}
+
+// validHeaderName reports whether s can be a NATS header name: printable
+// ASCII without ':' or spaces.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == ':' {
+			return false
+		}
+	}
+	return true
 }

@@ -38,13 +38,21 @@ func NewRejectedRequest(subject string, h nats.Header, data []byte) RejectedRequ
 	return rr
 }
 
+// serverAddedHeader is the header nats-server adds to a request that
+// crosses accounts (the client credentials' accounts import the API): the
+// requester's account and a round-trip time that differs every time. The
+// client never sent it, so a rejection entry leaves it out.
+const serverAddedHeader = "Nats-Request-Info"
+
 // rejectedHeaders splits h into headers that are valid UTF-8 and the others,
 // base64-encoded, keeping at most MaxRejectedHeaders bytes (names in sorted
 // order); truncated says when some were left out.
 func rejectedHeaders(h nats.Header) (plain, encoded map[string][]string, truncated bool) {
 	keys := make([]string, 0, len(h))
 	for k := range h {
-		keys = append(keys, k)
+		if k != serverAddedHeader {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	size := 0
