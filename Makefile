@@ -31,11 +31,11 @@ build:
 ## fuzz: run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseSubject$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseIdentity$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseToolCommand$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseCard$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./ledger -run '^$$' -fuzz '^FuzzParseReport$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzParseSubject$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzParseIdentity$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzParseToolCommand$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzParseCard$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzParseReport$$' -fuzztime $(FUZZTIME)
 
 ## bench: the tool call against raw JetStream side by side (cgledger bench), then the Go
 ## benchmarks of the ledger and projector, each with its raw baseline in the same run.
