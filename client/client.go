@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -33,6 +34,7 @@ type Client struct {
 	// actorSet says WithActor chose the actor, which then also names
 	// reports (their source function is only a default).
 	actorSet bool
+	timeout  time.Duration
 }
 
 // DefaultActor is the actor token of a client that was given none.
@@ -49,9 +51,18 @@ func WithActor(actor string) Option {
 	return func(c *Client) { c.actor, c.actorSet = actor, true }
 }
 
+// DefaultTimeout bounds a request whose context has no deadline.
+const DefaultTimeout = 30 * time.Second
+
+// WithTimeout sets how long a request whose context has no deadline waits
+// for its answer (DefaultTimeout when not set). A request NATS refuses on
+// permissions is never answered: it ends at this deadline, and nats.go's
+// async error handler (nats.ErrorHandler) names the violation.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
 // New returns a client using nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	c := &Client{nc: nc, actor: DefaultActor}
+	c := &Client{nc: nc, actor: DefaultActor, timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -72,6 +83,13 @@ func (c *Client) subject(project, actor, op string) string {
 }
 
 func (c *Client) call(ctx context.Context, msg *nats.Msg, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		// A request NATS refuses (a permissions violation) gets no reply
+		// at all: without a deadline it would wait for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("ledger client: %s: %w", msg.Subject, err)
@@ -218,10 +236,11 @@ func (c *Client) RegisterToolYAML(ctx context.Context, project string, body []by
 	return out, c.call(ctx, msg, &out)
 }
 
-// RegisterTool registers a definition (see Ledger.RegisterTool); the ledger
-// validates it again and fills its defaults.
+// RegisterTool registers a definition built in Go (see Ledger.RegisterTool):
+// its zero limits, retry fields and determinism take their defaults
+// (ToolDefinition.WithDefaults), and the ledger validates it.
 func (c *Client) RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (protocol.RegisterResult, error) {
-	body, err := json.Marshal(d)
+	body, err := json.Marshal(d.WithDefaults())
 	if err != nil {
 		return protocol.RegisterResult{}, fmt.Errorf("ledger client: encode tool definition: %w", err)
 	}

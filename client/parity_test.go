@@ -1,10 +1,12 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -208,12 +210,15 @@ func TestClientAnswersAsTheLedger(t *testing.T) {
 		}
 	})
 	t.Run("tools", func(t *testing.T) {
-		d, err := protocol.ParseToolJSON("p", []byte(`{"tool_name":"search","parameters":{"type":"object"},`+
-			`"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.search","after_execution":"suspend"}`))
-		require.NoError(t, err)
+		// Built in Go: limits, retry and determinism left zero take
+		// their defaults, as in a YAML definition that leaves them out.
+		d := &protocol.ToolDefinition{ProjectID: "p", ToolName: "search", Parameters: json.RawMessage(`{"type":"object"}`),
+			TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.search", AfterExecution: protocol.AfterSuspend}
 		res, err := c.RegisterTool(ctx, d)
 		require.NoError(t, err)
 		require.False(t, res.Unchanged)
+		require.Equal(t, int64(protocol.DefaultTimeoutMS), res.Definition.Limits.TimeoutMSDefault)
+		require.Equal(t, protocol.DeterminismSideEffectful, res.Definition.Determinism)
 		again, err := e.L.RegisterTool(ctx, d)
 		require.NoError(t, err)
 		require.True(t, again.Unchanged, "the client registered the same definition")
@@ -254,4 +259,21 @@ func rejection(t *testing.T, e *ledgertest.Env, seq uint64) protocol.RejectionEn
 	var re protocol.RejectionEntry
 	require.NoError(t, json.Unmarshal(msg.Data, &re))
 	return re
+}
+
+// TestARequestNobodyAnswersEnds: a request NATS delivers nowhere it is
+// answered (as one refused on permissions) ends at the client's timeout when
+// its context has no deadline, instead of waiting for ever.
+func TestARequestNobodyAnswersEnds(t *testing.T) {
+	e := ledgertest.New(t)
+	nc := e.Srv.Connect(t)
+	// A subscriber that swallows requests: there are responders, so NATS
+	// does not answer "no responders" either.
+	sub, err := e.NC.Subscribe(protocol.APISubject("p", "*", protocol.OpCallGet), func(*nats.Msg) {})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.NC.Flush())
+	c := client.New(nc, client.WithTimeout(100*time.Millisecond))
+	_, err = c.GetCall(context.Background(), "p", "t", "k")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }

@@ -147,7 +147,7 @@ func callerOwnsCall(ctx context.Context, rec *protocol.CallRecord) protocol.Viol
 	}
 	var vs protocol.Violations
 	if tool != c.Actor {
-		vs.Add("subject", protocol.VForbidden, "call %s was dispatched to tool %q; the report's actor is %q", rec.ToolCallID, tool, c.Actor)
+		vs.Add("subject", protocol.VForbidden, "call %s was dispatched to tool %q; the request's actor is %q", rec.ToolCallID, tool, c.Actor)
 	}
 	return vs
 }

@@ -29,8 +29,11 @@ func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []by
 	return l.registerTool(ctx, d, data)
 }
 
-// RegisterTool records an already validated definition (see RegisterToolYAML).
+// RegisterTool validates and records a definition built in Go (see
+// RegisterToolYAML); its zero limits, retry fields and determinism take
+// their defaults first (ToolDefinition.WithDefaults).
 func (l *Ledger) RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (protocol.RegisterResult, error) {
+	d = d.WithDefaults()
 	data, err := json.Marshal(d)
 	if err != nil {
 		return protocol.RegisterResult{}, fmt.Errorf("register tool: encode: %w", err)

@@ -46,6 +46,12 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 			if !validHeaderName(name) {
 				vs.Add(o.Path("headers"), VInvalidValue, "%q is not a header name: printable ASCII without ':' or spaces", Clip(name))
 			}
+			for _, v := range r.Headers[name] {
+				if strings.ContainsAny(v, "\r\n") {
+					vs.Add(o.Path("headers"), VInvalidValue, "a value of %q holds a line break, which no header value can", Clip(name))
+					break
+				}
+			}
 		}
 	}
 	if raw := o.Raw("data"); raw != nil {

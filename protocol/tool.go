@@ -291,6 +291,15 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 	return d, nil
 }
 
+// WithDefaults returns a copy of d with every zero limit, retry field and
+// determinism set to its default, as ParseToolJSON sets them: a definition
+// built in Go leaves them zero, which ParseToolJSON would refuse.
+func (d *ToolDefinition) WithDefaults() *ToolDefinition {
+	c := *d
+	c.fillDefaults()
+	return &c
+}
+
 func (d *ToolDefinition) fillDefaults() {
 	if d.Limits.TimeoutMSDefault == 0 {
 		d.Limits.TimeoutMSDefault = DefaultTimeoutMS
