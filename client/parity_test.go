@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,18 +82,7 @@ func funcTypeString(f reflect.Type) string {
 	for i := range f.NumOut() {
 		out = append(out, f.Out(i).String())
 	}
-	return "func(" + join(in) + ") (" + join(out) + ")"
-}
-
-func join(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
+	return "func(" + strings.Join(in, ", ") + ") (" + strings.Join(out, ", ") + ")"
 }
 
 // TestClientAnswersAsTheLedger: the operations an executor needs, read over
