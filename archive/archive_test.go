@@ -349,9 +349,13 @@ func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
 	// A crash mid-segment leaves the temporary file (here: half of one).
 	partial := filepath.Join(dir, "open.jsonl.tmp")
 	require.NoError(t, os.WriteFile(partial, []byte(`{"format":"cgledger-export","version":2,"stream":"CG_LEDGER","from_seq":`), 0o640))
-	a, arch, _ := startArchiver(t, e, dir, archive.Config{Retention: time.Hour, SealAge: 50 * time.Millisecond})
-	_, err := os.Stat(partial)
+	// Checked before an archiver runs: a running one writes its own
+	// segment under the same temporary name.
+	_, err := archive.Open(dir)
+	require.NoError(t, err)
+	_, err = os.Stat(partial)
 	require.True(t, errors.Is(err, os.ErrNotExist), "Open removes what a crash left unsealed")
+	a, arch, _ := startArchiver(t, e, dir, archive.Config{Retention: time.Hour, SealAge: 50 * time.Millisecond})
 	last := lastSeq(t, e)
 	waitFor(t, "the archive to seal the rest", func() bool { return a.Sealed() == last })
 	var seqs []uint64
