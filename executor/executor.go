@@ -31,6 +31,8 @@ type Ledger interface {
 	Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error)
 	Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error)
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error
+	// EnsureToolConsumer is only called for Config.Bindings.
+	EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error)
 }
 
 // Config configures an Executor. Zero values mean the documented defaults.
@@ -80,6 +82,23 @@ type Config struct {
 	// means unkeyed (predictable) ids: fine for tests and replays, not for a
 	// server others can reach.
 	CardIDKey []byte
+	// Bindings, when set, make the executor pull the consumers the ledger
+	// keeps for these tools of these projects (protocol.md, tool.consumer)
+	// and listen for those projects' cancellations only, rather than make
+	// durable consumers of its own over every project: what a tool
+	// credential may do, so an executor in another process can run on one.
+	// Each binding's Tool must be a registered implementation, and only
+	// bound implementations run; Stream and DurablePrefix are then unused.
+	// Empty means consumers of its own, which needs the JetStream API of
+	// the ledger's account.
+	Bindings []Binding
+}
+
+// Binding names a tool target of a project whose ledger-kept consumer an
+// executor pulls (Config.Bindings).
+type Binding struct {
+	Project string
+	Tool    string
 }
 
 // Executor runs tools for commands on the ledger stream.
@@ -103,7 +122,7 @@ type Executor struct {
 	global    chan struct{}
 	wg        sync.WaitGroup
 	ccs       []jetstream.ConsumeContext
-	cancelSub *nats.Subscription
+	cancelSubs []*nats.Subscription
 	runCtx    context.Context
 	stopRun   context.CancelCauseFunc
 }
@@ -186,11 +205,14 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 // Start creates (or binds) the durable consumers and starts running calls.
 func (e *Executor) Start(ctx context.Context) error {
 	e.runCtx, e.stopRun = context.WithCancelCause(context.Background())
+	if len(e.cfg.Bindings) > 0 {
+		return e.startBound(ctx)
+	}
 	sub, err := e.nc.Subscribe(protocol.Root+".*.*.*.ledger.cancel.>", e.onCancel)
 	if err != nil {
 		return fmt.Errorf("executor: subscribe to cancellations: %w", err)
 	}
-	e.cancelSub = sub
+	e.cancelSubs = append(e.cancelSubs, sub)
 	for _, im := range e.impls {
 		cons, err := e.js.CreateOrUpdateConsumer(ctx, e.cfg.Stream, jetstream.ConsumerConfig{
 			Durable:        e.cfg.DurablePrefix + im.name,
@@ -249,8 +271,8 @@ func (e *Executor) Stop(ctx context.Context) {
 		e.stopRun(errShutdown)
 	}
 	<-done
-	if e.cancelSub != nil {
-		_ = e.cancelSub.Unsubscribe()
+	for _, sub := range e.cancelSubs {
+		_ = sub.Unsubscribe()
 	}
 }
 

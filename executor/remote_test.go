@@ -1,14 +1,20 @@
 package executor_test
 
 import (
+	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -53,4 +59,91 @@ func TestAnExecutorInAnotherProcessRunsOnTheClient(t *testing.T) {
 		require.GreaterOrEqual(t, len(re.Violations), 4, "every violation: %+v", re.Violations)
 		require.Equal(t, "echo", nats.Header(e.Headers).Get(protocol.HeaderActor), "recorded over the API, as the command's tool")
 	}
+}
+
+// TestAnExecutorOnAToolCredentialPullsTheLedgersConsumer: bound to a tool of
+// a project (Config.Bindings), an executor in another process runs on that
+// tool's credential alone. It pulls the consumer the ledger keeps for the
+// tool, hears the project's cancellations, and NATS refuses none of what it
+// does.
+func TestAnExecutorOnAToolCredentialPullsTheLedgersConsumer(t *testing.T) {
+	r := &rig{Env: ledgertest.NewAuth(t), reg: prometheus.NewRegistry()}
+	ctx := ledgertest.Ctx(t)
+	api, err := r.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	_, err = r.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
+	require.NoError(t, err)
+	d := def("blocker", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)
+	d.ProjectID = "proj"
+	_, err = r.L.RegisterTool(ctx, d)
+	require.NoError(t, err)
+
+	cred := r.Srv.Issue(t, auth.Grant{Role: auth.RoleTool, Project: "proj", Tool: "blocker"}, time.Hour)
+	var mu sync.Mutex
+	var refused []string
+	nc, err := r.Srv.Dial(nats.UserJWTAndSeed(cred.JWT, cred.Seed), nats.CustomInboxPrefix(cred.InboxPrefix),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			refused = append(refused, err.Error())
+			mu.Unlock()
+		}))
+	require.NoError(t, err)
+	r.conn, r.remote = nc, client.New(nc, client.WithActor("blocker"))
+
+	started := make(chan string, 4)
+	blocker := executor.ToolFunc(func(ctx context.Context, call *executor.Call) executor.Outcome {
+		if call.ArgString("mode") != "block" {
+			return executor.Success(map[string]any{"ran": call.ToolCallID})
+		}
+		started <- call.ToolCallID
+		<-ctx.Done()
+		return executor.Retryable("R-UPSTREAM-NET", "interrupted", 0)
+	})
+	r.start(t, executor.Config{Bindings: []executor.Binding{{Project: "proj", Tool: "blocker"}}},
+		map[string]impl{"blocker": {blocker, nil}})
+
+	c := r.dispatch(t, callOpts{tool: "blocker"})
+	rec, tr, card := r.result(t, c)
+	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
+	require.JSONEq(t, `{"ran":"`+c.ID+`"}`, string(tr.Result))
+	require.Equal(t, "cgledger.executor", card.Card.AuthorID)
+
+	// A running call hears its cancellation on the project's subject the
+	// credential may subscribe to.
+	c2 := r.dispatch(t, callOpts{tool: "blocker", args: `{"mode":"block"}`})
+	select {
+	case id := <-started:
+		require.Equal(t, c2.ID, id)
+	case <-time.After(time.Minute):
+		t.Fatal("tool never started")
+	}
+	_, err = r.L.Cancel(ctx, protocol.CancelRequest{ProjectID: c2.Project, AgentID: c2.Agent, AgentTurnID: c2.Turn, ToolCallID: c2.ID})
+	require.NoError(t, err)
+	_, tr, _ = r.result(t, c2)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
+
+	// The reports went over the API as the tool, and NATS refused nothing
+	// (its refusals reach the error handler before a flush returns).
+	for _, e := range r.entriesOfKind(t, protocol.KindReport) {
+		require.Equal(t, "blocker", nats.Header(e.Headers).Get(protocol.HeaderActor))
+	}
+	require.NoError(t, nc.Flush())
+	mu.Lock()
+	require.Empty(t, refused)
+	mu.Unlock()
+}
+
+// TestBindingsNameRegisteredImplementations: every binding that names no
+// registered implementation or no project is listed, before anything is
+// asked of the ledger.
+func TestBindingsNameRegisteredImplementations(t *testing.T) {
+	e := ledgertest.New(t)
+	ex, err := executor.New(e.L, e.NC, executor.Config{Registerer: prometheus.NewRegistry(),
+		Bindings: []executor.Binding{{Project: "proj", Tool: "nope"}, {Project: "bad project", Tool: "echo"}}})
+	require.NoError(t, err)
+	require.NoError(t, executor.RegisterBuiltins(ex))
+	err = ex.Start(ledgertest.Ctx(t))
+	require.ErrorContains(t, err, `bindings[0].tool "nope" is not a registered implementation`)
+	require.ErrorContains(t, err, `bindings[1].project "bad project" is not an identifier`)
 }

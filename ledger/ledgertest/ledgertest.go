@@ -38,7 +38,19 @@ func New(tb testing.TB) *Env {
 // window, for one).
 func NewWithConfig(tb testing.TB, cfg ledger.Config) *Env {
 	tb.Helper()
-	srv := natstest.Start(tb)
+	return newEnv(tb, cfg)
+}
+
+// NewAuth is New on a server with credentials on: the Env's connection is
+// the ledger's own, and Srv.Issue signs credentials for clients.
+func NewAuth(tb testing.TB) *Env {
+	tb.Helper()
+	return newEnv(tb, ledger.Config{}, natstest.WithAuth())
+}
+
+func newEnv(tb testing.TB, cfg ledger.Config, opts ...natstest.Option) *Env {
+	tb.Helper()
+	srv := natstest.Start(tb, opts...)
 	nc := srv.Connect(tb)
 	js, err := jetstream.New(nc)
 	if err != nil {
