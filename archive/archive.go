@@ -223,7 +223,7 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protoc
 			continue
 		}
 		if s.First > next {
-			return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s)", ledger.ErrHistoryLost, next, min(s.First-1, to), a.dir)
+			return a.gapError(next, min(s.First-1, to))
 		}
 		head, err := readSegment(ctx, s, prevHead, next, to, fn)
 		if err != nil {
@@ -236,6 +236,16 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protoc
 		}
 	}
 	return fmt.Errorf("%w: the archive in %s ends at seq %d, before %d", ledger.ErrHistoryLost, a.dir, next-1, to)
+}
+
+// gapError says which entries no segment holds, and whether the archiver
+// recorded them as lost (expired before it copied them) or they are missing
+// without a record (a segment removed).
+func (a *Archive) gapError(from, to uint64) error {
+	if r, ok, err := a.LostAt(from); err == nil && ok {
+		return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s): entries %d to %d are recorded as lost", ledger.ErrHistoryLost, from, to, a.dir, r.First, r.Last)
+	}
+	return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s), and no loss is recorded for them", ledger.ErrHistoryLost, from, to, a.dir)
 }
 
 // ErrBadSegment is returned for a segment whose contents do not verify.

@@ -115,6 +115,12 @@ func digest(t *testing.T, s *projector.Store) string {
 func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
+	// The archiver runs before anything is written: entries live for the
+	// window (2 s) from their write, and a loaded machine can take longer
+	// than that to write them all, so an archiver started afterwards would
+	// rightly record the first ones lost.
+	reg := prometheus.NewRegistry()
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, SegmentBytes: 64 << 10})
 	e.Scenario(t, 12)
 	tool, err := registerLookup(ctx, e)
 	require.NoError(t, err)
@@ -122,8 +128,6 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	live, liveProj := openViews(t, e, nil)
 	require.NoError(t, liveProj.CatchUp(ctx))
 
-	reg := prometheus.NewRegistry()
-	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{Registerer: reg, SegmentBytes: 64 << 10})
 	written := lastSeq(t, e)
 	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
 	// Every entry but the tool definition and the roster entries (ten).
@@ -377,10 +381,11 @@ func TestAnUnsealedSegmentLeftByACrashIsRedoneFromTheStream(t *testing.T) {
 func TestARebuildReadsTheArchiveWhenTheStreamKeepsNothing(t *testing.T) {
 	e := ledgertest.NewWithConfig(t, ledger.Config{Retention: retention})
 	ctx := ledgertest.Ctx(t)
+	// Started first, as in TestExpiredHistoryIsReadFromTheArchiveAsOneChain.
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
 	moreCalls(t, e, "early", 6)
 	live, liveProj := openViews(t, e, nil)
 	require.NoError(t, liveProj.CatchUp(ctx))
-	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
 	written := lastSeq(t, e)
 	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
 	waitFor(t, "the stream to let every entry go", func() bool { _, _, msgs := streamState(t, e); return msgs == 0 })
@@ -411,10 +416,10 @@ func TestARebuildReadsPastKeptEntriesWhenTheTailExpired(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	_, err := registerLookup(ctx, e)
 	require.NoError(t, err)
+	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
 	moreCalls(t, e, "tail", 3)
 	live, liveProj := openViews(t, e, nil)
 	require.NoError(t, liveProj.CatchUp(ctx))
-	a, arch, _ := startArchiver(t, e, t.TempDir(), archive.Config{})
 	written := lastSeq(t, e)
 	waitFor(t, "the archive to seal every entry", func() bool { return a.Sealed() == written })
 	waitFor(t, "the stream to keep only the tool definition", func() bool { _, _, msgs := streamState(t, e); return msgs == 1 })
