@@ -119,12 +119,12 @@ type Executor struct {
 	sems     map[string]toolSem
 	schemas  *schemaCache
 
-	global    chan struct{}
-	wg        sync.WaitGroup
-	ccs       []jetstream.ConsumeContext
+	global     chan struct{}
+	wg         sync.WaitGroup
+	ccs        []jetstream.ConsumeContext
 	cancelSubs []*nats.Subscription
-	runCtx    context.Context
-	stopRun   context.CancelCauseFunc
+	runCtx     context.Context
+	stopRun    context.CancelCauseFunc
 }
 
 type impl struct {

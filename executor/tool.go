@@ -34,7 +34,10 @@ type Call struct {
 	ToolName     string
 	// Arguments are the final arguments: the tool.call card's, with the
 	// registry's defaults, fixed values, environment values and template
-	// variables applied, validated against the tool's schema.
+	// variables applied, validated against the tool's schema. They are
+	// decoded as encoding/json does with UseNumber: a number is a
+	// json.Number (so an integer past 2^53 keeps its digits), never a
+	// float64.
 	Arguments map[string]any
 	// Definition is the tool's registry entry (or its built-in default).
 	Definition *protocol.ToolDefinition

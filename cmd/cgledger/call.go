@@ -74,7 +74,9 @@ ledger answers a repeat with the original outcome.`)
 		return failf(exitFor(err), "call: %v", err)
 	}
 	defer nc.Close()
-	cl := client.New(nc)
+	// Asked as the agent: a worker credential bound to an agent may act as
+	// that agent only, tool.get included.
+	cl := client.New(nc, client.WithActor(*agent))
 
 	subject := protocol.ToolCommandSubject(protocol.DefaultVersion, *project, *channel, *tool)
 	// A tool that is neither registered nor built in has no executor: say

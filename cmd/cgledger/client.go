@@ -165,7 +165,7 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 	if c.refuse != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
-				c.refuse(fmt.Errorf("%w: %v: the credential %s (from %s) may not do this; issue one of the right project, role and agent or tool (cgledger creds issue) and pass --creds",
+				c.refuse(fmt.Errorf("%w: %v: the %s (from %s) may not do this; issue one of the right project, role and agent or tool (cgledger creds issue) and pass --creds",
 					errRefused, err, c.credName(), c.from("creds")))
 			}
 		}))

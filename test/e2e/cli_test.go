@@ -233,3 +233,24 @@ func TestCLIRefusedCredentialSaysSo(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "may not do this")
 }
+
+// TestCLICallOnAWorkerCredentialBoundToTheAgent: a worker credential bound
+// to --agent dispatches (the tool's definition is read as that agent too);
+// the result is read over the HTTP API, which only auditors and admins may
+// read, so the verb ends with forbidden after the call ran, as cli.md says.
+func TestCLICallOnAWorkerCredentialBoundToTheAgent(t *testing.T) {
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
+	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")
+	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"bound"}`,
+		"--turn", "t-bound", "--call-id", "k-bound", "--creds", worker.path, "--timeout", "5m")
+	require.Equal(t, 1, code, errOut)
+	require.NotContains(t, errOut, "may not do this", "NATS refused nothing")
+	require.Contains(t, errOut, "forbidden")
+	// The call was dispatched and ran: an admin's repeat of it answers with
+	// the original outcome.
+	out, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"bound"}`,
+		"--turn", "t-bound", "--call-id", "k-bound", "--timeout", "5m")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "was dispatched before")
+	require.Contains(t, out, "status:     success")
+}
