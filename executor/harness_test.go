@@ -46,15 +46,23 @@ func newRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
 // is a client.Client over the request/reply API, on a connection of its own.
 func newRemoteRig(t *testing.T, cfg executor.Config, extra map[string]impl) *rig {
 	t.Helper()
-	r := &rig{Env: ledgertest.New(t), reg: prometheus.NewRegistry()}
+	r := apiRig(t, ledgertest.New(t))
+	r.conn = r.Srv.Connect(t)
+	r.remote = client.New(r.conn)
+	r.start(t, cfg, extra)
+	return r
+}
+
+// apiRig is a rig on env whose ledger serves the request/reply API and
+// knows the roster entry the calls use; its executor is not started.
+func apiRig(t *testing.T, env *ledgertest.Env) *rig {
+	t.Helper()
+	r := &rig{Env: env, reg: prometheus.NewRegistry()}
 	api, err := r.L.ServeAPI(ledgertest.Ctx(t), ledger.APIConfig{})
 	require.NoError(t, err)
 	t.Cleanup(api.Stop)
-	r.conn = r.Srv.Connect(t)
-	r.remote = client.New(r.conn)
 	_, err = r.L.SetRoster(ledgertest.Ctx(t), protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
 	require.NoError(t, err)
-	r.start(t, cfg, extra)
 	return r
 }
 

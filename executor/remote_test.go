@@ -14,7 +14,6 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -67,16 +66,11 @@ func TestAnExecutorInAnotherProcessRunsOnTheClient(t *testing.T) {
 // tool, hears the project's cancellations, and NATS refuses none of what it
 // does.
 func TestAnExecutorOnAToolCredentialPullsTheLedgersConsumer(t *testing.T) {
-	r := &rig{Env: ledgertest.NewAuth(t), reg: prometheus.NewRegistry()}
+	r := apiRig(t, ledgertest.NewAuth(t))
 	ctx := ledgertest.Ctx(t)
-	api, err := r.L.ServeAPI(ctx, ledger.APIConfig{})
-	require.NoError(t, err)
-	t.Cleanup(api.Stop)
-	_, err = r.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
-	require.NoError(t, err)
 	d := def("blocker", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)
 	d.ProjectID = "proj"
-	_, err = r.L.RegisterTool(ctx, d)
+	_, err := r.L.RegisterTool(ctx, d)
 	require.NoError(t, err)
 
 	cred := r.Srv.Issue(t, auth.Grant{Role: auth.RoleTool, Project: "proj", Tool: "blocker"}, time.Hour)
