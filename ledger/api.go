@@ -67,7 +67,7 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.consumeJSON(ctx, m.Data) },
 		protocol.OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
 			c, _ := CallerFrom(ctx)
-			return l.RegisterToolYAML(ctx, c.Project, m.Data)
+			return l.registerToolMsg(ctx, c.Project, m.Header, m.Data)
 		},
 		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.cancelJSON(ctx, m.Data) },
 		protocol.OpToolGet:       s.toolGet,
