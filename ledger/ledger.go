@@ -123,6 +123,19 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: bind bucket %s: %w", streams.Bucket, err)
 	}
+	// The last step that talks to JetStream, before anything is registered
+	// or started: a caller may open again after an error (serve does while
+	// a cluster elects a leader).
+	var ttl string
+	if cfg.Retention > 0 {
+		if cfg.Retention < time.Second {
+			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
+		}
+		if err := enableMsgTTL(ctx, stream, js); err != nil {
+			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs (nats-server 2.11 or later): %w", err)
+		}
+		ttl = ttlValue(cfg.Retention)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
@@ -139,16 +152,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if err := c.watch(nc, version); err != nil {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
-	}
-	var ttl string
-	if cfg.Retention > 0 {
-		if cfg.Retention < time.Second {
-			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
-		}
-		if !enableMsgTTL(ctx, stream, js, log) {
-			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs on stream %s (nats-server 2.11 or later)", streams.Stream)
-		}
-		ttl = ttlValue(cfg.Retention)
 	}
 	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, ttl: ttl}, nil
 }
