@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,4 +111,26 @@ func TestServeWaitsForTheClusterAtStart(t *testing.T) {
 	c.Start(t, 1)
 	c.Start(t, 2)
 	s.ready(t)
+
+	// /metrics names the stream leader and counts current replicas, for
+	// an operator without a system-account user.
+	leader := regexp.MustCompile(`(?m)^cgledger_stream_leader\{leader="(n[123])",stream="CG_LEDGER"\} 1$`)
+	var metrics string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.httpPort))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		metrics = string(b)
+		return err == nil && leader.MatchString(metrics) &&
+			strings.Contains(metrics, `cgledger_stream_replicas_current{stream="CG_LEDGER"} 3`)
+	}, time.Minute, 100*time.Millisecond, "the stream leader and three current replicas on /metrics")
+	name := leader.FindStringSubmatch(metrics)[1]
+	for i := range c.Size() {
+		if c.Node(i).Name() == name {
+			require.NotNil(t, c.Node(i).NATS(), "the leader named is a running node")
+		}
+	}
 }
