@@ -111,6 +111,12 @@ func serve(args []string) int {
 	}
 	defer stopTracing()
 	if err := runServe(ctx, s, log, nil); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped by a signal while a start-up step waited for the
+			// cluster: a requested stop, not a failure.
+			log.Info("stopped before serving", "step_err", err)
+			return exitOK
+		}
 		log.Error("serve failed", "err", err)
 		return exitFailed
 	}

@@ -102,11 +102,22 @@ func TestServeWaitsForTheClusterAtStart(t *testing.T) {
 	}
 	c.Start(t, 0)
 	s := startClusterServe(t, data, c.Node(0).URL())
-	require.Eventually(t, func() bool {
-		return s.hasExited() || strings.Contains(s.log.String(), "serve waits and retries")
-	}, time.Minute, 50*time.Millisecond, "serve logs that it waits for the cluster")
-	require.False(t, s.hasExited(), "serve exited while the stream had no leader")
-	require.Contains(t, s.log.String(), `"step":"read the ledger stream"`, "the first step that reads the stream is the one waiting")
+	// Another, on a data directory of its own, is stopped while it waits.
+	stopped := startClusterServe(t, t.TempDir(), c.Node(0).URL())
+	for _, p := range []*clusterServe{s, stopped} {
+		require.Eventually(t, func() bool {
+			return p.hasExited() || strings.Contains(p.log.String(), "serve waits and retries")
+		}, time.Minute, 50*time.Millisecond, "serve logs that it waits for the cluster")
+		require.False(t, p.hasExited(), "serve exited while the stream had no leader")
+		require.Contains(t, p.log.String(), `"step":"read the ledger stream"`, "the first step that reads the stream is the one waiting")
+	}
+	require.NoError(t, stopped.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-stopped.exited:
+		require.Equal(t, 0, stopped.cmd.ProcessState.ExitCode(), "a stop while waiting for the cluster is a clean exit")
+	case <-time.After(time.Minute):
+		t.Fatal("serve waiting for the cluster did not stop within a minute of SIGTERM")
+	}
 
 	c.Start(t, 1)
 	c.Start(t, 2)
