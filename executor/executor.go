@@ -50,6 +50,12 @@ type Config struct {
 	// died. Zero means 5s; running calls heartbeat every AckWait/3, so a
 	// long call is never redelivered while its executor lives.
 	AckWait time.Duration
+	// Retry, when set, is asked about each failed consumer creation in
+	// Start (step names the consumer): nil means "try again" (it has waited
+	// as long as it wanted), an error ends Start with that error. Nil fails
+	// Start at the first error. serve sets it to its start-up policy, to
+	// wait out a cluster electing a leader.
+	Retry func(ctx context.Context, step string, err error) error
 	// MaxDeliver bounds how often a call's tool may run. Zero means 5. From
 	// that delivery on the call is resolved as failed without running the
 	// tool again. JetStream itself never drops a command (the consumer's
@@ -214,18 +220,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.cancelSubs = append(e.cancelSubs, sub)
 	for _, im := range e.impls {
-		cons, err := e.js.CreateOrUpdateConsumer(ctx, e.cfg.Stream, jetstream.ConsumerConfig{
-			Durable:        e.cfg.DurablePrefix + im.name,
-			Description:    "cgledger executor: commands for implementation " + im.name,
-			FilterSubjects: []string{protocol.Root + ".*.*.*.cmd.tool." + im.name, protocol.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
-			AckPolicy:      jetstream.AckExplicitPolicy,
-			AckWait:        e.cfg.AckWait,
-			// Unlimited: a command whose outcome cannot be written yet
-			// must come back, never be dropped in silence.
-			MaxDeliver:    -1,
-			MaxAckPending: 2 * e.cfg.MaxInFlight,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		cons, err := e.createConsumer(ctx, im)
 		if err != nil {
 			e.Stop(ctx)
 			return fmt.Errorf("executor: consumer for %s: %w", im.name, err)
@@ -238,6 +233,31 @@ func (e *Executor) Start(ctx context.Context) error {
 		e.ccs = append(e.ccs, cc)
 	}
 	return e.nc.Flush()
+}
+
+// createConsumer creates (or updates) im's durable consumer, asking
+// Config.Retry after each failure.
+func (e *Executor) createConsumer(ctx context.Context, im *impl) (jetstream.Consumer, error) {
+	for {
+		cons, err := e.js.CreateOrUpdateConsumer(ctx, e.cfg.Stream, jetstream.ConsumerConfig{
+			Durable:        e.cfg.DurablePrefix + im.name,
+			Description:    "cgledger executor: commands for implementation " + im.name,
+			FilterSubjects: []string{protocol.Root + ".*.*.*.cmd.tool." + im.name, protocol.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        e.cfg.AckWait,
+			// Unlimited: a command whose outcome cannot be written yet
+			// must come back, never be dropped in silence.
+			MaxDeliver:    -1,
+			MaxAckPending: 2 * e.cfg.MaxInFlight,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err == nil || e.cfg.Retry == nil {
+			return cons, err
+		}
+		if rerr := e.cfg.Retry(ctx, "consumer for "+im.name, err); rerr != nil {
+			return nil, rerr
+		}
+	}
 }
 
 // Stop drains: it stops pulling (commands already buffered are nak'ed so

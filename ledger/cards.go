@@ -66,15 +66,19 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, chann
 		l.cache.cards.put(msg.Subject, &protocol.StoredCard{Card: *c, Seq: ack.Sequence})
 		return protocol.PutCardResult{CardID: c.CardID, Seq: ack.Sequence}, nil
 	case isWrongLastSeq(err):
-		existing, gerr := l.lastForSubject(ctx, msg.Subject)
-		if gerr == nil && existing != nil {
-			if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
-				// Not the ledger's: compare with the first message instead.
-				existing, gerr = l.firstForSubject(ctx, msg.Subject)
-			}
+		existing, gerr := l.storedEntry(ctx, msg.Subject)
+		if gerr != nil {
+			return protocol.PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %w", c.CardID, gerr)
 		}
-		if gerr != nil || existing == nil {
-			return protocol.PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %v", c.CardID, gerr)
+		if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
+			// Not the ledger's: compare with the first message instead.
+			first, ferr := l.firstForSubject(ctx, msg.Subject)
+			if ferr != nil {
+				return protocol.PutCardResult{}, fmt.Errorf("put card %s: exists but cannot be read: %w", c.CardID, ferr)
+			}
+			if first != nil {
+				existing = first
+			}
 		}
 		if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
 			var vs protocol.Violations

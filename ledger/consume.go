@@ -81,9 +81,9 @@ func (l *Ledger) consumeJSON(ctx context.Context, body []byte) (protocol.Consume
 	if !isWrongLastSeq(err) {
 		return protocol.ConsumeResult{}, fmt.Errorf("consume %s/%s: append: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
-	existing, gerr := l.lastForSubject(ctx, subj)
-	if gerr != nil || existing == nil {
-		return protocol.ConsumeResult{}, fmt.Errorf("consume %s/%s: consumed entry exists but cannot be read: %v", req.AgentTurnID, req.ToolCallID, gerr)
+	existing, gerr := l.storedEntry(ctx, subj)
+	if gerr != nil {
+		return protocol.ConsumeResult{}, fmt.Errorf("consume %s/%s: consumed entry exists but cannot be read: %w", req.AgentTurnID, req.ToolCallID, gerr)
 	}
 	return protocol.ConsumeResult{Seq: existing.Sequence, ReportSeq: reportSeq, Duplicate: true}, nil
 }

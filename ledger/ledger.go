@@ -123,6 +123,19 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: bind bucket %s: %w", streams.Bucket, err)
 	}
+	// The last step that talks to JetStream, before anything is registered
+	// or started: a caller may open again after an error (serve does while
+	// a cluster elects a leader).
+	var ttl string
+	if cfg.Retention > 0 {
+		if cfg.Retention < time.Second {
+			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
+		}
+		if err := enableMsgTTL(ctx, stream, js); err != nil {
+			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs (nats-server 2.11 or later): %w", err)
+		}
+		ttl = ttlValue(cfg.Retention)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
@@ -139,16 +152,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if err := c.watch(nc, version); err != nil {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
-	}
-	var ttl string
-	if cfg.Retention > 0 {
-		if cfg.Retention < time.Second {
-			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
-		}
-		if !enableMsgTTL(ctx, stream, js, log) {
-			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs on stream %s (nats-server 2.11 or later)", streams.Stream)
-		}
-		ttl = ttlValue(cfg.Retention)
 	}
 	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, ttl: ttl}, nil
 }
@@ -201,16 +204,7 @@ func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *
 		msg.Header.Set(protocol.HeaderTime, protocol.FormatTime(start))
 	}
 	opts = append(opts, jetstream.WithExpectStream(l.streams.Stream))
-	ack, err := l.js.PublishMsg(ctx, msg, opts...)
-	// Two identical publishes (same Nats-Msg-Id) in flight at once: the
-	// second is refused while the first is stored. Once it is, the same
-	// publish is answered as a duplicate with the original sequence.
-	for wait := backoff.New(time.Millisecond, 50*time.Millisecond); err != nil && isMsgIDInProcess(err); {
-		if werr := wait.Wait(ctx); werr != nil {
-			return nil, fmt.Errorf("%w (after: %v)", werr, err)
-		}
-		ack, err = l.js.PublishMsg(ctx, msg, opts...)
-	}
+	ack, err := untilDecided(ctx, func() (*jetstream.PubAck, error) { return l.js.PublishMsg(ctx, msg, opts...) })
 	if err != nil {
 		return nil, err
 	}
@@ -246,22 +240,64 @@ func (l *Ledger) lastForSubject(ctx context.Context, subject string) (*jetstream
 	return msg, nil
 }
 
-// isWrongLastSeq reports a failed "expected last sequence" check. JetStream
-// answers with code 10071, or 10164 on replicated streams.
+// isWrongLastSeq reports a failed "expected last sequence" check: the
+// subject holds an entry the writer did not expect (JetStream's 10071). The
+// entry is applied on the server that checked, so it can be read. Code 10164
+// is not this answer but "not decided yet" (isUndecided): writes go through
+// untilDecided, which waits it out.
 func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// isMsgIDInProcess reports JetStream's 10158: a message with the same
-// Nats-Msg-Id is being stored right now.
-func isMsgIDInProcess(err error) bool {
+// isUndecided reports a write the server refused only because another write
+// it cannot see through yet is in flight: JetStream's 10158 (a message with
+// the same Nats-Msg-Id is being stored) or 10164. A replicated stream's
+// leader answers 10164 to an "expected last sequence" check on a subject
+// that has an append proposed to its Raft group and not yet applied
+// (nats-server's expectedPerSubjectInProcess and inflight checks): the entry
+// the check is about may or may not be stored in a moment, and nothing
+// readable tells which. Asked again once the proposal is applied (or
+// dropped), the server gives a definite answer.
+func isUndecided(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == 10158 || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// untilDecided runs write, and again after a growing delay for as long as
+// the server answers isUndecided, so that its caller sees success or a
+// definite refusal. It gives up only when ctx ends, with ctx's error.
+func untilDecided[T any](ctx context.Context, write func() (T, error)) (T, error) {
+	v, err := write()
+	for wait := backoff.New(time.Millisecond, 50*time.Millisecond); err != nil && isUndecided(err); {
+		if werr := wait.Wait(ctx); werr != nil {
+			var zero T
+			return zero, fmt.Errorf("%w (waiting for a write in flight on the same subject: %v)", werr, err)
+		}
+		v, err = write()
+	}
+	return v, err
+}
+
+// storedEntry reads the entry on subject that an append expecting the
+// subject empty was refused for (isWrongLastSeq). The refusal says the entry
+// is stored, yet a read can reach a server that has not applied it (a stream
+// leader elected in between): it reads again after a growing delay until the
+// entry shows or ctx ends. It never returns a nil entry without an error.
+func (l *Ledger) storedEntry(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	for wait := backoff.New(time.Millisecond, 50*time.Millisecond); ; {
+		m, err := l.lastForSubject(ctx, subject)
+		if err == nil && m != nil {
+			return m, nil
+		}
+		if werr := wait.Wait(ctx); werr != nil {
+			if err == nil {
+				return nil, fmt.Errorf("read %s: the stream refused an append for an entry it holds, which no read found: %w", subject, werr)
+			}
+			return nil, fmt.Errorf("%w (last read: %w)", werr, err)
+		}
+	}
 }
 
 // isTooLarge reports a message over the stream's size limit.

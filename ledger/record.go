@@ -83,7 +83,9 @@ func cloneRecord(rec *protocol.CallRecord) *protocol.CallRecord {
 }
 
 // createRecord writes a new record. ok=false means the key already exists
-// (JetStream reports that as 10071 or 10164, not always ErrKeyExists).
+// (JetStream reports that as 10071, not always ErrKeyExists). While another
+// write of the key is in flight on a replicated bucket the server cannot tell
+// yet (10164): the create waits for a definite answer (untilDecided).
 func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.CallRecord) (rev uint64, ok bool, err error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -92,7 +94,7 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.Cal
 	if err := l.writable(); err != nil {
 		return 0, false, err
 	}
-	rev, err = l.kv.Create(ctx, key, b)
+	rev, err = untilDecided(ctx, func() (uint64, error) { return l.kv.Create(ctx, key, b) })
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil
@@ -104,7 +106,8 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.Cal
 }
 
 // updateRecord compare-and-sets a record at revision rev. ok=false means
-// another writer got there first.
+// another writer got there first; a write of the key still in flight is
+// waited for (untilDecided), so ok=false is never a guess.
 func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.CallRecord, rev uint64) (uint64, bool, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -113,7 +116,7 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 	if err := l.writable(); err != nil {
 		return 0, false, err
 	}
-	nrev, err := l.kv.Update(ctx, key, b, rev)
+	nrev, err := untilDecided(ctx, func() (uint64, error) { return l.kv.Update(ctx, key, b, rev) })
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil

@@ -441,12 +441,9 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 	if err != nil && !isWrongLastSeq(err) {
 		return 0, nil, err
 	}
-	existing, gerr := l.lastForSubject(ctx, c.Subject)
+	existing, gerr := l.storedEntry(ctx, c.Subject)
 	if gerr != nil {
-		return 0, nil, gerr
-	}
-	if existing == nil {
-		return 0, nil, fmt.Errorf("report entry %s reported present but not found", c.Subject)
+		return 0, nil, fmt.Errorf("report entry exists but cannot be read: %w", gerr)
 	}
 	stored, err = l.claimFromEntry(existing)
 	if err != nil {

@@ -2,7 +2,7 @@ package ledger
 
 import (
 	"context"
-	"log/slog"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -43,16 +43,16 @@ func (l *Ledger) expire(kind protocol.EntryKind, msg *nats.Msg) {
 
 // enableMsgTTL turns on per-message TTLs on a ledger stream created before
 // they were used (enabling changes nothing stored; nats-server refuses to
-// turn them off again). It reports whether the stream takes them.
-func enableMsgTTL(ctx context.Context, s jetstream.Stream, js jetstream.JetStream, log *slog.Logger) bool {
+// turn them off again). An error means the stream does not take them, or
+// the server did not answer.
+func enableMsgTTL(ctx context.Context, s jetstream.Stream, js jetstream.JetStream) error {
 	cfg := s.CachedInfo().Config
 	if cfg.AllowMsgTTL {
-		return true
+		return nil
 	}
 	cfg.AllowMsgTTL = true
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		log.Warn("ledger: the stream does not take per-message TTLs (nats-server before 2.11?)", "stream", cfg.Name, "err", err)
-		return false
+		return fmt.Errorf("turn on per-message TTLs on stream %s: %w", cfg.Name, err)
 	}
-	return true
+	return nil
 }

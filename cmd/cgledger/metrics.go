@@ -57,11 +57,16 @@ var (
 	consumerPending    = prometheus.NewDesc("cgledger_consumer_pending_messages", "Commands not yet delivered by a durable consumer of the ledger stream (an executor's or a tool service's backlog).", []string{"consumer"}, nil)
 	consumerAckPending = prometheus.NewDesc("cgledger_consumer_ack_pending_messages", "Commands delivered and not yet acknowledged (calls running), per durable consumer.", []string{"consumer"}, nil)
 	consumerRedeliv    = prometheus.NewDesc("cgledger_consumer_redelivered_messages", "Commands delivered more than once and not yet acknowledged, per durable consumer.", []string{"consumer"}, nil)
+	// Only the stream leader answers a stream's info: while a stream has
+	// none, its series are absent from the scrape, which is how an alert
+	// sees an election without a system-account user.
+	streamLeaderDesc  = prometheus.NewDesc("cgledger_stream_leader", "1, labelled with the server leading a JetStream stream of the ledger; absent while the stream has no leader (or cannot be read).", []string{"stream", "leader"}, nil)
+	streamCurrentDesc = prometheus.NewDesc("cgledger_stream_replicas_current", "Replicas of a JetStream stream of the ledger that are current, the leader included (3 of 3 on a healthy R3 cluster).", []string{"stream"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *jetStreamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{streamMessagesDesc, streamBytesDesc, consumerPending, consumerAckPending, consumerRedeliv} {
+	for _, d := range []*prometheus.Desc{streamMessagesDesc, streamBytesDesc, consumerPending, consumerAckPending, consumerRedeliv, streamLeaderDesc, streamCurrentDesc} {
 		ch <- d
 	}
 }
@@ -76,9 +81,20 @@ func (c *jetStreamCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		st := s.CachedInfo().State
+		si := s.CachedInfo()
+		st := si.State
 		ch <- prometheus.MustNewConstMetric(streamMessagesDesc, prometheus.GaugeValue, float64(st.Msgs), name)
 		ch <- prometheus.MustNewConstMetric(streamBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)
+		if cl := si.Cluster; cl != nil && cl.Leader != "" {
+			ch <- prometheus.MustNewConstMetric(streamLeaderDesc, prometheus.GaugeValue, 1, name, cl.Leader)
+			current := 1
+			for _, r := range cl.Replicas {
+				if r.Current && !r.Offline {
+					current++
+				}
+			}
+			ch <- prometheus.MustNewConstMetric(streamCurrentDesc, prometheus.GaugeValue, float64(current), name)
+		}
 		if i != 0 {
 			continue // consumers of the ledger stream only
 		}

@@ -14,28 +14,73 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 )
 
-// openLedger opens the ledger, waiting (up to two minutes, logging each
-// try) while a cluster cannot place its streams yet: peers that have just
-// started, or a meta leader being elected. Any other error is returned at
-// once.
-func openLedger(ctx context.Context, nc *nats.Conn, cfg ledger.Config, log *slog.Logger) (*ledger.Ledger, error) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for wait := backoff.New(250*time.Millisecond, 5*time.Second); ; {
-		l, err := ledger.Open(ctx, nc, cfg)
-		if err == nil || !clusterSettling(err) || time.Now().After(deadline) {
-			return l, err
+// Serve's start-up policy towards JetStream: a step that fails because the
+// cluster cannot answer yet (clusterSettling: peers starting, a meta or
+// stream leader being elected, so requests time out) is tried again after a
+// delay doubling from startRetryFirst to startRetryMax, logged each time,
+// until it succeeds, fails for another reason, or serve is stopped. There is
+// no deadline of its own: a supervisor restarting a serve that gave up would
+// only start the same wait again (docs/durability.md, "Running serve on a
+// cluster").
+const (
+	startRetryFirst = 250 * time.Millisecond
+	startRetryMax   = 5 * time.Second
+)
+
+// untilClusterAnswers runs one start-up step under serve's start-up policy.
+// step names it in the log and in the error.
+func untilClusterAnswers(ctx context.Context, log *slog.Logger, step string, f func() error) error {
+	retry := startRetry(log)
+	for {
+		err := f()
+		if err == nil {
+			return nil
 		}
-		log.Warn("the cluster cannot place the ledger's streams yet; retrying", "err", err, "retry_in", wait.Next())
-		if werr := wait.Wait(ctx); werr != nil {
-			return nil, fmt.Errorf("open ledger: %w (last: %v)", werr, err)
+		if rerr := retry(ctx, step, err); rerr != nil {
+			return rerr
 		}
 	}
 }
 
-// clusterSettling reports errors a cluster gives while it is still forming.
+// startRetry returns the start-up policy as a hook for parts that run their
+// own steps (the executor's Config.Retry): it waits and returns nil when err
+// is the cluster not answering yet, and returns an error to give up with
+// otherwise. Each step has its own growing delay.
+func startRetry(log *slog.Logger) func(ctx context.Context, step string, err error) error {
+	waits := map[string]*backoff.Doubling{}
+	return func(ctx context.Context, step string, err error) error {
+		if ctx.Err() != nil || !clusterSettling(err) {
+			return err
+		}
+		wait := waits[step]
+		if wait == nil {
+			wait = backoff.New(startRetryFirst, startRetryMax)
+			waits[step] = wait
+		}
+		log.Warn("the NATS cluster does not answer yet (peers starting, or a leader being elected); serve waits and retries", "step", step, "err", err, "retry_in", wait.Next())
+		if werr := wait.Wait(ctx); werr != nil {
+			return fmt.Errorf("%w (while waiting for the cluster after: %w)", werr, err)
+		}
+		return nil
+	}
+}
+
+// openLedger opens the ledger under serve's start-up policy: while a
+// cluster cannot place or reach its streams yet it waits and tries again.
+func openLedger(ctx context.Context, nc *nats.Conn, cfg ledger.Config, log *slog.Logger) (*ledger.Ledger, error) {
+	var l *ledger.Ledger
+	err := untilClusterAnswers(ctx, log, "open ledger", func() (err error) {
+		l, err = ledger.Open(ctx, nc, cfg)
+		return err
+	})
+	return l, err
+}
+
+// clusterSettling reports errors a cluster gives while it is still forming
+// or electing a leader: JetStream requests that nobody answers in time.
 func clusterSettling(err error) bool {
 	msg := err.Error()
-	for _, s := range []string{"no suitable peers", "temporarily unavailable", "peer offline", "no responders", "context deadline exceeded", "i/o timeout"} {
+	for _, s := range []string{"no suitable peers", "temporarily unavailable", "peer offline", "no responders", "context deadline exceeded", "i/o timeout", "nats: timeout"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

@@ -111,6 +111,12 @@ func serve(args []string) int {
 	}
 	defer stopTracing()
 	if err := runServe(ctx, s, log, nil); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped by a signal while a start-up step waited for the
+			// cluster: a requested stop, not a failure.
+			log.Info("stopped before serving", "step_err", err)
+			return exitOK
+		}
 		log.Error("serve failed", "err", err)
 		return exitFailed
 	}
@@ -265,7 +271,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// Views of another format are emptied and rebuilt from the ledger:
 		// first make sure that the ledger still has every entry they hold.
 		opts := projector.StoreOptions{BeforeRebuild: func(fc projector.FormatChange) error {
-			return checkRebuild(ctx, js, s.Data, views, fc)
+			return untilClusterAnswers(ctx, log, "check the ledger before rebuilding the views", func() error {
+				return checkRebuild(ctx, js, s.Data, views, fc)
+			})
 		}}
 		if store, err = projector.OpenStore(views, opts); err != nil {
 			return err
@@ -286,8 +294,14 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			viewsApplied = fc.Applied
 		}
 	}
-	recorded, err := checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied)
-	if err != nil {
+	// Every start-up step that talks to JetStream runs under serve's
+	// start-up policy (untilClusterAnswers): on a cluster electing a leader
+	// serve waits, not ready, instead of exiting.
+	var recorded bool
+	if err := untilClusterAnswers(ctx, log, "read the ledger stream", func() (err error) {
+		recorded, err = checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied)
+		return err
+	}); err != nil {
 		return err
 	}
 	// Writes stop before the data directory's disk is full: JetStream
@@ -319,7 +333,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// calls before the connection drains.
 	defer l.Close()
 	if !recorded {
-		if err := recordLedgerStream(ctx, js, l.StreamName(), s.Data); err != nil {
+		if err := untilClusterAnswers(ctx, log, "record the ledger stream", func() error {
+			return recordLedgerStream(ctx, js, l.StreamName(), s.Data)
+		}); err != nil {
 			return err
 		}
 	}
@@ -358,7 +374,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			<-archDone
 			log.Info("archiver stopped", "sealed_seq", archiver.Sealed())
 		}()
-	} else if err := ledger.ApplyRetention(ctx, js, ledger.StreamConfig{Replicas: s.Replicas}, 0); err != nil {
+	} else if err := untilClusterAnswers(ctx, log, "apply retention", func() error {
+		return ledger.ApplyRetention(ctx, js, ledger.StreamConfig{Replicas: s.Replicas}, 0)
+	}); err != nil {
 		return err
 	}
 
@@ -446,7 +464,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			}
 		}
 		ackWait, _ := time.ParseDuration(s.AckWait) // validated; empty is the default
-		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey, AckWait: ackWait})
+		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey, AckWait: ackWait, Retry: startRetry(log)})
 		if err != nil {
 			return err
 		}

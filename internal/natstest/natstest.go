@@ -1,7 +1,8 @@
 // Package natstest is the shared test harness: a real in-process nats-server
 // with JetStream on file storage in a test's temporary directory, on a random
 // loopback port, shut down by t.Cleanup. It can stop and restart a server on
-// the same store directory and port so tests can check recovery.
+// the same store directory and port so tests can check recovery. Cluster is
+// the same for a JetStream cluster of several servers in the process.
 package natstest
 
 import (
