@@ -83,6 +83,7 @@ type Ledger struct {
 	log     *slog.Logger
 	lease   time.Duration
 	cache   *caches
+	labels  *ToolLabels
 	guard   func() error
 	bg      background
 	seqs    pendingSequences
@@ -150,7 +151,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		}
 		ttl = ttlValue(cfg.Retention)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, ttl: ttl}, nil
+	l := &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl}
+	if err := l.loadToolNames(ctx); err != nil {
+		c.close()
+		return nil, fmt.Errorf("ledger: open: %w", err)
+	}
+	return l, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after
