@@ -235,6 +235,20 @@ func TestAPMOBuiltInIsServedOnItsToolCredential(t *testing.T) {
 	for _, e := range r.entriesOfKind(t, protocol.KindReport) {
 		require.Equal(t, pmo, nats.Header(e.Headers).Get(protocol.HeaderActor), "reported over the API as the PMO tool")
 	}
+	// A command that does not validate (no CG-Step-Id, no tool_call_card_id)
+	// is recorded as refused, over the API, as the PMO tool.
+	js, err := r.NC.JetStream()
+	require.NoError(t, err)
+	_, err = js.PublishMsg(&nats.Msg{Subject: protocol.PMOCommandSubject("v1", "proj", "main", pmo), Data: []byte(`{"args":{"x":1}}`)})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.commandRejections(t) == 1 }, time.Minute, 20*time.Millisecond)
+	for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
+		var re protocol.RejectionEntry
+		require.NoError(t, json.Unmarshal(e.Data, &re))
+		if re.Op == protocol.OpCommand {
+			require.Equal(t, pmo, nats.Header(e.Headers).Get(protocol.HeaderActor))
+		}
+	}
 	require.NoError(t, svc.nc.Flush())
 	svc.mu.Lock()
 	require.Empty(t, svc.refused, "NATS refused the PMO tool's credential nothing")
