@@ -1,12 +1,14 @@
 package ledger_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -25,7 +27,10 @@ import (
 func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := ledgertest.NewWithConfig(t, ledger.Config{Registerer: reg})
-	ctx := ledgertest.Ctx(t)
+	// Ten thousand calls take a while under the race detector on a loaded
+	// machine: more than the minute of ledgertest.Ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	reg.MustRegister(e.L.SLOCollector())
 	_, err := e.L.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: "proj", ToolName: "search",
 		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.search",
@@ -43,8 +48,8 @@ func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 		ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t-known", ID: "c-pmo", Epoch: 1, Tool: "delegate_async"})
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
+	errs := make(chan error, 64)
+	for range 64 {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
