@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -275,4 +277,55 @@ func TestAPMOBuiltInIsServedOnItsToolCredential(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, auth.ToolConsumerName("other", pmo), tc.Consumer)
 	require.Equal(t, []string{"cg.v1.other.*.cmd.sys.pmo.internal." + pmo}, tc.FilterSubjects)
+}
+
+// TestExecutorToolLabelsAreRegisteredOrBuiltIn: calls to names nobody
+// registered, sent to a built-in's target, are counted under
+// ledger.OtherToolLabel in every executor family with a tool label, on an
+// executor in process (the ledger's labels) and in another process (its
+// own); echo keeps its name.
+func TestExecutorToolLabelsAreRegisteredOrBuiltIn(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		var r *rig
+		if remote {
+			// Every call here targets echo, so echo is the actor of every
+			// report (the client's default, the source function, would
+			// name the unknown tool).
+			r = apiRig(t, ledgertest.New(t))
+			r.conn = r.Srv.Connect(t)
+			r.remote = client.New(r.conn, client.WithActor("echo"))
+			r.start(t, executor.Config{}, nil)
+		} else {
+			r = newRig(t, executor.Config{}, nil)
+		}
+		var calls []ledgertest.Call
+		for i := range 20 {
+			calls = append(calls, r.dispatch(t, callOpts{tool: fmt.Sprintf("acc-secret-%d", i), target: "echo"}))
+		}
+		calls = append(calls, r.dispatch(t, callOpts{tool: "echo", args: `{"x":1}`}))
+		for _, c := range calls {
+			r.result(t, c)
+		}
+		seen := map[string]bool{}
+		require.Eventually(t, func() bool {
+			mfs, err := r.reg.Gather()
+			require.NoError(t, err)
+			clear(seen)
+			var n float64
+			for _, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					for _, lp := range m.GetLabel() {
+						if lp.GetName() == "tool" {
+							seen[lp.GetValue()] = true
+							if mf.GetName() == "cgledger_executor_calls_total" {
+								n += m.GetCounter().GetValue()
+							}
+						}
+					}
+				}
+			}
+			return n == float64(len(calls))
+		}, time.Minute, 20*time.Millisecond, "every call counted")
+		require.Equal(t, map[string]bool{"echo": true, ledger.OtherToolLabel: true}, seen, "remote: %v", remote)
+	}
 }
