@@ -50,6 +50,9 @@ func (c sloCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil || st.Definition.SLO == nil {
 			continue
 		}
+		// Just read from the registry: known from now on, whatever this
+		// process missed while cut off from NATS.
+		l.labels.Add(st.Definition.ToolName)
 		name, slo := l.labels.Label(st.Definition.ToolName), st.Definition.SLO
 		if slo.SuccessRateMin > 0 {
 			success[name] = max(success[name], slo.SuccessRateMin)
