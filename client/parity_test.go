@@ -37,6 +37,7 @@ var inProcessOnly = map[string]string{
 	"BucketName":   "the in-process ledger's configuration",
 	"Version":      "the in-process ledger's configuration",
 	"SLOCollector": "the in-process ledger's metrics",
+	"ToolLabels":   "the in-process ledger's metrics (an executor on a client keeps its own)",
 }
 
 // TestClientHasTheLedgersOperations: every operation of the in-process

@@ -39,11 +39,12 @@ func (e *Executor) run(ctx context.Context, im *impl, call *Call) (Outcome, int)
 	case <-ctx.Done():
 		return e.interrupted(ctx, call), 0
 	}
-	e.m.inFlight.WithLabelValues(call.ToolName).Inc()
-	defer e.m.inFlight.WithLabelValues(call.ToolName).Dec()
+	tool := e.labels.Label(call.ToolName)
+	e.m.inFlight.WithLabelValues(tool).Inc()
+	defer e.m.inFlight.WithLabelValues(tool).Dec()
 	for attempt := 1; ; attempt++ {
 		call.Attempt = attempt
-		e.m.attempts.WithLabelValues(call.ToolName).Inc()
+		e.m.attempts.WithLabelValues(tool).Inc()
 		o := e.attempt(ctx, im, call)
 		if ctx.Err() != nil {
 			return e.interrupted(ctx, call), attempt
@@ -97,7 +98,7 @@ func (e *Executor) interrupted(ctx context.Context, call *Call) Outcome {
 	case errors.Is(cause, errShutdown):
 		return Outcome{Kind: KindTerminal, Code: "S-TOOL-SHUTDOWN", Message: "executor shutting down"}
 	default:
-		e.m.deadlines.WithLabelValues(call.ToolName).Inc()
+		e.m.deadlines.WithLabelValues(e.labels.Label(call.ToolName)).Inc()
 		return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline of %d ms", call.Timeout.Milliseconds()), 0)
 	}
 }

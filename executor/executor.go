@@ -118,6 +118,9 @@ type Executor struct {
 	tp  trace.TracerProvider
 
 	impls map[string]*impl
+	// labels gives every tool label (ledger.ToolLabels): the ledger's when
+	// the executor runs in its process, else its own.
+	labels *ledger.ToolLabels
 
 	mu       sync.Mutex
 	stopping bool
@@ -187,7 +190,11 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{},
+	labels := ledger.NewToolLabels(protocol.ReservedToolNames...)
+	if tl, ok := l.(interface{ ToolLabels() *ledger.ToolLabels }); ok {
+		labels = tl.ToolLabels()
+	}
+	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{}, labels: labels,
 		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]toolSem{}, schemas: newSchemaCache(maxCachedSchemas),
 		global: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
@@ -205,6 +212,9 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 		return errors.New("executor: Register after Start")
 	}
 	e.impls[name] = &impl{name: name, tool: tool, builtin: builtin}
+	if builtin != nil {
+		e.labels.Add(builtin.ToolName)
+	}
 	return nil
 }
 

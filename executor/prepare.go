@@ -77,6 +77,9 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 			st, err = e.l.GetTool(ctx, project, toolName)
 		}
 		if err == nil {
+			// Registered: a name of its own in the metrics, also where
+			// this executor runs apart from the ledger.
+			e.labels.Add(toolName)
 			return &st.Definition, st.Seq, nil
 		}
 		if !errors.Is(err, protocol.ErrNotFound) {

@@ -90,8 +90,9 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		e.log.Warn("report refused", "tool", ans.toolName, "call", rec.ToolCallID, "err", err)
 	}
 	e.ack(msg, "reported")
-	e.m.calls.WithLabelValues(ans.toolName, status, errorClass(o)).Inc()
-	e.m.duration.WithLabelValues(ans.toolName).Observe(time.Since(start).Seconds())
+	tool := e.labels.Label(ans.toolName)
+	e.m.calls.WithLabelValues(tool, status, errorClass(o)).Inc()
+	e.m.duration.WithLabelValues(tool).Observe(time.Since(start).Seconds())
 	e.log.Info("call resolved", "tool", ans.toolName, "call", rec.ToolCallID, "status", status, "code", o.Code, "attempts", attempts, "duration_ms", time.Since(start).Milliseconds())
 }
 

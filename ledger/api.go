@@ -393,7 +393,8 @@ func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
 
 // EnsureToolConsumer creates (or finds) the durable consumer of a project's
 // tool target, which must be the target of a registered tool (else
-// not_found): the only JetStream consumer a tool credential may pull from,
+// not_found) or a PMO built-in (its cmd.sys.pmo.internal commands): the
+// only JetStream consumer a tool credential may pull from,
 // so a tool service in any language gets durable, redelivered commands
 // without any right to the JetStream API beyond it.
 func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error) {
@@ -402,6 +403,11 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 	protocol.CheckIdent(&vs, "subject", tool, true)
 	if err := protocol.BadRequest("tool.consumer request", vs); err != nil {
 		return protocol.ToolConsumer{}, err
+	}
+	if protocol.IsPMOTool(tool) {
+		// A PMO built-in is served in every project without a
+		// registration; only a credential issued for it asks.
+		return l.ensureConsumer(ctx, project, tool, protocol.Root+"."+l.version+"."+project+".*.cmd.sys.pmo.internal."+tool)
 	}
 	// Only tools an admin registered get a consumer: each one is a resource
 	// of the stream (which caps consumers), not something any tool
@@ -422,11 +428,17 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		return protocol.ToolConsumer{}, protocol.NewError(protocol.CodeNotFound, vs, "no registered tool with target %s", tool)
 	}
 	base := protocol.Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
+	return l.ensureConsumer(ctx, project, tool, base, base+".>")
+}
+
+// ensureConsumer creates (or finds) the durable consumer of a tool's
+// commands, named for the tool credential that may pull it.
+func (l *Ledger) ensureConsumer(ctx context.Context, project, tool string, filters ...string) (protocol.ToolConsumer, error) {
 	name := auth.ToolConsumerName(project, tool)
 	if err := l.checkConsumerQuota(ctx, project, name); err != nil {
 		return protocol.ToolConsumer{}, err
 	}
-	tc := protocol.ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
+	tc := protocol.ToolConsumer{Stream: l.streams.Stream, Consumer: name, FilterSubjects: filters, APIPrefix: auth.ToolJSAPIPrefix}
 	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
 		Description:    "cgledger: commands of tool " + protocol.Clip(tool) + " in project " + protocol.Clip(project),

@@ -120,6 +120,8 @@ type caches struct {
 	cards   *boundedCache[*protocol.StoredCard]
 	rosters *boundedCache[*protocol.RosterResult] // by subject; nil: the agent has none
 	tools   *boundedCache[*protocol.StoredTool]   // by subject; nil: not registered
+	// labels learns every tool name registered, from the same watch.
+	labels *ToolLabels
 
 	mu   sync.Mutex
 	nc   *nats.Conn
@@ -136,6 +138,7 @@ func newCaches() *caches {
 		cards:   newBoundedCache[*protocol.StoredCard](cacheSize),
 		rosters: newBoundedCache[*protocol.RosterResult](cacheSize),
 		tools:   newBoundedCache[*protocol.StoredTool](cacheSize),
+		labels:  NewToolLabels(protocol.ReservedToolNames...),
 	}
 }
 
@@ -161,10 +164,14 @@ func (c *caches) watch(nc *nats.Conn, version string) error {
 	return nc.Flush()
 }
 
-// changed forgets what is cached for a roster or tool subject.
+// changed forgets what is cached for a roster or tool subject, and makes a
+// tool's name a label of its own.
 func (c *caches) changed(subject string) {
 	c.rosters.drop(subject)
 	c.tools.drop(subject)
+	if name := toolSubjectName(subject); name != "" {
+		c.labels.Add(name)
+	}
 }
 
 // watching reports whether roster and tool entries may be served from

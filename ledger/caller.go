@@ -118,8 +118,8 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 		// A subject without the command shape is the body's problem
 		// (bad_request, with the others), not the caller's.
 		if sub, ok := stringField(topLevel(body), "subject"); ok {
-			if toks, ok := protocol.CommandSubjectTokens(sub); ok && protocol.ValidIdentifier(toks[2]) && protocol.ValidIdentifier(toks[6]) && (toks[2] != c.Project || toks[6] != c.Actor) {
-				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...], got %q", c.Project, c.Actor, c.Project, c.Actor, protocol.Clip(sub))
+			if toks, ok := protocol.CommandSubjectTokens(sub); ok && protocol.ValidIdentifier(toks[2]) && protocol.ValidIdentifier(protocol.CommandSubjectActor(toks)) && (toks[2] != c.Project || protocol.CommandSubjectActor(toks) != c.Actor) {
+				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...] (or cmd.sys.pmo.internal.%s for a PMO built-in), got %q", c.Project, c.Actor, c.Project, c.Actor, c.Actor, protocol.Clip(sub))
 			}
 		}
 	default: // reads, and report.resume

@@ -83,6 +83,7 @@ type Ledger struct {
 	log     *slog.Logger
 	lease   time.Duration
 	cache   *caches
+	labels  *ToolLabels
 	guard   func() error
 	bg      background
 	seqs    pendingSequences
@@ -136,10 +137,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		}
 		ttl = ttlValue(cfg.Retention)
 	}
-	m, err := newMetrics(cfg.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -153,7 +150,20 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, guard: cfg.WriteGuard, ttl: ttl}, nil
+	names, err := registeredToolNames(ctx, stream, version)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("ledger: open: %w", err)
+	}
+	c.labels.Add(names...)
+	// Registered last: a caller that opens again after an error above
+	// must not find the metrics taken.
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
+	}
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

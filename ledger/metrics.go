@@ -1,8 +1,6 @@
 package ledger
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,7 +17,6 @@ type metrics struct {
 	apiDuration    *prometheus.HistogramVec
 	callLatency    *prometheus.HistogramVec
 	wakeupLatency  *prometheus.HistogramVec
-	tools          toolLabels
 	wakeups        prometheus.Counter
 	wakeupsSkipped prometheus.Counter
 	reports        *prometheus.CounterVec
@@ -63,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_report_latency_seconds",
-			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (at most 256 tool names; the rest as \"other\").",
+			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\").",
 			Buckets: LatencyBuckets,
 		}, []string{"tool"}),
 		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -99,33 +96,3 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // millisecond (an API request) to ten minutes (a long tool call); the
 // executor and serve use them too, so dashboards compare like with like.
 var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
-
-// maxToolLabels bounds the tool label: tool names come from clients, and a
-// label per name could grow without end.
-const maxToolLabels = 256
-
-// toolLabels maps tool names to label values, keeping the first
-// maxToolLabels names seen and calling the rest "other".
-type toolLabels struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-}
-
-func (t *toolLabels) label(tool string) string {
-	if tool == "" {
-		return "unknown"
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.seen[tool]; ok {
-		return tool
-	}
-	if t.seen == nil {
-		t.seen = map[string]struct{}{}
-	}
-	if len(t.seen) >= maxToolLabels {
-		return "other"
-	}
-	t.seen[tool] = struct{}{}
-	return tool
-}

@@ -225,7 +225,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			// now (at the old revision, which the mark's compare-and-set
 			// replaces): its duplicates and the agent's consume need no read.
 			l.cacheRecord(key, next, rev)
-			tool := l.m.tools.label(rec.ToolName)
+			tool := l.labels.Label(rec.ToolName)
 			l.m.wakeupLatency.WithLabelValues(tool).Observe(time.Since(appended).Seconds())
 			if !rec.DispatchedAt.IsZero() {
 				l.m.callLatency.WithLabelValues(tool).Observe(appended.Sub(rec.DispatchedAt).Seconds())

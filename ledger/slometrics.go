@@ -20,7 +20,7 @@ var (
 // SLOCollector exports the SLO targets of the registered tools, read on
 // scrape (from this process's memory where it has them), so alert rules
 // hold each tool to its own objective. Tool names are labels: they are
-// bounded by the registry, which only admins write.
+// registered ones (ToolLabels), which only admins write.
 func (l *Ledger) SLOCollector() prometheus.Collector { return sloCollector{l} }
 
 type sloCollector struct{ l *Ledger }
@@ -50,7 +50,10 @@ func (c sloCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil || st.Definition.SLO == nil {
 			continue
 		}
-		name, slo := st.Definition.ToolName, st.Definition.SLO
+		// Just read from the registry: known from now on, whatever this
+		// process missed while cut off from NATS.
+		l.labels.Add(st.Definition.ToolName)
+		name, slo := l.labels.Label(st.Definition.ToolName), st.Definition.SLO
 		if slo.SuccessRateMin > 0 {
 			success[name] = max(success[name], slo.SuccessRateMin)
 		}

@@ -119,6 +119,14 @@ slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 	_, err = e.l.GetTool(ctx, project, "fork_join")
 	require.ErrorIs(t, err, protocol.ErrNotFound)
 
+	// A PMO built-in's name is no target either: it is the actor of that
+	// built-in's tool credential.
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"x","parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.delegate_async.x","after_execution":"suspend"}`))
+	le, _ = protocol.AsError(err)
+	require.NotNil(t, le)
+	require.Equal(t, []protocol.Violation{{Field: "tool.target_subject", Code: protocol.VReserved,
+		Message: `target "delegate_async" is a PMO built-in tool name (served on cmd.sys.pmo.internal.delegate_async)`}}, le.Violations)
+
 	_, err = e.l.RegisterToolYAML(ctx, project, []byte("tool_name: [unclosed"))
 	require.ErrorIs(t, err, protocol.ErrBadRequest)
 	_, err = e.l.RegisterToolYAML(ctx, project, []byte(`{"tool_name":"x","parameters":{"type":"object"},"target_subject":"cg.v1.other.{channel_id}.cmd.tool.x","after_execution":"suspend"}`))

@@ -31,7 +31,7 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 	}
 	r.Subject = o.Str("subject", true)
 	if toks, ok := CommandSubjectTokens(r.Subject); r.Subject != "" && !ok {
-		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject a tool command was received on, %s.<ver>.<project_id>.<channel_id>.cmd.tool.<target>[...]: tokens neither empty nor wildcards, no whitespace; got %q", Root, Clip(r.Subject))
+		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject a tool command was received on, %s.<ver>.<project_id>.<channel_id>.cmd.tool.<target>[...] or cmd.sys.pmo.internal.<tool>: tokens neither empty nor wildcards, no whitespace; got %q", Root, Clip(r.Subject))
 	} else if ok {
 		// A tool receives only its own project's commands for its own
 		// target, both identifiers; a token that is not one names nobody,
@@ -40,8 +40,8 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 		if !ValidIdentifier(toks[2]) {
 			vs.Add(o.Path("subject"), VInvalidToken, "project token %q is not an identifier", Clip(toks[2]))
 		}
-		if !ValidIdentifier(toks[6]) {
-			vs.Add(o.Path("subject"), VInvalidToken, "tool target token %q is not an identifier", Clip(toks[6]))
+		if actor := CommandSubjectActor(toks); !ValidIdentifier(actor) {
+			vs.Add(o.Path("subject"), VInvalidToken, "tool target token %q is not an identifier", Clip(actor))
 		}
 	}
 	if raw := o.Raw("headers"); raw != nil {
@@ -108,15 +108,21 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 	return r, vs
 }
 
-// CommandSubjectTokens splits a tool command subject,
-// cg.<ver>.<project>.<channel>.cmd.tool.<target>[...], into its tokens; ok
-// is false unless it has that shape with a valid version and no empty,
-// wildcard or whitespace token (no NATS message arrives on such a subject).
-// The project, channel and target tokens are not checked as identifiers: a
-// refused command may name ones the ledger would never accept.
+// CommandSubjectTokens splits a command subject,
+// cg.<ver>.<project>.<channel>.cmd.tool.<target>[...] or
+// cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<tool>, into its
+// tokens; ok is false unless it has one of those shapes with a valid
+// version and no empty, wildcard or whitespace token (no NATS message
+// arrives on such a subject). The project, channel and target tokens are
+// not checked as identifiers: a refused command may name ones the ledger
+// would never accept.
 func CommandSubjectTokens(s string) ([]string, bool) {
 	toks := strings.Split(s, ".")
-	if len(toks) < 7 || toks[0] != Root || !ValidVersion(toks[1]) || toks[4] != "cmd" || toks[5] != "tool" {
+	if len(toks) < 7 || toks[0] != Root || !ValidVersion(toks[1]) || toks[4] != "cmd" {
+		return nil, false
+	}
+	pmo := len(toks) == 9 && toks[5] == "sys" && toks[6] == "pmo" && toks[7] == "internal"
+	if toks[5] != "tool" && !pmo {
 		return nil, false
 	}
 	for _, t := range toks {
@@ -125,6 +131,15 @@ func CommandSubjectTokens(s string) ([]string, bool) {
 		}
 	}
 	return toks, true
+}
+
+// CommandSubjectActor is the actor that serves a command, from the tokens
+// of its subject (CommandSubjectTokens): the tool target, or the PMO tool.
+func CommandSubjectActor(toks []string) string {
+	if toks[5] == "sys" {
+		return toks[8]
+	}
+	return toks[6]
 }
 
 // validHeaderName reports whether s can be a NATS header name: printable

@@ -26,10 +26,13 @@ func TestParseCommandRejection(t *testing.T) {
 	require.Empty(t, vs)
 	require.Equal(t, []byte("x"), r.Data)
 	require.Equal(t, protocol.CodeBadRequest, r.Error.Code)
+	// A PMO built-in's command, refused by the tool credential serving it.
+	_, vs = protocol.ParseCommandRejection(body("cg.v1.p.c.cmd.sys.pmo.internal.x", nil))
+	require.Empty(t, vs)
 
 	for _, subject := range []string{"cg.v1.p..cmd.tool.search", "cg.vx.p.c.cmd.tool.search",
 		"cg.v1.p.c.cmd.tool.search.", "cg.v1.p.c.cmd.tool.search..x", ".cg.v1.p.c.cmd.tool.search", "cg.v1.p.c.cmd.tool",
-		"cg.v1.p.c.cmd.sys.pmo.internal.x", "cg.v1.p.c.cmd.tool.*", "cg.v1.p.c.cmd.tool.a b", "cgledger.v1.p.a.report"} {
+		"cg.v1.p.c.cmd.sys.pmo.internal", "cg.v1.p.c.cmd.sys.pmo.internal.x.y", "cg.v1.p.c.cmd.sys.pmo.other.x", "cg.v1.p.c.cmd.tool.*", "cg.v1.p.c.cmd.tool.a b", "cgledger.v1.p.a.report"} {
 		_, vs := protocol.ParseCommandRejection(body(subject, nil))
 		require.Len(t, vs, 1, "subject %q", subject)
 		require.Equal(t, "body.subject", vs[0].Field)

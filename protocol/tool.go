@@ -13,8 +13,24 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// ReservedToolNames are the PMO built-ins a registered tool may not use.
+// ReservedToolNames are the PMO built-ins a registered tool may not use,
+// neither as its tool_name nor as its target: the commands of each are on
+// cg.<ver>.<project>.<channel>.cmd.sys.pmo.internal.<name>, and a tool
+// credential for the name serves them (docs/security.md).
 var ReservedToolNames = []string{"delegate_async", "launch_principal", "ask_expert", "fork_join", "provision_agent"}
+
+// VReserved is the violation code of a name that belongs to a PMO built-in.
+const VReserved = "reserved"
+
+// IsPMOTool reports whether name is a PMO built-in tool.
+func IsPMOTool(name string) bool {
+	for _, r := range ReservedToolNames {
+		if name == r {
+			return true
+		}
+	}
+	return false
+}
 
 // Determinism classes (seed 004): what retrying a tool may do.
 const (
@@ -218,10 +234,8 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 	}
 	d := &ToolDefinition{ProjectID: project}
 	d.ToolName = o.Ident("tool_name", true)
-	for _, r := range ReservedToolNames {
-		if d.ToolName == r {
-			vs.Add(o.Path("tool_name"), "reserved", "%q is a PMO built-in tool name and cannot be registered", r)
-		}
+	if IsPMOTool(d.ToolName) {
+		vs.Add(o.Path("tool_name"), VReserved, "%q is a PMO built-in tool name and cannot be registered", d.ToolName)
 	}
 	d.Description = o.Str("description", false)
 	if p := o.Raw("parameters"); p == nil {
@@ -377,6 +391,12 @@ func checkTarget(vs *Violations, field, project, target string) {
 	}
 	if sub.Project != probeProject && ValidIdentifier(project) {
 		vs.Add(field, VMismatch, "names project %q; use {project_id} or %q", sub.Project, project)
+	}
+	// A target is the actor of its tool's credential, consumer and reports:
+	// a PMO built-in's name there would make a registered tool's credential
+	// and that built-in's one and the same.
+	if len(sub.Target) > 0 && IsPMOTool(sub.Target[0]) {
+		vs.Add(field, VReserved, "target %q is a PMO built-in tool name (served on cmd.sys.pmo.internal.%s)", sub.Target[0], sub.Target[0])
 	}
 }
 

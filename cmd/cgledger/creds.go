@@ -38,7 +38,7 @@ allow replies only there). Short-lived by default (--ttl 1h); --ttl 0 means no e
 	fs.StringVar(&g.Project, "project", "", "project id (required; \"*\" for an admin or auditor of every project)")
 	fs.StringVar(&g.Agent, "agent", "", "worker: the only agent id it may act as")
 	fs.StringVar(&g.Target, "target", "", "worker: the worker target whose wakeups it may receive (default: --agent)")
-	fs.StringVar(&g.Tool, "tool", "", "tool: the only tool target it serves (needed to pull the tool's durable consumer)")
+	fs.StringVar(&g.Tool, "tool", "", "tool: the only tool target it serves (needed to pull the tool's durable consumer), or a PMO built-in (delegate_async, launch_principal, ask_expert, fork_join, provision_agent) whose cmd.sys.pmo.internal commands it serves")
 	fs.StringVar(&g.Label, "label", "", "a name for the holder, recorded in the credential")
 	ttl := fs.Duration("ttl", auth.DefaultTTL, "how long the credential works; 0 means no expiry")
 	out := fs.String("out", "", "write the .creds file here (mode 0600) instead of standard output")

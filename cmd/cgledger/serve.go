@@ -329,6 +329,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 	registerServeMetrics(reg, nc, js, l.StreamName(), "KV_"+l.BucketName())
 	reg.MustRegister(l.SLOCollector())
+	// echo and sleep are served in every project (the registry lists them
+	// as built-ins), whichever process runs the executor: their names are
+	// labels of their own here too.
+	l.ToolLabels().Add(executor.EchoDefinition.ToolName, executor.SleepDefinition.ToolName)
 	// After the executor and the API have stopped: finish marking answered
 	// calls before the connection drains.
 	defer l.Close()

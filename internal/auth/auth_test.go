@@ -94,6 +94,19 @@ func TestIssuedCredentialCarriesPermissionsAndExpiry(t *testing.T) {
 		require.False(t, strings.HasPrefix(s, "cg."), "a client never publishes on the ledger stream: %s", s)
 	}
 	require.NotEqual(t, auth.ToolConsumerName("p", "echo"), auth.ToolConsumerName("p2", "echo"))
+
+	// A tool credential for a PMO built-in receives that built-in's
+	// commands (cmd.sys.pmo.internal) and pulls its consumer; no cmd.tool.
+	pmo, err := is.Issue(auth.Grant{Role: auth.RoleTool, Project: "p", Tool: "delegate_async"}, 10*time.Minute, now)
+	require.NoError(t, err)
+	uc, err = jwt.DecodeUserClaims(pmo.JWT)
+	require.NoError(t, err)
+	require.Contains(t, uc.Sub.Allow, "cg.v1.p.*.cmd.sys.pmo.internal.delegate_async")
+	require.Contains(t, uc.Pub.Allow, "cgledger.v1.p.delegate_async.tool.consumer")
+	require.Contains(t, uc.Pub.Allow, auth.ToolJSAPIPrefix+".CONSUMER.MSG.NEXT.CG_LEDGER."+auth.ToolConsumerName("p", "delegate_async"))
+	for _, s := range uc.Sub.Allow {
+		require.NotContains(t, s, "cmd.tool", "a PMO tool's credential receives no tool commands")
+	}
 }
 
 func TestHTTPPolicy(t *testing.T) {

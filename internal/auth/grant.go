@@ -65,7 +65,10 @@ type Grant struct {
 	// Empty means Agent (or any target when Agent is empty too).
 	Target string `json:"target,omitempty"`
 	// Tool binds a tool credential to one tool target (the first token after
-	// cmd.tool); it is required to pull the tool's durable consumer.
+	// cmd.tool); it is required to pull the tool's durable consumer. A PMO
+	// built-in's name (protocol.ReservedToolNames, which no registered tool
+	// may take as target) binds it to that built-in's commands,
+	// cmd.sys.pmo.internal.<tool>, instead.
 	Tool string `json:"tool,omitempty"`
 	// Label names the holder, for logs and audits.
 	Label string `json:"label,omitempty"`
@@ -163,7 +166,11 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 		for _, op := range ToolOps {
 			pub = append(pub, APISubject(proj, tool, op))
 		}
-		sub = append(sub, "cg.v1."+proj+".*.cmd.tool."+tool, "cg.v1."+proj+".*.cmd.tool."+tool+".>", "cg.v1."+proj+".*.ledger.cancel.>")
+		if protocol.IsPMOTool(g.Tool) {
+			sub = append(sub, "cg.v1."+proj+".*.cmd.sys.pmo.internal."+g.Tool, "cg.v1."+proj+".*.ledger.cancel.>")
+		} else {
+			sub = append(sub, "cg.v1."+proj+".*.cmd.tool."+tool, "cg.v1."+proj+".*.cmd.tool."+tool+".>", "cg.v1."+proj+".*.ledger.cancel.>")
+		}
 		if g.Tool != "" {
 			c := ToolConsumerName(g.Project, g.Tool)
 			pub = append(pub,

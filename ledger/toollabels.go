@@ -1,0 +1,118 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// OtherToolLabel is the value of the tool label of every metric for a tool
+// name that is neither registered (in any project) nor built in: the names
+// workers dispatch to are theirs to choose, and /metrics is open, so such a
+// name never becomes a label of its own.
+const OtherToolLabel = "_other"
+
+// ToolLabels decides the tool label of every metric that has one (the
+// ledger's, the executor's and the SLO gauges): a name is its own label
+// only when it is known, that is registered in some project or built in
+// (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
+// series of a tool family number at most the known names plus one, and no
+// name a worker made up reaches the open /metrics. Label is a lookup in an
+// immutable snapshot, cheap enough for every call; Add copies it.
+type ToolLabels struct {
+	mu    sync.Mutex // serialises Add
+	known atomic.Pointer[map[string]struct{}]
+}
+
+// NewToolLabels returns ToolLabels knowing names.
+func NewToolLabels(names ...string) *ToolLabels {
+	t := &ToolLabels{}
+	t.Add(names...)
+	return t
+}
+
+// Label is name when it is known, else OtherToolLabel.
+func (t *ToolLabels) Label(name string) string {
+	if t.Known(name) {
+		return name
+	}
+	return OtherToolLabel
+}
+
+// Known reports whether name is its own label.
+func (t *ToolLabels) Known(name string) bool {
+	m := t.known.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[name]
+	return ok
+}
+
+// Add makes names known. Names that are not protocol identifiers are
+// ignored: no registered or built-in tool has one.
+func (t *ToolLabels) Add(names ...string) {
+	var fresh []string
+	if m := t.known.Load(); m != nil {
+		for _, n := range names {
+			if _, ok := (*m)[n]; !ok {
+				fresh = append(fresh, n)
+			}
+		}
+	} else {
+		fresh = names
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := map[string]struct{}{}
+	if m := t.known.Load(); m != nil {
+		for n := range *m {
+			next[n] = struct{}{}
+		}
+	}
+	for _, n := range fresh {
+		if protocol.ValidIdentifier(n) && n != OtherToolLabel {
+			next[n] = struct{}{}
+		}
+	}
+	t.known.Store(&next)
+}
+
+// ToolLabels is the ledger's: it knows the PMO built-ins, every tool
+// registered in any project when the ledger opened, and every registration
+// this process has made or seen since (the cache watch sees every ledger's
+// tool entries). A process that embeds an executor shares it with the
+// executor, which adds its built-ins (executor.New).
+func (l *Ledger) ToolLabels() *ToolLabels { return l.labels }
+
+// registeredToolNames lists every tool name registered in any project.
+func registeredToolNames(ctx context.Context, stream jetstream.Stream, version string) ([]string, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+version+".*.tool.*"))
+	if err != nil {
+		return nil, fmt.Errorf("list registered tool names: %w", err)
+	}
+	names := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		names = append(names, subj[strings.LastIndexByte(subj, '.')+1:])
+	}
+	return names, nil
+}
+
+// toolSubjectName is the tool name of a tool entry's subject
+// (cg.<ver>.<project>.tool.<name>), or "" for any other subject.
+func toolSubjectName(subject string) string {
+	toks := strings.Split(subject, ".")
+	if len(toks) != 5 || toks[0] != protocol.Root || toks[3] != "tool" {
+		return ""
+	}
+	return toks[4]
+}

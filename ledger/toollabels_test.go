@@ -1,0 +1,134 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// TestToolLabelsAreRegisteredOrBuiltInNames: workers choose the tool names
+// they dispatch to, and /metrics is open. 10,000 calls to distinct tools no
+// one registered leave every family with a tool label at the registered and
+// built-in names plus one value (ledger.OtherToolLabel), and none of those
+// names on any series.
+func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := ledgertest.NewWithConfig(t, ledger.Config{Registerer: reg})
+	// Ten thousand calls take a while under the race detector on a loaded
+	// machine: more than the minute of ledgertest.Ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	reg.MustRegister(e.L.SLOCollector())
+	_, err := e.L.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: "proj", ToolName: "search",
+		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.search",
+		AfterExecution: protocol.AfterSuspend, SLO: &protocol.ToolSLO{SuccessRateMin: 0.99}})
+	require.NoError(t, err)
+
+	const unknown = 10_000
+	calls := make([]ledgertest.Call, 0, unknown+2)
+	for i := range unknown {
+		calls = append(calls, ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: fmt.Sprintf("t-%d", i/50),
+			ID: fmt.Sprintf("c-%d", i), Epoch: 1, Tool: fmt.Sprintf("acc-secret-%d", i)})
+	}
+	calls = append(calls,
+		ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t-known", ID: "c-search", Epoch: 1, Tool: "search"},
+		ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t-known", ID: "c-pmo", Epoch: 1, Tool: "delegate_async"})
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(calls) {
+					return
+				}
+				c := calls[i]
+				req := c.Dispatch()
+				if c.Tool == "delegate_async" {
+					req.Subject = protocol.PMOCommandSubject("v1", c.Project, c.Channel, c.Tool)
+					req.Identity.StepID = "step-" + c.ID
+				}
+				_, err := e.L.Dispatch(ctx, req)
+				if err == nil {
+					_, err = e.L.PutCard(ctx, c.ResultCard(protocol.StatusSuccess, `{}`))
+				}
+				if err == nil {
+					_, err = e.L.Report(ctx, c.Report(protocol.StatusSuccess))
+				}
+				if err != nil {
+					errs <- fmt.Errorf("call %s: %w", c.ID, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	allowed := map[string]bool{"search": true, ledger.OtherToolLabel: true}
+	for _, n := range protocol.ReservedToolNames {
+		allowed[n] = true
+	}
+	perFamily := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() != "tool" {
+					continue
+				}
+				require.True(t, allowed[lp.GetValue()], "%s carries tool %q, neither registered nor built in", mf.GetName(), lp.GetValue())
+				if perFamily[mf.GetName()] == nil {
+					perFamily[mf.GetName()] = map[string]bool{}
+				}
+				perFamily[mf.GetName()][lp.GetValue()] = true
+			}
+			for _, lp := range m.GetLabel() {
+				require.False(t, strings.Contains(lp.GetValue(), "acc-secret"), "%s{%s=%q}", mf.GetName(), lp.GetName(), lp.GetValue())
+			}
+		}
+	}
+	for _, name := range []string{"cgledger_call_report_latency_seconds", "cgledger_call_wakeup_latency_seconds"} {
+		require.Equal(t, map[string]bool{"search": true, "delegate_async": true, ledger.OtherToolLabel: true}, perFamily[name], name)
+	}
+	require.Equal(t, map[string]bool{"search": true}, perFamily["cgledger_tool_slo_success_rate_min"])
+	require.Equal(t, uint64(unknown), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", ledger.OtherToolLabel).GetHistogram().GetSampleCount())
+}
+
+func histogramSeries(t *testing.T, reg *prometheus.Registry, name, tool string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "tool" && lp.GetValue() == tool {
+					return m
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{tool=%q}", name, tool)
+	return nil
+}
