@@ -89,8 +89,8 @@ func (s *APIServer) Stop() {
 	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}
-	s.stop()
 	s.wg.Wait()
+	s.stop()
 }
 
 func (s *APIServer) handle(m *nats.Msg) {
