@@ -44,7 +44,8 @@ func newInboxRig(t *testing.T) *inboxRig {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
-	papi, err := p.ServeAPI(ctx, e.NC, projector.APIConfig{})
+	// A minute's wait: a loaded machine must not make a page stale.
+	papi, err := p.ServeAPI(ctx, e.NC, projector.APIConfig{MaxWait: time.Minute})
 	require.NoError(t, err)
 
 	v, err := e.Srv.Keys().Verifier()
