@@ -112,13 +112,30 @@ func (s *APIServer) handle(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 		defer cancel()
 		c, answer, err := ledger.CheckReadRequest(protocol.OpInboxList, m)
-		var res any
-		if err == nil {
-			res, err = s.inboxList(ctx, c, m.Data)
+		if err == nil && !answer {
+			// Nobody to answer: a read without a reply changes nothing.
+			return
 		}
+		var res any
+		code := "ok"
+		if err == nil {
+			var page protocol.InboxListResult
+			page, err = s.inboxList(ctx, c, m.Data)
+			res = page
+			if err == nil && page.AsOfSeq < page.LedgerSeq {
+				code = "stale"
+			}
+		}
+		if err != nil {
+			code = string(protocol.CodeInternal)
+			if e, ok := protocol.AsError(err); ok {
+				code = string(e.Code)
+			}
+		}
+		s.p.m.apiRequests.WithLabelValues(protocol.OpInboxList, code).Inc()
 		if !answer {
-			// No inbox to answer on: a read changes nothing, so there is
-			// nothing to record either.
+			// The reply subject is not an inbox: answering would publish
+			// wherever the requester chose. A read records nothing.
 			return
 		}
 		if rerr := m.Respond(ledger.EncodeReply(res, err)); rerr != nil {

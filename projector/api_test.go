@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
@@ -29,6 +30,7 @@ import (
 type inboxRig struct {
 	*ledgertest.Env
 	http string
+	reg  *prometheus.Registry
 }
 
 func newInboxRig(t *testing.T) *inboxRig {
@@ -40,7 +42,9 @@ func newInboxRig(t *testing.T) *inboxRig {
 	t.Cleanup(api.Stop)
 
 	s := openStore(t, filepath.Join(t.TempDir(), "views"))
-	p := newProjector(t, e, s, 64)
+	reg := prometheus.NewRegistry()
+	p, err := projector.New(s, e.JS, projector.Config{BatchSize: 64, Registerer: reg})
+	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
@@ -58,7 +62,7 @@ func newInboxRig(t *testing.T) *inboxRig {
 		require.NoError(t, <-done)
 		require.NoError(t, s.Close())
 	})
-	return &inboxRig{Env: e, http: hs.URL}
+	return &inboxRig{Env: e, http: hs.URL, reg: reg}
 }
 
 // worker is a client on a worker credential, with the violations NATS
@@ -269,6 +273,12 @@ func TestAWorkerListsItsAgentsPendingResults(t *testing.T) {
 	otherAlice := r.worker(t, auth.Grant{Role: auth.RoleWorker, Project: "other", Agent: "alice"})
 	ids, _ = otherAlice.listAll(t, "other", "alice", 10)
 	require.Equal(t, []string{"o1"}, ids)
+
+	// What NATS refused never reached the views; what reached them is
+	// counted by outcome.
+	requireMetric(t, r.reg, 5, "cgledger_projector_api_requests_total", "op", "inbox.list", "code", "ok")
+	requireMetric(t, r.reg, 1, "cgledger_projector_api_requests_total", "op", "inbox.list", "code", "forbidden")
+	requireMetric(t, r.reg, 3, "cgledger_projector_api_requests_total", "op", "inbox.list", "code", "bad_request")
 }
 
 func (r *inboxRig) adminToken(t *testing.T) string {
