@@ -67,7 +67,7 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.consumeJSON(ctx, m.Data) },
 		protocol.OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
 			c, _ := CallerFrom(ctx)
-			return l.RegisterToolYAML(ctx, c.Project, m.Data)
+			return l.registerToolMsg(ctx, c.Project, m.Header, m.Data)
 		},
 		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.cancelJSON(ctx, m.Data) },
 		protocol.OpToolGet:       s.toolGet,
@@ -455,7 +455,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		return protocol.ToolConsumer{}, err
 	}
 	tc := protocol.ToolConsumer{Stream: l.streams.Stream, Consumer: auth.ToolConsumerName(project, tool), FilterSubjects: []string{base, base + ".>"}, APIPrefix: auth.ToolJSAPIPrefix}
-	_, err = l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
+	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:        tc.Consumer,
 		Description:    "cgledger: commands of tool " + protocol.Clip(tool) + " in project " + protocol.Clip(project),
 		FilterSubjects: tc.FilterSubjects,
@@ -466,11 +466,19 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		// gives up on a command reports it failed, then acks it.
 		MaxDeliver:    -1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// JetStream's defaults, written down: services size their pulls
+		// by them (the answer carries them), so they are part of the
+		// protocol rather than whatever the server defaults to.
+		MaxAckPending: toolMaxAckPending,
+		MaxWaiting:    toolMaxWaiting,
 		Metadata:      map[string]string{consumerProjectKey: project, "cgledger.tool": tool},
 	})
 	if err != nil {
 		return protocol.ToolConsumer{}, fmt.Errorf("tool consumer %s: %w", tc.Consumer, err)
 	}
+	// As the server holds them, which is what a pull runs into.
+	cfg := cons.CachedInfo().Config
+	tc.MaxAckPending, tc.MaxWaiting, tc.AckWaitMS = cfg.MaxAckPending, cfg.MaxWaiting, cfg.AckWait.Milliseconds()
 	return tc, nil
 }
 
@@ -508,6 +516,10 @@ const (
 	MaxToolConsumers = 512
 
 	consumerProjectKey = "cgledger.project"
+
+	// Pull limits of a tool consumer (protocol.ToolConsumer).
+	toolMaxAckPending = 1000
+	toolMaxWaiting    = 512
 )
 
 // checkConsumerQuota refuses a new tool consumer past the quotas; an

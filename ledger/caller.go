@@ -118,7 +118,7 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 		// A subject without the command shape is the body's problem
 		// (bad_request, with the others), not the caller's.
 		if sub, ok := stringField(topLevel(body), "subject"); ok {
-			if toks, ok := protocol.CommandSubjectTokens(sub); ok && (toks[2] != c.Project || toks[6] != c.Actor) {
+			if toks, ok := protocol.CommandSubjectTokens(sub); ok && protocol.ValidIdentifier(toks[2]) && protocol.ValidIdentifier(toks[6]) && (toks[2] != c.Project || toks[6] != c.Actor) {
 				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...], got %q", c.Project, c.Actor, c.Project, c.Actor, protocol.Clip(sub))
 			}
 		}

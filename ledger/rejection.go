@@ -34,6 +34,15 @@ func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *pro
 	if c, ok := CallerFrom(ctx); ok && protocol.ValidIdentifier(c.Project) && c.Project != project {
 		project, channel = c.Project, protocol.Unrouted
 	}
+	// A forbidden request is one whose credential is not entitled to what
+	// it names, so no channel it names (or its call's) is trusted to file
+	// it under: every forbidden refusal is recorded under _._, with its
+	// API subject's project in CG-Project-Id, whatever check refused it.
+	// (A tool command refused with that code is not a request: it keeps
+	// its own subject's project and channel.)
+	if e.Code == protocol.CodeForbidden && op != protocol.OpCommand {
+		channel = protocol.Unrouted
+	}
 	data, err := json.Marshal(protocol.RejectionEntry{Op: op, Code: e.Code, Message: e.Message, Violations: e.Violations, Request: req})
 	if err != nil {
 		return fmt.Errorf("encode rejection entry: %v: %w", err, e)

@@ -29,6 +29,29 @@ func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []by
 	return l.registerTool(ctx, d, data)
 }
 
+// registerToolMsg serves tool.register: RegisterToolYAML, with the
+// request's CG-Project-Id header held to the rule of every project id a
+// request names. One naming another project was refused before (forbidden,
+// checkCaller); one that is not an identifier names none and is a
+// bad_request, listed with the definition's own violations.
+func (l *Ledger) registerToolMsg(ctx context.Context, project string, h nats.Header, body []byte) (protocol.RegisterResult, error) {
+	hp := protocol.HeaderGet(h, protocol.HeaderProjectID)
+	if hp == "" || protocol.ValidIdentifier(hp) {
+		return l.RegisterToolYAML(ctx, project, body)
+	}
+	var vs protocol.Violations
+	vs.Add("header."+protocol.HeaderProjectID, protocol.VInvalidToken, "%q is not an identifier (when present it must be the request subject's project, %q)", protocol.Clip(hp), project)
+	_, err := protocol.ParseToolYAML(project, body)
+	if e, ok := protocol.AsError(err); ok {
+		if e.Code == protocol.CodeForbidden {
+			return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
+		}
+		vs = append(vs, e.Violations...)
+	}
+	e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid tool definition: %d violation(s)", len(vs))
+	return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
+}
+
 // RegisterTool validates and records a definition built in Go (see
 // RegisterToolYAML); its zero limits, retry fields and determinism take
 // their defaults first (ToolDefinition.WithDefaults).

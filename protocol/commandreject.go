@@ -30,8 +30,19 @@ func ParseCommandRejection(data []byte) (CommandRejection, Violations) {
 		return r, vs
 	}
 	r.Subject = o.Str("subject", true)
-	if _, ok := CommandSubjectTokens(r.Subject); r.Subject != "" && !ok {
+	if toks, ok := CommandSubjectTokens(r.Subject); r.Subject != "" && !ok {
 		vs.Add(o.Path("subject"), VInvalidSubject, "must be the subject a tool command was received on, %s.<ver>.<project_id>.<channel_id>.cmd.tool.<target>[...]: tokens neither empty nor wildcards, no whitespace; got %q", Root, Clip(r.Subject))
+	} else if ok {
+		// A tool receives only its own project's commands for its own
+		// target, both identifiers; a token that is not one names nobody,
+		// so it is this body's problem rather than a forbidden request
+		// (the same rule as every project id a request names).
+		if !ValidIdentifier(toks[2]) {
+			vs.Add(o.Path("subject"), VInvalidToken, "project token %q is not an identifier", Clip(toks[2]))
+		}
+		if !ValidIdentifier(toks[6]) {
+			vs.Add(o.Path("subject"), VInvalidToken, "tool target token %q is not an identifier", Clip(toks[6]))
+		}
 	}
 	if raw := o.Raw("headers"); raw != nil {
 		if err := json.Unmarshal(raw, &r.Headers); err != nil {

@@ -133,6 +133,16 @@ type ToolConsumer struct {
 	// APIPrefix is the JetStream API prefix to pull it with (credentials
 	// on): the tool service's JetStream client must use it.
 	APIPrefix string `json:"api_prefix"`
+	// MaxAckPending is how many delivered commands may wait for an ack at
+	// once: past it the consumer delivers nothing more, so a service
+	// keeps its pulls and work in flight below it.
+	MaxAckPending int `json:"max_ack_pending"`
+	// MaxWaiting is how many pull requests may wait on the consumer at
+	// once (all of a tool's service instances together); more are refused.
+	MaxWaiting int `json:"max_waiting"`
+	// AckWaitMS is how long, in milliseconds, a delivered command waits
+	// for an ack (or a progress ack) before it is delivered again.
+	AckWaitMS int64 `json:"ack_wait_ms"`
 }
 
 // SkipRequest is the body of projector.skip.

@@ -204,8 +204,17 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 	} else {
 		vs.Add("project_id", VInvalidUTF8, "the %s header is not valid UTF-8", HeaderProjectID)
 	}
+	// The same precedence as every request naming a project (checkCaller
+	// in package ledger): another project, named by a valid identifier,
+	// is forbidden and nothing else is reported; a value that is not an
+	// identifier names no project and is a bad_request with the rest.
 	if p := o.Str("project_id", false); p != "" && p != project {
-		vs.Add(o.Path("project_id"), VMismatch, "must equal the project the tool is registered in (%q), got %q", project, p)
+		if ValidIdentifier(p) && ValidIdentifier(project) {
+			var fs Violations
+			fs.Add(o.Path("project_id"), VForbidden, "project %q is not the project the tool is registered in (%q)", Clip(p), project)
+			return nil, NewError(CodeForbidden, fs, "tool definition names another project")
+		}
+		vs.Add(o.Path("project_id"), VInvalidToken, "must be the project the tool is registered in (%q), got %q", project, Clip(p))
 	}
 	d := &ToolDefinition{ProjectID: project}
 	d.ToolName = o.Ident("tool_name", true)

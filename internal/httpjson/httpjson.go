@@ -27,11 +27,14 @@ func Write(w http.ResponseWriter, status int, v any) {
 }
 
 // Status is the HTTP status of a protocol code: bad_request -> 400,
-// not_found -> 404, anything else 500.
+// forbidden -> 403, not_found -> 404, anything else 500.
 func Status(code protocol.Code) int {
 	switch code {
 	case protocol.CodeBadRequest:
 		return http.StatusBadRequest
+	case protocol.CodeForbidden:
+		// A tool definition naming another project than its URL's.
+		return http.StatusForbidden
 	case protocol.CodeNotFound:
 		return http.StatusNotFound
 	}

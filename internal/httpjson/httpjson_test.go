@@ -56,6 +56,13 @@ func TestErrorIsAProblem(t *testing.T) {
 	require.Equal(t, "Internal error", m["title"])
 	require.Equal(t, "disk on fire", m["detail"])
 
+	// A request naming another project than its URL's is the caller's
+	// fault, as forbidden is over NATS.
+	rec = httptest.NewRecorder()
+	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeForbidden, Message: "tool definition names another project"})
+	require.Equal(t, 403, rec.Code)
+	require.Equal(t, "Forbidden", decode(t, rec)["title"])
+
 	// Codes the audit API has no status for stay 500, as before.
 	rec = httptest.NewRecorder()
 	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeConflict, Message: "x"})

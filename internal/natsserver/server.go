@@ -117,6 +117,16 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: configure: %w", err)
 	}
+	if cfg.Trust == nil {
+		// Tool services pull their consumer under ToolJSAPIPrefix, which
+		// with credentials is an import into their project's account.
+		// Without them everyone shares one account: map the prefix onto
+		// the JetStream API there, so the prefix tool.consumer answers
+		// works either way and a service needs no mode of its own.
+		if err := srv.GlobalAccount().AddMapping(auth.ToolJSAPIPrefix+".>", "$JS.API.>"); err != nil {
+			return nil, fmt.Errorf("natsserver: map %s onto the JetStream API: %w", auth.ToolJSAPIPrefix, err)
+		}
+	}
 	switch {
 	case cfg.Logger != nil:
 		srv.SetLogger(cfg.Logger, false, false)
