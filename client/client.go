@@ -22,7 +22,7 @@ import (
 //
 // Each request goes to cgledger.v1.<project>.<actor>.<op>. Where the ledger
 // checks the actor against an agent (dispatch, roster.set, inbox.consume,
-// cancel) the client takes it from the request; a report goes out as its
+// inbox.list, cancel) the client takes it from the request; a report goes out as its
 // source function when that is an identifier, or as the WithActor actor
 // when one is set (the ledger wants the call's tool target: set WithActor
 // when they differ); tool.consumer as the tool
@@ -222,6 +222,23 @@ func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*
 func (c *Client) Consume(ctx context.Context, req protocol.ConsumeRequest) (protocol.ConsumeResult, error) {
 	var out protocol.ConsumeResult
 	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, protocol.OpConsume), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// ListInbox lists one page of an agent's pending results, in report order
+// (inbox.list, answered by the views: docs/protocol.md#inboxlist). cursor is
+// the NextCursor of the page before ("" for the first); limit 0 means the
+// default page size. The request goes out as the agent, whom a worker
+// credential bound to an agent must be. A worker lists its pending results
+// on every (re)connect, after subscribing to its wakeups, to find the
+// results whose wakeups it missed.
+func (c *Client) ListInbox(ctx context.Context, project, agentID, cursor string, limit int) (protocol.InboxListResult, error) {
+	var out protocol.InboxListResult
+	req := protocol.InboxListRequest{ProjectID: project, AgentID: agentID, Cursor: cursor, Limit: limit}
+	msg, err := jsonMsg(c.subject(project, identOr(agentID), protocol.OpInboxList), req)
 	if err != nil {
 		return out, err
 	}

@@ -271,7 +271,9 @@ func buildDocument() obj {
 			params: join(path("project", "call"), []obj{param("turn", "query", "Only the call of this turn.", obj{"type": "string"})}, asOf),
 			ok:     ok("The call story.", projector.CallStory{}), errs: findErrs},
 		{method: "get", path: "/v1/projects/{project}/agents/{agent}/inbox", id: "listInbox", tag: "audit",
-			summary: "An agent's Inbox", desc: "Reported results in arrival order, each pending or consumed as of the query.",
+			summary: "An agent's Inbox", desc: "Reported results in arrival order, each pending or consumed as of the query. " +
+				"Needs an auditor or admin credential of the project, or, with state=pending only, a worker credential of the project bound to this agent or to none " +
+				"(its recovery of missed wakeups, docs/protocol.md#recovering-missed-wakeups; the page and cursor are inbox.list's).",
 			params: join(path("project", "agent"), []obj{param("state", "query", "Which entries (default all).", obj{"type": "string", "enum": []string{"pending", "consumed", "all"}})}, paged),
 			ok:     ok("A page of Inbox entries.", projector.Page[projector.InboxEntry]{}), errs: queryErrs},
 		{method: "get", path: "/v1/projects/{project}/agents/{agent}/roster", id: "getRoster", tag: "audit",

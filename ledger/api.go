@@ -121,8 +121,45 @@ var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: tr
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
 func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller, error) {
+	c, e, badReply := checkRequest(op, m)
+	if badReply {
+		// Answering would publish the reply wherever the requester chose,
+		// a ledger subject included: refuse, record, and send nothing.
+		m.Reply = ""
+	}
+	if e == nil {
+		return c, nil
+	}
+	if !writeOps[op] && m.Reply != "" {
+		return c, e
+	}
+	project := ""
+	if protocol.ValidIdentifier(c.Project) {
+		project = c.Project
+	}
+	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
+}
+
+// CheckReadRequest checks a read request that another part of the server
+// answers on an API subject (the views answer inbox.list) as the API server
+// checks its own: the subject's project and actor tokens, the reply subject,
+// the header block, and the body against the subject. It returns the caller,
+// or the refusal to answer with (EncodeReply). answer=false means the reply
+// subject is not an inbox: nothing may be sent there. A read changes
+// nothing, so its refusals are never recorded.
+func CheckReadRequest(op string, m *nats.Msg) (c Caller, answer bool, err error) {
+	c, e, badReply := checkRequest(op, m)
+	if e != nil {
+		return c, !badReply && m.Reply != "", e
+	}
+	return c, m.Reply != "", nil
+}
+
+// checkRequest lists what is wrong with a request on an API subject, as one
+// refusal (nil when nothing is); badReply says the reply subject is not an
+// inbox.
+func checkRequest(op string, m *nats.Msg) (c Caller, e *protocol.Error, badReply bool) {
 	toks := strings.SplitN(m.Subject, ".", 5)
-	var c Caller
 	var vs protocol.Violations
 	if len(toks) == 5 {
 		c.Project, c.Actor = toks[2], toks[3]
@@ -139,11 +176,9 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	}
 	code, msg := protocol.CodeBadRequest, "invalid API subject"
 	if m.Reply != "" && !validReply(m.Reply) {
-		// Answering would publish the reply wherever the requester chose,
-		// a ledger subject included: refuse, record, and send nothing.
 		vs.Add("reply", protocol.VInvalidValue, "reply subject %q is not an inbox (it must start with _INBOX)", protocol.Clip(m.Reply))
 		msg = "invalid reply subject"
-		m.Reply = ""
+		badReply = true
 	}
 	if len(vs) == 0 && op != protocol.OpDispatch && op != protocol.OpReport {
 		// Dispatch and report check their headers with the identity; the
@@ -156,17 +191,9 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 		code, msg = protocol.CodeForbidden, "request does not match the project or actor of its subject"
 	}
 	if len(vs) == 0 {
-		return c, nil
+		return c, nil, badReply
 	}
-	e := protocol.NewError(code, vs, "%s: %s", op, msg)
-	if !writeOps[op] && m.Reply != "" {
-		return c, e
-	}
-	project := ""
-	if protocol.ValidIdentifier(c.Project) {
-		project = c.Project
-	}
-	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	return c, protocol.NewError(code, vs, "%s: %s", op, msg), badReply
 }
 
 func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
@@ -206,16 +233,17 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 			if m.Reply == "" {
 				return
 			}
-			if rerr := m.Respond(encodeReply(res, err)); rerr != nil {
+			if rerr := m.Respond(EncodeReply(res, err)); rerr != nil {
 				s.l.log.Warn("api reply not sent", "subject", m.Subject, "err", rerr)
 			}
 		}()
 	}
 }
 
-// encodeReply builds the reply body. Errors that are not protocol refusals
-// become code "internal": nothing was rejected, the client may retry.
-func encodeReply(res any, err error) []byte {
+// EncodeReply builds the body of an API reply (protocol.APIReply): res on
+// success, else err. Errors that are not protocol refusals become code
+// "internal": nothing was rejected, the client may retry.
+func EncodeReply(res any, err error) []byte {
 	var r protocol.APIReply
 	if err != nil {
 		e, ok := protocol.AsError(err)

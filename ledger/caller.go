@@ -106,7 +106,7 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 		// is read (callerOwnsCall).
 		p := protocol.HeaderGet(h, protocol.HeaderProjectID)
 		project("header."+protocol.HeaderProjectID, p, p != "")
-	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel:
+	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel, protocol.OpInboxList:
 		f := topLevel(body)
 		p, ok := stringField(f, "project_id")
 		project("body.project_id", p, ok)

@@ -11,6 +11,8 @@ type metrics struct {
 
 	unrecognized prometheus.Counter
 	skipped      prometheus.Counter
+
+	apiRequests *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,11 +46,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_projector_skipped_entries_total",
 			Help: "Entries recorded as skipped because a skip entry named them, since the process started, counting re-applies after a rebuild.",
 		}),
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_projector_api_requests_total",
+			Help: "API requests the views answered (inbox.list), by op and code: ok, stale (answered while the views lagged the ledger past the wait), or the protocol error code.",
+		}, []string{"op", "code"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.commit, m.errors, m.stalled, m.unrecognized, m.skipped} {
+	for _, c := range []prometheus.Collector{m.applied, m.appliedTo, m.commit, m.errors, m.stalled, m.unrecognized, m.skipped, m.apiRequests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

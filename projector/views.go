@@ -3,6 +3,8 @@ package projector
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Call lifecycle states in the call-state view.
@@ -15,8 +17,8 @@ const (
 
 // Inbox entry states.
 const (
-	InboxPending  = "pending"
-	InboxConsumed = "consumed"
+	InboxPending  = protocol.InboxPending
+	InboxConsumed = protocol.InboxConsumed
 )
 
 // CallState is the state of one call (project, agent_turn_id, tool_call_id)
@@ -64,30 +66,9 @@ type CallState struct {
 	UpdatedSeq uint64 `json:"updated_seq"`
 }
 
-// InboxEntry is a reported result in an agent's Inbox: the report's routing
-// and pointer fields, the effective after_execution, and whether (as of the
-// query) the agent has consumed it.
-type InboxEntry struct {
-	ReportSeq               uint64     `json:"report_seq"`
-	ReportedAt              time.Time  `json:"reported_at"`
-	ProjectID               string     `json:"project_id"`
-	ChannelID               string     `json:"channel_id"`
-	AgentID                 string     `json:"agent_id"`
-	AgentTurnID             string     `json:"agent_turn_id"`
-	TurnEpoch               uint64     `json:"turn_epoch"`
-	ToolCallID              string     `json:"tool_call_id"`
-	StepID                  string     `json:"step_id,omitempty"`
-	Status                  string     `json:"status"`
-	AfterExecution          string     `json:"after_execution"`
-	EffectiveAfterExecution string     `json:"effective_after_execution"`
-	ToolResultCardID        string     `json:"tool_result_card_id"`
-	ToolCallCardID          string     `json:"tool_call_card_id,omitempty"`
-	ToolName                string     `json:"tool_name,omitempty"`
-	SourceID                string     `json:"source_id,omitempty"`
-	State                   string     `json:"state"`
-	ConsumedSeq             uint64     `json:"consumed_seq,omitempty"`
-	ConsumedAt              *time.Time `json:"consumed_at,omitempty"`
-}
+// InboxEntry is a reported result in an agent's Inbox (protocol.InboxEntry:
+// inbox.list answers the same entries over NATS).
+type InboxEntry = protocol.InboxEntry
 
 // TimelineItem is one ledger entry in a turn timeline or call story.
 type TimelineItem struct {

@@ -40,6 +40,10 @@ const (
 	OpCancelGet    = "cancel.get"
 	// OpProjectorSkip is global: its subject's project token is "_".
 	OpProjectorSkip = "projector.skip"
+	// OpInboxList lists an agent's pending results. The views (the
+	// projector) answer it, not the ledger, whose call records are keyed
+	// by call, not by agent (docs/decisions.md, "Recovering missed wakeups").
+	OpInboxList = "inbox.list"
 )
 
 // Writes an executor in another process makes besides its reports: finishing

@@ -441,6 +441,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			}
 			log.Info("projector stopped", "applied", proj.Applied())
 		}()
+		// inbox.list: a worker's recovery of the results whose wakeups it
+		// missed, answered from the Inbox view (docs/protocol.md#inboxlist).
+		papi, err := proj.ServeAPI(life, nc, projector.APIConfig{})
+		if err != nil {
+			return err
+		}
+		defer papi.Stop()
 		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)

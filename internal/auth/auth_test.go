@@ -109,6 +109,35 @@ func TestIssuedCredentialCarriesPermissionsAndExpiry(t *testing.T) {
 	}
 }
 
+// TestWorkerPermissionsAreExact pins what a worker credential may publish
+// and subscribe to, bound to an agent, to a worker target, to both or to
+// neither (docs/security.md, "Permission matrix").
+func TestWorkerPermissionsAreExact(t *testing.T) {
+	const u = "UKEY"
+	ops := func(actor string) []string {
+		var out []string
+		for _, op := range auth.WorkerOps {
+			out = append(out, "cgledger.v1.p."+actor+"."+op)
+		}
+		return out
+	}
+	require.Contains(t, auth.WorkerOps, "inbox.list")
+	for _, tc := range []struct {
+		agent, target string
+		pubActor      string
+		wakeups       string
+	}{
+		{"", "", "*", "cg.v1.p.*.cmd.agent.*.wakeup"},
+		{"a1", "", "a1", "cg.v1.p.*.cmd.agent.a1.wakeup"},
+		{"", "w1", "*", "cg.v1.p.*.cmd.agent.w1.wakeup"},
+		{"a1", "w1", "a1", "cg.v1.p.*.cmd.agent.w1.wakeup"},
+	} {
+		pub, sub := auth.Grant{Role: auth.RoleWorker, Project: "p", Agent: tc.agent, Target: tc.target}.Permissions(u)
+		require.Equal(t, ops(tc.pubActor), pub, "agent %q target %q", tc.agent, tc.target)
+		require.Equal(t, []string{auth.InboxPrefix(u) + ".>", tc.wakeups}, sub, "agent %q target %q", tc.agent, tc.target)
+	}
+}
+
 func TestHTTPPolicy(t *testing.T) {
 	k, _ := keys(t)
 	is, err := k.Issuer()
@@ -133,6 +162,7 @@ func TestHTTPPolicy(t *testing.T) {
 	auditorA := tok(auth.Grant{Role: auth.RoleAuditor, Project: "A"}, time.Hour)
 	auditorAll := tok(auth.Grant{Role: auth.RoleAuditor, Project: "*"}, time.Hour)
 	workerA := tok(auth.Grant{Role: auth.RoleWorker, Project: "A"}, time.Hour)
+	workerAx := tok(auth.Grant{Role: auth.RoleWorker, Project: "A", Agent: "x"}, time.Hour)
 	for _, tc := range []struct {
 		method, path, token string
 		want                int
@@ -154,6 +184,21 @@ func TestHTTPPolicy(t *testing.T) {
 		{"POST", "/projects/B/tools", adminA, http.StatusForbidden},
 		{"POST", "/projects/A/tools", adminA, http.StatusTeapot},
 		{"GET", "/projects/A/tools", workerA, http.StatusTeapot},
+		// A worker reads its agent's pending results, and nothing else of
+		// the audit API; one bound to no agent, any agent's of its project.
+		{"GET", "/v1/projects/A/agents/x/inbox?state=pending", workerAx, http.StatusTeapot},
+		{"GET", "/v1/projects/A/agents/x/inbox?state=pending&limit=5&cursor=abc", workerAx, http.StatusTeapot},
+		{"GET", "/v1/projects/A/agents/y/inbox?state=pending", workerA, http.StatusTeapot},
+		{"GET", "/v1/projects/A/agents/y/inbox?state=pending", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/B/agents/x/inbox?state=pending", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/B/agents/x/inbox?state=pending", workerA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x/inbox", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x/inbox?state=consumed", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x/inbox?state=pending&state=all", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x/inbox/more?state=pending", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x/roster?state=pending", workerAx, http.StatusForbidden},
+		{"GET", "/v1/projects/A/agents/x%2Fy/inbox?state=pending", workerAx, http.StatusForbidden},
+		{"GET", "/v1/digest", workerA, http.StatusForbidden},
 		{"GET", "/projects/B/tools", workerA, http.StatusForbidden},
 		// An escaped slash is part of the project id, as the router reads it.
 		{"GET", "/v1/projects/A%2Fx/calls", auditorA, http.StatusForbidden},

@@ -20,6 +20,9 @@ import (
 //     static files (package auditweb) hold no data; every request the page
 //     makes to /v1 carries the bearer token and is checked as below.
 //   - GET /v1/projects/{project}/...: an auditor or admin of the project.
+//   - GET /v1/projects/{project}/agents/{agent}/inbox?state=pending: also a
+//     worker of the project, bound to that agent or to none (a worker's
+//     recovery of the results whose wakeups it missed).
 //   - /v1/... outside a project (digest, verify, export, unrecognized): an
 //     auditor or admin of every project ("*").
 //   - POST /projects/{project}/tools: an admin of the project.
@@ -69,7 +72,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "unauthenticated", msg)
 			return
 		}
-		if why := authorizeHTTP(g, r.Method, r.URL.EscapedPath()); why != "" {
+		if why := authorizeHTTP(g, r.Method, r.URL.EscapedPath(), r.URL.Query()); why != "" {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
@@ -81,7 +84,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 // escaped path, as the router does, and unescapes each segment: splitting
 // the decoded path would read /v1/projects/B%2Fx/... as project "B" while
 // the router serves project "B/x".
-func authorizeHTTP(g Grant, method, escapedPath string) string {
+func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string {
 	if g.Role == RoleLedger {
 		return ""
 	}
@@ -95,6 +98,8 @@ func authorizeHTTP(g Grant, method, escapedPath string) string {
 	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
+	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == RoleWorker:
+		return authorizeWorkerInbox(g, parts, query)
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":
 		if !readRole || !g.Allows(parts[2]) {
 			return "the audit API of project " + parts[2] + " needs an auditor or admin credential of that project"
@@ -114,6 +119,24 @@ func authorizeHTTP(g Grant, method, escapedPath string) string {
 		if g.Role != RoleAdmin {
 			return "needs an admin credential"
 		}
+	}
+	return ""
+}
+
+// authorizeWorkerInbox lets a worker read one thing of the audit API: the
+// pending results of its own agent (any agent of its project when it is
+// bound to none, as on NATS), the same page inbox.list answers.
+func authorizeWorkerInbox(g Grant, parts []string, query url.Values) string {
+	const only = "a worker credential may read only its agent's pending results, GET /v1/projects/{project}/agents/{agent}/inbox?state=pending; the rest of the audit API needs an auditor or admin credential"
+	switch {
+	case !g.Allows(parts[2]):
+		return "credential is for project " + g.Project + ", not " + parts[2] + ": " + only
+	case len(parts) != 6 || parts[3] != "agents" || parts[5] != "inbox":
+		return only
+	case g.Agent != "" && parts[4] != g.Agent:
+		return "credential is bound to agent " + g.Agent + ", not " + parts[4] + ": " + only
+	case len(query["state"]) != 1 || query.Get("state") != "pending":
+		return "state must be pending: " + only
 	}
 	return ""
 }

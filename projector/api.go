@@ -1,0 +1,233 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// APIConfig configures the API operations the views answer. Zero values mean
+// the defaults.
+type APIConfig struct {
+	// QueueGroup shares requests among every process that runs a projector.
+	// Empty means "cgledger-api", the ledger API's group (a queue group is
+	// per subject, so the two never compete for a request).
+	QueueGroup string
+	// RequestTimeout bounds the work done for one request. Zero means 30s.
+	RequestTimeout time.Duration
+	// MaxInFlight bounds concurrently handled requests. Zero means 64.
+	MaxInFlight int
+	// MaxWait bounds how long a request waits for the views to apply the
+	// ledger's last sequence as of its arrival before it is answered from
+	// the views as they stand (as_of_seq then says how far they got). Zero
+	// means 5s.
+	MaxWait time.Duration
+}
+
+// APIServer answers inbox.list until Stop.
+type APIServer struct {
+	p    *Projector
+	q    *Queries
+	cfg  APIConfig
+	sub  *nats.Subscription
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// ServeAPI subscribes inbox.list (cgledger.v1.*.*.inbox.list, in a queue
+// group) on nc, which must be a connection of the ledger's account (where
+// the API subjects arrive), and answers it from the projector's views. ctx
+// bounds the server's life as Stop does.
+func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, cfg APIConfig) (*APIServer, error) {
+	if cfg.QueueGroup == "" {
+		cfg.QueueGroup = "cgledger-api"
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 5 * time.Second
+	}
+	sctx, stop := context.WithCancel(ctx)
+	s := &APIServer{p: p, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
+	subj := protocol.APISubject("*", "*", protocol.OpInboxList)
+	sub, err := nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("projector api: subscribe %s: %w", subj, err)
+	}
+	s.sub = sub
+	if err := nc.Flush(); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("projector api: flush subscription: %w", err)
+	}
+	return s, nil
+}
+
+// Stop unsubscribes and waits for in-flight requests to finish. It is safe
+// to call more than once.
+func (s *APIServer) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	if s.sub != nil {
+		_ = s.sub.Unsubscribe()
+	}
+	s.wg.Wait()
+	s.stop()
+}
+
+func (s *APIServer) handle(m *nats.Msg) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.ctx.Done():
+		s.wg.Done()
+		return
+	}
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		c, answer, err := ledger.CheckReadRequest(protocol.OpInboxList, m)
+		if err == nil && !answer {
+			// Nobody to answer: a read without a reply changes nothing.
+			return
+		}
+		var res any
+		code := "ok"
+		if err == nil {
+			var page protocol.InboxListResult
+			page, err = s.inboxList(ctx, c, m.Data)
+			res = page
+			if err == nil && page.AsOfSeq < page.LedgerSeq {
+				code = "stale"
+			}
+		}
+		if err != nil {
+			code = string(protocol.CodeInternal)
+			if e, ok := protocol.AsError(err); ok {
+				code = string(e.Code)
+			}
+		}
+		s.p.m.apiRequests.WithLabelValues(protocol.OpInboxList, code).Inc()
+		if !answer {
+			// The reply subject is not an inbox: answering would publish
+			// wherever the requester chose. A read records nothing.
+			return
+		}
+		if rerr := m.Respond(ledger.EncodeReply(res, err)); rerr != nil {
+			s.p.log.Warn("projector api: reply not sent", "subject", m.Subject, "err", rerr)
+		}
+	}()
+}
+
+// parseInboxList reads an inbox.list body, listing every violation.
+// The cursor is checked against the listing it continues (project, agent,
+// pending): one from another agent, another state or another query is
+// refused here, with the other problems.
+func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
+	var vs protocol.Violations
+	var req protocol.InboxListRequest
+	o, ok := protocol.ParseObject("body", body, &vs)
+	if ok {
+		req.ProjectID, req.AgentID = o.Ident("project_id", true), o.Ident("agent_id", true)
+		req.Cursor = o.Str("cursor", false)
+		if r := o.Raw("limit"); r != nil {
+			var v any
+			d := json.NewDecoder(bytes.NewReader(r))
+			d.UseNumber()
+			_ = d.Decode(&v)
+			n, isNum := v.(json.Number)
+			i, err := n.Int64()
+			switch {
+			case !isNum:
+				vs.Add("body.limit", protocol.VInvalidType, "must be an integer from 0 to %d (0 or none: %d)", MaxLimit, DefaultLimit)
+			case err != nil || i < 0 || i > MaxLimit:
+				vs.Add("body.limit", protocol.VInvalidValue, "must be an integer from 0 to %d (0 or none: %d), got %s", MaxLimit, DefaultLimit, protocol.Clip(n.String()))
+			default:
+				req.Limit = int(i)
+			}
+		}
+		if req.Cursor != "" && protocol.ValidIdentifier(req.ProjectID) && protocol.ValidIdentifier(req.AgentID) {
+			if _, err := decodeSeqCursor(req.Cursor, inboxScope(req.ProjectID, req.AgentID, InboxPending)); err != nil {
+				vs.Add("body.cursor", protocol.VInvalidValue, "is not a cursor of this agent's pending results: pass the next_cursor of the page before, or leave it out for the first page")
+			}
+		}
+	}
+	if err := protocol.BadRequest("inbox.list request", vs); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// inboxList answers one page of the caller's pending results, once the views
+// have applied what the ledger held when the request arrived (or MaxWait
+// has passed).
+func (s *APIServer) inboxList(ctx context.Context, c ledger.Caller, body []byte) (protocol.InboxListResult, error) {
+	req, err := parseInboxList(body)
+	if err != nil {
+		return protocol.InboxListResult{}, err
+	}
+	last, err := s.ledgerSeq(ctx)
+	if err != nil {
+		return protocol.InboxListResult{}, err
+	}
+	s.waitApplied(ctx, last)
+	page, err := s.q.Inbox(c.Project, req.AgentID, InboxPending, AsOf{}, req.Cursor, req.Limit)
+	if err != nil {
+		return protocol.InboxListResult{}, err
+	}
+	return protocol.InboxListResult{AsOfSeq: page.AsOfSeq, LedgerSeq: last, Items: page.Items, NextCursor: page.NextCursor}, nil
+}
+
+// ledgerSeq is the ledger stream's last sequence now.
+func (s *APIServer) ledgerSeq(ctx context.Context) (uint64, error) {
+	st, err := s.p.js.Stream(ctx, s.p.cfg.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("inbox.list: read the ledger stream's last sequence: %w", err)
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}
+
+// waitApplied waits until the views have applied seq, MaxWait has passed or
+// ctx ends. The projector commits at the stream's tail at once, so a
+// projector that keeps up is there within milliseconds.
+func (s *APIServer) waitApplied(ctx context.Context, seq uint64) {
+	if s.p.Applied() >= seq {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.MaxWait)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s.p.Applied() < seq {
+		select {
+		case <-wctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
