@@ -179,6 +179,34 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	out, code = s.run(t, "verify", extended)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "live:       DIFFERS")
+	// A faithful prefix (the last entries cut, the trailer rewritten so that
+	// the file verifies on its own) is not tampering, but it is not the live
+	// ledger either: it says so, with where each ends.
+	var trailer ledger.ExportTrailer
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &trailer))
+	cut := append(lines[:len(lines)-3:len(lines)-3], lines[len(lines)-1])
+	truncated := filepath.Join(t.TempDir(), "truncated.jsonl")
+	require.NoError(t, os.WriteFile(truncated, relink(t, []byte(strings.Join(cut, "\n")+"\n")), 0o600))
+	out, code = s.run(t, "verify", truncated, "--against", s.httpURL(), "--json")
+	require.Equal(t, 0, code, out)
+	vj = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &vj))
+	require.Equal(t, true, vj["ok"], out)
+	require.Equal(t, "prefix of the live ledger", vj["live"], out)
+	require.EqualValues(t, trailer.LastSeq-2, vj["last_seq"], out)
+	require.EqualValues(t, trailer.LastSeq, vj["live_last_seq"], out)
+	out, code = s.run(t, "verify", truncated, "--against", s.httpURL())
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, fmt.Sprintf("last_seq:   %d\n", trailer.LastSeq-2))
+	require.Contains(t, out, "live:       prefix of the live ledger\n")
+	require.Contains(t, out, fmt.Sprintf("live_last_seq: %d\n", trailer.LastSeq))
+	require.NotContains(t, out, "matches")
+	// The whole export still matches, and says nothing of a prefix.
+	out, code = s.run(t, "verify", export, "--against", s.httpURL())
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "live:       matches\n")
+	require.NotContains(t, out, "live_last_seq")
 	// An unreachable --against is an error, not a silent pass.
 	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", servetest.FreePort(t)))
 	require.Equal(t, 3, code)
