@@ -316,21 +316,26 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 
 // TestBenchRunsAndReportsRatios: `cgledger bench` measures both sides in one
 // run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
-// not in assertions).
+// not in assertions). The whole-call workloads are compared with two
+// baselines: the raw round trip, whose results are pipelined rather than
+// published one at a time, and the protocol's own limit.
 func TestBenchRunsAndReportsRatios(t *testing.T) {
 	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
-	out, code := s.run(t, "bench", "--duration", "200ms", "--rounds", "1", "--inflight", "2", "--json")
+	out, code := s.run(t, "bench", "--duration", "300ms", "--rounds", "1", "--inflight", "64", "--json")
 	require.Equal(t, 0, code, out)
+	type result struct {
+		Calls           int     `json:"calls"`
+		PerSecond       float64 `json:"per_second"`
+		ResultsInFlight int     `json:"max_results_in_flight"`
+	}
 	var res struct {
 		Rows []struct {
-			Workload string  `json:"workload"`
-			Ratio    float64 `json:"ratio_per_second"`
-			CgLedger struct {
-				Calls int `json:"calls"`
-			} `json:"cgledger"`
-			Raw struct {
-				Calls int `json:"calls"`
-			} `json:"raw"`
+			Workload   string  `json:"workload"`
+			Ratio      float64 `json:"ratio_per_second"`
+			LimitRatio float64 `json:"ratio_protocol_limit"`
+			CgLedger   result  `json:"cgledger"`
+			Raw        result  `json:"raw"`
+			Limit      *result `json:"protocol_limit"`
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
@@ -343,5 +348,22 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 		require.Positive(t, r.CgLedger.Calls, r.Workload)
 		require.Positive(t, r.Raw.Calls, r.Workload)
 		require.Positive(t, r.Ratio, r.Workload)
+		require.InDelta(t, r.CgLedger.PerSecond/r.Raw.PerSecond, r.Ratio, 1e-9, r.Workload)
+		if !strings.HasPrefix(r.Workload, "e2e ") {
+			require.Nil(t, r.Limit, "%s is not a whole call: no protocol limit", r.Workload)
+			continue
+		}
+		require.NotNil(t, r.Limit, r.Workload)
+		require.Positive(t, r.Limit.Calls, r.Workload)
+		require.Positive(t, r.LimitRatio, r.Workload)
+		require.InDelta(t, r.CgLedger.PerSecond/r.Limit.PerSecond, r.LimitRatio, 1e-9, r.Workload)
+		// 64 callers at once: a baseline that publishes each result only
+		// after the last one's ack never has two in flight.
+		require.Greater(t, r.Raw.ResultsInFlight, 1, "the raw round trip's results are pipelined")
 	}
+	// The text form prints both ratios.
+	out, code = s.run(t, "bench", "--duration", "100ms", "--rounds", "1", "--inflight", "2")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "limit/s")
+	require.Contains(t, out, "ratio lim")
 }
