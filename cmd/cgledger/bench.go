@@ -76,7 +76,9 @@ type benchResult struct {
 	Errors     int     `json:"errors"`
 	// ResultsInFlight is, for the raw round trip, the most results its
 	// service had published and not yet seen acknowledged at once (the
-	// largest over the rounds): above 1, the baseline is pipelined.
+	// largest over the rounds): above 1, the baseline is pipelined. It can
+	// pass the in-flight level: a caller moves on when its result arrives,
+	// which can be before the service has seen the result's ack.
 	ResultsInFlight int `json:"max_results_in_flight,omitempty"`
 }
 
@@ -590,12 +592,13 @@ type rawPending struct {
 // largest in-flight level --inflight allows, on each side.
 const rawMaxPending = 4 * 4096
 
-// The raw baselines' subjects. Wakeups are core NATS and outside every
-// stream, as the ledger's are not stored by the wakeup publish itself.
+// The raw baselines' subjects. Wakeups are published with core NATS on a
+// subject the stream stores: the protocol keeps every wakeup as a ledger
+// entry, and a core publish stores it without waiting for its ack.
 const (
 	rawStream      = "BENCH_RAW"
 	rawSubjects    = "rawbench.>"
-	rawWakePrefix  = "rawwake."
+	rawWakePrefix  = "rawbench.wake."
 	rawLimitPrefix = "rawbench.limit."
 )
 
@@ -788,7 +791,8 @@ func (r *rawBench) call(ctx context.Context) error {
 // publishes the tool.call card and the command together, and waits for the
 // wakeup; the tool service pulls the command, publishes the result card and
 // the report together (the report only as the call's first), and then the
-// core NATS wakeup. Five stored messages and one core message, no ledger.
+// wakeup (core NATS, stored by the stream): the call key and five stored
+// messages, no ledger.
 func (r *rawBench) protocolLimit(ctx context.Context) error {
 	id := strconv.FormatInt(r.seq.Add(1), 10)
 	done := r.expect(id)
