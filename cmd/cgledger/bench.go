@@ -34,7 +34,14 @@ directory, the full serve stack in this process, and a load generator speaking t
 protocol with a worker credential. For each in-flight level and round it alternates:
 
   raw      publish a command to a stream, a pull consumer receives it and publishes a
-           result to a stream, the caller receives it (the raw JetStream round trip);
+           result to a stream, the caller receives it (the raw JetStream round trip; every
+           publish asynchronous, the command acknowledged when its result's ack arrives,
+           so results are pipelined as a JetStream user would write it);
+  limit    the protocol's own limit, a conformant call on raw JetStream alone: KV create
+           of the call key; the tool.call card and the command published together; a
+           pull consumer receives the command and publishes the result card and the
+           report together (the report with expected-last-subject-sequence 0); a core
+           NATS wakeup the caller receives;
   e2e echo      dispatch -> built-in echo executor -> result card -> report -> wakeup
                 received -> Inbox consumed;
   e2e external  the same with a tool service in the load generator instead of the
@@ -45,10 +52,11 @@ Then, at 16 in flight: the report alone (on calls dispatched and given their res
 beforehand) against its floor, an append with expected-last-subject-sequence 0 plus a
 core NATS wakeup; and duplicate reports against failing KV creates (the raw cost of
 "already there").
-It prints medians over the rounds and the ratios (cgledger / raw), with process CPU per
-call (server and load generator share this process), messages the ledger's own connections
-sent the server per call (JetStream publishes, KV operations, reads, replies, acks; the
-server's account statistics) and projector batch commits per call. See BENCHMARKS.md.
+It prints medians over the rounds and the ratios (cgledger / raw, and for the e2e workloads
+cgledger / limit too), with process CPU per call (server and load generator share this
+process), messages the ledger's own connections sent the server per call (JetStream
+publishes, KV operations, reads, replies, acks; the server's account statistics) and
+projector batch commits per call. See BENCHMARKS.md.
 
 --rebuild CALLS measures the views instead: it records CALLS calls (dispatch, result card,
 report: about five entries each), then alternates a raw ordered read of the whole ledger
@@ -66,6 +74,12 @@ type benchResult struct {
 	LedgerMsgs float64 `json:"ledger_msgs_per_call,omitempty"`
 	CommitsPer float64 `json:"projector_commits_per_call,omitempty"`
 	Errors     int     `json:"errors"`
+	// ResultsInFlight is, for the raw round trip, the most results its
+	// service had published and not yet seen acknowledged at once (the
+	// largest over the rounds): above 1, the baseline is pipelined. It can
+	// pass the in-flight level: a caller moves on when its result arrives,
+	// which can be before the service has seen the result's ack.
+	ResultsInFlight int `json:"max_results_in_flight,omitempty"`
 }
 
 // benchRow is the medians of one workload at one in-flight level.
@@ -76,6 +90,11 @@ type benchRow struct {
 	Raw      benchResult `json:"raw"`
 	Ratio    float64     `json:"ratio_per_second"`
 	P99Ratio float64     `json:"ratio_p99"`
+	// Limit is the protocol's own limit, a conformant call on raw
+	// JetStream alone, for the workloads that are whole calls.
+	Limit         *benchResult `json:"protocol_limit,omitempty"`
+	LimitRatio    float64      `json:"ratio_protocol_limit,omitempty"`
+	LimitP99Ratio float64      `json:"ratio_p99_protocol_limit,omitempty"`
 }
 
 func bench(args []string) int {
@@ -129,13 +148,19 @@ func bench(args []string) int {
 		printJSON(map[string]any{"sync_always": *syncAlways, "retention": *retention, "duration": duration.String(), "rounds": *rounds, "rows": rows})
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; ratio = cgledger / raw)\n\n", *rounds, *duration, *syncAlways, *retention)
-	fmt.Fprintf(stdout, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %7s %7s\n",
-		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x")
+	fmt.Fprintf(stdout, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit)\n\n", *rounds, *duration, *syncAlways, *retention)
+	fmt.Fprintf(stdout, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %10s %8s %8s %9s | %7s %7s %9s\n",
+		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us",
+		"limit/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x", "ratio lim")
 	for _, r := range rows {
-		fmt.Fprintf(stdout, "%-16s %6d | %10.0f %8.2f %8.2f %9.0f %7.1f %7.2f | %10.0f %8.2f %8.2f %9.0f | %7.3f %7.1f\n",
+		limit, limitRatio := fmt.Sprintf("%10s %8s %8s %9s", "-", "-", "-", "-"), fmt.Sprintf("%9s", "-")
+		if r.Limit != nil {
+			limit = fmt.Sprintf("%10.0f %8.2f %8.2f %9.0f", r.Limit.PerSecond, r.Limit.P50Ms, r.Limit.P99Ms, r.Limit.CPUMicros)
+			limitRatio = fmt.Sprintf("%9.3f", r.LimitRatio)
+		}
+		fmt.Fprintf(stdout, "%-16s %6d | %10.0f %8.2f %8.2f %9.0f %7.1f %7.2f | %10.0f %8.2f %8.2f %9.0f | %s | %7.3f %7.1f %s\n",
 			r.Workload, r.InFlight, r.CgLedger.PerSecond, r.CgLedger.P50Ms, r.CgLedger.P99Ms, r.CgLedger.CPUMicros, r.CgLedger.LedgerMsgs, r.CgLedger.CommitsPer,
-			r.Raw.PerSecond, r.Raw.P50Ms, r.Raw.P99Ms, r.Raw.CPUMicros, r.Ratio, r.P99Ratio)
+			r.Raw.PerSecond, r.Raw.P50Ms, r.Raw.P99Ms, r.Raw.CPUMicros, limit, r.Ratio, r.P99Ratio, limitRatio)
 	}
 	return exitOK
 }
@@ -253,21 +278,37 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebu
 		return benchRebuild(ctx, e, tools, rebuild, rounds)
 	}
 	external := func(ctx context.Context) error { return e.callTool(ctx, benchExtTool) }
-	var rows []benchRow
+	// Whole calls: per level and round, the raw round trip, the protocol
+	// limit and both call workloads by turns; both workloads are compared
+	// with the same two baselines.
+	var echoRows, extRows []benchRow
 	for _, n := range inflight {
-		r, err := alternate("e2e echo", n, raw.call, e.call)
-		if err != nil {
-			return nil, err
+		var rw, lim, echo, ext []benchResult
+		for range rounds {
+			raw.resultsInFlight()
+			r, err := e.measure(ctx, d, n, raw.call, false)
+			if err != nil {
+				return nil, fmt.Errorf("raw round trip: %w", err)
+			}
+			r.ResultsInFlight = raw.resultsInFlight()
+			rw = append(rw, r)
+			if r, err = e.measure(ctx, d, n, raw.protocolLimit, false); err != nil {
+				return nil, fmt.Errorf("protocol limit: %w", err)
+			}
+			lim = append(lim, r)
+			if r, err = e.measure(ctx, d, n, e.call, true); err != nil {
+				return nil, fmt.Errorf("e2e echo: %w", err)
+			}
+			echo = append(echo, r)
+			if r, err = e.measure(ctx, d, n, external, true); err != nil {
+				return nil, fmt.Errorf("e2e external: %w", err)
+			}
+			ext = append(ext, r)
 		}
-		rows = append(rows, r)
+		echoRows = append(echoRows, withLimit(row("e2e echo", n, echo, rw), lim))
+		extRows = append(extRows, withLimit(row("e2e external", n, ext, rw), lim))
 	}
-	for _, n := range inflight {
-		r, err := alternate("e2e external", n, raw.call, external)
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, r)
-	}
+	rows := append(echoRows, extRows...)
 	// The report alone, on calls dispatched and given their result card
 	// beforehand, against its protocol floor: an append with
 	// expected-last-subject-sequence 0 and a core NATS wakeup.
@@ -313,6 +354,19 @@ func row(workload string, n int, cg, rw []benchResult) benchRow {
 	return r
 }
 
+// withLimit adds the protocol limit's medians and the ratios to them.
+func withLimit(r benchRow, lim []benchResult) benchRow {
+	l := median(lim)
+	r.Limit = &l
+	if l.PerSecond > 0 {
+		r.LimitRatio = r.CgLedger.PerSecond / l.PerSecond
+	}
+	if l.P99Ms > 0 {
+		r.LimitP99Ratio = r.CgLedger.P99Ms / l.P99Ms
+	}
+	return r
+}
+
 // median takes each figure's median over the rounds.
 func median(rs []benchResult) benchResult {
 	pick := func(f func(benchResult) float64) float64 {
@@ -334,6 +388,7 @@ func median(rs []benchResult) benchResult {
 	for _, r := range rs {
 		out.Calls += r.Calls
 		out.Errors += r.Errors
+		out.ResultsInFlight = max(out.ResultsInFlight, r.ResultsInFlight)
 	}
 	return out
 }
@@ -503,46 +558,87 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// rawBench is the baseline: the same round trip with nothing but JetStream.
+// rawBench holds the baselines: the same work with nothing but JetStream,
+// written as a JetStream user would (asynchronous publishes, acknowledged
+// as their acks arrive), so the ratios are not flattered by a baseline that
+// waits on one message at a time.
 type rawBench struct {
 	js      jetstream.JetStream
 	nc      *nats.Conn
-	cc      jetstream.ConsumeContext
-	kv      jetstream.KeyValue
+	cc      []jetstream.ConsumeContext
+	kv      jetstream.KeyValue // the failing create's bucket
+	calls   jetstream.KeyValue // the protocol limit's call keys
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
 	seq     atomic.Int64
+	// pending holds the consumers' publishes awaiting their acks, in the
+	// order they were sent; done stops the goroutine that settles them.
+	pending chan rawPending
+	done    chan struct{}
+	// inFlight and maxInFlight count the results published and not yet
+	// acknowledged: above 1, results are pipelined.
+	inFlight, maxInFlight atomic.Int64
 }
 
-func newRawBench(ctx context.Context, js jetstream.JetStream) (*rawBench, error) {
-	r := &rawBench{js: js, nc: js.Conn(), waiters: map[string]chan struct{}{}}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_RAW", Subjects: []string{"rawbench.>"}, Storage: jetstream.FileStorage}); err != nil {
+// rawPending is a consumer's answer to one command: the acks it waits for
+// before it wakes the caller (wake, when set) and acknowledges the command.
+type rawPending struct {
+	acks []jetstream.PubAckFuture
+	wake string
+	msg  jetstream.Msg
+}
+
+// rawMaxPending bounds the asynchronous publishes: two per call at the
+// largest in-flight level --inflight allows, on each side.
+const rawMaxPending = 4 * 4096
+
+// The raw baselines' subjects. Wakeups are published with core NATS on a
+// subject the stream stores: the protocol keeps every wakeup as a ledger
+// entry, and a core publish stores it without waiting for its ack.
+const (
+	rawStream      = "BENCH_RAW"
+	rawSubjects    = "rawbench.>"
+	rawWakePrefix  = "rawbench.wake."
+	rawLimitPrefix = "rawbench.limit."
+)
+
+func newRawBench(ctx context.Context, js0 jetstream.JetStream) (*rawBench, error) {
+	js, err := jetstream.New(js0.Conn(), jetstream.WithPublishAsyncMaxPending(rawMaxPending))
+	if err != nil {
+		return nil, err
+	}
+	r := &rawBench{js: js, nc: js.Conn(), waiters: map[string]chan struct{}{}, pending: make(chan rawPending, rawMaxPending), done: make(chan struct{})}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{rawSubjects}, Storage: jetstream.FileStorage}); err != nil {
 		return nil, fmt.Errorf("raw stream: %w", err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, "BENCH_RAW", jetstream.ConsumerConfig{Durable: "worker", FilterSubject: "rawbench.cmd.>", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		return nil, fmt.Errorf("raw consumer: %w", err)
-	}
-	r.cc, err = cons.Consume(func(m jetstream.Msg) {
+	go r.settle()
+	// The round trip's service: the result, published asynchronously.
+	if err := r.consume(ctx, "worker", "rawbench.cmd.>", func(m jetstream.Msg) (rawPending, error) {
 		id := strings.TrimPrefix(m.Subject(), "rawbench.cmd.")
-		if _, err := js.Publish(context.Background(), "rawbench.res."+id, m.Data()); err == nil {
-			_ = m.Ack()
-		}
-	}, jetstream.PullMaxMessages(512))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := r.nc.Subscribe("rawbench.res.>", func(m *nats.Msg) {
-		id := strings.TrimPrefix(m.Subject, "rawbench.res.")
-		r.mu.Lock()
-		ch := r.waiters[id]
-		delete(r.waiters, id)
-		r.mu.Unlock()
-		if ch != nil {
-			close(ch)
-		}
+		f, err := js.PublishAsync("rawbench.res."+id, m.Data())
+		return rawPending{acks: []jetstream.PubAckFuture{f}, msg: m}, err
 	}); err != nil {
 		return nil, err
+	}
+	// The protocol limit's tool service: the result card and the report
+	// together, the report only if it is the call's first, then the wakeup.
+	if err := r.consume(ctx, "limit-worker", rawLimitPrefix+"cmd.>", func(m jetstream.Msg) (rawPending, error) {
+		id := strings.TrimPrefix(m.Subject(), rawLimitPrefix+"cmd.")
+		card, err := js.PublishAsync(rawLimitPrefix+"card."+id, benchRawResultCard)
+		if err != nil {
+			return rawPending{}, err
+		}
+		rep, err := js.PublishMsgAsync(&nats.Msg{Subject: rawLimitPrefix + "rep." + id, Data: benchRawReport},
+			jetstream.WithExpectLastSequencePerSubject(0))
+		return rawPending{acks: []jetstream.PubAckFuture{card, rep}, wake: rawWakePrefix + "limit." + id, msg: m}, err
+	}); err != nil {
+		return nil, err
+	}
+	for _, prefix := range []string{"rawbench.res.", rawWakePrefix + "limit."} {
+		prefix := prefix
+		if _, err := r.nc.Subscribe(prefix+"*", func(m *nats.Msg) { r.wake(strings.TrimPrefix(m.Subject, prefix)) }); err != nil {
+			return nil, err
+		}
 	}
 	if r.kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "BENCH_RAW_KV"}); err != nil {
 		return nil, fmt.Errorf("raw bucket: %w", err)
@@ -550,37 +646,189 @@ func newRawBench(ctx context.Context, js jetstream.JetStream) (*rawBench, error)
 	if _, err := r.kv.Create(ctx, "taken", []byte("x")); err != nil {
 		return nil, err
 	}
+	if r.calls, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "BENCH_RAW_CALLS", Storage: jetstream.FileStorage}); err != nil {
+		return nil, fmt.Errorf("raw call bucket: %w", err)
+	}
 	return r, r.nc.Flush()
 }
 
-func (r *rawBench) close() { r.cc.Stop() }
+// The payloads of the baselines' messages, about the size of the ledger's.
+var (
+	benchRawCommand    = []byte(`{"tool_call_card_id":"cc","tool_name":"echo","after_execution":"suspend"}`)
+	benchRawCard       = []byte(`{"card_id":"cc","type":"tool.call","author_id":"agent","content":{"tool_name":"echo","arguments":{"text":"bench"}}}`)
+	benchRawResultCard = []byte(`{"card_id":"rc","type":"tool.result","author_id":"svc.echo","content":{"status":"success","result":{"text":"bench"}}}`)
+	benchRawReport     = []byte(`{"status":"success","after_execution":"suspend","tool_result_card_id":"rc"}`)
+)
+
+// consume runs a durable pull consumer of filter whose handler publishes
+// asynchronously; the command is acknowledged once those publishes are.
+func (r *rawBench) consume(ctx context.Context, name, filter string, handle func(jetstream.Msg) (rawPending, error)) error {
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, rawStream, jetstream.ConsumerConfig{Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return fmt.Errorf("raw consumer %s: %w", name, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		p, err := handle(m)
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		if n := r.inFlight.Add(1); n > r.maxInFlight.Load() {
+			r.maxInFlight.Store(n) // a high-water mark: a lost race only lowers it by one
+		}
+		r.pending <- p
+	}, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("raw consumer %s: %w", name, err)
+	}
+	r.cc = append(r.cc, cc)
+	return nil
+}
+
+// settle waits for each answer's acks in order (they arrive about in
+// order), then wakes the caller and acknowledges the command.
+func (r *rawBench) settle() {
+	for {
+		select {
+		case <-r.done:
+			return
+		case p := <-r.pending:
+			ok := true
+			for _, f := range p.acks {
+				select {
+				case <-f.Ok():
+				case <-f.Err():
+					ok = false
+				case <-r.done:
+					return
+				}
+			}
+			r.inFlight.Add(-1)
+			if !ok {
+				_ = p.msg.Nak()
+				continue
+			}
+			if p.wake != "" {
+				_ = r.nc.Publish(p.wake, nil)
+			}
+			_ = p.msg.Ack()
+		}
+	}
+}
+
+func (r *rawBench) close() {
+	for _, cc := range r.cc {
+		cc.Stop()
+	}
+	close(r.done)
+}
+
+// resultsInFlight returns the most results published and not yet
+// acknowledged at once since the last call, and starts counting again.
+func (r *rawBench) resultsInFlight() int { return int(r.maxInFlight.Swap(0)) }
+
+// expect registers a waiter for id's answer before anything is sent, since
+// the answer can come before the send returns.
+func (r *rawBench) expect(id string) chan struct{} {
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.waiters[id] = done
+	r.mu.Unlock()
+	return done
+}
+
+func (r *rawBench) forget(id string) {
+	r.mu.Lock()
+	delete(r.waiters, id)
+	r.mu.Unlock()
+}
+
+func (r *rawBench) wake(id string) {
+	r.mu.Lock()
+	ch := r.waiters[id]
+	delete(r.waiters, id)
+	r.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
 
 // report: the floor of a report, an append that only the first may make
 // (expected-last-subject-sequence 0 on a subject of its own) and a core
 // NATS wakeup.
 func (r *rawBench) report(ctx context.Context) error {
 	id := strconv.FormatInt(r.seq.Add(1), 10)
-	if _, err := r.js.Publish(ctx, "rawbench.rep."+id, []byte(`{"status":"success","after_execution":"suspend","tool_result_card_id":"rc"}`),
-		jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+	if _, err := r.js.Publish(ctx, "rawbench.rep."+id, benchRawReport, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 		return err
 	}
-	return r.nc.Publish("rawbench.wake."+id, nil)
+	return r.nc.Publish(rawWakePrefix+"rep."+id, nil)
 }
 
-// call: publish a command, a pull consumer publishes the result, the caller
-// receives it.
+// call: the raw round trip. Publish a command, a pull consumer publishes the
+// result, the caller receives it; the command's ack is awaited alongside
+// the result, not before it.
 func (r *rawBench) call(ctx context.Context) error {
 	id := strconv.FormatInt(r.seq.Add(1), 10)
-	done := make(chan struct{})
-	r.mu.Lock()
-	r.waiters[id] = done
-	r.mu.Unlock()
-	if _, err := r.js.Publish(ctx, "rawbench.cmd."+id, []byte(`{"tool_call_card_id":"cc","tool_name":"echo","after_execution":"suspend"}`)); err != nil {
+	done := r.expect(id)
+	defer r.forget(id)
+	f, err := r.js.PublishAsync("rawbench.cmd."+id, benchRawCommand)
+	if err != nil {
+		return err
+	}
+	if err := ack(ctx, f); err != nil {
 		return err
 	}
 	select {
 	case <-done:
 		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// protocolLimit: a conformant call on raw JetStream alone, the protocol's
+// own limit. The caller creates the call's key (the first dispatch wins),
+// publishes the tool.call card and the command together, and waits for the
+// wakeup; the tool service pulls the command, publishes the result card and
+// the report together (the report only as the call's first), and then the
+// wakeup (core NATS, stored by the stream): the call key and five stored
+// messages, no ledger.
+func (r *rawBench) protocolLimit(ctx context.Context) error {
+	id := strconv.FormatInt(r.seq.Add(1), 10)
+	done := r.expect(id)
+	defer r.forget(id)
+	if _, err := r.calls.Create(ctx, "call-"+id, []byte(`{"state":"dispatched"}`)); err != nil {
+		return fmt.Errorf("call key: %w", err)
+	}
+	card, err := r.js.PublishAsync(rawLimitPrefix+"call."+id, benchRawCard)
+	if err != nil {
+		return err
+	}
+	cmd, err := r.js.PublishAsync(rawLimitPrefix+"cmd."+id, benchRawCommand)
+	if err != nil {
+		return err
+	}
+	if err := ack(ctx, card); err != nil {
+		return err
+	}
+	if err := ack(ctx, cmd); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ack waits for an asynchronous publish's ack.
+func ack(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -181,7 +181,9 @@ func verify(args []string) int {
 name the first sequence that does not match, then replay it to print the view digest, and compare
 the file's chain head with the live ledger's link at the file's last sequence (GET /v1/chain/SEQ):
 a file whose every link was recomputed after an edit is consistent alone but differs from the live
-chain. --against URL names the live server (it must answer); without it the --server default is
+chain. A file whose links agree is "live: matches" when it ends where the live ledger does (its
+/readyz last_seq), and "live: prefix of the live ledger", with live_last_seq, when the live ledger
+goes on past it (exit 0 for both). --against URL names the live server (it must answer); without it the --server default is
 tried, and the comparison is reported as skipped when it cannot be reached. Without FILE, ask the
 running server (GET /v1/verify and /v1/digest): it recomputes the chain from the live stream
 against the links its views recorded. Exit 1 when verification fails.`)
@@ -275,7 +277,18 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			case err == nil:
 				body["against"], body["live_link"] = live.server, link.Link
 				if link.Link == rep.Head {
-					body["live"] = "matches"
+					// The file agrees with the live ledger through its last
+					// sequence; whether it is all of it is the live end's to say.
+					// A faithful prefix is not tampering (exit 0), but it is not
+					// the ledger either, and an auditor must see which it is.
+					switch end := live.lastSeq(ctx); {
+					case end > rep.LastSeq:
+						body["live"], body["live_last_seq"] = livePrefix, end
+					case end == 0:
+						body["live"] = fmt.Sprintf("matches at seq %d; the live ledger's last seq is unknown (its /readyz did not say)", rep.LastSeq)
+					default:
+						body["live"] = "matches"
+					}
 				} else {
 					ok = false
 					body["live"] = "DIFFERS"
@@ -346,7 +359,7 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 		default:
 			fmt.Fprintf(stdout, "chain:      BROKEN at seq %v: %v\n", body["first_bad_seq"], body["reason"])
 		}
-		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "against", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
+		for _, k := range []string{"file", "server", "count", "last_seq", "chain_head", "live", "live_last_seq", "against", "live_link", "views_applied_seq", "views_chain_head", "digest", "unrecognized_count", "skip_count"} {
 			if v, found := body[k]; found {
 				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
 			}
@@ -431,6 +444,11 @@ func (l *lineCounter) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// livePrefix is verify's `live` verdict for an export whose chain agrees with
+// the live ledger's through the file's last sequence while the live ledger
+// goes on past it (docs/cli.md, "cgledger verify").
+const livePrefix = "prefix of the live ledger"
 
 // lastSeq asks the server's /readyz for the ledger stream's last sequence
 // (0 when it does not say).

@@ -179,6 +179,34 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	out, code = s.run(t, "verify", extended)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "live:       DIFFERS")
+	// A faithful prefix (the last entries cut, the trailer rewritten so that
+	// the file verifies on its own) is not tampering, but it is not the live
+	// ledger either: it says so, with where each ends.
+	var trailer ledger.ExportTrailer
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &trailer))
+	cut := append(lines[:len(lines)-3:len(lines)-3], lines[len(lines)-1])
+	truncated := filepath.Join(t.TempDir(), "truncated.jsonl")
+	require.NoError(t, os.WriteFile(truncated, relink(t, []byte(strings.Join(cut, "\n")+"\n")), 0o600))
+	out, code = s.run(t, "verify", truncated, "--against", s.httpURL(), "--json")
+	require.Equal(t, 0, code, out)
+	vj = nil
+	require.NoError(t, json.Unmarshal([]byte(out), &vj))
+	require.Equal(t, true, vj["ok"], out)
+	require.Equal(t, "prefix of the live ledger", vj["live"], out)
+	require.EqualValues(t, trailer.LastSeq-2, vj["last_seq"], out)
+	require.EqualValues(t, trailer.LastSeq, vj["live_last_seq"], out)
+	out, code = s.run(t, "verify", truncated, "--against", s.httpURL())
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, fmt.Sprintf("last_seq:   %d\n", trailer.LastSeq-2))
+	require.Contains(t, out, "live:       prefix of the live ledger\n")
+	require.Contains(t, out, fmt.Sprintf("live_last_seq: %d\n", trailer.LastSeq))
+	require.NotContains(t, out, "matches")
+	// The whole export still matches, and says nothing of a prefix.
+	out, code = s.run(t, "verify", export, "--against", s.httpURL())
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "live:       matches\n")
+	require.NotContains(t, out, "live_last_seq")
 	// An unreachable --against is an error, not a silent pass.
 	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", servetest.FreePort(t)))
 	require.Equal(t, 3, code)
@@ -288,21 +316,26 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 
 // TestBenchRunsAndReportsRatios: `cgledger bench` measures both sides in one
 // run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
-// not in assertions).
+// not in assertions). The whole-call workloads are compared with two
+// baselines: the raw round trip, whose results are pipelined rather than
+// published one at a time, and the protocol's own limit.
 func TestBenchRunsAndReportsRatios(t *testing.T) {
 	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
-	out, code := s.run(t, "bench", "--duration", "200ms", "--rounds", "1", "--inflight", "2", "--json")
+	out, code := s.run(t, "bench", "--duration", "300ms", "--rounds", "1", "--inflight", "64", "--json")
 	require.Equal(t, 0, code, out)
+	type result struct {
+		Calls           int     `json:"calls"`
+		PerSecond       float64 `json:"per_second"`
+		ResultsInFlight int     `json:"max_results_in_flight"`
+	}
 	var res struct {
 		Rows []struct {
-			Workload string  `json:"workload"`
-			Ratio    float64 `json:"ratio_per_second"`
-			CgLedger struct {
-				Calls int `json:"calls"`
-			} `json:"cgledger"`
-			Raw struct {
-				Calls int `json:"calls"`
-			} `json:"raw"`
+			Workload   string  `json:"workload"`
+			Ratio      float64 `json:"ratio_per_second"`
+			LimitRatio float64 `json:"ratio_protocol_limit"`
+			CgLedger   result  `json:"cgledger"`
+			Raw        result  `json:"raw"`
+			Limit      *result `json:"protocol_limit"`
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
@@ -315,5 +348,22 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 		require.Positive(t, r.CgLedger.Calls, r.Workload)
 		require.Positive(t, r.Raw.Calls, r.Workload)
 		require.Positive(t, r.Ratio, r.Workload)
+		require.InDelta(t, r.CgLedger.PerSecond/r.Raw.PerSecond, r.Ratio, 1e-9, r.Workload)
+		if !strings.HasPrefix(r.Workload, "e2e ") {
+			require.Nil(t, r.Limit, "%s is not a whole call: no protocol limit", r.Workload)
+			continue
+		}
+		require.NotNil(t, r.Limit, r.Workload)
+		require.Positive(t, r.Limit.Calls, r.Workload)
+		require.Positive(t, r.LimitRatio, r.Workload)
+		require.InDelta(t, r.CgLedger.PerSecond/r.Limit.PerSecond, r.LimitRatio, 1e-9, r.Workload)
+		// 64 callers at once: a baseline that publishes each result only
+		// after the last one's ack never has two in flight.
+		require.Greater(t, r.Raw.ResultsInFlight, 1, "the raw round trip's results are pipelined")
 	}
+	// The text form prints both ratios.
+	out, code = s.run(t, "bench", "--duration", "100ms", "--rounds", "1", "--inflight", "2")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "limit/s")
+	require.Contains(t, out, "ratio lim")
 }
