@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -496,6 +497,15 @@ func (l *Ledger) ensureConsumer(ctx context.Context, project, tool string, filte
 
 func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) {
 	c, _ := CallerFrom(ctx)
+	// The body names nothing (the subject does), but what is sent must be
+	// the documented object; an empty body is the same as {}.
+	if len(bytes.TrimSpace(m.Data)) > 0 {
+		var vs protocol.Violations
+		protocol.ParseObject("body", m.Data, &vs)
+		if err := protocol.BadRequest("tool.consumer request", vs); err != nil {
+			return nil, err
+		}
+	}
 	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
 }
 

@@ -94,18 +94,29 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 		f := topLevel(body)
 		if s, ok := stringField(f, "subject"); ok {
 			if sub, err := protocol.ParseSubject(s); err == nil && sub.Project != c.Project {
-				vs.Add("body.subject", protocol.VForbidden, "subject project %q is not the project of the request subject (%q)", protocol.Clip(sub.Project), c.Project)
+				vs.Add("subject", protocol.VForbidden, "subject project %q is not the project of the request subject (%q)", protocol.Clip(sub.Project), c.Project)
 			}
 		}
 		p, ok := stringField(topLevel(f["card"]), "project_id")
 		project("card.project_id", p, ok)
 		a := protocol.HeaderGet(h, protocol.HeaderAgentID)
 		actor("header."+protocol.HeaderAgentID, a, a != "")
-	case protocol.OpReport, protocol.OpToolRegister:
+	case protocol.OpReport:
 		// A report's actor is checked against its call's tool once the call
 		// is read (callerOwnsCall).
 		p := protocol.HeaderGet(h, protocol.HeaderProjectID)
 		project("header."+protocol.HeaderProjectID, p, p != "")
+	case protocol.OpToolRegister:
+		p := protocol.HeaderGet(h, protocol.HeaderProjectID)
+		project("header."+protocol.HeaderProjectID, p, p != "")
+		// The definition may be YAML, so only its parser finds the project
+		// it names; a forbidden refusal lists every field naming another
+		// project, the header's and the body's together.
+		if _, err := protocol.ParseToolYAML(c.Project, body); err != nil {
+			if e, ok := protocol.AsError(err); ok && e.Code == protocol.CodeForbidden {
+				vs = append(vs, e.Violations...)
+			}
+		}
 	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel, protocol.OpInboxList:
 		f := topLevel(body)
 		p, ok := stringField(f, "project_id")

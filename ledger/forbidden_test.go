@@ -71,6 +71,10 @@ func TestAPIForeignProjectPrecedenceIsTheSameForEveryOp(t *testing.T) {
 		{protocol.OpToolRegister, true, "tool.project_id", func(p string) req {
 			return req{"ops", nil, "project_id: \"" + p + "\"\n" + strings.ReplaceAll(toolYAML, "suspend", "later")}
 		}},
+		{protocol.OpDispatch, true, "subject", func(p string) req {
+			body := strings.Replace(dispatchBodyFor(d, `{"text":"hi"}`), `cg.v1.`+project+`.`, `cg.v1.`+p+`.`, 1)
+			return req{agent, d.identity().Header(), strings.Replace(body, `"after_execution":"suspend"`, `"after_execution":"later"`, 1)}
+		}},
 		{protocol.OpRosterSet, true, "body.project_id", func(p string) req {
 			return req{agent, nil, `{"project_id":"` + p + `","agent_id":"` + agent + `","worker_target":"w.x"}`}
 		}},
@@ -137,6 +141,20 @@ func TestAPIForeignProjectPrecedenceIsTheSameForEveryOp(t *testing.T) {
 		requireForbiddenEntry(t, e, got.Error.RejectionSeq)
 		got = request(t, e.nc, protocol.APISubject(project, "spoof", protocol.OpResume), nil, call(project))
 		require.Equal(t, "forbidden", got.Error.Code, "%+v", got.Error)
+		requireForbiddenEntry(t, e, got.Error.RejectionSeq)
+	})
+
+	// A registration naming another project twice, in its header and in its
+	// YAML body: both listed, as dispatch lists its subject and its card.
+	t.Run("tool.register header and body", func(t *testing.T) {
+		got := request(t, e.nc, protocol.APISubject(project, "ops", protocol.OpToolRegister),
+			nats.Header{protocol.HeaderProjectID: {"proj-other"}}, "project_id: proj-other\n"+toolYAML)
+		require.Equal(t, "forbidden", got.Error.Code, "%+v", got.Error)
+		var fields []string
+		for _, v := range got.Error.Violations {
+			fields = append(fields, v.Field+"/"+v.Code)
+		}
+		require.ElementsMatch(t, []string{"header.CG-Project-Id/forbidden", "tool.project_id/forbidden"}, fields)
 		requireForbiddenEntry(t, e, got.Error.RejectionSeq)
 	})
 }

@@ -64,3 +64,26 @@ func TestToolConsumerWorksAsAnsweredWithoutAuth(t *testing.T) {
 	require.Equal(t, info.Config.MaxWaiting, tc.MaxWaiting)
 	require.Equal(t, info.Config.AckWait.Milliseconds(), tc.AckWaitMS)
 }
+
+// TestToolConsumerBodyIsTheDocumentedObject: the body names nothing, but a
+// body that is not a JSON object is refused, listed as for every request;
+// an empty body is the same as {}.
+func TestToolConsumerBodyIsTheDocumentedObject(t *testing.T) {
+	e := newEnv(t)
+	serveAPI(t, e)
+	ctx := ctxT(t)
+	_, err := e.l.RegisterToolYAML(ctx, project, []byte(strings.ReplaceAll(toolYAML, "probe", "echo")))
+	require.NoError(t, err)
+	subj := protocol.APISubject(project, "echo", protocol.OpToolConsumer)
+	for _, body := range []string{`[1]`, `"x"`, `{"a":1,"a":2}`, `{`} {
+		r := request(t, e.nc, subj, nil, body)
+		require.False(t, r.OK, body)
+		require.Equal(t, "bad_request", r.Error.Code, "%s: %+v", body, r.Error)
+		require.NotEmpty(t, r.Error.Violations, body)
+		require.True(t, strings.HasPrefix(r.Error.Violations[0].Field, "body"), "%s: %+v", body, r.Error.Violations)
+	}
+	for _, body := range []string{``, `{}`, `{"unknown":1}`} {
+		r := request(t, e.nc, subj, nil, body)
+		require.True(t, r.OK, "%q: %+v", body, r.Error)
+	}
+}

@@ -265,7 +265,17 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			live := cf
 			if *against != "" {
 				live.server = *against
-				live.source = map[string]string{"server": "flag --against"}
+				// Where the credential came from stays as the flags and
+				// settings said: only the server is --against's.
+				src := map[string]string{}
+				for k, v := range cf.source {
+					src[k] = v
+				}
+				if cf.from("creds") != "the default" {
+					src["creds"] = cf.from("creds")
+				}
+				src["server"] = "flag --against"
+				live.source = src
 				live.fs = nil
 			}
 			var link struct {
@@ -299,6 +309,10 @@ against the links its views recorded. Exit 1 when verification fails.`)
 				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
 			case errors.Is(err, errUnreachable):
 				body["live"] = "not compared (" + err.Error() + "; use --against URL)"
+			case isAuthRefusal(err):
+				// Not a verdict on the file: the server would not show its
+				// link to this credential.
+				return failf(exitFor(err), "verify: %s refused to show its chain link at seq %d: %v", live.server, rep.LastSeq, err)
 			default:
 				// The server answered, with no link there: the file claims
 				// entries the live ledger does not have (or it refused us).
@@ -473,4 +487,11 @@ func (c *clientFlags) lastSeq(ctx context.Context) uint64 {
 		return 0
 	}
 	return r.LastSeq
+}
+
+// isAuthRefusal reports an HTTP answer of 401 or 403: the credential, not
+// the request's subject, was refused.
+func isAuthRefusal(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden)
 }

@@ -210,6 +210,15 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	// An unreachable --against is an error, not a silent pass.
 	_, code = s.run(t, "verify", export, "--against", fmt.Sprintf("http://127.0.0.1:%d", servetest.FreePort(t)))
 	require.Equal(t, 3, code)
+	// A credential the server refuses gives no verdict on the file: the
+	// refusal, naming the credential and where it came from.
+	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")
+	out, errOut, code = s.runAll(t, "verify", export, "--against", s.httpURL(), "--creds", worker.path)
+	require.Equal(t, 1, code, out+errOut)
+	require.NotContains(t, out+errOut, "DIFFERS")
+	require.NotContains(t, out+errOut, "holds entries the ledger does not")
+	require.Contains(t, errOut, "refused")
+	require.Contains(t, errOut, "(from flag --creds)")
 }
 
 // appendCopyOfLast adds a copy of an export's last entry at the next
