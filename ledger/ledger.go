@@ -84,6 +84,7 @@ type Ledger struct {
 	lease   time.Duration
 	cache   *caches
 	guard   func() error
+	fault   storageFault
 	bg      background
 	seqs    pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
@@ -211,6 +212,7 @@ func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *
 		}
 		ack, err = l.js.PublishMsg(ctx, msg, opts...)
 	}
+	l.fault.note(err)
 	if err != nil {
 		return nil, err
 	}

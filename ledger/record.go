@@ -93,6 +93,7 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.Cal
 		return 0, false, err
 	}
 	rev, err = l.kv.Create(ctx, key, b)
+	l.fault.note(err)
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil
@@ -114,6 +115,7 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 		return 0, false, err
 	}
 	nrev, err := l.kv.Update(ctx, key, b, rev)
+	l.fault.note(err)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil

@@ -66,3 +66,54 @@ func TestWriteGuardStopsTheProjectorBeforeItWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, applied)
 }
+
+// TestBrokenStoreShutsDownCleanly: once a failed write broke the store,
+// serve's shutdown syncs and closes it. Neither may panic (Pebble's fatal
+// log panics, and after that its commit pipeline is left half-locked, so a
+// close that flushes dies with "unlock of unlocked mutex", which nothing
+// recovers): both answer ErrStoreBroken.
+func TestBrokenStoreShutsDownCleanly(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 3)
+	ctx := ledgertest.Ctx(t)
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("write: no space left on device")
+		}
+		return nil
+	})}
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{FS: errorfs.Wrap(vfs.Default, full)})
+	require.NoError(t, err)
+	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	full.On()
+	require.ErrorIs(t, p.CatchUp(ctx), projector.ErrStoreBroken)
+	require.ErrorIs(t, s.Sync(), projector.ErrStoreBroken, "sync of a broken store is an error, not a panic")
+	require.ErrorIs(t, s.Close(), projector.ErrStoreBroken, "close of a broken store is an error, not a panic")
+}
+
+// TestSyncOnAFullDiskIsAnError: the first failed write can be shutdown's
+// own sync (the projector's commits do not fsync). It breaks the store with
+// an error, and the close after it does not touch Pebble again.
+func TestSyncOnAFullDiskIsAnError(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 3)
+	ctx := ledgertest.Ctx(t)
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("write: no space left on device")
+		}
+		return nil
+	})}
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{FS: errorfs.Wrap(vfs.Default, full)})
+	require.NoError(t, err)
+	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	require.NoError(t, p.CatchUp(ctx))
+	require.NotZero(t, p.Applied())
+	full.On()
+	err = s.Sync()
+	require.ErrorIs(t, err, projector.ErrStoreBroken)
+	require.Contains(t, err.Error(), "no space left on device")
+	require.ErrorIs(t, s.Close(), projector.ErrStoreBroken)
+}
