@@ -163,12 +163,14 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 	return opts
 }
 
-// Close flushes and closes the store. A store broken by a failed write is
-// left as it is: Pebble gave up in the middle of a commit, with its commit
-// pipeline's locks in no known state, and flushing or closing it then can
-// end the process with a fatal error nothing recovers ("sync: unlock of
-// unlocked mutex"). Its files are as a crash leaves them, which the next
-// open recovers from; Close returns an error matching ErrStoreBroken.
+// Close closes the store. It does not flush the memtable first: the
+// write-ahead log holds it, and the next open replays it. A flush rotates
+// the log, and Pebble answers a failed rotation (a full disk) with a panic
+// from inside its commit pipeline that ends the process ("sync: unlock of
+// unlocked mutex"), which nothing recovers. A store broken by a failed write
+// is left as it is, for the same reason: Pebble gave up in the middle of a
+// commit. Its files are as a crash leaves them, which the next open recovers
+// from; Close then returns an error matching ErrStoreBroken.
 func (s *Store) Close() (err error) {
 	if s.broken.Load() {
 		return fmt.Errorf("projector: view store left unclosed: %w", ErrStoreBroken)
@@ -178,10 +180,6 @@ func (s *Store) Close() (err error) {
 			err = fmt.Errorf("projector: close view store: %w", asStoreFatal(r))
 		}
 	}()
-	if err := s.db.Flush(); err != nil {
-		_ = s.db.Close()
-		return fmt.Errorf("projector: flush view store: %w", err)
-	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("projector: close view store: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -378,4 +379,35 @@ func dirSize(t *testing.T, dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// TestSigtermOnAFullDisk stops serve while its disk is full to the last
+// byte and its stores have met "no space left": shutdown syncs and closes
+// the view store, which must end in a clean exit, not a panic.
+func TestSigtermOnAFullDisk(t *testing.T) {
+	data := mountTmpfs(t, 48)
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t), "--disk-reserve", "off")
+	ld := newLoader(t, s)
+	ld.start(t)
+	filler := fillTo(t, data, 0)
+	require.Eventually(t, func() bool {
+		topUp(t, filler)
+		code, _ := readiness(t, s)
+		return code != http.StatusOK && ld.refusals() > 0
+	}, time.Minute, 50*time.Millisecond, "serve reports the full disk")
+	ld.stop()
+	topUp(t, filler)
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "serve exits cleanly")
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+		<-exited
+		require.Fail(t, "serve did not stop within a minute of SIGTERM")
+	}
+	require.NotContains(t, s.log.String(), "panic", "no panic on the way out")
+	require.Contains(t, s.log.String(), "http server stopped", "the shutdown ran to its end")
 }
