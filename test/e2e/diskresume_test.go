@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -379,41 +378,4 @@ func dirSize(t *testing.T, dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-// TestSigtermOnAFullDisk stops serve while another process keeps its disk
-// full to the last byte: shutdown syncs and closes the view store, which
-// must end in a clean exit, not a panic or a hang. (With the reserve on,
-// serve does not restart itself in place while the disk has no room.)
-func TestSigtermOnAFullDisk(t *testing.T) {
-	data := mountTmpfs(t, 48)
-	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
-	ld := newLoader(t, s)
-	ld.start(t)
-	filler := fillTo(t, data, 0)
-	require.Eventually(t, func() bool {
-		topUp(t, filler)
-		code, _ := readiness(t, s)
-		return code != http.StatusOK && ld.refusals() > 0
-	}, time.Minute, 50*time.Millisecond, "serve reports the full disk")
-	ld.stop()
-	// No restart in place under way (serve restarts once the disk has
-	// room; a signal in the middle of the exec would end it): the disk is
-	// kept full and serve answers, not ready, before it is signalled.
-	require.Eventually(t, func() bool {
-		topUp(t, filler)
-		code, _ := readiness(t, s)
-		return code == http.StatusServiceUnavailable
-	}, time.Minute, 50*time.Millisecond, "serve is up and not ready")
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	exited := make(chan error, 1)
-	go func() { exited <- s.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "serve exits cleanly")
-	case <-time.After(time.Minute):
-		require.Fail(t, "serve did not stop within a minute of SIGTERM")
-	}
-	require.NotContains(t, s.log.String(), "panic", "no panic on the way out")
-	require.Contains(t, s.log.String(), "http server stopped", "the shutdown ran to its end")
 }
