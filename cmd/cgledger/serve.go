@@ -375,7 +375,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}))
 	}
 	if guard != nil && s.restartInPlace {
-		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, l.StorageFault, &storeBroken)
+		// Only the embedded server is reset by restarting serve: an external
+		// server's refusal is for its operator.
+		fault := func() error { return nil }
+		if embedded {
+			fault = l.StorageFault
+		}
+		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, fault, &storeBroken)
 	}
 	var ready0, shuttingDown atomic.Bool
 	var projErr atomic.Value
