@@ -85,6 +85,7 @@ type Ledger struct {
 	cache   *caches
 	labels  *ToolLabels
 	guard   func() error
+	fault   storageFault
 	bg      background
 	seqs    pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
@@ -215,6 +216,7 @@ func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *
 	}
 	opts = append(opts, jetstream.WithExpectStream(l.streams.Stream))
 	ack, err := untilDecided(ctx, func() (*jetstream.PubAck, error) { return l.js.PublishMsg(ctx, msg, opts...) })
+	l.fault.note(err)
 	if err != nil {
 		return nil, err
 	}

@@ -95,6 +95,7 @@ func (l *Ledger) createRecord(ctx context.Context, key string, rec *protocol.Cal
 		return 0, false, err
 	}
 	rev, err = untilDecided(ctx, func() (uint64, error) { return l.kv.Create(ctx, key, b) })
+	l.fault.note(err)
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil
@@ -117,6 +118,7 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 		return 0, false, err
 	}
 	nrev, err := untilDecided(ctx, func() (uint64, error) { return l.kv.Update(ctx, key, b, rev) })
+	l.fault.note(err)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
 		l.cache.records.drop(key)
 		return 0, false, nil

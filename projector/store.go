@@ -3,8 +3,10 @@ package projector
 import (
 	"errors"
 	"fmt"
-	"github.com/cgledger/cgledger/internal/lru"
 	"strings"
+	"sync/atomic"
+
+	"github.com/cgledger/cgledger/internal/lru"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -14,6 +16,9 @@ import (
 // Store is the projector's Pebble database holding every view.
 type Store struct {
 	db *pebble.DB
+	// broken is set by Pebble's fatal log (quietLogger): from then on the
+	// database is not touched by Sync or Close.
+	broken *atomic.Bool
 
 	// states caches committed call states for the applier (statecache.go).
 	// The projector is the only writer, so the cache cannot go stale.
@@ -62,11 +67,12 @@ type StoreOptions struct {
 // another format are emptied, to be rebuilt by the projector's catch-up
 // (Store.FormatChange).
 func OpenStore(dir string, o StoreOptions) (*Store, error) {
-	db, from, err := openDB(dir, o)
+	broken := new(atomic.Bool)
+	db, from, err := openDB(dir, o, broken)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, states: newStateCache(maxCachedStates), stories: newStoryCache(maxCachedStories)}
+	s := &Store{db: db, broken: broken, states: newStateCache(maxCachedStates), stories: newStoryCache(maxCachedStories)}
 	if from != nil {
 		// A store of format 1 was removed before this one was created.
 		if err := s.resetTo(); err != nil {
@@ -89,7 +95,7 @@ func OpenStore(dir string, o StoreOptions) (*Store, error) {
 // written with Pebble's default comparer (views format 1) cannot be opened
 // with viewsComparer: its checkpoint is read, the directory removed and a
 // new database created, and the change is returned.
-func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
+func openDB(dir string, o StoreOptions, broken *atomic.Bool) (*pebble.DB, *FormatChange, error) {
 	cacheSize := o.CacheBytes
 	if cacheSize == 0 {
 		cacheSize = 64 << 20
@@ -97,18 +103,18 @@ func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
 	// Each open database takes its own reference to the cache.
 	cache := pebble.NewCache(cacheSize)
 	defer cache.Unref()
-	db, err := pebble.Open(dir, dbOptions(o, cache, viewsComparer))
+	db, err := pebble.Open(dir, dbOptions(o, cache, viewsComparer, broken))
 	if err == nil {
 		return db, nil, nil
 	}
 	if !isComparerMismatch(err) {
 		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
-	old, oerr := pebble.Open(dir, dbOptions(o, cache, pebble.DefaultComparer))
+	old, oerr := pebble.Open(dir, dbOptions(o, cache, pebble.DefaultComparer, broken))
 	if oerr != nil {
 		return nil, nil, fmt.Errorf("projector: open view store %s of views format 1 (to rebuild it): %w", dir, oerr)
 	}
-	fc, _, err := (&Store{db: old}).pending()
+	fc, _, err := (&Store{db: old, broken: broken}).pending()
 	if fc == nil {
 		fc = &FormatChange{} // an empty store of format 1
 	}
@@ -130,7 +136,7 @@ func openDB(dir string, o StoreOptions) (*pebble.DB, *FormatChange, error) {
 	if err := fs.RemoveAll(dir); err != nil {
 		return nil, nil, fmt.Errorf("projector: remove view store %s of views format 1: %w", dir, err)
 	}
-	if db, err = pebble.Open(dir, dbOptions(o, cache, viewsComparer)); err != nil {
+	if db, err = pebble.Open(dir, dbOptions(o, cache, viewsComparer, broken)); err != nil {
 		return nil, nil, fmt.Errorf("projector: open view store %s: %w", dir, err)
 	}
 	return db, fc, nil
@@ -143,9 +149,9 @@ func isComparerMismatch(err error) bool {
 }
 
 // dbOptions are the Pebble options of the view store.
-func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer) *pebble.Options {
+func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken *atomic.Bool) *pebble.Options {
 	// A larger memtable absorbs rebuild bursts with fewer flushes.
-	opts := &pebble.Options{Logger: quietLogger{}, Cache: cache, MemTableSize: 32 << 20, Comparer: cmp}
+	opts := &pebble.Options{Logger: quietLogger{broken: broken}, Cache: cache, MemTableSize: 32 << 20, Comparer: cmp}
 	// Point reads and group seeks (viewsComparer) dominate queries: bloom
 	// filters let them skip sstables without reading blocks.
 	for i := range opts.Levels {
@@ -157,12 +163,23 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer) *pebbl
 	return opts
 }
 
-// Close flushes and closes the store.
-func (s *Store) Close() error {
-	if err := s.db.Flush(); err != nil {
-		_ = s.db.Close()
-		return fmt.Errorf("projector: flush view store: %w", err)
+// Close closes the store. It does not flush the memtable first: the
+// write-ahead log holds it, and the next open replays it. A flush rotates
+// the log, and Pebble answers a failed rotation (a full disk) with a panic
+// from inside its commit pipeline that ends the process ("sync: unlock of
+// unlocked mutex"), which nothing recovers. A store broken by a failed write
+// is left as it is, for the same reason: Pebble gave up in the middle of a
+// commit. Its files are as a crash leaves them, which the next open recovers
+// from; Close then returns an error matching ErrStoreBroken.
+func (s *Store) Close() (err error) {
+	if s.broken.Load() {
+		return fmt.Errorf("projector: view store left unclosed: %w", ErrStoreBroken)
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("projector: close view store: %w", asStoreFatal(r))
+		}
+	}()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("projector: close view store: %w", err)
 	}
@@ -171,12 +188,32 @@ func (s *Store) Close() error {
 
 // Sync makes every committed batch durable (the projector commits without
 // fsync: a crash can only roll the views back to an earlier consistent
-// checkpoint, which the projector then re-applies from).
-func (s *Store) Sync() error {
+// checkpoint, which the projector then re-applies from). On a broken store,
+// or when this very write fails, it returns an error matching
+// ErrStoreBroken.
+func (s *Store) Sync() (err error) {
+	if s.broken.Load() {
+		return fmt.Errorf("projector: sync view store: %w", ErrStoreBroken)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("projector: sync view store: %w", asStoreFatal(r))
+		}
+	}()
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("projector: sync view store: %w", err)
 	}
 	return nil
+}
+
+// asStoreFatal returns the storeFatal a recovered panic carries, and panics
+// again with anything else: only Pebble's fatal log is an error here.
+func asStoreFatal(r any) storeFatal {
+	sf, ok := r.(storeFatal)
+	if !ok {
+		panic(r)
+	}
+	return sf
 }
 
 // checkpoint reads the applied checkpoint; a fresh store is at sequence 0.
@@ -202,7 +239,10 @@ func (s *Store) Applied() (uint64, error) {
 func (s *Store) Reset() error { return s.resetTo() }
 
 // quietLogger keeps Pebble's informational logs out of the service's output.
-type quietLogger struct{}
+type quietLogger struct {
+	// broken is the store's: set before the fatal log panics.
+	broken *atomic.Bool
+}
 
 // Infof drops Pebble's informational logs.
 func (quietLogger) Infof(string, ...any) {}
@@ -210,9 +250,13 @@ func (quietLogger) Infof(string, ...any) {}
 // Errorf drops Pebble's error logs; failures surface as returned errors.
 func (quietLogger) Errorf(string, ...any) {}
 
-// Fatalf panics, as Pebble expects of a fatal log, with a storeFatal that
-// the projector's commit turns into an error.
-func (quietLogger) Fatalf(format string, args ...any) {
+// Fatalf marks the store broken and panics, as Pebble expects of a fatal
+// log, with a storeFatal that the projector's commit (and Sync, Close)
+// turns into an error.
+func (l quietLogger) Fatalf(format string, args ...any) {
+	if l.broken != nil {
+		l.broken.Store(true)
+	}
 	panic(storeFatal{fmt.Errorf(format, args...)})
 }
 

@@ -388,16 +388,22 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if guard != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cgledger_storage_degraded",
-			Help: "1 while the data directory's storage takes no writes (free space below the reserve, the embedded server's stream failed by a write error, or the view store broken); /readyz says why.",
+			Help: "1 while the data directory's storage takes no writes (free space below the reserve, the embedded server's stream failed by a write error, the last ledger write refused for want of storage, or the view store broken); /readyz says why.",
 		}, func() float64 {
-			if storageTrouble(guard, embeddedSrv, storageLog) != nil || storeBroken.Load() {
+			if storageTrouble(guard, embeddedSrv, storageLog) != nil || l.StorageFault() != nil || storeBroken.Load() {
 				return 1
 			}
 			return 0
 		}))
 	}
 	if guard != nil && s.restartInPlace {
-		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, &storeBroken)
+		// Only the embedded server is reset by restarting serve: an external
+		// server's refusal is for its operator.
+		fault := func() error { return nil }
+		if embedded {
+			fault = l.StorageFault
+		}
+		go superviseStorage(ctx, log, s.Data, guard, embeddedSrv, storageLog, fault, &storeBroken)
 	}
 	var ready0, shuttingDown atomic.Bool
 	var projErr atomic.Value
@@ -574,6 +580,11 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			body["status"], body["reason"] = "not ready", reason
 			w.WriteHeader(http.StatusServiceUnavailable)
 		} else if err := storageTrouble(guard, embeddedSrv, storageLog); err != nil {
+			body["status"], body["reason"] = "not ready", err.Error()
+			w.WriteHeader(http.StatusServiceUnavailable)
+		} else if err := l.StorageFault(); err != nil {
+			// Free space is not the whole story: the server itself refused
+			// the last write. Ready again once a write goes through.
 			body["status"], body["reason"] = "not ready", err.Error()
 			w.WriteHeader(http.StatusServiceUnavailable)
 		} else if storeBroken.Load() {

@@ -39,7 +39,7 @@ type Config struct {
 	// host-crash window at a large throughput cost (see docs/durability.md).
 	SyncAlways bool
 	// MaxStore caps JetStream file storage in bytes. Zero means no cap beyond
-	// the disk.
+	// the disk (NoStoreLimit).
 	MaxStore int64
 	// ReadyTimeout bounds how long Start waits for the server to accept
 	// connections. Zero means 10 seconds.
@@ -57,6 +57,12 @@ type Config struct {
 	// certificates when its ClientAuth says so).
 	TLS *tls.Config
 }
+
+// NoStoreLimit is the JetStream storage limit of a server started without
+// Config.MaxStore: far beyond any disk, so that only the disk limits it, and
+// not derived from the free space at start (an exabyte; nats-server adds
+// reservations to it, so not the largest int64).
+const NoStoreLimit int64 = 1 << 60
 
 // ErrNotReady is returned when the server did not accept connections in time.
 var ErrNotReady = errors.New("natsserver: server not ready for connections")
@@ -96,6 +102,13 @@ func Start(cfg Config) (*server.Server, error) {
 		// A single embedded node never needs the HTTP monitor or cluster ports.
 		HTTPPort: 0,
 	}
+	// Left unset, nats-server sizes its storage limit from the disk's free
+	// space at the moment it starts (75% of it) and refuses every write past
+	// it ("insufficient resources", 10023) until it is restarted, even once
+	// the disk has room again. A server started on a nearly full disk (serve
+	// restarting itself in place after a full disk) would stay stuck: the
+	// disk itself is the limit, watched by serve's reserve.
+	opts.JetStreamMaxStore = NoStoreLimit
 	if cfg.MaxStore > 0 {
 		opts.JetStreamMaxStore = cfg.MaxStore
 	}
