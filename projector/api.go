@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,6 +156,7 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 	if ok {
 		req.ProjectID, req.AgentID = o.Ident("project_id", true), o.Ident("agent_id", true)
 		req.Cursor = o.Str("cursor", false)
+		// Null is absent, as for every optional field (JSONObject.Raw).
 		if r := o.Raw("limit"); r != nil {
 			var v any
 			d := json.NewDecoder(bytes.NewReader(r))
@@ -163,7 +165,9 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 			n, isNum := v.(json.Number)
 			i, err := n.Int64()
 			switch {
-			case !isNum:
+			case !isNum || strings.ContainsAny(n.String(), ".eE"):
+				// 1.5, 100.0 and 1e2 are numbers but not integers, as a
+				// uint64 field of the other operations reads them.
 				vs.Add("body.limit", protocol.VInvalidType, "must be an integer from 0 to %d (0 or none: %d)", MaxLimit, DefaultLimit)
 			case err != nil || i < 0 || i > MaxLimit:
 				vs.Add("body.limit", protocol.VInvalidValue, "must be an integer from 0 to %d (0 or none: %d), got %s", MaxLimit, DefaultLimit, protocol.Clip(n.String()))
