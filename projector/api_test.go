@@ -49,7 +49,7 @@ func newInboxRig(t *testing.T) *inboxRig {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
 	// A minute's wait: a loaded machine must not make a page stale.
-	papi, err := p.ServeAPI(ctx, e.NC, projector.APIConfig{MaxWait: time.Minute})
+	papi, err := p.ServeAPI(ctx, e.NC, e.L, projector.APIConfig{MaxWait: time.Minute})
 	require.NoError(t, err)
 
 	v, err := e.Srv.Keys().Verifier()
