@@ -134,20 +134,33 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	if !writeOps[op] && m.Reply != "" {
 		return c, e
 	}
+	return c, s.l.RecordRefusal(ctx, op, c, m, e)
+}
+
+// RecordRefusal writes the rejection entry of a request on an API subject
+// refused by its checks (CheckReadRequest's refusal), as the API server
+// records its own: under the subject's project, the request as received.
+// The API server records every write's, and a read's that nobody can be told
+// of (no reply subject, or one that is not an inbox): another part of the
+// server that answers a read (the views answer inbox.list) calls it when
+// CheckReadRequest says answer=false with a refusal. It returns e with its
+// rejection_seq, or the failure to write it (wrapping e).
+func (l *Ledger) RecordRefusal(ctx context.Context, op string, c Caller, m *nats.Msg, e *protocol.Error) error {
 	project := ""
 	if protocol.ValidIdentifier(c.Project) {
 		project = c.Project
 	}
-	return c, s.l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	return l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
 }
 
 // CheckReadRequest checks a read request that another part of the server
 // answers on an API subject (the views answer inbox.list) as the API server
 // checks its own: the subject's project and actor tokens, the reply subject,
 // the header block, and the body against the subject. It returns the caller,
-// or the refusal to answer with (EncodeReply). answer=false means the reply
-// subject is not an inbox: nothing may be sent there. A read changes
-// nothing, so its refusals are never recorded.
+// or the refusal to answer with (EncodeReply). answer=false means there is no
+// reply subject or it is not an inbox: nothing may be sent there, and a
+// refusal is then recorded with RecordRefusal, as the API server records its
+// reads'. A refusal that is answered writes nothing: a read changes nothing.
 func CheckReadRequest(op string, m *nats.Msg) (c Caller, answer bool, err error) {
 	c, e, badReply := checkRequest(op, m)
 	if e != nil {

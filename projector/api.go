@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ type APIConfig struct {
 // APIServer answers inbox.list until Stop.
 type APIServer struct {
 	p    *Projector
+	l    *ledger.Ledger
 	q    *Queries
 	cfg  APIConfig
 	sub  *nats.Subscription
@@ -49,9 +52,14 @@ type APIServer struct {
 
 // ServeAPI subscribes inbox.list (cgledger.v1.*.*.inbox.list, in a queue
 // group) on nc, which must be a connection of the ledger's account (where
-// the API subjects arrive), and answers it from the projector's views. ctx
-// bounds the server's life as Stop does.
-func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, cfg APIConfig) (*APIServer, error) {
+// the API subjects arrive), and answers it from the projector's views. l
+// records the refusals nobody can be told of (no reply subject, or one that
+// is not an inbox), as the ledger's API server records them for its own
+// operations; it is required. ctx bounds the server's life as Stop does.
+func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledger, cfg APIConfig) (*APIServer, error) {
+	if l == nil {
+		return nil, errors.New("projector api: a ledger is required to record the refusals it cannot answer")
+	}
 	if cfg.QueueGroup == "" {
 		cfg.QueueGroup = "cgledger-api"
 	}
@@ -65,7 +73,7 @@ func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, cfg APIConfig) 
 		cfg.MaxWait = 5 * time.Second
 	}
 	sctx, stop := context.WithCancel(ctx)
-	s := &APIServer{p: p, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
+	s := &APIServer{p: p, l: l, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	subj := protocol.APISubject("*", "*", protocol.OpInboxList)
 	sub, err := nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle)
 	if err != nil {
@@ -116,6 +124,12 @@ func (s *APIServer) handle(m *nats.Msg) {
 			// Nobody to answer: a read without a reply changes nothing.
 			return
 		}
+		if e, ok := protocol.AsError(err); ok && !answer {
+			// Nobody can be told (no reply subject, or one that is not an
+			// inbox): the ledger records the refusal, as its API server
+			// does for every other operation's.
+			err = s.l.RecordRefusal(ctx, protocol.OpInboxList, c, m, e)
+		}
 		var res any
 		code := "ok"
 		if err == nil {
@@ -134,8 +148,7 @@ func (s *APIServer) handle(m *nats.Msg) {
 		}
 		s.p.m.apiRequests.WithLabelValues(protocol.OpInboxList, code).Inc()
 		if !answer {
-			// The reply subject is not an inbox: answering would publish
-			// wherever the requester chose. A read records nothing.
+			// Answering would publish wherever the requester chose.
 			return
 		}
 		if rerr := m.Respond(ledger.EncodeReply(res, err)); rerr != nil {
@@ -155,6 +168,7 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 	if ok {
 		req.ProjectID, req.AgentID = o.Ident("project_id", true), o.Ident("agent_id", true)
 		req.Cursor = o.Str("cursor", false)
+		// Null is absent, as for every optional field (JSONObject.Raw).
 		if r := o.Raw("limit"); r != nil {
 			var v any
 			d := json.NewDecoder(bytes.NewReader(r))
@@ -163,7 +177,9 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 			n, isNum := v.(json.Number)
 			i, err := n.Int64()
 			switch {
-			case !isNum:
+			case !isNum || strings.ContainsAny(n.String(), ".eE"):
+				// 1.5, 100.0 and 1e2 are numbers but not integers, as a
+				// uint64 field of the other operations reads them.
 				vs.Add("body.limit", protocol.VInvalidType, "must be an integer from 0 to %d (0 or none: %d)", MaxLimit, DefaultLimit)
 			case err != nil || i < 0 || i > MaxLimit:
 				vs.Add("body.limit", protocol.VInvalidValue, "must be an integer from 0 to %d (0 or none: %d), got %s", MaxLimit, DefaultLimit, protocol.Clip(n.String()))

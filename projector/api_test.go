@@ -49,7 +49,7 @@ func newInboxRig(t *testing.T) *inboxRig {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
 	// A minute's wait: a loaded machine must not make a page stale.
-	papi, err := p.ServeAPI(ctx, e.NC, projector.APIConfig{MaxWait: time.Minute})
+	papi, err := p.ServeAPI(ctx, e.NC, e.L, projector.APIConfig{MaxWait: time.Minute})
 	require.NoError(t, err)
 
 	v, err := e.Srv.Keys().Verifier()
@@ -165,6 +165,23 @@ func (r *inboxRig) get(t *testing.T, token, path string, out any) int {
 	return resp.StatusCode
 }
 
+// badRequestFields requires a 400 and returns its violations' fields.
+func (r *inboxRig) badRequestFields(t *testing.T, token, path string) []string {
+	t.Helper()
+	rq, err := http.NewRequest(http.MethodGet, r.http+path, nil)
+	require.NoError(t, err)
+	rq.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(rq)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var p struct {
+		Violations []protocol.Violation `json:"violations"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+	return fields(p.Violations)
+}
+
 // TestAWorkerListsItsAgentsPendingResults: a worker that missed wakeups
 // finds the results it has not consumed, and only its own agent's, with
 // nothing but its worker credential: inbox.list over NATS (paged, fresh up
@@ -209,6 +226,10 @@ func TestAWorkerListsItsAgentsPendingResults(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.get(t, alice.cred.JWT, "/v1/projects/proj/agents/alice/inbox?state=pending&limit=2&cursor="+url.QueryEscape(pages[0].NextCursor), &hp))
 	require.Len(t, hp.Items, 1)
 	require.Equal(t, "a5", hp.Items[0].ToolCallID)
+	// A worker's 400, as an admin's, names every parameter problem.
+	for _, token := range []string{alice.cred.JWT, r.adminToken(t)} {
+		require.ElementsMatch(t, []string{"limit", "cursor"}, r.badRequestFields(t, token, "/v1/projects/proj/agents/alice/inbox?state=pending&limit=5000&cursor=zz"))
+	}
 
 	// Processing a result ends with consuming it: it leaves the list.
 	a3 := call("proj", "alice", "a3")

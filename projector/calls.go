@@ -38,23 +38,7 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 	if len(vs) > 0 {
 		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid calls query", Violations: vs}
 	}
-	dim, val := dimAll, ""
-	switch {
-	case f.Status != "":
-		dim, val = dimStatus, f.Status
-	case f.State != "":
-		dim, val = dimState, f.State
-	case f.Tool != "":
-		dim, val = dimTool, f.Tool
-	case f.Agent != "":
-		dim, val = dimAgent, f.Agent
-	case f.Channel != "":
-		dim, val = dimChannel, f.Channel
-	}
-	idx := key(tagIndex, project, dim)
-	if dim != dimAll {
-		idx = idx.str(val)
-	}
+	idx := callsIndex(project, f)
 	p := idx.prefix()
 	v, err := q.open(at)
 	if err != nil {
@@ -116,6 +100,35 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 }
 
 // violations lists every problem with the filter's values.
+// callsIndex is the index a calls query walks: the most selective for its
+// filter (status, then state, tool, agent, channel, else all calls).
+func callsIndex(project string, f CallFilter) keyBuf {
+	dim, val := dimAll, ""
+	switch {
+	case f.Status != "":
+		dim, val = dimStatus, f.Status
+	case f.State != "":
+		dim, val = dimState, f.State
+	case f.Tool != "":
+		dim, val = dimTool, f.Tool
+	case f.Agent != "":
+		dim, val = dimAgent, f.Agent
+	case f.Channel != "":
+		dim, val = dimChannel, f.Channel
+	}
+	idx := key(tagIndex, project, dim)
+	if dim != dimAll {
+		idx = idx.str(val)
+	}
+	return idx
+}
+
+// callsCursor checks cursors of a calls query (a cursor belongs to the
+// index its filter walks).
+func callsCursor(project string, f CallFilter) cursorCheck {
+	return prefixCursor(callsIndex(project, f).prefix())
+}
+
 func (f CallFilter) violations() protocol.Violations {
 	var vs protocol.Violations
 	if f.Status != "" && !protocol.ValidStatus(f.Status) {

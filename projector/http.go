@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -57,7 +56,7 @@ type route struct {
 
 func (h *handler) routes() []route {
 	return []route{
-		{"GET /v1/projects", listing(h.projects)},
+		{"GET /v1/projects", listing(h.projects, prefixCursor(key(tagProject).prefix()))},
 		{"GET /v1/projects/{project}/turns/{turn}/timeline", h.timeline},
 		{"GET /v1/projects/{project}/turns/{turn}/cards", h.turnCards},
 		{"GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState},
@@ -68,9 +67,9 @@ func (h *handler) routes() []route {
 		{"GET /v1/projects/{project}/cards/{card}", h.card},
 		{"GET /v1/projects/{project}/tools", h.tools},
 		{"GET /v1/projects/{project}/tools/{tool}", h.tool},
-		{"GET /v1/unrecognized", listing(h.unrecognized)},
-		{"GET /v1/skipped", listing(h.skipped)},
-		{"GET /v1/skips", listing(h.skips)},
+		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
+		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
+		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},
 		{"GET /v1/digest", h.digest},
 		{"GET /v1/verify", h.verify},
 		{"GET /v1/chain/{seq}", h.chainLink},
@@ -119,7 +118,9 @@ type handler struct {
 	cfg HTTPConfig
 }
 
-// params parses the query string, collecting every violation.
+// params parses the query string (and the path's ids), collecting every
+// violation, so that a 400 names every parameter problem at once; the
+// queries check them again for their other callers.
 type params struct {
 	r  *http.Request
 	vs protocol.Violations
@@ -174,15 +175,20 @@ func (p *params) asOf() AsOf {
 	return AsOf{Seq: seq, Time: p.time("as_of")}
 }
 
-// cursor returns the cursor parameter; one that is not even a cursor's
-// encoding is listed with the other parameter problems (whether it belongs
-// to this query is known only when the query runs).
-func (p *params) cursor() string {
+// ids lists the path's ids (field, value pairs) that are not identifiers.
+func (p *params) ids(pairs ...string) { p.vs = append(p.vs, idViolations(pairs...)...) }
+
+// cursor returns the cursor parameter, listing one that is not a cursor of
+// the query belongs checks. belongs is nil when the query is unknown (a
+// parameter it depends on is wrong): then only a string that is no cursor
+// of any list is listed.
+func (p *params) cursor(belongs cursorCheck) string {
 	c := p.str("cursor")
-	if c != "" {
-		if _, err := base64.RawURLEncoding.DecodeString(c); err != nil {
-			p.vs.Add("cursor", protocol.VInvalidValue, "is not a cursor of this query")
-		}
+	if c == "" {
+		return c
+	}
+	if _, err := cursorEncoding.DecodeString(c); err != nil || belongs != nil && belongs(c) != nil {
+		p.vs.Add("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
 	return c
 }
@@ -224,11 +230,12 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
-	at, cursor, limit, ok := pageParams(w, r)
+	project, turn := r.PathValue("project"), r.PathValue("turn")
+	at, cursor, limit, ok := pageParams(w, r, turnCardsCursor(project, turn), "project_id", project, "agent_turn_id", turn)
 	if !ok {
 		return
 	}
-	res, err := h.q.TurnCardsPage(r.PathValue("project"), r.PathValue("turn"), at, cursor, limit)
+	res, err := h.q.TurnCardsPage(project, turn, at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -254,33 +261,44 @@ func (h *handler) callStory(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
 	p := &params{r: r}
+	project := r.PathValue("project")
+	p.ids("project_id", project)
 	at := p.asOf()
 	f := CallFilter{Tool: p.str("tool"), Status: p.str("status"), State: p.str("state"), Agent: p.str("agent"),
 		Channel: p.str("channel"), From: p.time("from"), To: p.time("to")}
 	limit := p.limit()
-	cursor := p.cursor()
-	p.vs = append(p.vs, f.violations()...)
+	fvs := f.violations()
+	var belongs cursorCheck
+	if len(fvs) == 0 {
+		belongs = callsCursor(project, f)
+	}
+	cursor := p.cursor(belongs)
+	p.vs = append(p.vs, fvs...)
 	if p.done(w) {
 		return
 	}
-	res, err := h.q.Calls(r.PathValue("project"), f, at, cursor, limit)
+	res, err := h.q.Calls(project, f, at, cursor, limit)
 	reply(w, res, err)
 }
 
 func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
 	p := &params{r: r}
+	project, agent, st := r.PathValue("project"), r.PathValue("agent"), p.str("state")
+	p.ids("project_id", project, "agent_id", agent)
 	at := p.asOf()
 	limit := p.limit()
-	switch st := p.str("state"); st {
+	belongs := inboxCursor(project, agent, st)
+	switch st {
 	case "", "all", InboxPending, InboxConsumed:
 	default:
 		p.vs.Add("state", protocol.VInvalidValue, "must be pending, consumed or all, got %q", st)
+		belongs = nil
 	}
-	cursor := p.cursor()
+	cursor := p.cursor(belongs)
 	if p.done(w) {
 		return
 	}
-	res, err := h.q.Inbox(r.PathValue("project"), r.PathValue("agent"), p.str("state"), at, cursor, limit)
+	res, err := h.q.Inbox(project, agent, st, at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -303,11 +321,12 @@ func (h *handler) card(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
-	at, cursor, limit, ok := pageParams(w, r)
+	project := r.PathValue("project")
+	at, cursor, limit, ok := pageParams(w, r, toolsCursor(project), "project_id", project)
 	if !ok {
 		return
 	}
-	res, err := h.q.ToolsPage(r.PathValue("project"), at, cursor, limit)
+	res, err := h.q.ToolsPage(project, at, cursor, limit)
 	reply(w, res, err)
 }
 
@@ -320,18 +339,20 @@ func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
 	reply(w, res, err)
 }
 
-// pageParams parses as-of, cursor and limit, the parameters of the global
-// listings; ok=false means a 400 was written.
-func pageParams(w http.ResponseWriter, r *http.Request) (at AsOf, cursor string, limit int, ok bool) {
+// pageParams parses the path's ids (field, value pairs), as-of, cursor
+// (of the list belongs checks) and limit, the parameters of a list without
+// filters; ok=false means a 400 was written.
+func pageParams(w http.ResponseWriter, r *http.Request, belongs cursorCheck, ids ...string) (at AsOf, cursor string, limit int, ok bool) {
 	p := &params{r: r}
-	at, cursor, limit = p.asOf(), p.cursor(), p.limit()
+	p.ids(ids...)
+	at, cursor, limit = p.asOf(), p.cursor(belongs), p.limit()
 	return at, cursor, limit, !p.done(w)
 }
 
 // listing serves one of the global paged listings (as-of, cursor, limit).
-func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], error)) http.HandlerFunc {
+func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], error), belongs cursorCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		at, cursor, limit, ok := pageParams(w, r)
+		at, cursor, limit, ok := pageParams(w, r, belongs)
 		if !ok {
 			return
 		}

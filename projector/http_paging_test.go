@@ -186,3 +186,45 @@ func TestHTTPErrorsAreProblems(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
 	require.Contains(t, doc, "openapi")
 }
+
+// TestHTTPListsListEveryParameterViolation: a list's 400 names every
+// parameter problem at once (docs/audit-api.md), a cursor that is not one of
+// the list's included, whichever other parameter is wrong too.
+func TestHTTPListsListEveryParameterViolation(t *testing.T) {
+	_, _, q := scenarioViews(t)
+	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	t.Cleanup(srv.Close)
+	lists := []string{"/v1/projects?", "/v1/projects/proj/turns/t1/cards?", "/v1/projects/proj/calls?",
+		"/v1/projects/proj/calls?status=success&", "/v1/projects/proj/agents/a1/inbox?",
+		"/v1/projects/proj/agents/a1/inbox?state=pending&", "/v1/projects/proj/tools?",
+		"/v1/unrecognized?", "/v1/skipped?", "/v1/skips?"}
+	for _, list := range lists {
+		// "zz" is not base64 of anything; AAAAAAAAAAAA decodes, to no
+		// list's cursor.
+		for _, cursor := range []string{"zz", "AAAAAAAAAAAA"} {
+			_, p := problemOf(t, "GET", srv.URL+list+"limit=5000&cursor="+cursor, http.StatusBadRequest)
+			require.ElementsMatch(t, []string{"limit", "cursor"}, violationFields(p), list+cursor)
+			_, p = problemOf(t, "GET", srv.URL+list+"as_of=yesterday&as_of_seq=x&limit=-1&cursor="+cursor, http.StatusBadRequest)
+			require.ElementsMatch(t, []string{"as_of", "as_of_seq", "limit", "cursor"}, violationFields(p), list+cursor)
+		}
+	}
+	// A parameter the cursor's list depends on is wrong: the cursor is
+	// still judged as far as it can be.
+	_, p := problemOf(t, "GET", srv.URL+"/v1/projects/proj/agents/a1/inbox?state=bogus&limit=5000&cursor=zz", http.StatusBadRequest)
+	require.ElementsMatch(t, []string{"state", "limit", "cursor"}, violationFields(p))
+	_, p = problemOf(t, "GET", srv.URL+"/v1/projects/proj/calls?state=bogus&limit=5000&cursor=zz", http.StatusBadRequest)
+	require.ElementsMatch(t, []string{"state", "limit", "cursor"}, violationFields(p))
+	// Path ids are parameters too.
+	_, p = problemOf(t, "GET", srv.URL+"/v1/projects/proj/agents/a%20b/inbox?limit=5000", http.StatusBadRequest)
+	require.ElementsMatch(t, []string{"agent_id", "limit"}, violationFields(p))
+	_, p = problemOf(t, "GET", srv.URL+"/v1/projects/a%20b/turns/t1/cards?limit=5000", http.StatusBadRequest)
+	require.ElementsMatch(t, []string{"project_id", "limit"}, violationFields(p))
+}
+
+func violationFields(p problem.Details) []string {
+	var out []string
+	for _, v := range p.Violations {
+		out = append(out, v.Field)
+	}
+	return out
+}

@@ -121,16 +121,22 @@ func badQuery(field, code, format string, args ...any) error {
 }
 
 func checkIDs(pairs ...string) error {
+	if vs := idViolations(pairs...); len(vs) > 0 {
+		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs}
+	}
+	return nil
+}
+
+// idViolations lists the ids (field, value pairs) that are not
+// identifiers.
+func idViolations(pairs ...string) protocol.Violations {
 	var vs protocol.Violations
 	for i := 0; i+1 < len(pairs); i += 2 {
 		if !protocol.ValidIdentifier(pairs[i+1]) {
 			vs.Add(pairs[i], protocol.VInvalidToken, "must be an identifier, got %q", pairs[i+1])
 		}
 	}
-	if len(vs) > 0 {
-		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs}
-	}
-	return nil
+	return vs
 }
 
 // scan iterates rows with prefix p in key order (or reverse), calling fn
@@ -403,13 +409,33 @@ func clampLimit(limit int) int {
 
 func encodeCursor(k []byte) string { return base64.RawURLEncoding.EncodeToString(k) }
 
+// cursorEncoding decodes cursors. They are canonical encodings (nothing in
+// the unused bits), so a strict decode refuses a string such as "zz" that
+// only decodes loosely, whichever list it is offered to.
+var cursorEncoding = base64.RawURLEncoding.Strict()
+
+// cursorCheck reports whether a cursor belongs to one query, without
+// running it: the HTTP API lists a foreign cursor with the other parameter
+// problems.
+type cursorCheck func(c string) error
+
+// prefixCursor checks cursors of key-ordered lists under prefix p.
+func prefixCursor(p []byte) cursorCheck {
+	return func(c string) error { _, err := decodeCursor(c, p); return err }
+}
+
+// seqCursor checks sequence cursors of scope.
+func seqCursor(scope string) cursorCheck {
+	return func(c string) error { _, err := decodeSeqCursor(c, scope); return err }
+}
+
 // decodeCursor checks the cursor belongs to prefix p and returns the key to
 // resume strictly after.
 func decodeCursor(c string, p []byte) ([]byte, error) {
 	if c == "" {
 		return nil, nil
 	}
-	k, err := base64.RawURLEncoding.DecodeString(c)
+	k, err := cursorEncoding.DecodeString(c)
 	if err != nil || !bytes.HasPrefix(k, p) {
 		return nil, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
@@ -511,11 +537,21 @@ func decodeSeqCursor(c, scope string) (uint64, error) {
 	if c == "" {
 		return 0, nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
+	b, err := cursorEncoding.DecodeString(c)
 	if err != nil || len(b) < 9 || b[0] != 'r' || string(b[9:]) != scope {
 		return 0, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
 	return binary.BigEndian.Uint64(b[1:9]), nil
+}
+
+// inboxCursor checks cursors of an Inbox listing.
+func inboxCursor(project, agent, state string) cursorCheck {
+	return seqCursor(inboxScope(project, agent, state))
+}
+
+// turnCardsCursor checks cursors of a turn's cards.
+func turnCardsCursor(project, turn string) cursorCheck {
+	return prefixCursor(key(tagTurnCard, project, turn).prefix())
 }
 
 // inboxScope is the scope of an Inbox page's cursor: "" and "all" are the

@@ -23,15 +23,9 @@ func (q *Queries) ToolsPage(project string, at AsOf, cursor string, limit int) (
 	defer v.close()
 	limit = clampLimit(limit)
 	p := key(tagTool, project).prefix()
-	var lower []byte
-	if cursor != "" {
-		k, err := base64.RawURLEncoding.DecodeString(cursor)
-		if err != nil || !bytes.HasPrefix(k, p) || len(k) == len(p) || bytes.IndexByte(k[len(p):], 0) >= 0 {
-			return nil, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
-		}
-		// Past every version of the named tool: names are printable ASCII,
-		// so name\x01 sorts after name\0<seq> and before any longer name.
-		lower = append(k, 1)
+	lower, err := toolsLower(p, cursor)
+	if err != nil {
+		return nil, err
 	}
 	out := &Page[ToolVersion]{AsOfSeq: v.seq, Items: []ToolVersion{}}
 	var name, lastName []byte
@@ -67,4 +61,24 @@ func (q *Queries) ToolsPage(project string, at AsOf, cursor string, limit int) (
 		out.Items = append(out.Items, *cur)
 	}
 	return out, nil
+}
+
+// toolsCursor checks cursors of a project's tools.
+func toolsCursor(project string) cursorCheck {
+	return func(c string) error { _, err := toolsLower(key(tagTool, project).prefix(), c); return err }
+}
+
+// toolsLower is where the page after cursor starts (the cursor names the
+// last tool of the page before: key prefix p, then its name).
+func toolsLower(p []byte, cursor string) ([]byte, error) {
+	if cursor == "" {
+		return nil, nil
+	}
+	k, err := cursorEncoding.DecodeString(cursor)
+	if err != nil || !bytes.HasPrefix(k, p) || len(k) == len(p) || bytes.IndexByte(k[len(p):], 0) >= 0 {
+		return nil, badQuery("cursor", protocol.VInvalidValue, "is not a cursor of this query")
+	}
+	// Past every version of the named tool: names are printable ASCII,
+	// so name\x01 sorts after name\0<seq> and before any longer name.
+	return append(k, 1), nil
 }

@@ -449,7 +449,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}()
 		// inbox.list: a worker's recovery of the results whose wakeups it
 		// missed, answered from the Inbox view (docs/protocol.md#inboxlist).
-		papi, err := proj.ServeAPI(life, nc, projector.APIConfig{})
+		papi, err := proj.ServeAPI(life, nc, l, projector.APIConfig{})
 		if err != nil {
 			return err
 		}

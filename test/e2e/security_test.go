@@ -128,7 +128,27 @@ func TestServeNoAuthIsExplicit(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "no bearer token needed")
 	nc, err := nats.Connect(s.natsURL())
 	require.NoError(t, err)
-	nc.Close()
+	defer nc.Close()
+	// One account for everyone: inbox.list, which serve's projector
+	// answers, is not answered on a reply subject that is not an inbox,
+	// and is recorded as every operation is (docs/protocol.md).
+	require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: "cgledger.v1.demo.alice.inbox.list", Reply: "myreply.1", Data: []byte(`{"project_id":"demo","agent_id":"alice"}`)}))
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, err := js.GetLastMsg("CG_LEDGER", "cg.v1._._.ledger.rejection.bad_request")
+		if err != nil {
+			return false
+		}
+		var re struct {
+			Op         string `json:"op"`
+			Violations []struct {
+				Field string `json:"field"`
+			} `json:"violations"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &re))
+		return re.Op == "inbox.list" && len(re.Violations) == 1 && re.Violations[0].Field == "reply" && m.Header.Get("CG-Project-Id") == "demo"
+	}, time.Minute, 50*time.Millisecond, "the refusal of inbox.list is recorded")
 	require.Contains(t, s.log.String(), "authentication is OFF")
 	_, err = os.Stat(filepath.Join(data, "auth"))
 	require.True(t, os.IsNotExist(err), "no keys are made without auth")
