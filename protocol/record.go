@@ -39,6 +39,11 @@ type CallRecord struct {
 	// DispatchedAt is when dispatch created the record (the call latency
 	// metric's start); zero in records of earlier versions.
 	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+	// Outcome is how a side_effectful call's attempt left open by a crash
+	// was resolved, from its report's attempt_outcome: "reconciled" or
+	// "outcome_unknown" (protocol.Attempt*). call.get fills it from the
+	// stored report; it is never stored in the record itself.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Claim is the winning report of a call, with everything needed to append its
