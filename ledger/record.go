@@ -143,7 +143,7 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 	}
 	if rec.State != protocol.StateDispatched {
 		if rec.Claim != nil {
-			rec.Outcome = attemptOutcomeOf(rec.Claim.Data)
+			rec.Outcome = rec.Claim.AttemptOutcome
 		}
 		return rec, nil
 	}
@@ -165,7 +165,7 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 		}
 		c.LeaseUntil = time.Time{}
 		rec.State, rec.Claim = protocol.StateClaimed, c
-		rec.Outcome = attemptOutcomeOf(m.Data)
+		rec.Outcome = c.AttemptOutcome
 	}
 	return rec, nil
 }

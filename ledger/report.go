@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -432,7 +431,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
 		Subject: protocol.ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
 		MsgID:   "report." + in.project + "." + in.id.AgentTurnID + "." + in.id.ToolCallID,
-		Header:  h, Data: data,
+		Header:  h, Data: data, AttemptOutcome: in.payload.AttemptOutcome,
 	}, nil
 }
 
@@ -450,8 +449,8 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
-		if o := attemptOutcomeOf(c.Data); o != "" {
-			l.m.attemptOutcome.WithLabelValues(o).Inc()
+		if c.AttemptOutcome != "" {
+			l.m.attemptOutcome.WithLabelValues(c.AttemptOutcome).Inc()
 		}
 		return ack.Sequence, nil, nil
 	}
@@ -467,19 +466,6 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 		return 0, nil, err
 	}
 	return existing.Sequence, stored, nil
-}
-
-// attemptOutcomeOf reads a report entry's attempt_outcome; only entries
-// that mention it are decoded, so ordinary reports pay a byte scan.
-func attemptOutcomeOf(data []byte) string {
-	if !bytes.Contains(data, []byte(`"attempt_outcome"`)) {
-		return ""
-	}
-	var e struct {
-		AttemptOutcome string `json:"attempt_outcome"`
-	}
-	_ = json.Unmarshal(data, &e)
-	return e.AttemptOutcome
 }
 
 // reportFingerprint identifies a report's outcome. attempt_outcome counts
@@ -507,6 +493,7 @@ func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, err
 		Status:      e.Status, AfterExecution: e.AfterExecution, EffectiveAfterExecution: e.EffectiveAfterExecution,
 		ToolResultCardID: e.ToolResultCardID, SourceID: e.SourceID, Subject: m.Subject,
 		MsgID: protocol.HeaderGet(m.Header, protocol.HeaderMsgID), Seq: m.Sequence, LeaseUntil: at.Add(l.lease),
+		AttemptOutcome: e.AttemptOutcome,
 	}, nil
 }
 

@@ -70,4 +70,7 @@ type Claim struct {
 	// (its writer crashed or stalled). One wakeup per report reaches core
 	// NATS subscribers, except after such a takeover.
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// AttemptOutcome is the report's attempt_outcome (ReportEntry), kept
+	// after the entry's bytes are dropped from the record.
+	AttemptOutcome string `json:"attempt_outcome,omitempty"`
 }
