@@ -38,6 +38,7 @@ var inProcessOnly = map[string]string{
 	"Version":      "the in-process ledger's configuration",
 	"SLOCollector": "the in-process ledger's metrics",
 	"ToolLabels":   "the in-process ledger's metrics (an executor on a client keeps its own)",
+	"StorageFault": "the in-process ledger's own storage state (serve's readiness reads it)",
 }
 
 // TestClientHasTheLedgersOperations: every operation of the in-process
