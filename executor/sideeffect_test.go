@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -234,4 +235,46 @@ func TestIdempotentToolHasNoAttemptEntry(t *testing.T) {
 	cmds := r.entriesOfKind(t, protocol.KindCommand)
 	require.Len(t, cmds, 1)
 	require.Equal(t, key, nats.Header(cmds[0].Headers).Get(protocol.HeaderIdempotencyKey), "the command carries the key")
+}
+
+// TestSideEffectfulOnAToolCredential: a bound executor on a tool credential
+// records its attempts over the API as that tool (NATS lets it publish
+// attempt.start), and another tool's credential is refused the call's
+// attempt.start, recorded.
+func TestSideEffectfulOnAToolCredential(t *testing.T) {
+	r := apiRig(t, ledgertest.NewAuth(t))
+	ctx := ledgertest.Ctx(t)
+	d := payDef()
+	d.ProjectID = "proj"
+	_, err := r.L.RegisterTool(ctx, d)
+	require.NoError(t, err)
+	svc := dialCred(t, r, auth.Grant{Role: auth.RoleTool, Project: "proj", Tool: "pay"})
+	r.conn, r.remote = svc.nc, client.New(svc.nc, client.WithActor("pay"))
+	pay := &payTool{}
+	r.start(t, executor.Config{Bindings: []executor.Binding{{Project: "proj", Tool: "pay"}}}, map[string]impl{"pay": {pay, nil}})
+
+	c := r.dispatch(t, callOpts{tool: "pay"})
+	_, tr, _ := r.result(t, c)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+	require.EqualValues(t, 1, pay.effects.Load())
+	atts := r.entriesOfKind(t, protocol.KindAttempt)
+	require.Len(t, atts, 1)
+	require.Equal(t, "pay", nats.Header(atts[0].Headers).Get(protocol.HeaderActor))
+	require.NoError(t, svc.nc.Flush())
+	svc.mu.Lock()
+	require.Empty(t, svc.refused, "NATS refused the tool nothing")
+	svc.mu.Unlock()
+
+	other := dialCred(t, r, auth.Grant{Role: auth.RoleTool, Project: "proj", Tool: "other"})
+	c2 := r.dispatch(t, callOpts{tool: "idle"})
+	_, err = client.New(other.nc, client.WithActor("other")).StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: "proj", AgentTurnID: c2.Turn, ToolCallID: c2.ID, ExecutorID: "x"})
+	require.ErrorIs(t, err, protocol.ErrForbidden)
+	var rejected bool
+	for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
+		var re protocol.RejectionEntry
+		require.NoError(t, json.Unmarshal(e.Data, &re))
+		rejected = rejected || (re.Op == protocol.OpAttemptStart && re.Code == protocol.CodeForbidden)
+	}
+	require.True(t, rejected, "the refusal is recorded")
+	require.Empty(t, attemptEntries(t, r, c2))
 }
