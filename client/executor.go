@@ -108,3 +108,25 @@ func commandTool(subject string) string {
 	}
 	return identOr(toks[6])
 }
+
+// StartAttempt records an attempt of a side_effectful tool before it runs,
+// or answers which attempt is open (see Ledger.StartAttempt). The ledger
+// takes it only from the call's tool: unless the client was given an
+// actor, it reads the call first and asks as the tool its command subject
+// targets.
+func (c *Client) StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error) {
+	var out protocol.AttemptStartResult
+	actor := ""
+	if !c.actorSet {
+		rec, err := c.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
+		if err != nil {
+			return out, err
+		}
+		actor = commandTool(rec.Subject)
+	}
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpAttemptStart), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -42,8 +42,11 @@ func (e *Executor) run(ctx context.Context, im *impl, call *Call) (Outcome, int)
 	tool := e.labels.Label(call.ToolName)
 	e.m.inFlight.WithLabelValues(tool).Inc()
 	defer e.m.inFlight.WithLabelValues(tool).Dec()
+	// A side_effectful call's attempt number is the ledger's (never
+	// retried here, so it stays that number).
+	first := max(call.Attempt, 1)
 	for attempt := 1; ; attempt++ {
-		call.Attempt = attempt
+		call.Attempt = first + attempt - 1
 		e.m.attempts.WithLabelValues(tool).Inc()
 		o := e.attempt(ctx, im, call)
 		if ctx.Err() != nil {
@@ -110,4 +113,74 @@ func backoff(p protocol.RetryPolicy, attempt int) time.Duration {
 		exp = capMS
 	}
 	return time.Duration(rand.Float64()*exp) * time.Millisecond
+}
+
+// intentResult is what recording a side_effectful call's attempt decided:
+// run the tool (run), answer the call without running it (outcome, with
+// the report's attemptOutcome), or try again later (err).
+type intentResult struct {
+	run            bool
+	outcome        Outcome
+	attemptOutcome string
+	err            error
+}
+
+// maxReconcileRounds bounds one delivery's reconcile rounds: each is an
+// open attempt found not done and the next one taken by someone else first,
+// which only a race between executors does.
+const maxReconcileRounds = 4
+
+// intent records the call's attempt before its side_effectful tool runs
+// (attempt.start). When an attempt is already on record without an outcome
+// (its runner died between the effect and the report), it is resolved by
+// the tool's Reconciler, else answered S-TOOL-OUTCOME-UNKNOWN: never run
+// again by itself (docs/side-effects.md).
+func (e *Executor) intent(ctx context.Context, im *impl, call *Call) intentResult {
+	tool := e.labels.Label(call.ToolName)
+	req := protocol.AttemptStartRequest{ProjectID: call.ProjectID, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
+		ExecutorID: e.cfg.SourceID, DeadlineUnixMS: call.Deadline.UnixMilli()}
+	for range maxReconcileRounds {
+		octx, cancel := e.opCtx()
+		res, err := e.l.StartAttempt(octx, req)
+		cancel()
+		if err != nil {
+			return intentResult{err: fmt.Errorf("attempt.start: %w", err)}
+		}
+		call.Attempt = int(res.Attempt)
+		if res.Started {
+			e.m.intents.WithLabelValues(tool, "started").Inc()
+			return intentResult{run: true}
+		}
+		rc, ok := im.tool.(Reconciler)
+		if !ok {
+			e.m.intents.WithLabelValues(tool, protocol.AttemptOutcomeUnknown).Inc()
+			o := Terminal(protocol.CodeToolOutcomeUnknown,
+				fmt.Sprintf("attempt %d of this call started (by %s) and its outcome was lost: it may or may not have taken effect, and tool %s has no reconcile to find out", res.Attempt, res.ExecutorID, call.ToolName),
+				fmt.Sprintf("check the effect upstream (idempotency key %s) before calling again; a tool with a reconcile (executor.Reconciler) resolves this by itself", res.IdempotencyKey))
+			return intentResult{outcome: o, attemptOutcome: protocol.AttemptOutcomeUnknown}
+		}
+		done, o, err := e.reconcile(ctx, rc, call)
+		if err != nil {
+			return intentResult{err: fmt.Errorf("reconcile attempt %d: %w", res.Attempt, err)}
+		}
+		if done {
+			e.m.intents.WithLabelValues(tool, protocol.AttemptReconciled).Inc()
+			return intentResult{outcome: o, attemptOutcome: protocol.AttemptReconciled}
+		}
+		e.m.intents.WithLabelValues(tool, protocol.AttemptNotDone).Inc()
+		req.NotDone = res.Attempt
+	}
+	return intentResult{err: fmt.Errorf("attempt of call %s still taken by others after %d reconcile rounds", call.ToolCallID, maxReconcileRounds)}
+}
+
+// reconcile asks the tool about an open attempt, recovering a panic as an
+// error (asked again on the next delivery).
+func (e *Executor) reconcile(ctx context.Context, rc Reconciler, call *Call) (done bool, o Outcome, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("tool reconcile panicked", "tool", call.ToolName, "panic", fmt.Sprint(r))
+			done, err = false, fmt.Errorf("reconcile panicked: %v", r)
+		}
+	}()
+	return rc.Reconcile(ctx, call)
 }

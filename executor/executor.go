@@ -31,6 +31,8 @@ type Ledger interface {
 	Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error)
 	Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error)
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error
+	// StartAttempt is only called for side_effectful tools.
+	StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error)
 	// EnsureToolConsumer is only called for Config.Bindings.
 	EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error)
 }

@@ -15,6 +15,7 @@ type metrics struct {
 	redelivered *prometheus.CounterVec
 	rejected    *prometheus.CounterVec
 	retries     prometheus.Counter
+	intents     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_executor_deadline_expiries_total",
 			Help: "Calls that reached their deadline and resolved as timeout, by tool.",
 		}, []string{"tool"}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_executor_side_effect_attempts_total",
+			Help: "Attempts of side_effectful tools, by tool and what became of the attempt record: started (recorded, then run), reconciled (an open attempt found done), not_done (an open attempt found not done), outcome_unknown (an open attempt nothing could resolve: failed with S-TOOL-OUTCOME-UNKNOWN).",
+		}, []string{"tool", "outcome"}),
 		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_executor_redeliveries_total",
 			Help: "Commands delivered more than once (after a crash, a nak or an ack timeout), by implementation.",
@@ -56,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.attempts, m.duration, m.inFlight, m.deadlines, m.redelivered, m.rejected, m.retries} {
+	for _, c := range []prometheus.Collector{m.calls, m.attempts, m.duration, m.inFlight, m.deadlines, m.redelivered, m.rejected, m.retries, m.intents} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

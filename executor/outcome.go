@@ -105,7 +105,7 @@ func (o Outcome) Status() (status, errCode string) { return l0(o) }
 // call's final outcome after attempts attempts, with its L0 status: what a
 // worker reads.
 func (o Outcome) ResultContent(attempts int) (content json.RawMessage, status string, err error) {
-	return resultContent(o, attempts)
+	return resultContent(o, attempts, false)
 }
 
 // l0 maps a final outcome to the L0 status and error code (DESIGN invariant 6).
@@ -155,10 +155,14 @@ type errorDetail struct {
 	Attempts     int                  `json:"attempts"`
 	RetryAfterMS int64                `json:"retry_after_ms,omitempty"`
 	Violations   []protocol.Violation `json:"violations,omitempty"`
+	// Reconciled marks the outcome of an attempt left open by a crash, as
+	// the tool's reconcile found it (the report says attempt_outcome
+	// reconciled for every status).
+	Reconciled bool `json:"reconciled,omitempty"`
 }
 
 // resultContent builds a ToolResultContent for the final outcome.
-func resultContent(o Outcome, attempts int) (json.RawMessage, string, error) {
+func resultContent(o Outcome, attempts int, reconciled bool) (json.RawMessage, string, error) {
 	status, errCode := l0(o)
 	type errBody struct {
 		Code    string      `json:"code"`
@@ -178,7 +182,7 @@ func resultContent(o Outcome, attempts int) (json.RawMessage, string, error) {
 		if hint == "" {
 			hint = defaultHint(o)
 		}
-		d := errorDetail{TaxonomyCode: o.Code, Class: o.Kind, FixHint: hint, Attempts: attempts, Violations: o.Violations}
+		d := errorDetail{TaxonomyCode: o.Code, Class: o.Kind, FixHint: hint, Attempts: attempts, Violations: o.Violations, Reconciled: reconciled}
 		if o.RetryAfter > 0 {
 			d.RetryAfterMS = o.RetryAfter.Milliseconds()
 		}

@@ -39,7 +39,8 @@ func (e *Executor) prepare(im *impl, cmd *protocol.ToolCommand, pre *prefetched)
 		return nil, nil, nil, nil, err
 	}
 	call := &Call{ProjectID: sub.Project, ChannelID: sub.Channel, AgentID: id.AgentID, AgentTurnID: id.AgentTurnID, TurnEpoch: id.TurnEpoch,
-		ToolCallID: id.ToolCallID, StepID: id.StepID, ContextBoxID: id.ContextBoxID, ToolName: toolName}
+		ToolCallID: id.ToolCallID, StepID: id.StepID, ContextBoxID: id.ContextBoxID, ToolName: toolName,
+		IdempotencyKey: protocol.IdempotencyKey(sub.Project, id.AgentTurnID, id.ToolCallID)}
 	if def == nil {
 		o := Terminal(CodeUnknownTool, fmt.Sprintf("tool %s is not registered in project %s", toolName, sub.Project), "register the tool (POST /projects/"+sub.Project+"/tools)")
 		return call, nil, nil, &o, nil

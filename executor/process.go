@@ -15,8 +15,11 @@ import (
 type answer struct {
 	rec      *protocol.CallRecord
 	toolName string
-	delivery uint64
-	trace    context.Context
+	// attemptOutcome is the report's attempt_outcome: set when the call is
+	// answered by resolving an attempt left open by a crash.
+	attemptOutcome string
+	delivery       uint64
+	trace          context.Context
 }
 
 func (e *Executor) process(im *impl, msg jetstream.Msg) {
@@ -130,6 +133,24 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	go e.heartbeat(msg, hbDone)
 	defer close(hbDone)
 
+	if call.Definition.Determinism == protocol.DeterminismSideEffectful {
+		// Intent before effect: the attempt is on record before the tool
+		// runs, and an attempt already on record without an outcome is
+		// resolved, never run again by itself.
+		in := e.intent(dctx, im, call)
+		switch {
+		case errors.Is(context.Cause(runCtx), errShutdown):
+			_ = msg.Nak()
+			return
+		case in.err != nil:
+			e.retryLater(msg, "record or reconcile the attempt", in.err)
+			return
+		case !in.run:
+			ans.attemptOutcome = in.attemptOutcome
+			e.finish(msg, ans, in.outcome, 0, secrets, start)
+			return
+		}
+	}
 	o, attempts := e.run(dctx, im, call)
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		// Shutting down is not an outcome: let another executor run it.

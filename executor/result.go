@@ -39,10 +39,11 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	for i := range o.Violations {
 		o.Violations[i].Message = red.str(o.Violations[i].Message)
 	}
-	content, status, err := resultContent(o, attempts)
+	reconciled := ans.attemptOutcome == protocol.AttemptReconciled
+	content, status, err := resultContent(o, attempts, reconciled)
 	if err != nil {
 		o = Terminal(CodeToolPanic, "the tool's output cannot be encoded as JSON: "+err.Error(), "return JSON-encodable output")
-		content, status, _ = resultContent(o, attempts)
+		content, status, _ = resultContent(o, attempts, reconciled)
 	}
 	if status != protocol.StatusSuccess {
 		// The tool's span says how the call ended, as the ledger's spans do.
@@ -63,7 +64,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 			// The result itself is unacceptable (too large...): answer with
 			// that instead, which always fits.
 			o = Terminal("S-TOOL-RESULT", "the tool's result was refused by the ledger: "+le.Message, "return a smaller result")
-			content, status, _ = resultContent(o, attempts)
+			content, status, _ = resultContent(o, attempts, reconciled)
 			card.Content = content
 			card.CardID += "-r"
 			_, err = e.l.PutCard(ctx, card)
@@ -78,7 +79,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		StepID: rec.StepID, Traceparent: traceparent, Tracestate: tracestate}
 	_, err = e.l.Report(ctx, protocol.ReportRequest{
 		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: e.cfg.SourceID, SourceFunction: ans.toolName,
-		Payload: protocol.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
+		Payload: protocol.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID, AttemptOutcome: ans.attemptOutcome},
 	})
 	if err != nil {
 		if _, refused := protocol.AsError(err); !refused {

@@ -15,6 +15,19 @@ type Tool interface {
 	Run(ctx context.Context, call *Call) Outcome
 }
 
+// Reconciler is implemented by a side_effectful tool that can find out,
+// after a crash, whether an attempt it may have run took effect (by asking
+// the upstream about the call's IdempotencyKey, say). The executor calls it,
+// instead of Run, for a call whose latest attempt is on record without an
+// outcome (docs/side-effects.md). done=true answers the call with o, marked
+// reconciled; done=false closes the attempt as not done and the tool runs
+// again as the next attempt. An error means it cannot tell yet: the command
+// is redelivered and Reconcile asked again. Without a Reconciler such a call
+// ends failed with S-TOOL-OUTCOME-UNKNOWN, never run again.
+type Reconciler interface {
+	Reconcile(ctx context.Context, call *Call) (done bool, o Outcome, err error)
+}
+
 // ToolFunc adapts a function to Tool.
 type ToolFunc func(ctx context.Context, call *Call) Outcome
 
@@ -43,8 +56,14 @@ type Call struct {
 	Definition *protocol.ToolDefinition
 	// Options are the definition's decoded options.
 	Options protocol.ToolOptions
-	// Attempt counts attempts of this delivery, from 1.
+	// Attempt counts attempts of this delivery, from 1. For a
+	// side_effectful tool it is the attempt's number on record
+	// (attempt.start), counted over every delivery of the call.
 	Attempt int
+	// IdempotencyKey is the call's stable key (protocol.IdempotencyKey): the
+	// same for every delivery, attempt and executor of this call, different
+	// for every other call. Hand it to an upstream that deduplicates.
+	IdempotencyKey string
 	// Deadline is when the call must have its outcome; Timeout is the
 	// budget it was computed from.
 	Deadline time.Time

@@ -78,6 +78,9 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpCancelGet:     s.cancelGet,
 		protocol.OpResume:        s.resume,
 		protocol.OpCommandReject: s.commandReject,
+		protocol.OpAttemptStart: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.startAttemptJSON(ctx, m.Header, m.Data)
+		},
 	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
@@ -117,7 +120,7 @@ func validReply(reply string) bool {
 
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
-var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true}
+var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.

@@ -171,6 +171,9 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 
 	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "cmd."+sub.Project+"."+id.AgentTurnID+"."+id.ToolCallID)
+	// Every delivery of the command carries the call's idempotency key, for
+	// tool services in any language (docs/protocol.md).
+	msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(sub.Project, id.AgentTurnID, id.ToolCallID))
 	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)

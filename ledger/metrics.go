@@ -20,6 +20,7 @@ type metrics struct {
 	wakeups        prometheus.Counter
 	wakeupsSkipped prometheus.Counter
 	reports        *prometheus.CounterVec
+	attemptOutcome *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -80,11 +81,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_reports_accepted_total",
 			Help: "Reports appended to the ledger (exactly one per call), by status.",
 		}, []string{"status"}),
+		attemptOutcome: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_attempt_outcomes_total",
+			Help: "Accepted reports that resolved an attempt of a side_effectful tool left open by a crash, by attempt_outcome: reconciled, or outcome_unknown (failed with S-TOOL-OUTCOME-UNKNOWN, never retried).",
+		}, []string{"outcome"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

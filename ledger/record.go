@@ -138,8 +138,14 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 // and outcome) read from the entry.
 func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error) {
 	rec, err := l.getCall(ctx, project, turnID, callID, false)
-	if err != nil || rec.State != protocol.StateDispatched {
+	if err != nil {
 		return rec, err
+	}
+	if rec.State != protocol.StateDispatched {
+		if rec.Claim != nil {
+			rec.Outcome = rec.Claim.AttemptOutcome
+		}
+		return rec, nil
 	}
 	confirmed, _, err := l.dispatchConfirmed(ctx, rec)
 	if err != nil {
@@ -159,6 +165,7 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 		}
 		c.LeaseUntil = time.Time{}
 		rec.State, rec.Claim = protocol.StateClaimed, c
+		rec.Outcome = c.AttemptOutcome
 	}
 	return rec, nil
 }

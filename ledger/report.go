@@ -126,7 +126,20 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
 	}
-	fp := fingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction)
+	if in.payload.AttemptOutcome != "" {
+		// Only a report resolving an attempt pays this read: an attempt
+		// outcome without an attempt on record would be a false story.
+		m, err := l.lastForSubject(ctx, protocol.AttemptSubject(l.version, in.project, rec.ChannelID, in.id.AgentTurnID, in.id.ToolCallID))
+		if err != nil {
+			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: read attempts: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		}
+		if m == nil {
+			var vs protocol.Violations
+			vs.Add("payload.attempt_outcome", protocol.VNotFound, "call %s has no attempt on record (attempt.start) to be %s", rec.ToolCallID, in.payload.AttemptOutcome)
+			return refuse(protocol.CodeMismatch, vs, "report resolves no attempt of call %s", rec.ToolCallID)
+		}
+	}
+	fp := reportFingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction, in.payload.AttemptOutcome)
 	conflict := func(c *protocol.Claim, state string) (protocol.ReportOutcome, error) {
 		var vs protocol.Violations
 		vs.Add("payload", protocol.VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
@@ -399,7 +412,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, StepID: in.stepID,
 		Status: in.payload.Status, AfterExecution: in.payload.AfterExecution, EffectiveAfterExecution: effective,
 		ToolResultCardID: c.CardID, ToolResultCardSeq: sc.Seq, ToolCallCardID: rec.ToolCallCardID, ToolName: rec.ToolName,
-		SourceID: in.sourceID, SourceFunction: in.sourceFunction, CommandSeq: rec.CommandSeq,
+		SourceID: in.sourceID, SourceFunction: in.sourceFunction, CommandSeq: rec.CommandSeq, AttemptOutcome: in.payload.AttemptOutcome,
 	}
 	data, err := json.Marshal(entry)
 	if err != nil {
@@ -418,7 +431,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
 		Subject: protocol.ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
 		MsgID:   "report." + in.project + "." + in.id.AgentTurnID + "." + in.id.ToolCallID,
-		Header:  h, Data: data,
+		Header:  h, Data: data, AttemptOutcome: in.payload.AttemptOutcome,
 	}, nil
 }
 
@@ -436,6 +449,9 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
+		if c.AttemptOutcome != "" {
+			l.m.attemptOutcome.WithLabelValues(c.AttemptOutcome).Inc()
+		}
 		return ack.Sequence, nil, nil
 	}
 	if err != nil && !isWrongLastSeq(err) {
@@ -452,6 +468,15 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 	return existing.Sequence, stored, nil
 }
 
+// reportFingerprint identifies a report's outcome. attempt_outcome counts
+// only when set, so the reports of earlier versions keep their fingerprints.
+func reportFingerprint(status, after, cardID, stepID, sourceID, sourceFunction, attemptOutcome string) string {
+	if attemptOutcome == "" {
+		return fingerprint(status, after, cardID, stepID, sourceID, sourceFunction)
+	}
+	return fingerprint(status, after, cardID, stepID, sourceID, sourceFunction, attemptOutcome)
+}
+
 // claimFromEntry reads a stored report entry back as the claim it won: its
 // fingerprint, outcome and the lease its writer holds from the entry's time.
 func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, error) {
@@ -464,10 +489,11 @@ func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, err
 		at = m.Time
 	}
 	return &protocol.Claim{
-		Fingerprint: fingerprint(e.Status, e.AfterExecution, e.ToolResultCardID, e.StepID, e.SourceID, e.SourceFunction),
+		Fingerprint: reportFingerprint(e.Status, e.AfterExecution, e.ToolResultCardID, e.StepID, e.SourceID, e.SourceFunction, e.AttemptOutcome),
 		Status:      e.Status, AfterExecution: e.AfterExecution, EffectiveAfterExecution: e.EffectiveAfterExecution,
 		ToolResultCardID: e.ToolResultCardID, SourceID: e.SourceID, Subject: m.Subject,
 		MsgID: protocol.HeaderGet(m.Header, protocol.HeaderMsgID), Seq: m.Sequence, LeaseUntil: at.Add(l.lease),
+		AttemptOutcome: e.AttemptOutcome,
 	}, nil
 }
 
@@ -588,6 +614,6 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (pr
 	return l.Report(ctx, protocol.ReportRequest{
 		ProjectID: e.ProjectID, ChannelID: e.ChannelID, SourceID: e.SourceID, SourceFunction: e.SourceFunction,
 		Identity: protocol.Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
-		Payload:  protocol.ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID},
+		Payload:  protocol.ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID, AttemptOutcome: e.AttemptOutcome},
 	})
 }

@@ -252,6 +252,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.tool(ev)
 	case protocol.KindCancel:
 		err = a.cancel(ev)
+	case protocol.KindAttempt:
+		err = a.attempt(ev)
 	case protocol.KindSkip:
 		err = a.skip(ev)
 	case protocol.ViewKindExternalWakeup:
@@ -620,6 +622,7 @@ func (a *applier) report(ev event) error {
 	st.State, st.ReportedSeq, st.ReportedAt = StateReported, ev.seq, &t
 	st.Status, st.ToolResultCardID, st.SourceID = r.Status, r.ToolResultCardID, r.SourceID
 	st.AfterExecution, st.EffectiveAfterExecution = r.AfterExecution, r.EffectiveAfterExecution
+	st.Outcome = r.AttemptOutcome
 	if st.ChannelID == "" {
 		st.ChannelID, st.AgentID, st.TurnEpoch = r.ChannelID, r.AgentID, r.TurnEpoch
 	}
@@ -794,6 +797,26 @@ func (a *applier) cancel(ev event) error {
 	st.CancelRequestedSeq = ev.seq
 	a.saveState(st, ev.seq)
 	a.trace(ev, c.ProjectID, c.AgentTurnID, c.ToolCallID)
+	return nil
+}
+
+// attempt records an attempt of a side_effectful tool in its call's state
+// and timeline.
+func (a *applier) attempt(ev event) error {
+	var e protocol.AttemptEntry
+	if err := decode(ev, &e); err != nil {
+		return err
+	}
+	if !protocol.ValidIdentifier(e.ProjectID) || !protocol.ValidIdentifier(e.AgentTurnID) || !protocol.ValidIdentifier(e.ToolCallID) || e.Attempt == 0 {
+		return corrupt(ev.seq, "attempt entry without valid identity or attempt number")
+	}
+	st, err := a.stateFor(e.ProjectID, e.AgentTurnID, e.ToolCallID, ev.seq)
+	if err != nil {
+		return err
+	}
+	st.Attempt, st.AttemptSeq = e.Attempt, ev.seq
+	a.saveState(st, ev.seq)
+	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	return nil
 }
 

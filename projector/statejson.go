@@ -52,6 +52,9 @@ func marshalCallState(st *CallState) ([]byte, error) {
 	w.b = strconv.AppendInt(w.b, int64(st.Rejections), 10)
 	w.key("duplicates")
 	w.b = strconv.AppendInt(w.b, int64(st.Duplicates), 10)
+	w.uint("attempt", st.Attempt, true)
+	w.uint("attempt_seq", st.AttemptSeq, true)
+	w.str("outcome", st.Outcome, true)
 	w.uint("updated_seq", st.UpdatedSeq, false)
 	if w.err != nil {
 		return nil, w.err

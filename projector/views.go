@@ -62,6 +62,14 @@ type CallState struct {
 	Rejections    int    `json:"rejections"`
 	Duplicates    int    `json:"duplicates"`
 
+	// Attempt is the number of the call's latest attempt on record (a
+	// side_effectful tool's attempt.start), AttemptSeq its entry.
+	Attempt    uint64 `json:"attempt,omitempty"`
+	AttemptSeq uint64 `json:"attempt_seq,omitempty"`
+	// Outcome is how an attempt left open by a crash was resolved, from
+	// the report's attempt_outcome: "reconciled" or "outcome_unknown".
+	Outcome string `json:"outcome,omitempty"`
+
 	// UpdatedSeq is the sequence of the entry that produced this version.
 	UpdatedSeq uint64 `json:"updated_seq"`
 }

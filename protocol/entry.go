@@ -29,7 +29,7 @@ const (
 var knownKinds = map[EntryKind]bool{
 	KindCard: true, KindCommand: true, KindReport: true, KindDuplicate: true, KindWakeup: true,
 	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
-	KindCancel: true, KindSkip: true,
+	KindCancel: true, KindSkip: true, KindAttempt: true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that
@@ -87,6 +87,10 @@ type ReportEntry struct {
 	SourceID                string `json:"source_id"`
 	SourceFunction          string `json:"source_function"`
 	CommandSeq              uint64 `json:"command_seq,omitempty"`
+	// AttemptOutcome is the report's attempt_outcome: how an attempt of a
+	// side_effectful tool left open by a crash was resolved (empty for a
+	// report of an attempt that ran to its end).
+	AttemptOutcome string `json:"attempt_outcome,omitempty"`
 }
 
 // WakeupEntry is the data of a wakeup published to a worker.

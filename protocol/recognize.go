@@ -56,6 +56,7 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindTool:          {SubjectTool},
 	KindCancel:        {SubjectCancel},
 	KindSkip:          {SubjectSkip},
+	KindAttempt:       {SubjectAttempt},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

@@ -39,6 +39,11 @@ type CallRecord struct {
 	// DispatchedAt is when dispatch created the record (the call latency
 	// metric's start); zero in records of earlier versions.
 	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+	// Outcome is how a side_effectful call's attempt left open by a crash
+	// was resolved, from its report's attempt_outcome: "reconciled" or
+	// "outcome_unknown" (protocol.Attempt*). call.get fills it from the
+	// stored report; it is never stored in the record itself.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Claim is the winning report of a call, with everything needed to append its
@@ -65,4 +70,7 @@ type Claim struct {
 	// (its writer crashed or stalled). One wakeup per report reaches core
 	// NATS subscribers, except after such a takeover.
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// AttemptOutcome is the report's attempt_outcome (ReportEntry), kept
+	// after the entry's bytes are dropped from the record.
+	AttemptOutcome string `json:"attempt_outcome,omitempty"`
 }

@@ -59,6 +59,13 @@ func ParseReport(h nats.Header, data []byte) (ReportRequest, Violations) {
 		AfterExecution:   o.Str("after_execution", true),
 		ToolResultCardID: o.Ident("tool_result_card_id", true),
 		StepID:           o.Ident("step_id", false),
+		AttemptOutcome:   o.Str("attempt_outcome", false),
+	}
+	if p.AttemptOutcome != "" && !ValidAttemptOutcome(p.AttemptOutcome) {
+		vs.Add(o.Path("attempt_outcome"), VInvalidValue, "must be %q or %q when present, got %q", AttemptReconciled, AttemptOutcomeUnknown, Clip(p.AttemptOutcome))
+	}
+	if p.AttemptOutcome == AttemptOutcomeUnknown && p.Status != "" && p.Status != StatusFailed {
+		vs.Add(o.Path("attempt_outcome"), VMismatch, "%q needs status %q, got %q", AttemptOutcomeUnknown, StatusFailed, Clip(p.Status))
 	}
 	if p.Status != "" && !ValidStatus(p.Status) {
 		vs.Add(o.Path("status"), VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", Clip(p.Status))

@@ -32,6 +32,10 @@ type ReportPayload struct {
 	AfterExecution   string `json:"after_execution"`
 	ToolResultCardID string `json:"tool_result_card_id"`
 	StepID           string `json:"step_id,omitempty"`
+	// AttemptOutcome says how an attempt of a side_effectful tool left open
+	// by a crash was resolved (AttemptReconciled, AttemptOutcomeUnknown);
+	// empty for the report of an attempt that ran to its end.
+	AttemptOutcome string `json:"attempt_outcome,omitempty"`
 }
 
 // ReportRequest is a tool result report: the call's identity unchanged from

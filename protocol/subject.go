@@ -31,6 +31,7 @@ const (
 	SubjectRoster                  // cg.<ver>.<p>.roster.<agent_id>
 	SubjectTool                    // cg.<ver>.<p>.tool.<tool_name>
 	SubjectSkip                    // cg.<ver>._._.ledger.skip.<seq>
+	SubjectAttempt                 // cg.<ver>.<p>.<c>.ledger.attempt.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -47,6 +48,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectRoster:      "roster",
 	SubjectTool:        "tool",
 	SubjectSkip:        "skip",
+	SubjectAttempt:     "attempt",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -102,6 +104,8 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "consumed", s.AgentTurnID, s.ToolCallID)
 	case SubjectCancel:
 		p = append(p, s.Channel, "ledger", "cancel", s.AgentTurnID, s.ToolCallID)
+	case SubjectAttempt:
+		p = append(p, s.Channel, "ledger", "attempt", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -274,6 +278,7 @@ var callEntryKinds = map[string]SubjectKind{
 	"wakeup_skipped": SubjectWakeupSkip,
 	"consumed":       SubjectConsumed,
 	"cancel":         SubjectCancel,
+	"attempt":        SubjectAttempt,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.

@@ -44,6 +44,8 @@ protocol with a worker credential. For each in-flight level and round it alterna
            NATS wakeup the caller receives;
   e2e echo      dispatch -> built-in echo executor -> result card -> report -> wakeup
                 received -> Inbox consumed;
+  e2e echo se   the same with echo registered as side_effectful: the executor records
+                the attempt (attempt.start) before running it, the price of the intent;
   e2e external  the same with a tool service in the load generator instead of the
                 executor: it pulls its tool.consumer with a tool credential, reads the
                 tool.call card, puts the result card and reports over the API.
@@ -278,12 +280,13 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebu
 		return benchRebuild(ctx, e, tools, rebuild, rounds)
 	}
 	external := func(ctx context.Context) error { return e.callTool(ctx, benchExtTool) }
+	sideEffect := func(ctx context.Context) error { return e.callTool(ctx, benchSideEffectTool) }
 	// Whole calls: per level and round, the raw round trip, the protocol
 	// limit and both call workloads by turns; both workloads are compared
 	// with the same two baselines.
-	var echoRows, extRows []benchRow
+	var echoRows, seRows, extRows []benchRow
 	for _, n := range inflight {
-		var rw, lim, echo, ext []benchResult
+		var rw, lim, echo, se, ext []benchResult
 		for range rounds {
 			raw.resultsInFlight()
 			r, err := e.measure(ctx, d, n, raw.call, false)
@@ -300,15 +303,20 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebu
 				return nil, fmt.Errorf("e2e echo: %w", err)
 			}
 			echo = append(echo, r)
+			if r, err = e.measure(ctx, d, n, sideEffect, true); err != nil {
+				return nil, fmt.Errorf("e2e echo side_effectful: %w", err)
+			}
+			se = append(se, r)
 			if r, err = e.measure(ctx, d, n, external, true); err != nil {
 				return nil, fmt.Errorf("e2e external: %w", err)
 			}
 			ext = append(ext, r)
 		}
 		echoRows = append(echoRows, withLimit(row("e2e echo", n, echo, rw), lim))
+		seRows = append(seRows, withLimit(row("e2e echo se", n, se, rw), lim))
 		extRows = append(extRows, withLimit(row("e2e external", n, ext, rw), lim))
 	}
-	rows := append(echoRows, extRows...)
+	rows := append(append(echoRows, seRows...), extRows...)
 	// The report alone, on calls dispatched and given their result card
 	// beforehand, against its protocol floor: an append with
 	// expected-last-subject-sequence 0 and a core NATS wakeup.

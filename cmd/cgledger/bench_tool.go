@@ -26,6 +26,10 @@ import (
 const (
 	benchExtTool    = "bext"
 	benchReportTool = "brep"
+	// benchSideEffectTool is echo registered as side_effectful: the
+	// built-in echo runs it, after recording its attempt (attempt.start),
+	// so its row beside e2e echo is the price of the intent entry.
+	benchSideEffectTool = "echo_se"
 )
 
 // errPoolEmpty ends a caller of the report workload: every prepared call has
@@ -54,6 +58,10 @@ func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*
 		if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(def)); err != nil {
 			return nil, fmt.Errorf("register %s: %w", name, err)
 		}
+	}
+	se := `{"tool_name":"` + benchSideEffectTool + `","parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.echo.se","after_execution":"suspend","determinism":"side_effectful"}`
+	if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(se)); err != nil {
+		return nil, fmt.Errorf("register %s: %w", benchSideEffectTool, err)
 	}
 	t := &benchTools{e: e}
 	svc, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: benchExtTool})
@@ -213,10 +221,20 @@ func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (protoco
 		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"` + tool + `","arguments":{"text":"bench"}}`),
 		Metadata: protocol.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
 	_, err := e.cl.Dispatch(ctx, protocol.DispatchRequest{
-		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "bench", "main", tool),
+		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "bench", "main", benchTarget(tool)...),
 		Identity: protocol.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
 		Card:     card,
 		Payload:  protocol.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: tool, AfterExecution: protocol.AfterSuspend},
 	})
 	return card, err
+}
+
+// benchTarget is the command subject's target tokens of a bench tool: its
+// name, except the side_effectful echo, which the echo implementation
+// serves under cmd.tool.echo.se.
+func benchTarget(tool string) []string {
+	if tool == benchSideEffectTool {
+		return []string{"echo", "se"}
+	}
+	return []string{tool}
 }

@@ -359,6 +359,11 @@ func (t *httpTool) buildRequest(ctx context.Context, j *Options, call *executor.
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if call.IdempotencyKey != "" {
+		// The same key on every delivery and retry of the call, so an
+		// upstream that deduplicates sees one request (docs/protocol.md).
+		req.Header.Set(protocol.HTTPIdempotencyKey, call.IdempotencyKey)
+	}
 	return req, nil
 }
 

@@ -26,9 +26,9 @@ import (
 
 // seen is what an upstream received.
 type seen struct {
-	Method, RequestURI, Path, Auth, ContentType string
-	Query                                       url.Values
-	Body                                        []byte
+	Method, RequestURI, Path, Auth, ContentType, IdempotencyKey string
+	Query                                                       url.Values
+	Body                                                        []byte
 }
 
 type recorder struct {
@@ -43,6 +43,7 @@ func (r *recorder) add(req *http.Request) {
 	r.reqs = append(r.reqs, seen{
 		Method: req.Method, RequestURI: req.RequestURI, Path: req.URL.Path, Query: req.URL.Query(),
 		Auth: req.Header.Get("Authorization"), ContentType: req.Header.Get("Content-Type"), Body: b,
+		IdempotencyKey: req.Header.Get("Idempotency-Key"),
 	})
 }
 
@@ -801,5 +802,28 @@ func TestHTTPScrubbing(t *testing.T) {
 	want := map[string]any{"n": httpRedacted, "m": json.Number("42"), "l": []any{"x" + httpRedacted + "y"}, httpRedacted: true}
 	if fmt.Sprint(v) != fmt.Sprint(want) {
 		t.Fatalf("scrubbed = %v", v)
+	}
+}
+
+// TestHTTPSendsTheIdempotencyKey: the call's key goes upstream as
+// Idempotency-Key, the same on a second run of the call (a retry or a
+// redelivery); a call without one sends none.
+func TestHTTPSendsTheIdempotencyKey(t *testing.T) {
+	var rec recorder
+	srv, port := upstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r)
+		fmt.Fprint(w, `{}`)
+	}))
+	tool := loopbackTool(t, nil, port)
+	key := protocol.IdempotencyKey("proj", "turn-1", "call-1")
+	for range 2 {
+		c := jinaCall("search", srv.URL, "/search", "POST", map[string]any{"query": "q"})
+		c.IdempotencyKey = key
+		wantKind(t, run(t, tool, c), executor.KindSuccess, "")
+	}
+	wantKind(t, run(t, tool, jinaCall("search", srv.URL, "/search", "", map[string]any{"query": "q"})), executor.KindSuccess, "")
+	all := rec.all()
+	if len(all) != 3 || all[0].IdempotencyKey != key || all[1].IdempotencyKey != key || all[2].IdempotencyKey != "" {
+		t.Fatalf("Idempotency-Key headers = %q, %q, %q; want %q twice then none", all[0].IdempotencyKey, all[1].IdempotencyKey, all[2].IdempotencyKey, key)
 	}
 }

@@ -352,7 +352,7 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 	for _, r := range res.Rows {
 		workloads = append(workloads, r.Workload)
 	}
-	require.Equal(t, []string{"e2e echo", "e2e external", "report", "duplicate report"}, workloads)
+	require.Equal(t, []string{"e2e echo", "e2e echo se", "e2e external", "report", "duplicate report"}, workloads)
 	for _, r := range res.Rows {
 		require.Positive(t, r.CgLedger.Calls, r.Workload)
 		require.Positive(t, r.Raw.Calls, r.Workload)

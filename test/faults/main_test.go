@@ -28,6 +28,7 @@ var (
 	cgledgerBin   string
 	natsServerBin string
 	toolsvcBin    string
+	payexecBin    string
 
 	seed       uint64
 	iterations int
@@ -81,10 +82,12 @@ func TestMain(m *testing.M) {
 	cgledgerBin = filepath.Join(dir, "cgledger")
 	natsServerBin = filepath.Join(dir, "nats-server")
 	toolsvcBin = filepath.Join(dir, "toolsvc")
+	payexecBin = filepath.Join(dir, "payexec")
 	for _, b := range []struct{ out, pkg string }{
 		{cgledgerBin, "github.com/cgledger/cgledger/cmd/cgledger"},
 		{natsServerBin, "github.com/nats-io/nats-server/v2"},
 		{toolsvcBin, "github.com/cgledger/cgledger/test/faults/toolsvc"},
+		{payexecBin, "github.com/cgledger/cgledger/test/faults/payexec"},
 	} {
 		build := exec.Command("go", "build", "-o", b.out, b.pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
