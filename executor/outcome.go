@@ -155,6 +155,9 @@ type errorDetail struct {
 	Attempts     int                  `json:"attempts"`
 	RetryAfterMS int64                `json:"retry_after_ms,omitempty"`
 	Violations   []protocol.Violation `json:"violations,omitempty"`
+	// Result is what the tool returned when that is not the call's result:
+	// a result that broke the tool's result_schema.
+	Result any `json:"result,omitempty"`
 }
 
 // resultContent builds a ToolResultContent for the final outcome.
@@ -182,6 +185,9 @@ func resultContent(o Outcome, attempts int) (json.RawMessage, string, error) {
 		if o.RetryAfter > 0 {
 			d.RetryAfterMS = o.RetryAfter.Milliseconds()
 		}
+		if o.Code == protocol.CodeResultContract {
+			d.Result = o.Output
+		}
 		if o.Kind == KindPartial {
 			c.Result = o.Output
 			if errCode == "" {
@@ -207,6 +213,9 @@ func defaultHint(o Outcome) string {
 	case "I-REQ":
 		return "fix the arguments listed in violations"
 	case "C-CONTRACT":
+		if o.Code == protocol.CodeResultContract {
+			return "fix the tool to return what its result_schema describes"
+		}
 		return "register the tool in the project, or call a registered one"
 	case "S-TOOL":
 		return "a tool fault: report it to the tool's owner"

@@ -7,19 +7,21 @@ import (
 // metrics are the ledger's Prometheus series. They live on a registry passed
 // in by the caller, never the global one, so tests and embedders stay isolated.
 type metrics struct {
-	appends        *prometheus.CounterVec
-	appendLatency  *prometheus.HistogramVec
-	rejections     *prometheus.CounterVec
-	duplicates     prometheus.Counter
-	writesRefused  prometheus.Counter
-	dupDispatches  prometheus.Counter
-	apiRequests    *prometheus.CounterVec
-	apiDuration    *prometheus.HistogramVec
-	callLatency    *prometheus.HistogramVec
-	wakeupLatency  *prometheus.HistogramVec
-	wakeups        prometheus.Counter
-	wakeupsSkipped prometheus.Counter
-	reports        *prometheus.CounterVec
+	appends       *prometheus.CounterVec
+	appendLatency *prometheus.HistogramVec
+	rejections    *prometheus.CounterVec
+	duplicates    prometheus.Counter
+	writesRefused prometheus.Counter
+	dupDispatches prometheus.Counter
+	// toolUnavailable counts calls answered S-TOOL-UNAVAILABLE, by tool.
+	toolUnavailable *prometheus.CounterVec
+	apiRequests     *prometheus.CounterVec
+	apiDuration     *prometheus.HistogramVec
+	callLatency     *prometheus.HistogramVec
+	wakeupLatency   *prometheus.HistogramVec
+	wakeups         prometheus.Counter
+	wakeupsSkipped  prometheus.Counter
+	reports         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_duplicate_dispatches_total",
 			Help: "Dispatches answered with the original outcome (duplicate: true) because the call was already dispatched.",
 		}),
+		toolUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_tool_unavailable_total",
+			Help: "Calls the ledger answered failed with S-TOOL-UNAVAILABLE at dispatch because no tool service had pulled the tool's commands within its health.fail_fast_after_ms, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_api_requests_total",
 			Help: "Ledger API requests answered, by operation and outcome: ok, or the protocol error code (internal: not completed, retry).",
@@ -84,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.toolUnavailable, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
