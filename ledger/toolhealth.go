@@ -46,15 +46,18 @@ type toolHealth struct {
 }
 
 type consumerActivity struct {
-	name     string
-	filters  []string
+	name    string
+	filters []string
+	// pulling: a pull request was waiting when the snapshot was taken (a
+	// service is pulling now, however short fail_fast_after_ms).
+	pulling  bool
 	lastPull time.Time
 }
 
 // toolUnavailable reports whether no consumer of subject (a tool command
-// subject) was pulled within failFast: none waiting with a pull request,
-// none delivered a command, none created, and the definition (entry
-// defSeq) not registered, within that time.
+// subject) is pulled: none had a pull request waiting at the last snapshot,
+// and none was seen with one, delivered a command or was created, nor was
+// the definition (entry defSeq) registered, within failFast.
 func (l *Ledger) toolUnavailable(ctx context.Context, subject string, defSeq uint64, failFast time.Duration) (bool, error) {
 	h := &l.health
 	h.mu.Lock()
@@ -87,7 +90,14 @@ func (l *Ledger) toolUnavailable(ctx context.Context, subject string, defSeq uin
 	last := reg
 	h.mu.Lock()
 	for _, c := range h.consumers {
-		if c.lastPull.After(last) && anyFilterMatches(c.filters, subject) {
+		if !anyFilterMatches(c.filters, subject) {
+			continue
+		}
+		if c.pulling {
+			h.mu.Unlock()
+			return false, nil
+		}
+		if c.lastPull.After(last) {
 			last = c.lastPull
 		}
 	}
@@ -134,6 +144,7 @@ func (l *Ledger) refreshToolHealth(ctx context.Context) error {
 		}
 		if ci.NumWaiting > 0 || ci.PushBound {
 			seenWaiting[ci.Name] = true
+			a.pulling = true
 		}
 		acts = append(acts, a)
 	}
