@@ -23,12 +23,16 @@ import (
 func TestARedeliveryRunsTheDefinitionPinnedAtDispatch(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	var runs atomic.Int32
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	tool := executor.ToolFunc(func(ctx context.Context, call *executor.Call) executor.Outcome {
 		if runs.Add(1) == 1 {
 			close(started)
-			<-ctx.Done() // the first delivery never finishes: its executor dies
-			return executor.Outcome{}
+			// The first delivery does not finish before its executor dies.
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return executor.Success(map[string]any{"version": "never recorded"})
 		}
 		return executor.Success(map[string]any{"version": call.Definition.Version, "owner": call.Definition.Owner})
 	})
@@ -65,6 +69,7 @@ func TestARedeliveryRunsTheDefinitionPinnedAtDispatch(t *testing.T) {
 
 	// The executor dies: its connection goes, nothing is acked.
 	first.Close()
+	close(release)
 	second := r.Srv.Connect(t)
 	r.conn, r.remote = second, client.New(second)
 	r.start(t, executor.Config{AckWait: time.Second, Registerer: prometheusNoop()}, extra)
