@@ -122,6 +122,28 @@ func TestAResultThatBreaksTheResultSchemaFails(t *testing.T) {
 	rec, tr, _ = r.result(t, c)
 	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
 	require.JSONEq(t, `{"n":3,"label":"ok"}`, string(tr.Result))
+
+	// The executor's calls carry the registered version as a label.
+	require.Eventually(t, func() bool {
+		mfs, err := r.reg.Gather()
+		require.NoError(t, err)
+		var n float64
+		for _, mf := range mfs {
+			if mf.GetName() != "cgledger_executor_calls_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				if labels["tool"] == "shaped" && labels["tool_version"] == "1.2.0" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n == 2
+	}, time.Minute, 20*time.Millisecond, "both calls counted under tool_version 1.2.0")
 }
 
 func fields(vs []protocol.Violation) []string {

@@ -84,6 +84,7 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 			// Registered: a name of its own in the metrics, also where
 			// this executor runs apart from the ledger.
 			e.labels.Add(toolName)
+			e.labels.AddVersion(toolName, st.Definition.Version)
 			return &st.Definition, st.Seq, nil
 		}
 		if !errors.Is(err, protocol.ErrNotFound) {

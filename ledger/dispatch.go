@@ -232,6 +232,7 @@ func (l *Ledger) pinTool(ctx context.Context, sub protocol.Subject, tool string,
 		return nil, fmt.Errorf("dispatch: read tool %s: %w", tool, err)
 	}
 	rec.ToolDefSeq, rec.ToolVersion = st.Seq, st.Definition.Version
+	l.labels.AddVersion(tool, st.Definition.Version)
 	return st, nil
 }
 

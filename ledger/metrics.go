@@ -66,9 +66,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_report_latency_seconds",
-			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\").",
+			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\") and tool_version (the version of the definition the call pinned at dispatch: empty when it has none, \"_other\" for one this process has not seen registered).",
 			Buckets: LatencyBuckets,
-		}, []string{"tool"}),
+		}, []string{"tool", "tool_version"}),
 		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_wakeup_latency_seconds",
 			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped), by tool (bounded as for report latency).",

@@ -89,6 +89,7 @@ func (l *Ledger) registerTool(ctx context.Context, d *protocol.ToolDefinition, d
 		ack, err := l.appendEntry(ctx, protocol.KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		// Read-your-writes in this process, whatever the watch's delay.
 		l.cache.changed(subj)
+		l.labels.AddVersion(d.ToolName, d.Version)
 		if isWrongLastSeq(err) {
 			continue // a concurrent registration won; compare with it
 		}
