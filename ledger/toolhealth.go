@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -73,12 +76,17 @@ func (l *Ledger) toolUnavailable(ctx context.Context, subject string, defSeq uin
 	}
 	if !haveReg {
 		m, err := l.stream.GetMsg(ctx, defSeq)
-		if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			// Expired: registered longer ago than any retention, which
+			// gives no grace.
+		case err != nil:
 			return false, fmt.Errorf("tool health: read definition entry %d: %w", defSeq, err)
-		}
-		reg = m.Time
-		if t, ok := protocol.EntryTime(m.Header); ok {
-			reg = t
+		default:
+			reg = m.Time
+			if t, ok := protocol.EntryTime(m.Header); ok {
+				reg = t
+			}
 		}
 		h.mu.Lock()
 		if h.registered == nil {
