@@ -173,13 +173,14 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		// A previous attempt stopped before publishing (or before recording
 		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
 		rec, rev = existing, erev
-		if pinned != nil && pinned.Seq != rec.ToolDefSeq {
-			pinned = nil // the first dispatch pinned another (or none)
-		}
 	}
-	unavailable, err := l.failFast(ctx, rec, pinned)
-	if err != nil {
-		return protocol.DispatchResult{}, err
+	// Only the dispatch that created the call judges the tool's health: a
+	// repeat may find the tool idle while the first one's command runs.
+	var unavailable time.Duration
+	if created {
+		if unavailable, err = l.failFast(ctx, rec, pinned); err != nil {
+			return protocol.DispatchResult{}, err
+		}
 	}
 
 	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
