@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -199,4 +201,45 @@ func TestFailFastAnswersAtOnceWhenNoServicePulls(t *testing.T) {
 	rec, tr, _ = r.result(t, c)
 	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
 	require.JSONEq(t, `{"served":true}`, string(tr.Result))
+}
+
+// TestFailFastSeesAToolServiceOnItsCredential: a tool served by a service
+// in another process, on the tool's credential, pulls the consumer the
+// ledger keeps for the tool (tool.consumer): until it pulls, calls are
+// answered S-TOOL-UNAVAILABLE at dispatch; once it pulls, they are served.
+func TestFailFastSeesAToolServiceOnItsCredential(t *testing.T) {
+	r := apiRig(t, ledgertest.NewAuth(t))
+	ctx := ledgertest.Ctx(t)
+	d := def("remote", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)
+	d.ProjectID = "proj"
+	d.Health = &protocol.ToolHealth{FailFastAfterMS: 300}
+	_, err := r.L.RegisterTool(ctx, d)
+	require.NoError(t, err)
+
+	var c ledgertest.Call
+	require.Eventually(t, func() bool {
+		var res protocol.DispatchResult
+		c, res = r.dispatchResult(t, callOpts{tool: "remote"})
+		return res.ToolUnavailable
+	}, time.Minute, 50*time.Millisecond)
+	_, tr, _ := r.result(t, c)
+	require.Equal(t, protocol.CodeToolUnavailable, errDetail(t, tr).TaxonomyCode)
+
+	cred := r.Srv.Issue(t, auth.Grant{Role: auth.RoleTool, Project: "proj", Tool: "remote"}, time.Hour)
+	nc, err := r.Srv.Dial(nats.UserJWTAndSeed(cred.JWT, cred.Seed), nats.CustomInboxPrefix(cred.InboxPrefix))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	r.conn, r.remote = nc, client.New(nc, client.WithActor("remote"))
+	r.start(t, executor.Config{Bindings: []executor.Binding{{Project: "proj", Tool: "remote"}}},
+		map[string]impl{"remote": {executor.ToolFunc(func(_ context.Context, call *executor.Call) executor.Outcome {
+			return executor.Success(map[string]any{"ran": call.ToolCallID})
+		}), nil}})
+	require.Eventually(t, func() bool {
+		var res protocol.DispatchResult
+		c, res = r.dispatchResult(t, callOpts{tool: "remote"})
+		return !res.ToolUnavailable
+	}, time.Minute, 50*time.Millisecond)
+	rec, tr, _ := r.result(t, c)
+	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
+	require.JSONEq(t, `{"ran":"`+c.ID+`"}`, string(tr.Result))
 }
