@@ -27,10 +27,6 @@ const ToolHealthTTL = time.Second
 // for a fresh one rather than judging by it.
 const toolHealthSyncAfter = 30 * time.Second
 
-// LedgerSourceID is the author_id and CG-Source-Id of the results the
-// ledger records itself (a call answered S-TOOL-UNAVAILABLE).
-const LedgerSourceID = "cgledger.ledger"
-
 // toolHealth is what the ledger knows of who pulls tool commands: a
 // snapshot of the stream's consumers, taken at most every ToolHealthTTL
 // and only for tools that ask (health.fail_fast_after_ms). The zero value
@@ -212,7 +208,7 @@ func subjectMatches(filter, subject string) bool {
 
 // answerUnavailable records a call's outcome as failed with
 // S-TOOL-UNAVAILABLE through the ordinary report path, as the ledger
-// itself: a result card by LedgerSourceID, a report, a wakeup.
+// itself: a result card by protocol.LedgerSourceID, a report, a wakeup.
 func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord, failFast time.Duration) error {
 	// Not as the dispatching caller: the report is the ledger's own, which
 	// no caller check applies to.
@@ -232,7 +228,7 @@ func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord
 	sum := sha256.Sum256([]byte(rec.ProjectID + "\x00" + rec.AgentTurnID + "\x00" + rec.ToolCallID))
 	card := protocol.Card{
 		CardID: "unavail-" + hex.EncodeToString(sum[:16]), ProjectID: rec.ProjectID, Type: protocol.CardToolResult,
-		AuthorID: LedgerSourceID, FunctionName: rec.ToolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
+		AuthorID: protocol.LedgerSourceID, FunctionName: rec.ToolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	if _, err := l.PutCard(ctx, card); err != nil {
@@ -240,7 +236,7 @@ func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord
 	}
 	id := protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}
 	_, err = l.Report(ctx, protocol.ReportRequest{
-		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: LedgerSourceID, SourceFunction: rec.ToolName,
+		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: protocol.LedgerSourceID, SourceFunction: rec.ToolName,
 		Payload: protocol.ReportPayload{Status: protocol.StatusFailed, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
 	})
 	if e, refused := protocol.AsError(err); refused && e.Code == protocol.CodeConflict {

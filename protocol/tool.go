@@ -119,6 +119,10 @@ const (
 	CodeToolUnavailable = "S-TOOL-UNAVAILABLE"
 )
 
+// LedgerSourceID is the author_id and CG-Source-Id of the results the
+// ledger records itself (a call answered CodeToolUnavailable).
+const LedgerSourceID = "cgledger.ledger"
+
 // ToolSLO is a tool's service level objective: the share of calls that
 // must resolve success, and the 95th percentile latency calls must stay
 // under. A zero field is not set.
