@@ -40,9 +40,10 @@ type CallRecord struct {
 	// metric's start); zero in records of earlier versions.
 	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
 	// ToolDefSeq is the ledger sequence of the tool definition in force at
-	// dispatch, and ToolVersion its version: every delivery, retry and
-	// reconcile of the call runs that definition, even after a new one is
-	// registered. Zero (and empty) for a tool that was not registered at
+	// dispatch, and ToolVersion its version: every delivery and retry of
+	// the call runs that definition (ExecutionInputs reads it), even after
+	// a new one is registered; anything else that acts for the call must
+	// too. Zero (and empty) for a tool that was not registered at
 	// dispatch (a built-in, a PMO command) and in records of earlier
 	// versions.
 	ToolDefSeq  uint64 `json:"tool_def_seq,omitempty"`
