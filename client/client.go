@@ -277,6 +277,20 @@ func (c *Client) GetTool(ctx context.Context, project, tool string) (*protocol.S
 	return &out, nil
 }
 
+// GetToolAt reads the tool definition the entry at seq wrote (see
+// Ledger.GetToolAt): tool.get with "seq".
+func (c *Client) GetToolAt(ctx context.Context, project, tool string, seq uint64) (*protocol.StoredTool, error) {
+	var out protocol.StoredTool
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpToolGet), map[string]any{"project_id": project, "tool_name": tool, "seq": seq})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ListTools reads every tool of a project (see Ledger.ListTools).
 func (c *Client) ListTools(ctx context.Context, project string) ([]protocol.StoredTool, error) {
 	var out struct {

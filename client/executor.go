@@ -95,6 +95,11 @@ func (c *Client) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQu
 	}
 	in.Record, in.RecordErr = c.GetCall(ctx, q.Project, q.AgentTurnID, q.ToolCallID)
 	wg.Wait()
+	// The definition the call pinned at dispatch, when a new one was
+	// registered since: one more read, only then.
+	if pin := protocol.PinnedToolSeq(in.Record, in.RecordErr, in.Tool, q.ToolName); pin != 0 {
+		in.Tool, in.ToolErr = c.GetToolAt(ctx, q.Project, q.ToolName, pin)
+	}
 	return in
 }
 

@@ -122,18 +122,24 @@ func sortedKeys[V any](m map[string]V) []string {
 // validateArgs checks the final arguments against the tool's schema and
 // lists every violation, field by field.
 func validateArgs(schema *jsonschema.Schema, args map[string]any) []protocol.Violation {
+	return validateValue(schema, args, "arguments")
+}
+
+// validateValue checks v against schema and lists every violation, field by
+// field under root.
+func validateValue(schema *jsonschema.Schema, v any, root string) []protocol.Violation {
 	if schema == nil {
 		return nil
 	}
 	// Round-trip through JSON so numbers and nested values have the types
 	// the validator expects.
-	b, err := json.Marshal(args)
+	b, err := json.Marshal(v)
 	if err != nil {
-		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidJSON, Message: err.Error()}}
+		return []protocol.Violation{{Field: root, Code: protocol.VInvalidJSON, Message: err.Error()}}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
-		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidJSON, Message: err.Error()}}
+		return []protocol.Violation{{Field: root, Code: protocol.VInvalidJSON, Message: err.Error()}}
 	}
 	err = schema.Validate(inst)
 	if err == nil {
@@ -141,7 +147,7 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []protocol.Vio
 	}
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
-		return []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidValue, Message: err.Error()}}
+		return []protocol.Violation{{Field: root, Code: protocol.VInvalidValue, Message: err.Error()}}
 	}
 	var out []protocol.Violation
 	var walk func(e *jsonschema.ValidationError)
@@ -152,7 +158,7 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []protocol.Vio
 			}
 			return
 		}
-		field := "arguments"
+		field := root
 		for _, p := range e.InstanceLocation {
 			field += "." + p
 		}

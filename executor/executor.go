@@ -216,6 +216,7 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 	e.impls[name] = &impl{name: name, tool: tool, builtin: builtin}
 	if builtin != nil {
 		e.labels.Add(builtin.ToolName)
+		e.labels.AddVersion(builtin.ToolName, builtin.Version)
 	}
 	return nil
 }

@@ -114,6 +114,13 @@ type callOpts struct {
 // dispatch sends a call through the ledger and returns its identity.
 func (r *rig) dispatch(t *testing.T, o callOpts) ledgertest.Call {
 	t.Helper()
+	c, _ := r.dispatchResult(t, o)
+	return c
+}
+
+// dispatchResult is dispatch, with the dispatch's answer.
+func (r *rig) dispatchResult(t *testing.T, o callOpts) (ledgertest.Call, protocol.DispatchResult) {
+	t.Helper()
 	if o.target == "" {
 		o.target = o.tool
 	}
@@ -127,9 +134,9 @@ func (r *rig) dispatch(t *testing.T, o callOpts) ledgertest.Call {
 	req.Card.Content = json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":%s}`, o.tool, o.args))
 	req.Payload.TimeoutMS = o.timeoutMS
 	req.Identity.Traceparent = o.traceparent
-	_, err := r.L.Dispatch(ledgertest.Ctx(t), req)
+	res, err := r.L.Dispatch(ledgertest.Ctx(t), req)
 	require.NoError(t, err)
-	return c
+	return c, res
 }
 
 // result waits for the call's report and returns its record and result card.

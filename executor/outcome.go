@@ -159,6 +159,9 @@ type errorDetail struct {
 	// the tool's reconcile found it (the report says attempt_outcome
 	// reconciled for every status).
 	Reconciled bool `json:"reconciled,omitempty"`
+	// Result is what the tool returned when that is not the call's result:
+	// a result that broke the tool's result_schema.
+	Result any `json:"result,omitempty"`
 }
 
 // resultContent builds a ToolResultContent for the final outcome.
@@ -186,6 +189,9 @@ func resultContent(o Outcome, attempts int, reconciled bool) (json.RawMessage, s
 		if o.RetryAfter > 0 {
 			d.RetryAfterMS = o.RetryAfter.Milliseconds()
 		}
+		if o.Code == protocol.CodeResultContract {
+			d.Result = o.Output
+		}
 		if o.Kind == KindPartial {
 			c.Result = o.Output
 			if errCode == "" {
@@ -211,6 +217,9 @@ func defaultHint(o Outcome) string {
 	case "I-REQ":
 		return "fix the arguments listed in violations"
 	case "C-CONTRACT":
+		if o.Code == protocol.CodeResultContract {
+			return "fix the tool to return what its result_schema describes"
+		}
 		return "register the tool in the project, or call a registered one"
 	case "S-TOOL":
 		return "a tool fault: report it to the tool's owner"

@@ -66,6 +66,10 @@ func (e *Executor) prepare(im *impl, cmd *protocol.ToolCommand, pre *prefetched)
 		o := Terminal(CodeToolConfig, "the tool's parameters schema does not compile: "+err.Error(), "fix the tool registration")
 		return call, nil, secrets, &o, nil
 	}
+	if call.resultSchema, err = e.resultSchema(sub.Project, def, seq); err != nil {
+		o := Terminal(CodeToolConfig, "the tool's result_schema does not compile: "+err.Error(), "fix the tool registration")
+		return call, nil, secrets, &o, nil
+	}
 	return call, schema, secrets, nil, nil
 }
 
@@ -81,6 +85,7 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 			// Registered: a name of its own in the metrics, also where
 			// this executor runs apart from the ledger.
 			e.labels.Add(toolName)
+			e.labels.AddVersion(toolName, st.Definition.Version)
 			return &st.Definition, st.Seq, nil
 		}
 		if !errors.Is(err, protocol.ErrNotFound) {
@@ -106,6 +111,45 @@ func (e *Executor) schema(project string, def *protocol.ToolDefinition, seq uint
 	}
 	e.schemas.put(key, seq, s)
 	return s, nil
+}
+
+// resultSchema is schema for the definition's result_schema, cached apart
+// from its parameters.
+func (e *Executor) resultSchema(project string, def *protocol.ToolDefinition, seq uint64) (*jsonschema.Schema, error) {
+	if len(def.ResultSchema) == 0 {
+		return nil, nil
+	}
+	key := project + "\x00" + def.ToolName + "\x00result"
+	if s, ok := e.schemas.get(key, seq); ok {
+		return s, nil
+	}
+	s, err := def.CompileResultSchema()
+	if err != nil {
+		return nil, err
+	}
+	e.schemas.put(key, seq, s)
+	return s, nil
+}
+
+// checkResult holds a successful (or partial) outcome to the tool's
+// result_schema: a result that does not match is the call's failure,
+// C-CONTRACT-RESULT with every violation, and error.detail.result keeps
+// what the tool returned.
+func checkResult(call *Call, o Outcome) Outcome {
+	if call == nil || call.resultSchema == nil || (o.Kind != KindSuccess && o.Kind != KindPartial) {
+		return o
+	}
+	vs := validateValue(call.resultSchema, o.Output, "result")
+	if len(vs) == 0 {
+		return o
+	}
+	version := ""
+	if call.Definition != nil && call.Definition.Version != "" {
+		version = " version " + call.Definition.Version
+	}
+	return Outcome{Kind: KindTerminal, Code: protocol.CodeResultContract, Output: o.Output, Violations: vs,
+		Message: fmt.Sprintf("the result of tool %s%s does not match its result_schema: %d violation(s)", call.ToolName, version, len(vs)),
+		Hint:    "fix the tool to return what its result_schema describes, or register a result_schema that matches"}
 }
 
 func (e *Executor) lookupEnv(name string) (string, bool) {

@@ -157,6 +157,7 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
+	o = checkResult(call, o)
 	e.finish(msg, ans, o, attempts, secrets, start)
 }
 

@@ -92,7 +92,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	}
 	e.ack(msg, "reported")
 	tool := e.labels.Label(ans.toolName)
-	e.m.calls.WithLabelValues(tool, status, errorClass(o)).Inc()
+	e.m.calls.WithLabelValues(tool, status, errorClass(o), e.labels.VersionLabel(ans.toolName, rec.ToolVersion)).Inc()
 	e.m.duration.WithLabelValues(tool).Observe(time.Since(start).Seconds())
 	e.log.Info("call resolved", "tool", ans.toolName, "call", rec.ToolCallID, "status", status, "code", o.Code, "attempts", attempts, "duration_ms", time.Since(start).Milliseconds())
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Tool is what a tool implementer writes: run one attempt of a call and
@@ -68,6 +69,10 @@ type Call struct {
 	// budget it was computed from.
 	Deadline time.Time
 	Timeout  time.Duration
+
+	// resultSchema is the definition's compiled result_schema, nil when it
+	// has none.
+	resultSchema *jsonschema.Schema
 }
 
 // ArgString returns a string argument, or "" when absent or not a string.

@@ -411,11 +411,20 @@ func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
 	var vs protocol.Violations
 	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project, tool string
+	var seq uint64
 	if ok {
 		project, tool = o.Ident("project_id", true), o.Ident("tool_name", true)
+		if r := o.Raw("seq"); r != nil {
+			if err := json.Unmarshal(r, &seq); err != nil || seq == 0 {
+				vs.Add(o.Path("seq"), protocol.VInvalidType, "must be a positive integer (the sequence of the tool's definition entry)")
+			}
+		}
 	}
 	if err := protocol.BadRequest("tool.get request", vs); err != nil {
 		return nil, err
+	}
+	if seq != 0 {
+		return s.l.GetToolAt(ctx, project, tool, seq)
 	}
 	return s.l.GetTool(ctx, project, tool)
 }

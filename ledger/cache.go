@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 
 	"github.com/cgledger/cgledger/protocol"
@@ -151,7 +152,10 @@ func (c *caches) watch(nc *nats.Conn, version string) error {
 		"cg." + version + ".*.roster.*",
 		"cg." + version + ".*.tool.*",
 	} {
-		s, err := nc.Subscribe(subj, func(m *nats.Msg) { c.changed(m.Subject) })
+		s, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			c.changed(m.Subject)
+			c.learnVersion(m.Subject, m.Data)
+		})
 		if err != nil {
 			c.unsubscribe()
 			return err
@@ -171,6 +175,21 @@ func (c *caches) changed(subject string) {
 	c.tools.drop(subject)
 	if name := toolSubjectName(subject); name != "" {
 		c.labels.Add(name)
+	}
+}
+
+// learnVersion makes the version of a tool definition entry a label of its
+// own (ToolLabels.VersionLabel).
+func (c *caches) learnVersion(subject string, data []byte) {
+	name := toolSubjectName(subject)
+	if name == "" {
+		return
+	}
+	var d struct {
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(data, &d) == nil {
+		c.labels.AddVersion(name, d.Version)
 	}
 }
 

@@ -130,6 +130,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		defer close(putDone)
 		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, sub.Channel, rawReq)
 	}()
+	pinned, pinErr := l.pinTool(ctx, sub, payload.ToolName, rec)
+	if pinErr != nil {
+		<-putDone
+		return protocol.DispatchResult{}, pinErr
+	}
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
 	<-putDone
 	if putErr != nil {
@@ -162,11 +167,20 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		}
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
-			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true}, nil
+			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true,
+				ToolDefSeq: existing.ToolDefSeq, ToolVersion: existing.ToolVersion}, nil
 		}
 		// A previous attempt stopped before publishing (or before recording
 		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
 		rec, rev = existing, erev
+	}
+	// Only the dispatch that created the call judges the tool's health: a
+	// repeat may find the tool idle while the first one's command runs.
+	var unavailable time.Duration
+	if created {
+		if unavailable, err = l.failFast(ctx, rec, pinned); err != nil {
+			return protocol.DispatchResult{}, err
+		}
 	}
 
 	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
@@ -189,12 +203,59 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	rec.CardSeq, rec.CommandSeq = put.Seq, ack.Sequence
 	l.cacheRecord(key, rec, rev)
 	l.deferSequences(key, rec, rev)
+	if unavailable > 0 {
+		// The command is in the ledger (the call's story reads as any
+		// other's), and the call is answered at once: whoever pulls the
+		// command later finds it answered.
+		if err := l.answerUnavailable(ctx, rec, unavailable); err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+		}
+	}
 	// Whoever created the record dispatched the call; any other caller,
 	// even one that finished publishing for it, repeated it.
 	if !created {
 		l.m.dupDispatches.Inc()
 	}
-	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created}, nil
+	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created,
+		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0}, nil
+}
+
+// pinTool fixes in rec the definition of the tool in force now, which every
+// delivery of the call runs (CallRecord.ToolDefSeq). A tool command only;
+// an unregistered tool pins nothing. Served from memory once read
+// (toolCached), so the hot path gains no round trip.
+func (l *Ledger) pinTool(ctx context.Context, sub protocol.Subject, tool string, rec *protocol.CallRecord) (*protocol.StoredTool, error) {
+	if sub.Kind != protocol.SubjectToolCommand || !protocol.ValidIdentifier(tool) {
+		return nil, nil
+	}
+	st, err := l.toolCached(ctx, sub.Project, tool)
+	if isCode(err, protocol.CodeNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: read tool %s: %w", tool, err)
+	}
+	rec.ToolDefSeq, rec.ToolVersion = st.Seq, st.Definition.Version
+	l.labels.AddVersion(tool, st.Definition.Version)
+	return st, nil
+}
+
+// failFast is the tool's health.fail_fast_after_ms when no tool service
+// pulled its commands for that long (the call is to be answered
+// S-TOOL-UNAVAILABLE), else zero. Tools without the setting cost nothing.
+func (l *Ledger) failFast(ctx context.Context, rec *protocol.CallRecord, pinned *protocol.StoredTool) (time.Duration, error) {
+	if pinned == nil || pinned.Definition.Health == nil || pinned.Definition.Health.FailFastAfterMS <= 0 {
+		return 0, nil
+	}
+	ff := time.Duration(pinned.Definition.Health.FailFastAfterMS) * time.Millisecond
+	down, err := l.toolUnavailable(ctx, rec.Subject, pinned.Seq, ff)
+	if err != nil {
+		return 0, fmt.Errorf("dispatch %s/%s: tool health: %w", rec.AgentTurnID, rec.ToolCallID, err)
+	}
+	if !down {
+		return 0, nil
+	}
+	return ff, nil
 }
 
 // createOrRead creates the call record or, when it exists, reads it. The

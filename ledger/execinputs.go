@@ -46,5 +46,11 @@ func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQu
 	}
 	in.Record, in.RecordErr = l.getCall(ctx, q.Project, q.AgentTurnID, q.ToolCallID, !q.Fresh)
 	wg.Wait()
+	// The definition the call pinned at dispatch, when a new one was
+	// registered since (or the cached one is not it): one more read, only
+	// then.
+	if pin := protocol.PinnedToolSeq(in.Record, in.RecordErr, in.Tool, q.ToolName); pin != 0 {
+		in.Tool, in.ToolErr = l.GetToolAt(ctx, q.Project, q.ToolName, pin)
+	}
 	return in
 }

@@ -90,6 +90,8 @@ type Ledger struct {
 	seqs    pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
 	ttl string
+	// health is who pulls tool commands, for health.fail_fast_after_ms.
+	health toolHealth
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.

@@ -7,20 +7,22 @@ import (
 // metrics are the ledger's Prometheus series. They live on a registry passed
 // in by the caller, never the global one, so tests and embedders stay isolated.
 type metrics struct {
-	appends        *prometheus.CounterVec
-	appendLatency  *prometheus.HistogramVec
-	rejections     *prometheus.CounterVec
-	duplicates     prometheus.Counter
-	writesRefused  prometheus.Counter
-	dupDispatches  prometheus.Counter
-	apiRequests    *prometheus.CounterVec
-	apiDuration    *prometheus.HistogramVec
-	callLatency    *prometheus.HistogramVec
-	wakeupLatency  *prometheus.HistogramVec
-	wakeups        prometheus.Counter
-	wakeupsSkipped prometheus.Counter
-	reports        *prometheus.CounterVec
-	attemptOutcome *prometheus.CounterVec
+	appends       *prometheus.CounterVec
+	appendLatency *prometheus.HistogramVec
+	rejections    *prometheus.CounterVec
+	duplicates    prometheus.Counter
+	writesRefused prometheus.Counter
+	dupDispatches prometheus.Counter
+	// toolUnavailable counts calls answered S-TOOL-UNAVAILABLE, by tool.
+	toolUnavailable *prometheus.CounterVec
+	apiRequests     *prometheus.CounterVec
+	apiDuration     *prometheus.HistogramVec
+	callLatency     *prometheus.HistogramVec
+	wakeupLatency   *prometheus.HistogramVec
+	wakeups         prometheus.Counter
+	wakeupsSkipped  prometheus.Counter
+	reports         *prometheus.CounterVec
+	attemptOutcome  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_duplicate_dispatches_total",
 			Help: "Dispatches answered with the original outcome (duplicate: true) because the call was already dispatched.",
 		}),
+		toolUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_tool_unavailable_total",
+			Help: "Calls the ledger answered failed with S-TOOL-UNAVAILABLE at dispatch because no tool service had pulled the tool's commands within its health.fail_fast_after_ms, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_api_requests_total",
 			Help: "Ledger API requests answered, by operation and outcome: ok, or the protocol error code (internal: not completed, retry).",
@@ -61,9 +67,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_report_latency_seconds",
-			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\").",
+			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\") and tool_version (the version of the definition the call pinned at dispatch: empty when it has none, \"_other\" for one this process has not seen registered).",
 			Buckets: LatencyBuckets,
-		}, []string{"tool"}),
+		}, []string{"tool", "tool_version"}),
 		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_wakeup_latency_seconds",
 			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped), by tool (bounded as for report latency).",
@@ -89,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.toolUnavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -241,7 +241,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			tool := l.labels.Label(rec.ToolName)
 			l.m.wakeupLatency.WithLabelValues(tool).Observe(time.Since(appended).Seconds())
 			if !rec.DispatchedAt.IsZero() {
-				l.m.callLatency.WithLabelValues(tool).Observe(appended.Sub(rec.DispatchedAt).Seconds())
+				l.m.callLatency.WithLabelValues(tool, l.labels.VersionLabel(rec.ToolName, rec.ToolVersion)).Observe(appended.Sub(rec.DispatchedAt).Seconds())
 			}
 			l.bg.start()
 			go func() {

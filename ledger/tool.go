@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -88,6 +89,7 @@ func (l *Ledger) registerTool(ctx context.Context, d *protocol.ToolDefinition, d
 		ack, err := l.appendEntry(ctx, protocol.KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		// Read-your-writes in this process, whatever the watch's delay.
 		l.cache.changed(subj)
+		l.labels.AddVersion(d.ToolName, d.Version)
 		if isWrongLastSeq(err) {
 			continue // a concurrent registration won; compare with it
 		}
@@ -113,6 +115,35 @@ func (l *Ledger) GetTool(ctx context.Context, project, tool string) (*protocol.S
 	}
 	if m == nil {
 		return nil, protocol.NewError(protocol.CodeNotFound, nil, "tool %s is not registered in project %s", tool, project)
+	}
+	st := &protocol.StoredTool{Seq: m.Sequence}
+	if err := json.Unmarshal(m.Data, &st.Definition); err != nil {
+		return nil, fmt.Errorf("get tool %s: decode entry %d: %w", tool, m.Sequence, err)
+	}
+	return st, nil
+}
+
+// GetToolAt reads the definition the entry at seq wrote: the version a call
+// pinned at dispatch (CallRecord.ToolDefSeq), whatever was registered
+// since. An error matching ErrNotFound when seq holds no definition of the
+// tool (or no longer exists in the stream).
+func (l *Ledger) GetToolAt(ctx context.Context, project, tool string, seq uint64) (*protocol.StoredTool, error) {
+	var vs protocol.Violations
+	protocol.CheckIdent(&vs, "project_id", project, true)
+	protocol.CheckIdent(&vs, "tool_name", tool, true)
+	if seq == 0 {
+		vs.Add("seq", protocol.VInvalidValue, "must be a positive sequence")
+	}
+	if err := protocol.BadRequest("tool lookup", vs); err != nil {
+		return nil, err
+	}
+	subj := protocol.ToolSubject(l.version, project, tool)
+	m, err := l.stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && m.Subject != subj) {
+		return nil, protocol.NewError(protocol.CodeNotFound, nil, "entry %d holds no definition of tool %s in project %s", seq, tool, project)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get tool %s at %d: %w", tool, seq, err)
 	}
 	st := &protocol.StoredTool{Seq: m.Sequence}
 	if err := json.Unmarshal(m.Data, &st.Definition); err != nil {

@@ -47,6 +47,10 @@ func (t *ToolLabels) Label(name string) string {
 
 // Known reports whether name is its own label.
 func (t *ToolLabels) Known(name string) bool {
+	return !strings.Contains(name, "\x00") && t.has(name)
+}
+
+func (t *ToolLabels) has(name string) bool {
 	m := t.known.Load()
 	if m == nil {
 		return false
@@ -55,9 +59,43 @@ func (t *ToolLabels) Known(name string) bool {
 	return ok
 }
 
+// VersionLabel is the tool_version label of a call of tool name at
+// version: "" when the definition has no version, the version when it is a
+// version registered (or built in) for that name, else OtherToolLabel. So
+// a tool's series number at most its known versions plus two.
+func (t *ToolLabels) VersionLabel(name, version string) string {
+	if version == "" {
+		return ""
+	}
+	if t.Known(name) && t.has(versionKey(name, version)) {
+		return version
+	}
+	return OtherToolLabel
+}
+
+// AddVersion makes version a known version of tool name (and name a known
+// tool). A version that is not semver is ignored: no definition has one.
+func (t *ToolLabels) AddVersion(name, version string) {
+	if version == "" || !protocol.ValidIdentifier(name) {
+		return
+	}
+	var vs protocol.Violations
+	protocol.CheckSemver(&vs, "version", version)
+	if len(vs) > 0 {
+		return
+	}
+	t.add([]string{name, versionKey(name, version)}, true)
+}
+
+// versionKey is how a known version is kept among the known names: the
+// NUL keeps it apart from every identifier.
+func versionKey(name, version string) string { return name + "\x00" + version }
+
 // Add makes names known. Names that are not protocol identifiers are
 // ignored: no registered or built-in tool has one.
-func (t *ToolLabels) Add(names ...string) {
+func (t *ToolLabels) Add(names ...string) { t.add(names, false) }
+
+func (t *ToolLabels) add(names []string, versions bool) {
 	var fresh []string
 	if m := t.known.Load(); m != nil {
 		for _, n := range names {
@@ -80,7 +118,7 @@ func (t *ToolLabels) Add(names ...string) {
 		}
 	}
 	for _, n := range fresh {
-		if protocol.ValidIdentifier(n) && n != OtherToolLabel {
+		if (protocol.ValidIdentifier(n) || versions && strings.Contains(n, "\x00")) && n != OtherToolLabel {
 			next[n] = struct{}{}
 		}
 	}

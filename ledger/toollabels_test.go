@@ -132,3 +132,21 @@ func histogramSeries(t *testing.T, reg *prometheus.Registry, name, tool string) 
 	t.Fatalf("no series %s{tool=%q}", name, tool)
 	return nil
 }
+
+// TestToolVersionLabelsAreRegisteredVersionsOnly: a version is a label of
+// its own only for a tool and version registered (or built in); a
+// definition without one is "", anything else OtherToolLabel.
+func TestToolVersionLabelsAreRegisteredVersionsOnly(t *testing.T) {
+	l := ledger.NewToolLabels("echo")
+	l.AddVersion("pay", "1.2.0")
+	l.AddVersion("pay", "not-semver")
+	l.AddVersion("bad name", "1.0.0")
+	require.Equal(t, "pay", l.Label("pay"), "a registered version makes its tool known")
+	require.Equal(t, "1.2.0", l.VersionLabel("pay", "1.2.0"))
+	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("pay", "9.9.9"))
+	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("pay", "not-semver"))
+	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("echo", "1.2.0"), "a version of another tool")
+	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("bad name", "1.0.0"))
+	require.Equal(t, "", l.VersionLabel("echo", ""))
+	require.False(t, l.Known("pay\x001.2.0") && l.Label("pay\x001.2.0") == "pay\x001.2.0", "a version key is never a tool label")
+}

@@ -26,3 +26,17 @@ type ExecutionInputs struct {
 	Tool      *StoredTool
 	ToolErr   error
 }
+
+// PinnedToolSeq is the definition entry a call pinned at dispatch
+// (rec.ToolDefSeq) when the definition read for tool is another one (a new
+// version was registered since, or none could be read): the executor reads
+// the pinned one instead. Zero when there is nothing to change.
+func PinnedToolSeq(rec *CallRecord, recErr error, read *StoredTool, tool string) uint64 {
+	if recErr != nil || rec == nil || rec.ToolDefSeq == 0 || rec.ToolName != tool || !ValidIdentifier(tool) {
+		return 0
+	}
+	if read != nil && read.Seq == rec.ToolDefSeq {
+		return 0
+	}
+	return rec.ToolDefSeq
+}

@@ -39,6 +39,15 @@ type CallRecord struct {
 	// DispatchedAt is when dispatch created the record (the call latency
 	// metric's start); zero in records of earlier versions.
 	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+	// ToolDefSeq is the ledger sequence of the tool definition in force at
+	// dispatch, and ToolVersion its version: every delivery and retry of
+	// the call runs that definition (ExecutionInputs reads it), even after
+	// a new one is registered; anything else that acts for the call must
+	// too. Zero (and empty) for a tool that was not registered at
+	// dispatch (a built-in, a PMO command) and in records of earlier
+	// versions.
+	ToolDefSeq  uint64 `json:"tool_def_seq,omitempty"`
+	ToolVersion string `json:"tool_version,omitempty"`
 	// Outcome is how a side_effectful call's attempt left open by a crash
 	// was resolved, from its report's attempt_outcome: "reconciled" or
 	// "outcome_unknown" (protocol.Attempt*). call.get fills it from the

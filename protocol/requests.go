@@ -23,6 +23,14 @@ type DispatchResult struct {
 	// Duplicate is true when this exact dispatch had already been made; the
 	// sequences are the original ones.
 	Duplicate bool `json:"duplicate"`
+	// ToolDefSeq and ToolVersion are the tool definition the call pinned
+	// (CallRecord.ToolDefSeq); zero and empty when the tool is not
+	// registered.
+	ToolDefSeq  uint64 `json:"tool_def_seq,omitempty"`
+	ToolVersion string `json:"tool_version,omitempty"`
+	// ToolUnavailable is true when the ledger answered the call at once,
+	// failed with S-TOOL-UNAVAILABLE (health.fail_fast_after_ms).
+	ToolUnavailable bool `json:"tool_unavailable,omitempty"`
 }
 
 // ReportPayload is the business payload of a tool result report: routing and

@@ -82,7 +82,46 @@ type ToolDefinition struct {
 	// definition sets none (the alerts then assume docs/operations.md's
 	// default).
 	SLO *ToolSLO `json:"slo,omitempty"`
+	// Version is the definition's semantic version (semver 2.0.0, no
+	// leading "v"); empty in definitions that declare none. The definition
+	// in force at dispatch is pinned in the call record whatever its
+	// version (CallRecord.ToolDefSeq).
+	Version string `json:"version,omitempty"`
+	// Owner names who answers for the tool (a team, a person, an
+	// address): free text, shown to operators; empty when not set.
+	Owner string `json:"owner,omitempty"`
+	// ResultSchema is a JSON Schema (2020-12 unless it names another) the
+	// executor holds a successful result to: a result that does not match
+	// ends the call failed with CodeResultContract. Absent: not checked.
+	ResultSchema json.RawMessage `json:"result_schema,omitempty"`
+	// Health is how the ledger tells the tool is served; nil when the
+	// definition sets none.
+	Health *ToolHealth `json:"health,omitempty"`
 }
+
+// ToolHealth is a tool's health settings (seed 004).
+type ToolHealth struct {
+	// FailFastAfterMS: when no tool service has pulled the tool's
+	// commands for this long, a dispatch is answered at once with a failed
+	// result coded CodeToolUnavailable instead of waiting out its
+	// deadline. Zero is not set (dispatch always publishes).
+	FailFastAfterMS int64 `json:"fail_fast_after_ms,omitempty"`
+}
+
+// Taxonomy codes (seed 004 section 5) of the manifest fields checked
+// outside the tool itself.
+const (
+	// CodeResultContract: a tool's result does not match its
+	// result_schema; error.detail.violations lists every mismatch.
+	CodeResultContract = "C-CONTRACT-RESULT"
+	// CodeToolUnavailable: no tool service pulled the tool's commands
+	// within its health.fail_fast_after_ms, so the call was not waited on.
+	CodeToolUnavailable = "S-TOOL-UNAVAILABLE"
+)
+
+// LedgerSourceID is the author_id and CG-Source-Id of the results the
+// ledger records itself (a call answered CodeToolUnavailable).
+const LedgerSourceID = "cgledger.ledger"
 
 // ToolSLO is a tool's service level objective: the share of calls that
 // must resolve success, and the 95th percentile latency calls must stay
@@ -132,6 +171,26 @@ func (d *ToolDefinition) CompileSchema() (*jsonschema.Schema, error) {
 	const loc = "urn:cgledger:tool-parameters"
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, fmt.Errorf("parameters: %w", err)
+	}
+	return c.Compile(loc)
+}
+
+// CompileResultSchema compiles the definition's result_schema (nil, nil
+// when it has none), as CompileSchema does its parameters.
+func (d *ToolDefinition) CompileResultSchema() (*jsonschema.Schema, error) {
+	if len(d.ResultSchema) == 0 {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(d.ResultSchema))
+	if err != nil {
+		return nil, fmt.Errorf("result_schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	const loc = "urn:cgledger:tool-result"
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("result_schema: %w", err)
 	}
 	return c.Compile(loc)
 }
@@ -299,6 +358,29 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 		}
 		if slo.SuccessRateMin != 0 || slo.P95LatencyMSMax != 0 {
 			d.SLO = slo
+		}
+	}
+	if v := o.Str("version", false); v != "" {
+		CheckSemver(&vs, o.Path("version"), v)
+		d.Version = v
+	}
+	d.Owner = o.Str("owner", false)
+	if len(d.Owner) > maxOwnerBytes {
+		vs.Add(o.Path("owner"), VTooLarge, "is %d bytes; the limit is %d", len(d.Owner), maxOwnerBytes)
+	}
+	if r := o.Raw("result_schema"); r != nil {
+		if r[0] != '{' {
+			vs.Add(o.Path("result_schema"), VInvalidType, "must be a JSON Schema object")
+		} else {
+			d.ResultSchema = CompactJSON(r)
+			if _, err := d.CompileResultSchema(); err != nil {
+				schemaViolations(&vs, o.Path("result_schema"), err)
+			}
+		}
+	}
+	if ho, ok := o.Object("health", false); ok {
+		if ms := intField(ho, "fail_fast_after_ms", 1, 24*3600*1000); ms != 0 {
+			d.Health = &ToolHealth{FailFastAfterMS: ms}
 		}
 	}
 	d.fillDefaults()

@@ -67,6 +67,7 @@ var replayScenarios = []replayScenario{
 	{"timeouts_and_retries", timeoutsAndRetries},
 	{"cancellation", cancellation},
 	{"cg_control_overrides", cgControlOverrides},
+	{"manifest_fields", manifestFields},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -359,6 +360,60 @@ func cgControlOverrides(t *testing.T, r *replayRig) {
 	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.Equal(t, protocol.AfterTerminate, tr.EffectiveAfterExecution(protocol.AfterSuspend))
 	r.consume(scCall("alice", "turn-control", "call-terminate", 1, "search"))
+}
+
+// manifestFields: the manifest fields of seed 004. A tool with a
+// result_schema answers one call with a result that breaks it (failed,
+// C-CONTRACT-RESULT) and, after version 2.0.0 is registered, one that
+// matches; a tool with health.fail_fast_after_ms that nobody serves is
+// answered at dispatch, failed with S-TOOL-UNAVAILABLE, by the ledger.
+func manifestFields(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	ghost := toolDef("ghost", protocol.DeterminismPure, protocol.RetryPolicy{})
+	ghost.ProjectID, ghost.Version, ghost.Owner = scProject, "1.0.0", "@team-ghost"
+	ghost.Health = &protocol.ToolHealth{FailFastAfterMS: 1}
+	_, err := r.L.RegisterTool(r.ctx(), ghost)
+	require.NoError(t, err)
+
+	shaped := toolDef("shaped", protocol.DeterminismPure, protocol.RetryPolicy{})
+	r.startExecutor(toolImpl{"shaped", executor.ToolFunc(func(_ context.Context, c *executor.Call) executor.Outcome {
+		return executor.Success(map[string]any{"n": c.Arguments["n"], "version": c.Definition.Version})
+	}), shaped})
+	v1 := *shaped
+	v1.ProjectID, v1.Version, v1.Owner = scProject, "1.0.0", "@team-shapes"
+	v1.ResultSchema = json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`)
+	_, err = r.L.RegisterTool(r.ctx(), &v1)
+	require.NoError(t, err)
+	type detail struct {
+		TaxonomyCode string               `json:"taxonomy_code"`
+		Violations   []protocol.Violation `json:"violations"`
+	}
+	bad := scCall("alice", "turn-manifest", "call-bad-shape", 1, "shaped")
+	tr := r.run(bad, `{"n":"three"}`, nil)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	var d detail
+	require.NoError(t, json.Unmarshal(tr.Error.Detail, &d))
+	require.Equal(t, protocol.CodeResultContract, d.TaxonomyCode)
+	require.Len(t, d.Violations, 1)
+
+	v2 := v1
+	v2.Version = "2.0.0"
+	_, err = r.L.RegisterTool(r.ctx(), &v2)
+	require.NoError(t, err)
+	good := scCall("alice", "turn-manifest", "call-good-shape", 1, "shaped")
+	tr = r.run(good, `{"n":3}`, nil)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+	require.JSONEq(t, `{"n":3,"version":"2.0.0"}`, string(tr.Result))
+
+	// Well over a millisecond since ghost was registered, and nothing
+	// pulls its commands.
+	gc := scCall("alice", "turn-manifest", "call-ghost", 1, "ghost")
+	res := r.dispatch(dispatchReq(gc, `{}`))
+	require.True(t, res.ToolUnavailable)
+	tr = r.resolved(gc)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.NoError(t, json.Unmarshal(tr.Error.Detail, &d))
+	require.Equal(t, protocol.CodeToolUnavailable, d.TaxonomyCode)
 }
 
 // TestRecordScenarios records every scenario: into testdata with -update
