@@ -29,6 +29,9 @@ type Call struct {
 	AgentTurnID  string
 	TurnEpoch    uint64
 	ToolCallID   string
+	// StepID is the CG-Step-Id of the command or, without one, the
+	// tool.call card's metadata.step_id (as the {step_id} template
+	// variable is).
 	StepID       string
 	ContextBoxID string
 	ToolName     string
@@ -45,8 +48,10 @@ type Call struct {
 	Options protocol.ToolOptions
 	// Attempt counts attempts of this delivery, from 1.
 	Attempt int
-	// Deadline is when the call must have its outcome; Timeout is the
-	// budget it was computed from.
+	// Deadline is when the call must have its outcome: fixed at dispatch
+	// (the command's deadline_unix_ms), the same for every delivery and
+	// attempt. Timeout is the budget it was computed from, counted from
+	// dispatch.
 	Deadline time.Time
 	Timeout  time.Duration
 }

@@ -20,6 +20,8 @@ type metrics struct {
 	wakeups        prometheus.Counter
 	wakeupsSkipped prometheus.Counter
 	reports        *prometheus.CounterVec
+	timeouts       *prometheus.CounterVec
+	lateReports    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -80,11 +82,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_reports_accepted_total",
 			Help: "Reports appended to the ledger (exactly one per call), by status.",
 		}, []string{"status"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_deadline_timeouts_total",
+			Help: "Calls the ledger itself ended timeout (R-TIMEOUT-002) because no report was accepted by their deadline, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
+		lateReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_late_reports_total",
+			Help: "Reports refused as late (conflict, violation late): their call had reached its deadline and the ledger recorded its timeout, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.timeouts, m.lateReports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

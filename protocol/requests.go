@@ -23,6 +23,9 @@ type DispatchResult struct {
 	// Duplicate is true when this exact dispatch had already been made; the
 	// sequences are the original ones.
 	Duplicate bool `json:"duplicate"`
+	// DeadlineUnixMS is the call's deadline, fixed at dispatch (the
+	// command carries it); zero for a call dispatched by an earlier version.
+	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
 }
 
 // ReportPayload is the business payload of a tool result report: routing and
