@@ -23,6 +23,10 @@ type DeadlineKeeperConfig struct {
 	AckWait time.Duration
 	// Workers bounds the commands handled at once. Zero means 16.
 	Workers int
+	// Retry, when set, is asked after the consumer cannot be created (a
+	// cluster still electing its leaders): nil to try again, an error to
+	// give up with it. Nil gives up at once.
+	Retry func(ctx context.Context, step string, err error) error
 }
 
 // DefaultDeadlineDurable prefixes the deadline keeper's consumer name.
@@ -56,6 +60,36 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
+	cons, err := l.deadlineConsumer(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k := &DeadlineKeeper{l: l, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
+	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("deadline keeper: consume: %w", err)
+	}
+	k.cc = cc
+	return k, nil
+}
+
+// deadlineConsumer creates (or updates) the keeper's durable consumer,
+// asking cfg.Retry after each failure.
+func (l *Ledger) deadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
+	for {
+		cons, err := l.createDeadlineConsumer(ctx, cfg)
+		if err == nil || cfg.Retry == nil {
+			return cons, err
+		}
+		if rerr := cfg.Retry(ctx, "deadline keeper consumer", err); rerr != nil {
+			return nil, rerr
+		}
+	}
+}
+
+func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
 	base := protocol.Root + "." + l.version + ".*.*.cmd."
 	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:     cfg.Durable,
@@ -75,15 +109,7 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if err != nil {
 		return nil, fmt.Errorf("deadline keeper: consumer %s: %w", cfg.Durable, err)
 	}
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	k := &DeadlineKeeper{l: l, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
-	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("deadline keeper: consume: %w", err)
-	}
-	k.cc = cc
-	return k, nil
+	return cons, nil
 }
 
 // Stop stops taking commands and waits (up to ctx) for those being

@@ -475,7 +475,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").
-		keeper, err := l.StartDeadlineKeeper(life, ledger.DeadlineKeeperConfig{})
+		keeper, err := l.StartDeadlineKeeper(life, ledger.DeadlineKeeperConfig{Retry: startRetry(log)})
 		if err != nil {
 			return err
 		}
