@@ -39,6 +39,7 @@ var inProcessOnly = map[string]string{
 	"SLOCollector":        "the in-process ledger's metrics",
 	"ToolLabels":          "the in-process ledger's metrics (an executor on a client keeps its own)",
 	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",
+	"StorageFault":        "the in-process ledger's last storage refusal (serve's readiness)",
 }
 
 // TestClientHasTheLedgersOperations: every operation of the in-process
