@@ -28,18 +28,19 @@ var (
 // inProcessOnly are the ledger's methods a client does not mirror, and why:
 // they run the ledger itself or read its stream directly.
 var inProcessOnly = map[string]string{
-	"Close":         "lifecycle of the in-process ledger",
-	"Flush":         "waits for the in-process ledger's background writes",
-	"ServeAPI":      "serves the API the client calls",
-	"ReadEntries":   "reads the stream (auditors use the audit HTTP API or export)",
-	"Export":        "writes the stream to a file (the CLI's export uses the stream)",
-	"StreamName":    "the in-process ledger's configuration",
-	"BucketName":    "the in-process ledger's configuration",
-	"Version":       "the in-process ledger's configuration",
-	"SLOCollector":  "the in-process ledger's metrics",
-	"ToolLabels":    "the in-process ledger's metrics (an executor on a client keeps its own)",
-	"RecordRefusal": "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
-	"StorageFault":  "the in-process ledger's health (serve's /readyz and metrics)",
+	"Close":               "lifecycle of the in-process ledger",
+	"Flush":               "waits for the in-process ledger's background writes",
+	"ServeAPI":            "serves the API the client calls",
+	"ReadEntries":         "reads the stream (auditors use the audit HTTP API or export)",
+	"Export":              "writes the stream to a file (the CLI's export uses the stream)",
+	"StreamName":          "the in-process ledger's configuration",
+	"BucketName":          "the in-process ledger's configuration",
+	"Version":             "the in-process ledger's configuration",
+	"SLOCollector":        "the in-process ledger's metrics",
+	"ToolLabels":          "the in-process ledger's metrics (an executor on a client keeps its own)",
+	"RecordRefusal":       "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
+	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",
+	"StorageFault":        "the in-process ledger's health (serve's /readyz and metrics)",
 }
 
 // TestClientHasTheLedgersOperations: every operation of the in-process

@@ -96,14 +96,21 @@ func (e *Executor) attempt(ctx context.Context, im *impl, call *Call) Outcome {
 // interrupted turns a done context into the call's outcome.
 func (e *Executor) interrupted(ctx context.Context, call *Call) Outcome {
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errWorkerCanceled):
+	case errors.Is(cause, errWorkerCanceled) && time.Now().Before(call.Deadline):
 		return canceledOutcome()
 	case errors.Is(cause, errShutdown):
 		return Outcome{Kind: KindTerminal, Code: "S-TOOL-SHUTDOWN", Message: "executor shutting down"}
 	default:
+		// A cancel past the deadline is the ledger's, sent with the
+		// timeout it recorded: the call timed out.
 		e.m.deadlines.WithLabelValues(e.labels.Label(call.ToolName)).Inc()
-		return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline of %d ms", call.Timeout.Milliseconds()), 0)
+		return timeoutOutcome(call)
 	}
+}
+
+// timeoutOutcome is the outcome of a call that reached its deadline.
+func timeoutOutcome(call *Call) Outcome {
+	return Retryable(CodeTimeout, fmt.Sprintf("the call did not finish within its deadline of %d ms from dispatch", call.Timeout.Milliseconds()), 0)
 }
 
 func backoff(p protocol.RetryPolicy, attempt int) time.Duration {

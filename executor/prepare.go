@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,7 @@ func (e *Executor) prepare(im *impl, cmd *protocol.ToolCommand, pre *prefetched)
 		return nil, nil, nil, nil, err
 	}
 	call := &Call{ProjectID: sub.Project, ChannelID: sub.Channel, AgentID: id.AgentID, AgentTurnID: id.AgentTurnID, TurnEpoch: id.TurnEpoch,
-		ToolCallID: id.ToolCallID, StepID: id.StepID, ContextBoxID: id.ContextBoxID, ToolName: toolName,
+		ToolCallID: id.ToolCallID, StepID: cmp.Or(id.StepID, card.Card.Metadata.StepID), ContextBoxID: id.ContextBoxID, ToolName: toolName,
 		IdempotencyKey: protocol.IdempotencyKey(sub.Project, id.AgentTurnID, id.ToolCallID)}
 	if def == nil {
 		o := Terminal(CodeUnknownTool, fmt.Sprintf("tool %s is not registered in project %s", toolName, sub.Project), "register the tool (POST /projects/"+sub.Project+"/tools)")
@@ -159,15 +160,20 @@ func (e *Executor) lookupEnv(name string) (string, bool) {
 	return e.cfg.LookupEnv(name)
 }
 
-// timeout is the call's deadline: the requested timeout_ms or the tool's
-// default, capped at the tool's maximum.
-func (e *Executor) timeout(def *protocol.ToolDefinition, requestedMS int64) time.Duration {
-	ms := def.Limits.TimeoutMSDefault
-	if requestedMS > 0 {
-		ms = requestedMS
+// deadline is the call's deadline and budget: the one fixed at dispatch
+// (the command's, else the record's), so every delivery runs only until
+// then. A command of an earlier version, with neither, counts the tool's
+// budget from now.
+func (e *Executor) deadline(def *protocol.ToolDefinition, cmd *protocol.ToolCommand, rec *protocol.CallRecord) (time.Time, time.Duration) {
+	ms := cmp.Or(cmd.Payload.DeadlineUnixMS, rec.DeadlineUnixMS)
+	if ms > 0 {
+		at := time.UnixMilli(ms)
+		budget := protocol.CallTimeout(def, cmd.Payload.TimeoutMS)
+		if !rec.DispatchedAt.IsZero() {
+			budget = at.Sub(rec.DispatchedAt)
+		}
+		return at, budget
 	}
-	if def.Limits.TimeoutMSMax > 0 && ms > def.Limits.TimeoutMSMax {
-		ms = def.Limits.TimeoutMSMax
-	}
-	return time.Duration(ms) * time.Millisecond
+	budget := protocol.CallTimeout(def, cmd.Payload.TimeoutMS)
+	return time.Now().Add(budget), budget
 }

@@ -124,9 +124,14 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		return
 	}
 
-	call.Timeout = e.timeout(call.Definition, cmd.Payload.TimeoutMS)
-	deadline := time.Now().Add(call.Timeout)
-	call.Deadline = deadline
+	deadline, budget := e.deadline(call.Definition, cmd, rec)
+	call.Deadline, call.Timeout = deadline, budget
+	if !time.Now().Before(deadline) {
+		// Picked up after its deadline (a queue, a crash): never started.
+		e.m.deadlines.WithLabelValues(e.labels.Label(call.ToolName)).Inc()
+		e.finish(msg, ans, timeoutOutcome(call), 0, secrets, start)
+		return
+	}
 	dctx, dcancel := context.WithDeadline(runCtx, deadline)
 	defer dcancel()
 	hbDone := make(chan struct{})

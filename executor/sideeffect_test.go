@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
-	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"

@@ -37,12 +37,15 @@ func (f ToolFunc) Run(ctx context.Context, call *Call) Outcome { return f(ctx, c
 
 // Call is one tool call as a Tool sees it.
 type Call struct {
-	ProjectID    string
-	ChannelID    string
-	AgentID      string
-	AgentTurnID  string
-	TurnEpoch    uint64
-	ToolCallID   string
+	ProjectID   string
+	ChannelID   string
+	AgentID     string
+	AgentTurnID string
+	TurnEpoch   uint64
+	ToolCallID  string
+	// StepID is the CG-Step-Id of the command or, without one, the
+	// tool.call card's metadata.step_id (as the {step_id} template
+	// variable is).
 	StepID       string
 	ContextBoxID string
 	ToolName     string
@@ -65,8 +68,10 @@ type Call struct {
 	// same for every delivery, attempt and executor of this call, different
 	// for every other call. Hand it to an upstream that deduplicates.
 	IdempotencyKey string
-	// Deadline is when the call must have its outcome; Timeout is the
-	// budget it was computed from.
+	// Deadline is when the call must have its outcome: fixed at dispatch
+	// (the command's deadline_unix_ms), the same for every delivery and
+	// attempt. Timeout is the budget it was computed from, counted from
+	// dispatch.
 	Deadline time.Time
 	Timeout  time.Duration
 

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,7 +84,10 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "k1", cmd.Header.Get("CG-Tool-Call-Id"))
 	require.Equal(t, "2", cmd.Header.Get("CG-Turn-Epoch"))
-	require.JSONEq(t, `{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend"}`, string(cmd.Data))
+	// Plus the deadline the ledger fixed at dispatch (30s: the default of
+	// a tool not registered).
+	require.NotZero(t, d.DeadlineUnixMS)
+	require.JSONEq(t, fmt.Sprintf(`{"tool_call_card_id":"call-card-1","tool_name":"search","after_execution":"suspend","deadline_unix_ms":%d}`, d.DeadlineUnixMS), string(cmd.Data))
 
 	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCardGet), nil, `{"project_id":"p1","card_ids":["call-card-1","nope"]}`)
 	require.True(t, r.OK, "%+v", r.Error)

@@ -88,6 +88,9 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
 	}
+	if payload.DeadlineUnixMS != 0 {
+		vs.Add("payload.deadline_unix_ms", protocol.VForbidden, "the ledger sets the deadline at dispatch from timeout_ms (or the tool's timeout_ms_default); a dispatch must not carry one")
+	}
 	if len(vs) > 0 {
 		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
 	}
@@ -101,6 +104,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
 	}
 	normSubject := sub.String()
+	now := time.Now().UTC()
+	budget, err := l.callBudget(ctx, sub.Project, payload.ToolName, payload.TimeoutMS)
+	if err != nil {
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
 	rec := &protocol.CallRecord{
 		State:          protocol.StateDispatched,
 		ProjectID:      sub.Project,
@@ -115,7 +123,8 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		AfterExecution: payload.AfterExecution,
 		ToolCallCardID: card.CardID,
 		CardMetadata:   card.Metadata,
-		DispatchedAt:   time.Now().UTC(),
+		DispatchedAt:   now,
+		DeadlineUnixMS: now.Add(budget).UnixMilli(),
 	}
 	rec.DispatchFingerprint = fingerprint(normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
 		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), string(cardBytes))
@@ -168,7 +177,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
 			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true,
-				ToolDefSeq: existing.ToolDefSeq, ToolVersion: existing.ToolVersion}, nil
+				ToolDefSeq: existing.ToolDefSeq, ToolVersion: existing.ToolVersion, DeadlineUnixMS: existing.DeadlineUnixMS}, nil
 		}
 		// A previous attempt stopped before publishing (or before recording
 		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
@@ -183,7 +192,15 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		}
 	}
 
-	msg := &nats.Msg{Subject: normSubject, Data: payloadBytes, Header: id.Header()}
+	// The command carries the deadline the record holds (a repeated
+	// dispatch publishes the first one's), outside the fingerprint, which
+	// identifies the request as the dispatcher made it.
+	payload.DeadlineUnixMS = rec.DeadlineUnixMS
+	cmdBytes, err := json.Marshal(payload)
+	if err != nil {
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode command: %w", err)
+	}
+	msg := &nats.Msg{Subject: normSubject, Data: cmdBytes, Header: id.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "cmd."+sub.Project+"."+id.AgentTurnID+"."+id.ToolCallID)
 	// Every delivery of the command carries the call's idempotency key, for
 	// tool services in any language (docs/protocol.md).
@@ -217,7 +234,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		l.m.dupDispatches.Inc()
 	}
 	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created,
-		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0}, nil
+		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0, DeadlineUnixMS: rec.DeadlineUnixMS}, nil
 }
 
 // pinTool fixes in rec the definition of the tool in force now, which every
@@ -256,6 +273,27 @@ func (l *Ledger) failFast(ctx context.Context, rec *protocol.CallRecord, pinned 
 		return 0, nil
 	}
 	return ff, nil
+}
+
+// callBudget is a call's time budget at dispatch: timeout_ms or the
+// registered (else built-in) tool's default, capped at its maximum
+// (protocol.CallTimeout).
+// The definition comes from this process's memory after the first read, so
+// dispatch pays no round trip for it on the hot path.
+func (l *Ledger) callBudget(ctx context.Context, project, toolName string, requestedMS int64) (time.Duration, error) {
+	var def *protocol.ToolDefinition
+	if protocol.ValidIdentifier(toolName) {
+		st, err := l.toolCached(ctx, project, toolName)
+		switch {
+		case err == nil:
+			def = &st.Definition
+		case isCode(err, protocol.CodeNotFound):
+			def = l.builtin[toolName]
+		default:
+			return 0, fmt.Errorf("read tool %s for the call's deadline: %w", toolName, err)
+		}
+	}
+	return protocol.CallTimeout(def, requestedMS), nil
 }
 
 // createOrRead creates the call record or, when it exists, reads it. The

@@ -44,6 +44,16 @@ type Config struct {
 	// finishes it (wakeup, mark woken) before a concurrent or retried
 	// identical report takes over. Zero means 5s.
 	ReportLease time.Duration
+	// DeadlineGrace is how long after a call's deadline the ledger waits
+	// before it records the timeout itself, so that an executor that
+	// stopped the tool at the deadline reports its own timeout (with its
+	// attempts). A report later than deadline + grace is late. Zero means
+	// 5s; negative means none.
+	DeadlineGrace time.Duration
+	// BuiltinTools are the definitions of tools an executor serves
+	// without a registration (serve's echo and sleep): a call to one in a
+	// project that registered none gets its deadline from them.
+	BuiltinTools []protocol.ToolDefinition
 	// Retention, when positive, is how long entries stay in the stream: each
 	// is written with it as its JetStream TTL, except tool definitions,
 	// roster entries and skip entries, which never expire (ttl.go). An
@@ -82,6 +92,8 @@ type Ledger struct {
 	m       *metrics
 	log     *slog.Logger
 	lease   time.Duration
+	grace   time.Duration
+	builtin map[string]*protocol.ToolDefinition
 	cache   *caches
 	labels  *ToolLabels
 	guard   func() error
@@ -148,6 +160,18 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if lease <= 0 {
 		lease = 5 * time.Second
 	}
+	grace := cfg.DeadlineGrace
+	switch {
+	case grace == 0:
+		grace = DefaultDeadlineGrace
+	case grace < 0:
+		grace = 0
+	}
+	builtin := map[string]*protocol.ToolDefinition{}
+	for i := range cfg.BuiltinTools {
+		d := cfg.BuiltinTools[i]
+		builtin[d.ToolName] = &d
+	}
 	c := newCaches()
 	if err := c.watch(nc, version); err != nil {
 		// Without the watch, roster and tool entries are read every time.
@@ -166,7 +190,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl}, nil
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

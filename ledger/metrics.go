@@ -23,6 +23,8 @@ type metrics struct {
 	wakeupsSkipped  prometheus.Counter
 	reports         *prometheus.CounterVec
 	attemptOutcome  *prometheus.CounterVec
+	timeouts        *prometheus.CounterVec
+	lateReports     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -91,11 +93,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_attempt_outcomes_total",
 			Help: "Accepted reports that resolved an attempt of a side_effectful tool left open by a crash, by attempt_outcome: reconciled, or outcome_unknown (failed with S-TOOL-OUTCOME-UNKNOWN, never retried).",
 		}, []string{"outcome"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_deadline_timeouts_total",
+			Help: "Calls the ledger itself ended timeout (R-TIMEOUT-002) because no report was accepted by their deadline, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
+		lateReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_late_reports_total",
+			Help: "Reports refused as late (conflict, violation late): their call had reached its deadline and the ledger recorded its timeout, by tool (bounded as for report latency).",
+		}, []string{"tool"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.toolUnavailable} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.toolUnavailable, m.timeouts, m.lateReports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,10 @@ type reportInput struct {
 	sourceFunction   string
 	payload          protocol.ReportPayload
 	stepID           string
+	// deadline marks the ledger's own timeout report (deadline.go): it is
+	// never late, and a refusal of it (a report won the race) is not
+	// recorded, nor a duplicate of it (another process recorded it).
+	deadline bool
 }
 
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
@@ -101,7 +105,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 	l.bg.start()
 	defer l.bg.done()
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.ReportOutcome, error) {
-		return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, protocol.NewError(code, vs, format, args...), raw())
+		return protocol.ReportOutcome{}, l.refuseReport(ctx, in, protocol.NewError(code, vs, format, args...), raw)
 	}
 	key := callKey(in.project, in.id.AgentTurnID, in.id.ToolCallID)
 	pre := l.prefetch(ctx, key, in)
@@ -142,10 +146,17 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 	fp := reportFingerprint(in.payload.Status, in.payload.AfterExecution, in.payload.ToolResultCardID, in.stepID, in.sourceID, in.sourceFunction, in.payload.AttemptOutcome)
 	conflict := func(c *protocol.Claim, state string) (protocol.ReportOutcome, error) {
 		var vs protocol.Violations
+		if c.SourceID == protocol.DeadlineSourceID && !in.deadline {
+			l.m.lateReports.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+			vs.Add("payload", protocol.VLate, "call %s reached its deadline (%s) with no accepted report; the ledger recorded its timeout (%s, seq %d): a later report is not accepted",
+				rec.ToolCallID, protocol.FormatTime(rec.Deadline()), protocol.TaxonomyDeadlineTimeout, c.Seq)
+			return refuse(protocol.CodeConflict, vs, "call %s is late: its deadline passed and it ended timeout", rec.ToolCallID)
+		}
 		vs.Add("payload", protocol.VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
 			rec.ToolCallID, c.SourceID, c.Status, c.ToolResultCardID, c.AfterExecution, state, c.Seq)
 		return refuse(protocol.CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
 	}
+	deadlineChecked := in.deadline
 	for range 64 {
 		if in.id.TurnEpoch != rec.TurnEpoch {
 			var vs protocol.Violations
@@ -157,11 +168,29 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		}
 		var claim *protocol.Claim
 		switch {
+		case rec.State == protocol.StateDispatched && !deadlineChecked && l.pastDeadline(rec, time.Now()):
+			// A report after the deadline (and its grace) that finds the
+			// timeout not yet recorded records it, through the same claim,
+			// and is answered late: never accepted over the deadline.
+			deadlineChecked = true
+			out, terr := l.recordTimeout(ctx, rec)
+			if terr == nil {
+				return conflict(&protocol.Claim{SourceID: protocol.DeadlineSourceID, Status: out.Status, Seq: out.Seq}, protocol.StateWoken)
+			}
+			if e, ok := protocol.AsError(terr); !ok || e.Code != protocol.CodeConflict {
+				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: record the timeout: %w", in.id.AgentTurnID, in.id.ToolCallID, terr)
+			}
+			// A report was stored first: go on as for any other report.
+			var err error
+			if rec, rev, err = l.reread(ctx, key); err != nil {
+				return protocol.ReportOutcome{}, err
+			}
+			continue
 		case rec.State == protocol.StateDispatched:
 			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := protocol.AsError(rerr); ok {
-					return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, e, raw())
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
 				}
 				return protocol.ReportOutcome{}, rerr
 			}
@@ -560,7 +589,7 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 	if c.WakeupSkipped {
 		out.Wakeup.Reason = protocol.NoRosterEntry
 	}
-	if !duplicate {
+	if !duplicate || in.deadline {
 		return out, nil
 	}
 	l.m.duplicates.Inc()
@@ -616,4 +645,13 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (pr
 		Identity: protocol.Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
 		Payload:  protocol.ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID, AttemptOutcome: e.AttemptOutcome},
 	})
+}
+
+// refuseReport records a refused report and returns the refusal; the
+// ledger's own timeout report is refused without a record (deadline.go).
+func (l *Ledger) refuseReport(ctx context.Context, in *reportInput, e *protocol.Error, raw func() protocol.RejectedRequest) error {
+	if in.deadline {
+		return e
+	}
+	return l.reject(ctx, protocol.OpReport, in.project, in.channel, e, raw())
 }

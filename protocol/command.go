@@ -25,7 +25,17 @@ type ToolCommandPayload struct {
 	// TimeoutMS optionally asks for a shorter or longer deadline than the
 	// tool's default; executors cap it at the tool's timeout_ms_max.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// DeadlineUnixMS is when the call must have its outcome, in Unix
+	// milliseconds: fixed by the ledger at dispatch (timeout_ms, or the
+	// tool's default, counted from dispatch) and written into the command
+	// it publishes. A dispatcher never sets it; every delivery of the
+	// command carries the same value (seed 004 deadline_unix_ms).
+	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
 }
+
+// MaxDeadlineUnixMS bounds deadline_unix_ms (the year 9999), so that any
+// decoder holds it in a 64-bit integer and a date.
+const MaxDeadlineUnixMS = 253402300799999
 
 // ToolCommand is a validated tool or PMO command.
 type ToolCommand struct {
@@ -79,6 +89,7 @@ func DecodeCommandPayload(data []byte, sub Subject, id Identity, headerViolation
 		vs.Add(o.Path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, Clip(p.AfterExecution))
 	}
 	p.TimeoutMS = intField(o, "timeout_ms", 1, 24*3600*1000)
+	p.DeadlineUnixMS = intField(o, "deadline_unix_ms", 1, MaxDeadlineUnixMS)
 	CheckPayloadIdentity(o, id, headerViolations, vs)
 	return p
 }

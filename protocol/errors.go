@@ -94,6 +94,9 @@ const (
 	// (or traceparent) header. Decoders disagree on which copy wins, so the
 	// ledger refuses rather than pick one.
 	VDuplicate = "duplicate"
+	// VLate: a report arrived after its call's deadline, which the ledger
+	// recorded as the call's timeout; the report is refused (conflict).
+	VLate = "late"
 )
 
 // Violations collects violations in the order they are found.

@@ -53,6 +53,19 @@ type CallRecord struct {
 	// "outcome_unknown" (protocol.Attempt*). call.get fills it from the
 	// stored report; it is never stored in the record itself.
 	Outcome string `json:"outcome,omitempty"`
+	// DeadlineUnixMS is the call's deadline fixed at dispatch (Unix
+	// milliseconds), the one its command carries: a call with no accepted
+	// report by then ends timeout, recorded by the ledger. Zero in records
+	// of earlier versions.
+	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
+}
+
+// Deadline is the call's deadline as a time; zero when the record has none.
+func (r *CallRecord) Deadline() time.Time {
+	if r.DeadlineUnixMS <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.DeadlineUnixMS)
 }
 
 // Claim is the winning report of a call, with everything needed to append its

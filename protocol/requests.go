@@ -31,6 +31,9 @@ type DispatchResult struct {
 	// ToolUnavailable is true when the ledger answered the call at once,
 	// failed with S-TOOL-UNAVAILABLE (health.fail_fast_after_ms).
 	ToolUnavailable bool `json:"tool_unavailable,omitempty"`
+	// DeadlineUnixMS is the call's deadline, fixed at dispatch (the
+	// command carries it); zero for a call dispatched by an earlier version.
+	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
 }
 
 // ReportPayload is the business payload of a tool result report: routing and

@@ -68,6 +68,7 @@ var replayScenarios = []replayScenario{
 	{"cancellation", cancellation},
 	{"cg_control_overrides", cgControlOverrides},
 	{"manifest_fields", manifestFields},
+	{"ledger_deadlines", ledgerDeadlines},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -485,4 +486,55 @@ func TestReplayGoldens(t *testing.T) {
 			require.Equal(t, string(wantViews), string(stableJSON(t, got.views)), "timelines golden")
 		})
 	}
+}
+
+// ledgerDeadlines: calls nobody answers end timeout, recorded by the ledger
+// (card, report, wakeup, cancel): one by a report that came after the
+// deadline (which records the timeout, then is refused as late), one by
+// the deadline keeper; a late report to the second is refused too.
+func ledgerDeadlines(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	// A second ledger process on the same stream, with no grace after the
+	// deadline, so that the script need not wait it out.
+	l, err := ledger.Open(r.ctx(), r.NC, ledger.Config{DeadlineGrace: -1})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	late := func(c ledgertest.Call) {
+		t.Helper()
+		rc := c.ResultCard(protocol.StatusSuccess, `{"ok":true}`)
+		_, err := l.PutCard(r.ctx(), rc)
+		require.NoError(t, err)
+		_, err = l.Report(r.ctx(), c.Report(protocol.StatusSuccess))
+		le := requireRefused(t, err, protocol.ErrConflict, "a late report")
+		require.Equal(t, protocol.VLate, le.Violations[0].Code)
+	}
+	pastDeadline := func(c ledgertest.Call) {
+		t.Helper()
+		rec, err := l.GetCall(r.ctx(), c.Project, c.Turn, c.ID)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return time.Now().After(rec.Deadline()) }, scWaitFor, scPollGap)
+	}
+
+	reported := scCall("alice", "turn-deadline", "call-late", 1, "nobody")
+	r.dispatch(withTimeout(dispatchReq(reported, `{}`), 1))
+	pastDeadline(reported)
+	late(reported)
+	tr := r.resolved(reported)
+	require.Equal(t, protocol.StatusTimeout, tr.Status)
+	r.waitKind("cancel", 1)
+
+	kept := scCall("alice", "turn-deadline", "call-kept", 1, "nobody")
+	r.dispatch(withTimeout(dispatchReq(kept, `{}`), 1))
+	k, err := l.StartDeadlineKeeper(r.ctx(), ledger.DeadlineKeeperConfig{})
+	require.NoError(t, err)
+	tr = r.resolved(kept)
+	require.NoError(t, k.Stop(r.ctx()))
+	require.Equal(t, protocol.StatusTimeout, tr.Status)
+	r.waitKind("cancel", 2)
+	late(kept)
+}
+
+func withTimeout(req protocol.DispatchRequest, ms int64) protocol.DispatchRequest {
+	req.Payload.TimeoutMS = ms
+	return req
 }

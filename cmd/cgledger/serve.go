@@ -323,7 +323,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
 	}
 	retention, _ := parseDays(s.Retention) // validated
-	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention}, log)
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention,
+		BuiltinTools: []protocol.ToolDefinition{*executor.EchoDefinition, *executor.SleepDefinition}}, log)
 	if err != nil {
 		return err
 	}
@@ -471,6 +472,20 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		defer api.Stop()
 		mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
+		// Every call's deadline, whoever serves its tool: one durable
+		// consumer shared by every serve process (docs/protocol.md,
+		// "Deadlines").
+		keeper, err := l.StartDeadlineKeeper(life, ledger.DeadlineKeeperConfig{Retry: startRetry(log)})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := keeper.Stop(sctx); err != nil {
+				log.Warn("stop deadline keeper", "err", err)
+			}
+		}()
 	}
 	drainExecutor := func() {}
 	if s.has("executor") {

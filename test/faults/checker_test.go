@@ -178,7 +178,10 @@ func (l *load) request(i int) protocol.DispatchRequest {
 			AgentTurnID: k.turn, ToolCallID: k.call,
 			Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":%q,"arguments":{"text":"call %d of %s"}}`, l.spec.tool, i, l.spec.runID)),
 			Metadata: protocol.CardMetadata{TraceID: hex.EncodeToString(sum[12:28]), ParentStepID: k.turn, StepID: "s-" + k.call}},
-		Payload: protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: l.spec.tool, AfterExecution: protocol.AfterSuspend},
+		// A long deadline (capped at the tool's maximum): these tests
+		// count non-success outcomes, and a call held by a killed process
+		// can wait out an ack wait and a restart.
+		Payload: protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: l.spec.tool, AfterExecution: protocol.AfterSuspend, TimeoutMS: 300_000},
 	}
 }
 

@@ -1,0 +1,236 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// DeadlineKeeperConfig configures a DeadlineKeeper.
+type DeadlineKeeperConfig struct {
+	// Durable is the consumer's name; every serve process of a ledger
+	// shares it, so the deadlines of a process that died are kept by the
+	// others. Empty means DefaultDeadlineDurable plus the protocol version.
+	Durable string
+	// AckWait is how long a command taken by a process that then stops
+	// (or crashes) waits before another process gets it. Zero means 30s.
+	AckWait time.Duration
+	// Workers bounds the commands handled at once. Zero means 16.
+	Workers int
+	// Retry, when set, is asked after the consumer cannot be created (a
+	// cluster still electing its leaders): nil to try again, an error to
+	// give up with it. Nil gives up at once.
+	Retry func(ctx context.Context, step string, err error) error
+}
+
+// DefaultDeadlineDurable prefixes the deadline keeper's consumer name.
+const DefaultDeadlineDurable = "cgledger-deadlines-"
+
+// DeadlineKeeper keeps every call's deadline: a durable pull consumer of
+// the commands already stored in the ledger stream, so it adds no write to
+// dispatch. A command whose call is reported is acked; one whose deadline
+// (plus the grace) has not come yet is handed back to the server to be
+// delivered again then (NakWithDelay); one past it gets the ledger's
+// timeout (recordTimeout) and is acked.
+type DeadlineKeeper struct {
+	l      *Ledger
+	cc     jetstream.ConsumeContext
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// StartDeadlineKeeper creates (or binds) the keeper's consumer and starts
+// consuming. Stop it with Stop.
+func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConfig) (*DeadlineKeeper, error) {
+	if cfg.Durable == "" {
+		cfg.Durable = DefaultDeadlineDurable + l.version
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 16
+	}
+	cons, err := l.deadlineConsumer(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k := &DeadlineKeeper{l: l, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
+	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("deadline keeper: consume: %w", err)
+	}
+	k.cc = cc
+	return k, nil
+}
+
+// deadlineConsumer creates (or updates) the keeper's durable consumer,
+// asking cfg.Retry after each failure.
+func (l *Ledger) deadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
+	for {
+		cons, err := l.createDeadlineConsumer(ctx, cfg)
+		if err == nil || cfg.Retry == nil {
+			return cons, err
+		}
+		if rerr := cfg.Retry(ctx, "deadline keeper consumer", err); rerr != nil {
+			return nil, rerr
+		}
+	}
+}
+
+func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
+	base := protocol.Root + "." + l.version + ".*.*.cmd."
+	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
+		Durable:     cfg.Durable,
+		Description: "cgledger: the deadline of every call (serve's deadline keeper)",
+		// Tool and PMO commands; not the wakeups under cmd.agent.
+		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*"},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		// Every call not yet reported stays pending until its deadline:
+		// no cap, or a burst of long calls would hold back the deadlines
+		// of the short ones behind it. The server keeps one pending entry
+		// per such call (docs/decisions.md).
+		MaxAckPending: -1,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deadline keeper: consumer %s: %w", cfg.Durable, err)
+	}
+	return cons, nil
+}
+
+// Stop stops taking commands and waits (up to ctx) for those being
+// handled. Commands taken and not handled come back to another process (or
+// this one, started again) after AckWait.
+func (k *DeadlineKeeper) Stop(ctx context.Context) error {
+	k.once.Do(func() { k.cc.Stop() })
+	done := make(chan struct{})
+	go func() {
+		k.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		k.cancel()
+		return nil
+	case <-ctx.Done():
+		k.cancel()
+		<-done
+		return fmt.Errorf("deadline keeper: stop: %w", ctx.Err())
+	}
+}
+
+func (k *DeadlineKeeper) handle(msg jetstream.Msg) {
+	select {
+	case k.sem <- struct{}{}:
+	case <-k.ctx.Done():
+		_ = msg.Nak()
+		return
+	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		defer func() { <-k.sem }()
+		k.process(msg)
+	}()
+}
+
+// process decides one delivery of a command.
+func (k *DeadlineKeeper) process(msg jetstream.Msg) {
+	l := k.l
+	cmd, err := protocol.ParseToolCommand(msg.Subject(), msg.Headers(), msg.Data())
+	if err != nil {
+		// Not a command the ledger dispatched (dispatch validates its
+		// own); the tool's service answers it.
+		_ = msg.Ack()
+		return
+	}
+	now := time.Now()
+	if d := cmd.Payload.DeadlineUnixMS; d > 0 {
+		// The command carries the deadline: no read until it is due.
+		if due := time.UnixMilli(d).Add(l.grace); now.Before(due) {
+			_ = msg.NakWithDelay(due.Sub(now))
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	defer cancel()
+	id := cmd.Identity
+	rec, _, err := l.getRecord(ctx, callKey(cmd.Subject.Project, id.AgentTurnID, id.ToolCallID))
+	if err != nil {
+		k.later(msg, "read call record", err)
+		return
+	}
+	if rec == nil {
+		// Expired with the retention, or a dispatch refused before its
+		// command: nothing waits for it.
+		_ = msg.Ack()
+		return
+	}
+	if rec.State != protocol.StateDispatched {
+		if rec.Claim != nil && rec.Claim.SourceID == protocol.DeadlineSourceID {
+			// Timed out by a process that may have stopped before its
+			// cancel: store it (once).
+			if err := l.cancelAfterTimeout(ctx, rec); err != nil {
+				k.later(msg, "cancel after timeout", err)
+				return
+			}
+		}
+		_ = msg.Ack()
+		return
+	}
+	if rec.DeadlineUnixMS == 0 {
+		// A call dispatched by an earlier version: its deadline counts
+		// from dispatch as the executor's did from pick-up.
+		at := rec.DispatchedAt
+		if at.IsZero() {
+			if meta, merr := msg.Metadata(); merr == nil {
+				at = meta.Timestamp
+			}
+		}
+		budget, err := l.callBudget(ctx, rec.ProjectID, rec.ToolName, cmd.Payload.TimeoutMS)
+		if err != nil {
+			k.later(msg, "read tool definition", err)
+			return
+		}
+		rec.DeadlineUnixMS = at.Add(budget).UnixMilli()
+	}
+	if due := rec.Deadline().Add(l.grace); now.Before(due) {
+		_ = msg.NakWithDelay(due.Sub(now))
+		return
+	}
+	if _, err := l.recordTimeout(ctx, rec); err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) && (pe.Code == protocol.CodeConflict || pe.Code == protocol.CodeStaleEpoch) {
+			// A report won the race: the call has its outcome.
+			_ = msg.Ack()
+			return
+		}
+		k.later(msg, "record timeout", err)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// later hands a command back after a transient failure.
+func (k *DeadlineKeeper) later(msg jetstream.Msg, what string, err error) {
+	k.l.log.Warn("deadline keeper: will retry", "step", what, "subject", msg.Subject(), "err", err)
+	if k.ctx.Err() != nil {
+		_ = msg.Nak()
+		return
+	}
+	_ = msg.NakWithDelay(time.Second)
+}
