@@ -42,7 +42,13 @@ func deadlineFunction(rec *protocol.CallRecord) string {
 // timeoutContent is the tool.result content of the ledger's timeout, in
 // the executor's shape (status, result, error with its detail). It depends
 // on the record only, so any process writes the same bytes.
-func timeoutContent(rec *protocol.CallRecord, deadline time.Time) (json.RawMessage, error) {
+//
+// With an attempt of a side_effectful tool on record (attempt > 0) the call
+// did not merely run out of time: the tool may have had its effect, and
+// nobody reported whether. That is failed, S-TOOL-OUTCOME-UNKNOWN, as when
+// an executor finds an attempt open without a reconcile; never a timeout,
+// which a worker may read as "safe to call again".
+func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64) (json.RawMessage, error) {
 	msg := fmt.Sprintf("no report was accepted by the call's deadline %s (fixed at dispatch); the ledger recorded the timeout", protocol.FormatTime(deadline))
 	type detail struct {
 		TaxonomyCode string `json:"taxonomy_code"`
@@ -68,6 +74,15 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time) (json.RawMessa
 			FixHint: "check that a tool service is running for the tool and reporting in time, or raise the call's timeout_ms (up to the tool's timeout_ms_max)",
 		}},
 	}
+	if attempt > 0 {
+		msg = fmt.Sprintf("attempt %d of side_effectful tool %s started and no outcome was reported by the call's deadline %s: whether it took effect is unknown", attempt, rec.ToolName, protocol.FormatTime(deadline))
+		c.Status = protocol.StatusFailed
+		c.Result = map[string]string{"error_code": "internal_error", "error_message": msg}
+		c.Error = errBody{Code: "internal_error", Message: msg, Detail: detail{
+			TaxonomyCode: protocol.CodeToolOutcomeUnknown, Class: "terminal_error", Attempts: int(attempt), DeadlineMS: deadline.UnixMilli(),
+			FixHint: "check with the tool's upstream, using the call's idempotency key, whether the effect happened; the call is never run again by itself",
+		}}
+	}
 	return json.Marshal(c)
 }
 
@@ -86,7 +101,18 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
 	}
-	content, err := timeoutContent(rec, deadline)
+	// An attempt on record is read only here, on the deadline's path: the
+	// hot path of a call reported in time never pays for it.
+	var attempt uint64
+	_, open, err := l.lastAttempt(ctx, protocol.AttemptSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
+	if err != nil {
+		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
+	}
+	status, outcome := protocol.StatusTimeout, ""
+	if open != nil {
+		attempt, status, outcome = open.Attempt, protocol.StatusFailed, protocol.AttemptOutcomeUnknown
+	}
+	content, err := timeoutContent(rec, deadline, attempt)
 	if err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: encode result: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -103,7 +129,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 	in := &reportInput{
 		project: rec.ProjectID, channel: rec.ChannelID, sourceID: protocol.DeadlineSourceID, sourceFunction: fn,
 		id:       protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID},
-		payload:  protocol.ReportPayload{Status: protocol.StatusTimeout, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
+		payload:  protocol.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID, AttemptOutcome: outcome},
 		stepID:   rec.StepID,
 		deadline: true,
 	}

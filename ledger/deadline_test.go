@@ -365,3 +365,60 @@ func TestKeeperRestartedAcrossADeadline(t *testing.T) {
 	startKeeper(t, l2, 2*time.Second)
 	requireLedgerTimeout(t, e, l2, c)
 }
+
+// TestDeadlineWithAnOpenAttemptIsOutcomeUnknown: a side_effectful call
+// whose attempt is on record and whose deadline passes with no report
+// may have had its effect. The ledger records it failed,
+// S-TOOL-OUTCOME-UNKNOWN, attempt_outcome outcome_unknown, never timeout
+// (which a worker may take as safe to call again); a call with no attempt
+// still ends timeout.
+func TestDeadlineWithAnOpenAttemptIsOutcomeUnknown(t *testing.T) {
+	e := newEnv(t)
+	l, reg := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	_, err := l.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: project, ToolName: "pay", Description: "moves money",
+		TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.pay", AfterExecution: protocol.AfterSuspend,
+		Parameters: json.RawMessage(`{"type":"object"}`), Determinism: protocol.DeterminismSideEffectful})
+	require.NoError(t, err)
+	startKeeper(t, l, 5*time.Second)
+
+	started, req := deadlineCall("turn-pay", "c1", "pay", 1000)
+	_, err = l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	at, err := l.StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: project, AgentTurnID: started.turn, ToolCallID: started.id, ExecutorID: "svc-1"})
+	require.NoError(t, err)
+	require.True(t, at.Started)
+	// The service dies here, after the effect, before any report.
+	never, req2 := deadlineCall("turn-pay", "c2", "pay", 1000)
+	_, err = l.Dispatch(ctx, req2)
+	require.NoError(t, err)
+
+	rec := awaitWoken(t, l, started)
+	require.NotNil(t, rec.Claim)
+	require.Equal(t, protocol.StatusFailed, rec.Claim.Status)
+	require.Equal(t, protocol.DeadlineSourceID, rec.Claim.SourceID)
+	require.Equal(t, protocol.AttemptOutcomeUnknown, rec.Claim.AttemptOutcome)
+	card, err := l.GetCard(ctx, project, rec.Claim.ToolResultCardID)
+	require.NoError(t, err)
+	var content struct {
+		Status string `json:"status"`
+		Error  struct {
+			Code   string `json:"code"`
+			Detail struct {
+				TaxonomyCode string `json:"taxonomy_code"`
+				Attempts     int    `json:"attempts"`
+				FixHint      string `json:"fix_hint"`
+			} `json:"detail"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(card.Card.Content, &content))
+	require.Equal(t, protocol.StatusFailed, content.Status)
+	require.Equal(t, protocol.CodeToolOutcomeUnknown, content.Error.Detail.TaxonomyCode)
+	require.Equal(t, 1, content.Error.Detail.Attempts)
+	require.NotEmpty(t, content.Error.Detail.FixHint)
+	require.Len(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, started.turn, started.id)), 1, "one report entry")
+
+	// Without an attempt on record, the deadline is a plain timeout.
+	requireLedgerTimeout(t, e, l, never)
+	require.Equal(t, 1.0, counterSum(t, reg, "cgledger_ledger_attempt_outcomes_total"))
+}

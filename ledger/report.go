@@ -148,9 +148,9 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		var vs protocol.Violations
 		if c.SourceID == protocol.DeadlineSourceID && !in.deadline {
 			l.m.lateReports.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
-			vs.Add("payload", protocol.VLate, "call %s reached its deadline (%s) with no accepted report; the ledger recorded its timeout (%s, seq %d): a later report is not accepted",
-				rec.ToolCallID, protocol.FormatTime(rec.Deadline()), protocol.TaxonomyDeadlineTimeout, c.Seq)
-			return refuse(protocol.CodeConflict, vs, "call %s is late: its deadline passed and it ended timeout", rec.ToolCallID)
+			vs.Add("payload", protocol.VLate, "call %s reached its deadline (%s) with no accepted report; the ledger recorded its outcome (status %s, seq %d): a later report is not accepted",
+				rec.ToolCallID, protocol.FormatTime(rec.Deadline()), c.Status, c.Seq)
+			return refuse(protocol.CodeConflict, vs, "call %s is late: its deadline passed and the ledger recorded its outcome (%s)", rec.ToolCallID, c.Status)
 		}
 		vs.Add("payload", protocol.VConflict, "call %s was already reported by %s: status %s, tool_result_card_id %s, after_execution %s (state %s, seq %d)",
 			rec.ToolCallID, c.SourceID, c.Status, c.ToolResultCardID, c.AfterExecution, state, c.Seq)
