@@ -12,6 +12,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // OpenAPI is the document (openapi.json).
@@ -54,8 +55,11 @@ func Handler(mux *http.ServeMux) http.Handler {
 func NoRoute(w http.ResponseWriter, r *http.Request, allow []string) {
 	for _, m := range allow {
 		if m == r.Method || m == http.MethodGet && r.Method == http.MethodHead {
-			problem.Write(w, problem.New(http.StatusNotFound, "not_found",
-				r.Method+" "+r.URL.Path+" is not served by this process: the role that serves it (serve --roles) is not running here", nil))
+			msg := r.Method + " " + r.URL.Path + " is not served by this process: the role that serves it (serve --roles) is not running here"
+			// The violation tells a client this apart from "nothing found"
+			// (verify must not read it as a ledger without the entry).
+			problem.Write(w, problem.New(http.StatusNotFound, "not_found", msg,
+				[]problem.Violation{{Field: "path", Code: protocol.VNotServed, Message: msg}}))
 			return
 		}
 	}

@@ -97,6 +97,9 @@ const (
 	// VLate: a report arrived after its call's deadline, which the ledger
 	// recorded as the call's timeout; the report is refused (conflict).
 	VLate = "late"
+	// VNotServed: an HTTP route of a role this serve process does not run
+	// (serve --roles): another process may serve it. Not "nothing found".
+	VNotServed = "not_served"
 )
 
 // Violations collects violations in the order they are found.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
 )
 
@@ -309,6 +310,9 @@ against the links its views recorded. Exit 1 when verification fails.`)
 				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
 			case errors.Is(err, errUnreachable):
 				body["live"] = "not compared (" + err.Error() + "; use --against URL)"
+			case isNotServed(err):
+				// Not a verdict either: this process does not run the views.
+				return failf(exitUnreachable, "verify: %s does not serve the chain links (it runs without the projector role, serve --roles); compare against a process that does: %v", live.server, err)
 			case isAuthRefusal(err):
 				// Not a verdict on the file: the server would not show its
 				// link to this credential.
@@ -487,6 +491,21 @@ func (c *clientFlags) lastSeq(ctx context.Context) uint64 {
 		return 0
 	}
 	return r.LastSeq
+}
+
+// isNotServed reports an HTTP answer saying the route's role does not run in
+// that serve process (violation not_served).
+func isNotServed(err error) bool {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	for _, v := range ae.Err.Violations {
+		if v.Code == protocol.VNotServed {
+			return true
+		}
+	}
+	return false
 }
 
 // isAuthRefusal reports an HTTP answer of 401 or 403: the credential, not

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
@@ -30,7 +31,7 @@ const (
 // untilClusterAnswers runs one start-up step under serve's start-up policy.
 // step names it in the log and in the error.
 func untilClusterAnswers(ctx context.Context, log *slog.Logger, step string, f func() error) error {
-	retry := startRetry(log)
+	retry := startRetry(log, ctx)
 	for {
 		err := f()
 		if err == nil {
@@ -45,13 +46,26 @@ func untilClusterAnswers(ctx context.Context, log *slog.Logger, step string, f f
 // startRetry returns the start-up policy as a hook for parts that run their
 // own steps (the executor's Config.Retry): it waits and returns nil when err
 // is the cluster not answering yet, and returns an error to give up with
-// otherwise. Each step has its own growing delay.
-func startRetry(log *slog.Logger) func(ctx context.Context, step string, err error) error {
+// otherwise. Each step has its own growing delay. The parts run on a
+// context that outlives a signal (they are stopped in order at shutdown),
+// so the wait also ends when stop does: a signal during start-up stops
+// serve rather than waiting for the cluster.
+func startRetry(log *slog.Logger, stop context.Context) func(ctx context.Context, step string, err error) error {
+	var mu sync.Mutex
 	waits := map[string]*backoff.Doubling{}
 	return func(ctx context.Context, step string, err error) error {
+		if stop.Err() != nil {
+			return fmt.Errorf("%w (stopped while waiting for the cluster after: %w)", context.Cause(stop), err)
+		}
 		if ctx.Err() != nil || !clusterSettling(err) {
 			return err
 		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		unwatch := context.AfterFunc(stop, func() { cancel(context.Cause(stop)) })
+		defer unwatch()
+		mu.Lock()
+		defer mu.Unlock()
 		wait := waits[step]
 		if wait == nil {
 			wait = backoff.New(startRetryFirst, startRetryMax)
@@ -59,6 +73,9 @@ func startRetry(log *slog.Logger) func(ctx context.Context, step string, err err
 		}
 		log.Warn("the NATS cluster does not answer yet (peers starting, or a leader being elected); serve waits and retries", "step", step, "err", err, "retry_in", wait.Next())
 		if werr := wait.Wait(ctx); werr != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				werr = cause
+			}
 			return fmt.Errorf("%w (while waiting for the cluster after: %w)", werr, err)
 		}
 		return nil

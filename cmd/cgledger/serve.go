@@ -475,7 +475,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").
-		keeper, err := l.StartDeadlineKeeper(life, ledger.DeadlineKeeperConfig{Retry: startRetry(log)})
+		keeper, err := l.StartDeadlineKeeper(life, ledger.DeadlineKeeperConfig{Retry: startRetry(log, ctx)})
 		if err != nil {
 			return err
 		}
@@ -496,7 +496,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			}
 		}
 		ackWait, _ := time.ParseDuration(s.AckWait) // validated; empty is the default
-		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey, AckWait: ackWait, Retry: startRetry(log)})
+		ex, err := executor.New(l, nc, executor.Config{SourceID: s.SourceID, Registerer: reg, Logger: log, CardIDKey: cardKey, AckWait: ackWait, Retry: startRetry(log, ctx)})
 		if err != nil {
 			return err
 		}

@@ -219,6 +219,13 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	require.NotContains(t, out+errOut, "holds entries the ledger does not")
 	require.Contains(t, errOut, "refused")
 	require.Contains(t, errOut, "(from flag --creds)")
+	// A serve without the views (no projector role) holds no chain links:
+	// no verdict on the file (found from outside: it said DIFFERS).
+	noViews := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--no-auth", "--roles", "api,executor")
+	out, errOut, code = s.runAll(t, "verify", export, "--against", noViews.httpURL())
+	require.Equal(t, 3, code, out+errOut)
+	require.NotContains(t, out+errOut, "DIFFERS")
+	require.Contains(t, errOut, "does not serve the chain links")
 }
 
 // appendCopyOfLast adds a copy of an export's last entry at the next
