@@ -499,7 +499,7 @@ func (l *Ledger) ensureConsumer(ctx context.Context, project, tool string, filte
 		Description:    "cgledger: commands of tool " + protocol.Clip(tool) + " in project " + protocol.Clip(project),
 		FilterSubjects: tc.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
+		AckWait:        l.toolAckWait,
 		// Unlimited: a command is never dropped while its tool service
 		// cannot get an outcome stored (docs/protocol.md); a service that
 		// gives up on a command reports it failed, then acks it.
