@@ -401,10 +401,11 @@ func (s *APIServer) commandReject(ctx context.Context, m *nats.Msg) (any, error)
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid command.reject request: %d violation(s)", len(vs))
 		return nil, s.l.reject(ctx, protocol.OpCommandReject, "", protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}
-	if err := s.l.RejectCommand(ctx, r.Subject, nats.Header(r.Headers), r.Data, r.Error); err != nil {
+	dup, err := s.l.rejectCommand(ctx, r.Subject, nats.Header(r.Headers), r.Data, r.Error)
+	if err != nil {
 		return nil, err
 	}
-	return protocol.RejectionResult{Seq: r.Error.Seq}, nil
+	return protocol.RejectionResult{Seq: r.Error.Seq, Duplicate: dup}, nil
 }
 
 func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
@@ -498,7 +499,7 @@ func (l *Ledger) ensureConsumer(ctx context.Context, project, tool string, filte
 		Description:    "cgledger: commands of tool " + protocol.Clip(tool) + " in project " + protocol.Clip(project),
 		FilterSubjects: tc.FilterSubjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
+		AckWait:        l.toolAckWait,
 		// Unlimited: a command is never dropped while its tool service
 		// cannot get an outcome stored (docs/protocol.md); a service that
 		// gives up on a command reports it failed, then acks it.

@@ -60,6 +60,11 @@ type Config struct {
 	// archive must copy the entries before they go (package archive; serve's
 	// retention setting). Zero keeps every entry.
 	Retention time.Duration
+	// ToolAckWait is the ack wait of the tool consumers made for
+	// tool.consumer (ack_wait_ms in its answer): how long a command held by
+	// a tool service that stopped waits before it is delivered again.
+	// Zero means 30s.
+	ToolAckWait time.Duration
 }
 
 // step names a point in the report path, for fault-injection tests
@@ -104,6 +109,8 @@ type Ledger struct {
 	ttl string
 	// health is who pulls tool commands, for health.fail_fast_after_ms.
 	health toolHealth
+	// toolAckWait is the tool consumers' ack wait (Config.ToolAckWait).
+	toolAckWait time.Duration
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.
@@ -167,6 +174,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	case grace < 0:
 		grace = 0
 	}
+	toolAckWait := cfg.ToolAckWait
+	if toolAckWait <= 0 {
+		toolAckWait = 30 * time.Second
+	}
 	builtin := map[string]*protocol.ToolDefinition{}
 	for i := range cfg.BuiltinTools {
 		d := cfg.BuiltinTools[i]
@@ -190,7 +201,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl}, nil
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -11,20 +13,52 @@ import (
 
 // RejectCommand records a tool command that an executor refused (it did not
 // validate, or names a call the ledger never dispatched) as a rejection entry.
+// A command refused again (redelivered because its ack was lost after the
+// entry was written) is recorded once: e.Seq is then the first entry's.
 func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error {
+	_, err := l.rejectCommand(ctx, subject, h, data, e)
+	return err
+}
+
+// rejectCommand is RejectCommand that also tells whether the command's
+// rejection was already on record.
+func (l *Ledger) rejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) (bool, error) {
 	sub, _ := protocol.ParseSubject(subject)
-	err := l.reject(ctx, protocol.OpCommand, sub.Project, sub.Channel, e, protocol.NewRejectedRequest(subject, h, data))
+	dup, err := l.recordRejection(ctx, protocol.OpCommand, sub.Project, sub.Channel, e, protocol.NewRejectedRequest(subject, h, data), commandRejectionID(subject, h, data))
 	if e.Seq != 0 {
-		return nil
+		return dup, nil
 	}
 	// Not wrapped: the refusal was not recorded, so callers must retry.
-	return fmt.Errorf("record command rejection: %s", err)
+	return false, fmt.Errorf("record command rejection: %s", err)
+}
+
+// commandRejectionID is the Nats-Msg-Id of a command's rejection entry: a
+// digest of the command as delivered (subject, headers, body), which every
+// redelivery repeats, so the stream keeps one rejection per command within
+// its duplicate window whoever refuses it. The refusal itself is left out:
+// it is the same command either way.
+func commandRejectionID(subject string, h nats.Header, data []byte) string {
+	if len(h) == 0 {
+		h = nil
+	}
+	// encoding/json writes map keys sorted, so header order does not count.
+	b, _ := json.Marshal([]any{subject, map[string][]string(h), data})
+	sum := sha256.Sum256(b)
+	return "reject.command." + hex.EncodeToString(sum[:16])
 }
 
 // reject records e as a rejection entry and returns e with the entry's
 // sequence. When the entry cannot be written the returned error says so and
 // still wraps e, so callers can branch on the refusal either way.
 func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest) error {
+	_, err := l.recordRejection(ctx, op, project, channel, e, req, "")
+	return err
+}
+
+// recordRejection is reject with a Nats-Msg-Id (none when msgID is empty),
+// reporting whether the stream already held that id's entry (e.Seq is then
+// the stored entry's).
+func (l *Ledger) recordRejection(ctx context.Context, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest, msgID string) (bool, error) {
 	l.m.rejections.WithLabelValues(string(e.Code), op).Inc()
 	// An API request came on the subject of one project, which NATS
 	// permissions scope: its refusal belongs to that project's views, even
@@ -45,7 +79,7 @@ func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *pro
 	}
 	data, err := json.Marshal(protocol.RejectionEntry{Op: op, Code: e.Code, Message: e.Message, Violations: e.Violations, Request: req})
 	if err != nil {
-		return fmt.Errorf("encode rejection entry: %v: %w", err, e)
+		return false, fmt.Errorf("encode rejection entry: %v: %w", err, e)
 	}
 	msg := &nats.Msg{Subject: protocol.RejectionSubject(l.version, project, channel, e.Code), Data: data, Header: nats.Header{}}
 	if protocol.ValidIdentifier(project) {
@@ -54,12 +88,15 @@ func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *pro
 	if protocol.ValidIdentifier(channel) {
 		msg.Header.Set(protocol.HeaderChannelID, channel)
 	}
+	if msgID != "" {
+		msg.Header.Set(protocol.HeaderMsgID, msgID)
+	}
 	ack, err := l.appendEntry(ctx, protocol.KindRejection, msg)
 	if err != nil {
 		l.log.Error("rejection entry not written", "op", op, "code", e.Code, "err", err)
-		return fmt.Errorf("record rejection: %v: %w", err, e)
+		return false, fmt.Errorf("record rejection: %v: %w", err, e)
 	}
 	e.Seq = ack.Sequence
-	l.log.Info("request rejected", "op", op, "code", e.Code, "violations", len(e.Violations), "seq", ack.Sequence)
-	return e
+	l.log.Info("request rejected", "op", op, "code", e.Code, "violations", len(e.Violations), "seq", ack.Sequence, "duplicate", ack.Duplicate)
+	return ack.Duplicate, e
 }

@@ -211,9 +211,11 @@ type CommandRejection struct {
 }
 
 // RejectionResult is the result of command.reject: the rejection entry's
-// sequence.
+// sequence, and whether that command's rejection was already on record
+// (a redelivered command refused again: Seq is then the first entry's).
 type RejectionResult struct {
-	Seq uint64 `json:"seq"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate,omitempty"`
 }
 
 // DispatchBody is the JSON body of a dispatch API request (the identity goes in

@@ -10,6 +10,9 @@
 // It prints one line per event on standard output, which the tests count:
 // "ready" once it pulls, "reported <turn> <call> duplicate=<bool>" after each
 // accepted report, "refused <op> <turn> <call>: <error>" for a refusal.
+//
+// With -side-effectful it serves a side_effectful tool instead, with intent
+// before effect (attempt.start) and reconcile: see sideeffect.go.
 package main
 
 import (
@@ -56,6 +59,11 @@ type svc struct {
 	project  string
 	target   string
 	sourceID string
+	// se is the side-effectful mode's settings (sideeffect.go); nil
+	// outside it.
+	se *sideEffect
+	// ackWait is the consumer's ack wait (tool.consumer's ack_wait_ms).
+	ackWait time.Duration
 }
 
 // request sends one API request, retrying timeouts, lost connections and
@@ -105,6 +113,10 @@ func (s *svc) request(ctx context.Context, op string, h nats.Header, body any, m
 }
 
 func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
+	if s.se != nil {
+		s.handleSideEffectful(ctx, msg)
+		return
+	}
 	// cg.v1.<project>.<channel>.cmd.tool.<target>...
 	tok := strings.Split(msg.Subject(), ".")
 	if len(tok) < 7 {
@@ -212,6 +224,10 @@ func main() {
 	target := flag.String("target", "", "tool target")
 	sourceID := flag.String("source-id", "svc.faults", "author_id of result cards")
 	workers := flag.Int("workers", 4, "commands handled at once")
+	sideEffectful := flag.Bool("side-effectful", false, "serve a side_effectful tool that appends its effects to -effects (sideeffect.go)")
+	effects := flag.String("effects", "", "with -side-effectful: the file of effects")
+	reconcile := flag.Bool("reconcile", false, "with -side-effectful: reconcile an open attempt from the effects file")
+	crash := flag.String("crash", "none", "with -side-effectful: attempt | effect | card | none (block there until killed)")
 	flag.Parse()
 
 	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}
@@ -228,6 +244,9 @@ func main() {
 	}
 	defer nc.Close()
 	s := &svc{nc: nc, project: *project, target: *target, sourceID: *sourceID}
+	if *sideEffectful {
+		s.se = &sideEffect{effects: *effects, reconcile: *reconcile, crash: *crash, executor: fmt.Sprintf("%s-%d", *sourceID, os.Getpid())}
+	}
 	ctx := context.Background()
 
 	res, err := s.request(ctx, "tool.consumer", nil, map[string]any{}, nil)
@@ -239,11 +258,13 @@ func main() {
 		Stream    string `json:"stream"`
 		Consumer  string `json:"consumer"`
 		APIPrefix string `json:"api_prefix"`
+		AckWaitMS int64  `json:"ack_wait_ms"`
 	}
-	if err := json.Unmarshal(res, &ci); err != nil {
-		fmt.Fprintln(os.Stderr, "tool.consumer:", err)
+	if err := json.Unmarshal(res, &ci); err != nil || ci.AckWaitMS <= 0 {
+		fmt.Fprintln(os.Stderr, "tool.consumer:", string(res), err)
 		os.Exit(1)
 	}
+	s.ackWait = time.Duration(ci.AckWaitMS) * time.Millisecond
 	js, err := jetstream.NewWithAPIPrefix(nc, ci.APIPrefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "jetstream:", err)
