@@ -365,7 +365,7 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return rec, err
 	}
 	// Only on request: the two reads stay off the path of every other call.
-	tp, err := s.l.TwoPhase(ctx, rec)
+	tp, err := s.l.twoPhase(ctx, rec)
 	if err != nil {
 		return nil, err
 	}

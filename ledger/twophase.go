@@ -297,9 +297,17 @@ func (l *Ledger) decision(ctx context.Context, prep *protocol.PreparedEntry) (*j
 	return m, &d, nil
 }
 
-// TwoPhase reads a call's two-phase state: nil when its tool never
-// prepared it.
-func (l *Ledger) TwoPhase(ctx context.Context, rec *protocol.CallRecord) (*protocol.TwoPhase, error) {
+// TwoPhase reads a call's two-phase state (call.get with two_phase): nil
+// when its tool never prepared it.
+func (l *Ledger) TwoPhase(ctx context.Context, project, turnID, callID string) (*protocol.TwoPhase, error) {
+	rec, err := l.GetCall(ctx, project, turnID, callID)
+	if err != nil {
+		return nil, err
+	}
+	return l.twoPhase(ctx, rec)
+}
+
+func (l *Ledger) twoPhase(ctx context.Context, rec *protocol.CallRecord) (*protocol.TwoPhase, error) {
 	pm, prep, err := l.prepared(ctx, rec)
 	if err != nil || prep == nil {
 		return nil, err

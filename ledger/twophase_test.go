@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -135,9 +136,7 @@ func TestTwoPhaseCommit(t *testing.T) {
 
 func mustTwoPhase(t *testing.T, l *ledger.Ledger, c call) *protocol.TwoPhase {
 	t.Helper()
-	rec, err := l.GetCall(ctxT(t), project, c.turn, c.id)
-	require.NoError(t, err)
-	tp, err := l.TwoPhase(ctxT(t), rec)
+	tp, err := l.TwoPhase(ctxT(t), project, c.turn, c.id)
 	require.NoError(t, err)
 	require.NotNil(t, tp)
 	return tp
@@ -281,4 +280,52 @@ func TestTwoPhaseCommitRacesCommitDeadline(t *testing.T) {
 			require.Equal(t, protocol.DecidedByCommitDeadline, ds[0].DecidedBy)
 		}
 	}
+}
+
+// TestTwoPhaseOverTheAPI: prepare as the call's tool and commit as its
+// agent through the client; call.get with two_phase shows the state; a
+// commit sent as another agent, or on another project's subject, is
+// refused as forbidden, listed and recorded, and decides nothing.
+func TestTwoPhaseOverTheAPI(t *testing.T) {
+	e := newEnv(t)
+	serveAPI(t, e)
+	ctx := ctxT(t)
+	cl := client.New(e.srv.Connect(t))
+	c := newCall("turn-api", "c1", 1)
+	_, err := cl.Dispatch(ctx, c.dispatchReq())
+	require.NoError(t, err)
+	deadline := time.Now().Add(20 * time.Second).UnixMilli()
+	_, err = client.New(e.srv.Connect(t), client.WithActor("other-tool")).Prepare(ctx, protocol.PrepareRequest{ProjectID: project,
+		AgentTurnID: c.turn, ToolCallID: c.id, CommitToken: "tok", CommitDeadlineUnixMS: deadline})
+	requireRefused(t, err, protocol.CodeForbidden, protocol.VForbidden)
+	_, err = cl.Prepare(ctx, protocol.PrepareRequest{ProjectID: project, AgentTurnID: c.turn, ToolCallID: c.id, CommitToken: "tok", CommitDeadlineUnixMS: deadline})
+	require.NoError(t, err)
+	tp, err := cl.TwoPhase(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.PhasePrepared, tp.State)
+	require.Equal(t, "tok", tp.CommitToken, "the worker reads the token")
+
+	nc := e.srv.Connect(t)
+	body := fmt.Sprintf(`{"project_id":%q,"agent_id":%q,"agent_turn_id":%q,"tool_call_id":%q,"commit_token":"tok"}`, project, agent, c.turn, c.id)
+	r := request(t, nc, protocol.APISubject(project, "agent-2", protocol.OpCommit), nil, body)
+	require.False(t, r.OK)
+	require.Equal(t, string(protocol.CodeForbidden), r.Error.Code)
+	require.Equal(t, "body.agent_id", r.Error.Violations[0].Field)
+	require.NotZero(t, r.Error.RejectionSeq)
+	r = request(t, nc, protocol.APISubject("proj-2", agent, protocol.OpCommit), nil, body)
+	require.False(t, r.OK)
+	require.Equal(t, string(protocol.CodeForbidden), r.Error.Code)
+	require.Equal(t, "body.project_id", r.Error.Violations[0].Field)
+	require.NotZero(t, r.Error.RejectionSeq)
+	require.Empty(t, e.decisions(t, c))
+
+	res, err := cl.Commit(ctx, decisionReq(c, "tok"))
+	require.NoError(t, err)
+	require.Equal(t, protocol.DecisionCommit, res.Decision)
+	ds := e.subjectEntries(t, protocol.DecisionSubject("v1", project, channel, "echo", c.turn, c.id))
+	require.Len(t, ds, 1)
+	require.Equal(t, agent, ds[0].Header.Get(protocol.HeaderActor))
+	tp, err = cl.TwoPhase(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.PhaseCommitted, tp.State)
 }
