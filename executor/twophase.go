@@ -43,12 +43,24 @@ type Prepared struct {
 const CodePrepareRefused = "S-TOOL-PREPARE-REFUSED"
 
 // prepared reports whether the call is already prepared (a redelivery after
-// its prepare was recorded): its decision comes on the tool's subject.
+// its prepare was recorded): its decision comes on the tool's subject. A
+// prepare not yet decided is repeated, which publishes the worker's wakeup
+// if the first one's answer (and maybe its wakeup) was lost.
 func (e *Executor) prepared(call *Call) (bool, error) {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	tp, err := e.l.TwoPhase(ctx, call.ProjectID, call.AgentTurnID, call.ToolCallID)
-	return tp != nil, err
+	if err != nil || tp == nil {
+		return false, err
+	}
+	if tp.State == protocol.PhasePrepared {
+		_, err := e.l.Prepare(ctx, protocol.PrepareRequest{ProjectID: call.ProjectID, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
+			CommitToken: tp.CommitToken, CommitDeadlineUnixMS: tp.CommitDeadlineUnixMS})
+		if _, refused := protocol.AsError(err); err != nil && !refused {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 // runPrepare is phase 1 of a Preparer's call: Prepare, then the prepare
@@ -86,9 +98,9 @@ func (e *Executor) runPrepare(ctx context.Context, msg jetstream.Msg, pr Prepare
 		e.rollback(pr, call, p.Token)
 		e.finish(msg, ans, Terminal(CodePrepareRefused, "the ledger refused the tool's prepare: "+le.Error(), "prepare with a commit deadline before the call's deadline"), 1, secrets, start)
 	default:
-		// Not recorded: the token is never committed; a redelivery
-		// prepares again.
-		e.rollback(pr, call, p.Token)
+		// Maybe recorded (the answer was lost): no rollback, since the
+		// ledger may hold the token. The redelivery finds the prepare on
+		// record (and repeats it, for the wakeup), or prepares again.
 		e.retryLater(msg, "record the prepare", err)
 	}
 }

@@ -181,6 +181,13 @@ func TestTwoPhaseAbortAndRefusals(t *testing.T) {
 	_, err = e.l.Commit(ctx, decisionReq(plain, "tok-a"))
 	requireRefused(t, err, protocol.CodeConflict, protocol.VNotFound)
 
+	// Nobody dispatches on a decision's subject: only the ledger writes it.
+	forged := newCall("turn-abort", "c4", 1)
+	req := forged.dispatchReq()
+	req.Subject = protocol.DecisionSubject("v1", project, channel, "echo", c.turn, "c9")
+	_, err = e.l.Dispatch(ctx, req)
+	requireRefused(t, err, protocol.CodeBadRequest, protocol.VInvalidSubject)
+
 	// A prepare past the call's deadline is refused with every violation.
 	late := newCall("turn-abort", "c3", 1)
 	_, err = e.l.Dispatch(ctx, late.dispatchReq())
