@@ -354,3 +354,36 @@ func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (protocol.
 	}
 	return out, c.call(ctx, msg, &out)
 }
+
+// Commit commits a prepared call as its agent's worker (see Ledger.Commit).
+func (c *Client) Commit(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
+	return c.decide(ctx, protocol.OpCommit, req)
+}
+
+// Abort aborts a prepared call as its agent's worker (see Ledger.Abort).
+func (c *Client) Abort(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
+	return c.decide(ctx, protocol.OpAbort, req)
+}
+
+func (c *Client) decide(ctx context.Context, op string, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
+	var out protocol.DecisionResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, op), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// TwoPhase reads a call's two-phase state: call.get with two_phase (see
+// Ledger.TwoPhase). Nil when the call was never prepared.
+func (c *Client) TwoPhase(ctx context.Context, project, turnID, callID string) (*protocol.TwoPhase, error) {
+	var out protocol.CallView
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpCallGet), map[string]any{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID, "two_phase": true})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return out.TwoPhase, nil
+}

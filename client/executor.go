@@ -135,3 +135,23 @@ func (c *Client) StartAttempt(ctx context.Context, req protocol.AttemptStartRequ
 	}
 	return out, c.call(ctx, msg, &out)
 }
+
+// Prepare records that a call's tool prepared it, with a commit token and a
+// commit deadline (see Ledger.Prepare). As StartAttempt, it asks as the
+// tool the call's command subject targets unless the client has an actor.
+func (c *Client) Prepare(ctx context.Context, req protocol.PrepareRequest) (protocol.PrepareResult, error) {
+	var out protocol.PrepareResult
+	actor := ""
+	if !c.actorSet {
+		rec, err := c.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
+		if err != nil {
+			return out, err
+		}
+		actor = commandTool(rec.Subject)
+	}
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpPrepare), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -33,6 +33,9 @@ type Ledger interface {
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error
 	// StartAttempt is only called for side_effectful tools.
 	StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error)
+	// Prepare and TwoPhase are only called for tools implementing Preparer.
+	Prepare(ctx context.Context, req protocol.PrepareRequest) (protocol.PrepareResult, error)
+	TwoPhase(ctx context.Context, project, turnID, callID string) (*protocol.TwoPhase, error)
 	// EnsureToolConsumer is only called for Config.Bindings.
 	EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error)
 }

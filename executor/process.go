@@ -20,6 +20,9 @@ type answer struct {
 	attemptOutcome string
 	delivery       uint64
 	trace          context.Context
+	// phase is the two-phase decision (commit, abort) this answer follows;
+	// its result card id differs from the command's deliveries'.
+	phase string
 }
 
 func (e *Executor) process(im *impl, msg jetstream.Msg) {
@@ -34,6 +37,11 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		e.m.redelivered.WithLabelValues(im.name).Inc()
 	}
 	h := msg.Headers()
+	if protocol.HeaderGet(h, protocol.HeaderEntryKind) == string(protocol.KindDecision) {
+		// Phase 2 of a prepared call: its decision, on the tool's subject.
+		e.decide(im, msg, start)
+		return
+	}
 	cmd, perr := protocol.ParseToolCommand(msg.Subject(), h, msg.Data())
 	if perr != nil {
 		e.badCommand(msg, perr)
@@ -138,6 +146,20 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	go e.heartbeat(msg, hbDone)
 	defer close(hbDone)
 
+	pr, twoPhase := im.tool.(Preparer)
+	if twoPhase {
+		// A redelivery after the prepare was recorded: the decision comes
+		// on the tool's subject, and phase 1 never runs again.
+		done, err := e.prepared(call)
+		if err != nil {
+			e.retryLater(msg, "read two-phase state", err)
+			return
+		}
+		if done {
+			e.ack(msg, "already prepared")
+			return
+		}
+	}
 	if call.Definition.Determinism == protocol.DeterminismSideEffectful {
 		// Intent before effect: the attempt is on record before the tool
 		// runs, and an attempt already on record without an outcome is
@@ -155,6 +177,10 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 			e.finish(msg, ans, in.outcome, 0, secrets, start)
 			return
 		}
+	}
+	if twoPhase {
+		e.runPrepare(dctx, msg, pr, call, ans, secrets, start)
+		return
 	}
 	o, attempts := e.run(dctx, im, call)
 	if errors.Is(context.Cause(runCtx), errShutdown) {

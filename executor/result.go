@@ -57,6 +57,9 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		AuthorID: e.cfg.SourceID, FunctionName: ans.toolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
 		Content: content, Metadata: rec.CardMetadata,
 	}
+	if ans.phase != "" {
+		card.CardID += "-" + ans.phase
+	}
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	if _, err := e.l.PutCard(ctx, card); err != nil {

@@ -81,6 +81,13 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpAttemptStart: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.startAttemptJSON(ctx, m.Header, m.Data)
 		},
+		protocol.OpPrepare: func(ctx context.Context, m *nats.Msg) (any, error) { return l.prepareJSON(ctx, m.Header, m.Data) },
+		protocol.OpCommit: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.decideJSON(ctx, protocol.OpCommit, m.Header, m.Data)
+		},
+		protocol.OpAbort: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.decideJSON(ctx, protocol.OpAbort, m.Header, m.Data)
+		},
 	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
@@ -120,7 +127,7 @@ func validReply(reply string) bool {
 
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
-var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true}
+var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
@@ -342,13 +349,27 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 	var vs protocol.Violations
 	o, ok := protocol.ParseObject("body", m.Data, &vs)
 	var project, turn, call string
+	var twoPhase bool
 	if ok {
 		project, turn, call = o.Ident("project_id", true), o.Ident("agent_turn_id", true), o.Ident("tool_call_id", true)
+		twoPhase = string(o.Raw("two_phase")) == "true"
+		if r := o.Raw("two_phase"); r != nil && !twoPhase && string(r) != "false" {
+			vs.Add(o.Path("two_phase"), protocol.VInvalidType, "must be a boolean")
+		}
 	}
 	if err := protocol.BadRequest("call.get request", vs); err != nil {
 		return nil, err
 	}
-	return s.l.GetCall(ctx, project, turn, call)
+	rec, err := s.l.GetCall(ctx, project, turn, call)
+	if err != nil || !twoPhase {
+		return rec, err
+	}
+	// Only on request: the two reads stay off the path of every other call.
+	tp, err := s.l.twoPhase(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.CallView{CallRecord: *rec, TwoPhase: tp}, nil
 }
 
 func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {

@@ -117,7 +117,7 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 				vs = append(vs, e.Violations...)
 			}
 		}
-	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel, protocol.OpInboxList:
+	case protocol.OpRosterSet, protocol.OpConsume, protocol.OpCancel, protocol.OpInboxList, protocol.OpCommit, protocol.OpAbort:
 		f := topLevel(body)
 		p, ok := stringField(f, "project_id")
 		project("body.project_id", p, ok)

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -94,8 +95,9 @@ func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperC
 	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
 		Durable:     cfg.Durable,
 		Description: "cgledger: the deadline of every call (serve's deadline keeper)",
-		// Tool and PMO commands; not the wakeups under cmd.agent.
-		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*"},
+		// Tool and PMO commands; not the wakeups under cmd.agent. And
+		// the prepares, whose commit deadlines it keeps the same way.
+		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*"},
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        cfg.AckWait,
 		// Every call not yet reported stays pending until its deadline:
@@ -151,6 +153,15 @@ func (k *DeadlineKeeper) handle(msg jetstream.Msg) {
 // process decides one delivery of a command.
 func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 	l := k.l
+	switch protocol.HeaderGet(msg.Headers(), protocol.HeaderEntryKind) {
+	case string(protocol.KindPrepared):
+		k.processPrepared(msg)
+		return
+	case string(protocol.KindDecision):
+		// Routed to the tool; the call's deadline is its command's.
+		_ = msg.Ack()
+		return
+	}
 	cmd, err := protocol.ParseToolCommand(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
 		// Not a command the ledger dispatched (dispatch validates its
@@ -233,4 +244,33 @@ func (k *DeadlineKeeper) later(msg jetstream.Msg, what string, err error) {
 		return
 	}
 	_ = msg.NakWithDelay(time.Second)
+}
+
+// processPrepared keeps a prepared call's commit deadline: at it, with no
+// decision stored and the call not reported, the ledger's abort is stored
+// (and so routed to the tool). A commit racing it is decided by the
+// decision subject: exactly one of the two is stored.
+func (k *DeadlineKeeper) processPrepared(msg jetstream.Msg) {
+	l := k.l
+	var prep protocol.PreparedEntry
+	if err := json.Unmarshal(msg.Data(), &prep); err != nil || prep.CommitDeadlineUnixMS <= 0 {
+		_ = msg.Ack()
+		return
+	}
+	if due := time.UnixMilli(prep.CommitDeadlineUnixMS); time.Now().Before(due) {
+		_ = msg.NakWithDelay(time.Until(due))
+		return
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Ack()
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	defer cancel()
+	if _, _, err := l.autoAbort(ctx, meta.Sequence.Stream, &prep); err != nil {
+		k.later(msg, "abort at the commit deadline", err)
+		return
+	}
+	_ = msg.Ack()
 }

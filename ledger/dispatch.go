@@ -77,6 +77,9 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	sub := protocol.DecodeSubject(subject, &vs)
 	if sub.Kind != protocol.SubjectUnknown && !sub.IsCommand() {
 		vs.Add("subject", protocol.VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", protocol.Clip(subject), sub.Kind)
+	} else if protocol.IsDecisionSubject(sub) {
+		// The ledger's own: a prepared call's decision is stored there.
+		vs.Add("subject", protocol.VInvalidSubject, "%q has the shape of a two-phase decision (cmd.tool.<tool>.decision.<turn>.<call>), which only the ledger writes", protocol.Clip(subject))
 	}
 	if sub.Kind != protocol.SubjectUnknown && sub.Version != l.version {
 		vs.Add("subject", protocol.VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)

@@ -23,6 +23,7 @@ type metrics struct {
 	wakeupsSkipped  prometheus.Counter
 	reports         *prometheus.CounterVec
 	attemptOutcome  *prometheus.CounterVec
+	decisions       *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
 	lateReports     *prometheus.CounterVec
 }
@@ -93,6 +94,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_attempt_outcomes_total",
 			Help: "Accepted reports that resolved an attempt of a side_effectful tool left open by a crash, by attempt_outcome: reconciled, or outcome_unknown (failed with S-TOOL-OUTCOME-UNKNOWN, never retried).",
 		}, []string{"outcome"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_ledger_two_phase_decisions_total",
+			Help: "Decisions stored for prepared calls (exactly one per call), by decision (commit, abort) and decided_by (worker, commit_deadline).",
+		}, []string{"decision", "decided_by"}),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_ledger_deadline_timeouts_total",
 			Help: "Calls the ledger itself ended timeout (R-TIMEOUT-002) because no report was accepted by their deadline, by tool (bounded as for report latency).",
@@ -105,7 +110,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.toolUnavailable, m.timeouts, m.lateReports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolUnavailable, m.timeouts, m.lateReports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -254,6 +254,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.cancel(ev)
 	case protocol.KindAttempt:
 		err = a.attempt(ev)
+	case protocol.KindPrepared, protocol.KindDecision:
+		err = a.twoPhase(ev)
 	case protocol.KindSkip:
 		err = a.skip(ev)
 	case protocol.ViewKindExternalWakeup:
@@ -669,7 +671,9 @@ func (a *applier) wakeup(ev event) error {
 	if err != nil {
 		return err
 	}
-	if st.WakeupSeq == 0 {
+	if st.WakeupSeq == 0 && w.Phase == "" {
+		// A prepared call's wakeup asks for a decision: the call's wakeup
+		// is its result's.
 		st.WakeupSeq, st.WorkerTarget = ev.seq, w.WorkerTarget
 		a.saveState(st, ev.seq)
 	}
@@ -816,6 +820,23 @@ func (a *applier) attempt(ev event) error {
 	}
 	st.Attempt, st.AttemptSeq = e.Attempt, ev.seq
 	a.saveState(st, ev.seq)
+	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
+	return nil
+}
+
+// twoPhase places a prepared or decision entry in its call's timeline.
+func (a *applier) twoPhase(ev event) error {
+	var e struct {
+		ProjectID   string `json:"project_id"`
+		AgentTurnID string `json:"agent_turn_id"`
+		ToolCallID  string `json:"tool_call_id"`
+	}
+	if err := decode(ev, &e); err != nil {
+		return err
+	}
+	if !protocol.ValidIdentifier(e.ProjectID) || !protocol.ValidIdentifier(e.AgentTurnID) || !protocol.ValidIdentifier(e.ToolCallID) {
+		return corrupt(ev.seq, "%s entry without valid identity", ev.kind)
+	}
 	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	return nil
 }

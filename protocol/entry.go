@@ -29,7 +29,7 @@ const (
 var knownKinds = map[EntryKind]bool{
 	KindCard: true, KindCommand: true, KindReport: true, KindDuplicate: true, KindWakeup: true,
 	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
-	KindCancel: true, KindSkip: true, KindAttempt: true,
+	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that
@@ -106,6 +106,11 @@ type WakeupEntry struct {
 	ToolResultCardID        string `json:"tool_result_card_id"`
 	EffectiveAfterExecution string `json:"effective_after_execution"`
 	ReportSeq               uint64 `json:"report_seq"`
+	// Phase is PhasePrepared on the wakeup of a prepared call (status
+	// PhasePrepared, ReportSeq the prepared entry's sequence): it asks the
+	// worker for a commit or abort, and is not the call's result. Empty
+	// on a result's wakeup.
+	Phase string `json:"phase,omitempty"`
 }
 
 // WakeupSkippedEntry records that an accepted report's agent had no roster

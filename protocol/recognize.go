@@ -57,6 +57,8 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindCancel:        {SubjectCancel},
 	KindSkip:          {SubjectSkip},
 	KindAttempt:       {SubjectAttempt},
+	KindPrepared:      {SubjectPrepared},
+	KindDecision:      {SubjectToolCommand},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

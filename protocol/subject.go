@@ -32,6 +32,7 @@ const (
 	SubjectTool                    // cg.<ver>.<p>.tool.<tool_name>
 	SubjectSkip                    // cg.<ver>._._.ledger.skip.<seq>
 	SubjectAttempt                 // cg.<ver>.<p>.<c>.ledger.attempt.<agent_turn_id>.<tool_call_id>
+	SubjectPrepared                // cg.<ver>.<p>.<c>.ledger.prepared.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -49,6 +50,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectTool:        "tool",
 	SubjectSkip:        "skip",
 	SubjectAttempt:     "attempt",
+	SubjectPrepared:    "prepared",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -106,6 +108,8 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "cancel", s.AgentTurnID, s.ToolCallID)
 	case SubjectAttempt:
 		p = append(p, s.Channel, "ledger", "attempt", s.AgentTurnID, s.ToolCallID)
+	case SubjectPrepared:
+		p = append(p, s.Channel, "ledger", "prepared", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -279,6 +283,7 @@ var callEntryKinds = map[string]SubjectKind{
 	"consumed":       SubjectConsumed,
 	"cancel":         SubjectCancel,
 	"attempt":        SubjectAttempt,
+	"prepared":       SubjectPrepared,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.

@@ -46,8 +46,8 @@ const DefaultStream = "CG_LEDGER"
 
 // API operation names (the <op> of an API subject), by role.
 var (
-	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "inbox.list", "cancel", "tool.get", "tool.list"}
-	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "attempt.start", "tool.get", "tool.consumer"}
+	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "inbox.list", "cancel", "commit", "abort", "tool.get", "tool.list"}
+	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "attempt.start", "prepare", "tool.get", "tool.consumer"}
 	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list"}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
