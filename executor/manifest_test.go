@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -165,6 +167,19 @@ func TestFailFastAnswersAtOnceWhenNoServicePulls(t *testing.T) {
 	r := &rig{Env: ledgertest.New(t), reg: prometheusNoop()}
 	_, err := r.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "worker"})
 	require.NoError(t, err)
+	// As in serve: the ledger's deadline keeper takes every tool's commands
+	// and the views read the whole stream, both always pulling; neither
+	// serves the tool (found from outside: they kept it "available").
+	keeper, err := r.L.StartDeadlineKeeper(ctx, ledger.DeadlineKeeperConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = keeper.Stop(context.Background()) })
+	js, err := jetstream.New(r.NC)
+	require.NoError(t, err)
+	views, err := js.OrderedConsumer(ctx, r.L.StreamName(), jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	cc, err := views.Consume(func(jetstream.Msg) {})
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
 	d := def("ghost", protocol.DeterminismPure, protocol.RetryPolicy{}, 4)
 	reg := *d
 	reg.ProjectID = "proj"

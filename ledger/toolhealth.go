@@ -94,7 +94,7 @@ func (l *Ledger) toolUnavailable(ctx context.Context, subject string, defSeq uin
 	last := reg
 	h.mu.Lock()
 	for _, c := range h.consumers {
-		if !anyFilterMatches(c.filters, subject) {
+		if !servesTool(c.filters, subject) {
 			continue
 		}
 		if c.pulling {
@@ -178,13 +178,18 @@ func (l *Ledger) refreshToolHealth(ctx context.Context) error {
 	return nil
 }
 
-func anyFilterMatches(filters []string, subject string) bool {
-	if len(filters) == 0 {
-		// A consumer without a filter takes every entry.
-		return true
-	}
+// servesTool reports whether a consumer with these filters serves the tool
+// of a command subject (cg.<ver>.<project>.<channel>.cmd.tool.<target>...):
+// one of its filters takes the subject and names the target itself. A
+// consumer that takes every tool's commands (the ledger's deadline keeper,
+// cmd.tool.>), or the whole stream (the views, an auditor's reader), is
+// always pulling and serves none of them: counted, it would keep every tool
+// "available" for ever (found from outside).
+func servesTool(filters []string, subject string) bool {
+	const target = 6
 	for _, f := range filters {
-		if subjectMatches(f, subject) {
+		ft := strings.Split(f, ".")
+		if len(ft) > target && ft[target] != "*" && ft[target] != ">" && subjectMatches(f, subject) {
 			return true
 		}
 	}

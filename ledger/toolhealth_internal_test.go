@@ -18,6 +18,10 @@ func TestSubjectMatchesAsNATSDoes(t *testing.T) {
 		require.False(t, subjectMatches(f, subj), f)
 	}
 	require.True(t, subjectMatches("cg.*.*.*.cmd.tool.pay.>", "cg.v1.proj.main.cmd.tool.pay.refund"))
-	require.True(t, anyFilterMatches(nil, subj), "a consumer without a filter takes every entry")
-	require.False(t, anyFilterMatches([]string{"cg.*.*.*.cmd.tool.echo"}, subj))
+	require.False(t, servesTool(nil, subj), "a consumer of the whole stream serves no tool")
+	require.False(t, servesTool([]string{"cg.*.*.*.cmd.tool.>"}, subj), "the deadline keeper takes every tool's commands and serves none")
+	require.False(t, servesTool([]string{"cg.v1.*.*.cmd.tool.*"}, subj))
+	require.False(t, servesTool([]string{"cg.*.*.*.cmd.tool.echo"}, subj))
+	require.True(t, servesTool([]string{"cg.*.*.*.cmd.tool.echo", "cg.v1.proj.*.cmd.tool.pay"}, subj))
+	require.True(t, servesTool([]string{"cg.*.*.*.cmd.tool.pay.>"}, "cg.v1.proj.main.cmd.tool.pay.refund"))
 }
