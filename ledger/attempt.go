@@ -63,6 +63,21 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 	if rec.State != protocol.StateDispatched {
 		return alreadyReported()
 	}
+	// Only a side_effectful tool records intent: an attempt on record turns
+	// the call's deadline into outcome_unknown, which a pure or idempotent
+	// tool's credential must not be able to bring about (found from
+	// outside). Judged by the definition the call pinned at dispatch; a
+	// call of an unregistered tool pinned none and is taken at its word.
+	if rec.ToolDefSeq != 0 {
+		st, err := l.GetToolAt(ctx, rec.ProjectID, rec.ToolName, rec.ToolDefSeq)
+		if err != nil {
+			return none, fmt.Errorf("attempt.start %s/%s: read the pinned definition: %w", req.AgentTurnID, req.ToolCallID, err)
+		}
+		if st.Definition.Determinism != protocol.DeterminismSideEffectful {
+			vs.Add("body.tool_call_id", protocol.VConflict, "call %s is to tool %s, whose definition (seq %d) is %s: only a side_effectful tool records attempts", rec.ToolCallID, rec.ToolName, rec.ToolDefSeq, st.Definition.Determinism)
+			return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "tool %s is not side_effectful", rec.ToolName), raw())
+		}
+	}
 	subj := protocol.AttemptSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	key := protocol.IdempotencyKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)
 	// Two tries: a concurrent start between the read and the append makes

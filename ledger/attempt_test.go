@@ -118,4 +118,19 @@ func TestStartAttemptRefusals(t *testing.T) {
 	rep.Payload.AttemptOutcome = protocol.AttemptReconciled
 	_, err = e.L.Report(ctx, rep)
 	require.ErrorIs(t, err, protocol.ErrMismatch)
+
+	// A tool registered pure (or idempotent) records no attempt: one on
+	// record would turn its deadline into outcome_unknown.
+	_, err = e.L.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: "proj", ToolName: "lookup", Description: "reads",
+		TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.lookup", AfterExecution: protocol.AfterSuspend,
+		Parameters: json.RawMessage(`{"type":"object"}`), Determinism: protocol.DeterminismPure})
+	require.NoError(t, err)
+	p := ledgertest.Call{Project: "proj", Channel: "main", Agent: "agent", Turn: "turn-1", ID: "call-pure", Epoch: 1, Tool: "lookup"}
+	_, err = e.L.Dispatch(ctx, p.Dispatch())
+	require.NoError(t, err)
+	_, err = e.L.StartAttempt(ctx, attemptReq(p, 0))
+	le, ok = protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, protocol.CodeConflict, le.Code, "%+v", le)
+	require.NotZero(t, le.Seq, "the refusal is recorded")
 }
