@@ -36,9 +36,10 @@ func TestCommandRejectionIsRecordedOncePerCommand(t *testing.T) {
 	require.Equal(t, first.Seq, again.Seq, "the repeat answers the first entry")
 	require.Equal(t, 1, count(), "one rejection entry per command")
 
-	// Over the wire, headers in another order: the same command.
+	// Over the wire, headers in another order and names in another case:
+	// the same command.
 	body, err := json.Marshal(map[string]any{
-		"subject": subj, "headers": map[string][]string{"Nats-Msg-Id": {"cmd.proj.t1.k1"}, "CG-Agent-Id": {"a1"}},
+		"subject": subj, "headers": map[string][]string{"nats-msg-id": {"cmd.proj.t1.k1"}, "cg-agent-id": {"a1"}},
 		"data": base64.StdEncoding.EncodeToString(data), "error": refusal(),
 	})
 	require.NoError(t, err)

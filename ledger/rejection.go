@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -38,11 +39,18 @@ func (l *Ledger) rejectCommand(ctx context.Context, subject string, h nats.Heade
 // its duplicate window whoever refuses it. The refusal itself is left out:
 // it is the same command either way.
 func commandRejectionID(subject string, h nats.Header, data []byte) string {
-	if len(h) == 0 {
-		h = nil
+	// Header names in lower case: a client may send them in any case
+	// (docs/protocol.md), and it is still the same command.
+	var names map[string][]string
+	if len(h) > 0 {
+		names = make(map[string][]string, len(h))
+		for k, v := range h {
+			lk := strings.ToLower(k)
+			names[lk] = append(names[lk], v...)
+		}
 	}
 	// encoding/json writes map keys sorted, so header order does not count.
-	b, _ := json.Marshal([]any{subject, map[string][]string(h), data})
+	b, _ := json.Marshal([]any{subject, names, data})
 	sum := sha256.Sum256(b)
 	return "reject.command." + hex.EncodeToString(sum[:16])
 }
