@@ -247,9 +247,11 @@ func (k *DeadlineKeeper) later(msg jetstream.Msg, what string, err error) {
 }
 
 // processPrepared keeps a prepared call's commit deadline: at it, with no
-// decision stored and the call not reported, the ledger's abort is stored
-// (and so routed to the tool). A commit racing it is decided by the
-// decision subject: exactly one of the two is stored.
+// decision stored, the ledger's abort is stored (and so routed to the
+// tool). It does not read the call's state, so a call its tool reported
+// without waiting for a decision gets the abort too: the tool only acks a
+// decision whose call is answered (docs/side-effects.md). A commit racing
+// it is decided by the decision subject: exactly one of the two is stored.
 func (k *DeadlineKeeper) processPrepared(msg jetstream.Msg) {
 	l := k.l
 	var prep protocol.PreparedEntry

@@ -69,6 +69,7 @@ var replayScenarios = []replayScenario{
 	{"cg_control_overrides", cgControlOverrides},
 	{"manifest_fields", manifestFields},
 	{"ledger_deadlines", ledgerDeadlines},
+	{"two_phase_commit", twoPhaseCommit},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -537,4 +538,96 @@ func ledgerDeadlines(t *testing.T, r *replayRig) {
 func withTimeout(req protocol.DispatchRequest, ms int64) protocol.DispatchRequest {
 	req.Payload.TimeoutMS = ms
 	return req
+}
+
+// scPay is a two-phase scenario tool: Prepare answers a token named after
+// the call (with a commit deadline of commitIn, or 300 ms for call-expire),
+// Commit succeeds and Rollback fails with S-TOOL-ABORTED.
+type scPay struct{}
+
+func (scPay) Run(context.Context, *executor.Call) executor.Outcome {
+	return executor.Terminal("S-TOOL-CONFIG", "Run is never called for a Preparer", "")
+}
+
+func (scPay) Prepare(_ context.Context, c *executor.Call) (*executor.Prepared, executor.Outcome) {
+	in := 20 * time.Second
+	if c.ToolCallID == "call-expire" {
+		in = 300 * time.Millisecond
+	}
+	return &executor.Prepared{Token: "tok-" + c.ToolCallID, CommitDeadline: time.Now().Add(in)}, executor.Outcome{}
+}
+
+func (scPay) Commit(_ context.Context, _ *executor.Call, token string) executor.Outcome {
+	return executor.Success(map[string]string{"paid": token})
+}
+
+func (scPay) Rollback(_ context.Context, _ *executor.Call, token string) executor.Outcome {
+	return executor.Terminal("S-TOOL-ABORTED", "payment "+token+" rolled back", "")
+}
+
+// twoPhaseCommit: a side-effectful tool that prepares (attempt, prepared
+// entry, prepared wakeup): one call committed by its worker, one aborted
+// by its worker, one aborted by the ledger's deadline keeper at its commit
+// deadline; each decision runs Commit or Rollback, whose outcome is the
+// call's one report; a commit after the ledger's abort is refused.
+func twoPhaseCommit(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	r.startExecutor(toolImpl{"pay", scPay{}, toolDef("pay", protocol.DeterminismSideEffectful, protocol.RetryPolicy{})})
+	prepared := func(c ledgertest.Call) *protocol.TwoPhase {
+		t.Helper()
+		var tp *protocol.TwoPhase
+		require.Eventually(t, func() bool {
+			var err error
+			tp, err = r.L.TwoPhase(r.ctx(), c.Project, c.Turn, c.ID)
+			return err == nil && tp != nil
+		}, scWaitFor, scPollGap, "call %s is prepared", c.ID)
+		return tp
+	}
+	decide := func(c ledgertest.Call) protocol.DecisionRequest {
+		return protocol.DecisionRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID, CommitToken: "tok-" + c.ID}
+	}
+	wakeups := 0
+	step := func(c ledgertest.Call) {
+		t.Helper()
+		r.dispatch(dispatchReq(c, `{"amount":5}`))
+		tp := prepared(c)
+		require.Equal(t, "tok-"+c.ID, tp.CommitToken)
+		wakeups++
+		r.waitKind(string(protocol.KindWakeup), wakeups) // the prepared wakeup
+	}
+
+	commit := scCall("alice", "turn-2pc", "call-commit", 1, "pay")
+	step(commit)
+	_, err := r.L.Commit(r.ctx(), decide(commit))
+	require.NoError(t, err)
+	tr := r.resolved(commit)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+	require.JSONEq(t, `{"paid":"tok-call-commit"}`, string(tr.Result))
+	wakeups++
+	r.waitKind(string(protocol.KindWakeup), wakeups)
+
+	abort := scCall("alice", "turn-2pc", "call-abort", 1, "pay")
+	step(abort)
+	_, err = r.L.Abort(r.ctx(), decide(abort))
+	require.NoError(t, err)
+	tr = r.resolved(abort)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	wakeups++
+	r.waitKind(string(protocol.KindWakeup), wakeups)
+
+	expire := scCall("alice", "turn-2pc", "call-expire", 1, "pay")
+	step(expire)
+	k, err := r.L.StartDeadlineKeeper(r.ctx(), ledger.DeadlineKeeperConfig{})
+	require.NoError(t, err)
+	tr = r.resolved(expire)
+	require.NoError(t, k.Stop(r.ctx()))
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	wakeups++
+	r.waitKind(string(protocol.KindWakeup), wakeups)
+	tp, err := r.L.TwoPhase(r.ctx(), expire.Project, expire.Turn, expire.ID)
+	require.NoError(t, err)
+	require.Equal(t, protocol.PhaseAborted, tp.State)
+	require.Equal(t, protocol.DecidedByCommitDeadline, tp.DecidedBy)
+	_, err = r.L.Commit(r.ctx(), decide(expire))
+	requireRefused(t, err, protocol.ErrConflict, "commit after the ledger's abort")
 }
