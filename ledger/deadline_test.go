@@ -265,8 +265,13 @@ func TestReportRacingTheDeadlineHasOneOutcome(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Aim at the deadline, a little before or after it.
-			time.Sleep(time.Until(rec.Deadline().Add(time.Duration((i%10)*4-30) * time.Millisecond)))
+			// Aim at the deadline, a little before or after it: not a
+			// synchronisation (either outcome is checked), a point in time.
+			select {
+			case <-time.After(time.Until(rec.Deadline().Add(time.Duration((i%10)*4-30) * time.Millisecond))):
+			case <-ctx.Done():
+				return
+			}
 			l := l1
 			if i%2 == 1 {
 				l = l2

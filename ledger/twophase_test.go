@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -242,6 +241,7 @@ func TestTwoPhaseCommitRacesCommitDeadline(t *testing.T) {
 	b, _ := openLedger(t, e.srv)
 	startKeeper(t, a, 5*time.Second)
 	startKeeper(t, b, 5*time.Second)
+	ctx := ctxT(t)
 	const n = 24
 	calls := make([]call, n)
 	for i := range calls {
@@ -259,9 +259,14 @@ func TestTwoPhaseCommitRacesCommitDeadline(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Spread the commits around the deadline.
-				time.Sleep(time.Duration(300+(i*7+j*50)%200) * time.Millisecond)
-				_, err := l.Commit(context.Background(), decisionReq(calls[i], "tok"))
+				// Spread the commits around the deadline: not a
+				// synchronisation (either outcome is checked), a point in time.
+				select {
+				case <-time.After(time.Duration(300+(i*7+j*50)%200) * time.Millisecond):
+				case <-ctx.Done():
+					return
+				}
+				_, err := l.Commit(ctx, decisionReq(calls[i], "tok"))
 				answers[i][j] = answer{ok: err == nil, err: err}
 			}()
 		}
