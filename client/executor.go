@@ -114,6 +114,20 @@ func commandTool(subject string) string {
 	return identOr(toks[6])
 }
 
+// callTool is the actor a tool operation on a call goes out as: the
+// client's own when it was given one, else the tool the call's command
+// subject targets (read from the call), which the ledger requires.
+func (c *Client) callTool(ctx context.Context, project, turnID, callID string) (string, error) {
+	if c.actorSet {
+		return "", nil
+	}
+	rec, err := c.GetCall(ctx, project, turnID, callID)
+	if err != nil {
+		return "", err
+	}
+	return commandTool(rec.Subject), nil
+}
+
 // StartAttempt records an attempt of a side_effectful tool before it runs,
 // or answers which attempt is open (see Ledger.StartAttempt). The ledger
 // takes it only from the call's tool: unless the client was given an
@@ -121,13 +135,9 @@ func commandTool(subject string) string {
 // targets.
 func (c *Client) StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error) {
 	var out protocol.AttemptStartResult
-	actor := ""
-	if !c.actorSet {
-		rec, err := c.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
-		if err != nil {
-			return out, err
-		}
-		actor = commandTool(rec.Subject)
+	actor, err := c.callTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
+	if err != nil {
+		return out, err
 	}
 	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpAttemptStart), req)
 	if err != nil {
@@ -141,13 +151,9 @@ func (c *Client) StartAttempt(ctx context.Context, req protocol.AttemptStartRequ
 // tool the call's command subject targets unless the client has an actor.
 func (c *Client) Prepare(ctx context.Context, req protocol.PrepareRequest) (protocol.PrepareResult, error) {
 	var out protocol.PrepareResult
-	actor := ""
-	if !c.actorSet {
-		rec, err := c.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
-		if err != nil {
-			return out, err
-		}
-		actor = commandTool(rec.Subject)
+	actor, err := c.callTool(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
+	if err != nil {
+		return out, err
 	}
 	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpPrepare), req)
 	if err != nil {

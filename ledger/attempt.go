@@ -69,7 +69,11 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 	// outside). Judged by the definition the call pinned at dispatch; a
 	// call of an unregistered tool pinned none and is taken at its word.
 	if rec.ToolDefSeq != 0 {
-		st, err := l.GetToolAt(ctx, rec.ProjectID, rec.ToolName, rec.ToolDefSeq)
+		// The definition in force is normally the pinned one, and in memory.
+		st, err := l.registeredTool(ctx, rec.ProjectID, rec.ToolName)
+		if err == nil && (st == nil || st.Seq != rec.ToolDefSeq) {
+			st, err = l.GetToolAt(ctx, rec.ProjectID, rec.ToolName, rec.ToolDefSeq)
+		}
 		if err != nil {
 			return none, fmt.Errorf("attempt.start %s/%s: read the pinned definition: %w", req.AgentTurnID, req.ToolCallID, err)
 		}

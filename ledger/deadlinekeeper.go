@@ -212,12 +212,12 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 				at = meta.Timestamp
 			}
 		}
-		budget, err := l.callBudget(ctx, rec.ProjectID, rec.ToolName, cmd.Payload.TimeoutMS)
+		registered, err := l.registeredTool(ctx, rec.ProjectID, rec.ToolName)
 		if err != nil {
 			k.later(msg, "read tool definition", err)
 			return
 		}
-		rec.DeadlineUnixMS = at.Add(budget).UnixMilli()
+		rec.DeadlineUnixMS = at.Add(l.callBudget(registered, rec.ToolName, cmd.Payload.TimeoutMS)).UnixMilli()
 	}
 	if due := rec.Deadline().Add(l.grace); now.Before(due) {
 		_ = msg.NakWithDelay(due.Sub(now))

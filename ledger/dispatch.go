@@ -108,10 +108,13 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	}
 	normSubject := sub.String()
 	now := time.Now().UTC()
-	budget, err := l.callBudget(ctx, sub.Project, payload.ToolName, payload.TimeoutMS)
+	// The tool's definition, read once (from memory after the first read):
+	// it gives the call its deadline and, for a tool command, its pin.
+	registered, err := l.registeredTool(ctx, sub.Project, payload.ToolName)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
+	budget := l.callBudget(registered, payload.ToolName, payload.TimeoutMS)
 	rec := &protocol.CallRecord{
 		State:          protocol.StateDispatched,
 		ProjectID:      sub.Project,
@@ -142,11 +145,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		defer close(putDone)
 		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, sub.Channel, rawReq)
 	}()
-	pinned, pinErr := l.pinTool(ctx, sub, payload.ToolName, rec)
-	if pinErr != nil {
-		<-putDone
-		return protocol.DispatchResult{}, pinErr
-	}
+	pinned := l.pinTool(sub, registered, rec)
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
 	<-putDone
 	if putErr != nil {
@@ -240,24 +239,34 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0, DeadlineUnixMS: rec.DeadlineUnixMS}, nil
 }
 
-// pinTool fixes in rec the definition of the tool in force now, which every
-// delivery of the call runs (CallRecord.ToolDefSeq). A tool command only;
-// an unregistered tool pins nothing. Served from memory once read
-// (toolCached), so the hot path gains no round trip.
-func (l *Ledger) pinTool(ctx context.Context, sub protocol.Subject, tool string, rec *protocol.CallRecord) (*protocol.StoredTool, error) {
-	if sub.Kind != protocol.SubjectToolCommand || !protocol.ValidIdentifier(tool) {
+// registeredTool is the definition of tool registered in project now, or
+// nil when none is (a built-in, a PMO command, a name nobody registered).
+// Served from memory once read (toolCached), so the hot path gains no
+// round trip.
+func (l *Ledger) registeredTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error) {
+	if !protocol.ValidIdentifier(tool) {
 		return nil, nil
 	}
-	st, err := l.toolCached(ctx, sub.Project, tool)
+	st, err := l.toolCached(ctx, project, tool)
 	if isCode(err, protocol.CodeNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dispatch: read tool %s: %w", tool, err)
+		return nil, fmt.Errorf("read tool %s: %w", tool, err)
+	}
+	return st, nil
+}
+
+// pinTool fixes in rec the definition of the tool in force at dispatch,
+// which every delivery of the call runs (CallRecord.ToolDefSeq). A tool
+// command only; an unregistered tool pins nothing.
+func (l *Ledger) pinTool(sub protocol.Subject, st *protocol.StoredTool, rec *protocol.CallRecord) *protocol.StoredTool {
+	if sub.Kind != protocol.SubjectToolCommand || st == nil {
+		return nil
 	}
 	rec.ToolDefSeq, rec.ToolVersion = st.Seq, st.Definition.Version
-	l.labels.AddVersion(tool, st.Definition.Version)
-	return st, nil
+	l.labels.AddVersion(st.Definition.ToolName, st.Definition.Version)
+	return st
 }
 
 // failFast is the tool's health.fail_fast_after_ms when no tool service
@@ -281,22 +290,12 @@ func (l *Ledger) failFast(ctx context.Context, rec *protocol.CallRecord, pinned 
 // callBudget is a call's time budget at dispatch: timeout_ms or the
 // registered (else built-in) tool's default, capped at its maximum
 // (protocol.CallTimeout).
-// The definition comes from this process's memory after the first read, so
-// dispatch pays no round trip for it on the hot path.
-func (l *Ledger) callBudget(ctx context.Context, project, toolName string, requestedMS int64) (time.Duration, error) {
-	var def *protocol.ToolDefinition
-	if protocol.ValidIdentifier(toolName) {
-		st, err := l.toolCached(ctx, project, toolName)
-		switch {
-		case err == nil:
-			def = &st.Definition
-		case isCode(err, protocol.CodeNotFound):
-			def = l.builtin[toolName]
-		default:
-			return 0, fmt.Errorf("read tool %s for the call's deadline: %w", toolName, err)
-		}
+func (l *Ledger) callBudget(registered *protocol.StoredTool, toolName string, requestedMS int64) time.Duration {
+	def := l.builtin[toolName]
+	if registered != nil {
+		def = &registered.Definition
 	}
-	return protocol.CallTimeout(def, requestedMS), nil
+	return protocol.CallTimeout(def, requestedMS)
 }
 
 // createOrRead creates the call record or, when it exists, reads it. The

@@ -24,7 +24,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,40 +116,13 @@ func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
 		s.handleSideEffectful(ctx, msg)
 		return
 	}
-	// cg.v1.<project>.<channel>.cmd.tool.<target>...
-	tok := strings.Split(msg.Subject(), ".")
-	if len(tok) < 7 {
-		say("refused command %s: bad subject", msg.Subject())
-		_ = msg.Term()
+	d, ok := s.receive(msg)
+	if !ok {
 		return
 	}
-	project, channel := tok[2], tok[3]
-	h := msg.Headers()
-	turn, call := h.Get("CG-Agent-Turn-Id"), h.Get("CG-Tool-Call-Id")
-	var payload struct {
-		ToolCallCardID string `json:"tool_call_card_id"`
-		ToolName       string `json:"tool_name"`
-		AfterExecution string `json:"after_execution"`
-	}
-	if err := json.Unmarshal(msg.Data(), &payload); err != nil {
-		say("refused command %s %s: payload: %v", turn, call, err)
-		_ = msg.Term()
-		return
-	}
-	fail := func(op string, err error) {
-		var r *refusal
-		if errors.As(err, &r) {
-			say("refused %s %s %s: %v", op, turn, call, err)
-			_ = msg.Term()
-			return
-		}
-		say("failed %s %s %s: %v", op, turn, call, err)
-		_ = msg.Nak()
-	}
-
-	res, err := s.request(ctx, "card.get", nil, map[string]any{"project_id": project, "card_ids": []string{payload.ToolCallCardID}}, msg)
+	res, err := s.request(ctx, "card.get", nil, map[string]any{"project_id": d.project, "card_ids": []string{d.payload.ToolCallCardID}}, msg)
 	if err != nil {
-		fail("card.get", err)
+		d.fail("card.get", err)
 		return
 	}
 	var got struct {
@@ -165,7 +137,7 @@ func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
 		Missing []string `json:"missing"`
 	}
 	if err := json.Unmarshal(res, &got); err != nil || len(got.Cards) != 1 {
-		fail("card.get", &refusal{"missing", fmt.Sprintf("card %s: %s (%v)", payload.ToolCallCardID, res, err)})
+		d.fail("card.get", &refusal{"missing", fmt.Sprintf("card %s: %s (%v)", d.payload.ToolCallCardID, res, err)})
 		return
 	}
 	cc := got.Cards[0].Card
@@ -176,44 +148,9 @@ func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
 
 	// The result card is a function of the call, so a repeat after a crash
 	// puts the same card (answered as a duplicate).
-	sum := sha256.Sum256([]byte(project + "\x00" + turn + "\x00" + call))
-	resultID := "res-" + hex.EncodeToString(sum[:12])
-	card := map[string]any{
-		"card_id": resultID, "project_id": project, "type": "tool.result",
-		"author_id": s.sourceID, "function_name": payload.ToolName,
-		"agent_turn_id": cc.AgentTurnID, "tool_call_id": cc.ToolCallID,
-		"content":  map[string]any{"status": "success", "result": map[string]json.RawMessage{"echo": content.Arguments}},
-		"metadata": cc.Metadata,
-	}
-	if _, err := s.request(ctx, "card.put", nil, card, msg); err != nil {
-		fail("card.put", err)
-		return
-	}
-
-	rh := nats.Header{}
-	for _, k := range []string{"CG-Agent-Id", "CG-Agent-Turn-Id", "CG-Turn-Epoch", "CG-Tool-Call-Id", "CG-Step-Id"} {
-		if v := h.Get(k); v != "" {
-			rh.Set(k, v)
-		}
-	}
-	rh.Set("CG-Project-Id", project)
-	rh.Set("CG-Channel-Id", channel)
-	rh.Set("CG-Source-Id", s.sourceID)
-	rh.Set("CG-Source-Function", payload.ToolName)
-	res, err = s.request(ctx, "report", rh, map[string]string{"status": "success", "after_execution": payload.AfterExecution, "tool_result_card_id": resultID}, msg)
-	if err != nil {
-		fail("report", err)
-		return
-	}
-	var outcome struct {
-		Duplicate bool `json:"duplicate"`
-	}
-	_ = json.Unmarshal(res, &outcome)
-	if err := msg.DoubleAck(ctx); err != nil {
-		say("failed ack %s %s: %v", turn, call, err)
-		return
-	}
-	say("reported %s %s duplicate=%t", turn, call, outcome.Duplicate)
+	sum := sha256.Sum256([]byte(d.project + "\x00" + d.turn + "\x00" + d.call))
+	d.finish(ctx, "success", "res-"+hex.EncodeToString(sum[:12]),
+		map[string]any{"status": "success", "result": map[string]json.RawMessage{"echo": content.Arguments}}, cc.Metadata, "", nil)
 }
 
 func main() {

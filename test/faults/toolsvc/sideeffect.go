@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -96,43 +95,13 @@ func (se *sideEffect) done(key string) (bool, error) {
 }
 
 func (s *svc) handleSideEffectful(ctx context.Context, msg jetstream.Msg) {
-	tok := strings.Split(msg.Subject(), ".")
-	if len(tok) < 7 {
-		say("refused command %s: bad subject", msg.Subject())
-		_ = msg.Term()
+	d, ok := s.receive(msg)
+	if !ok {
 		return
 	}
-	project, channel := tok[2], tok[3]
-	h := msg.Headers()
-	turn, call, key := h.Get("CG-Agent-Turn-Id"), h.Get("CG-Tool-Call-Id"), h.Get("CG-Idempotency-Key")
-	var payload struct {
-		ToolCallCardID string `json:"tool_call_card_id"`
-		ToolName       string `json:"tool_name"`
-		AfterExecution string `json:"after_execution"`
-		DeadlineUnixMS int64  `json:"deadline_unix_ms"`
-	}
-	if err := json.Unmarshal(msg.Data(), &payload); err != nil {
-		say("refused command %s %s: payload: %v", turn, call, err)
-		_ = msg.Term()
-		return
-	}
-	fail := func(op string, err error) {
-		var r *refusal
-		if errors.As(err, &r) {
-			say("refused %s %s %s: %v", op, turn, call, err)
-			_ = msg.Term()
-			return
-		}
-		say("failed %s %s %s: %v", op, turn, call, err)
-		_ = msg.Nak()
-	}
-	ack := func(what string) {
-		if err := msg.DoubleAck(ctx); err != nil {
-			say("failed ack %s %s: %v", turn, call, err)
-			return
-		}
-		say("%s", what)
-	}
+	project, channel, turn, call, key := d.project, d.channel, d.turn, d.call, d.key
+	payload, fail := d.payload, d.fail
+	ack := func(what string) { d.ack(ctx, what) }
 	ref := map[string]any{"project_id": project, "agent_turn_id": turn, "tool_call_id": call}
 
 	// Step 3: the call as the ledger has it, on every delivery.
@@ -187,43 +156,9 @@ func (s *svc) handleSideEffectful(ctx context.Context, msg jetstream.Msg) {
 	}
 	sum := sha256.Sum256([]byte(project + "\x00" + turn + "\x00" + call))
 	cardID := func(kind string) string { return kind + "-" + hex.EncodeToString(sum[:12]) }
-	// finish puts the result card and reports it (steps 5 and 6), then acks.
+	metadata := got.Cards[0].Card.Metadata
 	finish := func(status, id string, content map[string]any, attemptOutcome string) {
-		card := map[string]any{
-			"card_id": id, "project_id": project, "type": "tool.result",
-			"author_id": s.sourceID, "function_name": payload.ToolName,
-			"agent_turn_id": turn, "tool_call_id": call,
-			"content": content, "metadata": got.Cards[0].Card.Metadata,
-		}
-		if _, err := s.request(ctx, "card.put", nil, card, msg); err != nil {
-			fail("card.put", err)
-			return
-		}
-		s.crashAt(msg, "card", call)
-		rh := nats.Header{}
-		for _, k := range []string{"CG-Agent-Id", "CG-Agent-Turn-Id", "CG-Turn-Epoch", "CG-Tool-Call-Id", "CG-Step-Id"} {
-			if v := h.Get(k); v != "" {
-				rh.Set(k, v)
-			}
-		}
-		rh.Set("CG-Project-Id", project)
-		rh.Set("CG-Channel-Id", channel)
-		rh.Set("CG-Source-Id", s.sourceID)
-		rh.Set("CG-Source-Function", payload.ToolName)
-		body := map[string]string{"status": status, "after_execution": payload.AfterExecution, "tool_result_card_id": id}
-		if attemptOutcome != "" {
-			body["attempt_outcome"] = attemptOutcome
-		}
-		res, err := s.request(ctx, "report", rh, body, msg)
-		if err != nil {
-			fail("report", err)
-			return
-		}
-		var outcome struct {
-			Duplicate bool `json:"duplicate"`
-		}
-		_ = json.Unmarshal(res, &outcome)
-		ack(fmt.Sprintf("reported %s %s duplicate=%t", turn, call, outcome.Duplicate))
+		d.finish(ctx, status, id, content, metadata, attemptOutcome, func() { s.crashAt(msg, "card", call) })
 	}
 	paid := map[string]any{"status": "success", "result": map[string]any{"paid": true, "idempotency_key": key}}
 	if cancel.Canceled {
