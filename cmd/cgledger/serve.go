@@ -424,6 +424,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err != nil {
 			return err
 		}
+		// Waiting calls come from the views, so every replica running the
+		// projector reports the same numbers across restarts; none until
+		// the views have caught up (before, reported calls would count).
+		labels := l.ToolLabels()
+		reg.MustRegister(projector.NewWaitingCollector(store, projector.WaitingConfig{
+			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log,
+		}))
 		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})
 		go func() {
