@@ -199,7 +199,7 @@ func TestProjectRowTagsAgree(t *testing.T) {
 	for _, tag := range projectRowTags {
 		require.True(t, isProjectRowTag([]byte(tag)), tag)
 	}
-	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagStory, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject} {
+	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagStory, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject, tagOpen, tagLost} {
 		require.False(t, isProjectRowTag([]byte(tag)), tag)
 	}
 }
