@@ -194,6 +194,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open: %w", err)
 	}
 	c.labels.Add(names...)
+	for name := range builtin {
+		c.labels.Add(name)
+	}
 	// Registered last: a caller that opens again after an error above
 	// must not find the metrics taken.
 	m, err := newMetrics(cfg.Registerer)

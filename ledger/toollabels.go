@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,23 @@ func (t *ToolLabels) Label(name string) string {
 		return name
 	}
 	return OtherToolLabel
+}
+
+// Names lists the known tool names, sorted: every tool label but
+// OtherToolLabel (the views emit their per-tool gauges for each).
+func (t *ToolLabels) Names() []string {
+	m := t.known.Load()
+	if m == nil {
+		return nil
+	}
+	names := make([]string, 0, len(*m))
+	for n := range *m {
+		if !strings.Contains(n, "\x00") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Known reports whether name is its own label.

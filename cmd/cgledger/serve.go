@@ -329,7 +329,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		return err
 	}
 	registerServeMetrics(reg, nc, js, l.StreamName(), "KV_"+l.BucketName())
-	reg.MustRegister(l.SLOCollector())
+	reg.MustRegister(l.ToolCollector())
 	// echo and sleep are served in every project (the registry lists them
 	// as built-ins), whichever process runs the executor: their names are
 	// labels of their own here too.
