@@ -20,7 +20,7 @@ import (
 const OtherToolLabel = "_other"
 
 // ToolLabels decides the tool label of every metric that has one (the
-// ledger's, the executor's and the SLO gauges): a name is its own label
+// ledger's, the executor's, the tool gauges and serve's consumer gauges): a name is its own label
 // only when it is known, that is registered in some project or built in
 // (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
 // series of a tool family number at most the known names plus one, and no
