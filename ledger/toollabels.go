@@ -3,7 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +20,7 @@ import (
 const OtherToolLabel = "_other"
 
 // ToolLabels decides the tool label of every metric that has one (the
-// ledger's, the executor's and the SLO gauges): a name is its own label
+// ledger's, the executor's, the tool gauges and serve's consumer gauges): a name is its own label
 // only when it is known, that is registered in some project or built in
 // (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
 // series of a tool family number at most the known names plus one, and no
@@ -46,8 +46,8 @@ func (t *ToolLabels) Label(name string) string {
 	return OtherToolLabel
 }
 
-// Names lists the known tool names (each its own label), sorted: the
-// labels a family emits for every known tool, with 0 when it has nothing.
+// Names lists the known tool names, sorted: every tool label but
+// OtherToolLabel (the views emit their per-tool gauges for each).
 func (t *ToolLabels) Names() []string {
 	m := t.known.Load()
 	if m == nil {
@@ -59,7 +59,7 @@ func (t *ToolLabels) Names() []string {
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names
 }
 
