@@ -218,8 +218,9 @@ func Rules() RuleFile {
 			"{{ $labels.instance }}: {{ $value }} ledger entries expired before they were archived",
 			"The archive in <data>/archive records them in lost-*.json."),
 	}
-	return RuleFile{Groups: []RuleGroup{
-		{Name: "cgledger-slo-recording", Rules: rec},
-		{Name: "cgledger-alerts", Rules: alerts},
-	}}
+	// One group: Prometheus evaluates a group's rules in order, so each
+	// alert reads the recording rules of the same evaluation. Groups run
+	// independently (and promtool evaluates them in random order), so in
+	// two groups an alert would read the rules one evaluation late, or not.
+	return RuleFile{Groups: []RuleGroup{{Name: "cgledger", Rules: append(rec, alerts...)}}}
 }
