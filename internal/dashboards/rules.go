@@ -164,7 +164,7 @@ func Rules() RuleFile {
 		alert("CgledgerToolNotAnswering", notAnswered+fmt.Sprintf(" >= %d", NotAnsweringCalls), "2m", "page",
 			"No service answers tool {{ $labels.tool }}: the ledger ended {{ $value }} of its calls itself in 10m",
 			"Deadline timeouts (no report by the deadline) and fail-fast S-TOOL-UNAVAILABLE (nobody pulls the tool): its service is dead, absent or stuck."),
-		alert("CgledgerToolCallsOverdue", lb("max_over_time", "cgledger_tool_calls_overdue", "tool", gaugeLookback)+" > 0", "2m", "page",
+		alert("CgledgerToolCallsOverdue", lb("min_over_time", "cgledger_tool_calls_overdue", "tool", gaugeLookback)+" > 0", "2m", "page",
 			"Calls to tool {{ $labels.tool }} are still waiting past their deadline",
 			"The views hold calls whose deadline has passed and that the ledger's deadline keeper has not ended: it cannot append, or does not run."),
 		alert("CgledgerToolCallsWaitingTooLong",
