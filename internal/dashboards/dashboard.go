@@ -173,6 +173,12 @@ func (b *builder) stat(title, desc, unit string, th *Thresholds, exprs ...[2]str
 	b.addPanel("stat", title, desc, FieldDefaults{Unit: unit, Thresholds: th}, exprs...)
 }
 
+// bounds sets the last panel's axis or gauge range.
+func (b *builder) bounds(lo, hi float64) {
+	d := &b.panels[len(b.panels)-1].FieldConfig.Defaults
+	d.Min, d.Max = &lo, &hi
+}
+
 func (b *builder) addPanel(typ, title, desc string, fd FieldDefaults, exprs ...[2]string) {
 	n := len(b.panels)
 	p := Panel{ID: n + 1, Type: typ, Title: title, Description: desc, Datasource: promDS,

@@ -49,6 +49,7 @@ func SLOOverview() Dashboard {
 	b.stat("Error budget left (28d)", "Share of the 28-day error budget not yet spent, against each tool's SLO (slo.success_rate_min, default "+defaultTargetText+"); 0 once spent.", "percentunit",
 		steps("red", 0.25, "yellow", 0.5, "green"),
 		[2]string{budgetLeftPanel, "{{tool}}"})
+	b.bounds(0, 1)
 	b.add("timeseries", "Burn rate, 1h and 5m", fmt.Sprintf("Error ratio divided by the error budget (1 = spending exactly the budget). Pages above 14.4 on both for 2m, with at least %d calls in the hour.", MinCallsInLongWindow), "short",
 		[2]string{`cgledger:tool_errors:ratio_rate1h{tool=~"$tool"} / on (tool) ` + budget, "1h {{tool}}"},
 		[2]string{`cgledger:tool_errors:ratio_rate5m{tool=~"$tool"} / on (tool) ` + budget, "5m {{tool}}"})
