@@ -1,6 +1,9 @@
 package dashboards
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // DefaultTarget is the availability SLO the rules hold a tool to when its
 // definition sets no slo.success_rate_min: 99% of calls resolved success.
@@ -43,14 +46,16 @@ const (
 	// budget is each tool's error budget, 1 - its target, as PromQL (a
 	// recording rule).
 	budget = "cgledger:tool_error_budget:ratio"
-	// budgetExpr computes it: the tool's own target where its definition
-	// sets one, else DefaultTarget for every tool serve knows (the timeout
-	// gauge is exported for every registered tool and built-in) or has
-	// counted a call of (_other). All read over configLookback, so the
-	// budget does not go empty while serve restarts.
-	budgetExpr = `1 - (max by (tool) (max_over_time(cgledger_tool_slo_success_min_ratio[` + configLookback + `])) or on (tool) ` +
-		`(group by (tool) (max_over_time(cgledger_tool_timeout_seconds[` + configLookback + `])) or group by (tool) (max_over_time(cgledger_tool_calls_total[` + configLookback + `]))) * 0.99)`
 )
+
+// budgetExpr computes the budget: the tool's own target where its
+// definition sets one, else DefaultTarget for every tool serve knows (the
+// timeout gauge is exported for every registered tool and built-in) or has
+// counted a call of (_other). All read over configLookback, so the budget
+// does not go empty while serve restarts.
+var budgetExpr = `1 - (max by (tool) (max_over_time(cgledger_tool_slo_success_min_ratio[` + configLookback + `])) or on (tool) ` +
+	`(group by (tool) (max_over_time(cgledger_tool_timeout_seconds[` + configLookback + `])) or group by (tool) (max_over_time(cgledger_tool_calls_total[` + configLookback + `]))) * ` +
+	strconv.FormatFloat(DefaultTarget, 'g', -1, 64) + `)`
 
 // ErrorRatio is the share of a tool's calls not resolved success over
 // window, for the series selected by selector, from the ledger's count of
