@@ -18,6 +18,11 @@ const DefaultDeadlineGrace = 5 * time.Second
 
 // pastDeadline reports whether the ledger may record rec's timeout at now:
 // its deadline plus the grace has passed. A record of an earlier version,
+// DeadlineGrace is how long after a call's deadline this ledger records its
+// timeout (Config.DeadlineGrace, or its default): until then a report is
+// still accepted.
+func (l *Ledger) DeadlineGrace() time.Duration { return l.grace }
+
 // without a deadline, never is here (the deadline keeper computes one).
 func (l *Ledger) pastDeadline(rec *protocol.CallRecord, now time.Time) bool {
 	return rec.DeadlineUnixMS > 0 && !now.Before(rec.Deadline().Add(l.grace))

@@ -202,7 +202,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	}
 	// Registered last: a caller that opens again after an error above
 	// must not find the metrics taken.
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, c.labels)
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)

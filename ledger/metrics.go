@@ -35,7 +35,7 @@ type metrics struct {
 	dispatches *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
 	m := &metrics{
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_ledger_appends_total",
@@ -125,7 +125,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolUnavailable, m.timeouts, m.lateReports, m.toolCalls, m.dispatches} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls,
+		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -157,4 +158,31 @@ func ErrorCodeLabel(code string) string {
 		return code
 	}
 	return OtherErrorCodeLabel
+}
+
+// everyKnownTool collects counters labelled by tool alone with a series for
+// every known tool, at 0 until its first event. A series that appears at its
+// first event hides that event from increase() and rate(), so an alert on a
+// few deadline timeouts would read 0 for the first of them.
+type everyKnownTool struct {
+	labels *ToolLabels
+	vecs   []*prometheus.CounterVec
+}
+
+// Describe implements prometheus.Collector.
+func (c everyKnownTool) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range c.vecs {
+		v.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c everyKnownTool) Collect(ch chan<- prometheus.Metric) {
+	names := append(c.labels.Names(), OtherToolLabel)
+	for _, v := range c.vecs {
+		for _, n := range names {
+			v.WithLabelValues(n)
+		}
+		v.Collect(ch)
+	}
 }

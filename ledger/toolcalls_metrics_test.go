@@ -134,3 +134,35 @@ func TestErrorCodeLabel(t *testing.T) {
 	require.Equal(t, "_other", ledger.ErrorCodeLabel("quota_exceeded"))
 	require.Equal(t, "_other", ledger.ErrorCodeLabel("none"), "a tool's code never poses as no error")
 }
+
+// TestPerToolCountersStartAtZeroForEveryKnownTool: the counters an alert
+// reads with increase() have a series for every known tool (and _other)
+// before their first event, so that first event is counted.
+func TestPerToolCountersStartAtZeroForEveryKnownTool(t *testing.T) {
+	e := newEnv(t)
+	l, reg := openLedger(t, e.srv)
+	l.ToolLabels().Add("quiet")
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	seen := map[string]map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "tool" && len(m.GetLabel()) == 1 {
+					if seen[mf.GetName()] == nil {
+						seen[mf.GetName()] = map[string]float64{}
+					}
+					seen[mf.GetName()][lp.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for _, family := range []string{"cgledger_ledger_deadline_timeouts_total", "cgledger_ledger_tool_unavailable_total",
+		"cgledger_ledger_late_reports_total", "cgledger_tool_dispatches_total"} {
+		for _, tool := range []string{"quiet", ledger.OtherToolLabel} {
+			v, ok := seen[family][tool]
+			require.True(t, ok, "%s has a series for %s before any event", family, tool)
+			require.Zero(t, v, "%s{tool=%q}", family, tool)
+		}
+	}
+}

@@ -15,7 +15,7 @@ type WaitingCalls struct {
 	// zero time when none waits).
 	OldestDispatch time.Time
 	// Overdue is the number of waiting calls whose deadline_unix_ms is
-	// before now. Calls without a deadline (dispatched by releases before
+	// before the time WaitingCalls was given. Calls without a deadline (dispatched by releases before
 	// deadlines were fixed at dispatch) are never overdue.
 	Overdue int
 }

@@ -23,6 +23,12 @@ type WaitingConfig struct {
 	// none is emitted, since views behind the ledger hold calls that are
 	// reported in entries not applied yet and would count them overdue.
 	Ready func() bool
+	// Grace is how long past its deadline a waiting call counts as
+	// overdue: serve passes the ledger's deadline grace, the time the
+	// deadline keeper waits before it ends a call, so a tool with
+	// calls timing out steadily shows none overdue while the keeper keeps
+	// up. Zero counts a call overdue from its deadline.
+	Grace time.Duration
 	// CacheFor is how long one computation answers scrapes (several
 	// Prometheus servers scrape every replica). Zero means a second.
 	CacheFor time.Duration
@@ -73,7 +79,7 @@ func NewWaitingCollector(store *Store, cfg WaitingConfig) *WaitingCollector {
 		oldest: prometheus.NewDesc("cgledger_tool_oldest_waiting_call_age_seconds",
 			"Now minus the dispatch time of the tool's oldest waiting call (0 when none waits).", tool, nil),
 		overdue: prometheus.NewDesc("cgledger_tool_calls_overdue",
-			"Waiting calls of the tool whose deadline_unix_ms has passed: the ledger's deadline keeper ends them within seconds, so a lasting non-zero value means it cannot.", tool, nil),
+			"Waiting calls of the tool whose deadline_unix_ms plus the ledger's deadline grace has passed: the deadline keeper ends a call then, so a lasting non-zero value means it cannot.", tool, nil),
 	}
 }
 
@@ -103,7 +109,7 @@ func (c *WaitingCollector) metrics() []prometheus.Metric {
 	if c.cached != nil && now.Sub(c.at) < c.cfg.CacheFor && !now.Before(c.at) {
 		return c.cached
 	}
-	byName, err := c.store.WaitingCalls(now)
+	byName, err := c.store.WaitingCalls(now.Add(-c.cfg.Grace))
 	if err != nil {
 		c.cfg.Logger.Warn("waiting-call gauges", "err", err)
 		c.cached = nil

@@ -111,6 +111,13 @@ func TestWaitingCallGauges(t *testing.T) {
 		"echo":   {0, 0, 0},
 	})
 	require.Equal(t, overdue, gauges(t, c), "past the deadline")
+	graced := cfg
+	graced.Grace = 5 * time.Second
+	require.Equal(t, waitingGauges(map[string][3]float64{
+		"search": {1, now.Sub(d1).Seconds(), 0},
+		"_other": {1, now.Sub(d2).Seconds(), 0},
+		"echo":   {0, 0, 0},
+	}), gauges(t, projector.NewWaitingCollector(s, graced)), "past the deadline, within the keeper's grace: not overdue yet")
 	rows := openRows(t, s)
 	require.Len(t, rows, 2)
 

@@ -429,7 +429,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// the views have caught up (before, reported calls would count).
 		labels := l.ToolLabels()
 		reg.MustRegister(projector.NewWaitingCollector(store, projector.WaitingConfig{
-			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log,
+			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log, Grace: l.DeadlineGrace(),
 		}))
 		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})
