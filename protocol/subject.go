@@ -33,6 +33,8 @@ const (
 	SubjectSkip                    // cg.<ver>._._.ledger.skip.<seq>
 	SubjectAttempt                 // cg.<ver>.<p>.<c>.ledger.attempt.<agent_turn_id>.<tool_call_id>
 	SubjectPrepared                // cg.<ver>.<p>.<c>.ledger.prepared.<agent_turn_id>.<tool_call_id>
+	SubjectHeld                    // cg.<ver>.<p>.<c>.ledger.held.<agent_turn_id>.<tool_call_id>
+	SubjectApproval                // cg.<ver>.<p>.<c>.ledger.approval.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -51,6 +53,8 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectSkip:        "skip",
 	SubjectAttempt:     "attempt",
 	SubjectPrepared:    "prepared",
+	SubjectHeld:        "held",
+	SubjectApproval:    "approval",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -110,6 +114,10 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "attempt", s.AgentTurnID, s.ToolCallID)
 	case SubjectPrepared:
 		p = append(p, s.Channel, "ledger", "prepared", s.AgentTurnID, s.ToolCallID)
+	case SubjectHeld:
+		p = append(p, s.Channel, "ledger", "held", s.AgentTurnID, s.ToolCallID)
+	case SubjectApproval:
+		p = append(p, s.Channel, "ledger", "approval", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -284,6 +292,8 @@ var callEntryKinds = map[string]SubjectKind{
 	"cancel":         SubjectCancel,
 	"attempt":        SubjectAttempt,
 	"prepared":       SubjectPrepared,
+	"held":           SubjectHeld,
+	"approval":       SubjectApproval,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
