@@ -270,6 +270,16 @@ func buildDocument() obj {
 			summary: "A call's story", desc: "The state of each call using the tool_call_id (one per turn) and every entry, in ledger order; 404 when there are none.",
 			params: join(path("project", "call"), []obj{param("turn", "query", "Only the call of this turn.", obj{"type": "string"})}, asOf),
 			ok:     ok("The call story.", projector.CallStory{}), errs: findErrs},
+		{method: "get", path: "/v1/projects/{project}/overview", id: "getOverview", tag: "audit",
+			summary: "A project's overview",
+			desc: "The calls dispatched in [from, to] (by dispatch time, as of the query) counted per status and per tool in time buckets, each tool's " +
+				"p50/p95/max dispatch-to-report duration, and the rejections and duplicates on those calls. It examines at most 10000 calls " +
+				"(one state read each): beyond that truncated is true and next_from is where the rest starts.",
+			params: join(path("project"), []obj{
+				param("from", "query", "Dispatched at or after this time (RFC 3339); absent: from the first call.", obj{"type": "string", "format": "date-time"}),
+				param("to", "query", "Dispatched at or before this time (RFC 3339); before from is a 400.", obj{"type": "string", "format": "date-time"}),
+				param("buckets", "query", "Time buckets (1 to 200; absent or 0 means 48).", obj{"type": "integer", "minimum": 0, "maximum": 200}),
+			}, asOf), ok: ok("The overview.", projector.Overview{}), errs: queryErrs},
 		{method: "get", path: "/v1/projects/{project}/agents/{agent}/inbox", id: "listInbox", tag: "audit",
 			summary: "An agent's Inbox", desc: "Reported results in arrival order, each pending or consumed as of the query. " +
 				"Needs an auditor or admin credential of the project, or, with state=pending only, a worker credential of the project bound to this agent or to none " +

@@ -62,6 +62,7 @@ func (h *handler) routes() []route {
 		{"GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState},
 		{"GET /v1/projects/{project}/calls", h.calls},
 		{"GET /v1/projects/{project}/calls/{call}", h.callStory},
+		{"GET /v1/projects/{project}/overview", h.overview},
 		{"GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox},
 		{"GET /v1/projects/{project}/agents/{agent}/roster", h.roster},
 		{"GET /v1/projects/{project}/cards/{card}", h.card},
@@ -278,6 +279,28 @@ func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.q.Calls(project, f, at, cursor, limit)
+	reply(w, res, err)
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	project := r.PathValue("project")
+	p.ids("project_id", project)
+	at := p.asOf()
+	oq := OverviewQuery{From: p.time("from"), To: p.time("to")}
+	if s := p.str("buckets"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			// Listed once: the range check below would name it again.
+			p.vs.Add("buckets", protocol.VInvalidValue, "must be an integer between 1 and %d, got %q", MaxOverviewBuckets, s)
+		}
+		oq.Buckets = n
+	}
+	p.vs = append(p.vs, oq.violations()...)
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Overview(project, oq, at)
 	reply(w, res, err)
 }
 
