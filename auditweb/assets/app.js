@@ -872,7 +872,7 @@
     details.append(h('summary', { class: 'lane-row' },
       h('span', { class: 'mono lane-tool', testid: 'lane-tool' }, r.tool || '—'),
       h('span', { class: 'mono lane-call' }, r.call),
-      h('span', { class: 'badge status-' + r.status, testid: 'lane-status' }, r.status.replace('_', ' ')),
+      h('span', { class: 'badge status-' + r.status, testid: 'lane-status' }, r.status.replaceAll('_', ' ')),
       track,
       h('span', { class: 'mono lane-total', testid: 'lane-total' }, total === null ? '' : dur(total))));
     let built = false;
@@ -933,16 +933,16 @@
     const counts = {};
     for (const r of rows) counts[r.status] = (counts[r.status] || 0) + 1;
     return h('p', { class: 'chips', testid }, Object.entries(counts).map(([s, n]) =>
-      h('span', { class: 'badge status-' + s, data: { status: s, n } }, s.replace('_', ' ') + ' ' + n)));
+      h('span', { class: 'badge status-' + s, data: { status: s, n } }, s.replaceAll('_', ' ') + ' ' + n)));
   }
 
-  function laneEntries(route, p, t) {
-    return (r) => {
-      const ol = rawList(route, p, r.entries, t);
-      ol.setAttribute('data-testid', 'lane-entries');
-      for (const li of ol.children) li.setAttribute('data-testid', 'lane-entry');
-      return ol;
-    };
+  // laneEntries lists a call's raw entries, each folded to its head line.
+  function laneEntries(route, p) {
+    return (r) => h('div', { class: 'entries', testid: 'lane-entries' }, r.entries.map((item) => {
+      const rej = item.kind === 'rejection' && item.data && typeof item.data === 'object' ? ' — ' + String(item.data.code ?? '') + ': ' + String(item.data.message ?? '') : '';
+      return h('details', { class: 'entry', testid: 'lane-entry', data: { seq: item.seq, kind: item.kind } },
+        h('summary', { class: 'entry-head' }, entryHead(item), rej ? h('span', {}, rej) : null), entryBody(route, item, []));
+    }));
   }
 
   async function viewTimeline(route, view) {
@@ -957,7 +957,7 @@
     view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
     view.dataset.live = '2000';
     const started = performance.now();
-    const { box, rows } = picture(route, p, items, laneEntries(route, p, t));
+    const { box, rows } = picture(route, p, items, laneEntries(route, p));
     view.dataset.calls = String(rows.length);
     view.append(h('p', { testid: 'timeline-count' }, rows.length + (rows.length === 1 ? ' call, ' : ' calls, ') + items.length + ' entries in ledger order; times in UTC'),
       statusChips(rows, 'timeline-statuses'), box,
@@ -981,7 +981,7 @@
     view.dataset.count = String(items.length);
     view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
     view.dataset.live = '2000';
-    const { box } = picture(route, p, items, laneEntries(route, p, turn));
+    const { box } = picture(route, p, items, laneEntries(route, p));
     view.append(box);
 
     // Every rejection and duplicate, each with what it says.
@@ -1060,7 +1060,7 @@
     view.append(h('div', { class: 'cards', testid: 'overview-totals' },
       h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-calls' }, String(res.calls)), 'calls'),
       statuses.map((s) => h('div', { class: 'card status-' + s, testid: 'overview-status', data: { status: s } },
-        h('div', { class: 'big' }, String(res.by_status[s])), s.replace('_', ' '))),
+        h('div', { class: 'big' }, String(res.by_status[s])), s.replaceAll('_', ' '))),
       h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-rejections' }, String(res.rejections)), 'rejections'),
       h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-duplicates' }, String(res.duplicates)), 'duplicates')));
     if (res.truncated) {
@@ -1102,7 +1102,7 @@
       h('tbody', {}, (res.tools || []).map((t) => h('tr', { testid: 'overview-tool', data: { tool: t.tool_name } },
         h('td', {}, h('a', { href: link(['p', p, 'calls'], asOf(route.params, { tool: t.tool_name })), class: 'mono' }, t.tool_name)),
         h('td', { testid: 'tool-calls' }, String(t.calls)),
-        h('td', {}, Object.keys(t.by_status || {}).sort(byStatusOrder).map((s) => h('span', { class: 'badge status-' + s }, s.replace('_', ' ') + ' ' + t.by_status[s]))),
+        h('td', {}, Object.keys(t.by_status || {}).sort(byStatusOrder).map((s) => h('span', { class: 'badge status-' + s }, s.replaceAll('_', ' ') + ' ' + t.by_status[s]))),
         h('td', {}, String(t.reported)),
         h('td', { class: 'mono', testid: 'tool-p50' }, ms(t.p50_ms)),
         h('td', { class: 'mono', testid: 'tool-p95' }, ms(t.p95_ms)),
