@@ -949,13 +949,16 @@
     const { project: p, turn: t } = route;
     view.append(h('h1', {}, 'Turn ', h('span', { class: 'mono', testid: 'turn-id' }, t), ' in project ',
       h('a', { href: projectLink(route, p), class: 'mono' }, p)));
+    const asked = performance.now();
     const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/turns/' + enc(t) + '/timeline', asOf(route.params), 'timeline-error');
     if (!res) return;
+    // A large turn is polled less often: at most a fifth of the time is
+    // spent fetching and reading it.
+    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
     view.append(answerLine(view, res.as_of_seq));
     const items = Array.isArray(res.items) ? res.items : [];
     view.dataset.count = String(items.length);
     view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
-    view.dataset.live = '2000';
     const started = performance.now();
     const { box, rows } = picture(route, p, items, laneEntries(route, p));
     view.dataset.calls = String(rows.length);
@@ -973,14 +976,15 @@
       ' in project ', h('a', { href: projectLink(route, p), class: 'mono' }, p)));
     if (turn) view.append(h('p', {}, h('a', { href: callLink(route, p, c, ''), testid: 'story-all-turns' }, 'this call id in every turn')));
     const params = asOf(route.params, { turn });
+    const asked = performance.now();
     const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/calls/' + enc(c), params, 'story-error');
     if (!res) return;
+    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
     view.append(answerLine(view, res.as_of_seq));
     const items = Array.isArray(res.items) ? res.items : [];
     const calls = Array.isArray(res.calls) ? res.calls : [];
     view.dataset.count = String(items.length);
     view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
-    view.dataset.live = '2000';
     const { box } = picture(route, p, items, laneEntries(route, p));
     view.append(box);
 
