@@ -1178,8 +1178,11 @@
       try {
         const res = await api('/v1/projects/' + enc(p) + '/approvals/' + enc(item.agent_turn_id) + '/' + enc(item.tool_call_id) + '/' + op, [],
           { body: { tool_call_card_id: item.tool_call_card_id, arguments_digest: item.arguments_digest, reason: reason.value } });
+        // Done: the view stays as it is (not polled) until the user goes
+        // back to the list, so that the answer can be read.
+        panel.setAttribute('data-testid', 'decision-done');
         out.replaceChildren(h('div', { class: 'ok', testid: 'decision-result', data: { op } }, op === 'approve' ? 'approved' : 'denied', ': ',
-          jsonBlock(nodeOf(res))));
+          jsonBlock(nodeOf(res)), h('button', { type: 'button', testid: 'decision-back', onclick: () => render() }, 'back to the list')));
       } catch (e) {
         if (e.status === 401) { render(); return; }
         out.replaceChildren(errorBox(e, 'decision-error'));
@@ -1236,7 +1239,9 @@
           h('a', { href: callLink(route, p, item.tool_call_id, item.agent_turn_id), testid: 'approval-call-link' }, item.tool_call_id),
           ' · ', h('span', { class: 'badge status-' + (pending ? 'awaiting_approval' : item.state) }, item.state)),
         fields(Object.fromEntries(['agent_id', 'agent_turn_id', 'requested_by', 'approvers', 'requested_at', 'expires_at', 'approver', 'reason', 'decided_at', 'held_seq', 'decision_seq']
-          .filter((k) => item[k] !== undefined && item[k] !== '').map((k) => [k, item[k]]))));
+          .filter((k) => item[k] !== undefined && item[k] !== '').map((k) => [k, item[k]])), {
+          approvers: (v) => h('span', { class: 'mono', testid: 'approval-approvers' }, Array.isArray(v) && v.length ? v.join(', ') : 'any approver of the project'),
+        }));
       if (pending && mayDecide(item)) {
         const slot = h('div', {});
         const open = h('button', { type: 'button', testid: 'approval-review', onclick: () => { open.hidden = true; slot.replaceChildren(decisionPanel(route, p, item)); } }, 'review the arguments to decide…');
@@ -1383,7 +1388,7 @@
     setTimeout(async function tick() {
       if (mine !== rendering) return;
       const again = () => { if (mine === rendering) setTimeout(tick, every); };
-      const busy = main.querySelector('[data-testid=decision]') || (document.activeElement && main.contains(document.activeElement) && /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName));
+      const busy = main.querySelector('[data-testid=decision], [data-testid=decision-done]') || (document.activeElement && main.contains(document.activeElement) && /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName));
       if (document.hidden || busy) { again(); return; }
       const fresh = h('section', { testid: 'view', data: { view: route.view } });
       try {

@@ -109,8 +109,9 @@ func TestAuditwebLargeTurn(t *testing.T) {
 	step := time.Now()
 	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/turns/big'`))
 	b.waitView(fmt.Sprintf(`[data-view=timeline][data-ready=true][data-calls="%d"][data-count="%d"]`, calls, len(tl.Items)))
-	t.Logf("turn of %d calls (%d entries): shown %s after asking; the picture took %s ms to build",
-		calls, len(tl.Items), time.Since(step).Round(time.Millisecond), b.eval(`document.querySelector('[data-testid=view]').dataset.renderMs`))
+	t.Logf("turn of %d calls (%d entries): shown %s after asking; the picture took %s ms to build; polled every %s ms",
+		calls, len(tl.Items), time.Since(step).Round(time.Millisecond), b.eval(`document.querySelector('[data-testid=view]').dataset.renderMs`),
+		b.eval(`document.querySelector('[data-testid=view]').dataset.live`))
 	require.Equal(t, fmt.Sprint(calls), b.eval(`String(document.querySelectorAll('[data-testid=view] [data-testid=call-lane][data-status=success]').length)`))
 	b.viewShot("large-turn")
 
