@@ -952,9 +952,6 @@
     const asked = performance.now();
     const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/turns/' + enc(t) + '/timeline', asOf(route.params), 'timeline-error');
     if (!res) return;
-    // A large turn is polled less often: at most a fifth of the time is
-    // spent fetching and reading it.
-    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
     view.append(answerLine(view, res.as_of_seq));
     const items = Array.isArray(res.items) ? res.items : [];
     view.dataset.count = String(items.length);
@@ -966,6 +963,9 @@
       statusChips(rows, 'timeline-statuses'), box,
       entriesFold('all-entries', 'all ' + items.length + ' entries of the turn, raw, in ledger order', () => rawList(route, p, items, t)));
     view.dataset.renderMs = String(Math.round(performance.now() - started));
+    // A large turn is polled less often: at most a fifth of the time goes
+    // to fetching, reading and drawing it.
+    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
   }
 
   async function viewStory(route, view) {
