@@ -996,7 +996,8 @@
         const d = it.data && typeof it.data === 'object' ? it.data : {};
         return h('li', { testid: 'incident', data: { kind: it.kind, seq: it.seq } },
           h('span', { class: 'kind kind-' + it.kind }, it.kind), ' seq ' + it.seq + ' at ', timeEl(it.time),
-          it.kind === 'duplicate' ? ' — ' + String(d.op || d.kind || '') + ' repeated' + (d.original_seq ? ' (first at seq ' + d.original_seq + ')' : '') : null,
+          it.kind === 'duplicate' ? ' — a repeated report' + (d.source_id ? ' from ' + String(d.source_id) : '') + (d.status ? ' (' + String(d.status) + ')' : '') +
+            (d.original_seq ? ', the original at seq ' + d.original_seq : '') : null,
           rejectionBlock(it));
       })));
     }

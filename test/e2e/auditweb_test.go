@@ -18,10 +18,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestAuditwebInChromium drives the audit web page (/ui/) in headless
@@ -352,6 +356,49 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.wait(`body[data-stale=still] [data-testid=view][data-view=timeline][data-calls="2"] [data-testid=call-lane][data-call=c5][data-status=success]`)
 	require.Contains(t, b.text(`[data-testid=live-state]`), "live: updated")
 	b.shot("timeline-live")
+
+	// The same report again (a tool retrying) is a duplicate: the call's
+	// story, open, shows it on the lane and in its list.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=call-lane][data-call=c5] > summary`)),
+		chromedp.Click(chromedp.CSS(`[data-testid=call-lane][data-call=c5] [data-testid=lane-story-link]`)))
+	b.waitView(`[data-view=story][data-ready=true] [data-testid=call-lane][data-call=c5]`)
+	var c5 struct {
+		Items []struct {
+			Kind string `json:"kind"`
+			Data struct {
+				Status           string `json:"status"`
+				AfterExecution   string `json:"after_execution"`
+				ToolResultCardID string `json:"tool_result_card_id"`
+				StepID           string `json:"step_id"`
+				SourceID         string `json:"source_id"`
+				SourceFunction   string `json:"source_function"`
+			} `json:"data"`
+		} `json:"items"`
+	}
+	apiGet(t, global, base+"/calls/c5?turn=t2", &c5)
+	var report protocol.ReportRequest
+	for _, it := range c5.Items {
+		if it.Kind == "report" {
+			report = protocol.ReportRequest{ProjectID: "demo", ChannelID: "main",
+				Identity: protocol.Identity{AgentID: "bob", AgentTurnID: "t2", TurnEpoch: 1, ToolCallID: "c5"},
+				SourceID: it.Data.SourceID, SourceFunction: it.Data.SourceFunction,
+				Payload: protocol.ReportPayload{Status: it.Data.Status, AfterExecution: it.Data.AfterExecution, ToolResultCardID: it.Data.ToolResultCardID, StepID: it.Data.StepID}}
+		}
+	}
+	require.NotEmpty(t, report.Payload.ToolResultCardID, "c5 was reported")
+	adminCreds := filepath.Join(s.data, "auth", "admin.creds")
+	_, adminInbox, err := auth.ReadCreds(adminCreds)
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(adminCreds), nats.CustomInboxPrefix(adminInbox))
+	require.NoError(t, err)
+	defer nc.Close()
+	dup, err := client.New(nc, client.WithActor("echo"), client.WithTimeout(30*time.Second)).Report(context.Background(), report)
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate, "the same report again is a duplicate")
+	b.wait(`[data-testid=view][data-view=story] [data-testid=incident][data-kind=duplicate]`)
+	b.wait(`[data-testid=call-lane][data-call=c5] [data-testid=marker][data-kind=duplicate]`)
+	require.Contains(t, b.text(`[data-testid=incident][data-kind=duplicate]`), "a repeated report from "+report.SourceID)
+	b.shot("story-duplicate")
 
 	// 14. With --no-auth the page never asks: it tries without a token
 	// first and asks only on a 401.
