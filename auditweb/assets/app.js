@@ -735,7 +735,10 @@
         if (d.type === 'tool.call') return 'call';
         if (d.type === 'tool.result') return 'result';
         return '';
-      case 'command': case 'held': case 'approval': case 'report': case 'wakeup':
+      case 'wakeup':
+        // A wakeup with a phase (prepared, approved) is not the result's.
+        return d.phase ? 'wakeup_' + String(d.phase) : 'wakeup';
+      case 'command': case 'held': case 'approval': case 'report':
       case 'wakeup_skipped': case 'consumed': case 'cancel': case 'attempt':
         return item.kind;
       default:

@@ -583,6 +583,7 @@ func apiPhases(t *testing.T, items []apiItem, turn, call string) []string {
 	for _, it := range items {
 		var d struct {
 			Type        string `json:"type"`
+			Phase       string `json:"phase"`
 			AgentTurnID string `json:"agent_turn_id"`
 			ToolCallID  string `json:"tool_call_id"`
 		}
@@ -596,8 +597,11 @@ func apiPhases(t *testing.T, items []apiItem, turn, call string) []string {
 			continue
 		}
 		ev := it.Kind
-		if it.Kind == "card" {
+		switch {
+		case it.Kind == "card":
 			ev = map[string]string{"tool.call": "call", "tool.result": "result"}[d.Type]
+		case it.Kind == "wakeup" && d.Phase != "":
+			ev = "wakeup_" + d.Phase // not the result's wakeup
 		}
 		if _, seen := at[ev]; ev != "" && !seen {
 			at[ev] = it.Time
