@@ -1348,6 +1348,9 @@
       if (fn) await fn(route, view);
       else view.append(h('p', { class: 'error', testid: 'notfound' }, 'No such page: ' + location.hash), h('p', {}, h('a', { href: '#/' }, 'projects')));
       view.dataset.ready = 'true';
+      // Answered with the credential kept (it may have been given in
+      // another view): no reason to keep asking for one.
+      if (token()) byTestID('signin').hidden = true;
     } catch (e) {
       if (mine !== rendering) return;
       if (e.status === 401) {
