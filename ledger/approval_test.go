@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -496,4 +498,53 @@ func TestApprovalExpiresAfterARestart(t *testing.T) {
 	l2, _ := openLedger(t, e.srv)
 	startApprovalKeeper(t, l2, 100*time.Millisecond)
 	requireEndedBy(t, e, l2, c, protocol.StatusFailed, protocol.ErrorCodeBadRequest, protocol.TaxonomyApprovalExpired)
+}
+
+// TestApprovalAuthApproverActsOnlyAsItself: an approver credential decides
+// under its own name only, in its own project only, and does nothing else
+// (NATS refuses the rest); the decision records it as the approver.
+func TestApprovalAuthApproverActsOnlyAsItself(t *testing.T) {
+	e := newAuthEnv(t)
+	ctx := ctxT(t)
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	require.NoError(t, err)
+	registerGated(t, e.l, "wire", 3_600_000, ", approvers: [alice]")
+	c, req := deadlineCall("turn-auth", "c1", "wire", 0)
+	_, err = e.l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	body, err := json.Marshal(approvalOf(c))
+	require.NoError(t, err)
+
+	alice := e.client(t, auth.Grant{Role: auth.RoleApprover, Project: project, Approver: "alice"})
+	e.refusedByNATS(t, alice, protocol.APISubject(project, "bob", protocol.OpApprove), nil, string(body))
+	e.refusedByNATS(t, alice, protocol.APISubject("other", "alice", protocol.OpApprove), nil, string(body))
+	e.refusedByNATS(t, alice, protocol.APISubject(project, "alice", protocol.OpDispatch), nil, `{}`)
+	e.refusedByNATS(t, alice, protocol.APISubject(project, "alice", protocol.OpCallGet), nil, `{}`)
+	sub, err := alice.nc.SubscribeSync("cg.v1." + project + ".>")
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, alice.nc.Flush())
+	alice.denied(t, "cg.v1."+project+".>")
+
+	// Its own subject, another project in the body: the ledger refuses.
+	foreign := strings.Replace(string(body), `"project_id":"`+project+`"`, `"project_id":"other"`, 1)
+	r := alice.request(t, protocol.APISubject(project, "alice", protocol.OpApprove), nil, foreign)
+	require.Equal(t, "forbidden", r.Error.Code)
+	// Bob, an approver the tool does not list, through his own subject.
+	bob := e.client(t, auth.Grant{Role: auth.RoleApprover, Project: project, Approver: "bob"})
+	r = bob.request(t, protocol.APISubject(project, "bob", protocol.OpApprove), nil, string(body))
+	require.Equal(t, "forbidden", r.Error.Code)
+	require.Equal(t, "approver", r.Error.Violations[0].Field)
+
+	r = alice.request(t, protocol.APISubject(project, "alice", protocol.OpApprove), nil, string(body))
+	require.True(t, r.OK, "%+v", r.Error)
+	var out protocol.ApprovalResult
+	require.NoError(t, json.Unmarshal(r.Result, &out))
+	require.NotZero(t, out.CommandSeq)
+	dec := e.subjectEntries(t, protocol.ApprovalSubject("v1", project, channel, c.turn, c.id))
+	require.Len(t, dec, 1)
+	require.Equal(t, "alice", dec[0].Header.Get(protocol.HeaderActor))
+	var ae protocol.ApprovalEntry
+	require.NoError(t, json.Unmarshal(dec[0].Data, &ae))
+	require.Equal(t, "alice", ae.Approver)
 }
