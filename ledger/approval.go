@@ -606,3 +606,23 @@ func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, reaso
 	}
 	return protocol.CancelResult{Seq: seq, Duplicate: !won}, true, nil
 }
+
+// settleHeld finishes the follow-up of an approval that is not done yet
+// and returns the record as it then is: an approved call's command may be
+// out before its record says dispatched, and whoever takes the command (an
+// executor, the deadline keeper) must find the call dispatched, not held.
+// Any other record is returned as it is.
+func (l *Ledger) settleHeld(ctx context.Context, rec *protocol.CallRecord) (*protocol.CallRecord, error) {
+	if rec.State != protocol.StateAwaitingApproval || rec.Held == nil {
+		return rec, nil
+	}
+	d, seq, err := l.decisionOf(ctx, rec)
+	if err != nil || d == nil || d.Decision != protocol.ApprovalApproved {
+		return rec, err
+	}
+	if _, err := l.finishDecision(ctx, rec, d, seq); err != nil {
+		return nil, err
+	}
+	r, _, err := l.reread(ctx, callKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID))
+	return r, err
+}

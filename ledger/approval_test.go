@@ -439,16 +439,19 @@ func TestApprovalKeeperFinishesCutDecisions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l1.Deny(ctx, "alice", approvalOf(denied))
 	require.ErrorIs(t, err, crash)
-	rec, err := l2.GetCall(ctx, project, approved.turn, approved.id)
-	require.NoError(t, err)
-	require.Equal(t, protocol.StateAwaitingApproval, rec.State, "the follow-up was cut")
+	require.Empty(t, callEntries(t, e, protocol.ToolCommandSubject("v1", project, channel, "wire"), approved), "the follow-up was cut")
+	require.Empty(t, e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, denied.turn, denied.id)), "the follow-up was cut")
 
 	startApprovalKeeper(t, l2, 100*time.Millisecond)
+	// Watched on the stream: a read of the call would finish it itself.
+	require.Eventually(t, func() bool {
+		return len(callEntries(t, e, protocol.WakeupSubject("v1", project, channel, "w1"), approved)) == 1
+	}, time.Minute, 50*time.Millisecond, "the keeper releases the command and wakes the worker")
+	require.Len(t, callEntries(t, e, protocol.ToolCommandSubject("v1", project, channel, "wire"), approved), 1)
 	require.Eventually(t, func() bool {
 		r, err := l2.GetCall(ctx, project, approved.turn, approved.id)
 		return err == nil && r.State == protocol.StateDispatched
 	}, time.Minute, 20*time.Millisecond)
-	require.Len(t, callEntries(t, e, protocol.ToolCommandSubject("v1", project, channel, "wire"), approved), 1)
 	requireEndedBy(t, e, l2, denied, protocol.StatusFailed, protocol.ErrorCodeAuthFailed, protocol.TaxonomyApprovalDenied)
 
 	// Cut after the command: the tool runs it and reports before the record
@@ -472,7 +475,7 @@ func TestApprovalKeeperFinishesCutDecisions(t *testing.T) {
 	rep.SourceID, rep.SourceFunction = "tool.wire", "wire"
 	_, err = l2.Report(ctx, rep)
 	require.NoError(t, err)
-	rec = awaitWoken(t, l2, fast)
+	rec := awaitWoken(t, l2, fast)
 	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
 	require.NotZero(t, rec.CommandSeq)
 	require.Len(t, callEntries(t, e, protocol.ToolCommandSubject("v1", project, channel, "wire"), fast), 1)
@@ -547,4 +550,48 @@ func TestApprovalAuthApproverActsOnlyAsItself(t *testing.T) {
 	var ae protocol.ApprovalEntry
 	require.NoError(t, json.Unmarshal(dec[0].Data, &ae))
 	require.Equal(t, "alice", ae.Approver)
+}
+
+// TestApprovalDeadlineCountsFromTheDecision: a held call has no deadline
+// while it waits (the deadline keeper does not time it out, however long
+// past its budget); once approved its deadline is the decision plus the
+// budget, which the deadline keeper then keeps. A read of the call (as an
+// executor taking the command makes) finishes an approval cut after its
+// command.
+func TestApprovalDeadlineCountsFromTheDecision(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerGated(t, l, "wire", 3_600_000, "")
+	startKeeper(t, l, 5*time.Second)
+	c, req := deadlineCall("turn-dl", "c1", "wire", 1000)
+	_, err := l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	dispatched := time.Now()
+	// Wait out the budget while held.
+	<-time.After(1500 * time.Millisecond)
+	rec, err := l.GetCall(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateAwaitingApproval, rec.State, "not timed out while held")
+
+	crash := errors.New("killed")
+	l.SetAfterStep(func(s ledger.Step) error {
+		if s == ledger.StepApprovalCommand {
+			return crash
+		}
+		return nil
+	})
+	_, err = l.Approve(ctx, "alice", approvalOf(c))
+	require.ErrorIs(t, err, crash)
+	l.SetAfterStep(func(ledger.Step) error { return nil })
+	rec, err = l.GetCall(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateDispatched, rec.State, "the read finished the approval")
+	require.Greater(t, rec.DeadlineUnixMS, dispatched.Add(1500*time.Millisecond).UnixMilli())
+
+	requireLedgerTimeout(t, e, l, c)
+	dec := e.subjectEntries(t, protocol.ApprovalSubject("v1", project, channel, c.turn, c.id))
+	var ae protocol.ApprovalEntry
+	require.NoError(t, json.Unmarshal(dec[0].Data, &ae))
+	require.Equal(t, ae.DecidedUnixMS+1000, rec.DeadlineUnixMS)
 }

@@ -54,6 +54,10 @@ type ApprovalKeeper struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+	// mu orders handle's wg.Add before Stop's wg.Wait: the consumer's
+	// callback may still be running when Stop is called.
+	mu      sync.Mutex
+	stopped bool
 }
 
 // StartApprovalKeeper creates (or binds) the keeper's consumer and starts
@@ -119,6 +123,9 @@ func (l *Ledger) createApprovalConsumer(ctx context.Context, cfg ApprovalKeeperC
 // Stop stops taking entries and waits (up to ctx) for those being handled.
 func (k *ApprovalKeeper) Stop(ctx context.Context) error {
 	k.once.Do(func() { k.cc.Stop() })
+	k.mu.Lock()
+	k.stopped = true
+	k.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		k.wg.Wait()
@@ -142,7 +149,15 @@ func (k *ApprovalKeeper) handle(msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		<-k.sem
+		_ = msg.Nak()
+		return
+	}
 	k.wg.Add(1)
+	k.mu.Unlock()
 	go func() {
 		defer k.wg.Done()
 		defer func() { <-k.sem }()

@@ -193,5 +193,8 @@ func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, ca
 	if rec == nil {
 		return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
 	}
+	if rec, err = l.settleHeld(ctx, rec); err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
 	return rec, nil
 }
