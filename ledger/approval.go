@@ -228,6 +228,18 @@ func (l *Ledger) decide(ctx context.Context, rec *protocol.CallRecord, decision,
 	}
 }
 
+// decideInTime is decide for a decider other than the expiry: at or past
+// the call's expiry with no decision stored, the expiry is the decision
+// (stored here, by the ledger, and returned as the winner), so no decision
+// is taken later than expires_unix_ms however late the keeper runs.
+func (l *Ledger) decideInTime(ctx context.Context, rec *protocol.CallRecord, decision, approver, reason string) (*protocol.ApprovalEntry, uint64, bool, error) {
+	if time.Now().UnixMilli() < rec.Held.ExpiresUnixMS {
+		return l.decide(ctx, rec, decision, approver, reason)
+	}
+	e, seq, _, err := l.decide(context.WithValue(ctx, callerKey{}, nil), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+	return e, seq, false, err
+}
+
 // followUp is what a decision leads to, done (or found done) once.
 type followUp struct {
 	commandSeq uint64
@@ -537,7 +549,7 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 		if op == protocol.OpDeny {
 			decision = protocol.ApprovalDenied
 		}
-		e, s, won, err := l.decide(ctx, rec, decision, approver, req.Reason)
+		e, s, won, err := l.decideInTime(ctx, rec, decision, approver, req.Reason)
 		if err != nil {
 			return protocol.ApprovalResult{}, fmt.Errorf("%s %s/%s: %w", op, req.AgentTurnID, req.ToolCallID, err)
 		}
@@ -583,7 +595,7 @@ func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, reaso
 	won := false
 	var err error
 	if rec.State == protocol.StateAwaitingApproval {
-		e, seq, won, err = l.decide(ctx, rec, protocol.ApprovalCanceled, rec.AgentID, reason)
+		e, seq, won, err = l.decideInTime(ctx, rec, protocol.ApprovalCanceled, rec.AgentID, reason)
 	} else {
 		e, seq, err = l.decisionOf(ctx, rec)
 	}

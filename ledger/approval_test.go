@@ -595,3 +595,32 @@ func TestApprovalDeadlineCountsFromTheDecision(t *testing.T) {
 	require.NoError(t, json.Unmarshal(dec[0].Data, &ae))
 	require.Equal(t, ae.DecidedUnixMS+1000, rec.DeadlineUnixMS)
 }
+
+// TestApprovalIsRefusedPastTheExpiry: an approval or cancel arriving after
+// expires_unix_ms, before any keeper ran, finds the call expired (the
+// ledger stores the expiry then): no decision is later than the expiry.
+func TestApprovalIsRefusedPastTheExpiry(t *testing.T) {
+	e := newEnv(t)
+	l, reg := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerGated(t, l, "wire", 1000, "")
+	for _, op := range []string{"approve", "cancel"} {
+		c, req := deadlineCall("turn-late-"+op, "c1", "wire", 0)
+		res, err := l.Dispatch(ctx, req)
+		require.NoError(t, err)
+		<-time.After(time.Until(time.UnixMilli(res.ApprovalExpiresUnixMS)))
+		if op == "approve" {
+			_, err = l.Approve(ctx, "alice", approvalOf(c))
+		} else {
+			_, err = l.Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
+		}
+		ref := requireRefusal(t, err, protocol.CodeConflict)
+		want := "already has a report (failed)"
+		if op == "approve" {
+			want = "expired by " + protocol.ApprovalExpirySource
+		}
+		require.Contains(t, ref.Violations[0].Message, want)
+		requireEndedBy(t, e, l, c, protocol.StatusFailed, protocol.ErrorCodeBadRequest, protocol.TaxonomyApprovalExpired)
+	}
+	require.Equal(t, float64(2), counterSum(t, reg, "cgledger_approvals_total"))
+}
