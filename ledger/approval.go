@@ -73,6 +73,16 @@ func (l *Ledger) dispatchHeld(ctx context.Context, rec *protocol.CallRecord, rev
 		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ApprovalExpiresUnixMS: rec.Held.ExpiresUnixMS}
 	if !created {
 		l.m.dupDispatches.Inc()
+		// An approval whose follow-up is unfinished is finished first, so
+		// the repeat answers the released command.
+		settled, err := l.settleHeld(ctx, rec)
+		if err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
+		}
+		if settled.CommandSeq != 0 {
+			res.CommandSeq, res.DeadlineUnixMS = settled.CommandSeq, settled.DeadlineUnixMS
+			return res, nil
+		}
 	}
 	if rec.State != protocol.StateAwaitingApproval {
 		// Decided and ended (denied, expired, canceled): its outcome is

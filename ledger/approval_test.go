@@ -467,6 +467,11 @@ func TestApprovalKeeperFinishesCutDecisions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l1.Approve(ctx, "alice", approvalOf(fast))
 	require.ErrorIs(t, err, crash)
+	dup, err := l2.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.False(t, dup.AwaitingApproval)
+	require.NotZero(t, dup.CommandSeq, "a repeated dispatch finishes the approval and answers its command")
 	rc := fast.resultCard(protocol.StatusSuccess)
 	rc.AuthorID, rc.FunctionName = "tool.wire", "wire"
 	_, err = l2.PutCard(ctx, rc)
@@ -587,6 +592,11 @@ func TestApprovalDeadlineCountsFromTheDecision(t *testing.T) {
 	rec, err = l.GetCall(ctx, project, c.turn, c.id)
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateDispatched, rec.State, "the read finished the approval")
+	dup, err := l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate)
+	require.Equal(t, rec.CommandSeq, dup.CommandSeq, "a repeated dispatch answers the released command")
+	require.Equal(t, rec.DeadlineUnixMS, dup.DeadlineUnixMS)
 	require.Greater(t, rec.DeadlineUnixMS, dispatched.Add(1500*time.Millisecond).UnixMilli())
 
 	requireLedgerTimeout(t, e, l, c)
