@@ -493,6 +493,19 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				log.Warn("stop deadline keeper", "err", err)
 			}
 		}()
+		// Held calls' expiry, and the follow-up of a decision whose
+		// decider stopped half-way (docs/approvals.md).
+		approvals, err := l.StartApprovalKeeper(life, ledger.ApprovalKeeperConfig{Retry: startRetry(log, ctx)})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := approvals.Stop(sctx); err != nil {
+				log.Warn("stop approval keeper", "err", err)
+			}
+		}()
 	}
 	drainExecutor := func() {}
 	if s.has("executor") {
