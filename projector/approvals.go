@@ -180,22 +180,31 @@ func (q *Queries) Approvals(project, state string, at AsOf, cursor string, limit
 	}
 	defer decided.close()
 	lower := append(append([]byte(nil), walk...), binary.BigEndian.AppendUint64(nil, after+1)...)
+	// A walk that filters (pending or decided as of an earlier sequence)
+	// examines at most maxExamined held calls a page, as a calls listing
+	// does: a page can then be short, with a cursor to continue.
+	examined, last := 0, uint64(0)
 	err = scan(v.snap, walk, lower, func(k, _ []byte) (bool, error) {
 		seq := trailingU64(k)
 		if seq > v.seq {
 			return false, nil
 		}
-		if len(out.Items) == limit {
-			out.NextCursor = encodeSeqCursor(approvalsScope(project, state), out.Items[len(out.Items)-1].HeldSeq)
+		if len(out.Items) == limit || examined == maxExamined {
+			out.NextCursor = encodeSeqCursor(approvalsScope(project, state), last)
 			return false, nil
 		}
-		item, err := v.approvalItem(project, seq, held, decided)
+		examined, last = examined+1, seq
+		item, err := v.heldCall(project, seq, held, decided)
 		if err != nil {
 			return false, err
 		}
-		if state == protocol.ApprovalListAll || (state == protocol.ApprovalPending) == (item.State == protocol.ApprovalPending) {
-			out.Items = append(out.Items, item)
+		if state != protocol.ApprovalListAll && (state == protocol.ApprovalPending) != (item.State == protocol.ApprovalPending) {
+			return true, nil
 		}
+		if item.Arguments, err = v.cardArguments(project, item.ToolCallCardID, seq); err != nil {
+			return false, err
+		}
+		out.Items = append(out.Items, item)
 		return true, nil
 	})
 	if err != nil {
@@ -239,10 +248,20 @@ func (q *Queries) Approval(project, turn, call string, at AsOf) (*ApprovalItem, 
 	return &item, v.seq, nil
 }
 
-// approvalItem reads the held call of held entry seq as of the view: its
-// ap row, its decision when the apd row was written by then, and its
-// card's arguments.
+// approvalItem reads the held call of held entry seq as of the view
+// (heldCall) with its card's arguments.
 func (v *view) approvalItem(project string, seq uint64, held, decided *seeker) (ApprovalItem, error) {
+	item, err := v.heldCall(project, seq, held, decided)
+	if err != nil {
+		return item, err
+	}
+	item.Arguments, err = v.cardArguments(project, item.ToolCallCardID, seq)
+	return item, err
+}
+
+// heldCall reads the held call of held entry seq as of the view: its ap
+// row, and its decision when the apd row was written by then.
+func (v *view) heldCall(project string, seq uint64, held, decided *seeker) (ApprovalItem, error) {
 	var item ApprovalItem
 	raw, ok, err := held.get(key(tagHeld, project).u64(seq))
 	if err != nil || !ok {
@@ -264,8 +283,7 @@ func (v *view) approvalItem(project string, seq uint64, held, decided *seeker) (
 		item.State, item.Approver, item.Reason, item.DecidedAt = dec.Decision, dec.Approver, dec.Reason, &t
 		item.DecisionSeq = binary.BigEndian.Uint64(d)
 	}
-	item.Arguments, err = v.cardArguments(project, item.ToolCallCardID, seq)
-	return item, err
+	return item, nil
 }
 
 // cardArguments returns content.arguments of the newest version of a card
