@@ -188,6 +188,6 @@ func TestApprovalsHTTPDecide(t *testing.T) {
 
 	none := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{}))
 	defer none.Close()
-	status, _ = send(t, http.MethodPost, none.URL+"/v1/projects/proj/approvals/t1/c3/approve", "", `{}`)
-	require.Equal(t, http.StatusNotFound, status)
+	status, _ = send(t, http.MethodPost, none.URL+"/v1/projects/proj/approvals/t1/c3/approve", "", `{"tool_call_card_id":"cc-t1-c3","arguments_digest":"`+digest+`","approver":"dave"}`)
+	require.Equal(t, http.StatusNotFound, status, "a server that reaches no ledger API decides nothing")
 }

@@ -67,15 +67,6 @@ func (h *handler) approval(w http.ResponseWriter, r *http.Request) {
 // The approver is the bearer credential's (HTTPConfig.Approver).
 func (h *handler) decide(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if h.cfg.Decide == nil {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "approvals are decided by a serve process that runs the ledger API; this one does not"})
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxDecisionBody+1))
-		if err != nil {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
-			return
-		}
 		approver, fromBody := "", true
 		if h.cfg.Approver != nil {
 			var ok bool
@@ -83,13 +74,22 @@ func (h *handler) decide(op string) http.HandlerFunc {
 				fromBody = false
 			}
 		}
+		if !fromBody && !protocol.ValidIdentifier(approver) {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeForbidden, Message: "the bearer credential names no approver: " + op + " needs an approver credential of the project (cgledger creds issue --role approver --approver NAME)"})
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxDecisionBody+1))
+		if err != nil {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+			return
+		}
 		req, vs := parseDecisionBody(r, body, fromBody, &approver)
 		if len(vs) > 0 {
 			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
 			return
 		}
-		if !protocol.ValidIdentifier(approver) {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeForbidden, Message: "the bearer credential names no approver: " + op + " needs an approver credential (cgledger creds issue --role approver --approver NAME)"})
+		if h.cfg.Decide == nil {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "approvals are not decided through this server (it reaches no ledger API)"})
 			return
 		}
 		res, err := h.cfg.Decide(r.Context(), op, approver, req)

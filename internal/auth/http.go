@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -21,10 +20,6 @@ import (
 //     static files (package auditweb) hold no data; every request the page
 //     makes to /v1 carries the bearer token and is checked as below.
 //   - GET /v1/projects/{project}/...: an auditor or admin of the project.
-//   - GET /v1/projects/{project}/approvals and .../approvals/{turn}/{call}:
-//     also an approver of the project; POST .../approvals/{turn}/{call}/approve
-//     and .../deny: an approver of the project only (it acts as the
-//     credential's approver name, which the handler reads with GrantFrom).
 //   - GET /v1/projects/{project}/agents/{agent}/inbox?state=pending: also a
 //     worker of the project, bound to that agent or to none (a worker's
 //     recovery of the results whose wakeups it missed).
@@ -81,7 +76,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), grantKey{}, g)))
+		next.ServeHTTP(w, r.WithContext(withGrant(r.Context(), g)))
 	})
 }
 
@@ -103,10 +98,6 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
-	case len(parts) >= 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "approvals" && g.Role != RoleWorker:
-		return authorizeApprovals(g, method, parts)
-	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == roleApprover:
-		return "an approver credential may read and decide only its project's approvals, under /v1/projects/{project}/approvals"
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == RoleWorker:
 		return authorizeWorkerInbox(g, parts, query)
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":
@@ -130,40 +121,6 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 		}
 	}
 	return ""
-}
-
-// roleApprover is the approver role's name (its credentials decide held
-// calls: docs/approvals.md).
-const roleApprover Role = "approver"
-
-// authorizeApprovals guards /v1/projects/{project}/approvals...: reading
-// is an approver's, auditor's or admin's of the project; deciding (POST
-// .../approve or .../deny) an approver's only, since the decision is
-// recorded under the credential's approver name.
-func authorizeApprovals(g Grant, method string, parts []string) string {
-	project := parts[2]
-	switch {
-	case !g.Allows(project) || g.Role == roleApprover && g.Project != project:
-		return "credential is for project " + g.Project + ", not " + project
-	case method == http.MethodGet || method == http.MethodHead:
-		if g.Role != roleApprover && g.Role != RoleAuditor && g.Role != RoleAdmin {
-			return "reading approvals needs an approver, auditor or admin credential of the project"
-		}
-	case g.Role != roleApprover:
-		return "deciding an approval needs an approver credential of the project (cgledger creds issue --role approver --approver NAME): the decision is recorded under its approver name"
-	}
-	return ""
-}
-
-// grantKey is the context key of the grant HTTPPolicy verified.
-type grantKey struct{}
-
-// GrantFrom returns the grant of the bearer credential HTTPPolicy verified
-// for the request whose context ctx is (false when the request came in
-// without the policy).
-func GrantFrom(ctx context.Context) (Grant, bool) {
-	g, ok := ctx.Value(grantKey{}).(Grant)
-	return g, ok
 }
 
 // authorizeWorkerInbox lets a worker read one thing of the audit API: the
