@@ -186,6 +186,22 @@ func TestApprovalsHTTPDecide(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, "dave", calls[2].approver, "without credentials the body names the approver")
 
+	// The reads list every parameter problem at once.
+	status, out = send(t, http.MethodGet, hs.URL+"/v1/projects/proj/approvals?state=soon&limit=-1&as_of_seq=x", "", "")
+	require.Equal(t, http.StatusBadRequest, status)
+	vs = nil
+	for _, v := range out["violations"].([]any) {
+		vs = append(vs, v.(map[string]any)["field"].(string))
+	}
+	require.ElementsMatch(t, []string{"state", "limit", "as_of_seq"}, vs)
+	var page projector.Page[projector.ApprovalItem]
+	require.Equal(t, http.StatusOK, getJSON(t, hs.URL+"/v1/projects/proj/approvals?state=all&limit=1", &page))
+	require.Equal(t, []string{"c1=approved"}, states(page.Items))
+	status, out = send(t, http.MethodGet, hs.URL+"/v1/projects/proj/approvals?state=decided&cursor="+page.NextCursor, "", "")
+	require.Equal(t, http.StatusBadRequest, status, "a cursor of state=all: %v", out)
+	status, _ = send(t, http.MethodGet, hs.URL+"/v1/projects/proj/approvals/t1/nope", "", "")
+	require.Equal(t, http.StatusNotFound, status)
+
 	none := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{}))
 	defer none.Close()
 	status, _ = send(t, http.MethodPost, none.URL+"/v1/projects/proj/approvals/t1/c3/approve", "", `{"tool_call_card_id":"cc-t1-c3","arguments_digest":"`+digest+`","approver":"dave"}`)
