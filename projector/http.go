@@ -20,6 +20,15 @@ type HTTPConfig struct {
 	// Verify, when set, serves GET /v1/verify (chain check against the live
 	// stream).
 	Verify func(ctx context.Context) (ledger.VerifyReport, error)
+	// Decide, when set, serves POST /v1/projects/{project}/approvals/{turn}/{call}/approve
+	// and .../deny (docs/approvals.md): serve sets it where the process
+	// reaches the ledger API.
+	Decide DecideFunc
+	// Approver names the approver a POST approve or deny acts as: serve
+	// returns the bearer credential's approver name (ok true, the name
+	// empty when the credential has none, which is refused). Nil, or ok
+	// false (serve without credentials), takes the body's "approver".
+	Approver func(r *http.Request) (name string, ok bool)
 }
 
 // Handler serves the audit API under /v1/ (docs/audit-api.md). Answers are
@@ -68,6 +77,10 @@ func (h *handler) routes() []route {
 		{"GET /v1/projects/{project}/cards/{card}", h.card},
 		{"GET /v1/projects/{project}/tools", h.tools},
 		{"GET /v1/projects/{project}/tools/{tool}", h.tool},
+		{"GET /v1/projects/{project}/approvals", h.approvals},
+		{"GET /v1/projects/{project}/approvals/{turn}/{call}", h.approval},
+		{"POST /v1/projects/{project}/approvals/{turn}/{call}/approve", h.decide(protocol.OpApprove)},
+		{"POST /v1/projects/{project}/approvals/{turn}/{call}/deny", h.decide(protocol.OpDeny)},
 		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
 		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
 		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},

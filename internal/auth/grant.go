@@ -51,7 +51,7 @@ const DefaultStream = "CG_LEDGER"
 var (
 	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "inbox.list", "cancel", "commit", "abort", "tool.get", "tool.list"}
 	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "attempt.start", "prepare", "tool.get", "tool.consumer"}
-	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list"}
+	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list", protocol.OpApprovalList, protocol.OpApprovalGet}
 	// ApproverOps are an approver's, under its own name as actor.
 	ApproverOps = []string{protocol.OpApprove, protocol.OpDeny, protocol.OpApprovalList, protocol.OpApprovalGet}
 	// GlobalOps are admin operations outside any project; only an admin of

@@ -76,7 +76,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withGrant(r.Context(), g)))
 	})
 }
 
