@@ -217,6 +217,8 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 		return errors.New("executor: Register after Start")
 	}
 	e.impls[name] = &impl{name: name, tool: tool, builtin: builtin}
+	// At 0 from the start, so the first redelivery counts in increase().
+	e.m.redelivered.WithLabelValues(name)
 	if builtin != nil {
 		e.labels.Add(builtin.ToolName)
 		e.labels.AddVersion(builtin.ToolName, builtin.Version)

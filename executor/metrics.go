@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 type metrics struct {
@@ -58,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Commands handed back for redelivery because a ledger read or write failed (a full or read-only disk, a lost leader); a rising rate means calls are waiting on storage.",
 		}),
 	}
+	// A command that does not follow the protocol is rejected bad_request:
+	// its series exists from the start, so the first one counts in
+	// increase() and the dashboard's panel has data.
+	m.rejected.WithLabelValues(string(protocol.CodeBadRequest))
 	if reg == nil {
 		return m, nil
 	}

@@ -51,6 +51,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "API requests the views answered (inbox.list), by op and code: ok, stale (answered while the views lagged the ledger past the wait), or the protocol error code.",
 		}, []string{"op", "code"}),
 	}
+	// Every reason has a series from the start, at 0: a series that
+	// appears at its first error hides that error from increase(), and an
+	// absent family reads on a dashboard as a metric that does not exist.
+	for _, reason := range []string{"nats", "store", "gap", "corrupt"} {
+		m.errors.WithLabelValues(reason)
+	}
 	if reg == nil {
 		return m, nil
 	}
