@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -17,10 +18,12 @@ import (
 
 // The tools of TestPrometheusUnderLoadAndFaults, besides the built-ins:
 // ext is served by a separate tool service (test/faults/toolsvc) that the
-// test kills; idle and lowslo are registered and served by nobody; lowslo
-// has an SLO and little traffic.
+// test kills; idle, lowslo and gone are registered and served by nobody;
+// lowslo has an SLO and little traffic; gone is answered S-TOOL-UNAVAILABLE
+// at once (health.fail_fast_after_ms).
 var promTools = map[string]string{
-	"ext":    "limits: {timeout_ms_default: 2000}\n",
+	"ext":    "limits: {timeout_ms_default: 2000}\nslo: {p95_latency_ms_max: 5000}\n",
+	"gone":   "health: {fail_fast_after_ms: 500}\n",
 	"idle":   "limits: {timeout_ms_default: 20000}\n",
 	"lowslo": "limits: {timeout_ms_default: 2000}\nslo: {success_rate_min: 0.995}\n",
 }
@@ -65,8 +68,8 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	// kinds below any burn threshold (a built-in's timeout, an external
 	// tool's failed report), a late report (ext answers 9 s into a 1 s
 	// call, after the ledger ended it), a call that reaches its deadline
-	// unanswered, a duplicate and a conflicting dispatch, malformed
-	// requests.
+	// unanswered, calls failed fast (nobody pulls gone), a duplicate and a
+	// conflicting dispatch, malformed requests.
 	c.every(t, 500*time.Millisecond, 0, "echo", `{"text":"p"}`, 0)
 	c.every(t, time.Second, 0, "sleep", `{"ms":10}`, 0)
 	c.every(t, 20*time.Second, 0, "sleep", `{"ms":5000}`, 300)
@@ -74,6 +77,7 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	c.every(t, 5*time.Second, 0, "ext", `{"fail":"upstream_unavailable"}`, 0)
 	c.every(t, time.Second, 1, "ext", `{"delay_ms":9000}`, 1000)
 	c.every(t, time.Second, 1, "lowslo", `{}`, 0)
+	c.every(t, 2*time.Second, 3, "gone", `{}`, 0)
 	require.NoError(t, c.dispatch("echo", `{"text":"d"}`, 0, "dup", "d1"))
 	require.NoError(t, c.dispatch("echo", `{"text":"d"}`, 0, "dup", "d1"), "a duplicate dispatch is acknowledged")
 	require.Error(t, c.dispatch("echo", `{"text":"other"}`, 0, "dup", "d1"), "a conflicting dispatch is refused")
@@ -86,28 +90,41 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 		all["recording rule "+name] = q
 	}
 	// With $tool set to an external tool, every panel on the ledger's
-	// signals shows it; panels on the executor's own metrics (attempts,
-	// retries of built-ins) cannot.
-	extOnly := map[string]string{}
+	// signals shows it (some query of the panel has data; a panel's
+	// other queries may be about events ext did not have); panels on the
+	// executor's own metrics (attempts, retries of built-ins) cannot.
+	extPanels := map[string]map[string]string{}
 	for name, q := range panelQueries(map[string]string{"tool": "ext"}) {
 		if strings.Contains(q, `"ext"`) && !strings.Contains(q, "cgledger_executor_") {
-			extOnly["$tool=ext: "+name] = q
+			panel := name[:strings.LastIndex(name, " / ")]
+			if extPanels[panel] == nil {
+				extPanels[panel] = map[string]string{}
+			}
+			extPanels[panel][name] = q
 		}
 	}
-	for name, q := range extOnly {
-		all[name] = q
+	emptyExtPanels := func() []string {
+		var out []string
+		for _, qs := range extPanels {
+			if empty := emptyQueries(p, qs); len(empty) == len(qs) {
+				out = append(out, "$tool=ext: "+strings.Join(empty, " | "))
+			}
+		}
+		sort.Strings(out)
+		return out
 	}
 	var empty []string
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		empty = emptyQueries(p, all)
+		empty = append(emptyQueries(p, all), emptyExtPanels()...)
 		if len(empty) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(2 * time.Second)
 	}
 	if len(empty) > 0 {
-		t.Errorf("%d of %d dashboard queries and recording rules return no data:\n%s", len(empty), len(all), strings.Join(empty, "\n"))
+		t.Errorf("%d of %d dashboard queries and recording rules, and panels with $tool=ext, return no data:\n%s",
+			len(empty), len(all)+len(extPanels), strings.Join(empty, "\n"))
 	}
 	// The tool dropdown lists every tool, whoever serves it.
 	for _, d := range dashboards.All() {
@@ -123,7 +140,7 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 			for _, s := range ss {
 				tools[s.Labels["tool"]] = true
 			}
-			for _, want := range []string{"echo", "sleep", "ext", "idle", "lowslo"} {
+			for _, want := range []string{"echo", "sleep", "ext", "idle", "lowslo", "gone"} {
 				if !tools[want] {
 					t.Errorf("dashboard %s: the tool dropdown (%s) lacks %s: %v", d.UID, q, want, tools)
 				}
@@ -140,7 +157,11 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	// of malformed requests as large as the requests of the last 5 minutes.
 	phase2 := time.Now()
 	ext.kill(t)
-	c.every(t, time.Second, 6, "idle", `{}`, 0)
+	// A burst, as an agent fanning out: they reach their deadline
+	// together.
+	for i := range 6 {
+		require.NoError(t, c.dispatch("idle", `{}`, 0, "idle-burst", fmt.Sprint(i)))
+	}
 	c.every(t, time.Second, 4, "lowslo", `{}`, 0)
 	n, _ := p.value(`sum(increase(cgledger_api_requests_total[5m]))`, nil)
 	burst := max(400, int(n))
