@@ -36,7 +36,7 @@ var inProcessOnly = map[string]string{
 	"StreamName":          "the in-process ledger's configuration",
 	"BucketName":          "the in-process ledger's configuration",
 	"Version":             "the in-process ledger's configuration",
-	"SLOCollector":        "the in-process ledger's metrics",
+	"ToolCollector":       "the in-process ledger's metrics",
 	"ToolLabels":          "the in-process ledger's metrics (an executor on a client keeps its own)",
 	"RecordRefusal":       "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
 	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",

@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_executor_calls_total",
-			Help: "Tool calls resolved by this executor, by tool, final L0 status, error class (taxonomy class, empty on success) and tool_version (the version of the definition the call pinned; empty when it has none, \"_other\" for one not registered).",
+			Help: "Tool calls resolved by this executor, by tool, final L0 status, error class (taxonomy class, \"none\" on success) and tool_version (the version of the definition the call pinned; empty when it has none, \"_other\" for one not registered).",
 		}, []string{"tool", "status", "error_class", "tool_version"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_executor_attempts_total",

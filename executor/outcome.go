@@ -76,16 +76,16 @@ const (
 	CodeRedelivered   = "S-TOOL-REDELIVERY"
 	CodeUnknownTool   = "C-CONTRACT-001"
 	CodeCanceled      = "CANCELED"
-	codeErrorCanceled = "canceled"
+	codeErrorCanceled = protocol.ErrorCodeCanceled
 )
 
 // L0 error codes (the protocol's `error.code`).
 const (
-	ErrToolTimeout         = "tool_timeout"
-	ErrAuthFailed          = "auth_failed"
-	ErrBadRequest          = "bad_request"
-	ErrUpstreamUnavailable = "upstream_unavailable"
-	ErrInternal            = "internal_error"
+	ErrToolTimeout         = protocol.ErrorCodeToolTimeout
+	ErrAuthFailed          = protocol.ErrorCodeAuthFailed
+	ErrBadRequest          = protocol.ErrorCodeBadRequest
+	ErrUpstreamUnavailable = protocol.ErrorCodeUpstreamUnavailable
+	ErrInternal            = protocol.ErrorCodeInternal
 )
 
 // class is the taxonomy class prefix of a code ("R-TIMEOUT", "I-REQ"...).

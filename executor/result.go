@@ -100,12 +100,19 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	e.log.Info("call resolved", "tool", ans.toolName, "call", rec.ToolCallID, "status", status, "code", o.Code, "attempts", attempts, "duration_ms", time.Since(start).Milliseconds())
 }
 
+// errorClass is the error_class label of an outcome: "none" on success,
+// so that no series has an empty label (which PromQL cannot tell from an
+// absent one).
 func errorClass(o Outcome) string {
 	if o.Kind == KindSuccess {
-		return ""
+		return NoErrorClass
 	}
 	return class(o.Code)
 }
+
+// NoErrorClass is the error_class of cgledger_executor_calls_total for a
+// call that succeeded.
+const NoErrorClass = "none"
 
 // retryLater naks with a delay so JetStream redelivers the command.
 func (e *Executor) retryLater(msg jetstream.Msg, what string, err error) {

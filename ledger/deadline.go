@@ -18,6 +18,11 @@ const DefaultDeadlineGrace = 5 * time.Second
 
 // pastDeadline reports whether the ledger may record rec's timeout at now:
 // its deadline plus the grace has passed. A record of an earlier version,
+// DeadlineGrace is how long after a call's deadline this ledger records its
+// timeout (Config.DeadlineGrace, or its default): until then a report is
+// still accepted.
+func (l *Ledger) DeadlineGrace() time.Duration { return l.grace }
+
 // without a deadline, never is here (the deadline keeper computes one).
 func (l *Ledger) pastDeadline(rec *protocol.CallRecord, now time.Time) bool {
 	return rec.DeadlineUnixMS > 0 && !now.Before(rec.Deadline().Add(l.grace))
@@ -68,8 +73,8 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 		Error  errBody           `json:"error"`
 	}{
 		Status: protocol.StatusTimeout,
-		Result: map[string]string{"error_code": "tool_timeout", "error_message": msg},
-		Error: errBody{Code: "tool_timeout", Message: msg, Detail: detail{
+		Result: map[string]string{"error_code": protocol.ErrorCodeToolTimeout, "error_message": msg},
+		Error: errBody{Code: protocol.ErrorCodeToolTimeout, Message: msg, Detail: detail{
 			TaxonomyCode: protocol.TaxonomyDeadlineTimeout, Class: "retryable_error", Attempts: 0, DeadlineMS: deadline.UnixMilli(),
 			FixHint: "check that a tool service is running for the tool and reporting in time, or raise the call's timeout_ms (up to the tool's timeout_ms_max)",
 		}},
@@ -77,8 +82,8 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 	if attempt > 0 {
 		msg = fmt.Sprintf("attempt %d of side_effectful tool %s started and no outcome was reported by the call's deadline %s: whether it took effect is unknown", attempt, rec.ToolName, protocol.FormatTime(deadline))
 		c.Status = protocol.StatusFailed
-		c.Result = map[string]string{"error_code": "internal_error", "error_message": msg}
-		c.Error = errBody{Code: "internal_error", Message: msg, Detail: detail{
+		c.Result = map[string]string{"error_code": protocol.ErrorCodeInternal, "error_message": msg}
+		c.Error = errBody{Code: protocol.ErrorCodeInternal, Message: msg, Detail: detail{
 			TaxonomyCode: protocol.CodeToolOutcomeUnknown, Class: "terminal_error", Attempts: int(attempt), DeadlineMS: deadline.UnixMilli(),
 			FixHint: "check with the tool's upstream, using the call's idempotency key, whether the effect happened; the call is never run again by itself",
 		}}

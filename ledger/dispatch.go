@@ -211,6 +211,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
 	}
+	if !ack.Duplicate {
+		// The command's one append (a repeat within Nats-Msg-Id's window
+		// is answered as a duplicate): the call is dispatched once, by
+		// whichever dispatch published it.
+		l.m.dispatches.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+	}
 	if err := l.step(stepDispatchCommand); err != nil {
 		return protocol.DispatchResult{}, err
 	}

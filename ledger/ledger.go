@@ -52,7 +52,10 @@ type Config struct {
 	DeadlineGrace time.Duration
 	// BuiltinTools are the definitions of tools an executor serves
 	// without a registration (serve's echo and sleep): a call to one in a
-	// project that registered none gets its deadline from them.
+	// project that registered none gets its deadline from them. They are
+	// served in every project, whichever process runs the executor, so
+	// their names are tool labels of their own (ToolLabels) and their
+	// timeouts are exported (ToolCollector).
 	BuiltinTools []protocol.ToolDefinition
 	// Retention, when positive, is how long entries stay in the stream: each
 	// is written with it as its JetStream TTL, except tool definitions,
@@ -194,9 +197,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open: %w", err)
 	}
 	c.labels.Add(names...)
+	for name := range builtin {
+		c.labels.Add(name)
+	}
 	// Registered last: a caller that opens again after an error above
 	// must not find the metrics taken.
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, c.labels)
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // metrics are the ledger's Prometheus series. They live on a registry passed
@@ -26,9 +28,14 @@ type metrics struct {
 	decisions       *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
 	lateReports     *prometheus.CounterVec
+	// toolCalls counts stored report entries by tool, status and error
+	// code: every tool's outcome, whoever served or ended the call.
+	toolCalls *prometheus.CounterVec
+	// dispatches counts calls whose command entry was stored, by tool.
+	dispatches *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
 	m := &metrics{
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_ledger_appends_total",
@@ -106,11 +113,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cgledger_ledger_late_reports_total",
 			Help: "Reports refused as late (conflict, violation late): their call had reached its deadline and the ledger recorded its timeout, by tool (bounded as for report latency).",
 		}, []string{"tool"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_tool_calls_total",
+			Help: "Calls' outcomes: report entries this process stored (one per call, whoever reported: a tool service, an executor, the ledger at the deadline or failing fast), by tool (bounded as for report latency), status and error_code (the result card's error.code when it is a recommended code, \"none\" when the card has no error, \"_other\" else).",
+		}, []string{"tool", "status", "error_code"}),
+		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_tool_dispatches_total",
+			Help: "Calls dispatched: command entries this process stored (repeated dispatches excluded), by tool (bounded as for report latency).",
+		}, []string{"tool"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolUnavailable, m.timeouts, m.lateReports} {
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls,
+		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -122,3 +138,51 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // millisecond (an API request) to ten minutes (a long tool call); the
 // executor and serve use them too, so dashboards compare like with like.
 var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// Error code labels of cgledger_tool_calls_total beyond the recommended
+// codes (protocol.RecommendedErrorCodes): a result with no error, and any
+// code a tool made up (a label of its own would let tools grow the series
+// without end).
+const (
+	NoErrorCodeLabel    = "none"
+	OtherErrorCodeLabel = "_other"
+)
+
+// ErrorCodeLabel is the error_code label of a result card's error code
+// ("" when the card has no error).
+func ErrorCodeLabel(code string) string {
+	switch {
+	case code == "":
+		return NoErrorCodeLabel
+	case protocol.RecommendedErrorCode(code):
+		return code
+	}
+	return OtherErrorCodeLabel
+}
+
+// everyKnownTool collects counters labelled by tool alone with a series for
+// every known tool, at 0 until its first event. A series that appears at its
+// first event hides that event from increase() and rate(), so an alert on a
+// few deadline timeouts would read 0 for the first of them.
+type everyKnownTool struct {
+	labels *ToolLabels
+	vecs   []*prometheus.CounterVec
+}
+
+// Describe implements prometheus.Collector.
+func (c everyKnownTool) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range c.vecs {
+		v.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c everyKnownTool) Collect(ch chan<- prometheus.Metric) {
+	names := append(c.labels.Names(), OtherToolLabel)
+	for _, v := range c.vecs {
+		for _, n := range names {
+			v.WithLabelValues(n)
+		}
+		v.Collect(ch)
+	}
+}

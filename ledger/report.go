@@ -204,13 +204,20 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		default:
 			// A claim written by an earlier version of the ledger, before
 			// the report entry itself became the claim: append its bytes.
+			// Its error code was not kept (never is): the card the
+			// fingerprint names, the report's own, holds it.
 			claim = withClaim(rec).Claim
+			code, err := resultErrorCode(pre.card, pre.cardErr)
+			if err != nil {
+				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			claim.ErrorCode = code
 		}
 
 		// The append is the claim: the subject is the call's own and must be
 		// empty, so of any number of concurrent reports exactly one stores
 		// its entry, through any number of ledger processes.
-		seq, stored, err := l.appendReport(ctx, claim)
+		seq, stored, err := l.appendReport(ctx, rec.ToolName, claim)
 		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -422,7 +429,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 	if c.Metadata.StepID != want.StepID {
 		vs.Add("card.metadata.step_id", protocol.VMismatch, "must be copied verbatim from the tool.call card (%q), got %q", want.StepID, c.Metadata.StepID)
 	}
-	effective := in.payload.AfterExecution
+	effective, errorCode := in.payload.AfterExecution, ""
 	if c.Type == protocol.CardToolResult {
 		tr, err := c.ToolResult()
 		if err != nil {
@@ -432,6 +439,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 			vs.Add("payload.status", protocol.VMismatch, "report status %q differs from the result card's status %q", in.payload.Status, tr.Status)
 		}
 		effective = tr.EffectiveAfterExecution(in.payload.AfterExecution)
+		errorCode = tr.ErrorCode()
 	}
 	if len(vs) > 0 {
 		return nil, protocol.NewError(protocol.CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
@@ -460,16 +468,30 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		EffectiveAfterExecution: effective, ToolResultCardID: c.CardID, SourceID: in.sourceID,
 		Subject: protocol.ReportSubject(l.version, in.project, in.channel, in.id.AgentTurnID, in.id.ToolCallID),
 		MsgID:   "report." + in.project + "." + in.id.AgentTurnID + "." + in.id.ToolCallID,
-		Header:  h, Data: data, AttemptOutcome: in.payload.AttemptOutcome,
+		Header:  h, Data: data, AttemptOutcome: in.payload.AttemptOutcome, ErrorCode: errorCode,
 	}, nil
+}
+
+// resultErrorCode is the error code of a stored result card ("" for none).
+func resultErrorCode(sc *protocol.StoredCard, err error) (string, error) {
+	if err != nil {
+		return "", fmt.Errorf("read the result card: %w", err)
+	}
+	tr, err := sc.Card.ToolResult()
+	if err != nil {
+		return "", err
+	}
+	return tr.ErrorCode(), nil
 }
 
 // appendReport appends a report entry at most once: the entry's subject is
 // unique to the call, and the append expects that subject to be empty, which
 // holds across restarts (unlike the Nats-Msg-Id window). stored is nil when
 // this call wrote the entry; otherwise it is the entry already there, as a
-// claim, and seq is its sequence.
-func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
+// claim, and seq is its sequence. The outcome is counted here, by the one
+// process that stored the entry, so every source of reports (tool services,
+// executors, the deadline keeper, fail-fast) is counted exactly once.
+func (l *Ledger) appendReport(ctx context.Context, toolName string, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
 	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		msg.Header[k] = append([]string(nil), v...)
@@ -478,6 +500,7 @@ func (l *Ledger) appendReport(ctx context.Context, c *protocol.Claim) (seq uint6
 	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
+		l.m.toolCalls.WithLabelValues(l.labels.Label(toolName), c.Status, ErrorCodeLabel(c.ErrorCode)).Inc()
 		if c.AttemptOutcome != "" {
 			l.m.attemptOutcome.WithLabelValues(c.AttemptOutcome).Inc()
 		}

@@ -3,8 +3,10 @@ package ledger_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cgledger/cgledger/executor/jina"
+	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -135,28 +137,60 @@ slo: {success_rate_min: 1.5, p95_latency_ms_max: -3}
 	require.Equal(t, protocol.VMismatch, le.Violations[0].Code)
 }
 
-// TestSLOCollectorExportsRegisteredTargets: a tool's SLO is a gauge per tool
-// name; the strictest wins across projects; tools without one are absent.
-func TestSLOCollectorExportsRegisteredTargets(t *testing.T) {
+// TestToolCollectorExportsTimeoutsAndSLOs: every registered tool (any
+// project) and built-in has its timeout as a gauge, the largest across
+// projects, the protocol's 30 s when a built-in sets none (and for the PMO
+// built-ins, which have no definition); a tool's SLO is
+// a gauge per tool name, the strictest across projects; tools without one
+// are absent from the SLO gauges.
+func TestToolCollectorExportsTimeoutsAndSLOs(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	_, err := e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))
+	l, err := ledger.Open(ctx, e.srv.Connect(t), ledger.Config{BuiltinTools: []protocol.ToolDefinition{
+		{ToolName: "echo", Limits: protocol.ToolLimits{TimeoutMSDefault: 2000}},
+		{ToolName: "clock"},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(searchYAML))
 	require.NoError(t, err)
 	stricter := strings.Replace(searchYAML, "slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}", "slo: {success_rate_min: 0.999, p95_latency_ms_max: 5000}", 1)
+	stricter = strings.Replace(stricter, "timeout_ms_default: 5000", "timeout_ms_default: 8000", 1)
 	_, err = e.l.RegisterToolYAML(ctx, "other-project", []byte(stricter))
 	require.NoError(t, err)
-	_, err = e.l.RegisterToolYAML(ctx, project, []byte(strings.Replace(strings.Replace(searchYAML, "web_search", "plain", 1), "slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}\n", "", 1)))
+	plain := strings.Replace(strings.Replace(searchYAML, "web_search", "plain", 1), "slo: {success_rate_min: 0.995, p95_latency_ms_max: 2000}\n", "", 1)
+	_, err = e.l.RegisterToolYAML(ctx, project, []byte(strings.Replace(plain, "timeout_ms_default: 5000, timeout_ms_max: 20000, ", "", 1)))
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	require.NoError(t, reg.Register(e.l.SLOCollector()))
+	require.NoError(t, reg.Register(l.ToolCollector()))
 	expected := `
-# HELP cgledger_tool_slo_p95_latency_seconds_max The latency SLO of a registered tool (its definition's slo.p95_latency_ms_max, in seconds); the strictest when projects differ.
-# TYPE cgledger_tool_slo_p95_latency_seconds_max gauge
-cgledger_tool_slo_p95_latency_seconds_max{tool="web_search"} 2
-# HELP cgledger_tool_slo_success_rate_min The availability SLO of a registered tool (its definition's slo.success_rate_min); the strictest when projects differ.
-# TYPE cgledger_tool_slo_success_rate_min gauge
-cgledger_tool_slo_success_rate_min{tool="web_search"} 0.999
+# HELP cgledger_tool_slo_p95_latency_max_seconds The latency SLO of a registered tool (its definition's slo.p95_latency_ms_max, in seconds); the strictest when projects differ.
+# TYPE cgledger_tool_slo_p95_latency_max_seconds gauge
+cgledger_tool_slo_p95_latency_max_seconds{tool="web_search"} 2
+# HELP cgledger_tool_slo_success_min_ratio The availability SLO of a registered tool (its definition's slo.success_rate_min); the strictest when projects differ.
+# TYPE cgledger_tool_slo_success_min_ratio gauge
+cgledger_tool_slo_success_min_ratio{tool="web_search"} 0.999
+# HELP cgledger_tool_timeout_seconds The default time budget of a call to a tool (its definition's limits.timeout_ms_default, else the protocol's 30 s), for every tool registered in any project and every built-in (the executor's and the PMO's); the largest when projects differ. Dashboards list the tools from it.
+# TYPE cgledger_tool_timeout_seconds gauge
+cgledger_tool_timeout_seconds{tool="ask_expert"} 30
+cgledger_tool_timeout_seconds{tool="clock"} 30
+cgledger_tool_timeout_seconds{tool="delegate_async"} 30
+cgledger_tool_timeout_seconds{tool="echo"} 2
+cgledger_tool_timeout_seconds{tool="fork_join"} 30
+cgledger_tool_timeout_seconds{tool="launch_principal"} 30
+cgledger_tool_timeout_seconds{tool="plain"} 30
+cgledger_tool_timeout_seconds{tool="provision_agent"} 30
+cgledger_tool_timeout_seconds{tool="web_search"} 8
 `
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected)))
+	var last error
+	require.Eventually(t, func() bool {
+		// This process learns the other's registrations through its watch.
+		last = testutil.GatherAndCompare(reg, strings.NewReader(expected))
+		return last == nil
+	}, time.Minute, 20*time.Millisecond, "%v", &last)
+	// Names: every label of a tool of its own (PMO built-ins included),
+	// sorted; never a version.
+	l.ToolLabels().AddVersion("plain", "1.0.0")
+	require.Equal(t, []string{"ask_expert", "clock", "delegate_async", "echo", "fork_join", "launch_principal", "plain", "provision_agent", "web_search"}, l.ToolLabels().Names())
 }

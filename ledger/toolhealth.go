@@ -221,8 +221,8 @@ func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord
 	msg := fmt.Sprintf("no tool service pulled the commands of tool %s for %d ms (its health.fail_fast_after_ms)", rec.ToolName, failFast.Milliseconds())
 	content, err := json.Marshal(map[string]any{
 		"status": protocol.StatusFailed,
-		"result": map[string]any{"error_code": "upstream_unavailable", "error_message": msg},
-		"error": map[string]any{"code": "upstream_unavailable", "message": msg, "detail": map[string]any{
+		"result": map[string]any{"error_code": protocol.ErrorCodeUpstreamUnavailable, "error_message": msg},
+		"error": map[string]any{"code": protocol.ErrorCodeUpstreamUnavailable, "message": msg, "detail": map[string]any{
 			"taxonomy_code": protocol.CodeToolUnavailable, "class": "retryable_error", "attempts": 0,
 			"fix_hint": "start a tool service (or executor) for the tool, then dispatch the call again",
 		}},

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,7 @@ import (
 const OtherToolLabel = "_other"
 
 // ToolLabels decides the tool label of every metric that has one (the
-// ledger's, the executor's and the SLO gauges): a name is its own label
+// ledger's, the executor's, the tool gauges and serve's consumer gauges): a name is its own label
 // only when it is known, that is registered in some project or built in
 // (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
 // series of a tool family number at most the known names plus one, and no
@@ -43,6 +44,23 @@ func (t *ToolLabels) Label(name string) string {
 		return name
 	}
 	return OtherToolLabel
+}
+
+// Names lists the known tool names, sorted: every tool label but
+// OtherToolLabel (the views emit their per-tool gauges for each).
+func (t *ToolLabels) Names() []string {
+	m := t.known.Load()
+	if m == nil {
+		return nil
+	}
+	names := make([]string, 0, len(*m))
+	for n := range *m {
+		if !strings.Contains(n, "\x00") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Known reports whether name is its own label.

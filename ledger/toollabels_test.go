@@ -31,7 +31,7 @@ func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 	// machine: more than the minute of ledgertest.Ctx.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	reg.MustRegister(e.L.SLOCollector())
+	reg.MustRegister(e.L.ToolCollector())
 	_, err := e.L.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: "proj", ToolName: "search",
 		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.search",
 		AfterExecution: protocol.AfterSuspend, SLO: &protocol.ToolSLO{SuccessRateMin: 0.99}})
@@ -109,7 +109,7 @@ func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 	for _, name := range []string{"cgledger_call_report_latency_seconds", "cgledger_call_wakeup_latency_seconds"} {
 		require.Equal(t, map[string]bool{"search": true, "delegate_async": true, ledger.OtherToolLabel: true}, perFamily[name], name)
 	}
-	require.Equal(t, map[string]bool{"search": true}, perFamily["cgledger_tool_slo_success_rate_min"])
+	require.Equal(t, map[string]bool{"search": true}, perFamily["cgledger_tool_slo_success_min_ratio"])
 	require.Equal(t, uint64(unknown), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", ledger.OtherToolLabel).GetHistogram().GetSampleCount())
 }
 

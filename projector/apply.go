@@ -554,12 +554,26 @@ func (a *applier) command(ev event, fromLedger bool) error {
 		a.index(st, dimAgent, st.AgentID)
 		a.index(st, dimChannel, st.ChannelID)
 		a.index(st, dimState, StateDispatched)
+		if fromLedger && st.ReportedSeq == 0 {
+			a.set(openKey(st), binary.BigEndian.AppendUint64(nil, uint64(cmd.Payload.DeadlineUnixMS)))
+		}
 	}
 	// A repeated command for a dispatched call (a dispatch retried after the
 	// duplicate window) leaves the first dispatch as the call's.
 	a.saveState(st, ev.seq)
 	a.trace(ev, sub.Project, id.AgentTurnID, id.ToolCallID)
 	return nil
+}
+
+// openKey is the open row of a dispatched call: its tool name, then its
+// dispatch time and sequence, so one tool's waiting calls are one range of
+// keys, oldest first (open.go).
+func openKey(st *CallState) []byte {
+	var t time.Time
+	if st.DispatchedAt != nil {
+		t = *st.DispatchedAt
+	}
+	return key(tagOpen, st.ToolName).t(t).u64(st.DispatchedSeq)
 }
 
 // index writes an ix row for a call, ordered by dispatch time.
@@ -619,6 +633,11 @@ func (a *applier) report(ev event) error {
 	st, err := a.stateFor(r.ProjectID, r.AgentTurnID, r.ToolCallID, ev.seq)
 	if err != nil {
 		return err
+	}
+	if st.DispatchedSeq != 0 && st.ReportedSeq == 0 {
+		// The call's wait ends with its first report (a delete of a row
+		// that an external command never wrote changes no row).
+		a.del(openKey(st))
 	}
 	t := ev.t
 	st.State, st.ReportedSeq, st.ReportedAt = StateReported, ev.seq, &t

@@ -106,6 +106,9 @@ func buildReference(t *testing.T, e *ledgertest.Env) *reference {
 	ref.digest = digest(t, s)
 	ref.dump = dumpRows(t, s)
 	require.NotEmpty(t, ref.dump)
+	// The scenario leaves a call waiting: its open row is among the rows
+	// every crash point must come back to.
+	require.Len(t, openRows(t, s), 1)
 
 	// The per-sequence digests come from ApplyEntries rather than from a
 	// projector with BatchSize 1: a pull consumer buffering two messages

@@ -32,6 +32,7 @@ const (
 	tagSkip     = "skp"    // skp\0<skip seq> -> skipped seq, reason: a valid skip entry
 	tagProject  = "proj"   // proj\0<project> -> first seq, first time: the project index
 	tagLost     = "lost"   // lost\0<first seq> -> last seq: entries lost before they were archived
+	tagOpen     = "open"   // open\0<tool_name>\0<dispatch ns>\0<dispatch seq> -> deadline_unix_ms: a dispatched call not yet reported
 )
 
 // projectRowTags are the project-scoped row kinds whose key ends in the

@@ -42,12 +42,15 @@ func TestDigestIsStableAcrossRebuildRestartAndRuns(t *testing.T) {
 	p := newProjector(t, e, s, 7)
 	require.NoError(t, p.CatchUp(ctx))
 	first := digest(t, s)
+	open := openRows(t, s)
+	require.Len(t, open, 1, "the scenario's pending call waits")
 	applied, err := s.Applied()
 	require.NoError(t, err)
 	require.NotZero(t, applied)
 
 	require.NoError(t, p.Rebuild(ctx))
 	require.Equal(t, first, digest(t, s), "rebuild from sequence 1")
+	require.Equal(t, open, openRows(t, s), "rebuild from sequence 1: the same open rows")
 
 	require.NoError(t, s.Close())
 	s = openStore(t, dir)
@@ -61,4 +64,5 @@ func TestDigestIsStableAcrossRebuildRestartAndRuns(t *testing.T) {
 	defer other.Close()
 	require.NoError(t, newProjector(t, e, other, 1000).CatchUp(ctx))
 	require.Equal(t, first, digest(t, other), "a second run with another batch size")
+	require.Equal(t, open, openRows(t, other), "a second run: the same open rows")
 }

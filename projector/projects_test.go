@@ -135,6 +135,7 @@ func TestAnOlderViewsFormatIsRebuilt(t *testing.T) {
 	}{
 		{"no format row", func(db *pebble.DB) error { return db.Delete(metaFormat, pebble.Sync) }, 0},
 		{"format 1", func(db *pebble.DB) error { return db.Set(metaFormat, []byte("1"), pebble.Sync) }, 1},
+		{"format 2 (no open rows)", func(db *pebble.DB) error { return db.Set(metaFormat, []byte("2"), pebble.Sync) }, 2},
 		{"written by format 1 since", func(db *pebble.DB) error {
 			return db.Set(metaProjects, binary.BigEndian.AppendUint64(nil, 7), pebble.Sync)
 		}, ViewsFormat},
@@ -198,7 +199,7 @@ func TestProjectRowTagsAgree(t *testing.T) {
 	for _, tag := range projectRowTags {
 		require.True(t, isProjectRowTag([]byte(tag)), tag)
 	}
-	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagStory, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject} {
+	for _, tag := range []string{tagMeta, tagEntry, tagLink, tagTime, tagStory, tagIndex, tagConsumed, tagPending, tagUnrec, tagSkipped, tagSkip, tagProject, tagOpen, tagLost} {
 		require.False(t, isProjectRowTag([]byte(tag)), tag)
 	}
 }

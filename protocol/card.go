@@ -51,6 +51,44 @@ type ToolError struct {
 	Detail  json.RawMessage `json:"detail,omitempty"`
 }
 
+// Recommended error codes of a tool.result card (its error.code, repeated
+// by convention as result.error_code): the set docs/protocol.md lists.
+// Tools may use others; metrics count those under one label.
+const (
+	ErrorCodeToolTimeout         = "tool_timeout"
+	ErrorCodeAuthFailed          = "auth_failed"
+	ErrorCodeBadRequest          = "bad_request"
+	ErrorCodeUpstreamUnavailable = "upstream_unavailable"
+	ErrorCodeInternal            = "internal_error"
+	// ErrorCodeCanceled goes with status canceled.
+	ErrorCodeCanceled = "canceled"
+)
+
+// RecommendedErrorCodes lists the recommended error codes, in the order
+// docs/protocol.md gives them.
+func RecommendedErrorCodes() []string {
+	return []string{ErrorCodeToolTimeout, ErrorCodeAuthFailed, ErrorCodeBadRequest, ErrorCodeUpstreamUnavailable, ErrorCodeInternal, ErrorCodeCanceled}
+}
+
+// RecommendedErrorCode reports whether code is one of the recommended
+// error codes.
+func RecommendedErrorCode(code string) bool {
+	switch code {
+	case ErrorCodeToolTimeout, ErrorCodeAuthFailed, ErrorCodeBadRequest, ErrorCodeUpstreamUnavailable, ErrorCodeInternal, ErrorCodeCanceled:
+		return true
+	}
+	return false
+}
+
+// ErrorCode is the content's error.code, or "" when it has no error (a
+// valid card's error.code is never empty).
+func (tr ToolResultContent) ErrorCode() string {
+	if tr.Error == nil {
+		return ""
+	}
+	return tr.Error.Code
+}
+
 // ToolResultContent is the content of a tool.result card.
 type ToolResultContent struct {
 	Status string          `json:"status"`

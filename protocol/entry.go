@@ -29,7 +29,7 @@ const (
 var knownKinds = map[EntryKind]bool{
 	KindCard: true, KindCommand: true, KindReport: true, KindDuplicate: true, KindWakeup: true,
 	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
-	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true,
+	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true, KindHeld: true, KindApproval: true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that

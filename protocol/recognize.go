@@ -59,6 +59,8 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindAttempt:       {SubjectAttempt},
 	KindPrepared:      {SubjectPrepared},
 	KindDecision:      {SubjectToolCommand},
+	KindHeld:          {SubjectHeld},
+	KindApproval:      {SubjectApproval},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

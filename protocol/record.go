@@ -95,4 +95,11 @@ type Claim struct {
 	// AttemptOutcome is the report's attempt_outcome (ReportEntry), kept
 	// after the entry's bytes are dropped from the record.
 	AttemptOutcome string `json:"attempt_outcome,omitempty"`
+	// ErrorCode is the result card's error.code ("" when the card has no
+	// error), read where the ledger checks the card against the report, for
+	// its metrics (cgledger_tool_calls_total). Never persisted: the card
+	// holds it, so a claim read back from a call record or a stored entry
+	// has none, and the ledger reads the card again before it appends such
+	// a claim.
+	ErrorCode string `json:"-"`
 }

@@ -12,6 +12,9 @@ type DispatchRequest struct {
 	// Card is the tool.call card; its card_id must equal Payload.ToolCallCardID.
 	Card    Card
 	Payload ToolCommandPayload
+	// Approval, when set with Required, holds this call for approval
+	// whether or not the tool's definition requires it.
+	Approval *DispatchApproval
 }
 
 // DispatchResult is the outcome of a dispatch.
@@ -34,6 +37,11 @@ type DispatchResult struct {
 	// DeadlineUnixMS is the call's deadline, fixed at dispatch (the
 	// command carries it); zero for a call dispatched by an earlier version.
 	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
+	// AwaitingApproval is true when the call is held for approval: its
+	// command is published (and its deadline fixed) only once approved.
+	AwaitingApproval bool `json:"awaiting_approval,omitempty"`
+	// ApprovalExpiresUnixMS is when a held call expires undecided.
+	ApprovalExpiresUnixMS int64 `json:"approval_expires_unix_ms,omitempty"`
 }
 
 // ReportPayload is the business payload of a tool result report: routing and
@@ -221,7 +229,8 @@ type RejectionResult struct {
 // DispatchBody is the JSON body of a dispatch API request (the identity goes in
 // CG-* headers).
 type DispatchBody struct {
-	Subject string          `json:"subject"`
-	Card    json.RawMessage `json:"card"`
-	Payload json.RawMessage `json:"payload"`
+	Subject  string            `json:"subject"`
+	Card     json.RawMessage   `json:"card"`
+	Payload  json.RawMessage   `json:"payload"`
+	Approval *DispatchApproval `json:"approval,omitempty"`
 }

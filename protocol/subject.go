@@ -33,6 +33,8 @@ const (
 	SubjectSkip                    // cg.<ver>._._.ledger.skip.<seq>
 	SubjectAttempt                 // cg.<ver>.<p>.<c>.ledger.attempt.<agent_turn_id>.<tool_call_id>
 	SubjectPrepared                // cg.<ver>.<p>.<c>.ledger.prepared.<agent_turn_id>.<tool_call_id>
+	SubjectHeld                    // cg.<ver>.<p>.<c>.ledger.held.<agent_turn_id>.<tool_call_id>
+	SubjectApproval                // cg.<ver>.<p>.<c>.ledger.approval.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -51,6 +53,8 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectSkip:        "skip",
 	SubjectAttempt:     "attempt",
 	SubjectPrepared:    "prepared",
+	SubjectHeld:        "held",
+	SubjectApproval:    "approval",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -110,6 +114,10 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "attempt", s.AgentTurnID, s.ToolCallID)
 	case SubjectPrepared:
 		p = append(p, s.Channel, "ledger", "prepared", s.AgentTurnID, s.ToolCallID)
+	case SubjectHeld:
+		p = append(p, s.Channel, "ledger", "held", s.AgentTurnID, s.ToolCallID)
+	case SubjectApproval:
+		p = append(p, s.Channel, "ledger", "approval", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -284,6 +292,8 @@ var callEntryKinds = map[string]SubjectKind{
 	"cancel":         SubjectCancel,
 	"attempt":        SubjectAttempt,
 	"prepared":       SubjectPrepared,
+	"held":           SubjectHeld,
+	"approval":       SubjectApproval,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
@@ -348,4 +358,41 @@ func RejectionSubject(version, project, channel string, reason Code) string {
 // SkipSubject builds cg.<ver>._._.ledger.skip.<seq>.
 func SkipSubject(version string, seq uint64) string {
 	return Subject{Kind: SubjectSkip, Version: version, Project: Unrouted, Channel: Unrouted, Seq: seq}.String()
+}
+
+// CommandFilterTool says which tool's commands a NATS filter subject (with
+// * and > wildcards) of a consumer takes. ok is false when the filter takes
+// any subject that is not a tool or PMO command (a wakeup, a ledger entry,
+// the whole stream). Otherwise the filter takes commands only: of the tool
+// named by tool, or, with anyTool, of any tool (a wildcard in the tool's
+// position: the first target token of cmd.tool.<target>..., or the tool of
+// cmd.sys.pmo.internal.<tool>). Version, project and channel may be
+// wildcards; the grammar's fixed tokens may not.
+func CommandFilterTool(filter string) (tool string, anyTool, ok bool) {
+	toks := strings.Split(filter, ".")
+	if len(toks) < 7 || toks[0] != Root || toks[4] != "cmd" {
+		return "", false, false
+	}
+	for _, t := range toks[1:4] {
+		if t == ">" {
+			return "", false, false
+		}
+	}
+	var at int
+	switch {
+	case toks[5] == "tool":
+		at = 6
+	case len(toks) == 9 && toks[5] == "sys" && toks[6] == "pmo" && toks[7] == "internal":
+		at = 8
+	default:
+		return "", false, false
+	}
+	switch t := toks[at]; {
+	case t == "*" || t == ">":
+		return "", true, true
+	case !ValidIdentifier(t):
+		return "", false, false
+	default:
+		return t, false, true
+	}
 }

@@ -97,6 +97,9 @@ type ToolDefinition struct {
 	// Health is how the ledger tells the tool is served; nil when the
 	// definition sets none.
 	Health *ToolHealth `json:"health,omitempty"`
+	// Approval holds calls for an approver's decision (docs/approvals.md);
+	// nil when the definition sets none.
+	Approval *ToolApproval `json:"approval,omitempty"`
 }
 
 // ToolHealth is a tool's health settings (seed 004).
@@ -359,6 +362,9 @@ func ParseToolJSON(project string, data []byte) (*ToolDefinition, error) {
 		if slo.SuccessRateMin != 0 || slo.P95LatencyMSMax != 0 {
 			d.SLO = slo
 		}
+	}
+	if ao, ok := o.Object("approval", false); ok {
+		d.Approval = parseToolApproval(ao, &vs)
 	}
 	if v := o.Str("version", false); v != "" {
 		CheckSemver(&vs, o.Path("version"), v)

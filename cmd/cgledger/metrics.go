@@ -13,12 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // registerServeMetrics adds what serve knows beyond its packages: the build,
 // the NATS connection, and JetStream state read from the server on scrape
 // (the embedded server opens no monitoring port an exporter could read).
-func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream.JetStream, streams ...string) {
+func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream.JetStream, labels *ledger.ToolLabels, streams ...string) {
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cgledger_build_info",
 		Help:        "1, labelled with the build's version, commit and Go version.",
@@ -39,24 +40,68 @@ func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream
 			Name: "cgledger_nats_reconnects_total",
 			Help: "Times serve's NATS connection was re-established.",
 		}, func() float64 { return float64(nc.Stats().Reconnects) }),
-		&jetStreamCollector{js: js, streams: streams},
+		&jetStreamCollector{js: js, labels: labels, streams: streams},
 	)
 }
 
 // jetStreamCollector reports stream sizes and durable consumers' backlogs.
 // Ephemeral consumers (the projector's ordered consumer) are left out: their
-// names are random, and a label per name would grow without end.
+// names are random, and a label per name would grow without end. Each
+// consumer's series carry the tool whose commands it takes (consumerTool),
+// so a backlog under a hashed name (a tool service's cgtool-...) reads as
+// its tool.
 type jetStreamCollector struct {
 	js      jetstream.JetStream
+	labels  *ledger.ToolLabels
 	streams []string
 }
+
+// Tool labels of consumers that serve no one tool.
+const (
+	// anyToolLabel: the consumer takes commands of any tool (a wildcard
+	// in the tool's position), or of several.
+	anyToolLabel = "_any"
+	// noToolLabel: the consumer takes more than tool commands (the
+	// deadline keeper, which also takes the prepares; a reader of the
+	// whole stream).
+	noToolLabel = "_none"
+)
+
+// consumerTool is the tool label of a consumer with these filter subjects:
+// the tool they all name (bounded by labels, as every tool label), else
+// anyToolLabel or noToolLabel.
+func consumerTool(labels *ledger.ToolLabels, filters []string) string {
+	if len(filters) == 0 {
+		return noToolLabel // the whole stream
+	}
+	tool, several := "", false
+	for _, f := range filters {
+		name, anyTool, ok := protocol.CommandFilterTool(f)
+		switch {
+		case !ok:
+			return noToolLabel
+		case anyTool || (tool != "" && name != tool):
+			several = true
+		default:
+			tool = name
+		}
+	}
+	if several {
+		return anyToolLabel
+	}
+	return labels.Label(tool)
+}
+
+var consumerLabels = []string{"consumer", "tool"}
 
 var (
 	streamMessagesDesc = prometheus.NewDesc("cgledger_stream_messages", "Messages in a JetStream stream of the ledger (the ledger stream, the call-record bucket).", []string{"stream"}, nil)
 	streamBytesDesc    = prometheus.NewDesc("cgledger_stream_bytes", "Bytes in a JetStream stream of the ledger.", []string{"stream"}, nil)
-	consumerPending    = prometheus.NewDesc("cgledger_consumer_pending_messages", "Commands not yet delivered by a durable consumer of the ledger stream (an executor's or a tool service's backlog).", []string{"consumer"}, nil)
-	consumerAckPending = prometheus.NewDesc("cgledger_consumer_ack_pending_messages", "Commands delivered and not yet acknowledged (calls running), per durable consumer.", []string{"consumer"}, nil)
-	consumerRedeliv    = prometheus.NewDesc("cgledger_consumer_redelivered_messages", "Commands delivered more than once and not yet acknowledged, per durable consumer.", []string{"consumer"}, nil)
+	consumerPending    = prometheus.NewDesc("cgledger_consumer_pending_messages", "Commands not yet delivered by a durable consumer of the ledger stream (an executor's or a tool service's backlog), by consumer and tool (the tool its filter subjects name; _any for several or any tool, _none for a consumer of more than tool commands, such as the deadline keeper).", consumerLabels, nil)
+	consumerAckPending = prometheus.NewDesc("cgledger_consumer_ack_pending_messages", "Commands delivered and not yet acknowledged (calls running), per durable consumer.", consumerLabels, nil)
+	consumerRedeliv    = prometheus.NewDesc("cgledger_consumer_redelivered_messages", "Commands delivered more than once and not yet acknowledged, per durable consumer.", consumerLabels, nil)
+	consumerWaiting    = prometheus.NewDesc("cgledger_consumer_waiting_pulls", "Pull requests waiting on a durable consumer: 0 means nobody pulls its commands now (a busy service has none waiting while it works).", consumerLabels, nil)
+	consumerIdle       = prometheus.NewDesc("cgledger_consumer_idle_seconds", "Time since a durable consumer last delivered a message or had one acknowledged (or, before either, was created), by the server's clock.", consumerLabels, nil)
 	// Only the stream leader answers a stream's info: while a stream has
 	// none, its series are absent from the scrape, which is how an alert
 	// sees an election without a system-account user.
@@ -66,7 +111,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *jetStreamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{streamMessagesDesc, streamBytesDesc, consumerPending, consumerAckPending, consumerRedeliv, streamLeaderDesc, streamCurrentDesc} {
+	for _, d := range []*prometheus.Desc{streamMessagesDesc, streamBytesDesc, consumerPending, consumerAckPending, consumerRedeliv, consumerWaiting, consumerIdle, streamLeaderDesc, streamCurrentDesc} {
 		ch <- d
 	}
 }
@@ -103,11 +148,36 @@ func (c *jetStreamCollector) Collect(ch chan<- prometheus.Metric) {
 			if info.Config.Durable == "" {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(consumerPending, prometheus.GaugeValue, float64(info.NumPending), info.Name)
-			ch <- prometheus.MustNewConstMetric(consumerAckPending, prometheus.GaugeValue, float64(info.NumAckPending), info.Name)
-			ch <- prometheus.MustNewConstMetric(consumerRedeliv, prometheus.GaugeValue, float64(info.NumRedelivered), info.Name)
+			filters := info.Config.FilterSubjects
+			if info.Config.FilterSubject != "" {
+				filters = append(filters, info.Config.FilterSubject)
+			}
+			tool := consumerTool(c.labels, filters)
+			ch <- prometheus.MustNewConstMetric(consumerPending, prometheus.GaugeValue, float64(info.NumPending), info.Name, tool)
+			ch <- prometheus.MustNewConstMetric(consumerAckPending, prometheus.GaugeValue, float64(info.NumAckPending), info.Name, tool)
+			ch <- prometheus.MustNewConstMetric(consumerRedeliv, prometheus.GaugeValue, float64(info.NumRedelivered), info.Name, tool)
+			ch <- prometheus.MustNewConstMetric(consumerWaiting, prometheus.GaugeValue, float64(info.NumWaiting), info.Name, tool)
+			ch <- prometheus.MustNewConstMetric(consumerIdle, prometheus.GaugeValue, consumerIdleSeconds(info), info.Name, tool)
 		}
 	}
+}
+
+// consumerIdleSeconds is how long a consumer has been idle: from the
+// latest of its last delivery, its last acknowledgement and its creation
+// to the time the server gathered the info (both the server's clock, so a
+// skewed serve clock does not shift it).
+func consumerIdleSeconds(info *jetstream.ConsumerInfo) float64 {
+	last := info.Created
+	for _, t := range []*time.Time{info.Delivered.Last, info.AckFloor.Last} {
+		if t != nil && t.After(last) {
+			last = *t
+		}
+	}
+	now := info.TimeStamp
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return max(now.Sub(last).Seconds(), 0)
 }
 
 // instrumentHTTP counts and times every HTTP request by the route pattern it

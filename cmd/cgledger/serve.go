@@ -320,7 +320,11 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cgledger_data_free_bytes",
 			Help: "Free bytes on the file system of the data directory; writes stop below the reserve (docs/durability.md).",
-		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }))
+		}, func() float64 { _ = guard.Check(); return float64(guard.Free()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "cgledger_data_reserve_bytes",
+				Help: "The disk reserve: free bytes on the data directory's file system below which writes stop (disk_reserve, else the smaller of 64 MiB and 10% of the file system; 0 when the check is off). Alerts compare cgledger_data_free_bytes with it.",
+			}, func() float64 { _ = guard.Check(); return float64(guard.Reserve()) }))
 	}
 	retention, _ := parseDays(s.Retention) // validated
 	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention,
@@ -328,12 +332,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if err != nil {
 		return err
 	}
-	registerServeMetrics(reg, nc, js, l.StreamName(), "KV_"+l.BucketName())
-	reg.MustRegister(l.SLOCollector())
-	// echo and sleep are served in every project (the registry lists them
-	// as built-ins), whichever process runs the executor: their names are
-	// labels of their own here too.
-	l.ToolLabels().Add(executor.EchoDefinition.ToolName, executor.SleepDefinition.ToolName)
+	registerServeMetrics(reg, nc, js, l.ToolLabels(), l.StreamName(), "KV_"+l.BucketName())
+	reg.MustRegister(l.ToolCollector())
 	// After the executor and the API have stopped: finish marking answered
 	// calls before the connection drains.
 	defer l.Close()
@@ -424,6 +424,13 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		if err != nil {
 			return err
 		}
+		// Waiting calls come from the views, so every replica running the
+		// projector reports the same numbers across restarts; none until
+		// the views have caught up (before, reported calls would count).
+		labels := l.ToolLabels()
+		reg.MustRegister(projector.NewWaitingCollector(store, projector.WaitingConfig{
+			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log, Grace: l.DeadlineGrace(),
+		}))
 		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})
 		go func() {

@@ -77,10 +77,9 @@ func TestEveryExpressionParsesAndNamesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	// Families only present once their event happens, or with retention
-	// set (the archive's), are exported too.
-	for _, name := range []string{"cgledger_executor_deadline_expiries_total", "cgledger_tool_slo_success_rate_min", "cgledger_tool_slo_p95_latency_seconds_max",
-		"cgledger_archive_lost_entries_total"} {
+	// Families only present once their event happens (or with an SLO, or
+	// with retention set: the archive's) are exported too.
+	for _, name := range []string{"cgledger_executor_deadline_expiries_total", "cgledger_archive_lost_entries_total", "cgledger_executor_redeliveries_total", "cgledger_executor_commands_rejected_total", "cgledger_projector_errors_total", "cgledger_tool_slo_success_min_ratio", "cgledger_tool_slo_p95_latency_max_seconds"} {
 		known[name] = true
 	}
 	rules := dashboards.Rules()
@@ -114,10 +113,71 @@ func TestEveryExpressionParsesAndNamesExportedMetrics(t *testing.T) {
 			require.True(t, known[m], "%s names %s, which serve does not export", e, m)
 		}
 	}
+	// The executor's families are only in panels titled as built-in only:
+	// an external tool has no executor.
+	for _, d := range dashboards.All() {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				if strings.Contains(tg.Expr, "cgledger_executor_") {
+					require.True(t, strings.HasPrefix(p.Title, "Built-in tools only: "), "%s: %q queries the executor's metrics", d.Title, p.Title)
+				}
+			}
+		}
+	}
 	// The JSON is valid Grafana input: every target has the datasource variable.
 	for name, b := range generated(t) {
 		if strings.HasSuffix(name, ".json") {
 			require.True(t, bytes.Contains(b, []byte(`"uid": "${datasource}"`)), name)
 		}
 	}
+}
+
+// TestStatPanelsHaveUnitsAndThresholds checks every stat panel colours its
+// value and every panel has a unit.
+func TestStatPanelsHaveUnitsAndThresholds(t *testing.T) {
+	for _, d := range dashboards.All() {
+		for _, p := range d.Panels {
+			require.NotEmpty(t, p.FieldConfig.Defaults.Unit, "%s: %q has no unit", d.Title, p.Title)
+			if p.Type != "stat" {
+				continue
+			}
+			th := p.FieldConfig.Defaults.Thresholds
+			require.NotNil(t, th, "%s: stat %q has no thresholds", d.Title, p.Title)
+			require.GreaterOrEqual(t, len(th.Steps), 2, "%s: stat %q has one colour", d.Title, p.Title)
+			require.Nil(t, th.Steps[0].Value, "%s: %q: the base step has no value", d.Title, p.Title)
+			for i := 2; i < len(th.Steps); i++ {
+				require.Less(t, *th.Steps[i-1].Value, *th.Steps[i].Value, "%s: %q: steps ascend", d.Title, p.Title)
+			}
+		}
+	}
+}
+
+// TestEveryAlertHasARunbookSection checks every alert's description points
+// at its own section of docs/operations.md, and that section exists.
+func TestEveryAlertHasARunbookSection(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	require.NoError(t, err)
+	n := 0
+	for _, g := range dashboards.Rules().Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+			require.Contains(t, r.Annotations["description"], "docs/operations.md#"+strings.ToLower(r.Alert), r.Alert)
+			require.True(t, strings.Contains(string(doc), "\n#### "+r.Alert+"\n"), "docs/operations.md has no section #### %s", r.Alert)
+			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
+		}
+	}
+	require.Equal(t, 18, n, "the alerts of issue 25")
+}
+
+// TestBudgetPanelIsTheTestedExpression checks rules_test.yml tests the
+// error-budget panel's own query (Grafana's variables replaced), so its
+// floor at 0 is proven on the expression the dashboard runs.
+func TestBudgetPanelIsTheTestedExpression(t *testing.T) {
+	tests, err := os.ReadFile(filepath.Join(dir, "rules_test.yml"))
+	require.NoError(t, err)
+	require.Contains(t, string(tests), grafanaVars.Replace(dashboards.BudgetLeftPanelExpr()))
 }

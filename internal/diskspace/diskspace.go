@@ -46,7 +46,10 @@ type Guard struct {
 	checked time.Time
 	err     error
 	free    uint64
-	unknown bool // the last measure could not read the file system
+	// effective is the reserve in force at the last measure: the
+	// configured one, or the one computed from the file system's size.
+	effective uint64
+	unknown   bool // the last measure could not read the file system
 }
 
 // New returns a guard for dir. reserve is the free space (bytes) below which
@@ -92,6 +95,18 @@ func (g *Guard) Free() uint64 {
 	return g.free
 }
 
+// Reserve is the free space below which writes stop, in bytes, as of the
+// last check (computed from the file system's size when none was set); 0
+// for a guard that is off, which never stops them.
+func (g *Guard) Reserve() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off {
+		return 0
+	}
+	return g.effective
+}
+
 func (g *Guard) measure() error {
 	var st syscall.Statfs_t
 	g.unknown = syscall.Statfs(g.dir, &st) != nil
@@ -107,6 +122,7 @@ func (g *Guard) measure() error {
 	if reserve == 0 {
 		reserve = min(64<<20, total/10)
 	}
+	g.effective = reserve
 	if free < reserve {
 		return fmt.Errorf("%w: %d bytes free on the file system of %s (writes stop below %d; free space to resume)", ErrLow, free, g.dir, reserve)
 	}
