@@ -208,11 +208,11 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	phase2OK := waitAll(t, 2*time.Minute,
 		queryHolds(p, `cgledger_tool_oldest_waiting_call_age_seconds`, map[string]string{"tool": "idle"},
 			func(v float64) bool { return v >= firstAge+2 }, fmt.Sprintf("the oldest waiting call's age grows from %g", firstAge)),
-		alertActive(p, "CgledgerToolNotAnswering", map[string]string{"tool": "ext"}, atLeast(3), "the killed service's tool: value >= 3 calls ended by the ledger"),
-		alertActive(p, "CgledgerToolNotAnswering", map[string]string{"tool": "idle"}, atLeast(3), "the unserved tool, after its deadline: value >= 3"),
-		alertActive(p, "CgledgerToolErrorBudgetBurnFast", map[string]string{"tool": "ext"}, atLeast(14.4*(1-dashboards.DefaultTarget)),
+		alertPending(p, "CgledgerToolNotAnswering", map[string]string{"tool": "ext"}, atLeast(3), "the killed service's tool: value >= 3 calls ended by the ledger"),
+		alertPending(p, "CgledgerToolNotAnswering", map[string]string{"tool": "idle"}, atLeast(3), "the unserved tool, after its deadline: value >= 3"),
+		alertPending(p, "CgledgerToolErrorBudgetBurnFast", map[string]string{"tool": "ext"}, atLeast(14.4*(1-dashboards.DefaultTarget)),
 			"enough failing traffic: value (the error ratio) above 14.4x its budget"),
-		alertActive(p, "CgledgerRejectionSpike", nil, positive, "after the refused burst"),
+		alertPending(p, "CgledgerRejectionSpike", nil, positive, "after the refused burst"),
 		// lowslo's few failures are all in: its error ratio is far above
 		// what the fast burn alert allows, so only the minimum-traffic
 		// guard keeps the alert quiet.
@@ -278,7 +278,7 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	s.kill(t)
 	killed := time.Now()
 	waitAll(t, time.Minute,
-		alertActive(p, "CgledgerServeDown", nil, func(v float64) bool { return v == 0 }, "while serve is down: value 0 (up)"))
+		alertPending(p, "CgledgerServeDown", nil, func(v float64) bool { return v == 0 }, "while serve is down: value 0 (up)"))
 	waitAll(t, time.Minute, condition{what: "serve has been down 20 s", check: func() (bool, string) {
 		return time.Since(killed) >= 20*time.Second, time.Since(killed).String()
 	}})

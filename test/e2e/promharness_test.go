@@ -268,10 +268,10 @@ func waitAll(t *testing.T, timeout time.Duration, conds ...condition) bool {
 	}
 }
 
-// alertActive is the condition: alert name with labels match is pending
-// or firing, and its value passes valueOK.
-func alertActive(p *prom, name string, match map[string]string, valueOK func(float64) bool, what string) condition {
-	return condition{what: fmt.Sprintf("%s%v pending or firing, %s", name, match, what), check: func() (bool, string) {
+// alertPending is the condition: alert name with labels match is pending
+// (its `for` is longer than the test waits), and its value passes valueOK.
+func alertPending(p *prom, name string, match map[string]string, valueOK func(float64) bool, what string) condition {
+	return condition{what: fmt.Sprintf("%s%v pending, %s", name, match, what), check: func() (bool, string) {
 		as, err := p.alerts()
 		if err != nil {
 			return false, err.Error()
@@ -280,7 +280,7 @@ func alertActive(p *prom, name string, match map[string]string, valueOK func(flo
 		if !ok {
 			return false, "not active; active alerts: " + alertList(as)
 		}
-		if !valueOK(a.Value) {
+		if a.State != "pending" || !valueOK(a.Value) {
 			return false, a.String()
 		}
 		return true, a.String()
