@@ -279,13 +279,13 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 	waitAll(t, time.Minute, condition{what: "serve has been down 20 s", check: func() (bool, string) {
 		return time.Since(killed) >= 20*time.Second, time.Since(killed).String()
 	}})
-	waitAll(t, time.Second, sameStart("at the end of the outage"))
+	holdsNow(t, sameStart("at the end of the outage"))
 	s = startServer(t, data, np, hp)
 	waitAll(t, time.Minute, condition{what: "Prometheus scraped the restarted serve 5 times", check: func() (bool, string) {
 		v, ok := p.value(`sum_over_time(up{job="cgledger"}[10s])`, nil)
 		return ok && v >= 5, fmt.Sprintf("%g (%t)", v, ok)
 	}})
-	waitAll(t, time.Second, sameStart("after the restart"))
+	holdsNow(t, sameStart("after the restart"))
 	as, err = p.alerts()
 	require.NoError(t, err)
 	if a, ok := find(as, "CgledgerServeDown", nil); ok {

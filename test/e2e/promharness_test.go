@@ -268,6 +268,16 @@ func waitAll(t *testing.T, timeout time.Duration, conds ...condition) bool {
 	}
 }
 
+// holdsNow reports (t.Errorf) a condition that does not hold now.
+func holdsNow(t *testing.T, c condition) bool {
+	t.Helper()
+	ok, seen := c.check()
+	if !ok {
+		t.Errorf("%s: does not hold; seen: %s", c.what, seen)
+	}
+	return ok
+}
+
 // alertPending is the condition: alert name with labels match is pending
 // (its `for` is longer than the test waits), and its value passes valueOK.
 func alertPending(p *prom, name string, match map[string]string, valueOK func(float64) bool, what string) condition {
