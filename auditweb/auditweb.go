@@ -1,13 +1,16 @@
 // Package auditweb is the audit web page that `cgledger serve` mounts under
-// /ui/: a read-only view of the projector's audit API (/v1) for auditors who
-// would rather click than curl. It exists so that a person can follow a turn,
-// a call and its rejections, look at the views as of an earlier sequence and
-// check the hash chain without writing a client, while the API stays the only
-// way in: the page is static files (hand-written HTML, JavaScript and CSS
-// embedded in the binary, nothing fetched from elsewhere) that hold no data.
-// Every piece of data it shows comes from /v1 requests that carry the user's
-// bearer token and are checked like any other (docs/audit-api.md, "Audit web
-// page").
+// /ui/: a view of the projector's audit API (/v1) for auditors who would
+// rather click than curl. It exists so that a person can scan a turn as lanes
+// of phases on a time axis, follow a call and its rejections, see a project's
+// overview, watch new entries arrive, look at the views as of an earlier
+// sequence and check the hash chain without writing a client, and so that an
+// approver can approve or deny a held call after seeing its exact arguments,
+// while the API stays the only way in: the page is static files (hand-written
+// HTML, JavaScript and CSS embedded in the binary, nothing fetched from
+// elsewhere) that hold no data. Every piece of data it shows comes from /v1
+// requests that carry the user's bearer token and are checked like any other,
+// and its only writes are the approvals endpoints' approve and deny
+// (docs/audit-api.md, "Audit web page").
 package auditweb
 
 import (

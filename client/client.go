@@ -387,3 +387,54 @@ func (c *Client) TwoPhase(ctx context.Context, project, turnID, callID string) (
 	}
 	return out.TwoPhase, nil
 }
+
+// ListApprovals lists one page of a project's held calls in the order they
+// were held, oldest first (approval.list, answered by the views:
+// docs/protocol.md#approvallist). state is "pending" (also ""), "decided" or
+// "all"; cursor is the NextCursor of the page before ("" for the first);
+// limit 0 means the default page size. The request goes out as the
+// client's actor (an approver credential's approver name).
+func (c *Client) ListApprovals(ctx context.Context, project, state, cursor string, limit int) (protocol.ApprovalListResult, error) {
+	var out protocol.ApprovalListResult
+	req := protocol.ApprovalListRequest{ProjectID: project, State: state, Cursor: cursor, Limit: limit}
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpApprovalList), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// GetApproval reads one held call: its arguments, their digest, and its
+// decision once there is one (approval.get, answered by the views).
+func (c *Client) GetApproval(ctx context.Context, project, turnID, callID string) (protocol.ApprovalGetResult, error) {
+	var out protocol.ApprovalGetResult
+	req := protocol.ApprovalGetRequest{ProjectID: project, AgentTurnID: turnID, ToolCallID: callID}
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpApprovalGet), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// Approve approves a held call as approver (the actor token, which an
+// approver credential must be its approver name): req names the call's
+// tool.call card and the digest of its arguments (GetApproval shows both),
+// so the ledger refuses it (mismatch) when they are not the call's.
+func (c *Client) Approve(ctx context.Context, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
+	return c.decideApproval(ctx, protocol.OpApprove, approver, req)
+}
+
+// Deny denies a held call as approver, as Approve approves one: the call
+// ends failed (A-APPROVAL-DENIED) with req.Reason.
+func (c *Client) Deny(ctx context.Context, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
+	return c.decideApproval(ctx, protocol.OpDeny, approver, req)
+}
+
+func (c *Client) decideApproval(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
+	var out protocol.ApprovalResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(approver), op), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -40,7 +40,9 @@ var inProcessOnly = map[string]string{
 	"ToolLabels":          "the in-process ledger's metrics (an executor on a client keeps its own)",
 	"RecordRefusal":       "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
 	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",
+	"StartApprovalKeeper": "runs the ledger's own approval keeper (serve starts it beside the API)",
 	"StorageFault":        "the in-process ledger's health (serve's /readyz and metrics)",
+	"DeadlineGrace":       "the in-process deadline keeper's configuration (serve's overdue gauge)",
 }
 
 // TestClientHasTheLedgersOperations: every operation of the in-process

@@ -260,7 +260,7 @@ func buildDocument() obj {
 			params: join(path("project"), []obj{
 				param("tool", "query", "Only calls of this tool.", obj{"type": "string"}),
 				param("status", "query", "Only calls whose result has this status.", obj{"type": "string", "enum": []string{"success", "failed", "canceled", "timeout", "partial"}}),
-				param("state", "query", "Only calls in this lifecycle state.", obj{"type": "string", "enum": []string{"dispatched", "reported", "consumed", "rejected"}}),
+				param("state", "query", "Only calls in this lifecycle state.", obj{"type": "string", "enum": []string{"awaiting_approval", "dispatched", "reported", "consumed", "rejected"}}),
 				param("agent", "query", "Only calls of this agent.", obj{"type": "string"}),
 				param("channel", "query", "Only calls on this channel.", obj{"type": "string"}),
 				param("from", "query", "Dispatched at or after this time (RFC 3339).", obj{"type": "string", "format": "date-time"}),
@@ -270,6 +270,16 @@ func buildDocument() obj {
 			summary: "A call's story", desc: "The state of each call using the tool_call_id (one per turn) and every entry, in ledger order; 404 when there are none.",
 			params: join(path("project", "call"), []obj{param("turn", "query", "Only the call of this turn.", obj{"type": "string"})}, asOf),
 			ok:     ok("The call story.", projector.CallStory{}), errs: findErrs},
+		{method: "get", path: "/v1/projects/{project}/overview", id: "getOverview", tag: "audit",
+			summary: "A project's overview",
+			desc: "The calls dispatched in [from, to] (by dispatch time, as of the query) counted per status and per tool in time buckets, each tool's " +
+				"p50/p95/max dispatch-to-report duration, and the rejections and duplicates on those calls. It examines at most 10000 calls " +
+				"(one state read each): beyond that truncated is true and next_from is where the rest starts.",
+			params: join(path("project"), []obj{
+				param("from", "query", "Dispatched at or after this time (RFC 3339); absent: from the first call.", obj{"type": "string", "format": "date-time"}),
+				param("to", "query", "Dispatched at or before this time (RFC 3339); before from is a 400.", obj{"type": "string", "format": "date-time"}),
+				param("buckets", "query", "Time buckets (1 to 200; absent or 0 means 48).", obj{"type": "integer", "minimum": 0, "maximum": 200}),
+			}, asOf), ok: ok("The overview.", projector.Overview{}), errs: queryErrs},
 		{method: "get", path: "/v1/projects/{project}/agents/{agent}/inbox", id: "listInbox", tag: "audit",
 			summary: "An agent's Inbox", desc: "Reported results in arrival order, each pending or consumed as of the query. " +
 				"Needs an auditor or admin credential of the project, or, with state=pending only, a worker credential of the project bound to this agent or to none " +
@@ -288,6 +298,28 @@ func buildDocument() obj {
 		{method: "get", path: "/v1/projects/{project}/tools/{tool}", id: "getProjectTool", tag: "audit",
 			summary: "A tool's registration history", desc: "The version in force as of the query and every version up to it; 404 when not registered.",
 			params: join(path("project", "tool"), asOf), ok: ok("The tool's history.", projector.ToolHistory{}), errs: findErrs},
+		{method: "get", path: "/v1/projects/{project}/approvals", id: "listApprovals", tag: "approvals",
+			summary: "A project's held calls",
+			desc: "Calls held for approval in the order they were held (oldest first), each with its tool.call card's arguments, their digest and its decision " +
+				"as of the query (docs/approvals.md). The page and cursor are approval.list's. Needs an approver, auditor or admin credential of the project.",
+			params: join(path("project"), []obj{param("state", "query", "Which held calls (default pending).", obj{"type": "string", "enum": []string{"pending", "decided", "all"}})}, paged),
+			ok:     ok("A page of held calls.", projector.Page[projector.ApprovalItem]{}), errs: queryErrs},
+		{method: "get", path: "/v1/projects/{project}/approvals/{turn}/{call}", id: "getApproval", tag: "approvals",
+			summary: "A held call", desc: "One held call as of the query (approval.get's item); 404 when the call was not held. Needs an approver, auditor or admin credential of the project.",
+			params: join(path("project", "turn", "call"), asOf), ok: ok("The held call.", projector.ApprovalAnswer{}), errs: findErrs},
+		{method: "post", path: "/v1/projects/{project}/approvals/{turn}/{call}/approve", id: "approve", tag: "approvals",
+			summary: "Approve a held call",
+			desc: "Sends the approve operation to the ledger as the bearer's approver name (docs/approvals.md): the body names the call's tool.call card and the digest " +
+				"of its arguments (GET the held call for both). The ledger publishes the call's command. Refusals are the operation's, with every violation and " +
+				"the rejection entry's rejection_seq: 400 bad_request, 403 forbidden (not a listed approver, self-approval), 404 unknown_call, 409 conflict " +
+				"(decided already, or not held: the decision that won is named) or mismatch (another card or digest). Needs an approver credential of the project.",
+			params: path("project", "turn", "call"), body: jsonBody("The card and digest decided on.", sch(DecisionBody{})),
+			ok: ok("The decision recorded.", protocol.ApprovalResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
+		{method: "post", path: "/v1/projects/{project}/approvals/{turn}/{call}/deny", id: "deny", tag: "approvals",
+			summary: "Deny a held call",
+			desc:    "As approve, for deny: the call ends failed (auth_failed, A-APPROVAL-DENIED) with the reason. Needs an approver credential of the project.",
+			params:  path("project", "turn", "call"), body: jsonBody("The card and digest decided on.", sch(DecisionBody{})),
+			ok: ok("The decision recorded.", protocol.ApprovalResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
 		{method: "get", path: "/v1/unrecognized", id: "listUnrecognized", tag: "audit",
 			summary: "Unrecognized stream messages", desc: "Messages the projector recorded as unrecognized (not ledger entries), in ledger order.",
 			params: paged, ok: ok("A page of unrecognized entries.", projector.Page[projector.UnrecognizedEntry]{}), errs: queryErrs},
@@ -404,6 +436,7 @@ func buildDocument() obj {
 		"security": []any{obj{"bearer": []string{}}},
 		"tags": []any{
 			obj{"name": "audit", "description": "The audit API: views of the ledger as of any sequence or time."},
+			obj{"name": "approvals", "description": "Held calls and their decisions (docs/approvals.md)."},
 			obj{"name": "registry", "description": "The tool registry management API."},
 			obj{"name": "operations", "description": "Health, readiness, metrics and this document: open, no credential."},
 		},
@@ -437,8 +470,16 @@ var errorResponses = map[string]errorResponse{
 	"401": {"Unauthenticated", "unauthenticated: no valid bearer token (WWW-Authenticate: Bearer)."},
 	"403": {"Forbidden", "forbidden: the credential is for another project or role."},
 	"404": {"NotFound", "not_found: nothing found, or no such endpoint."},
+	"409": {"Conflict", "conflict or mismatch: the call was decided already (or is not held), or the card or digest is not the call's."},
 	"405": {"MethodNotAllowed", "method_not_allowed: the path is served for other methods (Allow)."},
 	"500": {"Internal", "internal: the server could not answer; retry."},
+}
+
+// DecisionBody is the body of POST .../approve and .../deny.
+type DecisionBody struct {
+	ToolCallCardID  string `json:"tool_call_card_id"`
+	ArgumentsDigest string `json:"arguments_digest"`
+	Reason          string `json:"reason,omitempty"`
 }
 
 // encodeDocument is the file's bytes: indented JSON, keys sorted.

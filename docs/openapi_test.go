@@ -348,6 +348,12 @@ var pathValues = map[string]string{
 	"card": demoCall.CardID(), "tool": "hammer", "seq": "1",
 }
 
+// heldCallOps are the operations whose success needs a call held for
+// approval and an approver credential, which populate does not make: the
+// projector's approvals tests (TestApprovalsHTTPDecide, TestApprovalViews)
+// answer them.
+var heldCallOps = map[string]bool{"getApproval": true, "approve": true, "deny": true}
+
 // TestOpenAPIServedByARealServer runs `cgledger serve` (built from this
 // tree, with authentication, on loopback ports) and asks every documented
 // operation with valid parameters: none is 404 or 405, each answers its
@@ -368,7 +374,8 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 					Schema json.RawMessage `json:"schema"`
 				} `json:"content"`
 			} `json:"responses"`
-			Security *[]any `json:"security"`
+			Security    *[]any `json:"security"`
+			OperationID string `json:"operationId"`
 		} `json:"paths"`
 	}
 	require.NoError(t, json.Unmarshal(docs.OpenAPI, &doc))
@@ -414,6 +421,9 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 				require.True(t, ok, "no value for %s", m)
 				return v
 			})
+			if heldCallOps[o.OperationID] {
+				continue
+			}
 			var body []byte
 			if method == "post" {
 				body = []byte(hammerYAML)

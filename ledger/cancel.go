@@ -55,6 +55,17 @@ func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelRe
 		vs.Add("body.agent_id", protocol.VMismatch, "call %s belongs to agent %q, not %q", rec.ToolCallID, rec.AgentID, req.AgentID)
 		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeMismatch, vs, "call %s is not agent %s's", rec.ToolCallID, req.AgentID), raw())
 	}
+	if rec.Held != nil && rec.CommandSeq == 0 {
+		// A held call has no command to stop: its cancel is its decision.
+		res, done, err := l.cancelHeld(ctx, rec, req.Reason)
+		if err != nil || done {
+			return res, err
+		}
+		// Approved (now dispatched) or ended by another decision first.
+		if rec, _, err = l.getRecord(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)); err != nil {
+			return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		}
+	}
 	subj := protocol.CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	reportSubj := protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	if prev, err := l.lastForSubject(ctx, subj); err != nil {

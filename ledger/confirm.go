@@ -15,7 +15,7 @@ import (
 // tool.call card is stored and is this call's, as the record describes it.
 // stored is false when the card is not stored (yet).
 func (l *Ledger) dispatchConfirmed(ctx context.Context, rec *protocol.CallRecord) (confirmed, stored bool, err error) {
-	if rec.State != protocol.StateDispatched || rec.CommandSeq != 0 {
+	if (rec.State != protocol.StateDispatched && rec.State != protocol.StateAwaitingApproval) || rec.CommandSeq != 0 {
 		return true, true, nil
 	}
 	sc, err := l.cardCached(ctx, rec.ProjectID, rec.ToolCallCardID)

@@ -191,6 +191,16 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
+	if rec, err = l.settleHeld(ctx, rec); err != nil {
+		k.later(msg, "finish the approval", err)
+		return
+	}
+	if rec.State == protocol.StateAwaitingApproval {
+		// A command exists only once approved, and settleHeld finished
+		// that: this one is not the ledger's.
+		_ = msg.Ack()
+		return
+	}
 	if rec.State != protocol.StateDispatched {
 		if rec.Claim != nil && rec.Claim.SourceID == protocol.DeadlineSourceID {
 			// Timed out by a process that may have stopped before its

@@ -26,7 +26,7 @@ func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, nil, nil)
+	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, req.Approval, nil, nil)
 }
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
@@ -54,24 +54,25 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 	if r := o.Raw("payload"); r != nil {
 		payload = r
 	}
-	return l.dispatch(ctx, subject, h, card, payload, vs, asReceived)
+	approval := protocol.ParseDispatchApproval(o, &vs)
+	return l.dispatch(ctx, subject, h, card, payload, approval, vs, asReceived)
 }
 
 // dispatch validates and writes a dispatch; vs holds violations found
 // already, and asReceived, when set, is the request body a refusal records.
-func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
 	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
-	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, vs, asReceived)
+	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, approval, vs, asReceived)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
 	rawReq := func() protocol.RejectedRequest {
 		if asReceived != nil {
 			return protocol.NewRejectedRequest("", h, asReceived)
 		}
-		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON))})
+		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON)), Approval: approval})
 		return protocol.NewRejectedRequest("", h, b)
 	}
 	sub := protocol.DecodeSubject(subject, &vs)
@@ -132,8 +133,21 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		DispatchedAt:   now,
 		DeadlineUnixMS: now.Add(budget).UnixMilli(),
 	}
-	rec.DispatchFingerprint = fingerprint(normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
-		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), string(cardBytes))
+	fpParts := []string{normSubject, id.AgentID, id.AgentTurnID, strconv.FormatUint(id.TurnEpoch, 10),
+		id.ToolCallID, id.StepID, id.ContextBoxID, string(payloadBytes), string(cardBytes)}
+	if approval != nil {
+		// Only when given, so the fingerprints of earlier dispatches stand.
+		fpParts = append(fpParts, "approval", strconv.FormatBool(approval.Required))
+	}
+	rec.DispatchFingerprint = fingerprint(fpParts...)
+	if hold, timeoutMS := holdTerms(registered, approval); hold != nil {
+		hold.BudgetMS, hold.Header, hold.Payload = budget.Milliseconds(), id.Header(), payloadBytes
+		hold.ExpiresUnixMS = now.UnixMilli() + timeoutMS
+		if hold.ArgumentsDigest, err = storedArgumentsDigest(cardBytes); err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+		}
+		rec.State, rec.DeadlineUnixMS, rec.Held = protocol.StateAwaitingApproval, 0, hold
+	}
 	key := callKey(sub.Project, id.AgentTurnID, id.ToolCallID)
 
 	// The card and the call record are independent writes: one round trip
@@ -176,6 +190,10 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 			cvs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
 			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
 		}
+		if existing.Held != nil && existing.CommandSeq == 0 {
+			// Held: only an approval publishes its command.
+			return l.dispatchHeld(ctx, existing, erev, put.Seq, false)
+		}
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
 			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true,
@@ -184,6 +202,9 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		// A previous attempt stopped before publishing (or before recording
 		// that it had): publish again; Nats-Msg-Id absorbs a recent duplicate.
 		rec, rev = existing, erev
+	}
+	if created && rec.Held != nil {
+		return l.dispatchHeld(ctx, rec, rev, put.Seq, true)
 	}
 	// Only the dispatch that created the call judges the tool's health: a
 	// repeat may find the tool idle while the first one's command runs.

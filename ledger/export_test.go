@@ -15,6 +15,10 @@ const (
 	StepDispatchRecord       = stepDispatchRecord
 	StepDispatchRecordExists = stepDispatchRecordExists
 	StepDispatchCommand      = stepDispatchCommand
+	StepHeld                 = stepHeld
+	StepApprovalDecided      = stepApprovalDecided
+	StepApprovalCommand      = stepApprovalCommand
+	StepApprovalWoken        = stepApprovalWoken
 )
 
 // SetAfterStep installs the report-path fault-injection hook (tests only).
@@ -33,4 +37,5 @@ var (
 	CancelJSON    = (*Ledger).cancelJSON
 	ConsumeJSON   = (*Ledger).consumeJSON
 	SetRosterJSON = (*Ledger).setRosterJSON
+	ApprovalJSON  = (*Ledger).approvalJSON
 )

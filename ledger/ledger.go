@@ -86,6 +86,12 @@ const (
 	// record exists (another dispatch of the call, maybe one being refused).
 	stepDispatchRecordExists step = "dispatch_record_exists"
 	stepDispatchCommand      step = "dispatch_command" // command acknowledged
+
+	// Approval steps (approval.go).
+	stepHeld            step = "held"             // held entry acknowledged (a held call's dispatch)
+	stepApprovalDecided step = "approval_decided" // approval entry acknowledged (the decision)
+	stepApprovalCommand step = "approval_command" // an approved call's command acknowledged
+	stepApprovalWoken   step = "approval_woken"   // its approved wakeup acknowledged
 )
 
 // Ledger appends to and reads from the ledger stream. It is safe for

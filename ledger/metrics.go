@@ -33,6 +33,9 @@ type metrics struct {
 	toolCalls *prometheus.CounterVec
 	// dispatches counts calls whose command entry was stored, by tool.
 	dispatches *prometheus.CounterVec
+	// approvals counts the decisions of held calls this process stored
+	// (one per call), by tool and decision.
+	approvals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
@@ -121,11 +124,15 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 			Name: "cgledger_tool_dispatches_total",
 			Help: "Calls dispatched: command entries this process stored (repeated dispatches excluded), by tool (bounded as for report latency).",
 		}, []string{"tool"}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_approvals_total",
+			Help: "Decisions of calls held for approval: approval entries this process stored (exactly one per call), by tool (bounded as for report latency) and decision (approved, denied, expired, canceled).",
+		}, []string{"tool", "decision"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls,
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals,
 		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

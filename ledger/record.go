@@ -64,7 +64,7 @@ func (l *Ledger) recordCached(ctx context.Context, key string) (*protocol.CallRe
 // still be refused and the record taken back and written anew, and no
 // process may keep the first version.
 func (l *Ledger) cacheRecord(key string, rec *protocol.CallRecord, rev uint64) {
-	if rec.CommandSeq == 0 && rec.State == protocol.StateDispatched {
+	if rec.CommandSeq == 0 && (rec.State == protocol.StateDispatched || rec.State == protocol.StateAwaitingApproval) {
 		return
 	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
@@ -78,6 +78,10 @@ func cloneRecord(rec *protocol.CallRecord) *protocol.CallRecord {
 	if rec.Claim != nil {
 		cl := *rec.Claim
 		c.Claim = &cl
+	}
+	if rec.Held != nil {
+		h := *rec.Held
+		c.Held = &h
 	}
 	return &c
 }
@@ -188,6 +192,9 @@ func (l *Ledger) getCall(ctx context.Context, project, turnID, callID string, ca
 	}
 	if rec == nil {
 		return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
+	}
+	if rec, err = l.settleHeld(ctx, rec); err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}
 	return rec, nil
 }

@@ -28,6 +28,11 @@ type reportInput struct {
 	// never late, and a refusal of it (a report won the race) is not
 	// recorded, nor a duplicate of it (another process recorded it).
 	deadline bool
+	// approval marks the ledger's own report ending a held call its
+	// decision denied, expired or canceled (approval.go): the one report a
+	// held call accepts; its refusals and duplicates are not recorded, as
+	// the timeout's are not.
+	approval bool
 }
 
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
@@ -168,6 +173,38 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		}
 		var claim *protocol.Claim
 		switch {
+		case rec.State == protocol.StateAwaitingApproval && !in.approval:
+			// No command was published for a held call, so no tool can
+			// have run it. An approval whose follow-up is not finished
+			// (the command is out, the record not moved yet) is finished
+			// here; otherwise the report is refused.
+			decided, seq, err := l.decisionOf(ctx, rec)
+			if err != nil {
+				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+			}
+			if decided != nil {
+				if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
+					return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+				}
+				if rec, rev, err = l.reread(ctx, key); err != nil {
+					return protocol.ReportOutcome{}, err
+				}
+				if rec.State != protocol.StateAwaitingApproval {
+					continue
+				}
+			}
+			var vs protocol.Violations
+			vs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s is held for approval: the ledger published no command for it, so there is nothing to report", rec.ToolCallID)
+			return refuse(protocol.CodeConflict, vs, "call %s is held for approval", rec.ToolCallID)
+		case rec.State == protocol.StateAwaitingApproval:
+			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
+			if rerr != nil {
+				if e, ok := protocol.AsError(rerr); ok {
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
+				}
+				return protocol.ReportOutcome{}, rerr
+			}
+			claim = c
 		case rec.State == protocol.StateDispatched && !deadlineChecked && l.pastDeadline(rec, time.Now()):
 			// A report after the deadline (and its grace) that finds the
 			// timeout not yet recorded records it, through the same claim,
@@ -612,7 +649,7 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 	if c.WakeupSkipped {
 		out.Wakeup.Reason = protocol.NoRosterEntry
 	}
-	if !duplicate || in.deadline {
+	if !duplicate || in.deadline || in.approval {
 		return out, nil
 	}
 	l.m.duplicates.Inc()
@@ -673,7 +710,7 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (pr
 // refuseReport records a refused report and returns the refusal; the
 // ledger's own timeout report is refused without a record (deadline.go).
 func (l *Ledger) refuseReport(ctx context.Context, in *reportInput, e *protocol.Error, raw func() protocol.RejectedRequest) error {
-	if in.deadline {
+	if in.deadline || in.approval {
 		return e
 	}
 	return l.reject(ctx, protocol.OpReport, in.project, in.channel, e, raw())

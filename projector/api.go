@@ -34,13 +34,16 @@ type APIConfig struct {
 	MaxWait time.Duration
 }
 
-// APIServer answers inbox.list until Stop.
+// viewOps are the API operations the views answer.
+var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet}
+
+// APIServer answers inbox.list, approval.list and approval.get until Stop.
 type APIServer struct {
 	p    *Projector
 	l    *ledger.Ledger
 	q    *Queries
 	cfg  APIConfig
-	sub  *nats.Subscription
+	subs []*nats.Subscription
 	sem  chan struct{}
 	wg   sync.WaitGroup
 	ctx  context.Context
@@ -50,12 +53,14 @@ type APIServer struct {
 	stopped bool
 }
 
-// ServeAPI subscribes inbox.list (cgledger.v1.*.*.inbox.list, in a queue
-// group) on nc, which must be a connection of the ledger's account (where
+// ServeAPI subscribes inbox.list, approval.list and approval.get
+// (cgledger.v1.*.*.<op>, in a queue group) on nc, which must be a connection of the ledger's account (where
 // the API subjects arrive), and answers it from the projector's views. l
 // records the refusals nobody can be told of (no reply subject, or one that
 // is not an inbox), as the ledger's API server records them for its own
-// operations; it is required. ctx bounds the server's life as Stop does.
+// operations; it is required. Who may call which is NATS permissions'
+// (internal/auth: inbox.list a worker's, the approval reads an approver's,
+// auditor's or admin's); the body's project must be the subject's. ctx bounds the server's life as Stop does.
 func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledger, cfg APIConfig) (*APIServer, error) {
 	if l == nil {
 		return nil, errors.New("projector api: a ledger is required to record the refusals it cannot answer")
@@ -74,13 +79,15 @@ func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledge
 	}
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{p: p, l: l, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
-	subj := protocol.APISubject("*", "*", protocol.OpInboxList)
-	sub, err := nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle)
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("projector api: subscribe %s: %w", subj, err)
+	for _, op := range viewOps {
+		subj := protocol.APISubject("*", "*", op)
+		sub, err := nc.QueueSubscribe(subj, cfg.QueueGroup, func(m *nats.Msg) { s.handle(op, m) })
+		if err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("projector api: subscribe %s: %w", subj, err)
+		}
+		s.subs = append(s.subs, sub)
 	}
-	s.sub = sub
 	if err := nc.Flush(); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("projector api: flush subscription: %w", err)
@@ -94,14 +101,14 @@ func (s *APIServer) Stop() {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
-	if s.sub != nil {
-		_ = s.sub.Unsubscribe()
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
 	}
 	s.wg.Wait()
 	s.stop()
 }
 
-func (s *APIServer) handle(m *nats.Msg) {
+func (s *APIServer) handle(op string, m *nats.Msg) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -119,7 +126,7 @@ func (s *APIServer) handle(m *nats.Msg) {
 		defer func() { <-s.sem; s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 		defer cancel()
-		c, answer, err := ledger.CheckReadRequest(protocol.OpInboxList, m)
+		c, answer, err := ledger.CheckReadRequest(op, m)
 		if err == nil && !answer {
 			// Nobody to answer: a read without a reply changes nothing.
 			return
@@ -128,15 +135,27 @@ func (s *APIServer) handle(m *nats.Msg) {
 			// Nobody can be told (no reply subject, or one that is not an
 			// inbox): the ledger records the refusal, as its API server
 			// does for every other operation's.
-			err = s.l.RecordRefusal(ctx, protocol.OpInboxList, c, m, e)
+			err = s.l.RecordRefusal(ctx, op, c, m, e)
 		}
 		var res any
 		code := "ok"
 		if err == nil {
-			var page protocol.InboxListResult
-			page, err = s.inboxList(ctx, c, m.Data)
-			res = page
-			if err == nil && page.AsOfSeq < page.LedgerSeq {
+			var asOf, ledgerSeq uint64
+			switch op {
+			case protocol.OpApprovalList:
+				var page protocol.ApprovalListResult
+				page, err = s.approvalList(ctx, c, m.Data)
+				res, asOf, ledgerSeq = page, page.AsOfSeq, page.LedgerSeq
+			case protocol.OpApprovalGet:
+				var got protocol.ApprovalGetResult
+				got, err = s.approvalGet(ctx, c, m.Data)
+				res, asOf, ledgerSeq = got, got.AsOfSeq, got.LedgerSeq
+			default:
+				var page protocol.InboxListResult
+				page, err = s.inboxList(ctx, c, m.Data)
+				res, asOf, ledgerSeq = page, page.AsOfSeq, page.LedgerSeq
+			}
+			if err == nil && asOf < ledgerSeq {
 				code = "stale"
 			}
 		}
@@ -146,7 +165,7 @@ func (s *APIServer) handle(m *nats.Msg) {
 				code = string(e.Code)
 			}
 		}
-		s.p.m.apiRequests.WithLabelValues(protocol.OpInboxList, code).Inc()
+		s.p.m.apiRequests.WithLabelValues(op, code).Inc()
 		if !answer {
 			// Answering would publish wherever the requester chose.
 			return
@@ -168,25 +187,7 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 	if ok {
 		req.ProjectID, req.AgentID = o.Ident("project_id", true), o.Ident("agent_id", true)
 		req.Cursor = o.Str("cursor", false)
-		// Null is absent, as for every optional field (JSONObject.Raw).
-		if r := o.Raw("limit"); r != nil {
-			var v any
-			d := json.NewDecoder(bytes.NewReader(r))
-			d.UseNumber()
-			_ = d.Decode(&v)
-			n, isNum := v.(json.Number)
-			i, err := n.Int64()
-			switch {
-			case !isNum || strings.ContainsAny(n.String(), ".eE"):
-				// 1.5, 100.0 and 1e2 are numbers but not integers, as a
-				// uint64 field of the other operations reads them.
-				vs.Add("body.limit", protocol.VInvalidType, "must be an integer from 0 to %d (0 or none: %d)", MaxLimit, DefaultLimit)
-			case err != nil || i < 0 || i > MaxLimit:
-				vs.Add("body.limit", protocol.VInvalidValue, "must be an integer from 0 to %d (0 or none: %d), got %s", MaxLimit, DefaultLimit, protocol.Clip(n.String()))
-			default:
-				req.Limit = int(i)
-			}
-		}
+		req.Limit = bodyLimit(o, &vs)
 		if req.Cursor != "" && protocol.ValidIdentifier(req.ProjectID) && protocol.ValidIdentifier(req.AgentID) {
 			if _, err := decodeSeqCursor(req.Cursor, inboxScope(req.ProjectID, req.AgentID, InboxPending)); err != nil {
 				vs.Add("body.cursor", protocol.VInvalidValue, "is not a cursor of this agent's pending results: pass the next_cursor of the page before, or leave it out for the first page")
@@ -197,6 +198,32 @@ func parseInboxList(body []byte) (protocol.InboxListRequest, error) {
 		return req, err
 	}
 	return req, nil
+}
+
+// bodyLimit reads a request body's optional "limit", listing a bad one.
+func bodyLimit(o protocol.JSONObject, vs *protocol.Violations) int {
+	// Null is absent, as for every optional field (JSONObject.Raw).
+	r := o.Raw("limit")
+	if r == nil {
+		return 0
+	}
+	var v any
+	d := json.NewDecoder(bytes.NewReader(r))
+	d.UseNumber()
+	_ = d.Decode(&v)
+	n, isNum := v.(json.Number)
+	i, err := n.Int64()
+	switch {
+	case !isNum || strings.ContainsAny(n.String(), ".eE"):
+		// 1.5, 100.0 and 1e2 are numbers but not integers, as a
+		// uint64 field of the other operations reads them.
+		vs.Add("body.limit", protocol.VInvalidType, "must be an integer from 0 to %d (0 or none: %d)", MaxLimit, DefaultLimit)
+	case err != nil || i < 0 || i > MaxLimit:
+		vs.Add("body.limit", protocol.VInvalidValue, "must be an integer from 0 to %d (0 or none: %d), got %s", MaxLimit, DefaultLimit, protocol.Clip(n.String()))
+	default:
+		return int(i)
+	}
+	return 0
 }
 
 // inboxList answers one page of the caller's pending results, once the views
@@ -223,7 +250,7 @@ func (s *APIServer) inboxList(ctx context.Context, c ledger.Caller, body []byte)
 func (s *APIServer) ledgerSeq(ctx context.Context) (uint64, error) {
 	st, err := s.p.js.Stream(ctx, s.p.cfg.Stream)
 	if err != nil {
-		return 0, fmt.Errorf("inbox.list: read the ledger stream's last sequence: %w", err)
+		return 0, fmt.Errorf("read the ledger stream's last sequence: %w", err)
 	}
 	return st.CachedInfo().State.LastSeq, nil
 }

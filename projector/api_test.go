@@ -54,7 +54,14 @@ func newInboxRig(t *testing.T) *inboxRig {
 
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{})))
+	// The approver of a POST approve or deny is the verified bearer's, as
+	// serve wires it (cmd/cgledger httpApprover): none of the credentials
+	// here names one.
+	approver := func(r *http.Request) (string, bool) {
+		_, ok := auth.GrantFrom(r.Context())
+		return "", ok
+	}
+	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{Approver: approver})))
 	t.Cleanup(func() {
 		hs.Close()
 		papi.Stop()

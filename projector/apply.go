@@ -258,6 +258,10 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.twoPhase(ev)
 	case protocol.KindSkip:
 		err = a.skip(ev)
+	case protocol.KindHeld:
+		err = a.held(ev)
+	case protocol.KindApproval:
+		err = a.approval(ev)
 	case protocol.ViewKindExternalWakeup:
 		// Not the ledger's own: only placed in the timeline of the turn
 		// its headers name (docs/views.md).
@@ -549,10 +553,14 @@ func (a *applier) command(ev event, fromLedger bool) error {
 		st.ChannelID, st.AgentID, st.TurnEpoch, st.StepID = sub.Channel, id.AgentID, id.TurnEpoch, id.StepID
 		st.ToolName, st.Subject, st.ToolCallCardID = cmd.Payload.ToolName, ev.subject, cmd.Payload.ToolCallCardID
 		st.State, st.DispatchedSeq, st.DispatchedAt = StateDispatched, ev.seq, &t
-		a.index(st, dimAll, "")
-		a.index(st, dimTool, st.ToolName)
-		a.index(st, dimAgent, st.AgentID)
-		a.index(st, dimChannel, st.ChannelID)
+		if st.HeldSeq == 0 {
+			a.index(st, dimAll, "")
+			a.index(st, dimTool, st.ToolName)
+			a.index(st, dimAgent, st.AgentID)
+			a.index(st, dimChannel, st.ChannelID)
+		}
+		// A held call was indexed when it was held, at that time (index):
+		// only its new state is.
 		a.index(st, dimState, StateDispatched)
 		if fromLedger && st.ReportedSeq == 0 {
 			a.set(openKey(st), binary.BigEndian.AppendUint64(nil, uint64(cmd.Payload.DeadlineUnixMS)))
@@ -576,20 +584,35 @@ func openKey(st *CallState) []byte {
 	return key(tagOpen, st.ToolName).t(t).u64(st.DispatchedSeq)
 }
 
-// index writes an ix row for a call, ordered by dispatch time.
+// index writes an ix row for a call, ordered by its listing time.
 func (a *applier) index(st *CallState, dim, value string) {
 	if dim != dimAll && value == "" {
 		return
 	}
-	var t time.Time
-	if st.DispatchedAt != nil {
-		t = *st.DispatchedAt
-	}
+	t, seq := st.listedAt()
 	k := key(tagIndex, st.ProjectID, dim)
 	if dim != dimAll {
 		k = k.str(value)
 	}
-	a.set(k.t(t).u64(st.DispatchedSeq).str(st.AgentTurnID).str(st.ToolCallID), nil)
+	a.set(k.t(t).u64(seq).str(st.AgentTurnID).str(st.ToolCallID), nil)
+}
+
+// listedAt is the time and sequence a call is listed at (its ix rows and
+// the calls filter's from and to): its held entry's when it was held for
+// approval (it had no dispatch then, and keeps its place once released),
+// else its dispatch's.
+func (st *CallState) listedAt() (time.Time, uint64) {
+	var t time.Time
+	if st.HeldSeq != 0 {
+		if st.HeldAt != nil {
+			t = *st.HeldAt
+		}
+		return t, st.HeldSeq
+	}
+	if st.DispatchedAt != nil {
+		t = *st.DispatchedAt
+	}
+	return t, st.DispatchedSeq
 }
 
 func (a *applier) saveState(st *CallState, seq uint64) {

@@ -10,11 +10,12 @@ import (
 )
 
 // CallFilter narrows a calls listing. Empty fields do not filter. From and
-// To bound the dispatch time (To inclusive).
+// To bound the dispatch time (To inclusive); a call held for approval is
+// listed at the time it was held.
 type CallFilter struct {
 	Tool    string
 	Status  string // result status: success, failed, canceled, timeout, partial
-	State   string // lifecycle: dispatched, reported, consumed, rejected
+	State   string // lifecycle: awaiting_approval, dispatched, reported, consumed, rejected
 	Agent   string
 	Channel string
 	From    time.Time
@@ -135,9 +136,9 @@ func (f CallFilter) violations() protocol.Violations {
 		vs.Add("status", protocol.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
 	}
 	switch f.State {
-	case "", StateDispatched, StateReported, StateConsumed, StateRejected:
+	case "", StateAwaitingApproval, StateDispatched, StateReported, StateConsumed, StateRejected:
 	default:
-		vs.Add("state", protocol.VInvalidValue, "must be one of dispatched, reported, consumed, rejected; got %q", f.State)
+		vs.Add("state", protocol.VInvalidValue, "must be one of awaiting_approval, dispatched, reported, consumed, rejected; got %q", f.State)
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
 		vs.Add("to", protocol.VInvalidValue, "must not be before from")
@@ -154,10 +155,7 @@ func matches(st *CallState, f CallFilter) bool {
 		f.Channel != "" && st.ChannelID != f.Channel:
 		return false
 	}
-	var t time.Time
-	if st.DispatchedAt != nil {
-		t = *st.DispatchedAt
-	}
+	t, _ := st.listedAt()
 	if !f.From.IsZero() && t.Before(f.From) || !f.To.IsZero() && t.After(f.To) {
 		return false
 	}

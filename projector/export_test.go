@@ -105,3 +105,11 @@ func firstSeqs(r reader) (map[string]uint64, error) {
 	}
 	return first, nil
 }
+
+// SetMaxOverviewCalls lowers the overview's bound (tests only); the
+// returned func restores it.
+func SetMaxOverviewCalls(n int) func() {
+	old := maxOverviewCalls
+	maxOverviewCalls = n
+	return func() { maxOverviewCalls = old }
+}

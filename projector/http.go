@@ -20,6 +20,15 @@ type HTTPConfig struct {
 	// Verify, when set, serves GET /v1/verify (chain check against the live
 	// stream).
 	Verify func(ctx context.Context) (ledger.VerifyReport, error)
+	// Decide, when set, serves POST /v1/projects/{project}/approvals/{turn}/{call}/approve
+	// and .../deny (docs/approvals.md): serve sets it where the process
+	// reaches the ledger API.
+	Decide DecideFunc
+	// Approver names the approver a POST approve or deny acts as: serve
+	// returns the bearer credential's approver name (ok true, the name
+	// empty when the credential has none, which is refused). Nil, or ok
+	// false (serve without credentials), takes the body's "approver".
+	Approver func(r *http.Request) (name string, ok bool)
 }
 
 // Handler serves the audit API under /v1/ (docs/audit-api.md). Answers are
@@ -62,11 +71,16 @@ func (h *handler) routes() []route {
 		{"GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState},
 		{"GET /v1/projects/{project}/calls", h.calls},
 		{"GET /v1/projects/{project}/calls/{call}", h.callStory},
+		{"GET /v1/projects/{project}/overview", h.overview},
 		{"GET /v1/projects/{project}/agents/{agent}/inbox", h.inbox},
 		{"GET /v1/projects/{project}/agents/{agent}/roster", h.roster},
 		{"GET /v1/projects/{project}/cards/{card}", h.card},
 		{"GET /v1/projects/{project}/tools", h.tools},
 		{"GET /v1/projects/{project}/tools/{tool}", h.tool},
+		{"GET /v1/projects/{project}/approvals", h.approvals},
+		{"GET /v1/projects/{project}/approvals/{turn}/{call}", h.approval},
+		{"POST /v1/projects/{project}/approvals/{turn}/{call}/approve", h.decide(protocol.OpApprove)},
+		{"POST /v1/projects/{project}/approvals/{turn}/{call}/deny", h.decide(protocol.OpDeny)},
 		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
 		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
 		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},
@@ -278,6 +292,28 @@ func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.q.Calls(project, f, at, cursor, limit)
+	reply(w, res, err)
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	p := &params{r: r}
+	project := r.PathValue("project")
+	p.ids("project_id", project)
+	at := p.asOf()
+	oq := OverviewQuery{From: p.time("from"), To: p.time("to")}
+	if s := p.str("buckets"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			// Listed once: the range check below would name it again.
+			p.vs.Add("buckets", protocol.VInvalidValue, "must be an integer between 1 and %d, got %q", MaxOverviewBuckets, s)
+		}
+		oq.Buckets = n
+	}
+	p.vs = append(p.vs, oq.violations()...)
+	if p.done(w) {
+		return
+	}
+	res, err := h.q.Overview(project, oq, at)
 	reply(w, res, err)
 }
 

@@ -33,20 +33,28 @@ const (
 	tagProject  = "proj"   // proj\0<project> -> first seq, first time: the project index
 	tagLost     = "lost"   // lost\0<first seq> -> last seq: entries lost before they were archived
 	tagOpen     = "open"   // open\0<tool_name>\0<dispatch ns>\0<dispatch seq> -> deadline_unix_ms: a dispatched call not yet reported
+
+	// Approvals (docs/approvals.md): a held call's rows, listed in the
+	// order the calls were held.
+	tagHeld       = "ap"  // ap\0<project>\0<held seq> -> the held call's ApprovalItem JSON (state pending, no arguments)
+	tagDecided    = "apd" // apd\0<project>\0<held seq> -> approval entry seq, then its decision JSON (approvalDecision)
+	tagAwaiting   = "apw" // apw\0<project>\0<held seq> -> (empty) while the held call has no decision
+	tagHeldCall   = "apc" // apc\0<project>\0<turn>\0<call> -> held seq: a held call by its ids
+	tagAwaitingBy = "apt" // apt\0<tool_name>\0<held ns>\0<held seq> -> (empty) while undecided: the approval gauges
 )
 
 // projectRowTags are the project-scoped row kinds whose key ends in the
 // sequence of the entry that wrote them: tag\0<project>\0...\0<seq>. A
 // project's first entry is the smallest such sequence (the applier notes
 // it as it writes them), so a new project-scoped row kind of that form belongs here. The other
-// project-scoped rows (ix, inboxc, pend) are always written next to one of
+// project-scoped rows (ix, inboxc, pend, apd, apw, apc) are always written next to one of
 // these by the same entry.
-var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool}
+var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld}
 
 // isProjectRowTag reports whether tag is one of projectRowTags.
 func isProjectRowTag(tag []byte) bool {
 	switch string(tag) {
-	case tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool:
+	case tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld:
 		return true
 	}
 	return false

@@ -55,6 +55,10 @@ func marshalCallState(st *CallState) ([]byte, error) {
 	w.uint("attempt", st.Attempt, true)
 	w.uint("attempt_seq", st.AttemptSeq, true)
 	w.str("outcome", st.Outcome, true)
+	w.uint("held_seq", st.HeldSeq, true)
+	w.time("held_at", st.HeldAt)
+	w.str("approval", st.Approval, true)
+	w.uint("approval_seq", st.ApprovalSeq, true)
 	w.uint("updated_seq", st.UpdatedSeq, false)
 	if w.err != nil {
 		return nil, w.err

@@ -13,6 +13,10 @@ const (
 	StateReported   = "reported"
 	StateConsumed   = "consumed"
 	StateRejected   = "rejected"
+	// StateAwaitingApproval is a held call's state from its held entry
+	// until its command (approved) or its report (denied, expired,
+	// canceled): docs/approvals.md.
+	StateAwaitingApproval = protocol.StateAwaitingApproval
 )
 
 // Inbox entry states.
@@ -69,6 +73,15 @@ type CallState struct {
 	// Outcome is how an attempt left open by a crash was resolved, from
 	// the report's attempt_outcome: "reconciled" or "outcome_unknown".
 	Outcome string `json:"outcome,omitempty"`
+
+	// HeldSeq and HeldAt are a held call's held entry (docs/approvals.md):
+	// such a call is listed (ix rows) at its held time, before it has a
+	// dispatch. Approval and ApprovalSeq are its decision and the approval
+	// entry that recorded it.
+	HeldSeq     uint64     `json:"held_seq,omitempty"`
+	HeldAt      *time.Time `json:"held_at,omitempty"`
+	Approval    string     `json:"approval,omitempty"`
+	ApprovalSeq uint64     `json:"approval_seq,omitempty"`
 
 	// UpdatedSeq is the sequence of the entry that produced this version.
 	UpdatedSeq uint64 `json:"updated_seq"`

@@ -59,18 +59,7 @@ type WaitingCollector struct {
 
 // NewWaitingCollector returns the collector of store's waiting calls.
 func NewWaitingCollector(store *Store, cfg WaitingConfig) *WaitingCollector {
-	if cfg.CacheFor <= 0 {
-		cfg.CacheFor = time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Label == nil {
-		cfg.Label = func(s string) string { return s }
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	tool := []string{"tool"}
 	return &WaitingCollector{
 		store: store, cfg: cfg,

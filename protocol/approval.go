@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -298,4 +299,26 @@ func validDigest(d string) bool {
 		}
 	}
 	return true
+}
+
+// ParseDispatchApproval reads a dispatch body's optional "approval" object
+// ({"required": bool}), listing every violation; nil when absent.
+func ParseDispatchApproval(o JSONObject, vs *Violations) *DispatchApproval {
+	ao, ok := o.Object("approval", false)
+	if !ok {
+		return nil
+	}
+	a := &DispatchApproval{}
+	switch r := ao.Raw("required"); {
+	case r == nil:
+		vs.Add(ao.Path("required"), VRequired, "is required (true holds the call for approval)")
+	case json.Unmarshal(r, &a.Required) != nil:
+		vs.Add(ao.Path("required"), VInvalidType, "must be true or false")
+	}
+	for _, k := range slices.Sorted(maps.Keys(ao.fields)) {
+		if k != "required" {
+			vs.Add(ao.Path(k), VInvalidValue, "is not a member of approval (only \"required\")")
+		}
+	}
+	return a
 }

@@ -58,6 +58,28 @@ type CallRecord struct {
 	// report by then ends timeout, recorded by the ledger. Zero in records
 	// of earlier versions.
 	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
+	// Held is set at dispatch for a call held for approval (state
+	// StateAwaitingApproval, no deadline, no command) and kept after its
+	// decision: what the decision's follow-up needs. Nil for a call that
+	// was never held.
+	Held *HeldCall `json:"held,omitempty"`
+}
+
+// HeldCall is a held call's command as dispatch would have published it
+// (its CG-* headers and payload, without a deadline: approval fixes it at
+// the decision's time plus BudgetMS) and the approval's terms as pinned at
+// dispatch.
+type HeldCall struct {
+	ExpiresUnixMS     int64               `json:"expires_unix_ms"`
+	BudgetMS          int64               `json:"budget_ms"`
+	RequestedBy       string              `json:"requested_by"`
+	Approvers         []string            `json:"approvers,omitempty"`
+	AllowSelfApproval bool                `json:"allow_self_approval,omitempty"`
+	ArgumentsDigest   string              `json:"arguments_digest"`
+	Header            map[string][]string `json:"header"`
+	Payload           json.RawMessage     `json:"payload"`
+	// HeldSeq is the held entry's sequence, once dispatch recorded it.
+	HeldSeq uint64 `json:"held_seq,omitempty"`
 }
 
 // Deadline is the call's deadline as a time; zero when the record has none.

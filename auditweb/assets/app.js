@@ -86,6 +86,7 @@
     }
     function value() {
       ws();
+      const at = i;
       const c = src[i];
       if (c === '{') {
         i++;
@@ -108,7 +109,7 @@
             fail('expected "," or "}"');
           }
         }
-        const node = { t: 'o', m, v };
+        const node = { t: 'o', m, v, a: at, b: i, raw: src };
         SOURCE.set(v, node);
         return node;
       }
@@ -127,7 +128,7 @@
             fail('expected "," or "]"');
           }
         }
-        const node = { t: 'a', m, v };
+        const node = { t: 'a', m, v, a: at, b: i, raw: src };
         SOURCE.set(v, node);
         return node;
       }
@@ -166,6 +167,13 @@
     if (typeof v === 'string') return { t: 's', v };
     if (typeof v === 'number') return { t: 'n', src: String(v), v };
     return { t: 'l', v };
+  }
+
+  // rawText is the exact text an object or array was parsed from (its
+  // bytes as the server sent them), or null when it was not parsed here.
+  function rawText(v) {
+    const n = v !== null && typeof v === 'object' ? SOURCE.get(v) : null;
+    return n && n.raw !== undefined ? n.raw.slice(n.a, n.b) : null;
   }
 
   // member is the written form of obj[key] (the last of repeated keys, as
@@ -243,7 +251,7 @@
       const c = JSON.parse(new TextDecoder().decode(bytes));
       let grant = {};
       try { grant = JSON.parse(c.name); } catch { /* not a cgledger grant */ }
-      return { role: grant.role, project: grant.project, exp: c.exp };
+      return { role: grant.role, project: grant.project, approver: grant.approver, exp: c.exp };
     } catch {
       return {};
     }
@@ -257,7 +265,7 @@
     if (!tok) { state.textContent = 'no credential'; return; }
     const c = claims(tok);
     let s = 'credential';
-    if (c.role) s += ': ' + c.role + ' of ' + (c.project === '*' ? 'every project (*)' : 'project ' + c.project);
+    if (c.role) s += ': ' + c.role + (c.approver ? ' ' + c.approver : '') + ' of ' + (c.project === '*' ? 'every project (*)' : 'project ' + c.project);
     const exp = new Date(Number(c.exp) * 1000);
     if (c.exp && !Number.isNaN(exp.getTime())) s += ', expires ' + exp.toISOString().replace('.000Z', 'Z') + ' (UTC)';
     state.textContent = shown(s);
@@ -318,8 +326,9 @@
   }
 
   // api GETs a /v1 path with query parameters (empty ones left out), with
-  // the credential when there is one.
-  async function api(path, params) {
+  // the credential when there is one; opts.body makes it a POST of that
+  // JSON (the approvals pane's decisions, the page's only writes).
+  async function api(path, params, opts) {
     const url = new URL(path, location.origin);
     for (const [k, v] of params || []) if (v !== '' && v !== undefined && v !== null) url.searchParams.set(k, v);
     const headers = { Accept: 'application/json' };
@@ -327,7 +336,13 @@
     if (tok) headers.Authorization = 'Bearer ' + tok;
     let resp;
     try {
-      resp = await fetch(url, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+      const init = { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+      if (opts && opts.body !== undefined) {
+        init.method = 'POST';
+        init.body = JSON.stringify(opts.body);
+        headers['Content-Type'] = 'application/json';
+      }
+      resp = await fetch(url, init);
     } catch (e) {
       throw new APIError(0, 'network', 'cannot reach the server: ' + e.message);
     }
@@ -378,7 +393,8 @@
   // ---- routes --------------------------------------------------------------
 
   // Routes: #/ (projects), #/chain, #/p/P/calls, #/p/P/turns/T,
-  // #/p/P/calls/C; the query after "?" holds filters and as_of_seq/as_of.
+  // #/p/P/calls/C, #/p/P/overview, #/p/P/approvals; the query after "?"
+  // holds filters and as_of_seq/as_of.
   function parseRoute() {
     const raw = location.hash.replace(/^#/, '') || '/';
     const qi = raw.indexOf('?');
@@ -393,6 +409,8 @@
       if (seg.length === 2 || (seg.length === 3 && seg[2] === 'calls')) r.view = 'calls';
       else if (seg.length === 4 && seg[2] === 'turns') { r.view = 'timeline'; r.turn = seg[3]; }
       else if (seg.length === 4 && seg[2] === 'calls') { r.view = 'story'; r.call = seg[3]; }
+      else if (seg.length === 3 && seg[2] === 'overview') r.view = 'overview';
+      else if (seg.length === 3 && seg[2] === 'approvals') r.view = 'approvals';
     }
     return r;
   }
@@ -675,24 +693,282 @@
     return body;
   }
 
+  // ---- the picture of a turn: one row per call, its phases as bars ----------
+
+  // tns is an RFC 3339 time as nanoseconds since 1970 (a BigInt: a Number
+  // would lose the nanoseconds), or null.
+  function tns(s) {
+    const m = TIME_RE.exec(String(s || ''));
+    if (!m) return null;
+    const ms = Date.parse(m[1] + 'T' + m[2] + m[4]);
+    if (Number.isNaN(ms)) return null;
+    return BigInt(ms) * 1000000n + BigInt(((m[3] || '.').slice(1) + '000000000').slice(0, 9));
+  }
+
+  // dur shows a duration in nanoseconds.
+  function dur(ns) {
+    const n = Number(ns);
+    if (n < 1e3) return n + ' ns';
+    if (n < 1e6) return (n / 1e3).toFixed(n < 1e4 ? 1 : 0) + ' µs';
+    if (n < 1e9) return (n / 1e6).toFixed(n < 1e7 ? 2 : 1) + ' ms';
+    if (n < 60e9) return (n / 1e9).toFixed(2) + ' s';
+    if (n < 3600e9) return Math.floor(n / 60e9) + ' min ' + Math.round((n % 60e9) / 1e9) + ' s';
+    return Math.floor(n / 3600e9) + ' h ' + Math.round((n % 3600e9) / 60e9) + ' min';
+  }
+
+  // The phases of a call, each from one entry to the next (docs/audit-api.md,
+  // "Audit web page"): the first entry of each kind marks the event.
+  const PHASES = [
+    { name: 'dispatch', from: ['call'], to: ['held', 'command'], doc: 'tool.call card to dispatch (command, or held for approval)' },
+    { name: 'approval', from: ['held'], to: ['approval'], doc: 'held to the approval decision' },
+    { name: 'run', from: ['command'], to: ['result', 'report'], doc: 'command to the tool.result card' },
+    { name: 'report', from: ['result'], to: ['report'], doc: 'tool.result card to the report entry' },
+    { name: 'wakeup', from: ['report'], to: ['wakeup', 'wakeup_skipped'], doc: 'report to the wakeup (or wakeup_skipped)' },
+    { name: 'consume', from: ['wakeup'], to: ['consumed'], doc: 'wakeup to the worker consuming the result' },
+  ];
+
+  // eventOf names what an entry marks in its call's life.
+  function eventOf(item) {
+    const d = item.data && typeof item.data === 'object' ? item.data : {};
+    switch (item.kind) {
+      case 'card':
+        if (d.type === 'tool.call') return 'call';
+        if (d.type === 'tool.result') return 'result';
+        return '';
+      case 'wakeup':
+        // A wakeup with a phase (prepared, approved) is not the result's.
+        return d.phase ? 'wakeup_' + String(d.phase) : 'wakeup';
+      case 'command': case 'held': case 'approval': case 'report':
+      case 'wakeup_skipped': case 'consumed': case 'cancel': case 'attempt':
+        return item.kind;
+      default:
+        return '';
+    }
+  }
+
+  // callRows groups a turn's (or a story's) entries by call, in the order
+  // each call first appears, with the events, status and tool of each.
+  function callRows(items) {
+    const rows = new Map();
+    for (const item of items) {
+      const turn = entryTurn(item);
+      const call = entryCall(item);
+      if (!call) continue;
+      const k = turn + '/' + call;
+      let r = rows.get(k);
+      if (!r) {
+        r = { key: k, turn, call, entries: [], events: {}, rejections: [], duplicates: [], tool: '', status: '' };
+        rows.set(k, r);
+      }
+      r.entries.push(item);
+      const t = tns(item.time);
+      const ev = eventOf(item);
+      if (ev && !r.events[ev]) r.events[ev] = { t, item };
+      if (item.kind === 'rejection') r.rejections.push({ t, item });
+      if (item.kind === 'duplicate') r.duplicates.push({ t, item });
+      const d = item.data && typeof item.data === 'object' ? item.data : {};
+      if (!r.tool) r.tool = String(d.tool_name || d.function_name || (d.content && typeof d.content === 'object' && d.content.tool_name) || '');
+      if (item.kind === 'report' && d.status) r.status = String(d.status);
+      if (item.kind === 'approval' && d.decision) r.decision = String(d.decision);
+    }
+    for (const r of rows.values()) {
+      if (r.status) continue;
+      const e = r.events;
+      if (e.held && !e.approval) r.status = 'awaiting_approval';
+      else if (e.command) r.status = e.cancel ? 'canceling' : 'running';
+      else if (r.rejections.length) r.status = 'rejected';
+      else r.status = e.approval ? String(r.decision || 'decided') : 'pending';
+    }
+    return [...rows.values()];
+  }
+
+  // phasesOf are a row's bars: [{name, start, end, open}] (end null while
+  // the phase is still under way as of the answer).
+  function phasesOf(r) {
+    const out = [];
+    const first = (names) => { for (const n of names) if (r.events[n]) return r.events[n]; return null; };
+    for (const ph of PHASES) {
+      const a = first(ph.from);
+      if (!a || a.t === null) continue;
+      const b = first(ph.to);
+      if (ph.name === 'consume' && !b && r.events.wakeup_skipped) continue;
+      if (ph.name === 'approval' && !b && r.status !== 'awaiting_approval') continue;
+      if (ph.name === 'dispatch' && !b) continue;
+      if (ph.name === 'run' && !b && r.events.approval && r.decision && r.decision !== 'approved') continue;
+      out.push({ name: ph.name, doc: ph.doc, start: a.t, end: b && b.t !== null && b.t >= a.t ? b.t : null, from: a.item, to: b ? b.item : null });
+    }
+    return out;
+  }
+
+  function axisOf(items) {
+    let lo = null; let hi = null;
+    for (const it of items) {
+      const t = tns(it.time);
+      if (t === null) continue;
+      if (lo === null || t < lo) lo = t;
+      if (hi === null || t > hi) hi = t;
+    }
+    if (lo === null) { lo = 0n; hi = 1n; }
+    if (hi === lo) hi = lo + 1n;
+    return { lo, hi, span: Number(hi - lo) };
+  }
+
+  const pct = (axis, t) => Math.max(0, Math.min(100, Number(t - axis.lo) / axis.span * 100));
+
+  // placed positions an element on the axis (CSSOM: the CSP forbids style
+  // attributes, not style properties set by the page's own script).
+  function placed(e, axis, a, b) {
+    const l = pct(axis, a);
+    e.style.left = l + '%';
+    if (b !== undefined) e.style.width = Math.max(pct(axis, b) - l, 0) + '%';
+    return e;
+  }
+
+  function axisHead(axis) {
+    const ticks = h('div', { class: 'track axis', testid: 'axis' });
+    for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+      const tick = h('span', { class: 'tick' + (f === 1 ? ' last' : '') }, '+' + dur(Math.round(axis.span * f)));
+      tick.style.left = (f * 100) + '%';
+      ticks.append(tick);
+    }
+    return h('div', { class: 'lane-head' },
+      h('span', { class: 'lane-label' }, 'tool'), h('span', { class: 'lane-label' }, 'call'), h('span', { class: 'lane-label' }, 'status'),
+      ticks, h('span', { class: 'lane-label' }, 'total'));
+  }
+
+  function legend() {
+    return h('p', { class: 'legend', testid: 'legend' }, PHASES.map((ph) =>
+      h('span', { class: 'legend-item', title: ph.doc }, h('span', { class: 'swatch phase-' + ph.name }), ph.name)),
+    h('span', { class: 'legend-item' }, h('span', { class: 'swatch marker-rejection' }), 'rejection'),
+    h('span', { class: 'legend-item' }, h('span', { class: 'swatch marker-duplicate' }), 'duplicate'),
+    h('span', { class: 'note' }, ' striped: still under way as of the answer; the raw entries of a call are one click away on its row'));
+  }
+
+  // callLane is one call's row: tool, call, status, its bars and markers on
+  // the shared axis, the total; opening it shows each phase's duration and
+  // the call's raw entries (built on first open: a turn of a thousand calls
+  // stays light).
+  function callLane(route, p, r, axis, bodyFn) {
+    const phases = phasesOf(r);
+    const track = h('div', { class: 'track' });
+    for (const ph of phases) {
+      const end = ph.end === null ? axis.hi : ph.end;
+      const ns = ph.end === null ? null : ph.end - ph.start;
+      track.append(placed(h('span', {
+        class: 'bar phase-' + ph.name + (ph.end === null ? ' open' : ''), testid: 'bar',
+        data: { phase: ph.name, ns: ns === null ? '' : String(ns) },
+        title: ph.name + ': ' + (ns === null ? 'under way' : dur(ns)) + ' (' + ph.doc + ')',
+      }), axis, ph.start, end));
+    }
+    for (const [list, kind] of [[r.rejections, 'rejection'], [r.duplicates, 'duplicate']]) {
+      for (const x of list) {
+        if (x.t === null) continue;
+        const d = x.item.data && typeof x.item.data === 'object' ? x.item.data : {};
+        track.append(placed(h('span', { class: 'marker marker-' + kind, testid: 'marker', data: { kind, seq: x.item.seq },
+          title: kind + ' at seq ' + x.item.seq + (d.code ? ': ' + d.code : '') }), axis, x.t));
+      }
+    }
+    const ts = [];
+    for (const ph of phases) { ts.push(ph.start); if (ph.end !== null) ts.push(ph.end); }
+    const total = ts.length ? ts.reduce((a, b) => (b > a ? b : a)) - ts.reduce((a, b) => (b < a ? b : a)) : null;
+    const details = h('details', { class: 'lane status-' + r.status, testid: 'call-lane', data: { call: r.call, turn: r.turn, status: r.status, tool: r.tool, key: r.key } });
+    details.append(h('summary', { class: 'lane-row' },
+      h('span', { class: 'mono lane-tool', testid: 'lane-tool' }, r.tool || '—'),
+      h('span', { class: 'mono lane-call' }, r.call),
+      h('span', { class: 'badge status-' + r.status, testid: 'lane-status' }, r.status.replaceAll('_', ' ')),
+      track,
+      h('span', { class: 'mono lane-total', testid: 'lane-total' }, total === null ? '' : dur(total))));
+    let built = false;
+    details.addEventListener('toggle', () => {
+      if (!details.open || built) return;
+      built = true;
+      const body = h('div', { class: 'lane-body', testid: 'lane-body' });
+      body.append(h('table', { class: 'phases', testid: 'phase-table' },
+        h('thead', {}, h('tr', {}, ['phase', 'from', 'to', 'duration'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, phases.map((ph) => h('tr', { testid: 'phase-row', data: { phase: ph.name } },
+          h('td', {}, h('span', { class: 'swatch phase-' + ph.name }), ph.name),
+          h('td', { class: 'mono' }, ph.from.kind + ' seq ' + ph.from.seq),
+          h('td', { class: 'mono' }, ph.to ? ph.to.kind + ' seq ' + ph.to.seq : 'under way'),
+          h('td', { class: 'mono', testid: 'phase-duration' }, ph.end === null ? '—' : dur(ph.end - ph.start)))))));
+      body.append(h('p', { class: 'links' },
+        h('a', { href: callLink(route, p, r.call, r.turn), testid: 'lane-story-link' }, 'story of call ' + r.call),
+        h('a', { href: turnLink(route, p, r.turn), testid: 'lane-turn-link' }, 'turn ' + r.turn)));
+      body.append(bodyFn(r));
+      details.append(body);
+    });
+    return details;
+  }
+
+  // picture draws the calls of items on one time axis.
+  function picture(route, p, items, bodyFn) {
+    const axis = axisOf(items);
+    const rows = callRows(items);
+    const box = h('div', { class: 'picture', testid: 'picture', data: { rows: rows.length } });
+    box.append(legend(), axisHead(axis));
+    const lanes = h('div', { class: 'lanes', testid: 'lanes' });
+    for (const r of rows) lanes.append(callLane(route, p, r, axis, bodyFn));
+    box.append(lanes);
+    return { box, rows };
+  }
+
+  // entriesFold is a fold of raw entries, built when first opened.
+  function entriesFold(testid, label, build) {
+    const d = h('details', { class: 'fold', testid, data: { key: testid } }, h('summary', { testid: testid + '-open' }, label));
+    let built = false;
+    d.addEventListener('toggle', () => {
+      if (d.open && !built) { built = true; d.append(build()); }
+    });
+    return d;
+  }
+
+  function rawList(route, p, items, t) {
+    const ol = h('ol', { class: 'entries', testid: 'timeline' });
+    for (const item of items) {
+      const call = entryCall(item);
+      const links = call ? [h('a', { href: callLink(route, p, call, entryTurn(item) || t), testid: 'entry-call-link' }, 'call ' + call)] : [];
+      ol.append(h('li', { class: 'entry', testid: 'timeline-entry', data: { seq: item.seq, kind: item.kind } },
+        h('div', { class: 'entry-head' }, entryHead(item)), entryBody(route, item, links)));
+    }
+    return ol;
+  }
+
+  function statusChips(rows, testid) {
+    const counts = {};
+    for (const r of rows) counts[r.status] = (counts[r.status] || 0) + 1;
+    return h('p', { class: 'chips', testid }, Object.entries(counts).map(([s, n]) =>
+      h('span', { class: 'badge status-' + s, data: { status: s, n } }, s.replaceAll('_', ' ') + ' ' + n)));
+  }
+
+  // laneEntries lists a call's raw entries, each folded to its head line.
+  function laneEntries(route, p) {
+    return (r) => h('div', { class: 'entries', testid: 'lane-entries' }, r.entries.map((item) => {
+      const rej = item.kind === 'rejection' && item.data && typeof item.data === 'object' ? ' — ' + String(item.data.code ?? '') + ': ' + String(item.data.message ?? '') : '';
+      return h('details', { class: 'entry', testid: 'lane-entry', data: { seq: item.seq, kind: item.kind } },
+        h('summary', { class: 'entry-head' }, entryHead(item), rej ? h('span', {}, rej) : null), entryBody(route, item, []));
+    }));
+  }
+
   async function viewTimeline(route, view) {
     const { project: p, turn: t } = route;
-    view.append(h('h1', {}, 'Timeline of turn ', h('span', { class: 'mono', testid: 'turn-id' }, t), ' in project ',
+    view.append(h('h1', {}, 'Turn ', h('span', { class: 'mono', testid: 'turn-id' }, t), ' in project ',
       h('a', { href: projectLink(route, p), class: 'mono' }, p)));
+    const asked = performance.now();
     const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/turns/' + enc(t) + '/timeline', asOf(route.params), 'timeline-error');
     if (!res) return;
     view.append(answerLine(view, res.as_of_seq));
     const items = Array.isArray(res.items) ? res.items : [];
     view.dataset.count = String(items.length);
-    view.append(h('p', { testid: 'timeline-count' }, items.length + ' entries in ledger order; times in UTC'));
-    const ol = h('ol', { class: 'entries', testid: 'timeline' });
-    for (const item of items) {
-      const call = entryCall(item);
-      const links = call ? [h('a', { href: callLink(route, p, call, t), testid: 'entry-call-link' }, 'call ' + call)] : [];
-      ol.append(h('li', { class: 'entry', testid: 'timeline-entry', data: { seq: item.seq, kind: item.kind } },
-        h('div', { class: 'entry-head' }, entryHead(item)), entryBody(route, item, links)));
-    }
-    view.append(ol);
+    view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
+    const started = performance.now();
+    const { box, rows } = picture(route, p, items, laneEntries(route, p));
+    view.dataset.calls = String(rows.length);
+    view.append(h('p', { testid: 'timeline-count' }, rows.length + (rows.length === 1 ? ' call, ' : ' calls, ') + items.length + ' entries in ledger order; times in UTC'),
+      statusChips(rows, 'timeline-statuses'), box,
+      entriesFold('all-entries', 'all ' + items.length + ' entries of the turn, raw, in ledger order', () => rawList(route, p, items, t)));
+    view.dataset.renderMs = String(Math.round(performance.now() - started));
+    // A large turn is polled less often: at most a fifth of the time goes
+    // to fetching, reading and drawing it.
+    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
   }
 
   async function viewStory(route, view) {
@@ -703,20 +979,41 @@
       ' in project ', h('a', { href: projectLink(route, p), class: 'mono' }, p)));
     if (turn) view.append(h('p', {}, h('a', { href: callLink(route, p, c, ''), testid: 'story-all-turns' }, 'this call id in every turn')));
     const params = asOf(route.params, { turn });
+    const asked = performance.now();
     const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/calls/' + enc(c), params, 'story-error');
     if (!res) return;
+    view.dataset.live = String(Math.max(2000, Math.round(5 * (performance.now() - asked) / 1000) * 1000));
     view.append(answerLine(view, res.as_of_seq));
     const items = Array.isArray(res.items) ? res.items : [];
     const calls = Array.isArray(res.calls) ? res.calls : [];
     view.dataset.count = String(items.length);
+    view.dataset.sig = items.length + ':' + (items.length ? items[items.length - 1].seq : 0);
+    const { box } = picture(route, p, items, laneEntries(route, p));
+    view.append(box);
+
+    // Every rejection and duplicate, each with what it says.
+    const incidents = items.filter((it) => it.kind === 'rejection' || it.kind === 'duplicate');
+    view.append(h('h2', {}, incidents.length + (incidents.length === 1 ? ' rejection or duplicate' : ' rejections and duplicates')));
+    if (incidents.length) {
+      view.append(h('ul', { class: 'incidents', testid: 'incidents' }, incidents.map((it) => {
+        const d = it.data && typeof it.data === 'object' ? it.data : {};
+        return h('li', { testid: 'incident', data: { kind: it.kind, seq: it.seq } },
+          h('span', { class: 'kind kind-' + it.kind }, it.kind), ' seq ' + it.seq + ' at ', timeEl(it.time),
+          it.kind === 'duplicate' ? ' — a repeated report' + (d.source_id ? ' from ' + String(d.source_id) : '') + (d.status ? ' (' + String(d.status) + ')' : '') +
+            (d.original_seq ? ', the original at seq ' + d.original_seq : '') : null,
+          rejectionBlock(it));
+      })));
+    }
+
     view.append(h('h2', {}, calls.length === 1 ? 'State' : 'States (one per turn)'));
     for (const st of calls) {
       // rejected_seq is the call's first rejection; last_rejection the code
       // of its latest, whose entry is shown with its violations.
       const rejections = items.filter((it) => it.kind === 'rejection' && entryTurn(it) === st.agent_turn_id && entryCall(it) === st.tool_call_id);
       const rejected = rejections.length ? rejections[rejections.length - 1] : null;
-      view.append(h('section', { class: 'state', testid: 'story-state', data: { turn: st.agent_turn_id, state: st.state } },
-        h('h3', {}, 'turn ', h('a', { href: turnLink(route, p, st.agent_turn_id), testid: 'state-turn-link' }, st.agent_turn_id), ': ', st.state, st.status ? ', ' + st.status : ''),
+      view.append(h('details', { class: 'state', testid: 'story-state', data: { turn: st.agent_turn_id, state: st.state, key: 'state-' + st.agent_turn_id } },
+        h('summary', {}, h('strong', {}, 'turn ', h('a', { href: turnLink(route, p, st.agent_turn_id), testid: 'state-turn-link' }, st.agent_turn_id), ': ', st.state, st.status ? ', ' + st.status : ''),
+          ' (every field)'),
         fields(st, {
           agent_turn_id: (v) => h('a', { href: turnLink(route, p, v) }, v),
           last_rejection: (v) => h('div', { testid: 'last-rejection' }, String(v),
@@ -733,11 +1030,243 @@
       const t = entryTurn(item);
       const links = t ? [h('a', { href: turnLink(route, p, t), testid: 'entry-turn-link' }, 'turn ' + t)] : [];
       const rej = item.kind === 'rejection' && item.data && typeof item.data === 'object' ? ' — ' + String(item.data.code ?? '') + ': ' + String(item.data.message ?? '') : '';
-      list.append(h('details', { class: 'entry', testid: 'story-entry', data: { seq: item.seq, kind: item.kind } },
+      list.append(h('details', { class: 'entry', testid: 'story-entry', data: { seq: item.seq, kind: item.kind, key: 'entry-' + item.seq } },
         h('summary', { class: 'entry-head', testid: 'entry-summary' }, entryHead(item), rej ? h('span', {}, rej) : null),
         entryBody(route, item, links)));
     }
     view.append(list);
+  }
+
+  // ---- the project overview ------------------------------------------------
+
+  const WINDOWS = { '1h': 3600e3, '24h': 86400e3, '7d': 7 * 86400e3, all: 0 };
+  const STATUS_ORDER = ['success', 'failed', 'timeout', 'canceled', 'partial', 'dispatched', 'awaiting_approval', 'reported', 'consumed', 'rejected'];
+  const byStatusOrder = (a, b) => {
+    const i = STATUS_ORDER.indexOf(a); const j = STATUS_ORDER.indexOf(b);
+    return (i < 0 ? 99 : i) - (j < 0 ? 99 : j) || (a < b ? -1 : a > b ? 1 : 0);
+  };
+  const ms = (v) => (v === undefined || v === null ? '—' : dur(Math.round(Number(v) * 1e6)));
+
+  async function viewOverview(route, view) {
+    const p = route.project;
+    const win = WINDOWS[route.params.get('window')] !== undefined ? route.params.get('window') : '24h';
+    view.append(h('h1', {}, 'Overview of project ', h('span', { class: 'mono', testid: 'project-id' }, p)));
+    view.append(h('p', { class: 'inline-forms', testid: 'windows' }, 'calls dispatched in the last ', Object.keys(WINDOWS).map((w) =>
+      w === win ? h('strong', { testid: 'window-' + w }, w === 'all' ? 'all time' : w)
+        : h('a', { href: link(route.seg, asOf(route.params, { window: w })), testid: 'window-' + w }, w === 'all' ? 'all time' : w))));
+    const params = asOf(route.params);
+    if (WINDOWS[win]) params.set('from', new Date(Date.now() - WINDOWS[win]).toISOString());
+    if (route.params.get('from')) params.set('from', route.params.get('from'));
+    params.set('buckets', '40');
+    const res = await fetchInto(view, '/v1/projects/' + enc(p) + '/overview', params, 'overview-error');
+    if (!res) return;
+    view.append(answerLine(view, res.as_of_seq));
+    view.dataset.count = String(res.calls);
+    view.dataset.sig = JSON.stringify([res.calls, res.by_status, res.rejections, res.duplicates, res.tools]);
+    view.dataset.live = '5000';
+    const statuses = Object.keys(res.by_status || {}).sort(byStatusOrder);
+    view.append(h('div', { class: 'cards', testid: 'overview-totals' },
+      h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-calls' }, String(res.calls)), 'calls'),
+      statuses.map((s) => h('div', { class: 'card status-' + s, testid: 'overview-status', data: { status: s } },
+        h('div', { class: 'big' }, String(res.by_status[s])), s.replaceAll('_', ' '))),
+      h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-rejections' }, String(res.rejections)), 'rejections'),
+      h('div', { class: 'card' }, h('div', { class: 'big', testid: 'overview-duplicates' }, String(res.duplicates)), 'duplicates')));
+    if (res.truncated) {
+      view.append(h('p', { class: 'error', testid: 'overview-truncated' }, 'More calls than one overview reads (' + res.calls + ' examined): this covers up to ' + utc(res.next_from) + ' (UTC). ',
+        h('a', { href: link(route.seg, asOf(route.params, { window: win, from: res.next_from })) }, 'the calls after')));
+    }
+    const buckets = Array.isArray(res.buckets) ? res.buckets : [];
+    if (buckets.length) {
+      view.append(h('h2', {}, 'Calls per status over time'),
+        h('p', { class: 'note' }, 'from ' + utc(res.from) + ' to ' + utc(res.to) + ' (UTC), ' + buckets.length + ' buckets of ' + dur(Number(res.bucket_ms) * 1e6)));
+      const peak = Math.max(1, ...buckets.map((b) => b.calls));
+      const chart = h('div', { class: 'chart', testid: 'overview-chart' });
+      for (const b of buckets) {
+        const col = h('div', { class: 'col', testid: 'overview-bucket', data: { calls: b.calls }, title: utc(b.start) + ': ' + b.calls + ' calls' });
+        for (const s of Object.keys(b.by_status || {}).sort(byStatusOrder)) {
+          const seg = h('div', { class: 'seg status-' + s, title: s + ': ' + b.by_status[s] });
+          seg.style.height = (b.by_status[s] / peak * 100) + '%';
+          col.append(seg);
+        }
+        chart.append(col);
+      }
+      view.append(chart, h('p', { class: 'legend' }, statuses.map((s) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch status-' + s }), s))));
+      const tools = (res.tools || []).map((t) => t.tool_name);
+      const grid = h('table', { class: 'heat', testid: 'overview-heat' },
+        h('tbody', {}, tools.map((tool) => {
+          const peakTool = Math.max(1, ...buckets.map((b) => (b.by_tool || {})[tool] || 0));
+          return h('tr', {}, h('th', { class: 'mono' }, tool), buckets.map((b) => {
+            const n = (b.by_tool || {})[tool] || 0;
+            const cell = h('td', { class: n ? 'hot' : '', title: tool + ' at ' + utc(b.start) + ': ' + n });
+            if (n) cell.style.opacity = String(0.25 + 0.75 * n / peakTool);
+            return cell;
+          }));
+        })));
+      view.append(h('h2', {}, 'Calls per tool over time'), h('div', { class: 'table-wrap' }, grid));
+    }
+    view.append(h('h2', {}, 'Tools'));
+    view.append(h('div', { class: 'table-wrap' }, h('table', { testid: 'overview-tools' },
+      h('thead', {}, h('tr', {}, ['tool', 'calls', 'by status', 'reported', 'p50', 'p95', 'max', 'rejections'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, (res.tools || []).map((t) => h('tr', { testid: 'overview-tool', data: { tool: t.tool_name } },
+        h('td', {}, h('a', { href: link(['p', p, 'calls'], asOf(route.params, { tool: t.tool_name })), class: 'mono' }, t.tool_name)),
+        h('td', { testid: 'tool-calls' }, String(t.calls)),
+        h('td', {}, Object.keys(t.by_status || {}).sort(byStatusOrder).map((s) => h('span', { class: 'badge status-' + s }, s.replaceAll('_', ' ') + ' ' + t.by_status[s]))),
+        h('td', {}, String(t.reported)),
+        h('td', { class: 'mono', testid: 'tool-p50' }, ms(t.p50_ms)),
+        h('td', { class: 'mono', testid: 'tool-p95' }, ms(t.p95_ms)),
+        h('td', { class: 'mono' }, ms(t.max_ms)),
+        h('td', {}, String(t.rejections))))))));
+    view.append(h('p', { class: 'note' }, 'Durations are from dispatch to report, over the reported calls; p50 and p95 by nearest rank.'));
+    const codes = Object.entries(res.rejections_by_code || {});
+    view.append(h('h2', {}, 'Rejections'), h('p', {}, res.rejections + ' rejections on these calls' + (codes.length ? '; calls by the code of their latest rejection:' : '.')));
+    if (codes.length) {
+      view.append(h('ul', { testid: 'overview-rejection-codes' }, codes.map(([code, n]) => h('li', { data: { code } }, h('span', { class: 'mono' }, code), ': ' + n))));
+    }
+    view.append(h('p', { class: 'note' }, 'A call whose every dispatch was refused was never dispatched: it is not counted here; ',
+      h('a', { href: link(['p', p, 'calls'], asOf(route.params, { state: 'rejected' })) }, 'the rejected calls'), '.'));
+  }
+
+  // ---- approvals -----------------------------------------------------------
+
+  // approvalsServed remembers, per project and credential, whether GET
+  // /v1/projects/P/approvals answers (it is 404 on a server without
+  // approvals): the pane and its link are hidden when it does not.
+  const approvalsServed = new Map();
+
+  async function probeApprovals(p) {
+    const k = p + '\u0000' + token();
+    if (!approvalsServed.has(k)) {
+      approvalsServed.set(k, api('/v1/projects/' + enc(p) + '/approvals', [['state', 'pending'], ['limit', '1']])
+        .then(() => true, (e) => e.status !== 404 && e.status !== 401 && e.status !== 403 ? true : false));
+    }
+    return approvalsServed.get(k);
+  }
+
+  async function sha256(s) {
+    const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s));
+    return 'sha256:' + [...new Uint8Array(d)].map((b) => b.toString(16).padStart(2, '0')).join('');
+  }
+
+  // mayDecide says whether the signed-in credential is an approver the
+  // item lists (an empty list: any approver of the project). The server
+  // decides; this only orders the pane.
+  function mayDecide(item) {
+    const c = claims(token());
+    if (c.role !== 'approver') return false;
+    const list = Array.isArray(item.approvers) ? item.approvers : [];
+    return list.length === 0 || list.includes(c.approver);
+  }
+
+  // decisionPanel shows exactly what a decision acts on (the card, its
+  // arguments as the server sent them, their digest, checked here) and
+  // only then offers approve and deny.
+  function decisionPanel(route, p, item) {
+    const panel = h('div', { class: 'decision', testid: 'decision' });
+    const check = h('span', { testid: 'digest-check', class: 'note' }, 'checking the digest…');
+    const raw = rawText(item.arguments);
+    if (raw === null) check.textContent = 'the digest cannot be checked here (the arguments are not a JSON object or array)';
+    else {
+      sha256(raw).then((d) => {
+        const ok = d === String(item.arguments_digest);
+        check.className = ok ? 'ok' : 'error';
+        check.dataset.ok = String(ok);
+        check.textContent = ok ? 'recomputed in this page from the arguments shown: it matches'
+          : 'recomputed in this page from the arguments shown: ' + d + ', which DIFFERS: do not approve';
+      }, (e) => { check.textContent = 'the digest cannot be checked here: ' + e.message; });
+    }
+    const reason = h('textarea', { testid: 'decision-reason', rows: '2', spellcheck: 'false', placeholder: 'reason (recorded with the decision)' });
+    const out = h('div', { testid: 'decision-out' });
+    const decide = (op) => async () => {
+      for (const b of panel.querySelectorAll('button')) b.disabled = true;
+      out.replaceChildren(h('p', { class: 'note' }, op === 'approve' ? 'approving…' : 'denying…'));
+      try {
+        const res = await api('/v1/projects/' + enc(p) + '/approvals/' + enc(item.agent_turn_id) + '/' + enc(item.tool_call_id) + '/' + op, [],
+          { body: { tool_call_card_id: item.tool_call_card_id, arguments_digest: item.arguments_digest, reason: reason.value } });
+        // Done: the view stays as it is (not polled) until the user goes
+        // back to the list, so that the answer can be read.
+        panel.setAttribute('data-testid', 'decision-done');
+        out.replaceChildren(h('div', { class: 'ok', testid: 'decision-result', data: { op } }, op === 'approve' ? 'approved' : 'denied', ': ',
+          jsonBlock(nodeOf(res)), h('button', { type: 'button', testid: 'decision-back', onclick: () => render() }, 'back to the list')));
+      } catch (e) {
+        if (e.status === 401) { render(); return; }
+        out.replaceChildren(errorBox(e, 'decision-error'));
+        for (const b of panel.querySelectorAll('button')) b.disabled = false;
+      }
+    };
+    panel.append(
+      h('p', {}, 'You are deciding call ', h('span', { class: 'mono' }, item.tool_call_id), ' of turn ', h('span', { class: 'mono' }, item.agent_turn_id),
+        ' (tool ', h('span', { class: 'mono' }, item.tool_name || ''), ') on exactly these arguments:'),
+      jsonBlock(member(item, 'arguments'), 'decision-arguments'),
+      h('dl', { class: 'fields' },
+        h('dt', {}, 'tool_call_card_id'), h('dd', { class: 'mono', testid: 'decision-card' }, String(item.tool_call_card_id ?? '')),
+        h('dt', {}, 'arguments_digest'), h('dd', { class: 'mono', testid: 'decision-digest' }, String(item.arguments_digest ?? ''), ' ', check)),
+      h('label', {}, 'reason', reason),
+      h('p', { class: 'toolbar' },
+        h('button', { type: 'button', class: 'approve', testid: 'decision-approve', onclick: decide('approve') }, 'approve these arguments'),
+        h('button', { type: 'button', class: 'deny', testid: 'decision-deny', onclick: decide('deny') }, 'deny')),
+      out);
+    return panel;
+  }
+
+  async function viewApprovals(route, view) {
+    const p = route.project;
+    const state = ['pending', 'decided', 'all'].includes(route.params.get('state')) ? route.params.get('state') : 'pending';
+    view.append(h('h1', {}, 'Approvals in project ', h('span', { class: 'mono', testid: 'project-id' }, p)));
+    view.append(h('p', { class: 'inline-forms' }, ['pending', 'decided', 'all'].map((s) => s === state ? h('strong', {}, s)
+      : h('a', { href: link(route.seg, asOf(route.params, { state: s })), testid: 'approvals-' + s }, s))));
+    const params = asOf(route.params, { state });
+    if (route.params.get('cursor')) params.set('cursor', route.params.get('cursor'));
+    let res;
+    try {
+      res = await api('/v1/projects/' + enc(p) + '/approvals', params);
+    } catch (e) {
+      if (e.status === 401) throw e;
+      view.dataset.available = String(e.status !== 404);
+      view.append(e.status === 404 ? h('p', { class: 'note', testid: 'approvals-unavailable' }, 'This server has no approvals (GET /v1/projects/' + p + '/approvals: ' + e.message + ').')
+        : errorBox(e, 'approvals-error'));
+      return;
+    }
+    view.dataset.available = 'true';
+    view.append(answerLine(view, res.as_of_seq));
+    const items = Array.isArray(res.items) ? res.items : [];
+    view.dataset.count = String(items.length);
+    view.dataset.sig = JSON.stringify(items.map((it) => [it.agent_turn_id, it.tool_call_id, it.state, it.decision_seq]));
+    view.dataset.live = '3000';
+    const c = claims(token());
+    if (c.role !== 'approver') view.append(h('p', { class: 'note', testid: 'approvals-readonly' }, 'Deciding needs an approver credential (cgledger creds issue --role approver --project ' + p + ' --approver NAME); this one can only read.'));
+    const mine = items.filter(mayDecide);
+    const rest = items.filter((it) => !mayDecide(it));
+    const card = (item) => {
+      const pending = item.state === 'pending';
+      const sec = h('section', { class: 'approval state-' + item.state, testid: 'approval-item', data: { turn: item.agent_turn_id, call: item.tool_call_id, state: item.state, key: 'approval-' + item.agent_turn_id + '/' + item.tool_call_id } },
+        h('h3', {}, h('span', { class: 'mono' }, item.tool_name || ''), ' · call ',
+          h('a', { href: callLink(route, p, item.tool_call_id, item.agent_turn_id), testid: 'approval-call-link' }, item.tool_call_id),
+          ' · ', h('span', { class: 'badge status-' + (pending ? 'awaiting_approval' : item.state) }, item.state)),
+        fields(Object.fromEntries(['agent_id', 'agent_turn_id', 'requested_by', 'approvers', 'requested_at', 'expires_at', 'approver', 'reason', 'decided_at', 'held_seq', 'decision_seq']
+          .filter((k) => item[k] !== undefined && item[k] !== '').map((k) => [k, item[k]])), {
+          approvers: (v) => h('span', { class: 'mono', testid: 'approval-approvers' }, Array.isArray(v) && v.length ? v.join(', ') : 'any approver of the project'),
+        }));
+      if (pending && mayDecide(item)) {
+        const slot = h('div', {});
+        const open = h('button', { type: 'button', testid: 'approval-review', onclick: () => { open.hidden = true; slot.replaceChildren(decisionPanel(route, p, item)); } }, 'review the arguments to decide…');
+        sec.append(open, slot);
+      } else {
+        sec.append(h('details', {}, h('summary', {}, 'arguments (' + String(item.arguments_digest ?? '') + ')'), jsonBlock(member(item, 'arguments'), 'approval-arguments')));
+      }
+      return sec;
+    };
+    if (c.role === 'approver') {
+      view.append(h('h2', {}, mine.length + ' for you (' + (c.approver || 'approver') + ')'), h('div', { testid: 'approvals-mine' }, mine.map(card)));
+      if (rest.length) view.append(h('h2', {}, rest.length + ' for other approvers'), h('div', { testid: 'approvals-others' }, rest.map(card)));
+    } else {
+      view.append(h('div', { testid: 'approvals-all' }, items.map(card)));
+    }
+    if (items.length === 0) view.append(h('p', { testid: 'approvals-empty' }, 'None ' + state + '.'));
+    if (res.next_cursor) {
+      const next = new URLSearchParams(route.params);
+      next.set('cursor', res.next_cursor);
+      view.append(h('p', { class: 'pager' }, h('a', { href: link(route.seg, next), testid: 'approvals-next' }, 'more')));
+    }
   }
 
   async function viewChain(route, view) {
@@ -784,11 +1313,17 @@
     view.append(h('p', {}, btn, ' checks every entry of the live stream against the hash chain the views recorded (it reads the whole stream).'), out);
   }
 
-  const VIEWS = { projects: viewProjects, calls: viewCalls, timeline: viewTimeline, story: viewStory, chain: viewChain };
+  const VIEWS = { projects: viewProjects, calls: viewCalls, timeline: viewTimeline, story: viewStory, chain: viewChain, overview: viewOverview, approvals: viewApprovals };
 
   // ---- rendering -----------------------------------------------------------
 
   let rendering = 0;
+
+  function setNav(id, route, segs, label) {
+    const a = byTestID(id);
+    a.setAttribute('href', link(segs, asOf(route.params)));
+    a.textContent = shown(label);
+  }
 
   async function render() {
     const mine = ++rendering;
@@ -797,11 +1332,13 @@
     showAuthState();
     byTestID('nav-projects').setAttribute('href', link([], asOf(route.params)));
     byTestID('nav-chain').setAttribute('href', link(['chain'], asOf(route.params)));
-    const navCalls = byTestID('nav-calls');
-    navCalls.hidden = !route.project;
+    for (const id of ['nav-calls', 'nav-overview', 'nav-approvals']) byTestID(id).hidden = !route.project;
     if (route.project) {
-      navCalls.setAttribute('href', projectLink(route, route.project));
-      navCalls.textContent = shown('calls of ' + route.project);
+      setNav('nav-calls', route, ['p', route.project, 'calls'], 'calls of ' + route.project);
+      setNav('nav-overview', route, ['p', route.project, 'overview'], 'overview');
+      setNav('nav-approvals', route, ['p', route.project, 'approvals'], 'approvals');
+      byTestID('nav-approvals').hidden = true;
+      probeApprovals(route.project).then((ok) => { if (mine === rendering) byTestID('nav-approvals').hidden = !ok; });
     }
     const view = h('section', { testid: 'view', data: { view: route.view } });
     byTestID('loading').hidden = false;
@@ -811,6 +1348,9 @@
       if (fn) await fn(route, view);
       else view.append(h('p', { class: 'error', testid: 'notfound' }, 'No such page: ' + location.hash), h('p', {}, h('a', { href: '#/' }, 'projects')));
       view.dataset.ready = 'true';
+      // Answered with the credential kept (it may have been given in
+      // another view): no reason to keep asking for one.
+      if (token()) byTestID('signin').hidden = true;
     } catch (e) {
       if (mine !== rendering) return;
       if (e.status === 401) {
@@ -831,6 +1371,57 @@
     byTestID('loading').hidden = true;
     main.removeAttribute('aria-busy');
     main.replaceChildren(view);
+    live(mine, route, view);
+  }
+
+  // ---- live ------------------------------------------------------------------
+
+  // live polls the current view's answer again while it is of the latest
+  // state (no as-of), every view.dataset.live milliseconds, while the tab
+  // is visible; when the view's signature (its entries, or its counts)
+  // changed, the new one replaces it, with the same folds open. A view the
+  // user is typing in, or deciding an approval in, is left alone until
+  // that is done. docs/decisions.md says why polling.
+  function live(mine, route, view) {
+    const state = byTestID('live-state');
+    const every = Number(view.dataset.live || 0);
+    if (!every || route.params.get('as_of_seq') || route.params.get('as_of') || view.dataset.view === 'signin') {
+      state.textContent = every ? 'not live: as of an earlier state' : '';
+      state.dataset.live = 'false';
+      return;
+    }
+    state.dataset.live = 'true';
+    state.textContent = shown('live: checked every ' + every / 1000 + ' s');
+    setTimeout(async function tick() {
+      if (mine !== rendering) return;
+      const again = () => { if (mine === rendering) setTimeout(tick, every); };
+      const busy = main.querySelector('[data-testid=decision], [data-testid=decision-done]') || (document.activeElement && main.contains(document.activeElement) && /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName));
+      if (document.hidden || busy) { again(); return; }
+      const fresh = h('section', { testid: 'view', data: { view: route.view } });
+      try {
+        await VIEWS[route.view](route, fresh);
+      } catch (e) {
+        if (mine !== rendering) return;
+        if (e.status === 401) { render(); return; }
+        state.textContent = shown('live: the last check failed (' + e.message + '); trying again');
+        again();
+        return;
+      }
+      if (mine !== rendering) return;
+      const now = new Date().toISOString().slice(11, 19);
+      const current = main.querySelector('[data-testid=view]');
+      if (current && fresh.dataset.sig && fresh.dataset.sig !== current.dataset.sig) {
+        const open = new Set([...current.querySelectorAll('details[open][data-key]')].map((d) => d.dataset.key));
+        fresh.dataset.ready = 'true';
+        fresh.dataset.updates = String(Number(current.dataset.updates || 0) + 1);
+        main.replaceChildren(fresh);
+        for (const d of fresh.querySelectorAll('details[data-key]')) if (open.has(d.dataset.key)) d.open = true;
+        state.textContent = shown('live: updated at ' + now + ' UTC; checked every ' + every / 1000 + ' s');
+      } else {
+        state.textContent = shown('live: checked at ' + now + ' UTC, no change; checked every ' + every / 1000 + ' s');
+      }
+      again();
+    }, every);
   }
 
   window.addEventListener('hashchange', render);

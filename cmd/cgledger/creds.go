@@ -12,7 +12,7 @@ import (
 
 func creds(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, "Usage:\n  cgledger creds issue --project P --role worker|tool|auditor|admin [--agent A] [--target W] [--tool T] [--ttl D] [--out FILE]\n")
+		fmt.Fprint(os.Stderr, "Usage:\n  cgledger creds issue --project P --role worker|tool|auditor|admin|approver [--agent A] [--target W] [--tool T] [--approver NAME] [--ttl D] [--out FILE]\n")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -25,7 +25,7 @@ func creds(args []string) int {
 }
 
 func credsIssue(args []string) int {
-	fs := newFlagSet("creds issue", "creds issue --project P --role worker|tool|auditor|admin [--agent A] [--target W] [--tool T] [--label L] [--ttl D] [--out FILE] [--json]",
+	fs := newFlagSet("creds issue", "creds issue --project P --role worker|tool|auditor|admin|approver [--agent A] [--target W] [--tool T] [--approver NAME] [--label L] [--ttl D] [--out FILE] [--json]",
 		`Issue a NATS credential (a standard .creds file: user JWT and nkey seed) scoped to one
 project and role, signed with the ledger account's signing key in the data directory
 (so run it where serve's data is). Any NATS client in any language connects with it;
@@ -34,11 +34,12 @@ may do. The client must use the inbox prefix printed on standard error (its perm
 allow replies only there). Short-lived by default (--ttl 1h); --ttl 0 means no expiry.`)
 	data := fs.String("data", envOr("CGLEDGER_DATA", "./data"), "serve's data directory, holding auth/ (env CGLEDGER_DATA)")
 	var g auth.Grant
-	role := fs.String("role", "", "worker, tool, auditor or admin (required; ledger for a serve process on a shared cluster)")
+	role := fs.String("role", "", "worker, tool, auditor, admin or approver (required; ledger for a serve process on a shared cluster)")
 	fs.StringVar(&g.Project, "project", "", "project id (required; \"*\" for an admin or auditor of every project)")
 	fs.StringVar(&g.Agent, "agent", "", "worker: the only agent id it may act as")
 	fs.StringVar(&g.Target, "target", "", "worker: the worker target whose wakeups it may receive (default: --agent)")
 	fs.StringVar(&g.Tool, "tool", "", "tool: the only tool target it serves (needed to pull the tool's durable consumer), or a PMO built-in (delegate_async, launch_principal, ask_expert, fork_join, provision_agent) whose cmd.sys.pmo.internal commands it serves")
+	fs.StringVar(&g.Approver, "approver", "", "approver: its approver name (required), the name a tool's approval.approvers lists and its decisions record")
 	fs.StringVar(&g.Label, "label", "", "a name for the holder, recorded in the credential")
 	ttl := fs.Duration("ttl", auth.DefaultTTL, "how long the credential works; 0 means no expiry")
 	out := fs.String("out", "", "write the .creds file here (mode 0600) instead of standard output")

@@ -24,13 +24,15 @@ Usage:
                                                dispatch a tool call and wait for its result
   cgledger tools register FILE.yaml --project P
   cgledger tools list --project P              register and list tools
+  cgledger approvals list|show|approve|deny --project P [TURN CALL]
+                                               list, show and decide calls held for approval
   cgledger audit projects | calls --project P [filters]
   cgledger audit turn|call|agent|card ID --project P [--as-of-seq N | --as-of TIME]
                                                read history from the views
   cgledger export --out FILE [--from-seq N]    export the ledger (versioned JSON Lines)
   cgledger replay FILE [--expect DIGEST]       replay an export in a fresh embedded server
   cgledger verify [FILE]                       check the hash chain (of a file, or the live ledger)
-  cgledger creds issue --project P --role worker|tool|auditor|admin [--agent A] [--tool T] [--ttl D]
+  cgledger creds issue --project P --role worker|tool|auditor|admin|approver [--agent A] [--tool T] [--approver NAME] [--ttl D]
                                                issue a scoped, short-lived NATS credential
   cgledger projector skip --seq N --reason TEXT
                                                record an audited skip of an entry the projector cannot apply
@@ -38,7 +40,7 @@ Usage:
                                                measure a tool call against raw JetStream, side by side
   cgledger version                             print the build version and commit
 
-Every command takes --help. Client verbs (call, tools, audit, export, verify, projector)
+Every command takes --help. Client verbs (call, tools, approvals, audit, export, verify, projector)
 share the connection flags --nats-url, --server, --creds, --nats-user, --nats-password,
 --nats-token, --tls-ca, --tls-cert, --tls-key and their CGLEDGER_* variables. Exit codes:
 0 ok, 1 the operation said no (call not success, verification failed, request refused),
@@ -64,6 +66,8 @@ func run(args []string) int {
 		return call(args[1:])
 	case "tools":
 		return tools(args[1:])
+	case "approvals":
+		return approvals(args[1:])
 	case "audit":
 		return audit(args[1:])
 	case "bench":

@@ -431,6 +431,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		reg.MustRegister(projector.NewWaitingCollector(store, projector.WaitingConfig{
 			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log, Grace: l.DeadlineGrace(),
 		}))
+		// Undecided approvals, likewise from the views (docs/approvals.md#metrics).
+		reg.MustRegister(projector.NewApprovalsCollector(store, projector.WaitingConfig{
+			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log,
+		}))
 		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})
 		go func() {
@@ -466,6 +470,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)
 			},
+			// approve and deny go to the ledger API over NATS, as an
+			// approver's own request would, wherever the API is served.
+			Decide:   approvalDecider(nc),
+			Approver: httpApprover(sa != nil),
 		}))
 		mux.Handle("GET /ui/", http.StripPrefix("/ui", auditweb.Handler()))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
@@ -491,6 +499,19 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			defer cancel()
 			if err := keeper.Stop(sctx); err != nil {
 				log.Warn("stop deadline keeper", "err", err)
+			}
+		}()
+		// Held calls' expiry, and the follow-up of a decision whose
+		// decider stopped half-way (docs/approvals.md).
+		approvals, err := l.StartApprovalKeeper(life, ledger.ApprovalKeeperConfig{Retry: startRetry(log, ctx)})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := approvals.Stop(sctx); err != nil {
+				log.Warn("stop approval keeper", "err", err)
 			}
 		}()
 	}

@@ -311,3 +311,70 @@ func TestConcurrentIssuesForOneProject(t *testing.T) {
 	_, err = jwt.DecodeAccountClaims(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 }
+
+// TestApproverGrant: an approver credential is bound to one name in one
+// project (every problem listed), publishes only its four operations
+// under that name, reads nothing but its replies, and on HTTP reaches only
+// its project's approvals; only an approver decides over HTTP.
+func TestApproverGrant(t *testing.T) {
+	errs := auth.Grant{Role: auth.RoleApprover, Project: "*"}.Validate()
+	require.Len(t, errs, 2, "%v", errs)
+	require.Contains(t, errs[0], "project \"*\"")
+	require.Contains(t, errs[1], "approver (the approver's name) is required")
+	errs = auth.Grant{Role: auth.RoleApprover, Project: "p", Approver: "a.b", Agent: "x"}.Validate()
+	require.Len(t, errs, 2, "%v", errs)
+	require.Contains(t, errs[0], "approver \"a.b\" is not an identifier")
+	require.Contains(t, errs[1], "agent and target are for worker credentials only")
+	require.Equal(t, []string{"approver is for approver credentials only"}, auth.Grant{Role: auth.RoleAuditor, Project: "p", Approver: "alice"}.Validate())
+	require.Empty(t, auth.Grant{Role: auth.RoleApprover, Project: "p", Approver: "alice"}.Validate())
+
+	const u = "UKEY"
+	pub, sub := auth.Grant{Role: auth.RoleApprover, Project: "p", Approver: "alice"}.Permissions(u)
+	require.Equal(t, []string{"cgledger.v1.p.alice.approve", "cgledger.v1.p.alice.deny", "cgledger.v1.p.alice.approval.list", "cgledger.v1.p.alice.approval.get"}, pub)
+	require.Equal(t, []string{auth.InboxPrefix(u) + ".>"}, sub)
+
+	k, _ := keys(t)
+	is, err := k.Issuer()
+	require.NoError(t, err)
+	v, err := k.Verifier()
+	require.NoError(t, err)
+	now := time.Now()
+	pol := &auth.HTTPPolicy{Verifier: v, Now: func() time.Time { return now }}
+	srv := httptest.NewServer(pol.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })))
+	defer srv.Close()
+	tok := func(g auth.Grant) string {
+		c, err := is.Issue(g, time.Hour, now)
+		require.NoError(t, err)
+		return c.JWT
+	}
+	approverA := tok(auth.Grant{Role: auth.RoleApprover, Project: "A", Approver: "alice"})
+	adminA := tok(auth.Grant{Role: auth.RoleAdmin, Project: "A"})
+	auditorA := tok(auth.Grant{Role: auth.RoleAuditor, Project: "A"})
+	for _, tc := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"GET", "/v1/projects/A/approvals?state=pending", approverA, http.StatusTeapot},
+		{"GET", "/v1/projects/A/approvals/t1/c1", approverA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/approvals/t1/c1/approve", approverA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/approvals/t1/c1/deny", approverA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/approvals/t1/c1/other", approverA, http.StatusForbidden},
+		{"POST", "/v1/projects/B/approvals/t1/c1/approve", approverA, http.StatusForbidden},
+		{"GET", "/v1/projects/B/approvals", approverA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/calls", approverA, http.StatusForbidden},
+		{"GET", "/v1/digest", approverA, http.StatusForbidden},
+		{"GET", "/projects/A/tools", approverA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/approvals", auditorA, http.StatusTeapot},
+		{"GET", "/v1/projects/A/approvals/t1/c1", adminA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/approvals/t1/c1/approve", adminA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/approvals/t1/c1/deny", auditorA, http.StatusForbidden},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tc.token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
+	}
+}

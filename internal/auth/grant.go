@@ -22,6 +22,9 @@ const (
 	RoleAuditor Role = "auditor"
 	RoleAdmin   Role = "admin"
 	RoleLedger  Role = "ledger"
+	// RoleApprover decides held calls (approve, deny) and reads them, as
+	// one named approver (Grant.Approver) of one project.
+	RoleApprover Role = "approver"
 )
 
 // APIPrefix starts every API subject: cgledger.v1.<project>.<actor>.<op>.
@@ -48,7 +51,9 @@ const DefaultStream = "CG_LEDGER"
 var (
 	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "inbox.list", "cancel", "commit", "abort", "tool.get", "tool.list"}
 	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "attempt.start", "prepare", "tool.get", "tool.consumer"}
-	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list"}
+	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list", protocol.OpApprovalList, protocol.OpApprovalGet}
+	// ApproverOps are an approver's, under its own name as actor.
+	ApproverOps = []string{protocol.OpApprove, protocol.OpDeny, protocol.OpApprovalList, protocol.OpApprovalGet}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
 	GlobalOps = []string{"projector.skip"}
@@ -70,6 +75,11 @@ type Grant struct {
 	// may take as target) binds it to that built-in's commands,
 	// cmd.sys.pmo.internal.<tool>, instead.
 	Tool string `json:"tool,omitempty"`
+	// Approver binds an approver credential to its approver name: the
+	// actor token of its API subjects, which the ledger records as the
+	// approver of its decisions and checks against a tool's approvers.
+	// Required for an approver, for no one else.
+	Approver string `json:"approver,omitempty"`
 	// Label names the holder, for logs and audits.
 	Label string `json:"label,omitempty"`
 }
@@ -78,9 +88,9 @@ type Grant struct {
 func (g Grant) Validate() []string {
 	var errs []string
 	switch g.Role {
-	case RoleWorker, RoleTool, RoleAuditor, RoleAdmin, RoleLedger:
+	case RoleWorker, RoleTool, RoleAuditor, RoleAdmin, RoleLedger, RoleApprover:
 	default:
-		errs = append(errs, fmt.Sprintf("role %q: want worker, tool, auditor, admin or ledger", g.Role))
+		errs = append(errs, fmt.Sprintf("role %q: want worker, tool, auditor, admin, approver or ledger", g.Role))
 	}
 	if g.Role == RoleLedger && g.Project != "" {
 		errs = append(errs, "a ledger credential covers the whole ledger account: it takes no project")
@@ -97,7 +107,7 @@ func (g Grant) Validate() []string {
 			errs = append(errs, fmt.Sprintf("project %q is not an identifier (1-256 printable ASCII bytes without '.', '*', '>', not \"_\")", g.Project))
 		}
 	}
-	for _, f := range []struct{ name, v string }{{"agent", g.Agent}, {"target", g.Target}, {"tool", g.Tool}} {
+	for _, f := range []struct{ name, v string }{{"agent", g.Agent}, {"target", g.Target}, {"tool", g.Tool}, {"approver", g.Approver}} {
 		if f.v != "" && !IsIdent(f.v) {
 			errs = append(errs, fmt.Sprintf("%s %q is not an identifier", f.name, f.v))
 		}
@@ -107,6 +117,12 @@ func (g Grant) Validate() []string {
 	}
 	if g.Tool != "" && g.Role != RoleTool {
 		errs = append(errs, "tool is for tool credentials only")
+	}
+	switch {
+	case g.Role == RoleApprover && g.Approver == "":
+		errs = append(errs, "approver (the approver's name) is required for an approver credential")
+	case g.Approver != "" && g.Role != RoleApprover:
+		errs = append(errs, "approver is for approver credentials only")
 	}
 	if strings.ContainsAny(g.Label, "\x00\n\r") || len(g.Label) > 256 {
 		errs = append(errs, "label must be at most 256 bytes on one line")
@@ -177,6 +193,12 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 				ToolJSAPIPrefix+".CONSUMER.INFO."+DefaultStream+"."+c,
 				ToolJSAPIPrefix+".CONSUMER.MSG.NEXT."+DefaultStream+"."+c,
 				"$JS.ACK."+DefaultStream+"."+c+".>")
+		}
+	case RoleApprover:
+		// Its own name as actor, so every decision it makes is its own;
+		// it reads nothing but its replies.
+		for _, op := range ApproverOps {
+			pub = append(pub, APISubject(proj, g.Approver, op))
 		}
 	case RoleAuditor:
 		for _, op := range AuditorOps {

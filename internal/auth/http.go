@@ -76,7 +76,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withGrant(r.Context(), g)))
 	})
 }
 
@@ -98,6 +98,10 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
+	case g.Role == RoleApprover:
+		return authorizeApprover(g, method, parts)
+	case isApprovalDecision(method, parts):
+		return "deciding a held call (approve, deny) needs an approver credential of the project"
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == RoleWorker:
 		return authorizeWorkerInbox(g, parts, query)
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":
@@ -121,6 +125,29 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 		}
 	}
 	return ""
+}
+
+// isApprovalDecision reports POST /v1/projects/{p}/approvals/{turn}/{call}/approve|deny.
+func isApprovalDecision(method string, parts []string) bool {
+	return method == http.MethodPost && len(parts) == 7 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "approvals" &&
+		(parts[6] == "approve" || parts[6] == "deny")
+}
+
+// authorizeApprover lets an approver use its project's approvals and
+// nothing else: list and read them, approve and deny.
+func authorizeApprover(g Grant, method string, parts []string) string {
+	const only = "an approver credential may use only its project's approvals: GET /v1/projects/{project}/approvals, GET /v1/projects/{project}/approvals/{turn}/{call}, POST /v1/projects/{project}/approvals/{turn}/{call}/approve or /deny"
+	if len(parts) < 4 || parts[0] != "v1" || parts[1] != "projects" || parts[3] != "approvals" {
+		return only
+	}
+	if !g.Allows(parts[2]) {
+		return "credential is for project " + g.Project + ", not " + parts[2]
+	}
+	read := method == http.MethodGet || method == http.MethodHead
+	if (read && (len(parts) == 4 || len(parts) == 6)) || isApprovalDecision(method, parts) {
+		return ""
+	}
+	return only
 }
 
 // authorizeWorkerInbox lets a worker read one thing of the audit API: the

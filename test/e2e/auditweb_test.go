@@ -18,10 +18,14 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestAuditwebInChromium drives the audit web page (/ui/) in headless
@@ -136,52 +140,7 @@ func TestAuditwebInChromium(t *testing.T) {
 	apiGet(t, global, s.httpURL()+"/v1/chain/"+u64(before), &link)
 
 	// The browser.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome),
-		chromedp.NoSandbox, // root in CI containers
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 900),
-	)...)
-	defer cancelAlloc()
-	b := &browser{t: t, dir: dir}
-	// Start the browser before anything else uses the tab: chromedp
-	// allocates on a tab's first use, and a second use after a failed
-	// start allocates again on the same tab, which panics inside chromedp
-	// (close of closed channel). A failed start gets one fresh tab.
-	var cancelTab context.CancelFunc
-	for attempt := 1; ; attempt++ {
-		b.ctx, cancelTab = chromedp.NewContext(allocCtx)
-		err := chromedp.Do(b.ctx)
-		if err == nil {
-			break
-		}
-		cancelTab()
-		if attempt == 2 {
-			t.Fatalf("start chromium: %v", err)
-		}
-		t.Logf("start chromium (attempt %d): %v", attempt, err)
-	}
-	defer cancelTab()
-	// Uncaught exceptions, CSP refusals and script errors fail the test.
-	var mu sync.Mutex
-	var problems []string
-	consoleDone := make(chan struct{})
-	messages := chromedp.Console(b.ctx)
-	go func() {
-		defer close(consoleDone)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || m.Source == "security" || (m.Type == chromedp.ConsoleError && m.Source != "network") {
-				mu.Lock()
-				problems = append(problems, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
+	b, browserProblems := newBrowser(t, chrome, dir, 3*time.Minute)
 
 	// 1. First load: the page tries without a token, gets 401, asks.
 	b.do(chromedp.Navigate(s.httpURL() + "/"))
@@ -235,11 +194,29 @@ func TestAuditwebInChromium(t *testing.T) {
 	require.Contains(t, b.location(), "status=failed")
 	b.shot("calls-failed")
 
-	// 6. The turn's timeline: every entry, as the API lists it, in full.
+	// 6. The turn as a timeline: one lane per call with its tool and
+	// status, its phases as bars on one axis with their durations (each the
+	// time between the API's entries), the rejection marked on its call.
 	b.do(chromedp.Click(chromedp.CSS(`[data-testid=call-row] [data-testid=turn-link]`)))
 	b.waitView(`[data-view=timeline][data-ready=true][data-count="` + strconv.Itoa(len(timeline.Items)) + `"]`)
-	require.Contains(t, b.text(`[data-testid=timeline-count]`), strconv.Itoa(len(timeline.Items))+" entries")
+	require.Contains(t, b.text(`[data-testid=timeline-count]`), "2 calls, "+strconv.Itoa(len(timeline.Items))+" entries")
 	require.Equal(t, u64(timeline.AsOfSeq), b.text(`[data-testid=view] [data-testid=answer-asof]`))
+	require.Equal(t, []string{"c1:success:echo", "c2:failed:sleep"}, b.lanes())
+	for _, c := range []string{"c1", "c2"} {
+		require.Equal(t, apiPhases(t, timeline.Items, "t1", c), b.bars(c), "call %s: its bars are the API's phases", c)
+	}
+	b.wait(`[data-testid=call-lane][data-call=c1] [data-testid=marker][data-kind=rejection][data-seq="` + u64(rejSeq) + `"]`)
+	b.shot("timeline")
+	// One click on a lane: each phase's duration and the call's raw entries.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=call-lane][data-call=c1] > summary`)))
+	b.wait(`[data-testid=call-lane][data-call=c1] [data-testid=phase-table]`)
+	require.Equal(t, seqsOf(story.Items), b.evalStrings(`[...document.querySelectorAll('[data-testid=call-lane][data-call=c1] [data-testid=lane-entry]')].map(e => e.dataset.seq)`),
+		"the lane holds the call's entries")
+	require.Contains(t, b.text(`[data-testid=call-lane][data-call=c1] [data-testid=phase-row][data-phase=run]`), "run")
+	b.shot("timeline-lane")
+	// The turn's raw entries, folded: every entry, as the API lists it, in full.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=all-entries-open]`)))
+	b.wait(`[data-testid=all-entries] [data-testid=timeline-entry]`)
 	b.checkEntries(`[data-testid=timeline-entry]`, timeline.Items)
 	text := b.text(`[data-testid=view]`)
 	require.Contains(t, text, hostile, "markup from an agent is shown as text")
@@ -251,7 +228,9 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.do(chromedp.Evaluate[chromedp.Void](`document.body.dataset.stale = 'yes'; location.reload()`))
 	b.wait(`body:not([data-stale]) [data-testid=view][data-view=timeline][data-ready=true][data-count="` + strconv.Itoa(len(timeline.Items)) + `"]`)
 
-	// 7. From the rejection entry to the call's story.
+	// 7. From the rejection entry to the call's story: the same picture,
+	// and every rejection with its violations.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=all-entries-open]`)))
 	b.do(chromedp.Click(chromedp.CSS(`[data-testid=timeline-entry][data-kind=rejection] [data-testid=entry-call-link]`)))
 	b.waitView(`[data-view=story][data-ready=true][data-count="` + strconv.Itoa(len(story.Items)) + `"]`)
 	state := b.text(`[data-testid=story-state]`)
@@ -263,6 +242,11 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`[data-testid=expand-all]`)))
 	b.wait(`[data-testid=story-entry][data-kind=rejection] [data-testid=entry-data]`)
 	b.checkEntries(`[data-testid=story-entry]`, story.Items)
+	require.Equal(t, []string{"c1:success:echo"}, b.lanes())
+	require.Equal(t, apiPhases(t, story.Items, "t1", "c1"), b.bars("c1"))
+	b.wait(`[data-testid=call-lane][data-call=c1] [data-testid=marker][data-kind=rejection][data-seq="` + u64(rejSeq) + `"]`)
+	require.Contains(t, b.text(`[data-testid=incident][data-kind=rejection][data-seq="`+u64(rejSeq)+`"]`), "card.card_id (conflict)")
+	require.Equal(t, "true", b.eval(`document.querySelector('[data-testid=live-state]').dataset.live`), "the latest state is live")
 	b.shot("story")
 
 	// 8. An as-of the API refuses: its error, with every violation.
@@ -280,10 +264,14 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.waitView(`[data-view=story][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="` + strconv.Itoa(len(storyBefore.Items)) + `"]`)
 	require.Equal(t, u64(before), b.text(`[data-testid=view] [data-testid=answer-asof]`))
 	require.Equal(t, "false", b.eval(`String(!!document.querySelector('[data-testid=last-rejection]'))`))
+	require.Equal(t, "false", b.eval(`String(!!document.querySelector('[data-testid=incident]'))`))
+	require.Equal(t, "false", b.eval(`document.querySelector('[data-testid=live-state]').dataset.live`), "an earlier state is not live")
 	b.checkEntries(`[data-testid=story-entry]`, storyBefore.Items)
 	b.shot("story-asof")
 	b.do(chromedp.Click(chromedp.CSS(`[data-testid=state-turn-link]`)))
 	b.waitView(`[data-view=timeline][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="` + strconv.Itoa(len(timelineBefore.Items)) + `"]`)
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=all-entries-open]`)))
+	b.wait(`[data-testid=all-entries] [data-testid=timeline-entry]`)
 	b.checkEntries(`[data-testid=timeline-entry]`, timelineBefore.Items)
 	b.do(chromedp.Click(chromedp.CSS(`[data-testid=nav-calls]`)))
 	b.waitView(`[data-view=calls][data-ready=true][data-as-of-seq="` + u64(before) + `"][data-count="2"]`)
@@ -318,7 +306,101 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.wait(`[data-testid=project-row][data-project=demo] [data-testid=project-link]`)
 	b.shot("projects-list")
 
-	// 11. With --no-auth the page never asks: it tries without a token
+	// 11. The project overview: calls per status and tool over time, each
+	// tool's p50/p95, the rejections: what GET .../overview answers.
+	var ov struct {
+		Calls      int            `json:"calls"`
+		ByStatus   map[string]int `json:"by_status"`
+		Rejections int            `json:"rejections"`
+		Tools      []struct {
+			ToolName string   `json:"tool_name"`
+			Calls    int      `json:"calls"`
+			P50MS    *float64 `json:"p50_ms"`
+		} `json:"tools"`
+	}
+	apiGet(t, global, base+"/overview?buckets=40", &ov)
+	require.Equal(t, 3, ov.Calls)
+	require.Equal(t, map[string]int{"success": 2, "failed": 1}, ov.ByStatus)
+	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/overview?window=all'`))
+	b.waitView(`[data-view=overview][data-ready=true][data-count="3"]`)
+	require.Equal(t, "3", b.text(`[data-testid=overview-calls]`))
+	require.Equal(t, strconv.Itoa(ov.Rejections), b.text(`[data-testid=overview-rejections]`))
+	require.Equal(t, []string{"success:2", "failed:1"}, b.evalStrings(`[...document.querySelectorAll('[data-testid=overview-status]')].map(e => e.dataset.status + ':' + e.querySelector('.big').textContent)`))
+	for _, tool := range ov.Tools {
+		row := `[data-testid=overview-tool][data-tool=` + tool.ToolName + `] `
+		require.Equal(t, strconv.Itoa(tool.Calls), b.text(row+`[data-testid=tool-calls]`), tool.ToolName)
+		require.NotNil(t, tool.P50MS, tool.ToolName)
+		require.NotEqual(t, "—", b.text(row+`[data-testid=tool-p50]`), tool.ToolName)
+	}
+	require.Equal(t, "3", b.eval(`String([...document.querySelectorAll('[data-testid=overview-bucket]')].reduce((n, e) => n + Number(e.dataset.calls), 0))`))
+	b.shot("overview")
+
+	// 12. Approvals are feature-detected: without the endpoint (GET
+	// .../approvals answers 404) the pane says so and its link stays hidden.
+	resp = httpAs(t, global, "GET", base+"/approvals?state=pending", "")
+	resp.Body.Close()
+	served := resp.StatusCode != http.StatusNotFound
+	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/approvals'`))
+	b.waitView(`[data-view=approvals][data-ready=true][data-available="` + strconv.FormatBool(served) + `"]`)
+	require.Eventually(t, func() bool {
+		return b.eval(`String(document.querySelector('[data-testid=nav-approvals]').hidden)`) == strconv.FormatBool(!served)
+	}, time.Minute, 20*time.Millisecond, "the approvals link follows the endpoint")
+	b.shot("approvals")
+
+	// 13. Live: a call made while the turn is open appears without a reload.
+	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/turns/t2'`))
+	b.waitView(`[data-view=timeline][data-ready=true][data-calls="1"]`)
+	b.do(chromedp.Evaluate[chromedp.Void](`document.body.dataset.stale = 'still'`))
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "bob", "--tool", "echo", "--args", `{"text":"live"}`, "--turn", "t2", "--call-id", "c5")
+	require.Equal(t, 0, code, out)
+	b.wait(`body[data-stale=still] [data-testid=view][data-view=timeline][data-calls="2"] [data-testid=call-lane][data-call=c5][data-status=success]`)
+	require.Contains(t, b.text(`[data-testid=live-state]`), "live: updated")
+	b.shot("timeline-live")
+
+	// The same report again (a tool retrying) is a duplicate: the call's
+	// story, open, shows it on the lane and in its list.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=call-lane][data-call=c5] > summary`)),
+		chromedp.Click(chromedp.CSS(`[data-testid=call-lane][data-call=c5] [data-testid=lane-story-link]`)))
+	b.waitView(`[data-view=story][data-ready=true] [data-testid=call-lane][data-call=c5]`)
+	var c5 struct {
+		Items []struct {
+			Kind string `json:"kind"`
+			Data struct {
+				Status           string `json:"status"`
+				AfterExecution   string `json:"after_execution"`
+				ToolResultCardID string `json:"tool_result_card_id"`
+				StepID           string `json:"step_id"`
+				SourceID         string `json:"source_id"`
+				SourceFunction   string `json:"source_function"`
+			} `json:"data"`
+		} `json:"items"`
+	}
+	apiGet(t, global, base+"/calls/c5?turn=t2", &c5)
+	var report protocol.ReportRequest
+	for _, it := range c5.Items {
+		if it.Kind == "report" {
+			report = protocol.ReportRequest{ProjectID: "demo", ChannelID: "main",
+				Identity: protocol.Identity{AgentID: "bob", AgentTurnID: "t2", TurnEpoch: 1, ToolCallID: "c5"},
+				SourceID: it.Data.SourceID, SourceFunction: it.Data.SourceFunction,
+				Payload: protocol.ReportPayload{Status: it.Data.Status, AfterExecution: it.Data.AfterExecution, ToolResultCardID: it.Data.ToolResultCardID, StepID: it.Data.StepID}}
+		}
+	}
+	require.NotEmpty(t, report.Payload.ToolResultCardID, "c5 was reported")
+	adminCreds := filepath.Join(s.data, "auth", "admin.creds")
+	_, adminInbox, err := auth.ReadCreds(adminCreds)
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(adminCreds), nats.CustomInboxPrefix(adminInbox))
+	require.NoError(t, err)
+	defer nc.Close()
+	dup, err := client.New(nc, client.WithActor("echo"), client.WithTimeout(30*time.Second)).Report(context.Background(), report)
+	require.NoError(t, err)
+	require.True(t, dup.Duplicate, "the same report again is a duplicate")
+	b.wait(`[data-testid=view][data-view=story] [data-testid=incident][data-kind=duplicate]`)
+	b.wait(`[data-testid=call-lane][data-call=c5] [data-testid=marker][data-kind=duplicate]`)
+	require.Contains(t, b.text(`[data-testid=incident][data-kind=duplicate]`), "a repeated report from "+report.SourceID)
+	b.shot("story-duplicate")
+
+	// 14. With --no-auth the page never asks: it tries without a token
 	// first and asks only on a 401.
 	noAuth := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--no-auth")
 	out, code = noAuth.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`, "--turn", "t9", "--call-id", "c9")
@@ -329,11 +411,66 @@ func TestAuditwebInChromium(t *testing.T) {
 	require.Equal(t, "true", b.eval(`String(document.querySelector('[data-testid=signin]').hidden)`))
 	b.shot("no-auth")
 
-	cancelTab()
-	<-consoleDone
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, problems, "the page ran without script errors or CSP refusals")
+	require.Empty(t, browserProblems(), "the page ran without script errors or CSP refusals")
+}
+
+// newBrowser starts headless Chromium with one tab, for at most limit;
+// problems stops it and returns the uncaught exceptions, CSP refusals and
+// script errors the page logged (which fail a test).
+func newBrowser(t *testing.T, chrome, dir string, limit time.Duration) (b *browser, problems func() []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 900),
+	)...)
+	t.Cleanup(cancelAlloc)
+	b = &browser{t: t, dir: dir}
+	// Start the browser before anything else uses the tab: chromedp
+	// allocates on a tab's first use, and a second use after a failed
+	// start allocates again on the same tab, which panics inside chromedp
+	// (close of closed channel). A failed start gets one fresh tab.
+	var cancelTab context.CancelFunc
+	for attempt := 1; ; attempt++ {
+		b.ctx, cancelTab = chromedp.NewContext(allocCtx)
+		err := chromedp.Do(b.ctx)
+		if err == nil {
+			break
+		}
+		cancelTab()
+		if attempt == 2 {
+			t.Fatalf("start chromium: %v", err)
+		}
+		t.Logf("start chromium (attempt %d): %v", attempt, err)
+	}
+	t.Cleanup(cancelTab)
+	var mu sync.Mutex
+	var seen []string
+	consoleDone := make(chan struct{})
+	messages := chromedp.Console(b.ctx)
+	go func() {
+		defer close(consoleDone)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Source == "security" || (m.Type == chromedp.ConsoleError && m.Source != "network") {
+				mu.Lock()
+				seen = append(seen, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	return b, func() []string {
+		cancelTab()
+		<-consoleDone
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
 }
 
 // browser is one Chromium tab of the test, with the steps' helpers.
@@ -411,6 +548,104 @@ func (b *browser) location() string {
 		b.fail(err, "location")
 	}
 	return v
+}
+
+// lanes are the timeline's lanes as call:status:tool.
+func (b *browser) lanes() []string {
+	b.t.Helper()
+	return b.evalStrings(`[...document.querySelectorAll('[data-testid=view] [data-testid=call-lane]')].map(r => r.dataset.call + ':' + r.dataset.status + ':' + r.dataset.tool)`)
+}
+
+// bars are the phases a lane shows, as phase=nanoseconds (empty while under
+// way).
+func (b *browser) bars(call string) []string {
+	b.t.Helper()
+	return b.evalStrings(`[...document.querySelectorAll('[data-testid=view] [data-testid=call-lane][data-call=` + call + `] [data-testid=bar]')].map(e => e.dataset.phase + '=' + e.dataset.ns)`)
+}
+
+func (b *browser) evalStrings(js string) []string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+	if err != nil {
+		b.fail(err, "evaluate "+js)
+	}
+	return v
+}
+
+// apiPhases computes a call's phases from the API's entries, as
+// docs/audit-api.md defines them: each from the first entry of one kind to
+// the first of the next, as phase=nanoseconds.
+func apiPhases(t *testing.T, items []apiItem, turn, call string) []string {
+	t.Helper()
+	at := map[string]time.Time{}
+	for _, it := range items {
+		var d struct {
+			Type        string `json:"type"`
+			Phase       string `json:"phase"`
+			AgentTurnID string `json:"agent_turn_id"`
+			ToolCallID  string `json:"tool_call_id"`
+		}
+		_ = json.Unmarshal(it.Data, &d)
+		var h struct {
+			Turn []string `json:"CG-Agent-Turn-Id"`
+			Call []string `json:"CG-Tool-Call-Id"`
+		}
+		require.NoError(t, json.Unmarshal(it.Headers, &h))
+		if len(h.Turn) == 0 || len(h.Call) == 0 || h.Turn[0] != turn || h.Call[0] != call {
+			continue
+		}
+		ev := it.Kind
+		switch {
+		case it.Kind == "card":
+			ev = map[string]string{"tool.call": "call", "tool.result": "result"}[d.Type]
+		case it.Kind == "wakeup" && d.Phase != "":
+			ev = "wakeup_" + d.Phase // not the result's wakeup
+		}
+		if _, seen := at[ev]; ev != "" && !seen {
+			at[ev] = it.Time
+		}
+	}
+	first := func(names ...string) (time.Time, bool) {
+		for _, n := range names {
+			if v, ok := at[n]; ok {
+				return v, true
+			}
+		}
+		return time.Time{}, false
+	}
+	var out []string
+	for _, ph := range []struct {
+		name     string
+		from, to []string
+	}{
+		{"dispatch", []string{"call"}, []string{"held", "command"}},
+		{"approval", []string{"held"}, []string{"approval"}},
+		{"run", []string{"command"}, []string{"result", "report"}},
+		{"report", []string{"result"}, []string{"report"}},
+		{"wakeup", []string{"report"}, []string{"wakeup", "wakeup_skipped"}},
+		{"consume", []string{"wakeup"}, []string{"consumed"}},
+	} {
+		a, ok := first(ph.from...)
+		if !ok {
+			continue
+		}
+		if b, ok := first(ph.to...); ok {
+			out = append(out, ph.name+"="+strconv.FormatInt(b.Sub(a).Nanoseconds(), 10))
+		} else if ph.name == "run" || ph.name == "report" || ph.name == "wakeup" || (ph.name == "consume" && at["wakeup_skipped"].IsZero()) {
+			out = append(out, ph.name+"=")
+		}
+	}
+	return out
+}
+
+func seqsOf(items []apiItem) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, u64(it.Seq))
+	}
+	return out
 }
 
 // rows are the calls list's rows as turn/call:status.
@@ -510,6 +745,7 @@ type apiItem struct {
 	Time    time.Time       `json:"time"`
 	Kind    string          `json:"kind"`
 	Subject string          `json:"subject"`
+	Headers json.RawMessage `json:"headers"`
 	Data    json.RawMessage `json:"data"`
 }
 

@@ -1,0 +1,248 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// DefaultApprovalDurable prefixes the approval keeper's consumer name
+// (cgledger-approvals-v1 for protocol version v1).
+const DefaultApprovalDurable = "cgledger-approvals-"
+
+// DefaultApprovalFinishAfter is ApprovalKeeperConfig.FinishAfter's default.
+const DefaultApprovalFinishAfter = 10 * time.Second
+
+// ApprovalKeeperConfig configures an ApprovalKeeper.
+type ApprovalKeeperConfig struct {
+	// Durable is the consumer's name, shared by every serve process.
+	// Empty means DefaultApprovalDurable plus the protocol version.
+	Durable string
+	// AckWait is how long an entry taken by a process that then stops
+	// waits before another process gets it. Zero means 30s.
+	AckWait time.Duration
+	// Workers bounds the entries handled at once. Zero means 16.
+	Workers int
+	// FinishAfter is how long after a decision the keeper leaves its
+	// follow-up to the decider before doing it itself. Zero means
+	// DefaultApprovalFinishAfter.
+	FinishAfter time.Duration
+	// Retry, when set, is asked after the consumer cannot be created: nil
+	// to try again, an error to give up with it. Nil gives up at once.
+	Retry func(ctx context.Context, step string, err error) error
+}
+
+// ApprovalKeeper keeps held calls: a durable pull consumer of the held and
+// approval entries. A held entry whose call has no decision at its
+// expires_unix_ms gets the ledger's expiry (the decision expired, which
+// races approvals through the approval subject like any decision); until
+// then it is handed back to the server to be delivered again then. An
+// approval entry whose call is still awaiting_approval after FinishAfter
+// (its decider stopped half-way) gets its follow-up finished.
+type ApprovalKeeper struct {
+	l      *Ledger
+	cfg    ApprovalKeeperConfig
+	cc     jetstream.ConsumeContext
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+	// mu orders handle's wg.Add before Stop's wg.Wait: the consumer's
+	// callback may still be running when Stop is called.
+	mu      sync.Mutex
+	stopped bool
+}
+
+// StartApprovalKeeper creates (or binds) the keeper's consumer and starts
+// consuming. Stop it with Stop.
+func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConfig) (*ApprovalKeeper, error) {
+	if cfg.Durable == "" {
+		cfg.Durable = DefaultApprovalDurable + l.version
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 16
+	}
+	if cfg.FinishAfter <= 0 {
+		cfg.FinishAfter = DefaultApprovalFinishAfter
+	}
+	var cons jetstream.Consumer
+	for {
+		var err error
+		cons, err = l.createApprovalConsumer(ctx, cfg)
+		if err == nil {
+			break
+		}
+		if cfg.Retry == nil {
+			return nil, err
+		}
+		if rerr := cfg.Retry(ctx, "approval keeper consumer", err); rerr != nil {
+			return nil, rerr
+		}
+	}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k := &ApprovalKeeper{l: l, cfg: cfg, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
+	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("approval keeper: consume: %w", err)
+	}
+	k.cc = cc
+	return k, nil
+}
+
+func (l *Ledger) createApprovalConsumer(ctx context.Context, cfg ApprovalKeeperConfig) (jetstream.Consumer, error) {
+	base := protocol.Root + "." + l.version + ".*.*.ledger."
+	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
+		Durable:        cfg.Durable,
+		Description:    "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
+		FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		// Every held call stays pending until its decision or expiry (up
+		// to 7 days): no cap, as for the deadline keeper.
+		MaxAckPending: -1,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approval keeper: consumer %s: %w", cfg.Durable, err)
+	}
+	return cons, nil
+}
+
+// Stop stops taking entries and waits (up to ctx) for those being handled.
+func (k *ApprovalKeeper) Stop(ctx context.Context) error {
+	k.once.Do(func() { k.cc.Stop() })
+	k.mu.Lock()
+	k.stopped = true
+	k.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		k.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		k.cancel()
+		return nil
+	case <-ctx.Done():
+		k.cancel()
+		<-done
+		return fmt.Errorf("approval keeper: stop: %w", ctx.Err())
+	}
+}
+
+func (k *ApprovalKeeper) handle(msg jetstream.Msg) {
+	select {
+	case k.sem <- struct{}{}:
+	case <-k.ctx.Done():
+		_ = msg.Nak()
+		return
+	}
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		<-k.sem
+		_ = msg.Nak()
+		return
+	}
+	k.wg.Add(1)
+	k.mu.Unlock()
+	go func() {
+		defer k.wg.Done()
+		defer func() { <-k.sem }()
+		k.process(msg)
+	}()
+}
+
+// process decides one delivery of a held or approval entry.
+func (k *ApprovalKeeper) process(msg jetstream.Msg) {
+	l := k.l
+	var ids struct {
+		ProjectID   string `json:"project_id"`
+		AgentTurnID string `json:"agent_turn_id"`
+		ToolCallID  string `json:"tool_call_id"`
+	}
+	if err := json.Unmarshal(msg.Data(), &ids); err != nil {
+		_ = msg.Ack()
+		return
+	}
+	kind := protocol.HeaderGet(msg.Headers(), protocol.HeaderEntryKind)
+	now := time.Now()
+	if kind == string(protocol.KindHeld) {
+		var h protocol.HeldEntry
+		if err := json.Unmarshal(msg.Data(), &h); err != nil {
+			_ = msg.Ack()
+			return
+		}
+		// The entry carries the expiry: no read until it is due.
+		if due := time.UnixMilli(h.ExpiresUnixMS); now.Before(due) {
+			_ = msg.NakWithDelay(due.Sub(now))
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	defer cancel()
+	rec, _, err := l.getRecord(ctx, callKey(ids.ProjectID, ids.AgentTurnID, ids.ToolCallID))
+	if err != nil {
+		k.later(msg, "read call record", err)
+		return
+	}
+	if rec == nil || rec.Held == nil || rec.State != protocol.StateAwaitingApproval {
+		// Gone with the retention, or decided and followed up.
+		_ = msg.Ack()
+		return
+	}
+	decided, seq, err := l.decisionOf(ctx, rec)
+	if err != nil {
+		k.later(msg, "read decision", err)
+		return
+	}
+	if decided == nil {
+		if kind != string(protocol.KindHeld) {
+			_ = msg.Ack()
+			return
+		}
+		won := false
+		decided, seq, won, err = l.decide(ctx, rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+		if err != nil {
+			k.later(msg, "record expiry", err)
+			return
+		}
+		if won {
+			if err := l.step(stepApprovalDecided); err != nil {
+				k.later(msg, "record expiry", err)
+				return
+			}
+		}
+	} else if age := now.Sub(time.UnixMilli(decided.DecidedUnixMS)); age < k.cfg.FinishAfter {
+		// Its decider is likely finishing it: look again after a while.
+		_ = msg.NakWithDelay(k.cfg.FinishAfter - age)
+		return
+	}
+	if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
+		k.later(msg, "finish the decision", err)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// later hands an entry back after a transient failure.
+func (k *ApprovalKeeper) later(msg jetstream.Msg, what string, err error) {
+	k.l.log.Warn("approval keeper: will retry", "step", what, "subject", msg.Subject(), "err", err)
+	if k.ctx.Err() != nil {
+		_ = msg.Nak()
+		return
+	}
+	_ = msg.NakWithDelay(time.Second)
+}
