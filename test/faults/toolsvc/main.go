@@ -7,6 +7,10 @@
 // Everything it does is safe to repeat, so a SIGKILL at any point is undone
 // by the command's redelivery.
 //
+// A call's arguments may ask for an outcome: {"fail": "<error code>"} makes
+// it report status failed with that error code, {"delay_ms": N} makes it
+// answer N ms later (after the deadline, to be refused as late).
+//
 // It prints one line per event on standard output, which the tests count:
 // "ready" once it pulls, "reported <turn> <call> duplicate=<bool>" after each
 // accepted report, "refused <op> <turn> <call>: <error>" for a refusal.
@@ -145,12 +149,30 @@ func (s *svc) handle(ctx context.Context, msg jetstream.Msg) {
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	_ = json.Unmarshal(cc.Content, &content)
+	var args struct {
+		DelayMS int64  `json:"delay_ms"`
+		Fail    string `json:"fail"`
+	}
+	_ = json.Unmarshal(content.Arguments, &args)
+	if args.DelayMS > 0 {
+		// An answer after the call's deadline: the ledger refuses it as late.
+		select {
+		case <-time.After(time.Duration(args.DelayMS) * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 
 	// The result card is a function of the call, so a repeat after a crash
 	// puts the same card (answered as a duplicate).
 	sum := sha256.Sum256([]byte(d.project + "\x00" + d.turn + "\x00" + d.call))
-	d.finish(ctx, "success", "res-"+hex.EncodeToString(sum[:12]),
-		map[string]any{"status": "success", "result": map[string]json.RawMessage{"echo": content.Arguments}}, cc.Metadata, "", nil)
+	result := map[string]any{"status": "success", "result": map[string]json.RawMessage{"echo": content.Arguments}}
+	status := "success"
+	if args.Fail != "" {
+		status = "failed"
+		result = map[string]any{"status": status, "result": nil, "error": map[string]string{"code": args.Fail, "message": "asked to fail"}}
+	}
+	d.finish(ctx, status, "res-"+hex.EncodeToString(sum[:12]), result, cc.Metadata, "", nil)
 }
 
 func main() {
