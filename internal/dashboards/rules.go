@@ -26,6 +26,20 @@ const MinRequestsForRejectionSpike = 50
 // for CgledgerToolNotAnswering.
 const NotAnsweringCalls = 3
 
+// WaitingSlackSeconds is how much older than its tool's timeout the oldest
+// waiting call must be for CgledgerToolCallsWaitingTooLong: the deadline
+// keeper ends a call 5 s after its deadline (its grace), so under steady
+// load to a dead tool the oldest call is always a few seconds past the
+// timeout, which CgledgerToolNotAnswering covers; a minute past it means
+// the keeper did not end it.
+const WaitingSlackSeconds = 60
+
+// DiskHistoryMinSeconds is how much of its hour of history
+// CgledgerDiskFillingUp needs before it judges a trend: predict_linear over
+// a few samples (Prometheus or serve just started) extrapolates noise over
+// four hours.
+const DiskHistoryMinSeconds = 1800
+
 // Gauge lookbacks. A scrape that fails (serve restarting) marks every
 // series of the target stale at once, so an instant selector of a gauge
 // goes empty for the length of the outage and an alert on it resolves and,
@@ -173,10 +187,10 @@ func Rules() RuleFile {
 			"Calls to tool {{ $labels.tool }} are still waiting past their deadline",
 			"The views hold calls whose deadline has passed and that the ledger's deadline keeper has not ended: it cannot append, or does not run."),
 		alert("CgledgerToolCallsWaitingTooLong",
-			lb("min_over_time", "cgledger_tool_oldest_waiting_call_age_seconds", "tool", gaugeLookback)+" > on (tool) "+lb("max_over_time", "cgledger_tool_timeout_seconds", "tool", configLookback),
+			lb("min_over_time", "cgledger_tool_oldest_waiting_call_age_seconds", "tool", gaugeLookback)+" > on (tool) ("+lb("max_over_time", "cgledger_tool_timeout_seconds", "tool", configLookback)+fmt.Sprintf(" + %d)", WaitingSlackSeconds),
 			"2m", "ticket",
-			"The oldest waiting call to tool {{ $labels.tool }} is older than the tool's timeout",
-			"A call dispatched longer ago than the tool's timeout has no report yet."),
+			"The oldest waiting call to tool {{ $labels.tool }} is older than the tool's timeout plus a minute",
+			"A call dispatched longer ago than the tool's timeout plus a minute has no report yet, though the deadline keeper ends calls 5 s after their deadline."),
 		alert("CgledgerConsumerStranded",
 			lb("min_over_time", "cgledger_consumer_pending_messages", "consumer, tool", gaugeLookback)+" > 0 and on (consumer, tool) "+
 				lb("max_over_time", "cgledger_consumer_waiting_pulls", "consumer, tool", gaugeLookback)+" == 0 and on (consumer, tool) "+
@@ -195,10 +209,11 @@ func Rules() RuleFile {
 			"{{ $labels.instance }} cannot write (storage degraded or NATS disconnected); /readyz says why",
 			"Storage degraded or serve's NATS connection down for 2 minutes."),
 		alert("CgledgerDiskFillingUp",
-			"max by (instance) (predict_linear(cgledger_data_free_bytes[1h], 4 * 3600)) < on (instance) "+reserve,
+			"max by (instance) (predict_linear(cgledger_data_free_bytes[1h], 4 * 3600)) < on (instance) "+reserve+
+				fmt.Sprintf(" and on (instance) max by (instance) (time() - min_over_time(timestamp(cgledger_data_free_bytes)[1h:1m])) > %d", DiskHistoryMinSeconds),
 			"15m", "ticket",
 			"The data directory of {{ $labels.instance }} will reach its reserve within 4 hours",
-			"At the last hour's rate, free space falls to the disk reserve (below which serve refuses writes) within 4 hours."),
+			"At the last hour's rate (judged once 30 minutes of it are known), free space falls to the disk reserve (below which serve refuses writes) within 4 hours."),
 		alert("CgledgerDiskNearlyFull",
 			lb("max_over_time", "cgledger_data_free_bytes", "instance", gaugeLookback)+" < on (instance) 2 * "+reserve,
 			"5m", "page",
