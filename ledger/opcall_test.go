@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -224,4 +225,55 @@ func TestOperatorResolve(t *testing.T) {
 
 	require.Equal(t, float64(2), operatorActions(t, reg, protocol.OpCallResolve, "ok"))
 	require.Equal(t, float64(6), operatorActions(t, reg, protocol.OpCallResolve, "refused"))
+}
+
+// TestOperatorAuthOnlyAnAdmin: no worker, tool, auditor or approver
+// credential may publish call.cancel or call.resolve (NATS refuses them,
+// nothing is recorded); an admin's, through the API, cancels another
+// agent's call under its actor token, and call.get shows a call's
+// resolution field to whoever may read it.
+func TestOperatorAuthOnlyAnAdmin(t *testing.T) {
+	e := newAuthEnv(t)
+	ctx := ctxT(t)
+	c, req := deadlineCall("turn-op", "c1", "echo", 0)
+	_, err := e.l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	body, err := json.Marshal(protocol.OperatorCancelRequest{ProjectID: project, AgentTurnID: c.turn, ToolCallID: c.id, Reason: "stop"})
+	require.NoError(t, err)
+	resolve := `{"project_id":"` + project + `","agent_turn_id":"` + c.turn + `","tool_call_id":"` + c.id + `","effect":"applied","reason":"r"}`
+
+	// Each under the actor it may use for its own ops (an unbound worker
+	// any): the op is what NATS refuses.
+	for _, tc := range []struct {
+		g     auth.Grant
+		actor string
+	}{
+		{auth.Grant{Role: auth.RoleWorker, Project: project, Agent: agent}, agent},
+		{auth.Grant{Role: auth.RoleWorker, Project: project}, "ops"},
+		{auth.Grant{Role: auth.RoleTool, Project: project, Tool: "echo"}, "echo"},
+		{auth.Grant{Role: auth.RoleAuditor, Project: project}, "ops"},
+		{auth.Grant{Role: auth.RoleApprover, Project: project, Approver: "alice"}, "alice"},
+	} {
+		cl := e.client(t, tc.g)
+		e.refusedByNATS(t, cl, protocol.APISubject(project, tc.actor, protocol.OpCallCancel), nil, string(body))
+		e.refusedByNATS(t, cl, protocol.APISubject(project, tc.actor, protocol.OpCallResolve), nil, resolve)
+	}
+	canceled, err := e.l.Canceled(ctx, project, channel, c.turn, c.id)
+	require.NoError(t, err)
+	require.False(t, canceled)
+
+	admin := e.client(t, auth.Grant{Role: auth.RoleAdmin, Project: project})
+	// Another project in the body than the subject's: forbidden.
+	foreign := strings.Replace(string(body), `"project_id":"`+project+`"`, `"project_id":"other"`, 1)
+	r := admin.request(t, protocol.APISubject(project, "ops", protocol.OpCallCancel), nil, foreign)
+	require.Equal(t, "forbidden", r.Error.Code)
+	r = admin.request(t, protocol.APISubject(project, "ops", protocol.OpCallCancel), nil, string(body))
+	require.True(t, r.OK, "%+v", r.Error)
+	cancels := e.subjectEntries(t, protocol.CancelSubject("v1", project, channel, c.turn, c.id))
+	require.Len(t, cancels, 1)
+	require.Equal(t, "ops", cancels[0].Header.Get(protocol.HeaderActor))
+	// The call has no report: resolving it is refused, listed, recorded.
+	r = admin.request(t, protocol.APISubject(project, "ops", protocol.OpCallResolve), nil, resolve)
+	require.Equal(t, "conflict", r.Error.Code)
+	require.NotZero(t, r.Error.RejectionSeq, "recorded")
 }
