@@ -438,3 +438,40 @@ func (c *Client) decideApproval(ctx context.Context, op, approver string, req pr
 	}
 	return out, c.call(ctx, msg, &out)
 }
+
+// OperatorCancel cancels any agent's call as an operator (call.cancel, an
+// admin's op; see Ledger.OperatorCancel). actor is the request's actor
+// token, which the ledger records as the entry's CG-Actor.
+func (c *Client) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (protocol.OperatorCancelResult, error) {
+	var out protocol.OperatorCancelResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallCancel), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// Resolve records what became of an outcome_unknown call's side effect
+// (call.resolve, an admin's op; see Ledger.Resolve), as actor.
+func (c *Client) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {
+	var out protocol.ResolveResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallResolve), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// Resolution reads a call's resolution from call.get (see
+// Ledger.Resolution): nil when it has none.
+func (c *Client) Resolution(ctx context.Context, project, turnID, callID string) (*protocol.ResolutionEntry, error) {
+	var out protocol.CallView
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpCallGet), map[string]any{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return out.Resolution, nil
+}

@@ -320,6 +320,22 @@ func buildDocument() obj {
 			desc:    "As approve, for deny: the call ends failed (auth_failed, A-APPROVAL-DENIED) with the reason. Needs an approver credential of the project.",
 			params:  path("project", "turn", "call"), body: jsonBody("The card and digest decided on.", sch(DecisionBody{})),
 			ok: ok("The decision recorded.", protocol.ApprovalResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
+		{method: "post", path: "/v1/projects/{project}/turns/{turn}/calls/{call}/cancel", id: "cancelCall", tag: "operator",
+			summary: "Cancel any agent's call (operator)",
+			desc: "Sends call.cancel to the ledger as the bearer admin credential's actor (its label when that is an identifier, else \"admin\"; " +
+				"docs/operations.md#operator-actions): a running call gets its cancel entry (its executor stops it and reports canceled), a call held for " +
+				"approval the decision canceled. A cancel already stored answers duplicate. Refusals are the operation's, with every violation and the " +
+				"rejection entry's rejection_seq: 400 bad_request, 404 unknown_call, 409 conflict (the call already has a report). Needs an admin credential of the project.",
+			params: path("project", "turn", "call"), body: jsonBody("Why.", sch(OperatorCancelBody{})),
+			ok: ok("The entry that canceled the call.", protocol.OperatorCancelResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
+		{method: "post", path: "/v1/projects/{project}/turns/{turn}/calls/{call}/resolve", id: "resolveCall", tag: "operator",
+			summary: "Resolve an outcome_unknown call (operator)",
+			desc: "Sends call.resolve to the ledger as the bearer admin credential's actor: records (once per call) whether the side effect of a call " +
+				"reported failed with S-TOOL-OUTCOME-UNKNOWN took place, applied or not_applied (docs/side-effects.md). The report is left as it is. The same " +
+				"resolution again answers the stored one. Refusals: 400 bad_request, 404 unknown_call, 409 conflict (no such report, or resolved already: " +
+				"the resolution named). Needs an admin credential of the project.",
+			params: path("project", "turn", "call"), body: jsonBody("The effect and why.", sch(ResolveBody{})),
+			ok: ok("The resolution recorded.", protocol.ResolveResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
 		{method: "get", path: "/v1/unrecognized", id: "listUnrecognized", tag: "audit",
 			summary: "Unrecognized stream messages", desc: "Messages the projector recorded as unrecognized (not ledger entries), in ledger order.",
 			params: paged, ok: ok("A page of unrecognized entries.", projector.Page[projector.UnrecognizedEntry]{}), errs: queryErrs},
@@ -437,6 +453,7 @@ func buildDocument() obj {
 		"tags": []any{
 			obj{"name": "audit", "description": "The audit API: views of the ledger as of any sequence or time."},
 			obj{"name": "approvals", "description": "Held calls and their decisions (docs/approvals.md)."},
+			obj{"name": "operator", "description": "Operator actions on calls, recorded as entries (docs/operations.md#operator-actions)."},
 			obj{"name": "registry", "description": "The tool registry management API."},
 			obj{"name": "operations", "description": "Health, readiness, metrics and this document: open, no credential."},
 		},
@@ -470,7 +487,7 @@ var errorResponses = map[string]errorResponse{
 	"401": {"Unauthenticated", "unauthenticated: no valid bearer token (WWW-Authenticate: Bearer)."},
 	"403": {"Forbidden", "forbidden: the credential is for another project or role."},
 	"404": {"NotFound", "not_found: nothing found, or no such endpoint."},
-	"409": {"Conflict", "conflict or mismatch: the call was decided already (or is not held), or the card or digest is not the call's."},
+	"409": {"Conflict", "conflict or mismatch: the call was decided, reported or resolved already (or is not in the state the operation needs: the violations say which), or the card or digest is not the call's."},
 	"405": {"MethodNotAllowed", "method_not_allowed: the path is served for other methods (Allow)."},
 	"500": {"Internal", "internal: the server could not answer; retry."},
 }
@@ -480,6 +497,17 @@ type DecisionBody struct {
 	ToolCallCardID  string `json:"tool_call_card_id"`
 	ArgumentsDigest string `json:"arguments_digest"`
 	Reason          string `json:"reason,omitempty"`
+}
+
+// OperatorCancelBody is the body of POST .../calls/{call}/cancel.
+type OperatorCancelBody struct {
+	Reason string `json:"reason"`
+}
+
+// ResolveBody is the body of POST .../calls/{call}/resolve.
+type ResolveBody struct {
+	Effect string `json:"effect"`
+	Reason string `json:"reason"`
 }
 
 // encodeDocument is the file's bytes: indented JSON, keys sorted.

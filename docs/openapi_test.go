@@ -352,7 +352,12 @@ var pathValues = map[string]string{
 // approval and an approver credential, which populate does not make: the
 // projector's approvals tests (TestApprovalsHTTPDecide, TestApprovalViews)
 // answer them.
-var heldCallOps = map[string]bool{"getApproval": true, "approve": true, "deny": true}
+var heldCallOps = map[string]bool{"getApproval": true, "approve": true, "deny": true,
+	// And the operator actions: their success needs a call still running
+	// (cancel) or reported outcome_unknown (resolve), which populate does
+	// not make either; cmd/cgledger's TestCallsOperatorActionsOverHTTP
+	// answers them through serve's policy and a real ledger.
+	"cancelCall": true, "resolveCall": true}
 
 // TestOpenAPIServedByARealServer runs `cgledger serve` (built from this
 // tree, with authentication, on loopback ports) and asks every documented

@@ -94,6 +94,14 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpDeny: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.approvalMsg(ctx, protocol.OpDeny, m.Data)
 		},
+		protocol.OpCallCancel: func(ctx context.Context, m *nats.Msg) (any, error) {
+			c, _ := CallerFrom(ctx)
+			return l.operatorCancelJSON(ctx, c.Actor, m.Data)
+		},
+		protocol.OpCallResolve: func(ctx context.Context, m *nats.Msg) (any, error) {
+			c, _ := CallerFrom(ctx)
+			return l.resolveJSON(ctx, c.Actor, m.Data)
+		},
 	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
@@ -133,7 +141,8 @@ func validReply(reply string) bool {
 
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
-var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true}
+var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true,
+	protocol.OpCallCancel: true, protocol.OpCallResolve: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
@@ -367,15 +376,20 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 		return nil, err
 	}
 	rec, err := s.l.GetCall(ctx, project, turn, call)
-	if err != nil || !twoPhase {
+	if err != nil {
 		return rec, err
 	}
-	// Only on request: the two reads stay off the path of every other call.
-	tp, err := s.l.twoPhase(ctx, rec)
-	if err != nil {
+	view := protocol.CallView{CallRecord: *rec}
+	if view.Resolution, err = s.l.callResolution(ctx, rec); err != nil {
 		return nil, err
 	}
-	return protocol.CallView{CallRecord: *rec, TwoPhase: tp}, nil
+	if twoPhase {
+		// Only on request: the two reads stay off the path of every other call.
+		if view.TwoPhase, err = s.l.twoPhase(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	return view, nil
 }
 
 func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {

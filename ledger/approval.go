@@ -598,14 +598,16 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 // (through the approval subject, so it races approvals and expiry like any
 // decision). done=false when the call is no longer held (an approval won:
 // the caller cancels it as a dispatched call; or a denial or expiry ended
-// it: the caller refuses, already reported).
-func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, reason string) (protocol.CancelResult, bool, error) {
+// it: the caller refuses, already reported). decider is recorded as the
+// decision's approver: the agent for its own cancel, the admin's actor for
+// an operator's (call.cancel).
+func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, decider, reason string) (protocol.CancelResult, bool, error) {
 	var e *protocol.ApprovalEntry
 	var seq uint64
 	won := false
 	var err error
 	if rec.State == protocol.StateAwaitingApproval {
-		e, seq, won, err = l.decideInTime(ctx, rec, protocol.ApprovalCanceled, rec.AgentID, reason)
+		e, seq, won, err = l.decideInTime(ctx, rec, protocol.ApprovalCanceled, decider, reason)
 	} else {
 		e, seq, err = l.decisionOf(ctx, rec)
 	}

@@ -34,68 +34,96 @@ func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelRe
 	if len(vs) > 0 {
 		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid cancel: %d violation(s)", len(vs)), raw())
 	}
-	rec, _, err := l.getRecord(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID))
+	rec, err := l.cancelTarget(ctx, protocol.OpCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
-		return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		return protocol.CancelResult{}, err
+	}
+	if rec.AgentID != req.AgentID {
+		vs.Add("body.agent_id", protocol.VMismatch, "call %s belongs to agent %q, not %q", rec.ToolCallID, rec.AgentID, req.AgentID)
+		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeMismatch, vs, "call %s is not agent %s's", rec.ToolCallID, req.AgentID), raw())
+	}
+	res, err := l.cancelCall(ctx, protocol.OpCancel, rec, rec.AgentID, req.Reason, raw)
+	return protocol.CancelResult{Seq: res.Seq, Duplicate: res.Duplicate}, err
+}
+
+// cancelTarget reads the call a cancel names, or refuses (and records) op
+// with unknown_call when no such call was dispatched through the ledger.
+func (l *Ledger) cancelTarget(ctx context.Context, op, project, turn, call string, raw func() protocol.RejectedRequest) (*protocol.CallRecord, error) {
+	rec, _, err := l.getRecord(ctx, callKey(project, turn, call))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", op, turn, call, err)
 	}
 	if rec != nil {
 		confirmed, _, err := l.dispatchConfirmed(ctx, rec)
 		if err != nil {
-			return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+			return nil, fmt.Errorf("%s %s/%s: %w", op, turn, call, err)
 		}
 		if !confirmed {
 			rec = nil
 		}
 	}
 	if rec == nil {
-		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s was dispatched through the ledger", req.ToolCallID, req.AgentTurnID)
-		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())
+		var vs protocol.Violations
+		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s was dispatched through the ledger", call, turn)
+		return nil, l.reject(ctx, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", call), raw())
 	}
-	if rec.AgentID != req.AgentID {
-		vs.Add("body.agent_id", protocol.VMismatch, "call %s belongs to agent %q, not %q", rec.ToolCallID, rec.AgentID, req.AgentID)
-		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeMismatch, vs, "call %s is not agent %s's", rec.ToolCallID, req.AgentID), raw())
-	}
+	return rec, nil
+}
+
+// cancelCall cancels rec for op (a worker's cancel or an operator's
+// call.cancel): a held call through its approval decision, recorded with
+// decider as approver; any other through the one cancel entry of the call,
+// which the caller's actor (CG-Actor) tells apart. A call already reported
+// is refused conflict, recorded as op's rejection.
+func (l *Ledger) cancelCall(ctx context.Context, op string, rec *protocol.CallRecord, decider, reason string, raw func() protocol.RejectedRequest) (protocol.OperatorCancelResult, error) {
+	var err error
 	if rec.Held != nil && rec.CommandSeq == 0 {
 		// A held call has no command to stop: its cancel is its decision.
-		res, done, err := l.cancelHeld(ctx, rec, req.Reason)
+		res, done, err := l.cancelHeld(ctx, rec, decider, reason)
 		if err != nil || done {
-			return res, err
+			return protocol.OperatorCancelResult{Seq: res.Seq, Duplicate: res.Duplicate, Entry: protocol.KindApproval}, err
 		}
 		// Approved (now dispatched) or ended by another decision first.
-		if rec, _, err = l.getRecord(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)); err != nil {
-			return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		turn, call := rec.AgentTurnID, rec.ToolCallID
+		if rec, _, err = l.getRecord(ctx, callKey(rec.ProjectID, turn, call)); err != nil {
+			return protocol.OperatorCancelResult{}, fmt.Errorf("%s %s/%s: %w", op, turn, call, err)
+		}
+		if rec == nil {
+			return protocol.OperatorCancelResult{}, fmt.Errorf("%s %s/%s: the call record is gone after its approval decision", op, turn, call)
 		}
 	}
 	subj := protocol.CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	reportSubj := protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	if prev, err := l.lastForSubject(ctx, subj); err != nil {
-		return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
+		return protocol.OperatorCancelResult{}, fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err)
 	} else if prev != nil {
-		return protocol.CancelResult{Seq: prev.Sequence, Duplicate: true}, nil
+		return protocol.OperatorCancelResult{Seq: prev.Sequence, Duplicate: true, Entry: protocol.KindCancel}, nil
 	}
-	alreadyReported := func() (protocol.CancelResult, error) {
+	alreadyReported := func() (protocol.OperatorCancelResult, error) {
 		status := "unknown status"
 		if m, _ := l.lastForSubject(ctx, reportSubj); m != nil {
 			if c, err := l.claimFromEntry(m); err == nil {
 				status = c.Status
 			}
 		}
+		var vs protocol.Violations
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s already has a report (%s)", rec.ToolCallID, status)
-		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
+		return protocol.OperatorCancelResult{}, l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
 	}
 	if rec.State != protocol.StateDispatched {
 		return alreadyReported()
 	}
 	data, err := json.Marshal(protocol.CancelEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
-		AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, Reason: req.Reason})
+		AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, Reason: reason})
 	if err != nil {
-		return protocol.CancelResult{}, fmt.Errorf("cancel: encode entry: %w", err)
+		return protocol.OperatorCancelResult{}, fmt.Errorf("%s: encode entry: %w", op, err)
 	}
 	msg := &nats.Msg{Subject: subj, Data: data, Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID}.Header()}
 	msg.Header.Set(protocol.HeaderProjectID, rec.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
-	// Concurrent cancels of one call store one entry (the others are told
-	// duplicate); a later one finds it above.
+	// Concurrent cancels of one call (a worker's and an operator's alike)
+	// store one entry (the others are told duplicate); a later one finds
+	// it above.
 	msg.Header.Set(protocol.HeaderMsgID, "cancel."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
 	// The append itself checks that the call has no report: a report
 	// stored between any read above and this append makes it fail, so a
@@ -103,11 +131,11 @@ func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelRe
 	ack, err := l.appendEntry(ctx, protocol.KindCancel, msg, jetstream.WithExpectLastSequenceForSubject(0, reportSubj))
 	switch {
 	case err == nil:
-		return protocol.CancelResult{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+		return protocol.OperatorCancelResult{Seq: ack.Sequence, Duplicate: ack.Duplicate, Entry: protocol.KindCancel}, nil
 	case isWrongLastSeq(err):
 		return alreadyReported()
 	default:
-		return protocol.CancelResult{}, fmt.Errorf("cancel %s/%s: append: %w", req.AgentTurnID, req.ToolCallID, err)
+		return protocol.OperatorCancelResult{}, fmt.Errorf("%s %s/%s: append: %w", op, rec.AgentTurnID, rec.ToolCallID, err)
 	}
 }
 

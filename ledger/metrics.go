@@ -36,6 +36,9 @@ type metrics struct {
 	// approvals counts the decisions of held calls this process stored
 	// (one per call), by tool and decision.
 	approvals *prometheus.CounterVec
+	// operatorActions counts operator actions (docs/operations.md,
+	// "Operator actions") by action (the op) and outcome (ok, refused).
+	operatorActions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
@@ -128,11 +131,15 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 			Name: "cgledger_approvals_total",
 			Help: "Decisions of calls held for approval: approval entries this process stored (exactly one per call), by tool (bounded as for report latency) and decision (approved, denied, expired, canceled).",
 		}, []string{"tool", "decision"}),
+		operatorActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cgledger_operator_actions_total",
+			Help: "Operator actions this process answered (call.cancel, call.resolve, tool.pause, tool.resume), by action and outcome: ok (recorded, or found recorded) or refused (a rejection entry says why).",
+		}, []string{"action", "outcome"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals,
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals, m.operatorActions,
 		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -262,6 +262,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.held(ev)
 	case protocol.KindApproval:
 		err = a.approval(ev)
+	case protocol.KindResolution:
+		err = a.resolution(ev)
 	case protocol.ViewKindExternalWakeup:
 		// Not the ledger's own: only placed in the timeline of the turn
 		// its headers name (docs/views.md).
@@ -843,6 +845,27 @@ func (a *applier) cancel(ev event) error {
 	st.CancelRequestedSeq = ev.seq
 	a.saveState(st, ev.seq)
 	a.trace(ev, c.ProjectID, c.AgentTurnID, c.ToolCallID)
+	return nil
+}
+
+// resolution records an operator's resolution of an outcome_unknown call
+// in its state and timeline; the call's report and status stay as they are.
+func (a *applier) resolution(ev event) error {
+	var e protocol.ResolutionEntry
+	if err := decode(ev, &e); err != nil {
+		return err
+	}
+	if !protocol.ValidIdentifier(e.ProjectID) || !protocol.ValidIdentifier(e.AgentTurnID) || !protocol.ValidIdentifier(e.ToolCallID) ||
+		(e.Effect != protocol.EffectApplied && e.Effect != protocol.EffectNotApplied) {
+		return corrupt(ev.seq, "resolution entry without valid identity or effect")
+	}
+	st, err := a.stateFor(e.ProjectID, e.AgentTurnID, e.ToolCallID, ev.seq)
+	if err != nil {
+		return err
+	}
+	st.Resolution, st.ResolutionSeq = e.Effect, ev.seq
+	a.saveState(st, ev.seq)
+	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	return nil
 }
 

@@ -29,6 +29,14 @@ type HTTPConfig struct {
 	// empty when the credential has none, which is refused). Nil, or ok
 	// false (serve without credentials), takes the body's "approver".
 	Approver func(r *http.Request) (name string, ok bool)
+	// Operate, when set, serves POST /v1/projects/{project}/turns/{turn}/calls/{call}/cancel
+	// and .../resolve (docs/operations.md, "Operator actions"): serve sets
+	// it where the process reaches the ledger API.
+	Operate OperateFunc
+	// Operator names the actor an operator action is recorded under: serve
+	// returns the bearer admin credential's (ok true). Nil, or ok false
+	// (serve without credentials), takes the body's "actor".
+	Operator func(r *http.Request) (actor string, ok bool)
 }
 
 // Handler serves the audit API under /v1/ (docs/audit-api.md). Answers are
@@ -81,6 +89,8 @@ func (h *handler) routes() []route {
 		{"GET /v1/projects/{project}/approvals/{turn}/{call}", h.approval},
 		{"POST /v1/projects/{project}/approvals/{turn}/{call}/approve", h.decide(protocol.OpApprove)},
 		{"POST /v1/projects/{project}/approvals/{turn}/{call}/deny", h.decide(protocol.OpDeny)},
+		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/cancel", h.operate(protocol.OpCallCancel)},
+		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/resolve", h.operate(protocol.OpCallResolve)},
 		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
 		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
 		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},

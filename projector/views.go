@@ -83,6 +83,11 @@ type CallState struct {
 	Approval    string     `json:"approval,omitempty"`
 	ApprovalSeq uint64     `json:"approval_seq,omitempty"`
 
+	// Resolution is an operator's resolution of an outcome_unknown call
+	// (call.resolve: applied or not_applied), ResolutionSeq its entry.
+	Resolution    string `json:"resolution,omitempty"`
+	ResolutionSeq uint64 `json:"resolution_seq,omitempty"`
+
 	// UpdatedSeq is the sequence of the entry that produced this version.
 	UpdatedSeq uint64 `json:"updated_seq"`
 }

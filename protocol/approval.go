@@ -232,7 +232,8 @@ type ApprovalEntry struct {
 	// ApprovalCanceled.
 	Decision string `json:"decision"`
 	// Approver is the deciding approver's name; ApprovalExpirySource for
-	// an expiry; the agent for a cancel.
+	// an expiry; the agent for its cancel, the operator's actor for an
+	// operator's (call.cancel).
 	Approver string `json:"approver"`
 	Reason   string `json:"reason,omitempty"`
 	// DecidedUnixMS is the decision's time: an approved call's deadline is

@@ -35,6 +35,7 @@ const (
 	SubjectPrepared                // cg.<ver>.<p>.<c>.ledger.prepared.<agent_turn_id>.<tool_call_id>
 	SubjectHeld                    // cg.<ver>.<p>.<c>.ledger.held.<agent_turn_id>.<tool_call_id>
 	SubjectApproval                // cg.<ver>.<p>.<c>.ledger.approval.<agent_turn_id>.<tool_call_id>
+	SubjectResolution              // cg.<ver>.<p>.<c>.ledger.resolution.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -55,6 +56,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectPrepared:    "prepared",
 	SubjectHeld:        "held",
 	SubjectApproval:    "approval",
+	SubjectResolution:  "resolution",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -118,6 +120,8 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "ledger", "held", s.AgentTurnID, s.ToolCallID)
 	case SubjectApproval:
 		p = append(p, s.Channel, "ledger", "approval", s.AgentTurnID, s.ToolCallID)
+	case SubjectResolution:
+		p = append(p, s.Channel, "ledger", "resolution", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -294,6 +298,7 @@ var callEntryKinds = map[string]SubjectKind{
 	"prepared":       SubjectPrepared,
 	"held":           SubjectHeld,
 	"approval":       SubjectApproval,
+	"resolution":     SubjectResolution,
 }
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.

@@ -153,11 +153,15 @@ type TwoPhase struct {
 	DecidedBy            string `json:"decided_by,omitempty"`
 }
 
-// CallView is call.get's answer: the call record and, for a prepared call,
-// its two-phase state.
+// CallView is call.get's answer: the call record, its operator's
+// resolution if any and, for a prepared call, its two-phase state.
 type CallView struct {
 	CallRecord
 	TwoPhase *TwoPhase `json:"two_phase,omitempty"`
+	// Resolution is an operator's resolution of the call (call.resolve:
+	// what became of an outcome_unknown call's side effect), with its
+	// entry's seq; nil when there is none.
+	Resolution *ResolutionEntry `json:"resolution,omitempty"`
 }
 
 // ParsePrepare reads a prepare body, listing every violation.

@@ -70,6 +70,7 @@ var replayScenarios = []replayScenario{
 	{"manifest_fields", manifestFields},
 	{"ledger_deadlines", ledgerDeadlines},
 	{"two_phase_commit", twoPhaseCommit},
+	{"operator_actions", operatorActions},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -630,4 +631,46 @@ func twoPhaseCommit(t *testing.T, r *replayRig) {
 	require.Equal(t, protocol.DecidedByCommitDeadline, tp.DecidedBy)
 	_, err = r.L.Commit(r.ctx(), decide(expire))
 	requireRefused(t, err, protocol.ErrConflict, "commit after the ledger's abort")
+}
+
+// operatorActions: an operator (actor "ops") cancels another agent's call
+// parked on a tool nobody serves (its cancel entry) and is refused the
+// cancel of a reported call; a side_effectful call whose attempt started
+// ends failed S-TOOL-OUTCOME-UNKNOWN, the operator resolves it not_applied
+// (a resolution entry, the report untouched), and a second, different
+// resolution is refused.
+func operatorActions(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	cancelOf := func(c ledgertest.Call, reason string) (protocol.OperatorCancelResult, error) {
+		return r.L.OperatorCancel(r.ctx(), "ops", protocol.OperatorCancelRequest{ProjectID: c.Project, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: reason})
+	}
+	parked := scCall("alice", "turn-ops", "call-parked", 1, "nobody")
+	r.dispatch(dispatchReq(parked, `{}`))
+	res, err := cancelOf(parked, "runaway spend")
+	require.NoError(t, err)
+	require.Equal(t, protocol.KindCancel, res.Entry)
+
+	done := scCall("alice", "turn-ops", "call-done", 1, "nobody")
+	r.Complete(t, done, protocol.StatusSuccess, `{"ok":true}`)
+	_, err = cancelOf(done, "too late")
+	requireRefused(t, err, protocol.ErrConflict, "cancel of a reported call")
+
+	lost := scCall("alice", "turn-ops", "call-lost", 1, "pay")
+	r.dispatch(dispatchReq(lost, `{"amount":5}`))
+	_, err = r.L.StartAttempt(r.ctx(), protocol.AttemptStartRequest{ProjectID: lost.Project, AgentTurnID: lost.Turn, ToolCallID: lost.ID, ExecutorID: "pay-svc"})
+	require.NoError(t, err)
+	card := lost.ResultCard(protocol.StatusFailed, `null`)
+	card.Content = json.RawMessage(`{"status":"failed","result":null,"error":{"code":"internal_error","message":"outcome lost","detail":{"taxonomy_code":"S-TOOL-OUTCOME-UNKNOWN"}}}`)
+	_, err = r.L.PutCard(r.ctx(), card)
+	require.NoError(t, err)
+	rep := lost.Report(protocol.StatusFailed)
+	rep.Payload.AttemptOutcome = protocol.AttemptOutcomeUnknown
+	_, err = r.L.Report(r.ctx(), rep)
+	require.NoError(t, err)
+	resolve := protocol.ResolveRequest{ProjectID: lost.Project, AgentTurnID: lost.Turn, ToolCallID: lost.ID, Effect: protocol.EffectNotApplied, Reason: "no charge upstream"}
+	_, err = r.L.Resolve(r.ctx(), "ops", resolve)
+	require.NoError(t, err)
+	resolve.Effect = protocol.EffectApplied
+	_, err = r.L.Resolve(r.ctx(), "ops", resolve)
+	requireRefused(t, err, protocol.ErrConflict, "a second resolution")
 }

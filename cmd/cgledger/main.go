@@ -26,6 +26,8 @@ Usage:
   cgledger tools list --project P              register and list tools
   cgledger approvals list|show|approve|deny --project P [TURN CALL]
                                                list, show and decide calls held for approval
+  cgledger calls cancel|resolve --project P --turn T --call C --reason R [--effect applied|not_applied]
+                                               operator actions: cancel any call, resolve an outcome_unknown one
   cgledger audit projects | calls --project P [filters]
   cgledger audit turn|call|agent|card ID --project P [--as-of-seq N | --as-of TIME]
                                                read history from the views
@@ -40,7 +42,7 @@ Usage:
                                                measure a tool call against raw JetStream, side by side
   cgledger version                             print the build version and commit
 
-Every command takes --help. Client verbs (call, tools, approvals, audit, export, verify, projector)
+Every command takes --help. Client verbs (call, tools, approvals, calls, audit, export, verify, projector)
 share the connection flags --nats-url, --server, --creds, --nats-user, --nats-password,
 --nats-token, --tls-ca, --tls-cert, --tls-key and their CGLEDGER_* variables. Exit codes:
 0 ok, 1 the operation said no (call not success, verification failed, request refused),
@@ -68,6 +70,8 @@ func run(args []string) int {
 		return tools(args[1:])
 	case "approvals":
 		return approvals(args[1:])
+	case "calls":
+		return calls(args[1:])
 	case "audit":
 		return audit(args[1:])
 	case "bench":

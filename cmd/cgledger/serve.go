@@ -474,6 +474,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			// approver's own request would, wherever the API is served.
 			Decide:   approvalDecider(nc),
 			Approver: httpApprover(sa != nil),
+			// call cancel and resolve likewise, as the admin's request.
+			Operate:  operatorActions(nc),
+			Operator: httpOperator(sa != nil),
 		}))
 		mux.Handle("GET /ui/", http.StripPrefix("/ui", auditweb.Handler()))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))

@@ -350,6 +350,8 @@ func TestApproverGrant(t *testing.T) {
 	approverA := tok(auth.Grant{Role: auth.RoleApprover, Project: "A", Approver: "alice"})
 	adminA := tok(auth.Grant{Role: auth.RoleAdmin, Project: "A"})
 	auditorA := tok(auth.Grant{Role: auth.RoleAuditor, Project: "A"})
+	adminAll := tok(auth.Grant{Role: auth.RoleAdmin, Project: auth.AllProjects})
+	workerA := tok(auth.Grant{Role: auth.RoleWorker, Project: "A"})
 	for _, tc := range []struct {
 		method, path, token string
 		want                int
@@ -368,6 +370,15 @@ func TestApproverGrant(t *testing.T) {
 		{"GET", "/v1/projects/A/approvals/t1/c1", adminA, http.StatusTeapot},
 		{"POST", "/v1/projects/A/approvals/t1/c1/approve", adminA, http.StatusForbidden},
 		{"POST", "/v1/projects/A/approvals/t1/c1/deny", auditorA, http.StatusForbidden},
+		// Operator actions: an admin of the project (or of every project) only.
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", adminA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/resolve", adminAll, http.StatusTeapot},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", auditorA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/resolve", auditorA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", approverA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", workerA, http.StatusForbidden},
+		{"POST", "/v1/projects/B/turns/t1/calls/c1/resolve", adminA, http.StatusForbidden},
+		{"GET", "/v1/projects/A/turns/t1/calls/c1", auditorA, http.StatusTeapot},
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 		require.NoError(t, err)
@@ -377,4 +388,26 @@ func TestApproverGrant(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
 	}
+}
+
+// TestAdminOpsAreNoOtherRoles: no role but admin lists an operator action
+// among the operations its credential may publish, so NATS refuses them
+// to every other credential.
+func TestAdminOpsAreNoOtherRoles(t *testing.T) {
+	require.ElementsMatch(t, []string{"call.cancel", "call.resolve"}, auth.AdminOps)
+	for _, g := range []auth.Grant{
+		{Role: auth.RoleWorker, Project: "p"},
+		{Role: auth.RoleTool, Project: "p"},
+		{Role: auth.RoleAuditor, Project: auth.AllProjects},
+		{Role: auth.RoleApprover, Project: "p", Approver: "alice"},
+	} {
+		pub, _ := g.Permissions("UKEY")
+		for _, p := range pub {
+			for _, op := range auth.AdminOps {
+				require.False(t, strings.HasSuffix(p, "."+op), "%s may publish %s", g.Role, p)
+			}
+		}
+	}
+	pub, _ := auth.Grant{Role: auth.RoleAdmin, Project: "p"}.Permissions("UKEY")
+	require.Equal(t, []string{"cgledger.v1.p.*.>"}, pub, "an admin's wildcard covers them")
 }

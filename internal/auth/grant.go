@@ -54,6 +54,10 @@ var (
 	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list", protocol.OpApprovalList, protocol.OpApprovalGet}
 	// ApproverOps are an approver's, under its own name as actor.
 	ApproverOps = []string{protocol.OpApprove, protocol.OpDeny, protocol.OpApprovalList, protocol.OpApprovalGet}
+	// AdminOps are the operations only an admin of the project may call
+	// (its wildcard covers every op; no other role lists them): the
+	// operator actions, recorded with the admin's actor token.
+	AdminOps = []string{protocol.OpCallCancel, protocol.OpCallResolve}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
 	GlobalOps = []string{"projector.skip"}

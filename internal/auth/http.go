@@ -98,6 +98,10 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
+	case isOperatorAction(method, parts):
+		if g.Role != RoleAdmin || !g.Allows(parts[2]) {
+			return "an operator action (cancel, resolve) needs an admin credential of project " + parts[2]
+		}
 	case g.Role == RoleApprover:
 		return authorizeApprover(g, method, parts)
 	case isApprovalDecision(method, parts):
@@ -131,6 +135,12 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 func isApprovalDecision(method string, parts []string) bool {
 	return method == http.MethodPost && len(parts) == 7 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "approvals" &&
 		(parts[6] == "approve" || parts[6] == "deny")
+}
+
+// isOperatorAction reports POST /v1/projects/{p}/turns/{turn}/calls/{call}/cancel|resolve.
+func isOperatorAction(method string, parts []string) bool {
+	return method == http.MethodPost && len(parts) == 8 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "turns" &&
+		parts[5] == "calls" && (parts[7] == "cancel" || parts[7] == "resolve")
 }
 
 // authorizeApprover lets an approver use its project's approvals and

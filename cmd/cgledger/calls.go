@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+const callsUsage = `Usage:
+  cgledger calls cancel --project P --turn T --call C --reason R
+  cgledger calls resolve --project P --turn T --call C --effect applied|not_applied --reason R
+`
+
+// calls runs the operator actions on calls, through serve's HTTP API
+// (docs/operations.md, "Operator actions"): an admin credential of the
+// project, whose actor (its label, else "admin") the entry records.
+func calls(args []string) int {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		out := stdout
+		if len(args) == 0 {
+			out = os.Stderr
+		}
+		fmt.Fprint(out, callsUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "cancel":
+		return callsAct(protocol.OpCallCancel, args[1:])
+	case "resolve":
+		return callsAct(protocol.OpCallResolve, args[1:])
+	}
+	return failf(exitUsage, "calls: unknown subcommand %q (cancel, resolve)", args[0])
+}
+
+func callPath(project, turn, call, action string) string {
+	return "/v1/projects/" + url.PathEscape(project) + "/turns/" + url.PathEscape(turn) + "/calls/" + url.PathEscape(call) + "/" + action
+}
+
+func callsAct(op string, args []string) int {
+	action := strings.TrimPrefix(op, "call.")
+	name := "calls " + action
+	synopsis, help := name+" --project P --turn T --call C --reason R [--json]",
+		`Cancel any agent's call as an operator: a running call gets its cancel entry (its executor
+stops it and reports canceled), a call held for approval the decision canceled. A call that
+already has a report cannot be canceled.`
+	if op == protocol.OpCallResolve {
+		synopsis, help = name+" --project P --turn T --call C --effect applied|not_applied --reason R [--json]",
+			`Record what became of the side effect of a call reported failed with S-TOOL-OUTCOME-UNKNOWN
+(outcome_unknown): applied or not_applied, once per call. The call's report is left as it is.`
+	}
+	fs := newFlagSet(name, synopsis, help)
+	var cf clientFlags
+	cf.register(fs)
+	project := fs.String("project", "", "project id (required)")
+	turn := fs.String("turn", "", "the call's agent_turn_id (required)")
+	call := fs.String("call", "", "the call's tool_call_id (required)")
+	reason := fs.String("reason", "", "why (required; recorded with the entry; at most 1024 bytes)")
+	var effect *string
+	if op == protocol.OpCallResolve {
+		effect = fs.String("effect", "", "applied or not_applied (required)")
+	}
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	var problems []string
+	for _, f := range []struct{ flag, v string }{{"--project", *project}, {"--turn", *turn}, {"--call", *call}, {"--reason", *reason}} {
+		if f.v == "" {
+			problems = append(problems, f.flag+" is required")
+		}
+	}
+	if len(*reason) > protocol.MaxOperatorReasonBytes {
+		problems = append(problems, fmt.Sprintf("--reason is %d bytes; the limit is %d", len(*reason), protocol.MaxOperatorReasonBytes))
+	}
+	body := map[string]string{"reason": *reason}
+	if effect != nil {
+		switch *effect {
+		case protocol.EffectApplied, protocol.EffectNotApplied:
+			body["effect"] = *effect
+		case "":
+			problems = append(problems, "--effect is required (applied or not_applied)")
+		default:
+			problems = append(problems, fmt.Sprintf("--effect must be applied or not_applied, got %q", *effect))
+		}
+	}
+	if len(problems) > 0 {
+		return failf(exitUsage, "%s: %s", name, strings.Join(problems, "; "))
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return failf(exitFailed, "%s: %v", name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var raw json.RawMessage
+	if err := cf.httpDo(ctx, "POST", callPath(*project, *turn, *call, action), nil, bytes.NewReader(b), &raw); err != nil {
+		return failf(exitFor(err), "%s: %v", name, err)
+	}
+	if cf.asJSON {
+		fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
+		return exitOK
+	}
+	if op == protocol.OpCallResolve {
+		var res protocol.ResolveResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
+		}
+		fmt.Fprintf(stdout, "resolved %s (ledger seq %d)\n", res.Effect, res.Seq)
+		return exitOK
+	}
+	var res protocol.OperatorCancelResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
+	}
+	how := "cancel entry"
+	if res.Entry == protocol.KindApproval {
+		how = "approval decision canceled"
+	}
+	if res.Duplicate {
+		fmt.Fprintf(stdout, "already canceled (%s, ledger seq %d)\n", how, res.Seq)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "canceled (%s, ledger seq %d)\n", how, res.Seq)
+	return exitOK
+}

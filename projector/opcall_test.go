@@ -1,0 +1,93 @@
+package projector_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// TestResolutionInTheViews: an operator's resolution of an outcome_unknown
+// call is applied (not unrecognized, the projector does not stop on it):
+// the call state shows its effect and entry beside the report it leaves as
+// it was, and the call's story holds the entry.
+func TestResolutionInTheViews(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	c := ledgertest.Call{Project: "proj", Channel: "main", Agent: "agent", Turn: "turn-1", ID: "call-1", Epoch: 1, Tool: "pay"}
+	_, err := e.L.Dispatch(ctx, c.Dispatch())
+	require.NoError(t, err)
+	_, err = e.L.StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: c.Project, AgentTurnID: c.Turn, ToolCallID: c.ID, ExecutorID: "exec-a"})
+	require.NoError(t, err)
+	card := c.ResultCard(protocol.StatusFailed, `null`)
+	card.Content = json.RawMessage(`{"status":"failed","result":null,"error":{"code":"internal_error","message":"lost","detail":{"taxonomy_code":"S-TOOL-OUTCOME-UNKNOWN"}}}`)
+	_, err = e.L.PutCard(ctx, card)
+	require.NoError(t, err)
+	rep := c.Report(protocol.StatusFailed)
+	rep.Payload.AttemptOutcome = protocol.AttemptOutcomeUnknown
+	_, err = e.L.Report(ctx, rep)
+	require.NoError(t, err)
+	res, err := e.L.Resolve(ctx, "ops", protocol.ResolveRequest{ProjectID: c.Project, AgentTurnID: c.Turn, ToolCallID: c.ID, Effect: protocol.EffectNotApplied, Reason: "no transfer at the bank"})
+	require.NoError(t, err)
+
+	s := openStore(t, filepath.Join(t.TempDir(), "v"))
+	defer s.Close()
+	require.NoError(t, newProjector(t, e, s, 100).CatchUp(ctx))
+	q := projector.NewQueries(s)
+	st, _, err := q.CallState(c.Project, c.Turn, c.ID, projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, protocol.EffectNotApplied, st.Resolution)
+	require.Equal(t, res.Seq, st.ResolutionSeq)
+	require.Equal(t, protocol.StatusFailed, st.Status, "the report is as it was")
+	require.Equal(t, protocol.AttemptOutcomeUnknown, st.Outcome)
+	story, err := q.CallStory(c.Project, c.ID, c.Turn, projector.AsOf{})
+	require.NoError(t, err)
+	var kinds []string
+	for _, it := range story.Items {
+		kinds = append(kinds, it.Kind)
+	}
+	require.Contains(t, kinds, string(protocol.KindResolution))
+	un, err := q.Unrecognized(projector.AsOf{}, "", 100)
+	require.NoError(t, err)
+	require.Empty(t, un.Items)
+}
+
+// TestOperatorHTTPWithoutCredentials: a serve without credentials names
+// the operator from the body's actor (required, an identifier); the path
+// names the call; the op's parser lists every other violation.
+func TestOperatorHTTPWithoutCredentials(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "v"))
+	defer s.Close()
+	var gotActor string
+	var gotReq any
+	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+		Operate: func(_ context.Context, op, actor string, req any) (any, error) {
+			gotActor, gotReq = actor, req
+			return protocol.ResolveResult{Seq: 7, Effect: protocol.EffectApplied}, nil
+		},
+	}))
+	defer hs.Close()
+	url := hs.URL + "/v1/projects/proj/turns/t1/calls/c1/resolve"
+	status, out := send(t, http.MethodPost, url, "", `{"effect":"applied","reason":"seen upstream","actor":"ops"}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, "ops", gotActor)
+	require.Equal(t, protocol.ResolveRequest{ProjectID: "proj", AgentTurnID: "t1", ToolCallID: "c1", Effect: protocol.EffectApplied, Reason: "seen upstream"}, gotReq)
+
+	gotReq = nil
+	status, out = send(t, http.MethodPost, hs.URL+"/v1/projects/proj/turns/t1/calls/c1/cancel", "", `{"agent_id":"a"}`)
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	var fields []string
+	for _, v := range out["violations"].([]any) {
+		fields = append(fields, v.(map[string]any)["field"].(string))
+	}
+	require.ElementsMatch(t, []string{"body.actor", "body.reason", "body.agent_id"}, fields)
+	require.Nil(t, gotReq, "nothing was sent")
+}
