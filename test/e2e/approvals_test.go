@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/natstest"
-	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/internal/servetest"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -125,8 +125,13 @@ func callEntryCounts(t *testing.T, s *server, call string) map[string]int {
 			continue
 		}
 		kind := first(e.Headers[protocol.HeaderEntryKind])
-		if kind == string(protocol.KindWakeup) && strings.Contains(string(e.Data), "approved") {
-			kind += ".approved"
+		if kind == string(protocol.KindWakeup) {
+			var w struct {
+				Phase string `json:"phase"`
+			}
+			if json.Unmarshal(e.Data, &w) == nil && w.Phase == protocol.ApprovalApproved {
+				kind += ".approved"
+			}
 		}
 		n[kind]++
 	}
@@ -193,14 +198,16 @@ func inboxCount(t *testing.T, s *server, call string) int {
 }
 
 // requireExactlyOnce checks a held call ended with one of everything:
-// one held entry, one decision, one report, one inbox item, and (approved)
-// one command and one approved wakeup, or (else) no command at all.
+// one held entry, one decision, one report and its wakeup, one inbox item,
+// and (approved) one command and one approved wakeup, or (else) no command
+// at all.
 func requireExactlyOnce(t *testing.T, s *server, call string, approved bool) {
 	t.Helper()
 	n := callEntryCounts(t, s, call)
 	require.Equal(t, 1, n[string(protocol.KindHeld)], "one held entry: %v", n)
 	require.Equal(t, 1, n[string(protocol.KindApproval)], "one decision: %v", n)
 	require.Equal(t, 1, n[string(protocol.KindReport)], "one report: %v", n)
+	require.Equal(t, 1, n[string(protocol.KindWakeup)], "one result wakeup: %v", n)
 	if approved {
 		require.Equal(t, 1, n[string(protocol.KindCommand)], "the command exists exactly once: %v", n)
 		require.Equal(t, 1, n[string(protocol.KindWakeup)+".approved"], "one approved wakeup: %v", n)
@@ -225,6 +232,8 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	carol := s.issue(t, "--project", "demo", "--role", "approver", "--approver", "carol", "--ttl", "0")
 	dave := s.issue(t, "--project", "demo", "--role", "approver", "--approver", "dave", "--ttl", "0")
 	ledgerCreds := s.issue(t, "--role", "ledger", "--ttl", "0")
+	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice", "--ttl", "0")
+	setRoster(t, s.connectAs(t, worker))
 
 	// 1. Dispatched and held; serve killed; the restarted serve still
 	// holds it, with the same arguments and digest.
@@ -348,6 +357,7 @@ func TestApprovalExpiresAcrossARestart(t *testing.T) {
 	// loaded machine, short enough to wait out.
 	registerTool(t, s, deployTool+"  timeout_ms: 15000\n")
 	carol := s.issue(t, "--project", "demo", "--role", "approver", "--approver", "carol", "--ttl", "0")
+	setRoster(t, s.connectAs(t, s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")))
 	startCall(t, s, "t1", "x1", `{"text":"too late"}`)
 	held := waitApproval(t, s, carol.path, "x1", protocol.ApprovalPending)
 	require.True(t, time.Now().Before(held.ExpiresAt), "serve is killed before the expiry (held %s, expires %s)", held.RequestedAt, held.ExpiresAt)
@@ -427,6 +437,10 @@ func TestApprovalAcrossTwoServes(t *testing.T) {
 	a := startSharedServe(t, ns.URL(), "api,projector")
 	b := startSharedServe(t, ns.URL(), "api,projector,executor")
 	registerTool(t, a, deployTool)
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	setRoster(t, nc)
 
 	startCall(t, a, "t2", "s1", `{"text":"shared"}`)
 	var held protocol.ApprovalItem
@@ -456,7 +470,17 @@ func TestApprovalAcrossTwoServes(t *testing.T) {
 	it := waitApproval(t, b, "", "s1", protocol.ApprovalApproved)
 	require.Equal(t, "carol", it.Approver)
 	n := callEntryCounts(t, b, "s1")
+	require.Equal(t, 1, n[string(protocol.KindWakeup)+".approved"], "%v", n)
+	require.Equal(t, 1, n[string(protocol.KindWakeup)], "%v", n)
 	require.Equal(t, 1, n[string(protocol.KindCommand)], "%v", n)
 	require.Equal(t, 1, n[string(protocol.KindReport)], "%v", n)
 	require.Equal(t, 1, n[string(protocol.KindApproval)], "%v", n)
+}
+
+// setRoster gives agent alice of project demo a worker target, so her
+// calls' wakeups are published (not skipped) and can be counted.
+func setRoster(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	r := req(t, nc, "cgledger.v1.demo.alice.roster.set", nil, map[string]string{"project_id": "demo", "agent_id": "alice", "worker_target": "worker-alice"})
+	require.True(t, r.OK, "%+v", r.Error)
 }
