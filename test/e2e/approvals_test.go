@@ -118,7 +118,8 @@ func callEntryCounts(t *testing.T, s *server, call string) map[string]int {
 	for sc.Scan() {
 		var e struct {
 			Headers map[string][]string `json:"headers"`
-			Data    json.RawMessage     `json:"data"`
+			JSON    json.RawMessage     `json:"json"` // a compact JSON payload
+			Data    []byte              `json:"data"` // any other payload, base64
 		}
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &e))
 		if first(e.Headers[protocol.HeaderToolCallID]) != call {
@@ -129,7 +130,11 @@ func callEntryCounts(t *testing.T, s *server, call string) map[string]int {
 			var w struct {
 				Phase string `json:"phase"`
 			}
-			if json.Unmarshal(e.Data, &w) == nil && w.Phase == protocol.ApprovalApproved {
+			payload := []byte(e.JSON)
+			if len(payload) == 0 {
+				payload = e.Data
+			}
+			if json.Unmarshal(payload, &w) == nil && w.Phase == protocol.ApprovalApproved {
 				kind += ".approved"
 			}
 		}
@@ -429,7 +434,8 @@ func startSharedServe(t *testing.T, url, roles string) *server {
 
 // TestApprovalAcrossTwoServes: two serve processes share one ledger on one
 // nats-server. The call is dispatched through the first (api and
-// projector: no executor) and approved over its HTTP API; the first is
+// projector: no executor) and approved through it (`cgledger approvals
+// approve --approver`, serve being without credentials); the first is
 // killed -9 as the approve returns; the second (the only executor) runs
 // the call, and both the approval and the one report show there.
 func TestApprovalAcrossTwoServes(t *testing.T) {
@@ -454,13 +460,13 @@ func TestApprovalAcrossTwoServes(t *testing.T) {
 		return false
 	}, time.Minute, 200*time.Millisecond, "the held call shows on the other serve too")
 
-	body := fmt.Sprintf(`{"tool_call_card_id":%q,"arguments_digest":%q,"reason":"shared ok","approver":"carol"}`, held.ToolCallCardID, held.ArgumentsDigest)
-	resp, err := http.Post(a.httpURL()+"/v1/projects/demo/approvals/t2/s1/approve", "application/json", strings.NewReader(body))
-	require.NoError(t, err)
+	// Without credentials serve takes the approver from the request:
+	// the CLI's --approver.
+	out, code := a.run(t, "approvals", "approve", "--project", "demo", "t2", "s1", "--digest", held.ArgumentsDigest,
+		"--reason", "shared ok", "--approver", "carol", "--json")
+	require.Equal(t, 0, code, out)
 	var res protocol.ApprovalResult
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", res)
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	require.Equal(t, protocol.ApprovalApproved, res.Decision)
 	require.NotZero(t, res.CommandSeq)
 	a.kill(t)

@@ -378,7 +378,7 @@ func TestAuditwebInChromium(t *testing.T) {
 	b.wait(`[data-testid=approvals-mine] [data-testid=approval-item][data-call=a1][data-state=pending]`)
 	b.wait(`[data-testid=approvals-mine] [data-testid=approval-item][data-call=a2][data-state=pending]`)
 	b.shot("approvals-approver")
-	for _, tc := range []struct{ call, op, reason string }{{"a1", "approve", "release 1.4.2, ticket 88"}, {"a2", "deny", "not in prod"}} {
+	for i, tc := range []struct{ call, op, reason string }{{"a1", "approve", "release 1.4.2, ticket 88"}, {"a2", "deny", "not in prod"}} {
 		item := `[data-testid=approval-item][data-call=` + tc.call + `] `
 		b.do(chromedp.Click(chromedp.CSS(item + `[data-testid=approval-review]`)))
 		b.wait(item + `[data-testid=decision] [data-testid=digest-check][data-ok=true]`)
@@ -392,9 +392,10 @@ func TestAuditwebInChromium(t *testing.T) {
 			chromedp.Click(chromedp.CSS(item+`[data-testid=decision-`+tc.op+`]`)))
 		b.wait(item + `[data-testid=decision-result][data-op=` + tc.op + `]`)
 		b.shot("approvals-" + tc.op)
+		// Back to the list, rendered afresh: the decided call has left it.
 		b.do(chromedp.Click(chromedp.CSS(item + `[data-testid=decision-back]`)))
+		b.waitView(`[data-view=approvals][data-ready=true][data-count="` + strconv.Itoa(1-i) + `"]`)
 	}
-	b.waitView(`[data-view=approvals][data-ready=true][data-count="0"]`)
 	// The ledger's outcome: a1 approved by carol and run, a2 denied and
 	// failed without running.
 	for call, want := range map[string]struct{ decision, reason, status string }{
