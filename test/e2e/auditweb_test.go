@@ -382,7 +382,7 @@ func TestAuditwebInChromium(t *testing.T) {
 		item := `[data-testid=approval-item][data-call=` + tc.call + `] `
 		b.do(chromedp.Click(chromedp.CSS(item + `[data-testid=approval-review]`)))
 		b.wait(item + `[data-testid=decision] [data-testid=digest-check][data-ok=true]`)
-		require.Equal(t, heldItems[tc.call].ArgumentsDigest, strings.Fields(b.text(item+`[data-testid=decision-digest]`))[0], "the page shows the digest the ledger holds")
+		require.Equal(t, heldItems[tc.call].ArgumentsDigest, strings.Fields(b.text(item + `[data-testid=decision-digest]`))[0], "the page shows the digest the ledger holds")
 		require.Equal(t, heldItems[tc.call].ToolCallCardID, b.text(item+`[data-testid=decision-card]`))
 		var shown, held any
 		require.NoError(t, json.Unmarshal([]byte(b.text(item+`[data-testid=decision-arguments]`)), &shown))
