@@ -276,3 +276,26 @@ func TestARequestNobodyAnswersEnds(t *testing.T) {
 	_, err = c.GetCall(context.Background(), "p", "t", "k")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// TestClientDispatchAsksForApproval: the dispatch body the client sends
+// carries the request's approval, so a worker that asks for one gets its
+// call held, as through the ledger itself.
+func TestClientDispatchAsksForApproval(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	c := client.New(e.Srv.Connect(t), client.WithActor("a"))
+	call := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t1", ID: "held", Epoch: 1, Tool: "echo"}
+	req := call.Dispatch()
+	req.Approval = &protocol.DispatchApproval{Required: true}
+	d, err := c.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.True(t, d.AwaitingApproval, "the call is held for approval")
+	require.NotZero(t, d.ApprovalExpiresUnixMS)
+	require.Zero(t, d.CommandSeq, "no command while held")
+	rec, err := e.L.GetCall(ctx, "p", "t1", "held")
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateAwaitingApproval, rec.State)
+}

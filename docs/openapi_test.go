@@ -264,6 +264,8 @@ func TestMethodsFollowTheDocument(t *testing.T) {
 type served struct {
 	url, natsURL, data string
 	token              string
+	// approverToken is carol's approver credential (populate issues it).
+	approverToken string
 }
 
 func startServe(t *testing.T) *served {
@@ -337,6 +339,43 @@ func (s *served) populate(t *testing.T) {
 		resp, body := s.do(t, "GET", "/v1/projects/demo/turns/t1/calls/c1", s.token, nil)
 		return resp.StatusCode == 200 && bytes.Contains(body, []byte(`"state":"reported"`))
 	}, 60*time.Second, 50*time.Millisecond, "the executor runs and reports the call")
+	// Two calls held for approval (the worker asks for it), one to approve
+	// and one to deny, and carol's approver credential to decide them.
+	for _, c := range heldCalls {
+		req := c.Dispatch()
+		req.Approval = &protocol.DispatchApproval{Required: true}
+		d, err := cl.Dispatch(ctx, req)
+		require.NoError(t, err)
+		require.True(t, d.AwaitingApproval, "call %s is held", c.ID)
+	}
+	keys, err := auth.LoadOrCreateKeys(filepath.Join(s.data, "auth"))
+	require.NoError(t, err)
+	is, err := keys.Issuer()
+	require.NoError(t, err)
+	carol, err := is.Issue(auth.Grant{Role: auth.RoleApprover, Project: "demo", Approver: "carol"}, time.Hour, time.Now())
+	require.NoError(t, err)
+	s.approverToken = carol.JWT
+	for _, c := range heldCalls {
+		require.Eventually(t, func() bool {
+			resp, _ := s.do(t, "GET", "/v1/projects/demo/approvals/t1/"+c.ID, s.approverToken, nil)
+			return resp.StatusCode == 200
+		}, 60*time.Second, 50*time.Millisecond, "the views hold call %s's approval", c.ID)
+	}
+}
+
+// heldCalls are the calls populate holds for approval: the walk approves
+// the first and denies the second.
+var heldCalls = []ledgertest.Call{
+	{Project: "demo", Channel: "main", Agent: "alice", Turn: "t1", ID: "h1", Epoch: 1, Tool: "echo"},
+	{Project: "demo", Channel: "main", Agent: "alice", Turn: "t1", ID: "h2", Epoch: 1, Tool: "echo"},
+}
+
+// decisionBody is the body of approve or deny for a held call: its card
+// and the digest of the arguments its tool.call card holds.
+func decisionBody(c ledgertest.Call) []byte {
+	b, _ := json.Marshal(map[string]string{"tool_call_card_id": c.CardID(),
+		"arguments_digest": protocol.ArgumentsDigest(json.RawMessage(fmt.Sprintf(`{"q":%q}`, c.ID))), "reason": "the walk decides"})
+	return b
 }
 
 var demoCall = ledgertest.Call{Project: "demo", Channel: "main", Agent: "alice", Turn: "t1", ID: "c1", Epoch: 1, Tool: "echo"}
@@ -348,16 +387,16 @@ var pathValues = map[string]string{
 	"card": demoCall.CardID(), "tool": "hammer", "seq": "1",
 }
 
-// heldCallOps are the operations whose success needs a call held for
-// approval and an approver credential, which populate does not make: the
-// projector's approvals tests (TestApprovalsHTTPDecide, TestApprovalViews)
-// answer them.
-var heldCallOps = map[string]bool{"getApproval": true, "approve": true, "deny": true,
-	// And the operator actions: their success needs a call still running
-	// (cancel) or reported outcome_unknown (resolve), which populate does
-	// not make either; cmd/cgledger's TestCallsOperatorActionsOverHTTP
-	// answers them through serve's policy and a real ledger.
-	"cancelCall": true, "resolveCall": true}
+// heldCallOps are the operations about one held call, asked with carol's
+// approver credential of a call populate held: getApproval and approve of
+// the first, deny of the second.
+var heldCallOps = map[string]ledgertest.Call{"getApproval": heldCalls[0], "approve": heldCalls[0], "deny": heldCalls[1]}
+
+// operatorOps are the operator actions, whose success needs a call still
+// running (cancel) or reported outcome_unknown (resolve), which populate
+// does not make: cmd/cgledger's TestCallsOperatorActionsOverHTTP answers
+// them through serve's policy and a real ledger.
+var operatorOps = map[string]bool{"cancelCall": true, "resolveCall": true}
 
 // TestOpenAPIServedByARealServer runs `cgledger serve` (built from this
 // tree, with authentication, on loopback ports) and asks every documented
@@ -426,7 +465,7 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 				require.True(t, ok, "no value for %s", m)
 				return v
 			})
-			if heldCallOps[o.OperationID] {
+			if operatorOps[o.OperationID] {
 				continue
 			}
 			var body []byte
@@ -434,6 +473,13 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 				body = []byte(hammerYAML)
 			}
 			token := s.token
+			if c, ok := heldCallOps[o.OperationID]; ok {
+				path = strings.Replace(path, "/approvals/"+pathValues["turn"]+"/"+pathValues["call"], "/approvals/"+c.Turn+"/"+c.ID, 1)
+				token = s.approverToken
+				if method == "post" {
+					body = decisionBody(c)
+				}
+			}
 			if o.Security != nil && len(*o.Security) == 0 {
 				token = "" // open: answers without a credential
 			}
@@ -453,6 +499,14 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 			}
 			t.Logf("%s: %s %s", what, status, ct)
 		}
+	}
+
+	// The walk decided both held calls: the views say so.
+	for id, want := range map[string]string{"h1": protocol.ApprovalApproved, "h2": protocol.ApprovalDenied} {
+		require.Eventually(t, func() bool {
+			resp, body := s.do(t, "GET", "/v1/projects/demo/approvals/t1/"+id, s.approverToken, nil)
+			return resp.StatusCode == 200 && bytes.Contains(body, []byte(`"state":"`+want+`"`))
+		}, 60*time.Second, 50*time.Millisecond, "call %s is %s", id, want)
 	}
 
 	// Errors.

@@ -71,6 +71,7 @@ var replayScenarios = []replayScenario{
 	{"ledger_deadlines", ledgerDeadlines},
 	{"two_phase_commit", twoPhaseCommit},
 	{"operator_actions", operatorActions},
+	{"approvals", approvals},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -673,4 +674,90 @@ func operatorActions(t *testing.T, r *replayRig) {
 	resolve.Effect = protocol.EffectApplied
 	_, err = r.L.Resolve(r.ctx(), "ops", resolve)
 	requireRefused(t, err, protocol.ErrConflict, "a second resolution")
+}
+
+// approvals: calls held for approval (docs/approvals.md), each with its
+// held entry and one decision: approved (the command released, the approved
+// wakeup, the echo result), denied (after refusals: an approver the tool
+// does not list, a digest that is not the arguments'; and an approve after
+// the denial: conflict), canceled by the worker (held because its dispatch
+// asked), expired (an approve after the expiry time stores the ledger's
+// expiry and is refused).
+func approvals(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	for _, tool := range []struct {
+		name    string
+		timeout int64
+	}{{"deploy", 0}, {"hotfix", 1000}} {
+		def := toolDef(tool.name, protocol.DeterminismIdempotent, protocol.RetryPolicy{MaxAttempts: 1, BaseMS: 1, CapMS: 1})
+		def.ProjectID, def.TargetSubject = scProject, "cg.v1.{project_id}.{channel_id}.cmd.tool.echo"
+		def.Approval = &protocol.ToolApproval{Required: true, Approvers: []string{"carol"}, TimeoutMS: tool.timeout}
+		_, err := r.L.RegisterTool(r.ctx(), def)
+		require.NoError(t, err)
+	}
+	r.startExecutor()
+	held := func(c ledgertest.Call, args string, mod func(*protocol.DispatchRequest)) *protocol.CallRecord {
+		t.Helper()
+		req := dispatchReq(c, args)
+		// The registered tools' target: the built-in echo runs them.
+		req.Subject = protocol.ToolCommandSubject("v1", c.Project, c.Channel, "echo")
+		if mod != nil {
+			mod(&req)
+		}
+		d := r.dispatch(req)
+		require.True(t, d.AwaitingApproval, "call %s is held", c.ID)
+		rec, err := r.L.GetCall(r.ctx(), c.Project, c.Turn, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateAwaitingApproval, rec.State)
+		return rec
+	}
+	decide := func(op, approver string, c ledgertest.Call, digest, reason string) (protocol.ApprovalResult, error) {
+		req := protocol.ApprovalRequest{ProjectID: c.Project, AgentTurnID: c.Turn, ToolCallID: c.ID, ToolCallCardID: c.CardID(),
+			ArgumentsDigest: digest, Reason: reason}
+		if op == protocol.OpDeny {
+			return r.L.Deny(r.ctx(), approver, req)
+		}
+		return r.L.Approve(r.ctx(), approver, req)
+	}
+
+	approved := scCall("alice", "turn-approvals", "call-approved", 1, "deploy")
+	rec := held(approved, `{"env":"prod","version":"1.4.2"}`, nil)
+	res, err := decide(protocol.OpApprove, "carol", approved, rec.Held.ArgumentsDigest, "release 1.4.2")
+	require.NoError(t, err)
+	require.NotZero(t, res.CommandSeq)
+	tr := r.resolved(approved)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+	require.JSONEq(t, `{"env":"prod","version":"1.4.2"}`, string(tr.Result))
+
+	denied := scCall("alice", "turn-approvals", "call-denied", 1, "deploy")
+	rec = held(denied, `{"env":"prod","version":"2.0.0"}`, nil)
+	_, err = decide(protocol.OpApprove, "dave", denied, rec.Held.ArgumentsDigest, "")
+	var pe *protocol.Error
+	require.ErrorAs(t, err, &pe, "an approver the tool does not list is refused")
+	require.Equal(t, protocol.CodeForbidden, pe.Code)
+	_, err = decide(protocol.OpApprove, "carol", denied, protocol.ArgumentsDigest([]byte(`{"env":"staging"}`)), "")
+	requireRefused(t, err, protocol.ErrMismatch, "another digest")
+	_, err = decide(protocol.OpDeny, "carol", denied, rec.Held.ArgumentsDigest, "not during the freeze")
+	require.NoError(t, err)
+	tr = r.resolved(denied)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, protocol.ErrorCodeAuthFailed, tr.Error.Code)
+	_, err = decide(protocol.OpApprove, "carol", denied, rec.Held.ArgumentsDigest, "")
+	requireRefused(t, err, protocol.ErrConflict, "an approve after the denial")
+
+	asked := scCall("alice", "turn-approvals", "call-canceled", 1, "echo")
+	held(asked, `{"text":"ask first"}`, func(req *protocol.DispatchRequest) { req.Approval = &protocol.DispatchApproval{Required: true} })
+	_, err = r.L.Cancel(r.ctx(), protocol.CancelRequest{ProjectID: asked.Project, AgentID: asked.Agent, AgentTurnID: asked.Turn, ToolCallID: asked.ID, Reason: "not needed"})
+	require.NoError(t, err)
+	tr = r.resolved(asked)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
+
+	expired := scCall("alice", "turn-approvals", "call-expired", 1, "hotfix")
+	rec = held(expired, `{"patch":"p-7"}`, nil)
+	require.Eventually(t, func() bool { return time.Now().UnixMilli() > rec.Held.ExpiresUnixMS }, scWaitFor, scPollGap)
+	_, err = decide(protocol.OpApprove, "carol", expired, rec.Held.ArgumentsDigest, "too late")
+	requireRefused(t, err, protocol.ErrConflict, "an approve after the expiry")
+	tr = r.resolved(expired)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, protocol.ErrorCodeBadRequest, tr.Error.Code)
 }

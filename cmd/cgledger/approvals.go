@@ -16,8 +16,8 @@ import (
 const approvalsUsage = `Usage:
   cgledger approvals list --project P [--state pending|decided|all]   held calls, oldest first
   cgledger approvals show --project P TURN CALL                        one held call: arguments, digest, decision
-  cgledger approvals approve --project P TURN CALL (--digest D | --yes) [--reason R]
-  cgledger approvals deny --project P TURN CALL (--digest D | --yes) [--reason R]
+  cgledger approvals approve --project P TURN CALL (--digest D | --yes) [--reason R] [--approver NAME]
+  cgledger approvals deny --project P TURN CALL (--digest D | --yes) [--reason R] [--approver NAME]
 `
 
 // approvals runs the approvals verbs, through serve's HTTP API
@@ -189,7 +189,7 @@ func approvalsShow(args []string) int {
 
 func approvalsDecide(op string, args []string) int {
 	name := "approvals " + op
-	fs := newFlagSet(name, name+" --project P TURN CALL (--digest D | --yes) [--reason R] [--json]",
+	fs := newFlagSet(name, name+" --project P TURN CALL (--digest D | --yes) [--reason R] [--approver NAME] [--json]",
 		`Decide a held call as the credential's approver. The call is shown first (its arguments and
 their digest). With --digest, the decision names that digest and the ledger refuses it (mismatch)
 unless it is the digest of the call's arguments; without, the digest shown is the one decided on,
@@ -200,6 +200,7 @@ which --yes confirms.`)
 	digest := fs.String("digest", "", "the arguments digest decided on (sha256:...), as approvals show prints it")
 	yes := fs.Bool("yes", false, "decide on the digest shown, without --digest")
 	reason := fs.String("reason", "", "why (recorded with the decision; at most 1024 bytes)")
+	approver := fs.String("approver", "", "the approver name, only for a serve without credentials (--no-auth), which takes it from the request; with credentials it is the credential's and the server refuses it here")
 	pos, code, ok := parseOrExit(fs, args, 2)
 	if !ok {
 		return code
@@ -232,7 +233,11 @@ which --yes confirms.`)
 	} else if d != it.ArgumentsDigest && !cf.asJSON {
 		fmt.Fprintf(os.Stderr, "%s: --digest %s is not the digest shown (%s): the ledger decides on the call's arguments only, and will refuse it\n", name, d, it.ArgumentsDigest)
 	}
-	body, err := json.Marshal(map[string]string{"tool_call_card_id": it.ToolCallCardID, "arguments_digest": d, "reason": *reason})
+	fields := map[string]string{"tool_call_card_id": it.ToolCallCardID, "arguments_digest": d, "reason": *reason}
+	if *approver != "" {
+		fields["approver"] = *approver
+	}
+	body, err := json.Marshal(fields)
 	if err != nil {
 		return failf(exitFailed, "%s: %v", name, err)
 	}

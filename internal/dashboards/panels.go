@@ -90,6 +90,9 @@ func ToolDrillDown() Dashboard {
 	b.add("timeseries", "Oldest waiting call age", "Now minus the dispatch time of the oldest call without a report, against the tool's timeout.", "s",
 		[2]string{gaugeMax("cgledger_tool_oldest_waiting_call_age_seconds", toolSel, "tool"), "oldest {{tool}}"},
 		[2]string{gaugeMax("cgledger_tool_timeout_seconds", toolSel, "tool"), "timeout {{tool}}"})
+	b.add("timeseries", "Approvals pending and oldest pending age", "Held calls with no decision yet, and now minus the held time of the oldest (from the views). An age near the tool's approval.timeout_ms means calls expire undecided: nobody watches the queue (docs/approvals.md).", "short",
+		[2]string{gaugeMax("cgledger_approvals_pending", toolSel, "tool"), "pending {{tool}}"},
+		[2]string{gaugeMax("cgledger_approvals_oldest_pending_age_seconds", toolSel, "tool"), "oldest pending age (s) {{tool}}"})
 	b.add("timeseries", "Deadline timeouts, unavailable, late reports", "Calls the ledger ended itself at their deadline (no service answered), calls refused S-TOOL-UNAVAILABLE at dispatch (nobody pulls the tool), and reports refused as late.", "reqps",
 		[2]string{rate("cgledger_ledger_deadline_timeouts_total", toolSel, "tool"), "deadline timeouts {{tool}}"},
 		[2]string{rate("cgledger_ledger_tool_unavailable_total", toolSel, "tool"), "unavailable {{tool}}"},

@@ -21,6 +21,14 @@ const MinCallsInLongWindow = 50
 // CgledgerRejectionSpike: the API requests of an instance over 5m.
 const MinRequestsForRejectionSpike = 50
 
+// ApprovalsWaitingSeconds is CgledgerApprovalsWaiting's threshold on the
+// oldest pending approval's age: half the default approval.timeout_ms (1
+// h), so with its 15m "for" the ticket comes while a call held under the
+// default timeout still has a quarter of an hour before it expires
+// undecided. An hour would never fire under the default timeout: the
+// ledger expires the call first.
+const ApprovalsWaitingSeconds = 1800
+
 // NotAnsweringCalls is how many of a tool's calls the ledger must end
 // itself (deadline timeouts and fail-fast S-TOOL-UNAVAILABLE) within 10m
 // for CgledgerToolNotAnswering.
@@ -150,7 +158,11 @@ func Rules() RuleFile {
 	rec = append(rec, Rule{Record: budget, Expr: budgetExpr})
 	burn := func(name, long, short, factor, forDur string) Rule {
 		return alert(name,
-			fmt.Sprintf("cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s) and on (tool) cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s) and on (tool) cgledger:tool_calls:increase%s >= %d",
+			// The guard is read over 5m: while serve restarts, increase()
+			// stops extrapolating to the window's end, and a tool just over
+			// the guard would fall under it for the outage and page again
+			// after it.
+			fmt.Sprintf("cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s) and on (tool) cgledger:tool_errors:ratio_rate%s > on (tool) (%s * %s) and on (tool) max_over_time(cgledger:tool_calls:increase%s[5m]) >= %d",
 				long, factor, budget, short, factor, budget, long, MinCallsInLongWindow),
 			forDur, "page",
 			"Tool {{ $labels.tool }} is burning its error budget "+factor+"x too fast",
@@ -191,6 +203,14 @@ func Rules() RuleFile {
 			"2m", "ticket",
 			"The oldest waiting call to tool {{ $labels.tool }} is older than the tool's timeout plus a minute",
 			"A call dispatched longer ago than the tool's timeout plus a minute has no report yet, though the deadline keeper ends calls 5 s after their deadline."),
+		// A ticket, not a page: a held call nobody decides expires by
+		// itself (the worker gets P-PRECOND-APPROVAL-EXPIRED), so nothing
+		// is stuck, but people are not watching the queue.
+		alert("CgledgerApprovalsWaiting",
+			lb("min_over_time", "cgledger_approvals_oldest_pending_age_seconds", "tool", gaugeLookback)+fmt.Sprintf(" > %d", ApprovalsWaitingSeconds),
+			"15m", "ticket",
+			"A call to tool {{ $labels.tool }} has waited {{ $value | humanizeDuration }} for an approver",
+			"The oldest held call of the tool has had no approve or deny for over 30 minutes, for 15 minutes: approvers are not watching the queue, or the tool's approvers list names nobody who holds a credential. Undecided calls expire at the tool's approval.timeout_ms (default 1 h)."),
 		alert("CgledgerConsumerStranded",
 			lb("min_over_time", "cgledger_consumer_pending_messages", "consumer, tool", gaugeLookback)+" > 0 and on (consumer, tool) "+
 				lb("max_over_time", "cgledger_consumer_waiting_pulls", "consumer, tool", gaugeLookback)+" == 0 and on (consumer, tool) "+

@@ -346,6 +346,82 @@ func TestAuditwebInChromium(t *testing.T) {
 		return b.eval(`String(document.querySelector('[data-testid=nav-approvals]').hidden)`) == strconv.FormatBool(!served)
 	}, time.Minute, 20*time.Millisecond, "the approvals link follows the endpoint")
 	b.shot("approvals")
+	require.True(t, served, "this server has approvals")
+
+	// 12b. An approver's round trip: two calls of a tool that needs carol's
+	// approval are held; carol signs in with her credential, sees each
+	// with its arguments and digest (checked in the page), approves one
+	// and denies the other; the ledger's outcome is read through the API.
+	registerTool(t, s, deployTool)
+	startCall(t, s, "ta", "a1", `{"text":"ship 1.4.2","env":"prod"}`)
+	startCall(t, s, "ta", "a2", `{"text":"drop the table","env":"prod"}`)
+	carol := s.issue(t, "--project", "demo", "--role", "approver", "--approver", "carol")
+	heldItems := map[string]protocol.ApprovalItem{}
+	require.Eventually(t, func() bool {
+		var page struct {
+			Items []protocol.ApprovalItem `json:"items"`
+		}
+		apiGet(t, carol, base+"/approvals?state=pending", &page)
+		for _, it := range page.Items {
+			heldItems[it.ToolCallID] = it
+		}
+		return len(heldItems) == 2
+	}, time.Minute, 50*time.Millisecond, "both calls are held")
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=signout]`)))
+	b.waitView(`[data-view=signin]`)
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=signin-input]`), carol.Creds),
+		chromedp.Click(chromedp.CSS(`[data-testid=signin-submit]`)))
+	b.wait(`[data-testid=signout]:not([hidden])`)
+	require.Contains(t, b.text(`[data-testid=auth-state]`), "approver carol of project demo")
+	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/approvals'`))
+	b.waitView(`[data-view=approvals][data-ready=true][data-available=true][data-count="2"]`)
+	b.wait(`[data-testid=approvals-mine] [data-testid=approval-item][data-call=a1][data-state=pending]`)
+	b.wait(`[data-testid=approvals-mine] [data-testid=approval-item][data-call=a2][data-state=pending]`)
+	b.shot("approvals-approver")
+	for i, tc := range []struct{ call, op, reason string }{{"a1", "approve", "release 1.4.2, ticket 88"}, {"a2", "deny", "not in prod"}} {
+		item := `[data-testid=approval-item][data-call=` + tc.call + `] `
+		b.do(chromedp.Click(chromedp.CSS(item + `[data-testid=approval-review]`)))
+		b.wait(item + `[data-testid=decision] [data-testid=digest-check][data-ok=true]`)
+		require.Equal(t, heldItems[tc.call].ArgumentsDigest, strings.Fields(b.text(item + `[data-testid=decision-digest]`))[0], "the page shows the digest the ledger holds")
+		require.Equal(t, heldItems[tc.call].ToolCallCardID, b.text(item+`[data-testid=decision-card]`))
+		var shown, held any
+		require.NoError(t, json.Unmarshal([]byte(b.text(item+`[data-testid=decision-arguments]`)), &shown))
+		require.NoError(t, json.Unmarshal(heldItems[tc.call].Arguments, &held))
+		require.Equal(t, held, shown, "the page shows the call's arguments")
+		b.do(chromedp.SetValue(chromedp.CSS(item+`[data-testid=decision-reason]`), tc.reason),
+			chromedp.Click(chromedp.CSS(item+`[data-testid=decision-`+tc.op+`]`)))
+		b.wait(item + `[data-testid=decision-result][data-op=` + tc.op + `]`)
+		b.shot("approvals-" + tc.op)
+		// Back to the list, rendered afresh: the decided call has left it.
+		b.do(chromedp.Click(chromedp.CSS(item + `[data-testid=decision-back]`)))
+		b.waitView(`[data-view=approvals][data-ready=true][data-count="` + strconv.Itoa(1-i) + `"]`)
+	}
+	// The ledger's outcome: a1 approved by carol and run, a2 denied and
+	// failed without running.
+	for call, want := range map[string]struct{ decision, reason, status string }{
+		"a1": {protocol.ApprovalApproved, "release 1.4.2, ticket 88", protocol.StatusSuccess},
+		"a2": {protocol.ApprovalDenied, "not in prod", protocol.StatusFailed},
+	} {
+		var one struct {
+			Approval protocol.ApprovalItem `json:"approval"`
+		}
+		apiGet(t, carol, base+"/approvals/ta/"+call, &one)
+		require.Equal(t, want.decision, one.Approval.State, call)
+		require.Equal(t, "carol", one.Approval.Approver, call)
+		require.Equal(t, want.reason, one.Approval.Reason, call)
+		require.Equal(t, want.status, waitReported(t, s, "ta", call).Status, call)
+	}
+	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/approvals?state=decided'`))
+	b.waitView(`[data-view=approvals][data-ready=true][data-count="2"]`)
+	b.wait(`[data-testid=approval-item][data-call=a1][data-state=approved]`)
+	b.wait(`[data-testid=approval-item][data-call=a2][data-state=denied]`)
+	b.shot("approvals-decided")
+	// Back to the auditor of every project for the rest.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=signout]`)))
+	b.waitView(`[data-view=signin]`)
+	b.do(chromedp.SetValue(chromedp.CSS(`[data-testid=signin-input]`), global.JWT),
+		chromedp.Click(chromedp.CSS(`[data-testid=signin-submit]`)))
+	b.wait(`[data-testid=signout]:not([hidden])`)
 
 	// 13. Live: a call made while the turn is open appears without a reload.
 	b.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/p/demo/turns/t2'`))
