@@ -83,6 +83,10 @@ func cloneRecord(rec *protocol.CallRecord) *protocol.CallRecord {
 		h := *rec.Held
 		c.Held = &h
 	}
+	if rec.Paused != nil {
+		p := *rec.Paused
+		c.Paused = &p
+	}
 	return &c
 }
 

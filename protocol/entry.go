@@ -30,6 +30,7 @@ var knownKinds = map[EntryKind]bool{
 	KindCard: true, KindCommand: true, KindReport: true, KindDuplicate: true, KindWakeup: true,
 	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
 	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true, KindHeld: true, KindApproval: true,
+	KindToolPause: true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that

@@ -61,6 +61,7 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindDecision:      {SubjectToolCommand},
 	KindHeld:          {SubjectHeld},
 	KindApproval:      {SubjectApproval},
+	KindToolPause:     {SubjectPause},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

@@ -54,6 +54,9 @@ var (
 	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list", protocol.OpApprovalList, protocol.OpApprovalGet}
 	// ApproverOps are an approver's, under its own name as actor.
 	ApproverOps = []string{protocol.OpApprove, protocol.OpDeny, protocol.OpApprovalList, protocol.OpApprovalGet}
+	// AdminOps are the operator actions: an admin's only (an admin of the
+	// project publishes any operation of it; no other role lists these).
+	AdminOps = []string{protocol.OpToolPause, protocol.OpToolResume}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
 	GlobalOps = []string{"projector.skip"}
