@@ -41,4 +41,5 @@ var (
 	ConsumeJSON   = (*Ledger).consumeJSON
 	SetRosterJSON = (*Ledger).setRosterJSON
 	ApprovalJSON  = (*Ledger).approvalJSON
+	ToolPauseJSON = (*Ledger).toolPauseJSON
 )
