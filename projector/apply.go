@@ -262,6 +262,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.held(ev)
 	case protocol.KindApproval:
 		err = a.approval(ev)
+	case protocol.KindToolPause:
+		err = a.toolPause(ev)
 	case protocol.ViewKindExternalWakeup:
 		// Not the ledger's own: only placed in the timeline of the turn
 		// its headers name (docs/views.md).

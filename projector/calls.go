@@ -136,9 +136,9 @@ func (f CallFilter) violations() protocol.Violations {
 		vs.Add("status", protocol.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
 	}
 	switch f.State {
-	case "", StateAwaitingApproval, StateDispatched, StateReported, StateConsumed, StateRejected:
+	case "", StateAwaitingApproval, StatePaused, StateDispatched, StateReported, StateConsumed, StateRejected:
 	default:
-		vs.Add("state", protocol.VInvalidValue, "must be one of awaiting_approval, dispatched, reported, consumed, rejected; got %q", f.State)
+		vs.Add("state", protocol.VInvalidValue, "must be one of awaiting_approval, paused, dispatched, reported, consumed, rejected; got %q", f.State)
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
 		vs.Add("to", protocol.VInvalidValue, "must not be before from")
