@@ -101,8 +101,8 @@ func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperC
 		// command yet; and the pause subjects, whose resumes it finishes.
 		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*",
 			protocol.Root + "." + l.version + ".*.*.ledger.held.*.*", protocol.Root + "." + l.version + ".*.pause.*"},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        cfg.AckWait,
+		AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait:   cfg.AckWait,
 		// Every call not yet reported stays pending until its deadline:
 		// no cap, or a burst of long calls would hold back the deadlines
 		// of the short ones behind it. The server keeps one pending entry

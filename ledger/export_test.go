@@ -41,5 +41,4 @@ var (
 	ConsumeJSON   = (*Ledger).consumeJSON
 	SetRosterJSON = (*Ledger).setRosterJSON
 	ApprovalJSON  = (*Ledger).approvalJSON
-	ToolPauseJSON = (*Ledger).toolPauseJSON
 )

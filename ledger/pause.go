@@ -255,6 +255,21 @@ func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protoco
 	return l.toolPauseJSON(ctx, op, actor, body)
 }
 
+// ToolPauseOp runs tool.pause or tool.resume (op) for actor, an admin,
+// with the request body as received (HTTP's POST
+// /projects/{p}/tools/{tool}/pause and /resume): a refusal lists every
+// violation and is recorded.
+func (l *Ledger) ToolPauseOp(ctx context.Context, op, actor string, body []byte) (protocol.ToolPauseResult, error) {
+	if op != protocol.OpToolPause && op != protocol.OpToolResume {
+		return protocol.ToolPauseResult{}, fmt.Errorf("ToolPauseOp: %q is not %s or %s", op, protocol.OpToolPause, protocol.OpToolResume)
+	}
+	if _, ok := CallerFrom(ctx); !ok {
+		p, _ := stringField(topLevel(body), "project_id")
+		ctx = WithCaller(ctx, Caller{Project: p, Actor: actor})
+	}
+	return l.toolPauseJSON(ctx, op, actor, body)
+}
+
 // toolPauseMsg is tool.pause or tool.resume as received over the API: the
 // actor is the request subject's.
 func (l *Ledger) toolPauseMsg(ctx context.Context, op string, body []byte) (protocol.ToolPauseResult, error) {

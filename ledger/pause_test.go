@@ -308,14 +308,14 @@ func TestPauseRefusals(t *testing.T) {
 	require.Contains(t, e2.Violations[0].Message, "ops")
 	require.Len(t, e.subjectEntries(t, protocol.PauseSubject("v1", project, "wire")), 1, "refusals store no pause entry")
 
-	_, err = ledger.ToolPauseJSON(l, ctx, protocol.OpToolPause, "ops", []byte(`{"tool_name":"bad name","reason":"`+strings.Repeat("x", 1025)+`","extra":1}`))
+	_, err = l.ToolPauseOp(ctx, protocol.OpToolPause, "ops", []byte(`{"tool_name":"bad name","reason":"`+strings.Repeat("x", 1025)+`","extra":1}`))
 	e3 := requireRefusal(t, err, protocol.CodeBadRequest)
 	fields := map[string]bool{}
 	for _, v := range e3.Violations {
 		fields[v.Field] = true
 	}
 	require.Equal(t, map[string]bool{"body.project_id": true, "body.tool_name": true, "body.reason": true, "body.extra": true}, fields)
-	_, err = ledger.ToolPauseJSON(l, ctx, protocol.OpToolResume, "ops", []byte(`{"project_id":"`+project+`","tool_name":"wire"}`))
+	_, err = l.ToolPauseOp(ctx, protocol.OpToolResume, "ops", []byte(`{"project_id":"`+project+`","tool_name":"wire"}`))
 	e4 := requireRefusal(t, err, protocol.CodeBadRequest)
 	require.Equal(t, "body.reason", e4.Violations[0].Field, "the reason is required")
 	refused, _ := gaugeValue(t, reg, "cgledger_operator_actions_total", "outcome", "refused")
