@@ -133,6 +133,12 @@ func TestPauseHoldsAndResumeReleasesInDispatchOrder(t *testing.T) {
 	_, err = l.Report(ctx, rep)
 	requireRefusal(t, err, protocol.CodeConflict)
 
+	// The worker cancels a held call: recorded, as for a dispatched call
+	// (its tool's service finds the cancel once the resume publishes it).
+	cr, err := l.Cancel(ctx, protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: calls[2].turn, ToolCallID: calls[2].id, Reason: "not needed"})
+	require.NoError(t, err)
+	require.NotZero(t, cr.Seq)
+
 	r, err := l.ResumeTool(ctx, "ops", pauseReq("wire"))
 	require.NoError(t, err)
 	require.False(t, r.Paused)
