@@ -302,7 +302,7 @@ func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byt
 		return res, fmt.Errorf("%s %s: %w", op, req.ToolName, err)
 	}
 	var missing protocol.Violations
-	if registered == nil && l.builtin[req.ToolName] == nil {
+	if registered == nil && l.builtin[req.ToolName] == nil && !slices.Contains(protocol.ReservedToolNames, req.ToolName) {
 		missing.Add("body.tool_name", protocol.VNotFound, "no tool %s is registered in project %s, and none is built in", req.ToolName, req.ProjectID)
 	}
 	pause := op == protocol.OpToolPause
