@@ -456,7 +456,12 @@ func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, st pauseSta
 		}
 		return releaseSkipped, nil
 	}
-	if rec.State != protocol.StatePaused && (rec.State != protocol.StateDispatched || rec.CommandSeq != 0) {
+	if rec.State == protocol.StateDispatched && rec.CommandSeq != 0 {
+		// Released already: by whoever finishes the same resume at the
+		// same time (the keeper), so the op's count does not depend on it.
+		return releasePublished, nil
+	}
+	if rec.State != protocol.StatePaused && rec.State != protocol.StateDispatched {
 		return releaseSkipped, nil
 	}
 	if e.DeadlineUnixMS > 0 && time.Now().UnixMilli() >= e.DeadlineUnixMS {

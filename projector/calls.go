@@ -15,7 +15,7 @@ import (
 type CallFilter struct {
 	Tool    string
 	Status  string // result status: success, failed, canceled, timeout, partial
-	State   string // lifecycle: awaiting_approval, dispatched, reported, consumed, rejected
+	State   string // lifecycle: awaiting_approval, paused, dispatched, reported, consumed, rejected
 	Agent   string
 	Channel string
 	From    time.Time
