@@ -97,6 +97,7 @@ const (
 	// Pause steps (pause.go).
 	stepPauseHeld      step = "pause_held"      // held entry of a paused tool's call acknowledged
 	stepResumed        step = "resumed"         // resume entry acknowledged
+	stepResumeMarked   step = "resume_marked"   // a held call's record marked released, before its command
 	stepResumeReleased step = "resume_released" // one paused call's command acknowledged by a resume
 )
 

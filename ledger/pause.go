@@ -208,7 +208,9 @@ func (l *Ledger) pausedHeldOf(ctx context.Context, rec *protocol.CallRecord) (*p
 func (l *Ledger) holdDispatched(ctx context.Context, key string, rec *protocol.CallRecord, rev uint64, held *protocol.PausedCall) (*protocol.CallRecord, error) {
 	cur := cloneRecord(rec)
 	for range 16 {
-		if cur.State != protocol.StateDispatched || cur.CommandSeq != 0 {
+		if cur.State != protocol.StateDispatched || cur.CommandSeq != 0 || cur.Paused != nil {
+			// Moved on; or released: a resume marks the record (Paused
+			// set, state dispatched) before it publishes the command.
 			return cur, nil
 		}
 		next := cloneRecord(cur)
@@ -411,7 +413,7 @@ func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseS
 		if err := json.Unmarshal(m.Data, &e); err != nil || e.Reason != protocol.HeldPaused || e.ToolName != tool {
 			continue
 		}
-		out, err := l.releaseOne(ctx, &e, running)
+		out, err := l.releaseOne(ctx, &e, m.Sequence, running)
 		if err != nil {
 			return released, fmt.Errorf("release %s/%s: %w", e.AgentTurnID, e.ToolCallID, err)
 		}
@@ -438,7 +440,7 @@ const (
 
 // releaseOne publishes the command of one held call, unless it ended or
 // its deadline passed, and moves its record to dispatched.
-func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, st pauseState) (releaseOutcome, error) {
+func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, heldSeq uint64, st pauseState) (releaseOutcome, error) {
 	key := callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	rec, rev, err := l.getRecord(ctx, key)
 	if err != nil || rec == nil {
@@ -467,12 +469,50 @@ func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, st pauseSta
 	if e.DeadlineUnixMS > 0 && time.Now().UnixMilli() >= e.DeadlineUnixMS {
 		return releaseSkipped, nil
 	}
+	// The record says dispatched before the command exists: whoever takes
+	// the command (an executor) must find the call dispatched, and a
+	// dispatch still holding the call must find it released (Paused set).
+	for range 16 {
+		if rec.State == protocol.StateDispatched && rec.Paused != nil {
+			break
+		}
+		next := cloneRecord(rec)
+		next.State = protocol.StateDispatched
+		if next.Paused == nil {
+			next.Paused = &protocol.PausedCall{Header: e.CommandHeader, Payload: e.CommandPayload, PauseSeq: e.PauseSeq, HeldSeq: heldSeq}
+		}
+		if next.DeadlineUnixMS == 0 {
+			next.DeadlineUnixMS = e.DeadlineUnixMS
+		}
+		nrev, ok, err := l.updateRecord(ctx, key, next, rev)
+		if err != nil {
+			return releaseSkipped, err
+		}
+		if ok {
+			rec, rev = next, nrev
+			break
+		}
+		if rec, rev, err = l.reread(ctx, key); err != nil {
+			return releaseSkipped, err
+		}
+		switch {
+		case rec.State == protocol.StateDispatched && rec.CommandSeq != 0:
+			return releasePublished, nil
+		case rec.State != protocol.StatePaused && rec.State != protocol.StateDispatched:
+			return releaseSkipped, nil
+		}
+	}
+	if err := l.step(stepResumeMarked); err != nil {
+		return releaseSkipped, err
+	}
 	msg := &nats.Msg{Subject: e.CommandSubject, Data: e.CommandPayload, Header: nats.Header{}}
 	for k, v := range e.CommandHeader {
 		msg.Header[k] = slices.Clone(v)
 	}
 	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, protocol.PauseSubject(l.version, e.ProjectID, e.ToolName)))
 	if isWrongLastSeq(err) {
+		// Paused again: that pause's op released this call before it was
+		// stored (toolPauseJSON), or the call waits for the next resume.
 		return releasePausedAgain, nil
 	}
 	if err != nil {
@@ -481,29 +521,11 @@ func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, st pauseSta
 	if !ack.Duplicate {
 		l.m.dispatches.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
 	}
-	next := cloneRecord(rec)
-	for range 16 {
-		next.State, next.CommandSeq = protocol.StateDispatched, ack.Sequence
-		if next.DeadlineUnixMS == 0 {
-			next.DeadlineUnixMS = e.DeadlineUnixMS
-		}
-		_, ok, err := l.updateRecord(ctx, key, next, rev)
-		if err != nil {
-			return releaseSkipped, err
-		}
-		if ok {
-			return releasePublished, nil
-		}
-		r, nrev, err := l.reread(ctx, key)
-		if err != nil {
-			return releaseSkipped, err
-		}
-		if r.State != protocol.StatePaused && (r.State != protocol.StateDispatched || r.CommandSeq != 0) {
-			return releasePublished, nil
-		}
-		next, rev = cloneRecord(r), nrev
+	rec.CommandSeq = ack.Sequence
+	if err := l.recordSequences(ctx, key, rec, rev); err != nil {
+		return releaseSkipped, err
 	}
-	return releaseSkipped, fmt.Errorf("call record %s: too many concurrent updates", key)
+	return releasePublished, nil
 }
 
 // keepPausedHeld is the deadline keeper's handling of a held entry: the
