@@ -284,12 +284,16 @@ func (l *Ledger) toolPauseMsg(ctx context.Context, op string, body []byte) (prot
 // tool neither registered in the project nor built in), conflict (a pause
 // of a paused tool, a resume of a running one).
 func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byte) (res protocol.ToolPauseResult, err error) {
-	outcome := "refused"
 	defer func() {
-		if err == nil {
-			outcome = "ok"
+		// A failure that is not a refusal (the ledger could not finish) is
+		// neither: the operator retries it.
+		if _, refused := protocol.AsError(err); err == nil || refused {
+			outcome := "ok"
+			if err != nil {
+				outcome = "refused"
+			}
+			l.m.operatorActions.WithLabelValues(op, outcome).Inc()
 		}
-		l.m.operatorActions.WithLabelValues(op, outcome).Inc()
 	}()
 	req, vs := protocol.ParseToolPauseRequest(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
