@@ -440,3 +440,56 @@ func TestPauseHoldsAnApprovedCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateDispatched, rec.State)
 }
+
+// TestPauseHoldCutBeforeTheRecord: a dispatch cut after its held entry,
+// before its record says paused: a repeat answers it held, and a resume
+// releases it (from the held entry) even if nobody repeated it.
+func TestPauseHoldCutBeforeTheRecord(t *testing.T) {
+	e := newEnv(t)
+	l1, _ := openLedger(t, e.srv)
+	l2, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerPlain(t, l1, "wire")
+	_, err := l1.PauseTool(ctx, "ops", pauseReq("wire"))
+	require.NoError(t, err)
+	crash := errors.New("killed")
+	l1.SetAfterStep(func(s ledger.Step) error {
+		if s == ledger.StepPauseHeld {
+			return crash
+		}
+		return nil
+	})
+	repeated, req1 := deadlineCall("turn-h", "c1", "wire", 120_000)
+	_, err = l1.Dispatch(ctx, req1)
+	require.ErrorIs(t, err, crash)
+	alone, req2 := deadlineCall("turn-h", "c2", "wire", 120_000)
+	_, err = l1.Dispatch(ctx, req2)
+	require.ErrorIs(t, err, crash)
+	for _, c := range []call{repeated, alone} {
+		require.Len(t, e.subjectEntries(t, protocol.HeldSubject("v1", project, channel, c.turn, c.id)), 1, "the hold is stored")
+		rec, err := l2.GetCall(ctx, project, c.turn, c.id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateDispatched, rec.State, "the record was not moved")
+	}
+	again, err := l2.Dispatch(ctx, req1)
+	require.NoError(t, err)
+	require.True(t, again.Paused, "the repeat finds the hold and finishes it")
+	rec, err := l2.GetCall(ctx, project, repeated.turn, repeated.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StatePaused, rec.State)
+	require.Len(t, e.subjectEntries(t, protocol.HeldSubject("v1", project, channel, repeated.turn, repeated.id)), 1, "one hold")
+
+	r, err := l2.ResumeTool(ctx, "ops", pauseReq("wire"))
+	require.NoError(t, err)
+	require.Equal(t, 2, r.Released)
+	cmds := commandsOf(t, e, "wire")
+	require.Len(t, cmds, 2)
+	require.Equal(t, repeated.id, cmds[0].Header.Get(protocol.HeaderToolCallID), "in dispatch order")
+	require.Equal(t, alone.id, cmds[1].Header.Get(protocol.HeaderToolCallID))
+	for _, c := range []call{repeated, alone} {
+		rec, err := l2.GetCall(ctx, project, c.turn, c.id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateDispatched, rec.State)
+		require.NotZero(t, rec.CommandSeq)
+	}
+}
