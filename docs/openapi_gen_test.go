@@ -260,7 +260,7 @@ func buildDocument() obj {
 			params: join(path("project"), []obj{
 				param("tool", "query", "Only calls of this tool.", obj{"type": "string"}),
 				param("status", "query", "Only calls whose result has this status.", obj{"type": "string", "enum": []string{"success", "failed", "canceled", "timeout", "partial"}}),
-				param("state", "query", "Only calls in this lifecycle state.", obj{"type": "string", "enum": []string{"awaiting_approval", "dispatched", "reported", "consumed", "rejected"}}),
+				param("state", "query", "Only calls in this lifecycle state.", obj{"type": "string", "enum": []string{"awaiting_approval", "paused", "dispatched", "reported", "consumed", "rejected"}}),
 				param("agent", "query", "Only calls of this agent.", obj{"type": "string"}),
 				param("channel", "query", "Only calls on this channel.", obj{"type": "string"}),
 				param("from", "query", "Dispatched at or after this time (RFC 3339).", obj{"type": "string", "format": "date-time"}),
@@ -383,6 +383,20 @@ func buildDocument() obj {
 		{method: "get", path: "/projects/{project}/tools/{tool}", id: "getTool", tag: "registry",
 			summary: "A tool's definition in force", desc: "The registered definition in force, or the built-in of that name; 404 otherwise.",
 			params: path("project", "tool"), ok: ok("The tool.", executor.RegistryTool{}), errs: findErrs},
+		{method: "post", path: "/projects/{project}/tools/{tool}/pause", id: "pauseTool", tag: "registry",
+			summary: "Pause a tool",
+			desc: "Runs tool.pause (docs/operations.md#operator-actions): from the pause entry on, every dispatch of the tool is held (state paused, no command; " +
+				"its deadline keeps running) until a resume. Commands published before the pause are not held. The body's reason is required (at most 1024 bytes). " +
+				"Refusals list every violation, with the rejection entry's rejection_seq: 400 bad_request, 404 not_found (neither registered nor built in), " +
+				"409 conflict (paused already). Needs an admin credential of the project; the entry's actor is the credential's label.",
+			params: path("project", "tool"), body: jsonBody("The operator's reason.", sch(executor.ToolPauseBody{})),
+			ok: ok("The pause entry.", protocol.ToolPauseResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
+		{method: "post", path: "/projects/{project}/tools/{tool}/resume", id: "resumeTool", tag: "registry",
+			summary: "Resume a paused tool",
+			desc: "Runs tool.resume: the commands of the calls held while paused are published in dispatch order with their original deadlines (those " +
+				"whose deadline passed ended timeout and are not released); released counts them. 409 conflict when the tool is not paused. As pause otherwise.",
+			params: path("project", "tool"), body: jsonBody("The operator's reason.", sch(executor.ToolPauseBody{})),
+			ok: ok("The resume entry and the calls released.", protocol.ToolPauseResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
 		{method: "get", path: "/healthz", id: "health", tag: "operations", open: true,
 			summary: "Liveness", desc: "The process and its NATS connection.",
 			ok: obj{"200": jsonBody("Alive and connected.", ref("Health")), "503": jsonBody("NATS disconnected.", ref("Health"))}},

@@ -209,6 +209,14 @@ func serveMounts(t *testing.T) []string {
 	return out
 }
 
+// opBodies are the request bodies of the POST operations that take JSON
+// (the others get a tool definition). Paths are walked sorted, so pause
+// comes before resume.
+var opBodies = map[string]string{
+	"pauseTool":  `{"reason":"openapi test"}`,
+	"resumeTool": `{"reason":"openapi test"}`,
+}
+
 // notAPI are serve's mounts that are not routes of the HTTP API: the
 // sub-routers (their routes come from projector.Routes and
 // executor.RegistryRoutes), the catch-all, and the web UI.
@@ -471,6 +479,9 @@ func TestOpenAPIServedByARealServer(t *testing.T) {
 			var body []byte
 			if method == "post" {
 				body = []byte(hammerYAML)
+			}
+			if b, ok := opBodies[o.OperationID]; ok {
+				body = []byte(b)
 			}
 			token := s.token
 			if c, ok := heldCallOps[o.OperationID]; ok {

@@ -3,11 +3,13 @@ package executor
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"sort"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
+	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -17,6 +19,30 @@ type Registry interface {
 	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
 	ListTools(ctx context.Context, project string) ([]protocol.StoredTool, error)
 }
+
+// ToolPauser is what the pause and resume endpoints need from the ledger:
+// tool.pause and tool.resume with the request body as received
+// (ledger.Ledger.ToolPauseOp).
+type ToolPauser interface {
+	ToolPauseOp(ctx context.Context, op, actor string, body []byte) (protocol.ToolPauseResult, error)
+}
+
+// RegistryConfig configures NewRegistryHandler.
+type RegistryConfig struct {
+	// Actor names the admin making a request (the CG-Actor of its pause
+	// or resume entry); nil, or an empty answer, means "admin".
+	Actor func(*http.Request) string
+}
+
+// ToolPauseBody is the body of POST /projects/{project}/tools/{tool}/pause
+// and /resume: the operator's reason (project and tool are the path's).
+type ToolPauseBody struct {
+	Reason string `json:"reason"`
+}
+
+// maxPauseBodyBytes bounds a pause or resume request body (the reason is
+// at most protocol.MaxOperatorReasonBytes).
+const maxPauseBodyBytes = 16 << 10
 
 // maxDefinitionBytes bounds a registration request body.
 const maxDefinitionBytes = 256 << 10
@@ -64,8 +90,15 @@ type registryRoute struct {
 // details (internal/httpjson); a request no route serves is 404, or 405 with
 // Allow.
 func RegistryHandler(r Registry, builtins ...*protocol.ToolDefinition) http.Handler {
+	return NewRegistryHandler(r, RegistryConfig{}, builtins...)
+}
+
+// NewRegistryHandler is RegistryHandler with cfg. When r is a ToolPauser
+// it also serves POST /projects/{project_id}/tools/{tool_name}/pause and
+// /resume (body ToolPauseBody; an admin's, by the HTTP policy).
+func NewRegistryHandler(r Registry, cfg RegistryConfig, builtins ...*protocol.ToolDefinition) http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range registryRoutes(&registry{r: r, builtins: builtins}) {
+	for _, rt := range registryRoutes(&registry{r: r, builtins: builtins, cfg: cfg}) {
 		mux.HandleFunc(rt.pattern, rt.serve)
 	}
 	mux.HandleFunc("/projects/", httpjson.Fallback(mux, "/projects/"))
@@ -75,6 +108,7 @@ func RegistryHandler(r Registry, builtins ...*protocol.ToolDefinition) http.Hand
 type registry struct {
 	r        Registry
 	builtins []*protocol.ToolDefinition
+	cfg      RegistryConfig
 }
 
 func registryRoutes(g *registry) []registryRoute {
@@ -82,6 +116,68 @@ func registryRoutes(g *registry) []registryRoute {
 		{"POST /projects/{project}/tools", g.register},
 		{"GET /projects/{project}/tools", g.list},
 		{"GET /projects/{project}/tools/{tool}", g.get},
+		{"POST /projects/{project}/tools/{tool}/pause", g.pauseOp(protocol.OpToolPause)},
+		{"POST /projects/{project}/tools/{tool}/resume", g.pauseOp(protocol.OpToolResume)},
+	}
+}
+
+// pauseOp serves POST .../pause or .../resume: the body's reason, with the
+// path's project and tool, is the op's request; the ledger's refusal (every
+// violation, its rejection_seq) is the problem answered.
+func (g *registry) pauseOp(op string) http.HandlerFunc {
+	if g == nil {
+		return nil
+	}
+	return func(w http.ResponseWriter, req *http.Request) {
+		pauser, ok := g.r.(ToolPauser)
+		if !ok {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "this server does not pause tools"})
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxPauseBodyBytes+1))
+		if err != nil {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+			return
+		}
+		project, tool := req.PathValue("project"), req.PathValue("tool")
+		var vs protocol.Violations
+		var members map[string]json.RawMessage
+		switch {
+		case len(body) > maxPauseBodyBytes:
+			vs.Add("body", protocol.VTooLarge, "is more than %d bytes", maxPauseBodyBytes)
+		case json.Unmarshal(body, &members) != nil || members == nil:
+			vs.Add("body", protocol.VInvalidType, `must be a JSON object {"reason": "..."}`)
+		}
+		for name, want := range map[string]string{"project_id": project, "tool_name": tool} {
+			var got string
+			if raw, ok := members[name]; ok && (json.Unmarshal(raw, &got) != nil || got != want) {
+				vs.Add("body."+name, protocol.VMismatch, "the path names %q; leave %s out of the body", want, name)
+			}
+		}
+		if len(vs) > 0 {
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
+			return
+		}
+		members["project_id"], _ = json.Marshal(project)
+		members["tool_name"], _ = json.Marshal(tool)
+		full, err := json.Marshal(members)
+		if err != nil {
+			httpjson.Error(w, err)
+			return
+		}
+		actor := ""
+		if g.cfg.Actor != nil {
+			actor = g.cfg.Actor(req)
+		}
+		if actor == "" {
+			actor = "admin"
+		}
+		res, err := pauser.ToolPauseOp(req.Context(), op, actor, full)
+		if err != nil {
+			pauseError(w, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, res)
 	}
 }
 
@@ -208,4 +304,14 @@ func (g *registry) get(w http.ResponseWriter, req *http.Request) {
 func isNotFound(err error) bool {
 	e, ok := protocol.AsError(err)
 	return ok && e.Code == protocol.CodeNotFound
+}
+
+// pauseError answers a refused pause or resume: its problem details, a
+// conflict (paused already, running already) with status 409.
+func pauseError(w http.ResponseWriter, err error) {
+	d := httpjson.Problem(err)
+	if protocol.Code(d.Code) == protocol.CodeConflict {
+		d = problem.New(http.StatusConflict, d.Code, d.Detail, d.Violations).WithRejection(d.RejectionSeq)
+	}
+	problem.Write(w, d)
 }

@@ -167,7 +167,8 @@ func TestRegistryErrorsAreProblems(t *testing.T) {
 	p = problem.Details{}
 	require.Equal(t, 404, fetch(t, "GET", srv.URL+"/projects/p/other", &p).StatusCode)
 	require.Equal(t, "no such endpoint: GET /projects/p/other", p.Detail)
-	require.ElementsMatch(t, []string{"POST /projects/{project}/tools", "GET /projects/{project}/tools", "GET /projects/{project}/tools/{tool}"}, executor.RegistryRoutes())
+	require.ElementsMatch(t, []string{"POST /projects/{project}/tools", "GET /projects/{project}/tools", "GET /projects/{project}/tools/{tool}",
+		"POST /projects/{project}/tools/{tool}/pause", "POST /projects/{project}/tools/{tool}/resume"}, executor.RegistryRoutes())
 }
 
 func mustJSON(t *testing.T, v any) []byte {

@@ -102,6 +102,12 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 			c, _ := CallerFrom(ctx)
 			return l.resolveJSON(ctx, c.Actor, m.Data)
 		},
+		protocol.OpToolPause: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.toolPauseMsg(ctx, protocol.OpToolPause, m.Data)
+		},
+		protocol.OpToolResume: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.toolPauseMsg(ctx, protocol.OpToolResume, m.Data)
+		},
 	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
@@ -142,7 +148,7 @@ func validReply(reply string) bool {
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
 var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true,
-	protocol.OpCallCancel: true, protocol.OpCallResolve: true}
+	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.

@@ -307,9 +307,14 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 	}
 	msg.Header.Set(protocol.HeaderMsgID, "cmd."+cur.ProjectID+"."+cur.AgentTurnID+"."+cur.ToolCallID)
 	msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(cur.ProjectID, cur.AgentTurnID, cur.ToolCallID))
-	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg)
+	// Held for approval first, then, approved, held by a pause of its
+	// tool: its command waits for the resume, its deadline running.
+	ack, held, err := l.commandOrHold(ctx, cur, msg, deadline)
 	if err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: publish command: %w", rec.AgentTurnID, rec.ToolCallID, err)
+	}
+	if held != nil {
+		return l.holdApproved(ctx, key, cur, rev, held, deadline, seq)
 	}
 	if !ack.Duplicate {
 		l.m.dispatches.WithLabelValues(l.labels.Label(cur.ToolName)).Inc()
@@ -345,6 +350,35 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 		next, rev = cloneRecord(r), nrev
 	}
 	return followUp{}, fmt.Errorf("release %s/%s: too many concurrent updates to the call record", rec.AgentTurnID, rec.ToolCallID)
+}
+
+// holdApproved finishes the follow-up of an approval whose tool is paused:
+// the worker is woken (phase approved: the decision is made) and the
+// record moves from awaiting_approval to paused with its deadline.
+func (l *Ledger) holdApproved(ctx context.Context, key string, cur *protocol.CallRecord, rev uint64, held *protocol.PausedCall, deadline int64, approvalSeq uint64) (followUp, error) {
+	if err := l.wakeApproved(ctx, cur, approvalSeq); err != nil {
+		return followUp{}, fmt.Errorf("release %s/%s: wakeup: %w", cur.AgentTurnID, cur.ToolCallID, err)
+	}
+	next := cloneRecord(cur)
+	for range 16 {
+		next.State, next.DeadlineUnixMS, next.Paused = protocol.StatePaused, deadline, held
+		_, ok, err := l.updateRecord(ctx, key, next, rev)
+		if err != nil {
+			return followUp{}, fmt.Errorf("release %s/%s: %w", cur.AgentTurnID, cur.ToolCallID, err)
+		}
+		if ok {
+			return followUp{deadline: deadline}, nil
+		}
+		r, nrev, err := l.reread(ctx, key)
+		if err != nil {
+			return followUp{}, err
+		}
+		if r.State != protocol.StateAwaitingApproval {
+			return followUp{commandSeq: r.CommandSeq, deadline: r.DeadlineUnixMS}, nil
+		}
+		next, rev = cloneRecord(r), nrev
+	}
+	return followUp{}, fmt.Errorf("release %s/%s: too many concurrent updates to the call record", cur.AgentTurnID, cur.ToolCallID)
 }
 
 // wakeApproved tells the worker its held call was approved and its

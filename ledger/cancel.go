@@ -110,7 +110,10 @@ func (l *Ledger) cancelCall(ctx context.Context, op string, rec *protocol.CallRe
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s already has a report (%s)", rec.ToolCallID, status)
 		return protocol.OperatorCancelResult{}, l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
 	}
-	if rec.State != protocol.StateDispatched {
+	// A call held by a pause of its tool is canceled as a dispatched one
+	// is: the cancel is recorded, and the service that takes its command
+	// after the resume finds it (the executor answers canceled).
+	if rec.State != protocol.StateDispatched && rec.State != protocol.StatePaused {
 		return alreadyReported()
 	}
 	data, err := json.Marshal(protocol.CancelEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,

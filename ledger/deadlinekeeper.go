@@ -97,9 +97,12 @@ func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperC
 		Description: "cgledger: the deadline of every call (serve's deadline keeper)",
 		// Tool and PMO commands; not the wakeups under cmd.agent. And
 		// the prepares, whose commit deadlines it keeps the same way.
-		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*"},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        cfg.AckWait,
+		// And the held entries, whose paused calls have deadlines and no
+		// command yet; and the pause subjects, whose resumes it finishes.
+		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*",
+			protocol.Root + "." + l.version + ".*.*.ledger.held.*.*", protocol.Root + "." + l.version + ".*.pause.*"},
+		AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait:   cfg.AckWait,
 		// Every call not yet reported stays pending until its deadline:
 		// no cap, or a burst of long calls would hold back the deadlines
 		// of the short ones behind it. The server keeps one pending entry
@@ -160,6 +163,12 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 	case string(protocol.KindDecision):
 		// Routed to the tool; the call's deadline is its command's.
 		_ = msg.Ack()
+		return
+	case string(protocol.KindHeld):
+		k.processHeld(msg)
+		return
+	case string(protocol.KindToolPause):
+		k.processPause(msg)
 		return
 	}
 	cmd, err := protocol.ParseToolCommand(msg.Subject(), msg.Headers(), msg.Data())
@@ -282,6 +291,38 @@ func (k *DeadlineKeeper) processPrepared(msg jetstream.Msg) {
 	defer cancel()
 	if _, _, err := l.autoAbort(ctx, meta.Sequence.Stream, &prep); err != nil {
 		k.later(msg, "abort at the commit deadline", err)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// processHeld keeps the deadline of a call held by a paused tool.
+func (k *DeadlineKeeper) processHeld(msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	defer cancel()
+	done, delay, err := k.l.keepPausedHeld(ctx, msg.Data())
+	switch {
+	case err != nil:
+		k.later(msg, "time out a paused call", err)
+	case !done:
+		_ = msg.NakWithDelay(delay)
+	default:
+		_ = msg.Ack()
+	}
+}
+
+// processPause finishes a resume's release, which the process that
+// appended it may not have finished.
+func (k *DeadlineKeeper) processPause(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Ack()
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	defer cancel()
+	if err := k.l.keepResume(ctx, meta.Sequence.Stream, msg.Data()); err != nil {
+		k.later(msg, "finish a resume", err)
 		return
 	}
 	_ = msg.Ack()

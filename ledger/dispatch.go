@@ -190,6 +190,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 			cvs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
 			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
 		}
+		if existing.State == protocol.StatePaused {
+			// Held by a pause: only a resume publishes its command.
+			l.m.dupDispatches.Inc()
+			return dispatchPausedAnswer(existing, put.Seq, true), nil
+		}
 		if existing.Held != nil && existing.CommandSeq == 0 {
 			// Held: only an approval publishes its command.
 			return l.dispatchHeld(ctx, existing, erev, put.Seq, false)
@@ -228,9 +233,23 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	// Every delivery of the command carries the call's idempotency key, for
 	// tool services in any language (docs/protocol.md).
 	msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(sub.Project, id.AgentTurnID, id.ToolCallID))
-	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg)
+	// The append expects the tool's pause state it read: paused, the call
+	// is held instead (its held entry carries the command a resume
+	// publishes).
+	ack, held, err := l.commandOrHold(ctx, rec, msg, rec.DeadlineUnixMS)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
+	}
+	if held != nil {
+		rec.CardSeq = put.Seq
+		cur, err := l.holdDispatched(ctx, key, rec, rev, held)
+		if err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+		}
+		if !created {
+			l.m.dupDispatches.Inc()
+		}
+		return dispatchPausedAnswer(cur, put.Seq, !created), nil
 	}
 	if !ack.Duplicate {
 		// The command's one append (a repeat within Nats-Msg-Id's window

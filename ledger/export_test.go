@@ -19,6 +19,9 @@ const (
 	StepApprovalDecided      = stepApprovalDecided
 	StepApprovalCommand      = stepApprovalCommand
 	StepApprovalWoken        = stepApprovalWoken
+	StepPauseHeld            = stepPauseHeld
+	StepResumed              = stepResumed
+	StepResumeReleased       = stepResumeReleased
 )
 
 // SetAfterStep installs the report-path fault-injection hook (tests only).

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,6 +93,12 @@ const (
 	stepApprovalDecided step = "approval_decided" // approval entry acknowledged (the decision)
 	stepApprovalCommand step = "approval_command" // an approved call's command acknowledged
 	stepApprovalWoken   step = "approval_woken"   // its approved wakeup acknowledged
+
+	// Pause steps (pause.go).
+	stepPauseHeld      step = "pause_held"      // held entry of a paused tool's call acknowledged
+	stepResumed        step = "resumed"         // resume entry acknowledged
+	stepResumeMarked   step = "resume_marked"   // a held call's record marked released, before its command
+	stepResumeReleased step = "resume_released" // one paused call's command acknowledged by a resume
 )
 
 // Ledger appends to and reads from the ledger stream. It is safe for
@@ -120,6 +127,10 @@ type Ledger struct {
 	health toolHealth
 	// toolAckWait is the tool consumers' ack wait (Config.ToolAckWait).
 	toolAckWait time.Duration
+	// pauses holds the pause state of tools as last read (pauseState by
+	// pauseKey): a first guess only, every write that depends on it
+	// carries the expectation that checks it.
+	pauses sync.Map
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.

@@ -39,6 +39,9 @@ type metrics struct {
 	// operatorActions counts operator actions (docs/operations.md,
 	// "Operator actions") by action (the op) and outcome (ok, refused).
 	operatorActions *prometheus.CounterVec
+	// toolPaused is 1 for a tool this process last saw paused, 0 for one
+	// it saw resumed.
+	toolPaused *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
@@ -127,6 +130,10 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 			Name: "cgledger_tool_dispatches_total",
 			Help: "Calls dispatched: command entries this process stored (repeated dispatches excluded), by tool (bounded as for report latency).",
 		}, []string{"tool"}),
+		toolPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cgledger_tool_paused",
+			Help: "1 while a tool is paused (its dispatches are held), 0 once resumed, as this process last read its pause subject.",
+		}, []string{"tool"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_approvals_total",
 			Help: "Decisions of calls held for approval: approval entries this process stored (exactly one per call), by tool (bounded as for report latency) and decision (approved, denied, expired, canceled).",
@@ -139,7 +146,7 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals, m.operatorActions,
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals, m.operatorActions, m.toolPaused,
 		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -64,7 +64,10 @@ func (l *Ledger) recordCached(ctx context.Context, key string) (*protocol.CallRe
 // still be refused and the record taken back and written anew, and no
 // process may keep the first version.
 func (l *Ledger) cacheRecord(key string, rec *protocol.CallRecord, rev uint64) {
-	if rec.CommandSeq == 0 && (rec.State == protocol.StateDispatched || rec.State == protocol.StateAwaitingApproval) {
+	if rec.CommandSeq == 0 && (rec.State == protocol.StateDispatched || rec.State == protocol.StateAwaitingApproval || rec.State == protocol.StatePaused) {
+		// Nor one held: a resume moves it on without a command first, and
+		// an earlier version remembered must not outlive that move.
+		l.cache.records.drop(key)
 		return
 	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
@@ -82,6 +85,10 @@ func cloneRecord(rec *protocol.CallRecord) *protocol.CallRecord {
 	if rec.Held != nil {
 		h := *rec.Held
 		c.Held = &h
+	}
+	if rec.Paused != nil {
+		p := *rec.Paused
+		c.Paused = &p
 	}
 	return &c
 }

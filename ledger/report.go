@@ -205,6 +205,21 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 				return protocol.ReportOutcome{}, rerr
 			}
 			claim = c
+		case rec.State == protocol.StatePaused && !in.deadline:
+			// Held by a pause: no command was published, so no tool ran
+			// it; only its deadline (the keeper) ends it while paused.
+			var vs protocol.Violations
+			vs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s is held: its tool %s is paused and the ledger published no command for it, so there is nothing to report", rec.ToolCallID, rec.ToolName)
+			return refuse(protocol.CodeConflict, vs, "call %s is held by a pause of its tool", rec.ToolCallID)
+		case rec.State == protocol.StatePaused:
+			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
+			if rerr != nil {
+				if e, ok := protocol.AsError(rerr); ok {
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
+				}
+				return protocol.ReportOutcome{}, rerr
+			}
+			claim = c
 		case rec.State == protocol.StateDispatched && !deadlineChecked && l.pastDeadline(rec, time.Now()):
 			// A report after the deadline (and its grace) that finds the
 			// timeout not yet recorded records it, through the same claim,

@@ -264,6 +264,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.approval(ev)
 	case protocol.KindResolution:
 		err = a.resolution(ev)
+	case protocol.KindToolPause:
+		err = a.toolPause(ev)
 	case protocol.ViewKindExternalWakeup:
 		// Not the ledger's own: only placed in the timeline of the turn
 		// its headers name (docs/views.md).

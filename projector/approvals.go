@@ -40,6 +40,9 @@ func (a *applier) held(ev event) error {
 	if err != nil {
 		return err
 	}
+	if h.Reason == protocol.HeldPaused {
+		return a.heldPaused(ev, h, st)
+	}
 	if st != nil && (st.HeldSeq != 0 || st.DispatchedSeq != 0) {
 		a.trace(ev, h.ProjectID, h.AgentTurnID, h.ToolCallID)
 		return nil

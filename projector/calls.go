@@ -15,7 +15,7 @@ import (
 type CallFilter struct {
 	Tool    string
 	Status  string // result status: success, failed, canceled, timeout, partial
-	State   string // lifecycle: awaiting_approval, dispatched, reported, consumed, rejected
+	State   string // lifecycle: awaiting_approval, paused, dispatched, reported, consumed, rejected
 	Agent   string
 	Channel string
 	From    time.Time
@@ -136,9 +136,9 @@ func (f CallFilter) violations() protocol.Violations {
 		vs.Add("status", protocol.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)
 	}
 	switch f.State {
-	case "", StateAwaitingApproval, StateDispatched, StateReported, StateConsumed, StateRejected:
+	case "", StateAwaitingApproval, StatePaused, StateDispatched, StateReported, StateConsumed, StateRejected:
 	default:
-		vs.Add("state", protocol.VInvalidValue, "must be one of awaiting_approval, dispatched, reported, consumed, rejected; got %q", f.State)
+		vs.Add("state", protocol.VInvalidValue, "must be one of awaiting_approval, paused, dispatched, reported, consumed, rejected; got %q", f.State)
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
 		vs.Add("to", protocol.VInvalidValue, "must not be before from")

@@ -41,6 +41,9 @@ const (
 	tagAwaiting   = "apw" // apw\0<project>\0<held seq> -> (empty) while the held call has no decision
 	tagHeldCall   = "apc" // apc\0<project>\0<turn>\0<call> -> held seq: a held call by its ids
 	tagAwaitingBy = "apt" // apt\0<tool_name>\0<held ns>\0<held seq> -> (empty) while undecided: the approval gauges
+
+	// Pauses (docs/operations.md, "Operator actions").
+	tagToolPause = "tp" // tp\0<project>\0<tool_name>\0<seq> -> the tool_pause entry's data (each pause and resume)
 )
 
 // projectRowTags are the project-scoped row kinds whose key ends in the
@@ -49,12 +52,12 @@ const (
 // it as it writes them), so a new project-scoped row kind of that form belongs here. The other
 // project-scoped rows (ix, inboxc, pend, apd, apw, apc) are always written next to one of
 // these by the same entry.
-var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld}
+var projectRowTags = []string{tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld, tagToolPause}
 
 // isProjectRowTag reports whether tag is one of projectRowTags.
 func isProjectRowTag(tag []byte) bool {
 	switch string(tag) {
-	case tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld:
+	case tagCard, tagTurnCard, tagTimeline, tagState, tagInbox, tagRoster, tagReject, tagTool, tagHeld, tagToolPause:
 		return true
 	}
 	return false

@@ -61,6 +61,7 @@ func marshalCallState(st *CallState) ([]byte, error) {
 	w.uint("approval_seq", st.ApprovalSeq, true)
 	w.str("resolution", st.Resolution, true)
 	w.uint("resolution_seq", st.ResolutionSeq, true)
+	w.uint("paused_seq", st.PausedSeq, true)
 	w.uint("updated_seq", st.UpdatedSeq, false)
 	if w.err != nil {
 		return nil, w.err

@@ -19,6 +19,9 @@ type ToolHistory struct {
 	ToolName string        `json:"tool_name"`
 	Current  ToolVersion   `json:"current"`
 	Versions []ToolVersion `json:"versions"`
+	// Pause is the tool's last pause or resume as of the query; absent
+	// when it was never paused.
+	Pause *ToolPauseState `json:"pause,omitempty"`
 }
 
 // Tool answers a tool's registration history (the resource.tools registry).
@@ -47,6 +50,9 @@ func (q *Queries) Tool(project, tool string, at AsOf) (*ToolHistory, error) {
 		return nil, notFound("tool %s is not registered in project %s as of seq %d", tool, project, v.seq)
 	}
 	out.Current = out.Versions[len(out.Versions)-1]
+	if out.Pause, err = toolPauseAt(v.snap, project, tool, v.seq); err != nil {
+		return nil, fmt.Errorf("projector: tool %s: %w", tool, err)
+	}
 	return out, nil
 }
 

@@ -17,6 +17,10 @@ const (
 	// until its command (approved) or its report (denied, expired,
 	// canceled): docs/approvals.md.
 	StateAwaitingApproval = protocol.StateAwaitingApproval
+	// StatePaused is the state of a call held because its tool is paused,
+	// from its held entry (reason paused) until its command (the resume)
+	// or its report (its deadline passed while paused).
+	StatePaused = protocol.StatePaused
 )
 
 // Inbox entry states.
@@ -82,6 +86,9 @@ type CallState struct {
 	HeldAt      *time.Time `json:"held_at,omitempty"`
 	Approval    string     `json:"approval,omitempty"`
 	ApprovalSeq uint64     `json:"approval_seq,omitempty"`
+	// PausedSeq is the held entry (reason paused) of a call held because
+	// its tool was paused.
+	PausedSeq uint64 `json:"paused_seq,omitempty"`
 
 	// Resolution is an operator's resolution of an outcome_unknown call
 	// (call.resolve: applied or not_applied), ResolutionSeq its entry.

@@ -50,8 +50,8 @@ const (
 // approval.list and approval.get show it (otherwise its decision).
 const ApprovalPending = "pending"
 
-// HeldForApproval is a held entry's reason. (The only one; the field lets
-// other holds, such as a paused tool, share the entry.)
+// HeldForApproval is a held entry's reason when the call waits for an
+// approval (HeldPaused when its tool is paused).
 const HeldForApproval = "approval"
 
 // ApprovalExpirySource is the approver named by an expiry decision, which
@@ -191,7 +191,7 @@ type HeldEntry struct {
 	ToolCallCardID string `json:"tool_call_card_id"`
 	// ArgumentsDigest is ArgumentsDigest of the card's arguments.
 	ArgumentsDigest string `json:"arguments_digest"`
-	// Reason is HeldForApproval.
+	// Reason is HeldForApproval or HeldPaused.
 	Reason string `json:"reason"`
 	// RequestedBy says who asked for the approval: "definition" (the
 	// tool's approval.required) or "worker" (the dispatch's approval).
@@ -209,6 +209,13 @@ type HeldEntry struct {
 	// BudgetMS is the call's time budget: on approval its deadline is the
 	// decision's time plus this.
 	BudgetMS int64 `json:"budget_ms"`
+	// DeadlineUnixMS is, for a HeldPaused hold, the call's deadline (fixed
+	// at dispatch, or at its approval): the deadline keeper times the call
+	// out then if no resume released it.
+	DeadlineUnixMS int64 `json:"deadline_unix_ms,omitempty"`
+	// PauseSeq is, for a HeldPaused hold, the sequence of the pause entry
+	// that held the call.
+	PauseSeq uint64 `json:"pause_seq,omitempty"`
 }
 
 // Who asked for an approval (HeldEntry.RequestedBy).

@@ -31,6 +31,7 @@ var knownKinds = map[EntryKind]bool{
 	KindWakeupSkipped: true, KindRejection: true, KindRoster: true, KindConsumed: true, KindTool: true,
 	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true, KindHeld: true, KindApproval: true,
 	KindResolution: true,
+	KindToolPause:  true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that

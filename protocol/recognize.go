@@ -62,6 +62,7 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindHeld:          {SubjectHeld},
 	KindApproval:      {SubjectApproval},
 	KindResolution:    {SubjectResolution},
+	KindToolPause:     {SubjectPause},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

@@ -63,6 +63,22 @@ type CallRecord struct {
 	// decision: what the decision's follow-up needs. Nil for a call that
 	// was never held.
 	Held *HeldCall `json:"held,omitempty"`
+	// Paused is set when the call was held because its tool was paused
+	// (state StatePaused, a deadline, no command): the command resume
+	// publishes. Kept after the release. Nil for a call never held so.
+	Paused *PausedCall `json:"paused,omitempty"`
+}
+
+// PausedCall is the command of a call held by a paused tool, as dispatch
+// would have published it (its CG-* headers and payload, the deadline
+// already in the record), and where its hold is recorded.
+type PausedCall struct {
+	Header  map[string][]string `json:"header"`
+	Payload json.RawMessage     `json:"payload"`
+	// PauseSeq is the sequence of the pause entry that held the call.
+	PauseSeq uint64 `json:"pause_seq"`
+	// HeldSeq is the held entry's sequence, once recorded.
+	HeldSeq uint64 `json:"held_seq,omitempty"`
 }
 
 // HeldCall is a held call's command as dispatch would have published it

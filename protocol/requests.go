@@ -42,6 +42,10 @@ type DispatchResult struct {
 	AwaitingApproval bool `json:"awaiting_approval,omitempty"`
 	// ApprovalExpiresUnixMS is when a held call expires undecided.
 	ApprovalExpiresUnixMS int64 `json:"approval_expires_unix_ms,omitempty"`
+	// Paused is true when the call's tool is paused: the call is held (no
+	// command) until a resume publishes its command, its deadline
+	// (DeadlineUnixMS, fixed now) running meanwhile.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // ReportPayload is the business payload of a tool result report: routing and

@@ -36,6 +36,7 @@ const (
 	SubjectHeld                    // cg.<ver>.<p>.<c>.ledger.held.<agent_turn_id>.<tool_call_id>
 	SubjectApproval                // cg.<ver>.<p>.<c>.ledger.approval.<agent_turn_id>.<tool_call_id>
 	SubjectResolution              // cg.<ver>.<p>.<c>.ledger.resolution.<agent_turn_id>.<tool_call_id>
+	SubjectPause                   // cg.<ver>.<p>.pause.<tool_name>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -57,6 +58,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectHeld:        "held",
 	SubjectApproval:    "approval",
 	SubjectResolution:  "resolution",
+	SubjectPause:       "pause",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -75,7 +77,8 @@ type Subject struct {
 	Channel string
 	// Target holds the tokens after cmd.tool (at least one).
 	Target []string
-	// Tool is the PMO built-in tool name.
+	// Tool is the PMO built-in tool name, or the tool of a tool or pause
+	// entry.
 	Tool string
 	// WorkerTarget is the wakeup's worker target.
 	WorkerTarget string
@@ -130,6 +133,8 @@ func (s Subject) String() string {
 		p = append(p, "roster", s.AgentID)
 	case SubjectTool:
 		p = append(p, "tool", s.Tool)
+	case SubjectPause:
+		p = append(p, "pause", s.Tool)
 	case SubjectSkip:
 		p = append(p, s.Channel, "ledger", "skip", strconv.FormatUint(s.Seq, 10))
 	default:
@@ -200,7 +205,8 @@ func DecodeSubject(s string, vs *Violations) Subject {
 		vs.Add(field, VInvalidSubject, "%q matches no subject of the grammar (see docs/protocol.md)", Clip(s))
 		return Subject{}
 	}
-	// Project-scoped entries: cg.<ver>.<p>.card.<id>, cg.<ver>.<p>.roster.<agent>.
+	// Project-scoped entries: cg.<ver>.<p>.card.<id>, cg.<ver>.<p>.roster.<agent>,
+	// cg.<ver>.<p>.tool.<tool>, cg.<ver>.<p>.pause.<tool>.
 	if len(toks) == 5 {
 		switch toks[3] {
 		case "card":
@@ -215,6 +221,11 @@ func DecodeSubject(s string, vs *Violations) Subject {
 			return sub
 		case "tool":
 			sub.Kind, sub.Tool = SubjectTool, toks[4]
+			projectOK()
+			tokenOK("tool_name", sub.Tool)
+			return sub
+		case "pause":
+			sub.Kind, sub.Tool = SubjectPause, toks[4]
 			projectOK()
 			tokenOK("tool_name", sub.Tool)
 			return sub

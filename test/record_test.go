@@ -72,6 +72,7 @@ var replayScenarios = []replayScenario{
 	{"two_phase_commit", twoPhaseCommit},
 	{"operator_actions", operatorActions},
 	{"approvals", approvals},
+	{"tool_pause", toolPause},
 }
 
 // happyPath: two rostered agents and one without a roster entry run echo
@@ -760,4 +761,30 @@ func approvals(t *testing.T, r *replayRig) {
 	tr = r.resolved(expired)
 	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, protocol.ErrorCodeBadRequest, tr.Error.Code)
+}
+
+// toolPause: an admin pauses echo; a call dispatched meanwhile is held (a
+// held entry, reason paused, no command); pausing again is refused; the
+// resume publishes its command and the executor runs it. (One call: two
+// released at once would run concurrently, and the recording's order with
+// them.)
+func toolPause(t *testing.T, r *replayRig) {
+	r.roster("alice")
+	echo := *executor.EchoDefinition
+	echo.ProjectID = scProject
+	_, err := r.L.RegisterTool(r.ctx(), &echo)
+	require.NoError(t, err)
+	r.startExecutor()
+	pause := protocol.ToolPauseRequest{ProjectID: scProject, ToolName: "echo", Reason: "upstream maintenance"}
+	_, err = r.L.PauseTool(r.ctx(), "ops", pause)
+	require.NoError(t, err)
+	held := scCall("alice", "turn-pause", "call-held", 1, "echo")
+	res := r.dispatch(dispatchReq(held, `{"n":1}`))
+	require.True(t, res.Paused, "held while echo is paused")
+	_, err = r.L.PauseTool(r.ctx(), "ops", protocol.ToolPauseRequest{ProjectID: scProject, ToolName: "echo", Reason: "again"})
+	requireRefused(t, err, protocol.ErrConflict, "a pause of a paused tool")
+	resumed, err := r.L.ResumeTool(r.ctx(), "ops", protocol.ToolPauseRequest{ProjectID: scProject, ToolName: "echo", Reason: "maintenance over"})
+	require.NoError(t, err)
+	require.Equal(t, 1, resumed.Released)
+	require.Equal(t, protocol.StatusSuccess, r.resolved(held).Status)
 }

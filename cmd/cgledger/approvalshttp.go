@@ -45,3 +45,13 @@ func httpApprover(secured bool) func(*http.Request) (string, bool) {
 // grantApprover is the approver name a grant carries ("approver" in the
 // credential's grant JSON).
 func grantApprover(g auth.Grant) string { return g.Approver }
+
+// httpAdminActor is the actor an admin's pause or resume over HTTP is
+// recorded under: the credential's label when it is an identifier, else
+// "admin" (also without credentials).
+func httpAdminActor(r *http.Request) string {
+	if g, ok := auth.GrantFrom(r.Context()); ok && protocol.ValidIdentifier(g.Label) {
+		return g.Label
+	}
+	return "admin"
+}

@@ -489,7 +489,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer api.Stop()
-		mux.Handle("/projects/", executor.RegistryHandler(l, executor.EchoDefinition, executor.SleepDefinition))
+		mux.Handle("/projects/", executor.NewRegistryHandler(l, executor.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition))
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -16,7 +18,7 @@ func tools(args []string) int {
 		if len(args) == 0 {
 			out = os.Stderr
 		}
-		fmt.Fprint(out, "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n")
+		fmt.Fprint(out, "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n  cgledger tools pause --project P --tool T --reason R    hold the tool's new calls until resumed (admin)\n  cgledger tools resume --project P --tool T --reason R   publish the held calls in dispatch order (admin)\n")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -27,8 +29,10 @@ func tools(args []string) int {
 		return toolsRegister(args[1:])
 	case "list":
 		return toolsList(args[1:])
+	case "pause", "resume":
+		return toolsPause(args[0], args[1:])
 	}
-	return failf(exitUsage, "tools: unknown subcommand %q (register, list)", args[0])
+	return failf(exitUsage, "tools: unknown subcommand %q (register, list, pause, resume)", args[0])
 }
 
 func toolsRegister(args []string) int {
@@ -133,6 +137,67 @@ func toolsList(args []string) int {
 			origin = "built-in"
 		}
 		fmt.Fprintf(stdout, "%-20s %-9s %-10s %s  %s\n", t.Definition.ToolName, origin, t.Definition.AfterExecution, t.Definition.TargetSubject, t.Definition.Description)
+	}
+	return exitOK
+}
+
+func toolsPause(verb string, args []string) int {
+	help := `Pause a tool: from now on every dispatch of it is held (no command is published; its deadline,
+fixed at dispatch, keeps running) until a resume. Commands published before the pause are not held:
+they were delivered or wait in the tool's consumer. Through the server's
+POST /projects/{project_id}/tools/{tool_name}/pause; an admin credential. Pausing a paused tool, or an
+unknown one, is refused with every violation (docs/operations.md, "Operator actions").`
+	if verb == "resume" {
+		help = `Resume a paused tool: the commands of the calls held while it was paused are published in dispatch
+order, each with its original deadline (calls whose deadline passed meanwhile ended timeout and are not
+released). Through the server's POST /projects/{project_id}/tools/{tool_name}/resume; an admin credential.
+Resuming a running tool is refused (and finishes a resume cut short).`
+	}
+	fs := newFlagSet("tools "+verb, "tools "+verb+" --project P --tool T --reason R [--json]", help)
+	var cf clientFlags
+	cf.register(fs)
+	project := fs.String("project", "", "project id (required)")
+	tool := fs.String("tool", "", "tool name (required)")
+	reason := fs.String("reason", "", "why, for the audit trail (required, at most 1024 bytes)")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	var missing []string
+	for name, v := range map[string]string{"--project": *project, "--tool": *tool, "--reason": *reason} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return failf(exitUsage, "tools %s: %s required", verb, strings.Join(missing, ", "))
+	}
+	body, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{*reason})
+	if err != nil {
+		return failf(exitFailed, "tools %s: %v", verb, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var res struct {
+		Seq      uint64 `json:"seq"`
+		ToolName string `json:"tool_name"`
+		Paused   bool   `json:"paused"`
+		Released int    `json:"released"`
+	}
+	path := "/projects/" + url.PathEscape(*project) + "/tools/" + url.PathEscape(*tool) + "/" + verb
+	if err := cf.httpDo(ctx, "POST", path, nil, bytes.NewReader(body), &res); err != nil {
+		return failf(exitFor(err), "tools %s: %v", verb, err)
+	}
+	if cf.asJSON {
+		printJSON(res)
+		return exitOK
+	}
+	if res.Paused {
+		fmt.Fprintf(stdout, "paused %s in project %s (ledger seq %d): its new calls are held until resumed\n", res.ToolName, *project, res.Seq)
+	} else {
+		fmt.Fprintf(stdout, "resumed %s in project %s (ledger seq %d): %d held call(s) released\n", res.ToolName, *project, res.Seq, res.Released)
 	}
 	return exitOK
 }

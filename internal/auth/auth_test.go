@@ -184,6 +184,12 @@ func TestHTTPPolicy(t *testing.T) {
 		{"POST", "/projects/B/tools", adminA, http.StatusForbidden},
 		{"POST", "/projects/A/tools", adminA, http.StatusTeapot},
 		{"GET", "/projects/A/tools", workerA, http.StatusTeapot},
+		// Pausing and resuming a tool: an admin of the project only.
+		{"POST", "/projects/A/tools/wire/pause", adminA, http.StatusTeapot},
+		{"POST", "/projects/A/tools/wire/resume", adminA, http.StatusTeapot},
+		{"POST", "/projects/A/tools/wire/pause", auditorA, http.StatusForbidden},
+		{"POST", "/projects/A/tools/wire/resume", workerA, http.StatusForbidden},
+		{"POST", "/projects/B/tools/wire/pause", adminA, http.StatusForbidden},
 		// A worker reads its agent's pending results, and nothing else of
 		// the audit API; one bound to no agent, any agent's of its project.
 		{"GET", "/v1/projects/A/agents/x/inbox?state=pending", workerAx, http.StatusTeapot},

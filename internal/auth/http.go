@@ -25,7 +25,8 @@ import (
 //     recovery of the results whose wakeups it missed).
 //   - /v1/... outside a project (digest, verify, export, unrecognized): an
 //     auditor or admin of every project ("*").
-//   - POST /projects/{project}/tools: an admin of the project.
+//   - POST /projects/{project}/tools, POST /projects/{project}/tools/{tool}/pause
+//     and .../resume: an admin of the project.
 //   - GET /projects/{project}/tools...: any credential of the project.
 type HTTPPolicy struct {
 	Verifier *Verifier
@@ -121,7 +122,7 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 			return "credential is for project " + g.Project + ", not " + parts[1]
 		}
 		if method != http.MethodGet && method != http.MethodHead && g.Role != RoleAdmin {
-			return "registering tools needs an admin credential of the project"
+			return "registering, pausing or resuming tools needs an admin credential of the project"
 		}
 	default:
 		if g.Role != RoleAdmin {

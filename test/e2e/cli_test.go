@@ -28,7 +28,7 @@ var connectionFlags = []string{"--nats-url", "--server", "--creds", "--nats-cred
 func TestCLIOneGrammar(t *testing.T) {
 	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	verbs := [][]string{
-		{"call"}, {"tools", "register"}, {"tools", "list"}, {"export"}, {"verify"}, {"projector", "skip"},
+		{"call"}, {"tools", "register"}, {"tools", "list"}, {"tools", "pause"}, {"tools", "resume"}, {"export"}, {"verify"}, {"projector", "skip"},
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
 		{"calls", "cancel"}, {"calls", "resolve"},
 	}
