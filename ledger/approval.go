@@ -610,10 +610,13 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 		decided, seq = e, s
 	}
 	if decided != nil {
-		// Whoever finds a decision finishes its follow-up: a retried op
-		// after a crash leaves nothing undone.
-		if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
-			return protocol.ApprovalResult{}, fmt.Errorf("%s %s/%s: finish the decision: %w", op, req.AgentTurnID, req.ToolCallID, err)
+		// Whoever finds a decision its decider left unfinished (its lease
+		// over) finishes its follow-up: a retried op after a crash leaves
+		// nothing undone.
+		if l.leaseOver(decided) {
+			if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
+				return protocol.ApprovalResult{}, fmt.Errorf("%s %s/%s: finish the decision: %w", op, req.AgentTurnID, req.ToolCallID, err)
+			}
 		}
 		conflicts.Add("body.tool_call_id", protocol.VConflict, "call %s was already decided: %s by %s at %s (seq %d)", rec.ToolCallID, decided.Decision, decided.Approver, protocol.FormatTime(time.UnixMilli(decided.DecidedUnixMS)), seq)
 	}
@@ -656,8 +659,10 @@ func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, decid
 			return protocol.CancelResult{}, false, err
 		}
 	}
-	if _, err := l.finishDecision(ctx, rec, e, seq); err != nil {
-		return protocol.CancelResult{}, false, fmt.Errorf("cancel %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
+	if won || l.leaseOver(e) {
+		if _, err := l.finishDecision(ctx, rec, e, seq); err != nil {
+			return protocol.CancelResult{}, false, fmt.Errorf("cancel %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
+		}
 	}
 	if e.Decision != protocol.ApprovalCanceled {
 		return protocol.CancelResult{}, false, nil
@@ -665,8 +670,16 @@ func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, decid
 	return protocol.CancelResult{Seq: seq, Duplicate: !won}, true, nil
 }
 
+// leaseOver reports whether the decider of d has had its lease
+// (Config.ApprovalLease) to publish the follow-up: after it, whoever finds
+// the follow-up unfinished finishes it.
+func (l *Ledger) leaseOver(d *protocol.ApprovalEntry) bool {
+	return time.Since(time.UnixMilli(d.DecidedUnixMS)) >= l.approvalLease
+}
+
 // settleHeld finishes the follow-up of an approval that is not done yet
-// and returns the record as it then is: an approved call's command may be
+// (once its decider's lease is over; within it, the record is returned as
+// the decision makes it, dispatched) and returns the record as it then is: an approved call's command may be
 // out before its record says dispatched, and whoever takes the command (an
 // executor, the deadline keeper) must find the call dispatched, not held.
 // Any other record is returned as it is.
@@ -677,6 +690,14 @@ func (l *Ledger) settleHeld(ctx context.Context, rec *protocol.CallRecord) (*pro
 	d, seq, err := l.decisionOf(ctx, rec)
 	if err != nil || d == nil || d.Decision != protocol.ApprovalApproved {
 		return rec, err
+	}
+	if !l.leaseOver(d) {
+		// Its decider is publishing the command now: the call reads as
+		// approved and dispatched (its deadline is fixed by the decision),
+		// and nothing is published twice.
+		view := cloneRecord(rec)
+		view.State, view.DeadlineUnixMS = protocol.StateDispatched, d.DecidedUnixMS+rec.Held.BudgetMS
+		return view, nil
 	}
 	if _, err := l.finishDecision(ctx, rec, d, seq); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/auth"
@@ -633,4 +634,78 @@ func TestApprovalIsRefusedPastTheExpiry(t *testing.T) {
 		requireEndedBy(t, e, l, c, protocol.StatusFailed, protocol.ErrorCodeBadRequest, protocol.TaxonomyApprovalExpired)
 	}
 	require.Equal(t, float64(2), counterSum(t, reg, "cgledger_approvals_total"))
+}
+
+// TestApprovalDeciderAlonePublishesWithinItsLease: approvers racing on two
+// ledgers (with the default lease) and reads of the call while the winner
+// releases it publish the command once, so a core NATS subscriber of the
+// tool's subject receives it once (the stream would absorb a second publish
+// by its message id, but core subscribers would not); a read within the
+// lease sees the call dispatched, with the deadline the decision fixed.
+func TestApprovalDeciderAlonePublishesWithinItsLease(t *testing.T) {
+	e := newEnv(t)
+	open := func() *ledger.Ledger {
+		l, err := ledger.Open(ctxT(t), e.srv.Connect(t), ledger.Config{Registerer: prometheus.NewRegistry(), DeadlineGrace: -1})
+		require.NoError(t, err)
+		t.Cleanup(l.Close)
+		return l
+	}
+	l1, l2 := open(), open()
+	ctx := ctxT(t)
+	_, err := l1.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	require.NoError(t, err)
+	registerGated(t, l1, "wire", 3_600_000, "")
+	nc := e.srv.Connect(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	sub, err := nc.Subscribe(protocol.ToolCommandSubject("v1", project, channel, "wire"), func(m *nats.Msg) {
+		mu.Lock()
+		seen[m.Header.Get(protocol.HeaderToolCallID)]++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+
+	const calls = 6
+	for i := range calls {
+		c, req := deadlineCall("turn-lease", fmt.Sprintf("c%d", i), "wire", 0)
+		_, err := l1.Dispatch(ctx, req)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for g, l := range []*ledger.Ledger{l1, l2, l1, l2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g >= 2 {
+					rec, err := l.GetCall(ctx, project, c.turn, c.id)
+					require.NoError(t, err)
+					require.Contains(t, []string{protocol.StateAwaitingApproval, protocol.StateDispatched}, rec.State)
+					return
+				}
+				_, err := l.Approve(ctx, fmt.Sprintf("approver-%d", g), approvalOf(c))
+				if e, refused := protocol.AsError(err); refused {
+					require.Equal(t, protocol.CodeConflict, e.Code, "%v", e)
+					return
+				}
+				require.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		rec, err := l2.GetCall(ctx, project, c.turn, c.id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateDispatched, rec.State)
+		require.NotZero(t, rec.DeadlineUnixMS)
+	}
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == calls
+	}, time.Minute, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range seen {
+		require.Equal(t, 1, n, "call %s: its command reached core subscribers %d times", id, n)
+	}
 }

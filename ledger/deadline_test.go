@@ -22,7 +22,7 @@ import (
 func openLedger(t *testing.T, srv *natstest.Server) (*ledger.Ledger, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	l, err := ledger.Open(ctxT(t), srv.Connect(t), ledger.Config{Registerer: reg, DeadlineGrace: -1})
+	l, err := ledger.Open(ctxT(t), srv.Connect(t), ledger.Config{Registerer: reg, DeadlineGrace: -1, ApprovalLease: -1})
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	_, err = l.SetRoster(ctxT(t), protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})

@@ -51,6 +51,14 @@ type Config struct {
 	// attempts). A report later than deadline + grace is late. Zero means
 	// 5s; negative means none.
 	DeadlineGrace time.Duration
+	// ApprovalLease is how long after an approval's decision its decider
+	// alone publishes the follow-up (the command and the approved wakeup):
+	// a refused decision, a cancel or a read within it sees the call as
+	// approved without publishing again, so core NATS subscribers of the
+	// tool's subject get one command; after it, whoever finds the
+	// follow-up unfinished (the decider crashed) finishes it. Zero means
+	// DefaultApprovalFinishAfter; negative means none (tests).
+	ApprovalLease time.Duration
 	// BuiltinTools are the definitions of tools an executor serves
 	// without a registration (serve's echo and sleep): a call to one in a
 	// project that registered none gets its deadline from them. They are
@@ -114,13 +122,15 @@ type Ledger struct {
 	log     *slog.Logger
 	lease   time.Duration
 	grace   time.Duration
-	builtin map[string]*protocol.ToolDefinition
-	cache   *caches
-	labels  *ToolLabels
-	guard   func() error
-	fault   storageFault
-	bg      background
-	seqs    pendingSequences
+	// approvalLease is Config.ApprovalLease with its default.
+	approvalLease time.Duration
+	builtin       map[string]*protocol.ToolDefinition
+	cache         *caches
+	labels        *ToolLabels
+	guard         func() error
+	fault         storageFault
+	bg            background
+	seqs          pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
 	ttl string
 	// health is who pulls tool commands, for health.fail_fast_after_ms.
@@ -194,6 +204,13 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	case grace < 0:
 		grace = 0
 	}
+	approvalLease := cfg.ApprovalLease
+	switch {
+	case approvalLease == 0:
+		approvalLease = DefaultApprovalFinishAfter
+	case approvalLease < 0:
+		approvalLease = 0
+	}
 	toolAckWait := cfg.ToolAckWait
 	if toolAckWait <= 0 {
 		toolAckWait = 30 * time.Second
@@ -224,7 +241,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after
