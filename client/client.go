@@ -451,6 +451,29 @@ func (c *Client) OperatorCancel(ctx context.Context, actor string, req protocol.
 	return out, c.call(ctx, msg, &out)
 }
 
+// PauseTool pauses a tool in a project (tool.pause, an admin's op; see
+// Ledger.PauseTool), as actor: its dispatches are held until ResumeTool.
+func (c *Client) PauseTool(ctx context.Context, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
+	var out protocol.ToolPauseResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpToolPause), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// ResumeTool resumes a paused tool (tool.resume, an admin's op; see
+// Ledger.ResumeTool), as actor: the calls held meanwhile are published in
+// dispatch order.
+func (c *Client) ResumeTool(ctx context.Context, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
+	var out protocol.ToolPauseResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpToolResume), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
 // Resolve records what became of an outcome_unknown call's side effect
 // (call.resolve, an admin's op; see Ledger.Resolve), as actor.
 func (c *Client) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {

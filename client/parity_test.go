@@ -41,6 +41,7 @@ var inProcessOnly = map[string]string{
 	"RecordRefusal":       "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
 	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",
 	"StartApprovalKeeper": "runs the ledger's own approval keeper (serve starts it beside the API)",
+	"ToolPauseOp":         "takes a request body as received over HTTP (serve's POST /projects/{p}/tools/{tool}/pause|resume); a client calls PauseTool and ResumeTool",
 	"StorageFault":        "the in-process ledger's health (serve's /readyz and metrics)",
 	"DeadlineGrace":       "the in-process deadline keeper's configuration (serve's overdue gauge)",
 }
@@ -298,4 +299,39 @@ func TestClientDispatchAsksForApproval(t *testing.T) {
 	rec, err := e.L.GetCall(ctx, "p", "t1", "held")
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateAwaitingApproval, rec.State)
+}
+
+// TestClientPausesAndResumesATool: a client pauses a registered tool (a dispatch is
+// then held, no command), and resumes it (the held call's command is
+// published), through the ledger's API.
+func TestClientPausesAndResumesATool(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	c := client.New(e.Srv.Connect(t), client.WithActor("a"))
+	_, err = e.L.RegisterToolYAML(ctx, "p", []byte("tool_name: search\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.search\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+	req := protocol.ToolPauseRequest{ProjectID: "p", ToolName: "search", Reason: "upstream maintenance"}
+	p, err := c.PauseTool(ctx, "ops", req)
+	require.NoError(t, err)
+	require.True(t, p.Paused)
+	require.NotZero(t, p.Seq)
+	_, err = c.PauseTool(ctx, "ops", req)
+	require.ErrorIs(t, err, protocol.ErrConflict, "pausing a paused tool")
+
+	call := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t1", ID: "held", Epoch: 1, Tool: "search"}
+	d, err := c.Dispatch(ctx, call.Dispatch())
+	require.NoError(t, err)
+	require.Zero(t, d.CommandSeq, "no command while the tool is paused")
+
+	r, err := c.ResumeTool(ctx, "ops", req)
+	require.NoError(t, err)
+	require.False(t, r.Paused)
+	require.Equal(t, 1, r.Released)
+	rec, err := e.L.GetCall(ctx, "p", "t1", "held")
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateDispatched, rec.State)
+	require.NotZero(t, rec.CommandSeq)
 }
