@@ -670,11 +670,14 @@ func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, decid
 	return protocol.CancelResult{Seq: seq, Duplicate: !won}, true, nil
 }
 
-// leaseOver reports whether the decider of d has had its lease
-// (Config.ApprovalLease) to publish the follow-up: after it, whoever finds
-// the follow-up unfinished finishes it.
+// leaseOver reports whether anyone who finds d's follow-up unfinished may
+// finish it now. An approval's follow-up (the command and the approved
+// wakeup, which core NATS subscribers receive at every publish) is its
+// decider's alone until its lease (Config.ApprovalLease) is over; any other
+// decision ends the call through the report path, which stores and wakes
+// once however many finish it.
 func (l *Ledger) leaseOver(d *protocol.ApprovalEntry) bool {
-	return time.Since(time.UnixMilli(d.DecidedUnixMS)) >= l.approvalLease
+	return d.Decision != protocol.ApprovalApproved || time.Since(time.UnixMilli(d.DecidedUnixMS)) >= l.approvalLease
 }
 
 // settleHeld finishes the follow-up of an approval that is not done yet

@@ -66,8 +66,7 @@ func TestRunFollowsTheLedger(t *testing.T) {
 	requireMetric(t, sp.reg, float64(last), "cgledger_projector_entries_applied_total")
 	requireMetric(t, sp.reg, 0, "cgledger_projector_lag_entries")
 	requireMetric(t, sp.reg, 0, "cgledger_projector_stalled")
-	_, retried := metricValue(t, sp.reg, "cgledger_projector_errors_total", "reason", "nats")
-	require.False(t, retried, "a cancelled Run is not a NATS error")
+	requireMetric(t, sp.reg, 0, "cgledger_projector_errors_total", "reason", "nats") // a cancelled Run is not a NATS error
 
 	// What Run built equals a catch-up of the same ledger from scratch.
 	other := openStore(t, filepath.Join(t.TempDir(), "other"))

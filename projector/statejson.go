@@ -59,9 +59,9 @@ func marshalCallState(st *CallState) ([]byte, error) {
 	w.time("held_at", st.HeldAt)
 	w.str("approval", st.Approval, true)
 	w.uint("approval_seq", st.ApprovalSeq, true)
+	w.uint("paused_seq", st.PausedSeq, true)
 	w.str("resolution", st.Resolution, true)
 	w.uint("resolution_seq", st.ResolutionSeq, true)
-	w.uint("paused_seq", st.PausedSeq, true)
 	w.uint("updated_seq", st.UpdatedSeq, false)
 	if w.err != nil {
 		return nil, w.err
