@@ -61,7 +61,7 @@ func TestToolCallsMetricCountsEveryOutcomeOnce(t *testing.T) {
 	e := newEnv(t)
 	l, reg := openLedger(t, e.srv)
 	ctx := ctxT(t)
-	l.ToolLabels().Add("echo")
+	l.ToolLabels().AddBuiltin("echo")
 	calls := func(tool, status, code string) float64 {
 		return labelledCount(t, reg, "cgledger_tool_calls_total", map[string]string{"tool": tool, "status": status, "error_code": code})
 	}
