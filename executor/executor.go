@@ -223,7 +223,12 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 	if builtin != nil {
 		e.labels.AddBuiltin(builtin.ToolName)
 		e.labels.AddVersion(builtin.ToolName, builtin.Version)
+		e.m.deadlines.WithLabelValues(e.labels.Label(builtin.ToolName))
 	}
+	// Likewise the deadline expiries of the implementation's tool (by
+	// label: _other for a name registered nowhere yet), so the first
+	// timeout counts in increase().
+	e.m.deadlines.WithLabelValues(e.labels.Label(name))
 	return nil
 }
 
