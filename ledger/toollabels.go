@@ -24,8 +24,10 @@ const OtherToolLabel = "_other"
 // only when it is known, that is registered in some project or built in
 // (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
 // series of a tool family number at most the known names plus one, and no
-// name a worker made up reaches the open /metrics. Label is a lookup in an
-// immutable snapshot, cheap enough for every call; Add copies it.
+// name a worker made up reaches the open /metrics. A metric about one call
+// labels it with CallLabel instead, which also needs the name registered in
+// the call's own project (or built in). Label is a lookup in an immutable
+// snapshot, cheap enough for every call; Add copies it.
 type ToolLabels struct {
 	mu    sync.Mutex // serialises Add
 	known atomic.Pointer[map[string]struct{}]
