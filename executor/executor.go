@@ -195,7 +195,8 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	labels := ledger.NewToolLabels(protocol.ReservedToolNames...)
+	labels := ledger.NewToolLabels()
+	labels.AddBuiltin(protocol.ReservedToolNames...)
 	if tl, ok := l.(interface{ ToolLabels() *ledger.ToolLabels }); ok {
 		labels = tl.ToolLabels()
 	}
@@ -220,9 +221,14 @@ func (e *Executor) Register(name string, tool Tool, builtin *protocol.ToolDefini
 	// At 0 from the start, so the first redelivery counts in increase().
 	e.m.redelivered.WithLabelValues(name)
 	if builtin != nil {
-		e.labels.Add(builtin.ToolName)
+		e.labels.AddBuiltin(builtin.ToolName)
 		e.labels.AddVersion(builtin.ToolName, builtin.Version)
+		e.m.deadlines.WithLabelValues(e.labels.Label(builtin.ToolName))
 	}
+	// Likewise the deadline expiries of the implementation's tool (by
+	// label: _other for a name registered nowhere yet), so the first
+	// timeout counts in increase().
+	e.m.deadlines.WithLabelValues(e.labels.Label(name))
 	return nil
 }
 

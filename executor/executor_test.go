@@ -434,3 +434,27 @@ func TestToolSpanRecordsAFailedCall(t *testing.T) {
 	require.Equal(t, protocol.StatusTimeout, attrs["cgledger.status"])
 	require.NotEmpty(t, attrs["cgledger.code"])
 }
+
+// TestDeadlineExpiriesStartAtZeroForEveryImplementation: each
+// implementation's tool has its cgledger_executor_deadline_expiries_total
+// series at 0 before its first call, so increase() counts the first
+// expiry.
+func TestDeadlineExpiriesStartAtZeroForEveryImplementation(t *testing.T) {
+	r := newRig(t, executor.Config{}, nil)
+	mfs, err := r.reg.Gather()
+	require.NoError(t, err)
+	seen := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "cgledger_executor_deadline_expiries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			seen[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	for _, tool := range []string{"echo", "sleep"} {
+		v, ok := seen[tool]
+		require.True(t, ok, "deadline expiries of %s exist before any call", tool)
+		require.Zero(t, v)
+	}
+}

@@ -219,7 +219,7 @@ func (l *Ledger) decide(ctx context.Context, rec *protocol.CallRecord, decision,
 	switch {
 	case err == nil:
 		if !ack.Duplicate {
-			l.m.approvals.WithLabelValues(l.labels.Label(rec.ToolName), decision).Inc()
+			l.m.approvals.WithLabelValues(l.callToolLabel(rec), decision).Inc()
 			l.log.Info("held call decided", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "tool", rec.ToolName, "decision", decision, "approver", approver, "seq", ack.Sequence)
 		}
 		return e, ack.Sequence, true, nil
@@ -317,7 +317,7 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 		return l.holdApproved(ctx, key, cur, rev, held, deadline, seq)
 	}
 	if !ack.Duplicate {
-		l.m.dispatches.WithLabelValues(l.labels.Label(cur.ToolName)).Inc()
+		l.m.dispatches.WithLabelValues(l.callToolLabel(cur)).Inc()
 	}
 	if err := l.step(stepApprovalCommand); err != nil {
 		return followUp{}, err

@@ -139,7 +139,7 @@ func newCaches() *caches {
 		cards:   newBoundedCache[*protocol.StoredCard](cacheSize),
 		rosters: newBoundedCache[*protocol.RosterResult](cacheSize),
 		tools:   newBoundedCache[*protocol.StoredTool](cacheSize),
-		labels:  NewToolLabels(protocol.ReservedToolNames...),
+		labels:  newBuiltinLabels(),
 	}
 }
 

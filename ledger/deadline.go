@@ -143,7 +143,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		return out, err
 	}
 	if !out.Duplicate {
-		l.m.timeouts.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+		l.m.timeouts.WithLabelValues(l.callToolLabel(rec)).Inc()
 		l.log.Info("call timed out: no report by its deadline", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "tool", rec.ToolName, "deadline", deadline, "seq", out.Seq)
 	}
 	if err := l.cancelAfterTimeout(ctx, rec); err != nil {

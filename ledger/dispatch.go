@@ -255,7 +255,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		// The command's one append (a repeat within Nats-Msg-Id's window
 		// is answered as a duplicate): the call is dispatched once, by
 		// whichever dispatch published it.
-		l.m.dispatches.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+		l.m.dispatches.WithLabelValues(l.callToolLabel(rec)).Inc()
 	}
 	if err := l.step(stepDispatchCommand); err != nil {
 		return protocol.DispatchResult{}, err

@@ -232,7 +232,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	}
 	c.labels.Add(names...)
 	for name := range builtin {
-		c.labels.Add(name)
+		c.labels.AddBuiltin(name)
 	}
 	// Registered last: a caller that opens again after an error above
 	// must not find the metrics taken.

@@ -146,7 +146,8 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.toolCalls, m.approvals, m.operatorActions, m.toolPaused,
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.approvals, m.operatorActions, m.toolPaused,
+		everyToolCallOutcome{labels: labels, vec: m.toolCalls},
 		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

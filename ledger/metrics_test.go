@@ -17,7 +17,7 @@ func TestMetricsCountOutcomesAndPassPromlint(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
 	// echo is a built-in wherever serve runs (it adds echo and sleep).
-	e.l.ToolLabels().Add("echo")
+	e.l.ToolLabels().AddBuiltin("echo")
 	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
 	require.NoError(t, err)
 	c := newCall("turn-m", "call-m", 2)

@@ -523,7 +523,7 @@ func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, heldSeq uin
 		return releaseSkipped, fmt.Errorf("publish command: %w", err)
 	}
 	if !ack.Duplicate {
-		l.m.dispatches.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+		l.m.dispatches.WithLabelValues(l.callToolLabel(rec)).Inc()
 	}
 	rec.CommandSeq = ack.Sequence
 	if err := l.recordSequences(ctx, key, rec, rev); err != nil {

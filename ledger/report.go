@@ -152,7 +152,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 	conflict := func(c *protocol.Claim, state string) (protocol.ReportOutcome, error) {
 		var vs protocol.Violations
 		if c.SourceID == protocol.DeadlineSourceID && !in.deadline {
-			l.m.lateReports.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+			l.m.lateReports.WithLabelValues(l.callToolLabel(rec)).Inc()
 			vs.Add("payload", protocol.VLate, "call %s reached its deadline (%s) with no accepted report; the ledger recorded its outcome (status %s, seq %d): a later report is not accepted",
 				rec.ToolCallID, protocol.FormatTime(rec.Deadline()), c.Status, c.Seq)
 			return refuse(protocol.CodeConflict, vs, "call %s is late: its deadline passed and the ledger recorded its outcome (%s)", rec.ToolCallID, c.Status)
@@ -269,7 +269,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		// The append is the claim: the subject is the call's own and must be
 		// empty, so of any number of concurrent reports exactly one stores
 		// its entry, through any number of ledger processes.
-		seq, stored, err := l.appendReport(ctx, rec.ToolName, claim)
+		seq, stored, err := l.appendReport(ctx, l.callToolLabel(rec), claim)
 		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -326,7 +326,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			// now (at the old revision, which the mark's compare-and-set
 			// replaces): its duplicates and the agent's consume need no read.
 			l.cacheRecord(key, next, rev)
-			tool := l.labels.Label(rec.ToolName)
+			tool := l.callToolLabel(rec)
 			l.m.wakeupLatency.WithLabelValues(tool).Observe(time.Since(appended).Seconds())
 			if !rec.DispatchedAt.IsZero() {
 				l.m.callLatency.WithLabelValues(tool, l.labels.VersionLabel(rec.ToolName, rec.ToolVersion)).Observe(appended.Sub(rec.DispatchedAt).Seconds())
@@ -542,8 +542,9 @@ func resultErrorCode(sc *protocol.StoredCard, err error) (string, error) {
 // this call wrote the entry; otherwise it is the entry already there, as a
 // claim, and seq is its sequence. The outcome is counted here, by the one
 // process that stored the entry, so every source of reports (tool services,
-// executors, the deadline keeper, fail-fast) is counted exactly once.
-func (l *Ledger) appendReport(ctx context.Context, toolName string, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
+// executors, the deadline keeper, fail-fast) is counted exactly once, under
+// toolLabel (the call's, callToolLabel).
+func (l *Ledger) appendReport(ctx context.Context, toolLabel string, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
 	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		msg.Header[k] = append([]string(nil), v...)
@@ -552,7 +553,7 @@ func (l *Ledger) appendReport(ctx context.Context, toolName string, c *protocol.
 	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
-		l.m.toolCalls.WithLabelValues(l.labels.Label(toolName), c.Status, ErrorCodeLabel(c.ErrorCode)).Inc()
+		l.m.toolCalls.WithLabelValues(toolLabel, c.Status, ErrorCodeLabel(c.ErrorCode)).Inc()
 		if c.AttemptOutcome != "" {
 			l.m.attemptOutcome.WithLabelValues(c.AttemptOutcome).Inc()
 		}

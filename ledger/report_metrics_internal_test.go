@@ -26,7 +26,7 @@ func TestToolCallsMetricKnowsTheErrorCodeOfAnOldClaim(t *testing.T) {
 	l, err := Open(ctx, srv.Connect(t), Config{Registerer: reg})
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
-	l.labels.Add("echo")
+	l.labels.AddBuiltin("echo")
 
 	id := protocol.Identity{AgentID: "agent", AgentTurnID: "turn-old", TurnEpoch: 1, ToolCallID: "c1"}
 	meta := protocol.CardMetadata{TraceID: "tr", ParentStepID: "ps", StepID: "st"}

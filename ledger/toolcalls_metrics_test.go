@@ -61,7 +61,7 @@ func TestToolCallsMetricCountsEveryOutcomeOnce(t *testing.T) {
 	e := newEnv(t)
 	l, reg := openLedger(t, e.srv)
 	ctx := ctxT(t)
-	l.ToolLabels().Add("echo")
+	l.ToolLabels().AddBuiltin("echo")
 	calls := func(tool, status, code string) float64 {
 		return labelledCount(t, reg, "cgledger_tool_calls_total", map[string]string{"tool": tool, "status": status, "error_code": code})
 	}
@@ -164,5 +164,45 @@ func TestPerToolCountersStartAtZeroForEveryKnownTool(t *testing.T) {
 			require.True(t, ok, "%s has a series for %s before any event", family, tool)
 			require.Zero(t, v, "%s{tool=%q}", family, tool)
 		}
+	}
+}
+
+// TestToolCallsSeriesStartAtZeroForEveryOutcome: cgledger_tool_calls_total
+// has, before any call, a series at 0 for every known tool label and every
+// (status, error_code) pair a call can end with (ledger.ToolCallOutcomes),
+// so rate() and increase() see a tool's first outcomes (six timeouts in one
+// scrape would otherwise read as none) and a tool whose calls all fail has
+// an availability.
+func TestToolCallsSeriesStartAtZeroForEveryOutcome(t *testing.T) {
+	e := newEnv(t)
+	l, reg := openLedger(t, e.srv)
+	l.ToolLabels().Add("quiet")
+	want := []string{}
+	for _, tool := range []string{"quiet", ledger.OtherToolLabel} {
+		for _, o := range [][2]string{{"success", "none"}, {"partial", "none"}, {"failed", "bad_request"}, {"failed", "auth_failed"},
+			{"failed", "upstream_unavailable"}, {"failed", "internal_error"}, {"failed", "tool_timeout"}, {"failed", "_other"},
+			{"timeout", "tool_timeout"}, {"canceled", "canceled"}} {
+			want = append(want, tool+"/"+o[0]+"/"+o[1])
+		}
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "cgledger_tool_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			lv := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				lv[lp.GetName()] = lp.GetValue()
+			}
+			got[lv["tool"]+"/"+lv["status"]+"/"+lv["error_code"]] = m.GetCounter().GetValue()
+		}
+	}
+	for _, w := range want {
+		v, ok := got[w]
+		require.True(t, ok, "cgledger_tool_calls_total{%s} exists before any call", w)
+		require.Zero(t, v, w)
 	}
 }

@@ -253,6 +253,6 @@ func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord
 	if err != nil {
 		return fmt.Errorf("tool unavailable: report: %w", err)
 	}
-	l.m.toolUnavailable.WithLabelValues(l.labels.Label(rec.ToolName)).Inc()
+	l.m.toolUnavailable.WithLabelValues(l.callToolLabel(rec)).Inc()
 	return nil
 }

@@ -24,8 +24,10 @@ const OtherToolLabel = "_other"
 // only when it is known, that is registered in some project or built in
 // (echo, sleep, the PMO built-ins), and OtherToolLabel otherwise. So the
 // series of a tool family number at most the known names plus one, and no
-// name a worker made up reaches the open /metrics. Label is a lookup in an
-// immutable snapshot, cheap enough for every call; Add copies it.
+// name a worker made up reaches the open /metrics. A metric about one call
+// labels it with CallLabel instead, which also needs the name registered in
+// the call's own project (or built in). Label is a lookup in an immutable
+// snapshot, cheap enough for every call; Add copies it.
 type ToolLabels struct {
 	mu    sync.Mutex // serialises Add
 	known atomic.Pointer[map[string]struct{}]
@@ -109,6 +111,45 @@ func (t *ToolLabels) AddVersion(name, version string) {
 // NUL keeps it apart from every identifier.
 func versionKey(name, version string) string { return name + "\x00" + version }
 
+// builtinKey is how a built-in name is kept among the known names (the
+// NUL keeps it apart from every identifier and version key).
+func builtinKey(name string) string { return "\x00builtin\x00" + name }
+
+// AddBuiltin makes names known as built-ins: tools served in every project
+// without a registration (echo, sleep, the PMO built-ins), whose name is
+// the tool label of a call in any project (CallLabel).
+func (t *ToolLabels) AddBuiltin(names ...string) {
+	keys := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		if protocol.ValidIdentifier(n) {
+			keys = append(keys, n, builtinKey(n))
+		}
+	}
+	t.add(keys, true)
+}
+
+// Builtin reports whether name is a built-in's (AddBuiltin).
+func (t *ToolLabels) Builtin(name string) bool {
+	return t.Known(name) && t.has(builtinKey(name))
+}
+
+// CallLabel is the tool label of one call of tool name: the name when it is
+// registered in the call's own project (registered: the ledger pinned its
+// definition at dispatch, CallRecord.ToolDefSeq) or built in, else
+// OtherToolLabel. A name registered only in another project is not the
+// call's: an admin of one project dispatching to another project's tool
+// name would otherwise count as that tool's traffic (and page for it).
+func (t *ToolLabels) CallLabel(name string, registered bool) string {
+	if registered && protocol.ValidIdentifier(name) && name != OtherToolLabel {
+		t.Add(name)
+		return name
+	}
+	if t.Builtin(name) {
+		return name
+	}
+	return OtherToolLabel
+}
+
 // Add makes names known. Names that are not protocol identifiers are
 // ignored: no registered or built-in tool has one.
 func (t *ToolLabels) Add(names ...string) { t.add(names, false) }
@@ -141,6 +182,21 @@ func (t *ToolLabels) add(names []string, versions bool) {
 		}
 	}
 	t.known.Store(&next)
+}
+
+// newBuiltinLabels returns ToolLabels knowing the PMO built-ins as built-ins.
+func newBuiltinLabels() *ToolLabels {
+	t := NewToolLabels()
+	t.AddBuiltin(protocol.ReservedToolNames...)
+	return t
+}
+
+// callToolLabel is the tool label of every ledger metric about call rec
+// (ToolLabels.CallLabel): its name when the call pinned a definition
+// registered in its own project at dispatch or the name is built in, else
+// OtherToolLabel.
+func (l *Ledger) callToolLabel(rec *protocol.CallRecord) string {
+	return l.labels.CallLabel(rec.ToolName, rec.ToolDefSeq != 0)
 }
 
 // ToolLabels is the ledger's: it knows the PMO built-ins, every tool

@@ -150,3 +150,93 @@ func TestToolVersionLabelsAreRegisteredVersionsOnly(t *testing.T) {
 	require.Equal(t, "", l.VersionLabel("echo", ""))
 	require.False(t, l.Known("pay\x001.2.0") && l.Label("pay\x001.2.0") == "pay\x001.2.0", "a version key is never a tool label")
 }
+
+// TestCallToolLabelIsTheCallsOwnProjects: a name registered in one project
+// is not the tool label of a call in another. An admin of project other
+// dispatching to healthy (registered only in demo) must not count as
+// healthy's deadline timeout (CgledgerToolNotAnswering{healthy} would page
+// while demo's service is fine): such a call counts under _other in every
+// family that labels a call by tool. A built-in name (Config.BuiltinTools)
+// is its own label in every project.
+func TestCallToolLabelIsTheCallsOwnProjects(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := ledgertest.NewWithConfig(t, ledger.Config{Registerer: reg, DeadlineGrace: -1,
+		BuiltinTools: []protocol.ToolDefinition{{ToolName: "echo", Description: "built in",
+			Parameters: json.RawMessage(`{"type":"object"}`), AfterExecution: protocol.AfterSuspend}}})
+	ctx := ledgertest.Ctx(t)
+	_, err := e.L.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: "demo", ToolName: "healthy", Description: "demo's",
+		Parameters: json.RawMessage(`{"type":"object"}`), TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.healthy",
+		AfterExecution: protocol.AfterSuspend})
+	require.NoError(t, err)
+	k, err := e.L.StartDeadlineKeeper(ctx, ledger.DeadlineKeeperConfig{AckWait: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k.Stop(context.Background()) })
+
+	// demo's own call to healthy succeeds: it is healthy's.
+	own := ledgertest.Call{Project: "demo", Channel: "main", Agent: "alice", Turn: "t-demo", ID: "c-own", Epoch: 1, Tool: "healthy"}
+	e.Complete(t, own, protocol.StatusSuccess, `{}`)
+	// other's calls to the same name: one answered, one nobody answers.
+	answered := ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t-other", ID: "c-answered", Epoch: 1, Tool: "healthy"}
+	e.Complete(t, answered, protocol.StatusSuccess, `{}`)
+	muted := ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t-other", ID: "c-muted", Epoch: 1, Tool: "healthy"}
+	req := muted.Dispatch()
+	req.Payload.TimeoutMS = 200
+	res, err := e.L.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Zero(t, res.ToolDefSeq, "healthy is not registered in other")
+	require.Eventually(t, func() bool {
+		rec, err := e.L.GetCall(ctx, "other", muted.Turn, muted.ID)
+		return err == nil && rec.Claim != nil && rec.Claim.Status == protocol.StatusTimeout
+	}, time.Minute, 20*time.Millisecond, "the deadline keeper ends other's call")
+	// A built-in is its own label in any project.
+	builtin := ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t-other", ID: "c-echo", Epoch: 1, Tool: "echo"}
+	e.Complete(t, builtin, protocol.StatusSuccess, `{}`)
+
+	count := func(name string, labels map[string]string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				got := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					got[lp.GetName()] = lp.GetValue()
+				}
+				if fmt.Sprint(got) == fmt.Sprint(labels) {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	other := ledger.OtherToolLabel
+	require.Zero(t, count("cgledger_ledger_deadline_timeouts_total", map[string]string{"tool": "healthy"}), "demo's healthy never timed out")
+	require.Equal(t, 1.0, count("cgledger_ledger_deadline_timeouts_total", map[string]string{"tool": other}))
+	require.Equal(t, 1.0, count("cgledger_tool_calls_total", map[string]string{"tool": "healthy", "status": "success", "error_code": "none"}), "demo's call only")
+	require.Equal(t, 1.0, count("cgledger_tool_calls_total", map[string]string{"tool": other, "status": "success", "error_code": "none"}))
+	require.Equal(t, 1.0, count("cgledger_tool_calls_total", map[string]string{"tool": other, "status": "timeout", "error_code": "tool_timeout"}))
+	require.Zero(t, count("cgledger_tool_calls_total", map[string]string{"tool": "healthy", "status": "timeout", "error_code": "tool_timeout"}))
+	require.Equal(t, 1.0, count("cgledger_tool_calls_total", map[string]string{"tool": "echo", "status": "success", "error_code": "none"}), "a built-in in any project")
+	require.Equal(t, 1.0, count("cgledger_tool_dispatches_total", map[string]string{"tool": "healthy"}))
+	require.Equal(t, 2.0, count("cgledger_tool_dispatches_total", map[string]string{"tool": other}))
+	require.Equal(t, uint64(1), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", "healthy").GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(2), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", other).GetHistogram().GetSampleCount())
+}
+
+// TestCallLabelNeedsTheCallsRegistrationOrABuiltin checks
+// ToolLabels.CallLabel alone.
+func TestCallLabelNeedsTheCallsRegistrationOrABuiltin(t *testing.T) {
+	l := ledger.NewToolLabels("search")
+	l.AddBuiltin("echo")
+	require.Equal(t, "search", l.CallLabel("search", true))
+	require.Equal(t, ledger.OtherToolLabel, l.CallLabel("search", false), "registered elsewhere only")
+	require.Equal(t, "echo", l.CallLabel("echo", false))
+	require.Equal(t, ledger.OtherToolLabel, l.CallLabel("made-up", false))
+	require.Equal(t, "fresh", l.CallLabel("fresh", true), "registered in the call's project, not seen yet")
+	require.Contains(t, l.Names(), "fresh")
+	require.True(t, l.Builtin("echo"))
+	require.False(t, l.Builtin("search"))
+	require.NotContains(t, l.Names(), "\x00builtin\x00echo")
+}

@@ -567,7 +567,7 @@ func (a *applier) command(ev event, fromLedger bool) error {
 		// only its new state is.
 		a.index(st, dimState, StateDispatched)
 		if fromLedger && st.ReportedSeq == 0 {
-			a.set(openKey(st), binary.BigEndian.AppendUint64(nil, uint64(cmd.Payload.DeadlineUnixMS)))
+			a.set(openKey(st), openValue(st, cmd.Payload.DeadlineUnixMS))
 		}
 	}
 	// A repeated command for a dispatched call (a dispatch retried after the
@@ -586,6 +586,24 @@ func openKey(st *CallState) []byte {
 		t = *st.DispatchedAt
 	}
 	return key(tagOpen, st.ToolName).t(t).u64(st.DispatchedSeq)
+}
+
+// openValue is the value of a dispatched call's open row: its deadline,
+// then the sequence its tool's registration is judged at and its project
+// (callTool). The sequence is the held entry's for a held call (the ledger
+// pins the tool's definition when it holds the call), else the dispatch's.
+func openValue(st *CallState, deadlineUnixMS int64) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(st.ProjectID)), uint64(deadlineUnixMS))
+	return append(binary.BigEndian.AppendUint64(v, pinSeq(st)), st.ProjectID...)
+}
+
+// pinSeq is the sequence of the entry the ledger pinned a call's tool
+// definition at: its held entry's, else its command's.
+func pinSeq(st *CallState) uint64 {
+	if st.HeldSeq != 0 {
+		return st.HeldSeq
+	}
+	return st.DispatchedSeq
 }
 
 // index writes an ix row for a call, ordered by its listing time.

@@ -79,14 +79,15 @@ func (a *applier) held(ev event) error {
 	a.set(key(tagHeld, h.ProjectID).u64(ev.seq), b)
 	a.set(key(tagAwaiting, h.ProjectID).u64(ev.seq), nil)
 	a.set(key(tagHeldCall, h.ProjectID, h.AgentTurnID, h.ToolCallID), binary.BigEndian.AppendUint64(nil, ev.seq))
-	a.set(awaitingByToolKey(st), nil)
+	a.set(awaitingByToolKey(st), []byte(st.ProjectID))
 	a.trace(ev, h.ProjectID, h.AgentTurnID, h.ToolCallID)
 	return nil
 }
 
 // awaitingByToolKey is the apt row of a held call: its tool, then its held
 // time and sequence, so one tool's undecided approvals are one range of
-// keys, oldest first.
+// keys, oldest first. Its value is the call's project, for the tool label
+// (callTool: registered in the project before the held entry).
 func awaitingByToolKey(st *CallState) []byte {
 	t, seq := st.listedAt()
 	return key(tagAwaitingBy, st.ToolName).t(t).u64(seq)
@@ -349,19 +350,28 @@ type PendingApprovals struct {
 	OldestHeld time.Time
 }
 
-// PendingApprovals counts the undecided approvals per tool name as the
-// views have applied the ledger: one iterator over the apt rows, one per
+// PendingApprovals counts the undecided approvals per tool as the views
+// have applied the ledger: one iterator over the apt rows, one per
 // undecided held call (the cost grows with the calls waiting for a
-// decision, never with the ledger's length).
-func (s *Store) PendingApprovals() (map[string]PendingApprovals, error) {
-	out := map[string]PendingApprovals{}
+// decision, never with the ledger's length), and a read of the tool rows
+// per project and tool among them (CallTool).
+func (s *Store) PendingApprovals() (map[CallTool]PendingApprovals, error) {
+	out := map[CallTool]PendingApprovals{}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	reg := registrations{r: snap}
 	p := key(tagAwaitingBy).prefix()
 	const tail = 1 + 8 + 1 + 8
-	err := scan(s.db, p, nil, func(k, _ []byte) (bool, error) {
+	err := scan(snap, p, nil, func(k, v []byte) (bool, error) {
 		if len(k) < len(p)+tail {
 			return false, fmt.Errorf("malformed apt row %q", k)
 		}
-		tool := string(k[len(p) : len(k)-tail])
+		name := string(k[len(p) : len(k)-tail])
+		registered, err := reg.before(string(v), name, trailingU64(k))
+		if err != nil {
+			return false, err
+		}
+		tool := CallTool{Name: name, Registered: registered}
 		held := time.Unix(0, int64(binary.BigEndian.Uint64(k[len(k)-tail+1:len(k)-tail+9]))).UTC()
 		w := out[tool]
 		// Rows of one tool are in held order: its first is its oldest.

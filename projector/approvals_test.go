@@ -293,21 +293,27 @@ func TestApprovalViewsRebuildAndCrash(t *testing.T) {
 // TestApprovalGauges: undecided approvals per tool label and the age of
 // the oldest, from the views (a decision takes a call out), every known
 // tool at 0, nothing while the views are not ready, and the same numbers
-// after a restart of the store.
+// after a restart of the store. deploy is registered in proj only: a call
+// held in project other to deploy counts as _other (with search, which no
+// project registered).
 func TestApprovalGauges(t *testing.T) {
 	e := ledgertest.New(t)
 	ctx := ledgertest.Ctx(t)
+	_, err := e.L.RegisterToolYAML(ctx, "proj", []byte("tool_name: deploy\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.deploy\nafter_execution: suspend\n"))
+	require.NoError(t, err)
 	writeApprovalScenario(t, e)
+	holdCall(t, e, ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t9", ID: "o1", Epoch: 1, Tool: "deploy"}, heldAt.Add(4*time.Second))
 	dir := filepath.Join(t.TempDir(), "views")
 	s := openStore(t, dir)
 	require.NoError(t, newProjector(t, e, s, 4).CatchUp(ctx))
 	now := heldAt.Add(10 * time.Minute)
-	labels := ledger.NewToolLabels("deploy", "echo")
-	cfg := projector.WaitingConfig{Label: labels.Label, Known: labels.Names, Now: func() time.Time { return now }}
+	labels := ledger.NewToolLabels("deploy")
+	labels.AddBuiltin("echo")
+	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, Now: func() time.Time { return now }}
 	want := map[string]float64{
 		"cgledger_approvals_pending{deploy}":                    1,
 		"cgledger_approvals_oldest_pending_age_seconds{deploy}": now.Sub(heldAt.Add(2 * time.Second)).Seconds(),
-		"cgledger_approvals_pending{_other}":                    1,
+		"cgledger_approvals_pending{_other}":                    2,
 		"cgledger_approvals_oldest_pending_age_seconds{_other}": now.Sub(heldAt.Add(3 * time.Second)).Seconds(),
 		"cgledger_approvals_pending{echo}":                      0,
 		"cgledger_approvals_oldest_pending_age_seconds{echo}":   0,

@@ -78,8 +78,8 @@ func (c *ApprovalsCollector) metrics() []prometheus.Metric {
 			byLabel[l] = PendingApprovals{}
 		}
 	}
-	for name, p := range byName {
-		l := c.cfg.Label(name)
+	for tool, p := range byName {
+		l := c.cfg.Label(tool.Name, tool.Registered)
 		agg := byLabel[l]
 		if agg.Pending == 0 || p.OldestHeld.Before(agg.OldestHeld) {
 			agg.OldestHeld = p.OldestHeld
@@ -110,7 +110,7 @@ func (cfg WaitingConfig) withDefaults() WaitingConfig {
 		cfg.Now = time.Now
 	}
 	if cfg.Label == nil {
-		cfg.Label = func(s string) string { return s }
+		cfg.Label = func(s string, _ bool) string { return s }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

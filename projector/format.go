@@ -13,7 +13,7 @@ import (
 // versions existed), is emptied when it is opened and rebuilt from the
 // ledger by the projector's catch-up: the views are derived, the stream
 // and the archive are the truth.
-const ViewsFormat = 3
+const ViewsFormat = 4
 
 // metaFormat holds the store's ViewsFormat as decimal text.
 var metaFormat = key(tagMeta, "format")

@@ -10,10 +10,14 @@ import (
 
 // WaitingConfig configures the collector of the waiting-call gauges.
 type WaitingConfig struct {
-	// Label maps a tool name to its label value (serve passes
-	// ledger.ToolLabels.Label: unknown names become "_other", so a name a
-	// worker made up never becomes a series). Nil keeps names as they are.
-	Label func(string) string
+	// Label maps a tool name to its label value, given whether the name
+	// was registered in the call's own project when the ledger pinned the
+	// call's tool (CallTool). Serve passes ledger.ToolLabels.CallLabel: a
+	// name registered only in another project, or made up by a worker,
+	// becomes "_other" unless it is built in, so it never becomes a series
+	// and never counts as another project's tool. Nil keeps names as they
+	// are.
+	Label func(name string, registered bool) string
 	// Known lists the tool labels emitted even when none of their calls
 	// waits (as 0), so a query has data before a tool's first call. Nil
 	// emits only tools with waiting calls.
@@ -110,8 +114,8 @@ func (c *WaitingCollector) metrics() []prometheus.Metric {
 			byLabel[l] = WaitingCalls{}
 		}
 	}
-	for name, w := range byName {
-		l := c.cfg.Label(name)
+	for tool, w := range byName {
+		l := c.cfg.Label(tool.Name, tool.Registered)
 		agg := byLabel[l]
 		if agg.Waiting == 0 || w.OldestDispatch.Before(agg.OldestDispatch) {
 			agg.OldestDispatch = w.OldestDispatch

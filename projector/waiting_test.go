@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,7 @@ func TestWaitingCallGauges(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	search := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "c1", Epoch: 1, Tool: "search"}
 	madeUp := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "c2", Epoch: 1, Tool: "made-up"}
+	registerSearch(t, e, "proj")
 	_, err := e.L.Dispatch(ctx, search.Dispatch())
 	require.NoError(t, err)
 	_, err = e.L.Dispatch(ctx, madeUp.Dispatch())
@@ -94,9 +96,10 @@ func TestWaitingCallGauges(t *testing.T) {
 	require.NoError(t, p.CatchUp(ctx))
 	d1, d2 := dispatchedAt(t, s, search), dispatchedAt(t, s, madeUp)
 
-	labels := ledger.NewToolLabels("search", "echo")
+	labels := ledger.NewToolLabels("search")
+	labels.AddBuiltin("echo")
 	now := d2.Add(10 * time.Second)
-	cfg := projector.WaitingConfig{Label: labels.Label, Known: labels.Names, Now: func() time.Time { return now }}
+	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, Now: func() time.Time { return now }}
 	c := projector.NewWaitingCollector(s, cfg)
 	require.Equal(t, waitingGauges(map[string][3]float64{
 		"search": {1, now.Sub(d1).Seconds(), 0},
@@ -181,4 +184,63 @@ func TestOnlyLedgerCommandsWait(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, w)
 	require.Empty(t, openRows(t, s))
+}
+
+// registerSearch registers tool search in project.
+func registerSearch(t *testing.T, e *ledgertest.Env, project string) {
+	t.Helper()
+	_, err := e.L.RegisterToolYAML(ledgertest.Ctx(t), project, []byte("tool_name: search\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.search\nafter_execution: suspend\n"))
+	require.NoError(t, err)
+}
+
+// TestWaitingCallsAreTheirOwnProjectsTool: a waiting call counts under its
+// tool's name only when the name was registered in the call's own project
+// at dispatch (or is built in): a call in project other to search,
+// registered only in proj, is _other, as the ledger counts it; a call in
+// proj dispatched before search was registered there is _other too, one
+// after it is search. The open rows keep the project, so a rebuild and a
+// restart agree.
+func TestWaitingCallsAreTheirOwnProjectsTool(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	early := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "early", Epoch: 1, Tool: "search"}
+	_, err := e.L.Dispatch(ctx, early.Dispatch())
+	require.NoError(t, err)
+	registerSearch(t, e, "proj")
+	own := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "own", Epoch: 1, Tool: "search"}
+	foreign := ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t2", ID: "foreign", Epoch: 1, Tool: "search"}
+	echo := ledgertest.Call{Project: "other", Channel: "main", Agent: "bob", Turn: "t2", ID: "echo", Epoch: 1, Tool: "echo"}
+	for _, c := range []ledgertest.Call{own, foreign, echo} {
+		_, err := e.L.Dispatch(ctx, c.Dispatch())
+		require.NoError(t, err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "views")
+	s := openStore(t, dir)
+	p := newProjector(t, e, s, 2)
+	require.NoError(t, p.CatchUp(ctx))
+	labels := ledger.NewToolLabels("search")
+	labels.AddBuiltin("echo")
+	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, CacheFor: time.Nanosecond}
+	waiting := func() map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range gauges(t, projector.NewWaitingCollector(s, cfg)) {
+			if strings.HasPrefix(k, "cgledger_tool_calls_waiting{") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	want := map[string]float64{
+		"cgledger_tool_calls_waiting{search}": 1,
+		"cgledger_tool_calls_waiting{_other}": 2,
+		"cgledger_tool_calls_waiting{echo}":   1,
+	}
+	require.Equal(t, want, waiting())
+	require.NoError(t, p.Rebuild(ctx))
+	require.Equal(t, want, waiting(), "after a rebuild")
+	require.NoError(t, s.Close())
+	s = openStore(t, dir)
+	defer s.Close()
+	require.Equal(t, want, waiting(), "after a restart")
 }

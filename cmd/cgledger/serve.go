@@ -429,11 +429,11 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		// the views have caught up (before, reported calls would count).
 		labels := l.ToolLabels()
 		reg.MustRegister(projector.NewWaitingCollector(store, projector.WaitingConfig{
-			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log, Grace: l.DeadlineGrace(),
+			Label: labels.CallLabel, Known: labels.Names, Ready: ready0.Load, Logger: log, Grace: l.DeadlineGrace(),
 		}))
 		// Undecided approvals, likewise from the views (docs/approvals.md#metrics).
 		reg.MustRegister(projector.NewApprovalsCollector(store, projector.WaitingConfig{
-			Label: labels.Label, Known: labels.Names, Ready: ready0.Load, Logger: log,
+			Label: labels.CallLabel, Known: labels.Names, Ready: ready0.Load, Logger: log,
 		}))
 		projCtx, stopProj := context.WithCancel(life)
 		projDone := make(chan struct{})

@@ -34,10 +34,10 @@ func consumerSum(gauge string) string {
 
 // budgetLeftPanel is the error-budget stat's expression (rules_test.yml
 // tests it with Grafana's variables replaced).
-var budgetLeftPanel = BudgetLeft("28d", toolSel)
+var budgetLeftPanel = BudgetLeft(BudgetPeriod, toolSel)
 
 // BudgetLeftPanelExpr is the query of the SLO overview's "Error budget left
-// (28d)" panel.
+// (30d)" panel.
 func BudgetLeftPanelExpr() string { return budgetLeftPanel }
 
 // SLOOverview is the per-tool availability and latency SLO dashboard, from
@@ -46,7 +46,7 @@ func SLOOverview() Dashboard {
 	var b builder
 	b.add("timeseries", "Availability by tool (5m)", "Share of calls resolved success, per tool (reports the ledger accepted: every tool, built-in or external).", "percentunit",
 		[2]string{`1 - (` + ErrorRatio("5m", toolSel) + `)`, "{{tool}}"})
-	b.stat("Error budget left (28d)", "Share of the 28-day error budget not yet spent, against each tool's SLO (slo.success_rate_min, default "+defaultTargetText+"); 0 once spent.", "percentunit",
+	b.stat("Error budget left ("+BudgetPeriod+")", "Share of the 30-day error budget not yet spent (the period the burn-rate alerts are shares of: 14.4x over 1h spends 2% of it), against each tool's SLO (slo.success_rate_min, default "+defaultTargetText+"); 0 once spent.", "percentunit",
 		steps("red", 0.25, "yellow", 0.5, "green"),
 		[2]string{budgetLeftPanel, "{{tool}}"})
 	b.bounds(0, 1)
