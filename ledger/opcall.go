@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,6 +68,9 @@ func checkActor(vs *protocol.Violations, actor string) {
 	}
 }
 
+// operatorCancelJSON cancels a call for actor, or refuses (and records)
+// the request listing every violation: bad_request, unknown_call, or
+// conflict (the call is reported already).
 func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
 	req, vs := protocol.ParseOperatorCancelRequest(body)
@@ -150,8 +154,11 @@ func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (re
 	case isWrongLastSeq(err):
 		// Another resolution won the race: this one is refused, naming it.
 		won, err := l.resolutionOf(ctx, rec)
-		if err != nil || won == nil {
+		if err != nil {
 			return res, wrap(fmt.Errorf("read the resolution that was stored first: %w", err))
+		}
+		if won == nil {
+			return res, wrap(errors.New("a resolution was stored first, and none is found"))
 		}
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s was already resolved: %s by %s at %s (seq %d)", rec.ToolCallID, won.Effect, won.Actor, protocol.FormatTime(time.UnixMilli(won.ResolvedUnixMS)), won.Seq)
 		return res, refuse(vs, "call %s cannot be resolved", rec.ToolCallID)
