@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,14 +64,20 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 	if cfg.FinishAfter <= 0 {
 		cfg.FinishAfter = DefaultApprovalFinishAfter
 	}
+	base := protocol.Root + "." + l.version + ".*.*.ledger."
 	k := &ApprovalKeeper{l: l, cfg: cfg}
 	err := k.run.start(ctx, keeperSpec{
 		name:    "approval keeper",
 		log:     l.log,
 		workers: cfg.Workers,
-		create: func(ctx context.Context) (jetstream.Consumer, error) {
-			return l.createApprovalConsumer(ctx, cfg)
-		},
+		create: l.keeperConsumer("approval keeper", jetstream.ConsumerConfig{
+			Durable:     cfg.Durable,
+			Description: "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
+			// Every held call stays pending until its decision or expiry
+			// (up to 7 days).
+			FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
+			AckWait:        cfg.AckWait,
+		}),
 		retry:   cfg.Retry,
 		process: k.process,
 	})
@@ -80,26 +85,6 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 		return nil, err
 	}
 	return k, nil
-}
-
-func (l *Ledger) createApprovalConsumer(ctx context.Context, cfg ApprovalKeeperConfig) (jetstream.Consumer, error) {
-	base := protocol.Root + "." + l.version + ".*.*.ledger."
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
-		Durable:        cfg.Durable,
-		Description:    "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
-		FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        cfg.AckWait,
-		// Every held call stays pending until its decision or expiry (up
-		// to 7 days): no cap, as for the deadline keeper.
-		MaxAckPending: -1,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("approval keeper: consumer %s: %w", cfg.Durable, err)
-	}
-	return cons, nil
 }
 
 // Stop stops taking entries and waits (up to ctx) for those being handled.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,14 +54,26 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
+	root := protocol.Root + "." + l.version
+	base := root + ".*.*.cmd."
 	k := &DeadlineKeeper{l: l}
 	err := k.run.start(ctx, keeperSpec{
 		name:    "deadline keeper",
 		log:     l.log,
 		workers: cfg.Workers,
-		create: func(ctx context.Context) (jetstream.Consumer, error) {
-			return l.createDeadlineConsumer(ctx, cfg)
-		},
+		create: l.keeperConsumer("deadline keeper", jetstream.ConsumerConfig{
+			Durable:     cfg.Durable,
+			Description: "cgledger: the deadline of every call (serve's deadline keeper)",
+			// Tool and PMO commands; not the wakeups under cmd.agent. And
+			// the prepares, whose commit deadlines it keeps the same way.
+			// And the held entries, whose paused calls have deadlines and
+			// no command yet; and the pause subjects, whose resumes it
+			// finishes. Every call not yet reported stays pending until
+			// its deadline.
+			FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", root + ".*.*.ledger.prepared.*.*",
+				root + ".*.*.ledger.held.*.*", root + ".*.pause.*"},
+			AckWait: cfg.AckWait,
+		}),
 		retry:   cfg.Retry,
 		process: k.process,
 	})
@@ -70,33 +81,6 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 		return nil, err
 	}
 	return k, nil
-}
-
-func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
-	base := protocol.Root + "." + l.version + ".*.*.cmd."
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
-		Durable:     cfg.Durable,
-		Description: "cgledger: the deadline of every call (serve's deadline keeper)",
-		// Tool and PMO commands; not the wakeups under cmd.agent. And
-		// the prepares, whose commit deadlines it keeps the same way.
-		// And the held entries, whose paused calls have deadlines and no
-		// command yet; and the pause subjects, whose resumes it finishes.
-		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*",
-			protocol.Root + "." + l.version + ".*.*.ledger.held.*.*", protocol.Root + "." + l.version + ".*.pause.*"},
-		AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait:   cfg.AckWait,
-		// Every call not yet reported stays pending until its deadline:
-		// no cap, or a burst of long calls would hold back the deadlines
-		// of the short ones behind it. The server keeps one pending entry
-		// per such call (docs/decisions.md).
-		MaxAckPending: -1,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deadline keeper: consumer %s: %w", cfg.Durable, err)
-	}
-	return cons, nil
 }
 
 // Stop stops taking commands and waits (up to ctx) for those being

@@ -137,3 +137,23 @@ func (k *keeper) later(msg jetstream.Msg, what string, err error) {
 	}
 	_ = msg.NakWithDelay(time.Second)
 }
+
+// keeperConsumer creates (or updates) a keeper's durable consumer of the
+// ledger stream (cfg: its name, description, filters and AckWait), taking
+// every entry from the start with explicit acks. An entry stays pending
+// until its keeper is done with it, which may be days away: no cap on
+// pending entries or deliveries, or a burst of long waits would hold back
+// the short ones behind it. The server keeps one pending entry per such
+// call (docs/decisions.md).
+func (l *Ledger) keeperConsumer(name string, cfg jetstream.ConsumerConfig) func(ctx context.Context) (jetstream.Consumer, error) {
+	cfg.AckPolicy = jetstream.AckExplicitPolicy
+	cfg.MaxAckPending, cfg.MaxDeliver = -1, -1
+	cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	return func(ctx context.Context) (jetstream.Consumer, error) {
+		cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: consumer %s: %w", name, cfg.Durable, err)
+		}
+		return cons, nil
+	}
+}
