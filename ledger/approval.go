@@ -512,17 +512,11 @@ func (l *Ledger) Deny(ctx context.Context, approver string, req protocol.Approva
 	return l.approvalReq(ctx, protocol.OpDeny, approver, req)
 }
 
-// approvalReq is Approve and Deny: the typed request goes the way of the
-// API's body, so it is checked and recorded the same way.
+// approvalReq is Approve and Deny, through approvalJSON (asBody).
 func (l *Ledger) approvalReq(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ApprovalResult{}, fmt.Errorf("%s: encode: %w", op, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: approver})
-	}
-	return l.approvalJSON(ctx, op, approver, body)
+	return asBody(ctx, op, req.ProjectID, approver, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
+		return l.approvalJSON(ctx, op, approver, body)
+	})
 }
 
 // approvalMsg is approve or deny as received over the API: the approver is

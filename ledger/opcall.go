@@ -23,14 +23,9 @@ import (
 // canceled (with actor as its approver). actor is the admin's actor token,
 // recorded as the entry's CG-Actor. A reported call is refused conflict.
 func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (protocol.OperatorCancelResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.OperatorCancelResult{}, fmt.Errorf("%s: encode: %w", protocol.OpCallCancel, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.operatorCancelJSON(ctx, actor, body)
+	return asBody(ctx, protocol.OpCallCancel, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.OperatorCancelResult, error) {
+		return l.operatorCancelJSON(ctx, actor, body)
+	})
 }
 
 // Resolve records an operator's statement of what became of the side
@@ -39,14 +34,9 @@ func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.
 // actor is the admin's actor token, recorded as the entry's CG-Actor and
 // in the entry.
 func (l *Ledger) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ResolveResult{}, fmt.Errorf("%s: encode: %w", protocol.OpCallResolve, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.resolveJSON(ctx, actor, body)
+	return asBody(ctx, protocol.OpCallResolve, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ResolveResult, error) {
+		return l.resolveJSON(ctx, actor, body)
+	})
 }
 
 // countOperatorAction counts an answered operator action: ok, or refused

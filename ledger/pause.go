@@ -247,17 +247,11 @@ func (l *Ledger) ResumeTool(ctx context.Context, actor string, req protocol.Tool
 	return l.toolPauseReq(ctx, protocol.OpToolResume, actor, req)
 }
 
-// toolPauseReq is PauseTool and ResumeTool: the typed request goes the
-// way of the API's body, so it is checked and recorded the same way.
+// toolPauseReq is PauseTool and ResumeTool, through toolPauseJSON (asBody).
 func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ToolPauseResult{}, fmt.Errorf("%s: encode: %w", op, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.toolPauseJSON(ctx, op, actor, body)
+	return asBody(ctx, op, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
+		return l.toolPauseJSON(ctx, op, actor, body)
+	})
 }
 
 // ToolPauseOp runs tool.pause or tool.resume (op) for actor, an admin,
