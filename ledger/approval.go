@@ -59,7 +59,7 @@ func storedArgumentsDigest(cardBytes []byte) (string, error) {
 	}
 	tc, err := c.ToolCall()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("card %s: %w", c.CardID, err)
 	}
 	return protocol.ArgumentsDigest(tc.Arguments), nil
 }
@@ -512,15 +512,11 @@ func (l *Ledger) Deny(ctx context.Context, approver string, req protocol.Approva
 	return l.approvalReq(ctx, protocol.OpDeny, approver, req)
 }
 
+// approvalReq is Approve and Deny, through approvalJSON (asBody).
 func (l *Ledger) approvalReq(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ApprovalResult{}, fmt.Errorf("%s: encode: %w", op, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: approver})
-	}
-	return l.approvalJSON(ctx, op, approver, body)
+	return asBody(ctx, op, req.ProjectID, approver, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
+		return l.approvalJSON(ctx, op, approver, body)
+	})
 }
 
 // approvalMsg is approve or deny as received over the API: the approver is
@@ -682,10 +678,11 @@ func (l *Ledger) leaseOver(d *protocol.ApprovalEntry) bool {
 
 // settleHeld finishes the follow-up of an approval that is not done yet
 // (once its decider's lease is over; within it, the record is returned as
-// the decision makes it, dispatched) and returns the record as it then is: an approved call's command may be
-// out before its record says dispatched, and whoever takes the command (an
-// executor, the deadline keeper) must find the call dispatched, not held.
-// Any other record is returned as it is.
+// the decision makes it, dispatched) and returns the record as it then
+// is: an approved call's command may be out before its record says
+// dispatched, and whoever takes the command (an executor, the deadline
+// keeper) must find the call dispatched, not held. Any other record is
+// returned as it is.
 func (l *Ledger) settleHeld(ctx context.Context, rec *protocol.CallRecord) (*protocol.CallRecord, error) {
 	if rec.State != protocol.StateAwaitingApproval || rec.Held == nil {
 		return rec, nil

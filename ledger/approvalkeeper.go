@@ -3,8 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,18 +44,9 @@ type ApprovalKeeperConfig struct {
 // approval entry whose call is still awaiting_approval after FinishAfter
 // (its decider stopped half-way) gets its follow-up finished.
 type ApprovalKeeper struct {
-	l      *Ledger
-	cfg    ApprovalKeeperConfig
-	cc     jetstream.ConsumeContext
-	ctx    context.Context
-	cancel context.CancelFunc
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
-	// mu orders handle's wg.Add before Stop's wg.Wait: the consumer's
-	// callback may still be running when Stop is called.
-	mu      sync.Mutex
-	stopped bool
+	l   *Ledger
+	cfg ApprovalKeeperConfig
+	run keeper
 }
 
 // StartApprovalKeeper creates (or binds) the keeper's consumer and starts
@@ -75,94 +64,34 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 	if cfg.FinishAfter <= 0 {
 		cfg.FinishAfter = DefaultApprovalFinishAfter
 	}
-	var cons jetstream.Consumer
-	for {
-		var err error
-		cons, err = l.createApprovalConsumer(ctx, cfg)
-		if err == nil {
-			break
-		}
-		if cfg.Retry == nil {
-			return nil, err
-		}
-		if rerr := cfg.Retry(ctx, "approval keeper consumer", err); rerr != nil {
-			return nil, rerr
-		}
-	}
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	k := &ApprovalKeeper{l: l, cfg: cfg, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
-	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
+	base := protocol.Root + "." + l.version + ".*.*.ledger."
+	k := &ApprovalKeeper{l: l, cfg: cfg}
+	err := k.run.start(ctx, keeperSpec{
+		name:    "approval keeper",
+		log:     l.log,
+		workers: cfg.Workers,
+		create: l.keeperConsumer("approval keeper", jetstream.ConsumerConfig{
+			Durable:     cfg.Durable,
+			Description: "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
+			// Every held call stays pending until its decision or expiry
+			// (up to 7 days).
+			FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
+			AckWait:        cfg.AckWait,
+		}),
+		retry:   cfg.Retry,
+		process: k.process,
+	})
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("approval keeper: consume: %w", err)
+		return nil, err
 	}
-	k.cc = cc
 	return k, nil
 }
 
-func (l *Ledger) createApprovalConsumer(ctx context.Context, cfg ApprovalKeeperConfig) (jetstream.Consumer, error) {
-	base := protocol.Root + "." + l.version + ".*.*.ledger."
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
-		Durable:        cfg.Durable,
-		Description:    "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
-		FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        cfg.AckWait,
-		// Every held call stays pending until its decision or expiry (up
-		// to 7 days): no cap, as for the deadline keeper.
-		MaxAckPending: -1,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("approval keeper: consumer %s: %w", cfg.Durable, err)
-	}
-	return cons, nil
-}
-
 // Stop stops taking entries and waits (up to ctx) for those being handled.
+// Entries taken and not handled come back to another process (or this one,
+// started again) after AckWait.
 func (k *ApprovalKeeper) Stop(ctx context.Context) error {
-	k.once.Do(func() { k.cc.Stop() })
-	k.mu.Lock()
-	k.stopped = true
-	k.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		k.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		k.cancel()
-		return nil
-	case <-ctx.Done():
-		k.cancel()
-		<-done
-		return fmt.Errorf("approval keeper: stop: %w", ctx.Err())
-	}
-}
-
-func (k *ApprovalKeeper) handle(msg jetstream.Msg) {
-	select {
-	case k.sem <- struct{}{}:
-	case <-k.ctx.Done():
-		_ = msg.Nak()
-		return
-	}
-	k.mu.Lock()
-	if k.stopped {
-		k.mu.Unlock()
-		<-k.sem
-		_ = msg.Nak()
-		return
-	}
-	k.wg.Add(1)
-	k.mu.Unlock()
-	go func() {
-		defer k.wg.Done()
-		defer func() { <-k.sem }()
-		k.process(msg)
-	}()
+	return k.run.stop(ctx)
 }
 
 // process decides one delivery of a held or approval entry.
@@ -191,11 +120,11 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	rec, _, err := l.getRecord(ctx, callKey(ids.ProjectID, ids.AgentTurnID, ids.ToolCallID))
 	if err != nil {
-		k.later(msg, "read call record", err)
+		k.run.later(msg, "read call record", err)
 		return
 	}
 	if rec == nil || rec.Held == nil || rec.State != protocol.StateAwaitingApproval {
@@ -205,7 +134,7 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 	}
 	decided, seq, err := l.decisionOf(ctx, rec)
 	if err != nil {
-		k.later(msg, "read decision", err)
+		k.run.later(msg, "read decision", err)
 		return
 	}
 	if decided == nil {
@@ -216,12 +145,12 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 		won := false
 		decided, seq, won, err = l.decide(ctx, rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
 		if err != nil {
-			k.later(msg, "record expiry", err)
+			k.run.later(msg, "record expiry", err)
 			return
 		}
 		if won {
 			if err := l.step(stepApprovalDecided); err != nil {
-				k.later(msg, "record expiry", err)
+				k.run.later(msg, "record expiry", err)
 				return
 			}
 		}
@@ -231,18 +160,8 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 		return
 	}
 	if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
-		k.later(msg, "finish the decision", err)
+		k.run.later(msg, "finish the decision", err)
 		return
 	}
 	_ = msg.Ack()
-}
-
-// later hands an entry back after a transient failure.
-func (k *ApprovalKeeper) later(msg jetstream.Msg, what string, err error) {
-	k.l.log.Warn("approval keeper: will retry", "step", what, "subject", msg.Subject(), "err", err)
-	if k.ctx.Err() != nil {
-		_ = msg.Nak()
-		return
-	}
-	_ = msg.NakWithDelay(time.Second)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -21,6 +22,22 @@ type callerKey struct{}
 // carry CG-Actor.
 func WithCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// asBody runs a typed request of op (Approve, PauseTool, Resolve...) the
+// way of its API body (run), so it is checked and recorded exactly as the
+// API's is. Without a caller in ctx (a call from Go, not from the API), the
+// request is actor's, of project.
+func asBody[Res any](ctx context.Context, op, project, actor string, req any, run func(ctx context.Context, body []byte) (Res, error)) (Res, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		var zero Res
+		return zero, fmt.Errorf("%s: encode: %w", op, err)
+	}
+	if _, ok := CallerFrom(ctx); !ok {
+		ctx = WithCaller(ctx, Caller{Project: project, Actor: actor})
+	}
+	return run(ctx, body)
 }
 
 // CallerFrom returns the caller ctx serves, if any.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,13 +38,8 @@ const DefaultDeadlineDurable = "cgledger-deadlines-"
 // delivered again then (NakWithDelay); one past it gets the ledger's
 // timeout (recordTimeout) and is acked.
 type DeadlineKeeper struct {
-	l      *Ledger
-	cc     jetstream.ConsumeContext
-	ctx    context.Context
-	cancel context.CancelFunc
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	l   *Ledger
+	run keeper
 }
 
 // StartDeadlineKeeper creates (or binds) the keeper's consumer and starts
@@ -61,96 +54,40 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
-	cons, err := l.deadlineConsumer(ctx, cfg)
+	root := protocol.Root + "." + l.version
+	base := root + ".*.*.cmd."
+	k := &DeadlineKeeper{l: l}
+	err := k.run.start(ctx, keeperSpec{
+		name:    "deadline keeper",
+		log:     l.log,
+		workers: cfg.Workers,
+		create: l.keeperConsumer("deadline keeper", jetstream.ConsumerConfig{
+			Durable:     cfg.Durable,
+			Description: "cgledger: the deadline of every call (serve's deadline keeper)",
+			// Tool and PMO commands; not the wakeups under cmd.agent. And
+			// the prepares, whose commit deadlines it keeps the same way.
+			// And the held entries, whose paused calls have deadlines and
+			// no command yet; and the pause subjects, whose resumes it
+			// finishes. Every call not yet reported stays pending until
+			// its deadline.
+			FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", root + ".*.*.ledger.prepared.*.*",
+				root + ".*.*.ledger.held.*.*", root + ".*.pause.*"},
+			AckWait: cfg.AckWait,
+		}),
+		retry:   cfg.Retry,
+		process: k.process,
+	})
 	if err != nil {
 		return nil, err
 	}
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	k := &DeadlineKeeper{l: l, ctx: kctx, cancel: cancel, sem: make(chan struct{}, cfg.Workers)}
-	cc, err := cons.Consume(k.handle, jetstream.PullMaxMessages(4*cfg.Workers))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("deadline keeper: consume: %w", err)
-	}
-	k.cc = cc
 	return k, nil
-}
-
-// deadlineConsumer creates (or updates) the keeper's durable consumer,
-// asking cfg.Retry after each failure.
-func (l *Ledger) deadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
-	for {
-		cons, err := l.createDeadlineConsumer(ctx, cfg)
-		if err == nil || cfg.Retry == nil {
-			return cons, err
-		}
-		if rerr := cfg.Retry(ctx, "deadline keeper consumer", err); rerr != nil {
-			return nil, rerr
-		}
-	}
-}
-
-func (l *Ledger) createDeadlineConsumer(ctx context.Context, cfg DeadlineKeeperConfig) (jetstream.Consumer, error) {
-	base := protocol.Root + "." + l.version + ".*.*.cmd."
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, l.streams.Stream, jetstream.ConsumerConfig{
-		Durable:     cfg.Durable,
-		Description: "cgledger: the deadline of every call (serve's deadline keeper)",
-		// Tool and PMO commands; not the wakeups under cmd.agent. And
-		// the prepares, whose commit deadlines it keeps the same way.
-		// And the held entries, whose paused calls have deadlines and no
-		// command yet; and the pause subjects, whose resumes it finishes.
-		FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", protocol.Root + "." + l.version + ".*.*.ledger.prepared.*.*",
-			protocol.Root + "." + l.version + ".*.*.ledger.held.*.*", protocol.Root + "." + l.version + ".*.pause.*"},
-		AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait:   cfg.AckWait,
-		// Every call not yet reported stays pending until its deadline:
-		// no cap, or a burst of long calls would hold back the deadlines
-		// of the short ones behind it. The server keeps one pending entry
-		// per such call (docs/decisions.md).
-		MaxAckPending: -1,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deadline keeper: consumer %s: %w", cfg.Durable, err)
-	}
-	return cons, nil
 }
 
 // Stop stops taking commands and waits (up to ctx) for those being
 // handled. Commands taken and not handled come back to another process (or
 // this one, started again) after AckWait.
 func (k *DeadlineKeeper) Stop(ctx context.Context) error {
-	k.once.Do(func() { k.cc.Stop() })
-	done := make(chan struct{})
-	go func() {
-		k.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		k.cancel()
-		return nil
-	case <-ctx.Done():
-		k.cancel()
-		<-done
-		return fmt.Errorf("deadline keeper: stop: %w", ctx.Err())
-	}
-}
-
-func (k *DeadlineKeeper) handle(msg jetstream.Msg) {
-	select {
-	case k.sem <- struct{}{}:
-	case <-k.ctx.Done():
-		_ = msg.Nak()
-		return
-	}
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		defer func() { <-k.sem }()
-		k.process(msg)
-	}()
+	return k.run.stop(ctx)
 }
 
 // process decides one delivery of a command.
@@ -186,12 +123,12 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	id := cmd.Identity
 	rec, _, err := l.getRecord(ctx, callKey(cmd.Subject.Project, id.AgentTurnID, id.ToolCallID))
 	if err != nil {
-		k.later(msg, "read call record", err)
+		k.run.later(msg, "read call record", err)
 		return
 	}
 	if rec == nil {
@@ -201,7 +138,7 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		return
 	}
 	if rec, err = l.settleHeld(ctx, rec); err != nil {
-		k.later(msg, "finish the approval", err)
+		k.run.later(msg, "finish the approval", err)
 		return
 	}
 	if rec.State == protocol.StateAwaitingApproval {
@@ -215,7 +152,7 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 			// Timed out by a process that may have stopped before its
 			// cancel: store it (once).
 			if err := l.cancelAfterTimeout(ctx, rec); err != nil {
-				k.later(msg, "cancel after timeout", err)
+				k.run.later(msg, "cancel after timeout", err)
 				return
 			}
 		}
@@ -233,7 +170,7 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		}
 		registered, err := l.registeredTool(ctx, rec.ProjectID, rec.ToolName)
 		if err != nil {
-			k.later(msg, "read tool definition", err)
+			k.run.later(msg, "read tool definition", err)
 			return
 		}
 		rec.DeadlineUnixMS = at.Add(l.callBudget(registered, rec.ToolName, cmd.Payload.TimeoutMS)).UnixMilli()
@@ -249,20 +186,10 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 			_ = msg.Ack()
 			return
 		}
-		k.later(msg, "record timeout", err)
+		k.run.later(msg, "record timeout", err)
 		return
 	}
 	_ = msg.Ack()
-}
-
-// later hands a command back after a transient failure.
-func (k *DeadlineKeeper) later(msg jetstream.Msg, what string, err error) {
-	k.l.log.Warn("deadline keeper: will retry", "step", what, "subject", msg.Subject(), "err", err)
-	if k.ctx.Err() != nil {
-		_ = msg.Nak()
-		return
-	}
-	_ = msg.NakWithDelay(time.Second)
 }
 
 // processPrepared keeps a prepared call's commit deadline: at it, with no
@@ -287,10 +214,10 @@ func (k *DeadlineKeeper) processPrepared(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	if _, _, err := l.autoAbort(ctx, meta.Sequence.Stream, &prep); err != nil {
-		k.later(msg, "abort at the commit deadline", err)
+		k.run.later(msg, "abort at the commit deadline", err)
 		return
 	}
 	_ = msg.Ack()
@@ -298,12 +225,12 @@ func (k *DeadlineKeeper) processPrepared(msg jetstream.Msg) {
 
 // processHeld keeps the deadline of a call held by a paused tool.
 func (k *DeadlineKeeper) processHeld(msg jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	done, delay, err := k.l.keepPausedHeld(ctx, msg.Data())
 	switch {
 	case err != nil:
-		k.later(msg, "time out a paused call", err)
+		k.run.later(msg, "time out a paused call", err)
 	case !done:
 		_ = msg.NakWithDelay(delay)
 	default:
@@ -319,10 +246,10 @@ func (k *DeadlineKeeper) processPause(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	ctx, cancel := context.WithTimeout(k.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	if err := k.l.keepResume(ctx, meta.Sequence.Stream, msg.Data()); err != nil {
-		k.later(msg, "finish a resume", err)
+		k.run.later(msg, "finish a resume", err)
 		return
 	}
 	_ = msg.Ack()

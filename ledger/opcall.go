@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,14 +23,9 @@ import (
 // canceled (with actor as its approver). actor is the admin's actor token,
 // recorded as the entry's CG-Actor. A reported call is refused conflict.
 func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (protocol.OperatorCancelResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.OperatorCancelResult{}, fmt.Errorf("%s: encode: %w", protocol.OpCallCancel, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.operatorCancelJSON(ctx, actor, body)
+	return asBody(ctx, protocol.OpCallCancel, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.OperatorCancelResult, error) {
+		return l.operatorCancelJSON(ctx, actor, body)
+	})
 }
 
 // Resolve records an operator's statement of what became of the side
@@ -38,14 +34,9 @@ func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.
 // actor is the admin's actor token, recorded as the entry's CG-Actor and
 // in the entry.
 func (l *Ledger) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ResolveResult{}, fmt.Errorf("%s: encode: %w", protocol.OpCallResolve, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.resolveJSON(ctx, actor, body)
+	return asBody(ctx, protocol.OpCallResolve, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ResolveResult, error) {
+		return l.resolveJSON(ctx, actor, body)
+	})
 }
 
 // countOperatorAction counts an answered operator action: ok, or refused
@@ -67,6 +58,9 @@ func checkActor(vs *protocol.Violations, actor string) {
 	}
 }
 
+// operatorCancelJSON cancels a call for actor, or refuses (and records)
+// the request listing every violation: bad_request, unknown_call, or
+// conflict (the call is reported already).
 func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
 	req, vs := protocol.ParseOperatorCancelRequest(body)
@@ -150,8 +144,11 @@ func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (re
 	case isWrongLastSeq(err):
 		// Another resolution won the race: this one is refused, naming it.
 		won, err := l.resolutionOf(ctx, rec)
-		if err != nil || won == nil {
+		if err != nil {
 			return res, wrap(fmt.Errorf("read the resolution that was stored first: %w", err))
+		}
+		if won == nil {
+			return res, wrap(errors.New("a resolution was stored first, and none is found"))
 		}
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s was already resolved: %s by %s at %s (seq %d)", rec.ToolCallID, won.Effect, won.Actor, protocol.FormatTime(time.UnixMilli(won.ResolvedUnixMS)), won.Seq)
 		return res, refuse(vs, "call %s cannot be resolved", rec.ToolCallID)

@@ -33,6 +33,7 @@ type pauseState struct {
 	entry  protocol.ToolPauseEntry
 }
 
+// pauseKey keys a tool's state in Ledger.pauses.
 func pauseKey(project, tool string) string { return project + "\x00" + tool }
 
 // pauseOf reads a tool's pause state. cached may answer from memory: only
@@ -246,15 +247,11 @@ func (l *Ledger) ResumeTool(ctx context.Context, actor string, req protocol.Tool
 	return l.toolPauseReq(ctx, protocol.OpToolResume, actor, req)
 }
 
+// toolPauseReq is PauseTool and ResumeTool, through toolPauseJSON (asBody).
 func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.ToolPauseResult{}, fmt.Errorf("%s: encode: %w", op, err)
-	}
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, Caller{Project: req.ProjectID, Actor: actor})
-	}
-	return l.toolPauseJSON(ctx, op, actor, body)
+	return asBody(ctx, op, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
+		return l.toolPauseJSON(ctx, op, actor, body)
+	})
 }
 
 // ToolPauseOp runs tool.pause or tool.resume (op) for actor, an admin,
@@ -284,22 +281,10 @@ func (l *Ledger) toolPauseMsg(ctx context.Context, op string, body []byte) (prot
 // tool neither registered in the project nor built in), conflict (a pause
 // of a paused tool, a resume of a running one).
 func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byte) (res protocol.ToolPauseResult, err error) {
-	defer func() {
-		// A failure that is not a refusal (the ledger could not finish) is
-		// neither: the operator retries it.
-		if _, refused := protocol.AsError(err); err == nil || refused {
-			outcome := "ok"
-			if err != nil {
-				outcome = "refused"
-			}
-			l.m.operatorActions.WithLabelValues(op, outcome).Inc()
-		}
-	}()
+	defer func() { l.countOperatorAction(op, err) }()
 	req, vs := protocol.ParseToolPauseRequest(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	if !protocol.ValidIdentifier(actor) {
-		vs.Add("actor", protocol.VInvalidToken, "actor %q is not an identifier", protocol.Clip(actor))
-	}
+	checkActor(&vs, actor)
 	if len(vs) > 0 {
 		return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
@@ -434,12 +419,13 @@ func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseS
 	return released, nil
 }
 
+// releaseOutcome is what releaseOne did with a held call.
 type releaseOutcome int
 
 const (
-	releaseSkipped releaseOutcome = iota
-	releasePublished
-	releasePausedAgain
+	releaseSkipped     releaseOutcome = iota // ended, past its deadline, or gone
+	releasePublished                         // its command is out (by this or another release)
+	releasePausedAgain                       // a new pause stopped the release
 )
 
 // releaseOne publishes the command of one held call, unless it ended or
@@ -577,6 +563,8 @@ func (l *Ledger) keepResume(ctx context.Context, seq uint64, data []byte) error 
 	if json.Unmarshal(data, &e) != nil || e.Paused || e.PauseSeq == 0 {
 		return nil
 	}
-	_, err := l.releasePaused(ctx, e.ProjectID, e.ToolName, e.PauseSeq, seq)
-	return err
+	if _, err := l.releasePaused(ctx, e.ProjectID, e.ToolName, e.PauseSeq, seq); err != nil {
+		return fmt.Errorf("finish the resume %d of tool %s: %w", seq, e.ToolName, err)
+	}
+	return nil
 }

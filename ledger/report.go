@@ -410,13 +410,15 @@ func withClaim(rec *protocol.CallRecord) *protocol.CallRecord {
 	return &next
 }
 
+// reread reads a call record again after an update lost the race for it,
+// so its absence is an error, not an answer.
 func (l *Ledger) reread(ctx context.Context, key string) (*protocol.CallRecord, uint64, error) {
 	rec, rev, err := l.getRecord(ctx, key)
 	if err != nil {
-		return nil, 0, fmt.Errorf("report: re-read call record: %w", err)
+		return nil, 0, fmt.Errorf("re-read call record %s: %w", key, err)
 	}
 	if rec == nil {
-		return nil, 0, fmt.Errorf("report: call record %s vanished", key)
+		return nil, 0, fmt.Errorf("re-read call record %s: it vanished", key)
 	}
 	return rec, rev, nil
 }

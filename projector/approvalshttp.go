@@ -2,8 +2,6 @@ package projector
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
@@ -22,9 +20,6 @@ type ApprovalAnswer struct {
 // over NATS (client.Client.Approve and Deny) so that it is checked and
 // recorded as every other approver's request is.
 type DecideFunc func(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error)
-
-// maxDecisionBody bounds the body of an approve or deny POST.
-const maxDecisionBody = 16 << 10
 
 func (h *handler) approvals(w http.ResponseWriter, r *http.Request) {
 	p := &params{r: r}
@@ -67,37 +62,22 @@ func (h *handler) approval(w http.ResponseWriter, r *http.Request) {
 // The approver is the bearer credential's (HTTPConfig.Approver).
 func (h *handler) decide(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		approver, fromBody := "", true
-		if h.cfg.Approver != nil {
-			var ok bool
-			if approver, ok = h.cfg.Approver(r); ok {
-				fromBody = false
-			}
-		}
+		approver, fromBody := bearerName(h.cfg.Approver, r)
 		if !fromBody && !protocol.ValidIdentifier(approver) {
 			httpjson.Error(w, &protocol.Error{Code: protocol.CodeForbidden, Message: "the bearer credential names no approver: " + op + " needs an approver credential of the project (cgledger creds issue --role approver --approver NAME)"})
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxDecisionBody+1))
-		if err != nil {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
-			return
+		var req protocol.ApprovalRequest
+		parse := func(body []byte) protocol.Violations {
+			var vs protocol.Violations
+			req, vs = parseDecisionBody(r, body, fromBody, &approver)
+			return vs
 		}
-		req, vs := parseDecisionBody(r, body, fromBody, &approver)
-		if len(vs) > 0 {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
-			return
+		var send func(ctx context.Context) (any, error)
+		if h.cfg.Decide != nil {
+			send = func(ctx context.Context) (any, error) { return h.cfg.Decide(ctx, op, approver, req) }
 		}
-		if h.cfg.Decide == nil {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "approvals are not decided through this server (it reaches no ledger API)"})
-			return
-		}
-		res, err := h.cfg.Decide(r.Context(), op, approver, req)
-		if err != nil {
-			decisionError(w, err)
-			return
-		}
-		httpjson.Write(w, http.StatusOK, res)
+		postOnCall(w, r, op, parse, send, "approvals are not decided through this server (it reaches no ledger API)")
 	}
 }
 
@@ -105,55 +85,17 @@ func (h *handler) decide(op string) http.HandlerFunc {
 // path, listing every violation (the path's ids and the body's fields,
 // checked as the ledger checks the request). fromBody says the approver
 // is the body's "approver" (a serve without credentials), which approver
-// receives.
+// receives. Members other than the request's are not passed on.
 func parseDecisionBody(r *http.Request, body []byte, fromBody bool, approver *string) (protocol.ApprovalRequest, protocol.Violations) {
-	var vs protocol.Violations
-	if len(body) > maxDecisionBody {
-		vs.Add("body", protocol.VTooLarge, "is more than %d bytes", maxDecisionBody)
-		return protocol.ApprovalRequest{}, vs
-	}
-	o, ok := protocol.ParseObject("body", body, &vs)
-	if !ok {
-		return protocol.ApprovalRequest{}, vs
-	}
-	fields := map[string]any{
-		"project_id": r.PathValue("project"), "agent_turn_id": r.PathValue("turn"), "tool_call_id": r.PathValue("call"),
-	}
-	for _, f := range []string{"tool_call_card_id", "arguments_digest", "reason"} {
-		if raw := o.Raw(f); raw != nil {
-			fields[f] = raw
-		}
-	}
-	for _, f := range []string{"project_id", "agent_turn_id", "tool_call_id"} {
-		if o.Has(f) {
-			vs.Add(o.Path(f), protocol.VInvalidValue, "is taken from the path: leave it out of the body")
-		}
-	}
-	switch {
-	case fromBody:
-		*approver = o.Ident("approver", true)
-	case o.Has("approver"):
-		vs.Add(o.Path("approver"), protocol.VInvalidValue, "is the bearer credential's approver name: leave it out of the body")
-	}
-	whole, err := json.Marshal(fields)
-	if err != nil {
-		vs.Add("body", protocol.VInvalidValue, "cannot be encoded: %v", err)
+	whole, vs := callBody{
+		r: r, body: body, who: "approver", whose: "the bearer credential's approver name", fromBody: fromBody, name: approver,
+		members: []string{"tool_call_card_id", "arguments_digest", "reason"},
+	}.request()
+	if whole == nil {
 		return protocol.ApprovalRequest{}, vs
 	}
 	req, rvs := protocol.ParseApprovalRequest(whole)
-	for _, v := range rvs {
-		// The path's ids are named as the path's parameters.
-		switch v.Field {
-		case "body.project_id":
-			v.Field = "project_id"
-		case "body.agent_turn_id":
-			v.Field = "agent_turn_id"
-		case "body.tool_call_id":
-			v.Field = "tool_call_id"
-		}
-		vs = append(vs, v)
-	}
-	return req, vs
+	return req, append(vs, pathNamed(rvs)...)
 }
 
 // decisionError answers a refused approve or deny: its problem details

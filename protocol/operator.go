@@ -3,6 +3,7 @@ package protocol
 import (
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Operator actions (docs/operations.md, "Operator actions"): what an admin
@@ -146,12 +147,12 @@ func operatorReason(o JSONObject) string {
 	return s
 }
 
-// onlyMembers refuses every member of o not named: an operator's typo
-// (say "efect") must not pass for an absent field.
+// onlyMembers refuses every member of o not named, naming those it takes:
+// an operator's typo (say "efect") must not pass for an absent field.
 func onlyMembers(o JSONObject, op string, names ...string) {
 	for _, k := range slices.Sorted(maps.Keys(o.fields)) {
 		if !slices.Contains(names, k) {
-			o.vs.Add(o.Path(k), VInvalidValue, "is not a member of a %s body", op)
+			o.vs.Add(o.Path(k), VInvalidValue, "is not a member of a %s body (%s)", op, strings.Join(names, ", "))
 		}
 	}
 }

@@ -1,10 +1,5 @@
 package protocol
 
-import (
-	"maps"
-	"slices"
-)
-
 // Operator actions: pausing and resuming a tool (docs/operations.md,
 // "Operator actions"). A tool's pause state is the last entry on its pause
 // subject, cg.<ver>.<project>.pause.<tool_name>; while it says paused, a
@@ -80,14 +75,7 @@ func ParseToolPauseRequest(body []byte) (ToolPauseRequest, Violations) {
 	}
 	r.ProjectID = o.Ident("project_id", true)
 	r.ToolName = o.Ident("tool_name", true)
-	r.Reason = o.Str("reason", true)
-	if len(r.Reason) > MaxOperatorReasonBytes {
-		vs.Add(o.Path("reason"), VTooLarge, "is %d bytes; the limit is %d", len(r.Reason), MaxOperatorReasonBytes)
-	}
-	for _, k := range slices.Sorted(maps.Keys(o.fields)) {
-		if k != "project_id" && k != "tool_name" && k != "reason" {
-			vs.Add(o.Path(k), VInvalidValue, "is not a member of the request (project_id, tool_name, reason)")
-		}
-	}
+	r.Reason = operatorReason(o)
+	onlyMembers(o, "tool.pause or tool.resume", "project_id", "tool_name", "reason")
 	return r, vs
 }

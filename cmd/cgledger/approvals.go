@@ -25,16 +25,8 @@ const approvalsUsage = `Usage:
 // admin credential of the project; deciding an approver credential, whose
 // approver name the decision is recorded under.
 func approvals(args []string) int {
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		out := stdout
-		if len(args) == 0 {
-			out = os.Stderr
-		}
-		fmt.Fprint(out, approvalsUsage)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	if code, done := groupHelp(args, approvalsUsage); done {
+		return code
 	}
 	switch args[0] {
 	case "list":

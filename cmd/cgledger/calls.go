@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -22,16 +21,8 @@ const callsUsage = `Usage:
 // (docs/operations.md, "Operator actions"): an admin credential of the
 // project, whose actor (its label, else "admin") the entry records.
 func calls(args []string) int {
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		out := stdout
-		if len(args) == 0 {
-			out = os.Stderr
-		}
-		fmt.Fprint(out, callsUsage)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	if code, done := groupHelp(args, callsUsage); done {
+		return code
 	}
 	switch args[0] {
 	case "cancel":

@@ -102,3 +102,18 @@ func failf(code int, format string, args ...any) int {
 }
 
 var stdout io.Writer = os.Stdout
+
+// groupHelp answers a command group (approvals, calls, tools) called
+// without a subcommand, usage on stderr and exitUsage, or asked for help,
+// usage on stdout and exitOK; done=false means args name a subcommand.
+func groupHelp(args []string, usage string) (code int, done bool) {
+	if len(args) > 0 && args[0] != "--help" && args[0] != "-h" && args[0] != "help" {
+		return 0, false
+	}
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return exitUsage, true
+	}
+	fmt.Fprint(stdout, usage)
+	return exitOK, true
+}

@@ -12,17 +12,13 @@ import (
 	"time"
 )
 
+// toolsUsage lists the tools verbs.
+const toolsUsage = "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n  cgledger tools pause --project P --tool T --reason R    hold the tool's new calls until resumed (admin)\n  cgledger tools resume --project P --tool T --reason R   publish the held calls in dispatch order (admin)\n"
+
+// tools runs the tools verbs (docs/cli.md).
 func tools(args []string) int {
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		out := stdout
-		if len(args) == 0 {
-			out = os.Stderr
-		}
-		fmt.Fprint(out, "Usage:\n  cgledger tools register FILE.yaml --project P   register or update a tool from YAML (or JSON)\n  cgledger tools list --project P                 list the project's tools (registered and built-in)\n  cgledger tools pause --project P --tool T --reason R    hold the tool's new calls until resumed (admin)\n  cgledger tools resume --project P --tool T --reason R   publish the held calls in dispatch order (admin)\n")
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	if code, done := groupHelp(args, toolsUsage); done {
+		return code
 	}
 	switch args[0] {
 	case "register":
