@@ -85,11 +85,11 @@ func (h *handler) decide(op string) http.HandlerFunc {
 // path, listing every violation (the path's ids and the body's fields,
 // checked as the ledger checks the request). fromBody says the approver
 // is the body's "approver" (a serve without credentials), which approver
-// receives. Members other than the request's are not passed on.
+// receives. Every other member is passed on, so the request's parser
+// names each one it does not take.
 func parseDecisionBody(r *http.Request, body []byte, fromBody bool, approver *string) (protocol.ApprovalRequest, protocol.Violations) {
 	whole, vs := callBody{
 		r: r, body: body, who: "approver", whose: "the bearer credential's approver name", fromBody: fromBody, name: approver,
-		members: []string{"tool_call_card_id", "arguments_digest", "reason"},
 	}.request()
 	if whole == nil {
 		return protocol.ApprovalRequest{}, vs

@@ -292,6 +292,10 @@ func ParseApprovalRequest(body []byte) (ApprovalRequest, Violations) {
 	if len(r.Reason) > MaxApprovalReasonBytes {
 		vs.Add(o.Path("reason"), VTooLarge, "is %d bytes; the limit is %d", len(r.Reason), MaxApprovalReasonBytes)
 	}
+	// A member the decision does not take (a misspelt digest, an
+	// "approver" claiming another name) is refused, as for every operator
+	// action, rather than dropped in silence.
+	onlyMembers(o, "approve or deny", "project_id", "agent_turn_id", "tool_call_id", "tool_call_card_id", "arguments_digest", "reason")
 	return r, vs
 }
 
