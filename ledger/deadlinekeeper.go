@@ -80,6 +80,14 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if err != nil {
 		return nil, err
 	}
+	// A resume cut short by a crash is finished at once, not when its
+	// entry comes back to a keeper after AckWait: its held calls may have
+	// deadlines shorter than that.
+	l.bg.start()
+	go func() {
+		defer l.bg.done()
+		l.finishResumes(k.run.ctx)
+	}()
 	return k, nil
 }
 

@@ -141,6 +141,11 @@ type Ledger struct {
 	// pauseKey): a first guess only, every write that depends on it
 	// carries the expectation that checks it.
 	pauses sync.Map
+	// resumesDone holds, per tool (pauseKey), the sequence of the last
+	// resume whose release this process finished or found finished: a
+	// dispatch finishes a resume cut short (its process died) before its
+	// own command, once per resume.
+	resumesDone sync.Map
 
 	// afterStep, when set (tests only), runs after each report-path step; a
 	// non-nil error aborts the report there, as a crash would.

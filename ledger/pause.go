@@ -90,6 +90,9 @@ func (l *Ledger) commandOrHold(ctx context.Context, rec *protocol.CallRecord, ms
 	}
 	for range 16 {
 		if !st.paused {
+			if err := l.resumeFinished(ctx, rec.ProjectID, rec.ToolName, st); err != nil {
+				return nil, nil, err
+			}
 			ack, err := l.appendEntry(ctx, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, pauseSubj))
 			if err == nil {
 				return ack, nil, nil
@@ -360,6 +363,50 @@ func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byt
 		return res, nil
 	}
 	return res, fmt.Errorf("%s %s: the tool's state changed too often meanwhile", op, req.ToolName)
+}
+
+// resumeFinished makes sure the release of the resume st is (if it is one)
+// is finished before a new command of the tool is published: a resume cut
+// short by a crash would otherwise leave its held calls behind newer ones
+// until the deadline keeper got to it. Once per resume and process: after
+// that, a map lookup.
+func (l *Ledger) resumeFinished(ctx context.Context, project, tool string, st pauseState) error {
+	if st.seq == 0 || st.paused || st.entry.PauseSeq == 0 {
+		return nil
+	}
+	k := pauseKey(project, tool)
+	if done, ok := l.resumesDone.Load(k); ok && done.(uint64) >= st.seq {
+		return nil
+	}
+	if _, err := l.finishResume(ctx, project, tool, st); err != nil {
+		return fmt.Errorf("finish the resume %d of tool %s: %w", st.seq, tool, err)
+	}
+	l.resumesDone.Store(k, st.seq)
+	return nil
+}
+
+// finishResumes finishes the release of every tool's last resume (each
+// once per process; the tools ever paused are the pause subjects the
+// stream holds). Errors are logged: the keeper finishes a resume later.
+func (l *Ledger) finishResumes(ctx context.Context) {
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+l.version+".*.pause.*"))
+	if err != nil {
+		l.log.Warn("finish resumes: list the paused tools", "err", err)
+		return
+	}
+	for subj := range info.State.Subjects {
+		sub, err := protocol.ParseSubject(subj)
+		if err != nil || sub.Kind != protocol.SubjectPause {
+			continue
+		}
+		st, err := l.pauseOf(ctx, sub.Project, sub.Tool, false)
+		if err == nil {
+			err = l.resumeFinished(ctx, sub.Project, sub.Tool, st)
+		}
+		if err != nil {
+			l.log.Warn("finish resumes", "project", sub.Project, "tool", sub.Tool, "err", err)
+		}
+	}
 }
 
 // finishResume finishes the release of the resume st is (nothing when st

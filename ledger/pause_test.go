@@ -493,3 +493,47 @@ func TestPauseHoldCutBeforeTheRecord(t *testing.T) {
 		require.NotZero(t, rec.CommandSeq)
 	}
 }
+
+// TestResumeCutShortIsFinishedBeforeANewDispatch: a resume cut after its
+// first release (its process died) leaves calls held while the tool runs;
+// the next dispatch of the tool, through another ledger, finishes that
+// release before publishing its own command, so no new call overtakes the
+// held ones and none waits for the keeper.
+func TestResumeCutShortIsFinishedBeforeANewDispatch(t *testing.T) {
+	e := newEnv(t)
+	l1, _ := openLedger(t, e.srv)
+	l2, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerPlain(t, l1, "wire")
+	_, err := l1.PauseTool(ctx, "ops", pauseReq("wire"))
+	require.NoError(t, err)
+	var held []call
+	for i := range 3 {
+		c, req := deadlineCall("turn-h", fmt.Sprintf("c%d", i), "wire", 120_000)
+		res, err := l1.Dispatch(ctx, req)
+		require.NoError(t, err)
+		require.True(t, res.Paused)
+		held = append(held, c)
+	}
+	crash := errors.New("killed")
+	l1.SetAfterStep(func(s ledger.Step) error {
+		if s == ledger.StepResumeReleased {
+			return crash
+		}
+		return nil
+	})
+	_, err = l1.ResumeTool(ctx, "ops", pauseReq("wire"))
+	require.ErrorIs(t, err, crash)
+	require.Len(t, commandsOf(t, e, "wire"), 1, "cut after the first release")
+
+	fresh, req := deadlineCall("turn-n", "n0", "wire", 120_000)
+	res, err := l2.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.False(t, res.Paused)
+	cmds := commandsOf(t, e, "wire")
+	require.Len(t, cmds, 4, "the held calls and the new one, each once")
+	for i, c := range append(held, fresh) {
+		require.Equal(t, c.id, cmds[i].Header.Get(protocol.HeaderToolCallID), "the held calls first, in dispatch order")
+		require.Equal(t, c.turn, cmds[i].Header.Get(protocol.HeaderAgentTurnID))
+	}
+}
