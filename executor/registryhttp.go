@@ -154,15 +154,24 @@ func (g *registry) pauseOp(op string) http.HandlerFunc {
 				vs.Add("body."+name, protocol.VMismatch, "the path names %q; leave %s out of the body", want, name)
 			}
 		}
-		if len(vs) > 0 {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
-			return
+		var full []byte
+		if members != nil {
+			members["project_id"], _ = json.Marshal(project)
+			members["tool_name"], _ = json.Marshal(tool)
+			if full, err = json.Marshal(members); err != nil {
+				httpjson.Error(w, err)
+				return
+			}
 		}
-		members["project_id"], _ = json.Marshal(project)
-		members["tool_name"], _ = json.Marshal(tool)
-		full, err := json.Marshal(members)
-		if err != nil {
-			httpjson.Error(w, err)
+		if len(vs) > 0 {
+			// Refused here, before the ledger: still list every violation,
+			// the request's own (an empty reason, a member it does not
+			// take) beside the path's.
+			if full != nil {
+				_, rvs := protocol.ParseToolPauseRequest(full)
+				vs = append(vs, rvs...)
+			}
+			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
 			return
 		}
 		actor := ""

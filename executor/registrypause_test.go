@@ -77,6 +77,10 @@ func TestRegistryPauseResume(t *testing.T) {
 	p = problem.Details{}
 	require.Equal(t, 400, postJSON(t, srv.URL+"/projects/p/tools/wire/resume", `{"reason":"x","tool_name":"other","project_id":"q"}`, &p))
 	require.ElementsMatch(t, []string{"body.tool_name", "body.project_id"}, fieldsOf(p))
+	// Refused before the ledger, yet every violation is listed: the path's
+	// and the request's own (an empty reason, a member it does not take).
+	require.Equal(t, 400, postJSON(t, srv.URL+"/projects/p/tools/wire/pause", `{"reason":"","zzz":1,"project_id":"other"}`, &p))
+	require.ElementsMatch(t, []string{"body.project_id", "body.reason", "body.zzz"}, fieldsOf(p))
 	p = problem.Details{}
 	require.Equal(t, 400, postJSON(t, srv.URL+"/projects/p/tools/wire/resume", `[1]`, &p))
 	require.Equal(t, []string{"body"}, fieldsOf(p))
