@@ -165,8 +165,18 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	if !writeOps[op] && m.Reply != "" {
 		return c, e
 	}
-	return c, s.l.RecordRefusal(ctx, op, c, m, e)
+	err := s.l.RecordRefusal(ctx, op, c, m, e)
+	if operatorActions[op] {
+		// Refused before the op's own handler (another project's admin,
+		// a bad block of headers): still an operator action refused.
+		s.l.countOperatorAction(op, err)
+	}
+	return c, err
 }
+
+// operatorActions are the operations cgledger_operator_actions_total
+// counts.
+var operatorActions = map[string]bool{protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
 
 // RecordRefusal writes the rejection entry of a request on an API subject
 // refused by its checks (CheckReadRequest's refusal), as the API server

@@ -277,3 +277,17 @@ func TestOperatorAuthOnlyAnAdmin(t *testing.T) {
 	require.Equal(t, "conflict", r.Error.Code)
 	require.NotZero(t, r.Error.RejectionSeq, "recorded")
 }
+
+// TestOperatorActionRefusedBeforeItsHandlerIsCounted: an admin's request on
+// project p1's API subject naming project p2 in its body is refused
+// forbidden by the caller check, before the op's handler, and still
+// counted as an operator action refused.
+func TestOperatorActionRefusedBeforeItsHandlerIsCounted(t *testing.T) {
+	e := newEnv(t)
+	serveAPI(t, e)
+	nc := e.srv.Connect(t)
+	r := request(t, nc, protocol.APISubject("p1", "ops", protocol.OpToolPause), nil, `{"project_id":"p2","tool_name":"echo","reason":"x"}`)
+	require.False(t, r.OK)
+	require.Equal(t, string(protocol.CodeForbidden), string(r.Error.Code), "%+v", r.Error)
+	require.Equal(t, 1.0, operatorActions(t, e.reg, protocol.OpToolPause, "refused"))
+}
