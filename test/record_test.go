@@ -696,7 +696,6 @@ func approvals(t *testing.T, r *replayRig) {
 		_, err := r.L.RegisterTool(r.ctx(), def)
 		require.NoError(t, err)
 	}
-	r.startExecutor()
 	held := func(c ledgertest.Call, args string, mod func(*protocol.DispatchRequest)) *protocol.CallRecord {
 		t.Helper()
 		req := dispatchReq(c, args)
@@ -726,6 +725,10 @@ func approvals(t *testing.T, r *replayRig) {
 	res, err := decide(protocol.OpApprove, "carol", approved, rec.Held.ArgumentsDigest, "release 1.4.2")
 	require.NoError(t, err)
 	require.NotZero(t, res.CommandSeq)
+	// The executor starts once the approval's follow-up (the command, the
+	// approved wakeup) is stored: running earlier, its result card could
+	// land between the two, and the recording would differ run to run.
+	r.startExecutor()
 	tr := r.resolved(approved)
 	require.Equal(t, protocol.StatusSuccess, tr.Status)
 	require.JSONEq(t, `{"env":"prod","version":"1.4.2"}`, string(tr.Result))
