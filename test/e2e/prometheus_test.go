@@ -115,14 +115,10 @@ func TestPrometheusUnderLoadAndFaults(t *testing.T) {
 		return out
 	}
 	var empty []string
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	pollUntil(2*time.Second, time.Now().Add(90*time.Second), func() bool {
 		empty = append(emptyQueries(p, all), emptyExtPanels()...)
-		if len(empty) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return len(empty) == 0
+	})
 	if len(empty) > 0 {
 		t.Errorf("%d of %d dashboard queries and recording rules, and panels with $tool=ext, return no data:\n%s",
 			len(empty), len(all)+len(extPanels), strings.Join(empty, "\n"))

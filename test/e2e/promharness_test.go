@@ -244,8 +244,7 @@ func waitAll(t *testing.T, timeout time.Duration, conds ...condition) bool {
 	t.Helper()
 	held := make([]bool, len(conds))
 	seen := make([]string, len(conds))
-	deadline := time.Now().Add(timeout)
-	for {
+	all := pollUntil(500*time.Millisecond, time.Now().Add(timeout), func() bool {
 		all := true
 		for i, c := range conds {
 			if !held[i] {
@@ -253,18 +252,29 @@ func waitAll(t *testing.T, timeout time.Duration, conds ...condition) bool {
 				all = all && held[i]
 			}
 		}
-		if all {
+		return all
+	})
+	for i, c := range conds {
+		if !held[i] {
+			t.Errorf("after %s: %s: never held; last seen: %s", timeout, c.what, seen[i])
+		}
+	}
+	return all
+}
+
+// pollUntil calls done at once and then at every tick of interval until it
+// returns true or deadline passes, and returns its last answer.
+func pollUntil(interval time.Duration, deadline time.Time, done func() bool) bool {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if done() {
 			return true
 		}
 		if time.Now().After(deadline) {
-			for i, c := range conds {
-				if !held[i] {
-					t.Errorf("after %s: %s: never held; last seen: %s", timeout, c.what, seen[i])
-				}
-			}
 			return false
 		}
-		time.Sleep(500 * time.Millisecond)
+		<-tick.C
 	}
 }
 
