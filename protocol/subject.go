@@ -98,6 +98,9 @@ type Subject struct {
 // String builds the subject text.
 func (s Subject) String() string {
 	p := []string{Root, s.Version, s.Project}
+	if tok, ok := callEntryTokens[s.Kind]; ok {
+		return strings.Join(append(p, s.Channel, "ledger", tok, s.AgentTurnID, s.ToolCallID), ".")
+	}
 	switch s.Kind {
 	case SubjectToolCommand:
 		p = append(append(p, s.Channel, "cmd", "tool"), s.Target...)
@@ -105,26 +108,6 @@ func (s Subject) String() string {
 		p = append(p, s.Channel, "cmd", "sys", "pmo", "internal", s.Tool)
 	case SubjectWakeup:
 		p = append(p, s.Channel, "cmd", "agent", s.WorkerTarget, "wakeup")
-	case SubjectReport:
-		p = append(p, s.Channel, "ledger", "report", s.AgentTurnID, s.ToolCallID)
-	case SubjectDuplicate:
-		p = append(p, s.Channel, "ledger", "duplicate", s.AgentTurnID, s.ToolCallID)
-	case SubjectWakeupSkip:
-		p = append(p, s.Channel, "ledger", "wakeup_skipped", s.AgentTurnID, s.ToolCallID)
-	case SubjectConsumed:
-		p = append(p, s.Channel, "ledger", "consumed", s.AgentTurnID, s.ToolCallID)
-	case SubjectCancel:
-		p = append(p, s.Channel, "ledger", "cancel", s.AgentTurnID, s.ToolCallID)
-	case SubjectAttempt:
-		p = append(p, s.Channel, "ledger", "attempt", s.AgentTurnID, s.ToolCallID)
-	case SubjectPrepared:
-		p = append(p, s.Channel, "ledger", "prepared", s.AgentTurnID, s.ToolCallID)
-	case SubjectHeld:
-		p = append(p, s.Channel, "ledger", "held", s.AgentTurnID, s.ToolCallID)
-	case SubjectApproval:
-		p = append(p, s.Channel, "ledger", "approval", s.AgentTurnID, s.ToolCallID)
-	case SubjectResolution:
-		p = append(p, s.Channel, "ledger", "resolution", s.AgentTurnID, s.ToolCallID)
 	case SubjectRejection:
 		p = append(p, s.Channel, "ledger", "rejection", s.Reason)
 	case SubjectCard:
@@ -311,6 +294,16 @@ var callEntryKinds = map[string]SubjectKind{
 	"approval":       SubjectApproval,
 	"resolution":     SubjectResolution,
 }
+
+// callEntryTokens is callEntryKinds the other way round: the token of each
+// call entry's subject, which String writes.
+var callEntryTokens = func() map[SubjectKind]string {
+	m := make(map[SubjectKind]string, len(callEntryKinds))
+	for tok, k := range callEntryKinds {
+		m[k] = tok
+	}
+	return m
+}()
 
 // ToolCommandSubject builds cg.<ver>.<project>.<channel>.cmd.tool.<target...>.
 func ToolCommandSubject(version, project, channel string, target ...string) string {
