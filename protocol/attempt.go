@@ -48,12 +48,16 @@ const (
 func ValidAttemptOutcome(s string) bool { return s == AttemptReconciled || s == AttemptOutcomeUnknown }
 
 // IdempotencyKey is the call's idempotency key: the same for every delivery,
-// attempt and executor of one call, different for every other call. It is
+// attempt and executor of one call, and for every redrive of it (a call id
+// <root>~r<n> has the key of <root>), different for every other call. It is
 // "idem-" and the first 32 hex digits of SHA-256 over the project, turn and
-// call ids, each as <decimal length>:<bytes>; (so that no two splits of the
-// same text collide). Services in other languages compute the same key, or
-// read it from the command's CG-Idempotency-Key.
+// (root) call ids, each as <decimal length>:<bytes>; (so that no two splits
+// of the same text collide). Services in other languages compute the same
+// key, or read it from the command's CG-Idempotency-Key.
 func IdempotencyKey(project, turnID, callID string) string {
+	if root, _, ok := RedriveOrigin(callID); ok {
+		callID = root
+	}
 	h := sha256.New()
 	for _, p := range []string{project, turnID, callID} {
 		h.Write([]byte(strconv.Itoa(len(p)) + ":" + p + ";"))

@@ -32,6 +32,7 @@ var knownKinds = map[EntryKind]bool{
 	KindCancel: true, KindSkip: true, KindAttempt: true, KindPrepared: true, KindDecision: true, KindHeld: true, KindApproval: true,
 	KindResolution: true,
 	KindToolPause:  true,
+	KindRedrive:    true,
 }
 
 // SkipEntry is the data of a skip entry: an operator's audited decision that

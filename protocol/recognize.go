@@ -63,6 +63,7 @@ var entrySubjects = map[EntryKind][]SubjectKind{
 	KindApproval:      {SubjectApproval},
 	KindResolution:    {SubjectResolution},
 	KindToolPause:     {SubjectPause},
+	KindRedrive:       {SubjectRedrive},
 }
 
 // RecognizeEntry classifies a stream message by its subject and

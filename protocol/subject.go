@@ -37,6 +37,7 @@ const (
 	SubjectApproval                // cg.<ver>.<p>.<c>.ledger.approval.<agent_turn_id>.<tool_call_id>
 	SubjectResolution              // cg.<ver>.<p>.<c>.ledger.resolution.<agent_turn_id>.<tool_call_id>
 	SubjectPause                   // cg.<ver>.<p>.pause.<tool_name>
+	SubjectRedrive                 // cg.<ver>.<p>.<c>.ledger.redrive.<agent_turn_id>.<tool_call_id>
 )
 
 var subjectKindNames = map[SubjectKind]string{
@@ -59,6 +60,7 @@ var subjectKindNames = map[SubjectKind]string{
 	SubjectApproval:    "approval",
 	SubjectResolution:  "resolution",
 	SubjectPause:       "pause",
+	SubjectRedrive:     "redrive",
 }
 
 // String names the kind as in entry kinds and metrics.
@@ -293,6 +295,7 @@ var callEntryKinds = map[string]SubjectKind{
 	"held":           SubjectHeld,
 	"approval":       SubjectApproval,
 	"resolution":     SubjectResolution,
+	"redrive":        SubjectRedrive,
 }
 
 // callEntryTokens is callEntryKinds the other way round: the token of each
