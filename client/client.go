@@ -485,6 +485,17 @@ func (c *Client) Resolve(ctx context.Context, actor string, req protocol.Resolve
 	return out, c.call(ctx, msg, &out)
 }
 
+// Redrive runs a failed or timed-out call again as a derived call
+// <root>~r<n> (call.redrive, an admin's op; see Ledger.Redrive), as actor.
+func (c *Client) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (protocol.RedriveResult, error) {
+	var out protocol.RedriveResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallRedrive), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
 // Resolution reads a call's resolution from call.get (see
 // Ledger.Resolution): nil when it has none.
 func (c *Client) Resolution(ctx context.Context, project, turnID, callID string) (*protocol.ResolutionEntry, error) {

@@ -102,6 +102,10 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 			c, _ := CallerFrom(ctx)
 			return l.resolveJSON(ctx, c.Actor, m.Data)
 		},
+		protocol.OpCallRedrive: func(ctx context.Context, m *nats.Msg) (any, error) {
+			c, _ := CallerFrom(ctx)
+			return l.redriveJSON(ctx, c.Actor, m.Data)
+		},
 		protocol.OpToolPause: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.toolPauseMsg(ctx, protocol.OpToolPause, m.Data)
 		},
@@ -148,7 +152,7 @@ func validReply(reply string) bool {
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
 var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true,
-	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
+	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
@@ -176,7 +180,7 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 
 // operatorActions are the operations cgledger_operator_actions_total
 // counts.
-var operatorActions = map[string]bool{protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
+var operatorActions = map[string]bool{protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
 
 // RecordRefusal writes the rejection entry of a request on an API subject
 // refused by its checks (CheckReadRequest's refusal), as the API server
@@ -399,6 +403,10 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 	if view.Resolution, err = s.l.callResolution(ctx, rec); err != nil {
 		return nil, err
 	}
+	if view.Redrive, err = s.l.callRedrive(ctx, rec); err != nil {
+		return nil, err
+	}
+	view.RedrivenFrom, _ = protocol.RedrivenFrom(rec.ToolCallID)
 	if twoPhase {
 		// Only on request: the two reads stay off the path of every other call.
 		if view.TwoPhase, err = s.l.twoPhase(ctx, rec); err != nil {

@@ -42,7 +42,9 @@ type ApprovalKeeperConfig struct {
 // races approvals through the approval subject like any decision); until
 // then it is handed back to the server to be delivered again then. An
 // approval entry whose call is still awaiting_approval after FinishAfter
-// (its decider stopped half-way) gets its follow-up finished.
+// (its decider stopped half-way) gets its follow-up finished. A redrive
+// entry gets its derived call dispatched FinishAfter after it was written
+// (a dispatch is idempotent: one done already is answered as such).
 type ApprovalKeeper struct {
 	l   *Ledger
 	cfg ApprovalKeeperConfig
@@ -72,10 +74,10 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 		workers: cfg.Workers,
 		create: l.keeperConsumer("approval keeper", jetstream.ConsumerConfig{
 			Durable:     cfg.Durable,
-			Description: "cgledger: held calls' expiry and decisions' follow-up (serve's approval keeper)",
+			Description: "cgledger: held calls' expiry, decisions' and redrives' follow-up (serve's approval keeper)",
 			// Every held call stays pending until its decision or expiry
 			// (up to 7 days).
-			FilterSubjects: []string{base + "held.*.*", base + "approval.*.*"},
+			FilterSubjects: []string{base + "held.*.*", base + "approval.*.*", base + "redrive.*.*"},
 			AckWait:        cfg.AckWait,
 		}),
 		retry:   cfg.Retry,
@@ -94,7 +96,7 @@ func (k *ApprovalKeeper) Stop(ctx context.Context) error {
 	return k.run.stop(ctx)
 }
 
-// process decides one delivery of a held or approval entry.
+// process decides one delivery of a held, approval or redrive entry.
 func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 	l := k.l
 	var ids struct {
@@ -108,6 +110,10 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 	}
 	kind := protocol.HeaderGet(msg.Headers(), protocol.HeaderEntryKind)
 	now := time.Now()
+	if kind == string(protocol.KindRedrive) {
+		k.redrive(msg, now)
+		return
+	}
 	if kind == string(protocol.KindHeld) {
 		var h protocol.HeldEntry
 		if err := json.Unmarshal(msg.Data(), &h); err != nil {
@@ -161,6 +167,34 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 	}
 	if _, err := l.finishDecision(ctx, rec, decided, seq); err != nil {
 		k.run.later(msg, "finish the decision", err)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// redrive finishes a redrive entry's dispatch once its operator's request
+// had FinishAfter to do it: the dispatch is idempotent, so it is simply
+// dispatched again. A refusal of that dispatch (the stored one can never
+// be taken) is logged and not retried: each retry would record another.
+func (k *ApprovalKeeper) redrive(msg jetstream.Msg, now time.Time) {
+	var e protocol.RedriveEntry
+	if err := json.Unmarshal(msg.Data(), &e); err != nil {
+		_ = msg.Ack()
+		return
+	}
+	if age := now.Sub(time.UnixMilli(e.RedrivenUnixMS)); age < k.cfg.FinishAfter {
+		_ = msg.NakWithDelay(k.cfg.FinishAfter - age)
+		return
+	}
+	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := k.l.dispatchRedrive(ctx, &e); err != nil {
+		if _, refused := protocol.AsError(err); refused {
+			k.l.log.Error("approval keeper: the dispatch of a redrive's derived call is refused", "project", e.ProjectID, "turn", e.AgentTurnID, "call", e.ToolCallID, "redrive_call", e.RedriveCallID, "err", err)
+			_ = msg.Ack()
+			return
+		}
+		k.run.later(msg, "dispatch a redrive's derived call", err)
 		return
 	}
 	_ = msg.Ack()

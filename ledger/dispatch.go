@@ -87,6 +87,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	}
 	id, hvs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == protocol.SubjectPMOCommand})
 	vs = append(vs, hvs...)
+	if protocol.ReservedCallID(id.ToolCallID) && ctx.Value(redriveKey{}) == nil {
+		// <root>~r<n> is a redrive's derived call, which only the ledger
+		// creates: it shares the root's idempotency key.
+		vs.Add("header."+protocol.HeaderToolCallID, protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the derived calls of call.redrive", id.ToolCallID, protocol.RedriveSeparator)
+	}
 	payload := protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
 	card := protocol.DecodeCard("card", cardJSON, &vs)
 	if card != nil {

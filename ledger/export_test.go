@@ -22,6 +22,7 @@ const (
 	StepPauseHeld            = stepPauseHeld
 	StepResumed              = stepResumed
 	StepResumeReleased       = stepResumeReleased
+	StepRedriveEntry         = stepRedriveEntry
 )
 
 // SetAfterStep installs the report-path fault-injection hook (tests only).

@@ -102,6 +102,9 @@ const (
 	stepApprovalCommand step = "approval_command" // an approved call's command acknowledged
 	stepApprovalWoken   step = "approval_woken"   // its approved wakeup acknowledged
 
+	// Redrive steps (redrive.go).
+	stepRedriveEntry step = "redrive_entry" // redrive entry acknowledged, before the derived call's dispatch
+
 	// Pause steps (pause.go).
 	stepPauseHeld      step = "pause_held"      // held entry of a paused tool's call acknowledged
 	stepResumed        step = "resumed"         // resume entry acknowledged

@@ -140,8 +140,14 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 		}, []string{"tool", "decision"}),
 		operatorActions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_operator_actions_total",
-			Help: "Operator actions this process answered (call.cancel, call.resolve, tool.pause, tool.resume), by action and outcome: ok (recorded, or found recorded) or refused (a rejection entry says why).",
+			Help: "Operator actions this process answered (call.cancel, call.resolve, call.redrive, tool.pause, tool.resume), by action and outcome: ok (recorded, or found recorded) or refused (a rejection entry says why).",
 		}, []string{"action", "outcome"}),
+	}
+	// Every operator action's series exists from the start, at 0, so a
+	// rate or an alert on it has a series before the first action.
+	for op := range operatorActions {
+		m.operatorActions.WithLabelValues(op, "ok")
+		m.operatorActions.WithLabelValues(op, "refused")
 	}
 	if reg == nil {
 		return m, nil

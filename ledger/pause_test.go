@@ -324,8 +324,7 @@ func TestPauseRefusals(t *testing.T) {
 	_, err = l.ToolPauseOp(ctx, protocol.OpToolResume, "ops", []byte(`{"project_id":"`+project+`","tool_name":"wire"}`))
 	e4 := requireRefusal(t, err, protocol.CodeBadRequest)
 	require.Equal(t, "body.reason", e4.Violations[0].Field, "the reason is required")
-	refused, _ := gaugeValue(t, reg, "cgledger_operator_actions_total", "outcome", "refused")
-	require.Positive(t, refused)
+	require.Positive(t, operatorActions(t, reg, protocol.OpToolResume, "refused"))
 	rejections := e.subjectEntries(t, protocol.RejectionSubject("v1", project, protocol.Unrouted, protocol.CodeConflict))
 	require.NotEmpty(t, rejections, "the refusal is recorded")
 }

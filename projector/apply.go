@@ -264,6 +264,8 @@ func (a *applier) apply(e protocol.Entry) error {
 		err = a.approval(ev)
 	case protocol.KindResolution:
 		err = a.resolution(ev)
+	case protocol.KindRedrive:
+		err = a.redrive(ev)
 	case protocol.KindToolPause:
 		err = a.toolPause(ev)
 	case protocol.ViewKindExternalWakeup:
@@ -884,6 +886,27 @@ func (a *applier) resolution(ev event) error {
 		return err
 	}
 	st.Resolution, st.ResolutionSeq = e.Effect, ev.seq
+	a.saveState(st, ev.seq)
+	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
+	return nil
+}
+
+// redrive records an operator's redrive of a failed or timed-out call in
+// its state and timeline; the call's report and status stay as they are,
+// and the derived call has a story of its own from its dispatch.
+func (a *applier) redrive(ev event) error {
+	var e protocol.RedriveEntry
+	if err := decode(ev, &e); err != nil {
+		return err
+	}
+	if !protocol.ValidIdentifier(e.ProjectID) || !protocol.ValidIdentifier(e.AgentTurnID) || !protocol.ValidIdentifier(e.ToolCallID) || !protocol.ValidIdentifier(e.RedriveCallID) {
+		return corrupt(ev.seq, "redrive entry without valid identity or derived call")
+	}
+	st, err := a.stateFor(e.ProjectID, e.AgentTurnID, e.ToolCallID, ev.seq)
+	if err != nil {
+		return err
+	}
+	st.RedriveCallID, st.RedriveSeq = e.RedriveCallID, ev.seq
 	a.saveState(st, ev.seq)
 	a.trace(ev, e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	return nil

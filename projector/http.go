@@ -91,6 +91,7 @@ func (h *handler) routes() []route {
 		{"POST /v1/projects/{project}/approvals/{turn}/{call}/deny", h.decide(protocol.OpDeny)},
 		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/cancel", h.operate(protocol.OpCallCancel)},
 		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/resolve", h.operate(protocol.OpCallResolve)},
+		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/redrive", h.operate(protocol.OpCallRedrive)},
 		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
 		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
 		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},

@@ -9,15 +9,17 @@ import (
 
 // OperateFunc sends an operator action to the ledger as actor (the admin's
 // actor token) and returns its answer: op protocol.OpCallCancel with a
-// protocol.OperatorCancelRequest, or protocol.OpCallResolve with a
-// protocol.ResolveRequest. serve sends it over NATS (client.Client
-// OperatorCancel and Resolve) so that it is checked and recorded as an
-// admin's own request is.
+// protocol.OperatorCancelRequest, protocol.OpCallResolve with a
+// protocol.ResolveRequest, or protocol.OpCallRedrive with a
+// protocol.RedriveRequest. serve sends it over NATS (client.Client
+// OperatorCancel, Resolve and Redrive) so that it is checked and recorded
+// as an admin's own request is.
 type OperateFunc func(ctx context.Context, op, actor string, req any) (any, error)
 
-// operate serves POST .../turns/{turn}/calls/{call}/cancel and .../resolve:
-// the path names the call, the body the reason (and, for resolve, the
-// effect); the actor is the bearer credential's (HTTPConfig.Operator).
+// operate serves POST .../turns/{turn}/calls/{call}/cancel, .../resolve and
+// .../redrive: the path names the call, the body the reason (and, for
+// resolve, the effect); the actor is the bearer credential's
+// (HTTPConfig.Operator).
 func (h *handler) operate(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		actor, fromBody := bearerName(h.cfg.Operator, r)
@@ -35,7 +37,7 @@ func (h *handler) operate(op string) http.HandlerFunc {
 	}
 }
 
-// parseOperatorBody reads a cancel or resolve body, the call taken from the
+// parseOperatorBody reads a cancel, resolve or redrive body, the call taken from the
 // path, listing every violation (the path's ids and the body's fields,
 // checked as the ledger checks the request). fromBody says the actor is
 // the body's "actor" (a serve without credentials), which actor receives.
@@ -48,9 +50,12 @@ func parseOperatorBody(r *http.Request, op string, body []byte, fromBody bool, a
 	}
 	var req any
 	var rvs protocol.Violations
-	if op == protocol.OpCallResolve {
+	switch op {
+	case protocol.OpCallResolve:
 		req, rvs = protocol.ParseResolveRequest(whole)
-	} else {
+	case protocol.OpCallRedrive:
+		req, rvs = protocol.ParseRedriveRequest(whole)
+	default:
 		req, rvs = protocol.ParseOperatorCancelRequest(whole)
 	}
 	return req, append(vs, pathNamed(rvs)...)

@@ -62,6 +62,8 @@ func marshalCallState(st *CallState) ([]byte, error) {
 	w.uint("paused_seq", st.PausedSeq, true)
 	w.str("resolution", st.Resolution, true)
 	w.uint("resolution_seq", st.ResolutionSeq, true)
+	w.str("redrive_call_id", st.RedriveCallID, true)
+	w.uint("redrive_seq", st.RedriveSeq, true)
 	w.uint("updated_seq", st.UpdatedSeq, false)
 	if w.err != nil {
 		return nil, w.err

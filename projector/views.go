@@ -94,6 +94,10 @@ type CallState struct {
 	// (call.resolve: applied or not_applied), ResolutionSeq its entry.
 	Resolution    string `json:"resolution,omitempty"`
 	ResolutionSeq uint64 `json:"resolution_seq,omitempty"`
+	// RedriveCallID is the call an operator's redrive derived from this
+	// one (call.redrive: <root>~r<n>), RedriveSeq the redrive entry.
+	RedriveCallID string `json:"redrive_call_id,omitempty"`
+	RedriveSeq    uint64 `json:"redrive_seq,omitempty"`
 
 	// UpdatedSeq is the sequence of the entry that produced this version.
 	UpdatedSeq uint64 `json:"updated_seq"`

@@ -162,6 +162,13 @@ type CallView struct {
 	// what became of an outcome_unknown call's side effect), with its
 	// entry's seq; nil when there is none.
 	Resolution *ResolutionEntry `json:"resolution,omitempty"`
+	// Redrive is the call's redrive (call.redrive: the derived call that
+	// runs it again), with its entry's seq; nil when there is none. Only a
+	// failed or timed-out call has one.
+	Redrive *RedriveEntry `json:"redrive,omitempty"`
+	// RedrivenFrom is, for a derived call (<root>~r<n>), the call it was
+	// redriven from; empty for any other.
+	RedrivenFrom string `json:"redriven_from,omitempty"`
 }
 
 // ParsePrepare reads a prepare body, listing every violation.

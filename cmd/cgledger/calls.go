@@ -15,6 +15,7 @@ import (
 const callsUsage = `Usage:
   cgledger calls cancel --project P --turn T --call C --reason R
   cgledger calls resolve --project P --turn T --call C --effect applied|not_applied --reason R
+  cgledger calls redrive --project P --turn T --call C --reason R
 `
 
 // calls runs the operator actions on calls, through serve's HTTP API
@@ -29,8 +30,10 @@ func calls(args []string) int {
 		return callsAct(protocol.OpCallCancel, args[1:])
 	case "resolve":
 		return callsAct(protocol.OpCallResolve, args[1:])
+	case "redrive":
+		return callsAct(protocol.OpCallRedrive, args[1:])
 	}
-	return failf(exitUsage, "calls: unknown subcommand %q (cancel, resolve)", args[0])
+	return failf(exitUsage, "calls: unknown subcommand %q (cancel, resolve, redrive)", args[0])
 }
 
 func callPath(project, turn, call, action string) string {
@@ -48,6 +51,12 @@ already has a report cannot be canceled.`
 		synopsis, help = name+" --project P --turn T --call C --effect applied|not_applied --reason R [--json]",
 			`Record what became of the side effect of a call reported failed with S-TOOL-OUTCOME-UNKNOWN
 (outcome_unknown): applied or not_applied, once per call. The call's report is left as it is.`
+	}
+	if op == protocol.OpCallRedrive {
+		help = `Run a call reported failed or timeout again as a new call derived from it, <call>~r<n>:
+the same agent, turn, tool, arguments and idempotency key. The failed call keeps its report;
+the derived call gets its own and wakes the same agent. A side_effectful tool's call whose
+outcome is unknown needs a resolution not_applied first (calls resolve). Once per call.`
 	}
 	fs := newFlagSet(name, synopsis, help)
 	var cf clientFlags
@@ -98,6 +107,25 @@ already has a report cannot be canceled.`
 	}
 	if cf.asJSON {
 		fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
+		return exitOK
+	}
+	if op == protocol.OpCallRedrive {
+		var res protocol.RedriveResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
+		}
+		how := "redriven"
+		if res.Duplicate {
+			how = "already redriven"
+		}
+		state := "dispatched"
+		switch {
+		case res.Dispatch.AwaitingApproval:
+			state = "awaiting approval"
+		case res.Dispatch.Paused:
+			state = "held by a pause of its tool"
+		}
+		fmt.Fprintf(stdout, "%s as %s (%s; ledger seq %d)\n", how, res.RedriveCallID, state, res.Seq)
 		return exitOK
 	}
 	if op == protocol.OpCallResolve {

@@ -24,6 +24,8 @@ func operatorActions(nc *nats.Conn) projector.OperateFunc {
 			return c.OperatorCancel(ctx, actor, r)
 		case protocol.ResolveRequest:
 			return c.Resolve(ctx, actor, r)
+		case protocol.RedriveRequest:
+			return c.Redrive(ctx, actor, r)
 		}
 		return nil, fmt.Errorf("%s: unexpected request %T", op, req)
 	}

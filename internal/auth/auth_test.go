@@ -384,6 +384,10 @@ func TestApproverGrant(t *testing.T) {
 		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", approverA, http.StatusForbidden},
 		{"POST", "/v1/projects/A/turns/t1/calls/c1/cancel", workerA, http.StatusForbidden},
 		{"POST", "/v1/projects/B/turns/t1/calls/c1/resolve", adminA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/redrive", adminA, http.StatusTeapot},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/redrive", auditorA, http.StatusForbidden},
+		{"POST", "/v1/projects/A/turns/t1/calls/c1/redrive", workerA, http.StatusForbidden},
+		{"POST", "/v1/projects/B/turns/t1/calls/c1/redrive", adminA, http.StatusForbidden},
 		{"GET", "/v1/projects/A/turns/t1/calls/c1", auditorA, http.StatusTeapot},
 	} {
 		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
@@ -400,7 +404,7 @@ func TestApproverGrant(t *testing.T) {
 // among the operations its credential may publish, so NATS refuses them
 // to every other credential.
 func TestAdminOpsAreNoOtherRoles(t *testing.T) {
-	require.ElementsMatch(t, []string{"call.cancel", "call.resolve", "tool.pause", "tool.resume"}, auth.AdminOps)
+	require.ElementsMatch(t, []string{"call.cancel", "call.resolve", "call.redrive", "tool.pause", "tool.resume"}, auth.AdminOps)
 	for _, g := range []auth.Grant{
 		{Role: auth.RoleWorker, Project: "p"},
 		{Role: auth.RoleTool, Project: "p"},

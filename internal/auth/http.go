@@ -101,7 +101,7 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 	switch {
 	case isOperatorAction(method, parts):
 		if g.Role != RoleAdmin || !g.Allows(parts[2]) {
-			return "an operator action (cancel, resolve) needs an admin credential of project " + parts[2]
+			return "an operator action (cancel, resolve, redrive) needs an admin credential of project " + parts[2]
 		}
 	case g.Role == RoleApprover:
 		return authorizeApprover(g, method, parts)
@@ -138,10 +138,10 @@ func isApprovalDecision(method string, parts []string) bool {
 		(parts[6] == "approve" || parts[6] == "deny")
 }
 
-// isOperatorAction reports POST /v1/projects/{p}/turns/{turn}/calls/{call}/cancel|resolve.
+// isOperatorAction reports POST /v1/projects/{p}/turns/{turn}/calls/{call}/cancel|resolve|redrive.
 func isOperatorAction(method string, parts []string) bool {
 	return method == http.MethodPost && len(parts) == 8 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "turns" &&
-		parts[5] == "calls" && (parts[7] == "cancel" || parts[7] == "resolve")
+		parts[5] == "calls" && (parts[7] == "cancel" || parts[7] == "resolve" || parts[7] == "redrive")
 }
 
 // authorizeApprover lets an approver use its project's approvals and
