@@ -235,7 +235,11 @@ func (l *Ledger) redriveTerms(ctx context.Context, rec *protocol.CallRecord, vs 
 	if len(*vs) > 0 {
 		return e, nil
 	}
-	if e.Dispatch, err = l.redriveDispatchOf(ctx, rec, derived, cardID, vs); err != nil {
+	commandSeq := report.CommandSeq
+	if commandSeq == 0 {
+		commandSeq = rec.CommandSeq
+	}
+	if e.Dispatch, err = l.redriveDispatchOf(ctx, rec, commandSeq, derived, cardID, vs); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -280,21 +284,22 @@ func (l *Ledger) callDeterminism(ctx context.Context, rec *protocol.CallRecord) 
 }
 
 // redriveDispatchOf builds the derived call's dispatch from the original's:
-// its command entry's identity and payload (or, for a call whose command
-// was never published, those its record held), its tool.call card under
+// its command entry's (commandSeq: the report's, else the record's)
+// identity and payload (or, for a call whose command was never published,
+// those its record held), its tool.call card under
 // the derived ids, and its own ask for approval. A card id taken by
 // another card is listed in vs.
-func (l *Ledger) redriveDispatchOf(ctx context.Context, rec *protocol.CallRecord, derived, cardID string, vs *protocol.Violations) (protocol.RedriveDispatch, error) {
+func (l *Ledger) redriveDispatchOf(ctx context.Context, rec *protocol.CallRecord, commandSeq uint64, derived, cardID string, vs *protocol.Violations) (protocol.RedriveDispatch, error) {
 	var d protocol.RedriveDispatch
 	var header nats.Header
 	var payloadJSON []byte
+	cmd, err := l.commandEntry(ctx, rec, commandSeq)
+	if err != nil {
+		return d, err
+	}
 	switch {
-	case rec.CommandSeq != 0:
-		m, err := l.stream.GetMsg(ctx, rec.CommandSeq)
-		if err != nil {
-			return d, fmt.Errorf("read command entry %d: %w", rec.CommandSeq, err)
-		}
-		header, payloadJSON = m.Header, m.Data
+	case cmd != nil:
+		header, payloadJSON = cmd.Header, cmd.Data
 	case rec.Paused != nil:
 		header, payloadJSON = nats.Header(rec.Paused.Header), rec.Paused.Payload
 	case rec.Held != nil:
@@ -330,6 +335,48 @@ func (l *Ledger) redriveDispatchOf(ctx context.Context, rec *protocol.CallRecord
 		d.Approval = &protocol.DispatchApproval{Required: true}
 	}
 	return d, nil
+}
+
+// commandEntry reads a call's command entry: at seq when known; else
+// (the record does not hold its sequence yet, or the process that
+// published it stopped before writing it) the first entry on the call's
+// command subject after its tool.call card that names the call. Nil when
+// the call has none (held, or paused, before any command).
+func (l *Ledger) commandEntry(ctx context.Context, rec *protocol.CallRecord, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if seq != 0 {
+		m, err := l.stream.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("read command entry %d: %w", seq, err)
+		}
+		return m, nil
+	}
+	from := rec.CardSeq
+	if from == 0 {
+		card, err := l.firstForSubject(ctx, protocol.CardSubject(l.version, rec.ProjectID, rec.ToolCallCardID))
+		if err != nil {
+			return nil, fmt.Errorf("read tool.call card %s: %w", rec.ToolCallCardID, err)
+		}
+		if card == nil {
+			return nil, nil
+		}
+		from = card.Sequence
+	}
+	// Bounded: the command follows its card closely; a call whose command
+	// is not among the next entries of its subject has none.
+	for range 10_000 {
+		m, err := l.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(rec.Subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find the command of call %s: %w", rec.ToolCallID, err)
+		}
+		if protocol.HeaderGet(m.Header, protocol.HeaderAgentTurnID) == rec.AgentTurnID && protocol.HeaderGet(m.Header, protocol.HeaderToolCallID) == rec.ToolCallID {
+			return m, nil
+		}
+		from = m.Sequence + 1
+	}
+	return nil, fmt.Errorf("find the command of call %s: not among the 10000 entries of %s after its card", rec.ToolCallID, rec.Subject)
 }
 
 // callRedrive fills a call view's redrive: only a failed or timed-out call
