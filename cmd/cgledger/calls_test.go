@@ -139,3 +139,72 @@ func TestCallsOperatorActionsOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "%v", out)
 	require.NotZero(t, out["rejection_seq"], "the refusal is recorded")
 }
+
+// TestCallsRedriveOverHTTP: POST .../calls/{call}/redrive behind serve's
+// credential policy, with a real ledger behind it: a non-admin is 403; a
+// bad body is 400 listing every violation; the CLI with an admin
+// credential redrives a failed call (the derived call <call>~r1 is
+// dispatched, the redrive recorded under the credential's label); a second,
+// different redrive is refused (409, exit 1, recorded).
+func TestCallsRedriveOverHTTP(t *testing.T) {
+	e := ledgertest.NewAuth(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	failed := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "c1", Epoch: 1, Tool: "deploy"}
+	e.Complete(t, failed, protocol.StatusFailed, `null`)
+
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{})
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := e.Srv.Keys().Verifier()
+	require.NoError(t, err)
+	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+		Operate: operatorActions(e.NC), Operator: httpOperator(true),
+	})))
+	defer hs.Close()
+	redriveURL := hs.URL + "/v1/projects/proj/turns/t1/calls/c1/redrive"
+	for _, g := range []auth.Grant{
+		{Role: auth.RoleAuditor, Project: "proj"},
+		{Role: auth.RoleWorker, Project: "proj", Agent: "alice"},
+		{Role: auth.RoleAdmin, Project: "other"},
+	} {
+		status, out := postAs(t, redriveURL, e.Srv.Issue(t, g, time.Hour).JWT, `{"reason":"again"}`)
+		require.Equal(t, http.StatusForbidden, status, "%s: %v", g.Role, out)
+	}
+	admin := e.Srv.Issue(t, auth.Grant{Role: auth.RoleAdmin, Project: "proj", Label: "ops-anna"}, time.Hour)
+	status, out := postAs(t, redriveURL, admin.JWT, `{"tool_call_id":"x","actor":"me","effect":"applied"}`)
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	var fields []string
+	for _, v := range out["violations"].([]any) {
+		fields = append(fields, v.(map[string]any)["field"].(string))
+	}
+	require.ElementsMatch(t, []string{"body.tool_call_id", "body.actor", "body.effect", "body.reason"}, fields)
+
+	creds := filepath.Join(t.TempDir(), "admin.creds")
+	require.NoError(t, os.WriteFile(creds, admin.Creds, 0o600))
+	t.Setenv("CGLEDGER_NATS_CREDS", "")
+	t.Setenv("CGLEDGER_DATA", t.TempDir())
+	conn := []string{"--server", hs.URL, "--creds", creds, "--project", "proj", "--turn", "t1"}
+	code, _ := runCLI(t, append([]string{"calls", "redrive", "--call", "c1"}, conn...)...)
+	require.Equal(t, exitUsage, code, "--reason is required")
+	code, out2 := runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "the deploy host is back"}, conn...)...)
+	require.Equal(t, exitOK, code, out2)
+	require.Contains(t, out2, "redriven as c1~r1 (dispatched; ledger seq")
+	rd, err := e.L.RedriveOf(ctx, "proj", "t1", "c1")
+	require.NoError(t, err)
+	require.Equal(t, "ops-anna", rd.Actor, "recorded under the admin credential's label")
+	rec, err := e.L.GetCall(ctx, "proj", "t1", "c1~r1")
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateDispatched, rec.State)
+	code, out2 = runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "the deploy host is back", "--json"}, conn...)...)
+	require.Equal(t, exitOK, code, out2)
+	require.Contains(t, out2, `"duplicate":true`)
+	code, _ = runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "changed"}, conn...)...)
+	require.Equal(t, exitFailed, code, "redriven already: refused")
+	status, out = postAs(t, redriveURL, admin.JWT, `{"reason":"changed"}`)
+	require.Equal(t, http.StatusConflict, status, "%v", out)
+	require.NotZero(t, out["rejection_seq"], "the refusal is recorded")
+	require.Contains(t, out["violations"].([]any)[0].(map[string]any)["message"], "already redriven as c1~r1")
+}
