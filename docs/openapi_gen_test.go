@@ -336,6 +336,15 @@ func buildDocument() obj {
 				"the resolution named). Needs an admin credential of the project.",
 			params: path("project", "turn", "call"), body: jsonBody("The effect and why.", sch(ResolveBody{})),
 			ok: ok("The resolution recorded.", protocol.ResolveResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
+		{method: "post", path: "/v1/projects/{project}/turns/{turn}/calls/{call}/redrive", id: "redriveCall", tag: "operator",
+			summary: "Redrive a failed or timed-out call (operator)",
+			desc: "Sends call.redrive to the ledger as the bearer admin credential's actor (docs/operations.md#redrive): records (once per call) a redrive entry and " +
+				"dispatches the derived call <call>~r<n>, with the same agent, turn, tool, arguments and idempotency key; its report wakes the same agent. The call's " +
+				"own report is left as it is. The same actor and reason again answers the stored redrive (duplicate true). Refusals: 400 bad_request, 404 unknown_call, " +
+				"409 conflict (no report, a report other than failed or timeout, a denied approval, a side_effectful call whose outcome is unknown and not resolved " +
+				"not_applied, a derived id too long, or redriven already: the derived call named). Needs an admin credential of the project.",
+			params: path("project", "turn", "call"), body: jsonBody("Why.", sch(RedriveBody{})),
+			ok: ok("The redrive recorded and its derived call's dispatch.", protocol.RedriveResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
 		{method: "get", path: "/v1/unrecognized", id: "listUnrecognized", tag: "audit",
 			summary: "Unrecognized stream messages", desc: "Messages the projector recorded as unrecognized (not ledger entries), in ledger order.",
 			params: paged, ok: ok("A page of unrecognized entries.", projector.Page[projector.UnrecognizedEntry]{}), errs: queryErrs},
@@ -521,6 +530,11 @@ type OperatorCancelBody struct {
 // ResolveBody is the body of POST .../calls/{call}/resolve.
 type ResolveBody struct {
 	Effect string `json:"effect"`
+	Reason string `json:"reason"`
+}
+
+// RedriveBody is the body of POST .../calls/{call}/redrive.
+type RedriveBody struct {
 	Reason string `json:"reason"`
 }
 

@@ -401,10 +401,11 @@ var pathValues = map[string]string{
 var heldCallOps = map[string]ledgertest.Call{"getApproval": heldCalls[0], "approve": heldCalls[0], "deny": heldCalls[1]}
 
 // operatorOps are the operator actions, whose success needs a call still
-// running (cancel) or reported outcome_unknown (resolve), which populate
-// does not make: cmd/cgledger's TestCallsOperatorActionsOverHTTP answers
+// running (cancel), reported outcome_unknown (resolve) or failed (redrive),
+// which populate does not make: cmd/cgledger's
+// TestCallsOperatorActionsOverHTTP and TestCallsRedriveOverHTTP answer
 // them through serve's policy and a real ledger.
-var operatorOps = map[string]bool{"cancelCall": true, "resolveCall": true}
+var operatorOps = map[string]bool{"cancelCall": true, "resolveCall": true, "redriveCall": true}
 
 // TestOpenAPIServedByARealServer runs `cgledger serve` (built from this
 // tree, with authentication, on loopback ports) and asks every documented
