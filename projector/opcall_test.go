@@ -60,6 +60,42 @@ func TestResolutionInTheViews(t *testing.T) {
 	require.Empty(t, un.Items)
 }
 
+// TestRedriveInTheViews: an operator's redrive of a failed call is
+// applied (not unrecognized): the call state names the derived call and
+// the entry beside the report it leaves as it was, the call's story holds
+// the entry, and the derived call has its own state and story.
+func TestRedriveInTheViews(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	c := ledgertest.Call{Project: "proj", Channel: "main", Agent: "agent", Turn: "turn-1", ID: "call-1", Epoch: 1, Tool: "deploy"}
+	e.Complete(t, c, protocol.StatusFailed, `null`)
+	res, err := e.L.Redrive(ctx, "ops", protocol.RedriveRequest{ProjectID: c.Project, AgentTurnID: c.Turn, ToolCallID: c.ID, Reason: "the host is back"})
+	require.NoError(t, err)
+
+	s := openStore(t, filepath.Join(t.TempDir(), "v"))
+	defer s.Close()
+	require.NoError(t, newProjector(t, e, s, 100).CatchUp(ctx))
+	q := projector.NewQueries(s)
+	st, _, err := q.CallState(c.Project, c.Turn, c.ID, projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, "call-1~r1", st.RedriveCallID)
+	require.Equal(t, res.Seq, st.RedriveSeq)
+	require.Equal(t, protocol.StatusFailed, st.Status, "the report is as it was")
+	story, err := q.CallStory(c.Project, c.ID, c.Turn, projector.AsOf{})
+	require.NoError(t, err)
+	var kinds []string
+	for _, it := range story.Items {
+		kinds = append(kinds, it.Kind)
+	}
+	require.Contains(t, kinds, string(protocol.KindRedrive))
+	derived, _, err := q.CallState(c.Project, c.Turn, res.RedriveCallID, projector.AsOf{})
+	require.NoError(t, err)
+	require.Equal(t, res.Dispatch.CommandSeq, derived.DispatchedSeq)
+	un, err := q.Unrecognized(projector.AsOf{}, "", 100)
+	require.NoError(t, err)
+	require.Empty(t, un.Items)
+}
+
 // TestOperatorHTTPWithoutCredentials: a serve without credentials names
 // the operator from the body's actor (required, an identifier); the path
 // names the call; the op's parser lists every other violation.
