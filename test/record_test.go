@@ -640,7 +640,9 @@ func twoPhaseCommit(t *testing.T, r *replayRig) {
 // cancel of a reported call; a side_effectful call whose attempt started
 // ends failed S-TOOL-OUTCOME-UNKNOWN, the operator resolves it not_applied
 // (a resolution entry, the report untouched), and a second, different
-// resolution is refused.
+// resolution is refused; the operator then redrives it (a redrive entry,
+// the derived call call-lost~r1 dispatched and reported success), and a
+// second, different redrive is refused.
 func operatorActions(t *testing.T, r *replayRig) {
 	r.roster("alice")
 	cancelOf := func(c ledgertest.Call, reason string) (protocol.OperatorCancelResult, error) {
@@ -675,6 +677,27 @@ func operatorActions(t *testing.T, r *replayRig) {
 	resolve.Effect = protocol.EffectApplied
 	_, err = r.L.Resolve(r.ctx(), "ops", resolve)
 	requireRefused(t, err, protocol.ErrConflict, "a second resolution")
+
+	// Resolved not_applied, the lost call is redriven: the derived call
+	// call-lost~r1 (same arguments and idempotency key) is dispatched, and
+	// its report wakes alice; a second, different redrive is refused.
+	redrive := protocol.RedriveRequest{ProjectID: lost.Project, AgentTurnID: lost.Turn, ToolCallID: lost.ID, Reason: "charge it now"}
+	rd, err := r.L.Redrive(r.ctx(), "ops", redrive)
+	require.NoError(t, err)
+	require.Equal(t, "call-lost~r1", rd.RedriveCallID)
+	derived := lost
+	derived.ID = rd.RedriveCallID
+	// The derived call's tool.call card keeps the original's metadata,
+	// which its result card copies.
+	result := derived.ResultCard(protocol.StatusSuccess, `{"charged":5}`)
+	result.Metadata = lost.Meta()
+	_, err = r.L.PutCard(r.ctx(), result)
+	require.NoError(t, err)
+	_, err = r.L.Report(r.ctx(), derived.Report(protocol.StatusSuccess))
+	require.NoError(t, err)
+	redrive.Reason = "once more"
+	_, err = r.L.Redrive(r.ctx(), "ops", redrive)
+	requireRefused(t, err, protocol.ErrConflict, "a second redrive")
 }
 
 // approvals: calls held for approval (docs/approvals.md), each with its
