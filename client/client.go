@@ -496,6 +496,20 @@ func (c *Client) Redrive(ctx context.Context, actor string, req protocol.Redrive
 	return out, c.call(ctx, msg, &out)
 }
 
+// RedriveOf reads a call's redrive from call.get (see Ledger.RedriveOf):
+// nil when it has none.
+func (c *Client) RedriveOf(ctx context.Context, project, turnID, callID string) (*protocol.RedriveEntry, error) {
+	var out protocol.CallView
+	msg, err := jsonMsg(c.subject(project, "", protocol.OpCallGet), map[string]any{"project_id": project, "agent_turn_id": turnID, "tool_call_id": callID})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, msg, &out); err != nil {
+		return nil, err
+	}
+	return out.Redrive, nil
+}
+
 // Resolution reads a call's resolution from call.get (see
 // Ledger.Resolution): nil when it has none.
 func (c *Client) Resolution(ctx context.Context, project, turnID, callID string) (*protocol.ResolutionEntry, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -138,6 +139,9 @@ func TestRedriveRunsAFailedCallAgain(t *testing.T) {
 	require.Equal(t, res.Seq, v.Redrive.Seq)
 	require.Equal(t, d1.id, v.Redrive.RedriveCallID)
 	require.Empty(t, v.RedrivenFrom)
+	viaClient, err := client.New(e.nc).RedriveOf(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, res.Seq, viaClient.Seq)
 	v = get(d1.id)
 	require.Equal(t, c.id, v.RedrivenFrom)
 	require.Nil(t, v.Redrive, "a call that succeeded has none")
@@ -382,4 +386,32 @@ func TestApprovalKeeperFinishesARedrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, protocol.StateDispatched, rec.State)
 	require.Equal(t, protocol.IdempotencyKey(project, cut.turn, cut.id), callEntries(t, e, cmdSubject, derivedOf(cut, "1"))[0].Header.Get(protocol.HeaderIdempotencyKey))
+}
+
+// TestRedriveOfAnExpiredApprovalAsksAgain: a call whose approval expired
+// (it never had a command) is redriven from the command its record held,
+// and the derived call, to a tool requiring approval, is held in its turn.
+func TestRedriveOfAnExpiredApprovalAsksAgain(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerGated(t, l, "wire", 1000, "")
+	k := startApprovalKeeper(t, l, 50*time.Millisecond)
+	expired, req := deadlineCall("turn-e", "c1", "wire", 0)
+	_, err := l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	requireEndedBy(t, e, l, expired, protocol.StatusFailed, protocol.ErrorCodeBadRequest, protocol.TaxonomyApprovalExpired)
+	// No keeper from here: the derived call's own approval must not
+	// expire before it is looked at.
+	require.NoError(t, k.Stop(ctx))
+	res, err := l.Redrive(ctx, opsActor, redriveReq(expired, "carol is back"))
+	require.NoError(t, err)
+	require.True(t, res.Dispatch.AwaitingApproval, "the derived call asks again")
+	require.Zero(t, res.Dispatch.CommandSeq)
+	d := derivedOf(expired, "1")
+	require.Len(t, callEntries(t, e, protocol.HeldSubject("v1", project, channel, d.turn, d.id), d), 1)
+	rec, err := l.GetCall(ctx, project, d.turn, d.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateAwaitingApproval, rec.State)
+	require.Equal(t, "wire", rec.ToolName)
 }
