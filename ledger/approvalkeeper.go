@@ -188,6 +188,17 @@ func (k *ApprovalKeeper) redrive(msg jetstream.Msg, now time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
+	// A call gone with the retention is not redriven again: a new keeper
+	// consumer reads every redrive entry still in the stream.
+	rec, _, err := k.l.getRecord(ctx, callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID))
+	if err != nil {
+		k.run.later(msg, "read call record", err)
+		return
+	}
+	if rec == nil {
+		_ = msg.Ack()
+		return
+	}
 	if _, err := k.l.dispatchRedrive(ctx, &e); err != nil {
 		if _, refused := protocol.AsError(err); refused {
 			k.l.log.Error("approval keeper: the dispatch of a redrive's derived call is refused", "project", e.ProjectID, "turn", e.AgentTurnID, "call", e.ToolCallID, "redrive_call", e.RedriveCallID, "err", err)

@@ -86,12 +86,14 @@ func (l *Ledger) redriveJSON(ctx context.Context, actor string, body []byte) (re
 	msg.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("redrive.%s.%s.%s.%s.%d", rec.ProjectID, rec.AgentTurnID, rec.ToolCallID, actor, e.RedrivenUnixMS))
 	ack, err := l.appendEntry(ctx, protocol.KindRedrive, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
-	case err == nil:
+	case err == nil && !ack.Duplicate:
 		e.Seq = ack.Sequence
 		l.log.Info("operator redrove call", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "redrive_call", e.RedriveCallID, "actor", actor, "seq", ack.Sequence)
-	case isWrongLastSeq(err):
-		// Another redrive was stored first: the same one (a resend whose
-		// answer was lost) is answered; a different one refuses this.
+	case err == nil || isWrongLastSeq(err):
+		// Another redrive was stored first (or, a duplicate of the message
+		// id, one by the same actor in the same millisecond): the same one
+		// (a resend whose answer was lost) is answered; a different one
+		// refuses this.
 		won, err := l.redriveOf(ctx, rec)
 		if err != nil {
 			return res, wrap(fmt.Errorf("read the redrive that was stored first: %w", err))
