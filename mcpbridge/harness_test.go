@@ -156,10 +156,16 @@ func decodeResult(t *testing.T, tr protocol.ToolResultContent) Result {
 // reports counts the report entries of call c.
 func (r *rig) reports(t *testing.T, c ledgertest.Call) int {
 	t.Helper()
+	return r.entries(t, c, protocol.KindReport)
+}
+
+// entries counts the entries of kind of call c.
+func (r *rig) entries(t *testing.T, c ledgertest.Call, kind protocol.EntryKind) int {
+	t.Helper()
 	n := 0
 	_, err := r.L.ReadEntries(ledgertest.Ctx(t), 1, func(e protocol.Entry) error {
 		h := nats.Header(e.Headers)
-		if h.Get(protocol.HeaderEntryKind) == string(protocol.KindReport) && h.Get(protocol.HeaderToolCallID) == c.ID && h.Get(protocol.HeaderAgentTurnID) == c.Turn {
+		if h.Get(protocol.HeaderEntryKind) == string(kind) && h.Get(protocol.HeaderToolCallID) == c.ID && h.Get(protocol.HeaderAgentTurnID) == c.Turn {
 			n++
 		}
 		return nil
