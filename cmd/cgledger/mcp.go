@@ -136,7 +136,7 @@ func startMCPBridge(ctx context.Context, s Settings, l *ledger.Ledger, nc *nats.
 	ackWait, _ := time.ParseDuration(s.AckWait) // validated; empty is the default
 	b, err := mcpbridge.New(cfg, mcpbridge.Deps{
 		Registrar: l,
-		Ledger:    func(string) (executor.Ledger, *nats.Conn, error) { return l, nc, nil },
+		Ledger:    func(string) (executor.Ledger, *nats.Conn, error) { return localLedger{l}, nc, nil },
 		// No Registerer: serve's own executor registers the executor
 		// metrics, and a second set would collide.
 		Executor: executor.Config{SourceID: s.SourceID, Logger: log, CardIDKey: cardKey, AckWait: ackWait},
@@ -155,4 +155,16 @@ func startMCPBridge(ctx context.Context, s Settings, l *ledger.Ledger, nc *nats.
 			log.Info("MCP bridge drained")
 		})
 	}, nil
+}
+
+// localLedger is the ledger for an executor in its own process: the
+// consumer's JetStream API prefix is the one of client accounts, which
+// the ledger's own connection does not have (it reaches $JS.API directly).
+type localLedger struct{ *ledger.Ledger }
+
+// EnsureToolConsumer implements executor.Ledger, without the API prefix.
+func (l localLedger) EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error) {
+	tc, err := l.Ledger.EnsureToolConsumer(ctx, project, tool)
+	tc.APIPrefix = ""
+	return tc, err
 }
