@@ -18,8 +18,9 @@ import (
 
 // TestMCPRoleSurvivesAServeKill: serve runs the MCP bridge as its mcp role
 // in front of server-everything; a call through it succeeds; serve killed
-// (-9) mid-call and restarted leaves that call with exactly one outcome,
-// and verify passes.
+// (-9) while a side_effectful MCP call runs, and restarted, leaves that
+// call with exactly one outcome, failed (outcome_unknown, never run
+// twice), and verify passes.
 func TestMCPRoleSurvivesAServeKill(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -32,7 +33,14 @@ func TestMCPRoleSurvivesAServeKill(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "bridge.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("project: demo\nservers:\n  - name: everything\n    prefix: \"\"\n    command: [%q, %q, stdio]\n", node, main)), 0o600))
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`project: demo
+servers:
+  - name: everything
+    prefix: ""
+    command: [%q, %q, stdio]
+    tools:
+      trigger-long-running-operation: {determinism: side_effectful}
+`, node, main)), 0o600))
 	data := filepath.Join(dir, "data")
 	natsPort, httpPort := servetest.FreePort(t), servetest.FreePort(t)
 	flags := []string{"--roles", "api,executor,projector,mcp", "--mcp-bridge", cfg}
@@ -51,16 +59,20 @@ func TestMCPRoleSurvivesAServeKill(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// Made side_effectful by the configuration, the tool's attempt is on
+	// record before it runs: then serve is killed mid-call.
 	require.Eventually(t, func() bool {
-		_, code := readCall(t, s, "t1", "k1")
-		return code == 200
-	}, time.Minute, 20*time.Millisecond, "the call is dispatched")
+		return callEntryCounts(t, s, "k1")[string(protocol.KindAttempt)] == 1
+	}, time.Minute, 100*time.Millisecond, "the call runs")
 	s.kill(t)
 	s = startServer(t, data, natsPort, httpPort, flags...)
-	waitReported(t, s, "t1", "k1")
+	st := waitReported(t, s, "t1", "k1")
+	require.Equal(t, protocol.StatusFailed, st.Status, "never run again after the ambiguous attempt: outcome_unknown")
 	n := callEntryCounts(t, s, "k1")
 	require.Equal(t, 1, n[string(protocol.KindReport)], "one report: %v", n)
-	require.Equal(t, 1, n[string(protocol.KindWakeup)], "one wakeup: %v", n)
+	// The agent has no worker on the roster: its wakeup is recorded as
+	// skipped, once.
+	require.Equal(t, 1, n[string(protocol.KindWakeup)]+n[string(protocol.KindWakeupSkipped)], "one wakeup: %v", n)
 	out, code = s.run(t, "verify")
 	require.Equal(t, 0, code, out)
 }
