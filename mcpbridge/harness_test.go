@@ -87,16 +87,19 @@ func newRig(t *testing.T) *rig {
 // start runs a bridge with servers on the in-process ledger.
 func (r *rig) start(t *testing.T, servers ...ServerConfig) *Bridge {
 	t.Helper()
-	b, err := New(&Config{Project: "proj", Servers: servers}, Deps{
-		Registrar: r.L,
-		Ledger:    func(string) (executor.Ledger, *nats.Conn, error) { return r.L, r.NC, nil },
-		Logger:    slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
+	b, err := New(&Config{Project: "proj", Servers: servers}, Deps{Registrar: r.L, Ledger: r.ledgerFor, Logger: r.logger()})
 	require.NoError(t, err)
 	require.NoError(t, b.Start(ledgertest.Ctx(t)))
 	t.Cleanup(func() { b.Stop(context.Background()) })
 	r.b = b
 	return b
+}
+
+// ledgerFor is Deps.Ledger on the in-process ledger.
+func (r *rig) ledgerFor(string) (executor.Ledger, *nats.Conn, error) { return r.L, r.NC, nil }
+
+func (r *rig) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 func strp(s string) *string { return &s }
