@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,21 +18,78 @@ import (
 	"github.com/cgledger/cgledger/protocol"
 )
 
+// everythingServer is server-everything's command line for a bridge
+// configuration, or the test skips (fails in CI) without node or it.
+func everythingServer(t *testing.T) (node, main string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Skip(t, "node is not installed")
+	}
+	main, err = filepath.Abs(filepath.Join("..", "mcp", "servers", "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
+	require.NoError(t, err)
+	if _, err := os.Stat(main); err != nil {
+		testenv.Skip(t, "server-everything is not installed (make tools): %v", err)
+	}
+	return node, main
+}
+
+// TestMCPBridgeOnAToolCredential: `cgledger mcp bridge` in a process of its
+// own, serving on a tool credential bound to the server's target and
+// registering with an admin credential, answers calls through serve, and
+// stops cleanly on SIGTERM.
+func TestMCPBridgeOnAToolCredential(t *testing.T) {
+	node, main := everythingServer(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bridge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("project: demo\nservers:\n  - name: everything\n    command: [%q, %q, stdio]\n", node, main)), 0o600))
+	data := filepath.Join(dir, "data")
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
+	toolCreds := filepath.Join(dir, "tool.creds")
+	out, code := s.run(t, "creds", "issue", "--out", toolCreds, "--project", "demo", "--role", "tool", "--tool", "mcp_everything")
+	require.Equal(t, 0, code, out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log servetest.LogBuffer
+	bridge := exec.CommandContext(ctx, binary, "mcp", "bridge", "--config", cfg, "--creds", toolCreds,
+		"--admin-creds", filepath.Join(data, "auth", "admin.creds"), "--nats-url", s.natsURL())
+	bridge.Stdout, bridge.Stderr = &log, &log
+	require.NoError(t, bridge.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- bridge.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		if t.Failed() {
+			t.Logf("bridge log:\n%s", log.String())
+		}
+	})
+
+	require.Eventually(t, func() bool {
+		out, code := s.run(t, "tools", "list", "--project", "demo")
+		return code == 0 && strings.Contains(out, "everything_get-sum")
+	}, time.Minute, 200*time.Millisecond, "the bridge registers the tools")
+	out, code = s.run(t, "call", "--project", "demo", "--agent", "a1", "--tool", "everything_get-sum", "--args", `{"a":20,"b":22}`)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "The sum of 20 and 22 is 42")
+	require.NotContains(t, log.String(), "Permissions Violation", "the tool credential is enough to serve")
+
+	require.NoError(t, bridge.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "exit 0 after a clean stop")
+	case <-time.After(time.Minute):
+		t.Fatal("the bridge did not stop on SIGTERM")
+	}
+}
+
 // TestMCPRoleSurvivesAServeKill: serve runs the MCP bridge as its mcp role
 // in front of server-everything; a call through it succeeds; serve killed
 // (-9) while a side_effectful MCP call runs, and restarted, leaves that
 // call with exactly one outcome, failed (outcome_unknown, never run
 // twice), and verify passes.
 func TestMCPRoleSurvivesAServeKill(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Skip(t, "node is not installed")
-	}
-	main, err := filepath.Abs(filepath.Join("..", "mcp", "servers", "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
-	require.NoError(t, err)
-	if _, err := os.Stat(main); err != nil {
-		testenv.Skip(t, "server-everything is not installed (make tools): %v", err)
-	}
+	node, main := everythingServer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "bridge.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`project: demo
