@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,5 +134,37 @@ servers:
 	// skipped, once.
 	require.Equal(t, 1, n[string(protocol.KindWakeup)]+n[string(protocol.KindWakeupSkipped)], "one wakeup: %v", n)
 	out, code = s.run(t, "verify")
+	require.Equal(t, 0, code, out)
+}
+
+// TestMCPRoleSettingsAreChecked: the mcp role needs mcp_bridge, mcp_bridge
+// needs the role, and check-config lists every problem of the bridge file
+// under mcp_bridge.
+func TestMCPRoleSettingsAreChecked(t *testing.T) {
+	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	fields := func(args ...string) []string {
+		t.Helper()
+		out, code := s.run(t, append([]string{"check-config"}, args...)...)
+		require.Equal(t, 2, code, out)
+		var cc struct {
+			Violations []struct {
+				Field string `json:"field"`
+				Code  string `json:"code"`
+			} `json:"violations"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &cc))
+		var fs []string
+		for _, v := range cc.Violations {
+			fs = append(fs, v.Field+":"+v.Code)
+		}
+		return fs
+	}
+	require.Equal(t, []string{"mcp_bridge:required"}, fields("--roles", "api,mcp"))
+	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers: [{name: x, target: echo}]\n"), 0o600))
+	require.Equal(t, []string{"mcp_bridge:invalid_value"}, fields("--mcp-bridge", cfg))
+	require.ElementsMatch(t, []string{"mcp_bridge.servers[0].target:reserved", "mcp_bridge.servers[0].command:required"}, fields("--roles", "api,mcp", "--mcp-bridge", cfg))
+	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers: [{name: x, command: [x]}]\n"), 0o600))
+	out, code := s.run(t, "check-config", "--roles", "api,mcp", "--mcp-bridge", cfg)
 	require.Equal(t, 0, code, out)
 }
