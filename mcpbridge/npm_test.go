@@ -154,25 +154,40 @@ func TestServerMemory(t *testing.T) {
 	require.Contains(t, graph.Content[0]["text"], "records every call")
 }
 
-// TestKillTheMCPServerMidCall: kill -9 of the stdio server while a call
-// runs. That call ends with one outcome (S-TOOL-UNAVAILABLE), calls while
-// the server is down fail fast with S-TOOL-UNAVAILABLE, and after the
-// restart (with backoff) calls succeed again.
+// TestKillTheMCPServerMidCall: kill -9 of the stdio servers while calls
+// run. Each call ends with one outcome: S-TOOL-UNAVAILABLE for the pure
+// tool, S-TOOL-OUTCOME-UNKNOWN for the same tool made side_effectful by
+// the configuration (its request was sent: it may have acted, so it is
+// never run again). Calls while a server is down fail fast with
+// S-TOOL-UNAVAILABLE, and after the restart (with backoff) calls succeed
+// again.
 func TestKillTheMCPServerMidCall(t *testing.T) {
 	r := newRig(t)
-	b := r.start(t, ServerConfig{Name: "everything", Command: nodeServer(t, "server-everything", "stdio"), RestartMinMS: 3000, RestartMaxMS: 3000})
-	c := r.dispatch(t, "everything_trigger-long-running-operation", "mcp_everything", `{"duration":30,"steps":60}`, 60_000)
-	require.Eventually(t, func() bool { return r.inFlight(b, "everything") }, time.Minute, 20*time.Millisecond)
-	s := b.servers[0]
-	s.mu.Lock()
-	proc := s.cmd.Process
-	s.mu.Unlock()
-	require.NoError(t, proc.Signal(syscall.SIGKILL))
+	cmd := nodeServer(t, "server-everything", "stdio")
+	b := r.start(t,
+		ServerConfig{Name: "everything", Command: cmd, RestartMinMS: 3000, RestartMaxMS: 3000},
+		ServerConfig{Name: "sfx", Command: cmd, RestartMinMS: 3000, RestartMaxMS: 3000,
+			Tools: map[string]ToolOverride{"trigger-long-running-operation": {Determinism: protocol.DeterminismSideEffectful}}})
+	pure := r.dispatch(t, "everything_trigger-long-running-operation", "mcp_everything", `{"duration":30,"steps":60}`, 60_000)
+	sfx := r.dispatch(t, "sfx_trigger-long-running-operation", "mcp_sfx", `{"duration":30,"steps":60}`, 60_000)
+	require.Eventually(t, func() bool { return r.inFlight(b, "everything") && r.inFlight(b, "sfx") }, time.Minute, 20*time.Millisecond)
+	for _, s := range b.servers {
+		s.mu.Lock()
+		proc := s.cmd.Process
+		s.mu.Unlock()
+		require.NoError(t, proc.Signal(syscall.SIGKILL))
+	}
 
-	tr := r.result(t, c)
+	tr := r.result(t, pure)
 	require.Equal(t, protocol.StatusFailed, tr.Status)
 	require.Equal(t, protocol.CodeToolUnavailable, errDetail(t, tr).TaxonomyCode)
 	require.Equal(t, protocol.ErrorCodeUpstreamUnavailable, tr.Error.Code)
+	require.NotEmpty(t, errDetail(t, tr).Progress, "the progress before the kill is kept")
+
+	tr = r.result(t, sfx)
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, protocol.CodeToolOutcomeUnknown, errDetail(t, tr).TaxonomyCode)
+	require.Equal(t, 1, r.entries(t, sfx, protocol.KindAttempt), "never run again")
 
 	start := time.Now()
 	down := r.dispatch(t, "everything_get-sum", "mcp_everything", `{"a":1,"b":1}`, 0)
@@ -184,6 +199,7 @@ func TestKillTheMCPServerMidCall(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return r.result(t, r.dispatch(t, "everything_get-sum", "mcp_everything", `{"a":1,"b":1}`, 0)).Status == protocol.StatusSuccess
 	}, time.Minute, 200*time.Millisecond)
-	require.Equal(t, 1, r.reports(t, c))
-	require.Equal(t, 1, r.reports(t, down))
+	for _, c := range []ledgertest.Call{pure, sfx, down} {
+		require.Equal(t, 1, r.reports(t, c), "one outcome for %s", c.ID)
+	}
 }
