@@ -2,6 +2,7 @@ package mcpbridge
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -100,4 +101,43 @@ func TestStreamableHTTPAuthAndListChanged(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NotContains(t, r.logs.String(), "s3cr3t")
+}
+
+// TestStreamableHTTPServerRestart: an HTTP server that goes away is
+// reconnected with backoff once it is back; meanwhile calls fail fast with
+// S-TOOL-UNAVAILABLE.
+func TestStreamableHTTPServerRestart(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1.0.0"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "ping", InputSchema: map[string]any{"type": "object"}, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+	serve := func(ln net.Listener) *http.Server {
+		hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}
+		go func() { _ = hs.Serve(ln) }()
+		return hs
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	hs := serve(ln)
+
+	r := newRig(t)
+	r.start(t, ServerConfig{Name: "remote", URL: "http://" + addr, RestartMinMS: 200, RestartMaxMS: 1000})
+	require.Equal(t, "pong", decodeResult(t, r.result(t, r.dispatch(t, "remote_ping", "mcp_remote", `{}`, 0))).Content[0]["text"])
+
+	require.NoError(t, hs.Close())
+	require.Eventually(t, func() bool {
+		tr := r.result(t, r.dispatch(t, "remote_ping", "mcp_remote", `{}`, 0))
+		return tr.Status == protocol.StatusFailed && errDetail(t, tr).TaxonomyCode == protocol.CodeToolUnavailable
+	}, time.Minute, 50*time.Millisecond, "calls fail fast while the server is away")
+
+	ln, err = net.Listen("tcp", addr)
+	require.NoError(t, err)
+	hs = serve(ln)
+	t.Cleanup(func() { _ = hs.Close() })
+	require.Eventually(t, func() bool {
+		return r.result(t, r.dispatch(t, "remote_ping", "mcp_remote", `{}`, 0)).Status == protocol.StatusSuccess
+	}, time.Minute, 100*time.Millisecond, "served again after the reconnect")
+	require.Contains(t, r.logs.String(), "MCP server restarted")
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -118,7 +119,10 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			}
 			hc.Transport = &authTransport{header: s.cfg.AuthHeader, value: v, next: http.DefaultTransport}
 		}
-		t = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc, MaxRetries: -1}
+		// The SDK's own reconnects (5) ride out a dropped event stream;
+		// a server gone for longer ends the session, and supervise
+		// restarts it.
+		t = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "cgledger-mcp-bridge", Version: "1.0.0"}, &mcp.ClientOptions{
 		Capabilities:                &mcp.ClientCapabilities{},
@@ -423,6 +427,11 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	return outcome(res, s.cfg.Name, mcpName, call.ProgressLog(), s.cfg.MaxInlineBytes)
 }
 
+// codeRejectedByTransport is the SDK's JSON-RPC code for a request its
+// transport could not hand over or whose HTTP exchange failed
+// (jsonrpc2.ErrRejected): no answer of the server, so no wire error.
+const codeRejectedByTransport = -32005
+
 // callError maps a tools/call that got no result.
 func (s *server) callError(ctx context.Context, call *executor.Call, err error) executor.Outcome {
 	if ctx.Err() != nil {
@@ -430,8 +439,13 @@ func (s *server) callError(ctx context.Context, call *executor.Call, err error) 
 		return executor.Retryable(executor.CodeTimeout, "interrupted: "+ctx.Err().Error(), 0)
 	}
 	var werr *jsonrpc.Error
-	if errors.As(err, &werr) {
+	if errors.As(err, &werr) && werr.Code != codeRejectedByTransport {
 		return wireOutcome(s.cfg.Name, werr)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// Never delivered: the server is not there.
+		return executor.Retryable(protocol.CodeToolUnavailable, fmt.Sprintf("MCP server %s: %v", s.cfg.Name, err), 0)
 	}
 	if call.Definition.Determinism == protocol.DeterminismSideEffectful {
 		// The request was sent: the tool may have acted. Never run again.
