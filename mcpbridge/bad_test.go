@@ -28,7 +28,7 @@ func fakeCommand(t *testing.T) ServerConfig {
 func TestBadServerNamesGarbageAndSilence(t *testing.T) {
 	r := newRig(t)
 	b := r.start(t, fakeCommand(t))
-	require.Equal(t, []string{"garbage", "ok", "silent"}, b.Tools()["fake"])
+	require.Equal(t, []string{"garbage", "getenv", "ok", "silent"}, b.Tools()["fake"])
 	logs := r.logs.String()
 	require.Contains(t, logs, `"bad name\" is not a ledger identifier`)
 	require.Contains(t, logs, `"dotted.name\" is not a ledger identifier`)
@@ -63,4 +63,20 @@ func TestBadServerNamesGarbageAndSilence(t *testing.T) {
 		c := r.dispatch(t, "ok", "mcp_fake", `{}`, 0)
 		return r.result(t, c).Status == protocol.StatusSuccess
 	}, 30e9, 200e6)
+}
+
+// TestStdioServerEnvironment: a stdio server gets the default few
+// variables, those inherit_env names and env, and nothing else of the
+// bridge's environment (its secrets).
+func TestStdioServerEnvironment(t *testing.T) {
+	t.Setenv("CGLEDGER_NATS_PASSWORD", "bridge-secret")
+	t.Setenv("MCP_WANTED", "wanted")
+	r := newRig(t)
+	cfg := fakeCommand(t)
+	cfg.InheritEnv = []string{"MCP_WANTED"}
+	r.start(t, cfg)
+	for name, want := range map[string]string{"CGLEDGER_NATS_PASSWORD": "false:", "MCP_WANTED": "true:wanted", "CGLEDGER_FAKE_MCP": "true:bad", "PATH": "true:" + os.Getenv("PATH")} {
+		res := decodeResult(t, r.result(t, r.dispatch(t, "getenv", "mcp_fake", `{"name":"`+name+`"}`, 0)))
+		require.Equal(t, want, res.Content[0]["text"], name)
+	}
 }

@@ -40,6 +40,10 @@ type ServerConfig struct {
 	Command []string `json:"command" yaml:"command"`
 	// Env is added to the stdio server's environment.
 	Env map[string]string `json:"env" yaml:"env"`
+	// InheritEnv names variables of the bridge's environment the stdio
+	// server gets besides the default few (HOME, PATH, USER...); nothing
+	// else of the bridge's environment reaches it.
+	InheritEnv []string `json:"inherit_env" yaml:"inherit_env"`
 	// URL is the streamable HTTP server's endpoint.
 	URL string `json:"url" yaml:"url"`
 	// AuthEnv names the environment variable whose value is sent as the

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,7 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	var t mcp.Transport
 	if len(s.cfg.Command) > 0 {
 		cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
-		cmd.Env = os.Environ()
+		cmd.Env = childEnv(s.cfg.InheritEnv)
 		for k, v := range s.cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
@@ -136,6 +137,23 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return sess, nil
+}
+
+// inheritedEnv are the variables a stdio server gets from the bridge's
+// environment by default (as the official TypeScript SDK's stdio client
+// does): enough to find and run a program, nothing of the bridge's own
+// secrets (CGLEDGER_NATS_PASSWORD, an HTTP server's auth variable...).
+var inheritedEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "TMPDIR", "LANG", "LC_ALL", "SYSTEMROOT"}
+
+// childEnv is the inherited part of a stdio server's environment.
+func childEnv(extra []string) []string {
+	var env []string
+	for _, k := range append(append([]string(nil), inheritedEnv...), extra...) {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // authTransport adds the configured auth header to every request.
@@ -283,7 +301,7 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	version := "0.0.0"
 	if ir := sess.InitializeResult(); ir != nil && ir.ServerInfo != nil {
 		var vs protocol.Violations
-		if protocol.CheckSemver(&vs, "v", ir.ServerInfo.Version); len(vs) == 0 && ir.ServerInfo.Version != "" && !containsPlus(ir.ServerInfo.Version) {
+		if protocol.CheckSemver(&vs, "v", ir.ServerInfo.Version); len(vs) == 0 && ir.ServerInfo.Version != "" && !strings.Contains(ir.ServerInfo.Version, "+") {
 			version = ir.ServerInfo.Version
 		}
 	}
@@ -313,15 +331,6 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	s.mu.Unlock()
 	s.b.log.Info("MCP tools registered", "server", s.cfg.Name, "listed", len(tools), "registered", len(names))
 	return nil
-}
-
-func containsPlus(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if v[i] == '+' {
-			return true
-		}
-	}
-	return false
 }
 
 // skipReason says why an MCP tool cannot be registered under name, or "".
