@@ -88,6 +88,20 @@ const (
 
 // LoadConfig reads a YAML or JSON bridge configuration and checks it.
 func LoadConfig(path string) (*Config, error) {
+	c, err := ReadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ReadConfig reads a YAML or JSON bridge configuration without checking
+// it (a caller that overrides a field validates afterwards); unknown
+// fields are refused.
+func ReadConfig(path string) (*Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("mcpbridge: read config: %w", err)
@@ -98,9 +112,6 @@ func LoadConfig(path string) (*Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid MCP bridge config " + path,
 			Violations: protocol.Violations{{Field: "config", Code: protocol.VInvalidValue, Message: err.Error()}}}
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
 	}
 	return &c, nil
 }

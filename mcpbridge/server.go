@@ -41,9 +41,8 @@ type server struct {
 	// cmd is the stdio server's process of the latest connection.
 	cmd *exec.Cmd
 
-	tokens  atomic.Uint64
-	relist  chan struct{}
-	version string
+	tokens atomic.Uint64
+	relist chan struct{}
 }
 
 func newServer(b *Bridge, cfg *ServerConfig) *server {

@@ -55,9 +55,12 @@ admin credential of the project's ledger).`)
 	if *cfgPath == "" {
 		return failf(exitUsage, "mcp bridge: --config is required")
 	}
-	cfg, err := mcpbridge.LoadConfig(*cfgPath)
-	if *project != "" && cfg != nil {
-		cfg.Project = *project
+	cfg, err := mcpbridge.ReadConfig(*cfgPath)
+	if err == nil {
+		if *project != "" {
+			cfg.Project = *project
+		}
+		err = cfg.Validate()
 	}
 	if err != nil {
 		return failf(exitUsage, "mcp bridge: %v", describe(err))

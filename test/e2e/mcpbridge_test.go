@@ -43,17 +43,21 @@ func TestMCPBridgeOnAToolCredential(t *testing.T) {
 	node, main := everythingServer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "bridge.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("project: demo\nservers:\n  - name: everything\n    command: [%q, %q, stdio]\n", node, main)), 0o600))
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("servers:\n  - name: everything\n    command: [%q, %q, stdio]\n", node, main)), 0o600))
 	data := filepath.Join(dir, "data")
 	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
+	// A bad configuration is refused with every violation, exit 2.
+	out, errOut, code := s.runAll(t, "mcp", "bridge", "--config", cfg)
+	require.Equal(t, 2, code, out)
+	require.Contains(t, errOut, "project: is required (required)")
 	toolCreds := filepath.Join(dir, "tool.creds")
-	out, code := s.run(t, "creds", "issue", "--out", toolCreds, "--project", "demo", "--role", "tool", "--tool", "mcp_everything")
+	out, code = s.run(t, "creds", "issue", "--out", toolCreds, "--project", "demo", "--role", "tool", "--tool", "mcp_everything")
 	require.Equal(t, 0, code, out)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log servetest.LogBuffer
-	bridge := exec.CommandContext(ctx, binary, "mcp", "bridge", "--config", cfg, "--creds", toolCreds,
+	bridge := exec.CommandContext(ctx, binary, "mcp", "bridge", "--config", cfg, "--project", "demo", "--creds", toolCreds,
 		"--admin-creds", filepath.Join(data, "auth", "admin.creds"), "--nats-url", s.natsURL())
 	bridge.Stdout, bridge.Stderr = &log, &log
 	require.NoError(t, bridge.Start())
