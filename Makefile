@@ -6,8 +6,9 @@ GO ?= go
 test: vet tools
 	$(GO) test -race -count=1 ./...
 
-## tools: promtool (Debian's prometheus package) for the alert rule tests and chromium for the
-## audit web page's browser test, when they can be installed.
+## tools: promtool (Debian's prometheus package) for the alert rule tests, chromium for the
+## audit web page's browser test, and the npm MCP servers of test/mcp/servers for the MCP bridge
+## tests, when they can be installed.
 tools:
 	@command -v promtool >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 || \
@@ -17,6 +18,8 @@ tools:
 		(apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
 		 (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1))) || \
 		echo "chromium not installed: the audit web page test will skip (apt-get install chromium)"
+	@command -v npm >/dev/null 2>&1 && (cd test/mcp/servers && npm ci --no-audit --no-fund --silent >/dev/null 2>&1) || \
+		echo "MCP test servers not installed: the MCP bridge tests will skip (npm ci in test/mcp/servers)"
 
 vet:
 	$(GO) vet ./...

@@ -40,6 +40,10 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// Violations lists every problem of an invalid request.
 	Violations []protocol.Violation
+
+	// progress is the call's recorded progress (Call.Progress), written in
+	// a non-success result's error.detail.progress.
+	progress []Progress
 }
 
 // Success is a successful outcome with typed output.
@@ -121,6 +125,10 @@ func l0(o Outcome) (status, errCode string) {
 	if o.Code == CodeCanceled {
 		return protocol.StatusCanceled, codeErrorCanceled
 	}
+	if o.Code == protocol.CodeToolUnavailable {
+		// As the ledger answers it at dispatch: nobody could run the tool.
+		return protocol.StatusFailed, ErrUpstreamUnavailable
+	}
 	switch class(o.Code) {
 	case "R-TIMEOUT":
 		return protocol.StatusTimeout, ErrToolTimeout
@@ -162,6 +170,8 @@ type errorDetail struct {
 	// Result is what the tool returned when that is not the call's result:
 	// a result that broke the tool's result_schema.
 	Result any `json:"result,omitempty"`
+	// Progress is the call's recorded progress (Call.Progress).
+	Progress []Progress `json:"progress,omitempty"`
 }
 
 // resultContent builds a ToolResultContent for the final outcome.
@@ -185,7 +195,7 @@ func resultContent(o Outcome, attempts int, reconciled bool) (json.RawMessage, s
 		if hint == "" {
 			hint = defaultHint(o)
 		}
-		d := errorDetail{TaxonomyCode: o.Code, Class: o.Kind, FixHint: hint, Attempts: attempts, Violations: o.Violations, Reconciled: reconciled}
+		d := errorDetail{TaxonomyCode: o.Code, Class: o.Kind, FixHint: hint, Attempts: attempts, Violations: o.Violations, Reconciled: reconciled, Progress: o.progress}
 		if o.RetryAfter > 0 {
 			d.RetryAfterMS = o.RetryAfter.Milliseconds()
 		}

@@ -20,6 +20,9 @@ type answer struct {
 	attemptOutcome string
 	delivery       uint64
 	trace          context.Context
+	// progress is the call's recorded progress (Call.Progress), nil until
+	// the call is prepared.
+	progress *progressLog
 	// phase is the two-phase decision (commit, abort) this answer follows;
 	// its result card id differs from the command's deliveries'.
 	phase string
@@ -122,6 +125,8 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	}
 	if call != nil {
 		ans.toolName = call.ToolName
+		call.progress = newProgressLog(func() { _ = msg.InProgress() })
+		ans.progress = call.progress
 	}
 	if bad != nil {
 		e.finish(msg, ans, *bad, 0, secrets, start)

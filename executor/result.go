@@ -40,6 +40,7 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		o.Violations[i].Message = red.str(o.Violations[i].Message)
 	}
 	reconciled := ans.attemptOutcome == protocol.AttemptReconciled
+	o.progress = ans.progress.snapshot()
 	content, status, err := resultContent(o, attempts, reconciled)
 	if err != nil {
 		o = Terminal(CodeToolPanic, "the tool's output cannot be encoded as JSON: "+err.Error(), "return JSON-encodable output")

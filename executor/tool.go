@@ -78,6 +78,8 @@ type Call struct {
 	// resultSchema is the definition's compiled result_schema, nil when it
 	// has none.
 	resultSchema *jsonschema.Schema
+	// progress records Progress; nil on a Call the executor did not make.
+	progress *progressLog
 }
 
 // ArgString returns a string argument, or "" when absent or not a string.

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cgledger/cgledger/internal/diskspace"
+	"github.com/cgledger/cgledger/mcpbridge"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -48,6 +49,7 @@ type Settings struct {
 	PProf        string   `json:"pprof" yaml:"pprof"`
 	Retention    string   `json:"retention" yaml:"retention"`
 	ArchiveSeal  string   `json:"archive_seal_age" yaml:"archive_seal_age"`
+	MCPBridge    string   `json:"mcp_bridge" yaml:"mcp_bridge"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
@@ -92,6 +94,7 @@ var settings = func() []setting {
 		mk("pprof", "pprof", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060; off when empty; no authentication: keep it on loopback)", func(s *Settings) *string { return &s.PProf }),
 		mk("retention", "retention", "how long the ledger stream keeps entries (e.g. 30d or 720h; empty or 0 keeps everything): older entries live on in sealed segments under <data>/archive, copied before they expire (docs/durability.md)", func(s *Settings) *string { return &s.Retention }),
 		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); at least 100ms and at most half of retention", func(s *Settings) *string { return &s.ArchiveSeal }),
+		mk("mcp_bridge", "mcp-bridge", "MCP bridge configuration file (docs/mcp.md) the mcp role serves", func(s *Settings) *string { return &s.MCPBridge }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
@@ -123,7 +126,7 @@ var settings = func() []setting {
 				}
 				return err
 			}, get: func(s *Settings) string { return strconv.FormatBool(s.NoAuth) }},
-		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector",
+		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector, mcp (the MCP bridge of mcp_bridge)",
 			set: func(s *Settings, v string) error {
 				s.Roles = nil
 				for _, r := range strings.Split(v, ",") {
@@ -335,9 +338,25 @@ func (s Settings) validate() protocol.Violations {
 		vs.Add("roles", protocol.VRequired, "at least one of api, executor, projector")
 	}
 	for _, r := range s.Roles {
-		if r != "api" && r != "executor" && r != "projector" {
-			vs.Add("roles", protocol.VInvalidValue, "unknown role %q (api, executor, projector)", r)
+		if r != "api" && r != "executor" && r != "projector" && r != "mcp" {
+			vs.Add("roles", protocol.VInvalidValue, "unknown role %q (api, executor, projector, mcp)", r)
 		}
+	}
+	switch {
+	case s.has("mcp") && s.MCPBridge == "":
+		vs.Add("mcp_bridge", protocol.VRequired, "the mcp role needs the MCP bridge configuration file (docs/mcp.md)")
+	case s.has("mcp"):
+		if _, err := mcpbridge.LoadConfig(s.MCPBridge); err != nil {
+			if e, ok := protocol.AsError(err); ok {
+				for _, v := range e.Violations {
+					vs.Add("mcp_bridge."+v.Field, v.Code, "%s", v.Message)
+				}
+			} else {
+				vs.Add("mcp_bridge", protocol.VNotFound, "%v", err)
+			}
+		}
+	case s.MCPBridge != "":
+		vs.Add("mcp_bridge", protocol.VInvalidValue, "is set but the mcp role is not")
 	}
 	if s.PProf != "" {
 		if _, _, err := net.SplitHostPort(s.PProf); err != nil {

@@ -40,6 +40,8 @@ Usage:
                                                record an audited skip of an entry the projector cannot apply
   cgledger bench [--inflight 1,16,256] [--sync-always]
                                                measure a tool call against raw JetStream, side by side
+  cgledger mcp bridge --config FILE [--project P]
+                                               serve the tools of MCP servers as ledger tools
   cgledger version                             print the build version and commit
 
 Every command takes --help. Client verbs (call, tools, approvals, calls, audit, export, verify, projector)
@@ -78,6 +80,8 @@ func run(args []string) int {
 		return bench(args[1:])
 	case "projector":
 		return projectorCmd(args[1:])
+	case "mcp":
+		return mcpCmd(args[1:])
 	case "creds":
 		return creds(args[1:])
 	case "export":

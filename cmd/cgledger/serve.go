@@ -549,6 +549,21 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		defer drainExecutor()
 	}
+	if s.has("mcp") {
+		var cardKey []byte
+		if sa != nil {
+			if cardKey, err = sa.keys.DeriveKey("executor result card ids"); err != nil {
+				return err
+			}
+		}
+		stop, err := startMCPBridge(life, s, l, nc, log, cardKey)
+		if err != nil {
+			return err
+		}
+		prev := drainExecutor
+		drainExecutor = func() { stop(); prev() }
+		defer stop()
+	}
 
 	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
 		from := uint64(1)

@@ -65,6 +65,19 @@ var rules = []rule{
 	{from: "internal/...", to: "executor/...", why: "internal packages are a leaf layer"},
 	{from: "internal/...", to: "archive", why: "internal packages are a leaf layer"},
 	{from: "internal/...", to: "replay", why: "internal packages are a leaf layer"},
+	{from: "internal/...", to: "mcpbridge", why: "internal packages are a leaf layer"},
+	{from: "mcpbridge", to: "ledger/...", why: "the MCP bridge is a tool service: it reaches the ledger through executor.Ledger and the client"},
+	{from: "mcpbridge", to: "projector/...", why: "the MCP bridge never depends on the views"},
+	{from: "mcpbridge", to: "archive", why: "the MCP bridge never reads history"},
+	{from: "mcpbridge", to: "replay", why: "the MCP bridge never reads history"},
+	{from: "mcpbridge", to: "auditweb", why: "the MCP bridge serves tools, not pages"},
+	{from: "ledger/...", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "executor/...", to: "mcpbridge", why: "only the binary runs the MCP bridge; the bridge builds on the executor"},
+	{from: "client", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "projector/...", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "archive", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "replay", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "auditweb", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
 }
 
 // harnesses are test harness packages: only tests and other harnesses

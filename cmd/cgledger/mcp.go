@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/mcpbridge"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// mcpUsage lists the mcp verbs.
+const mcpUsage = "Usage:\n  cgledger mcp bridge --config FILE [--project P] [--creds TOOL.creds] [--admin-creds ADMIN.creds]\n                     serve the tools of MCP servers as ledger tools (docs/mcp.md)\n"
+
+// mcpCmd runs the mcp verbs (docs/cli.md, docs/mcp.md).
+func mcpCmd(args []string) int {
+	if code, done := groupHelp(args, mcpUsage); done {
+		return code
+	}
+	switch args[0] {
+	case "bridge":
+		return mcpBridge(args[1:])
+	}
+	return failf(exitUsage, "mcp: unknown subcommand %q (bridge)", args[0])
+}
+
+func mcpBridge(args []string) int {
+	fs := newFlagSet("mcp bridge", "mcp bridge --config FILE [--project P] [connection flags] [--admin-creds FILE]",
+		`Connect to the MCP servers of the bridge configuration (docs/mcp.md), register their tools in the
+project and serve their calls until interrupted (SIGINT, SIGTERM: calls in flight finish first).
+--creds is the tool credential that serves them (cgledger creds issue --role tool --tool <target>,
+one server per credential); --admin-creds, when given, the admin credential that registers the
+tools (without it they are registered on the --creds connection, which works with --no-auth or an
+admin credential of the project's ledger).`)
+	var cf clientFlags
+	cf.register(fs)
+	cfgPath := fs.String("config", "", "MCP bridge configuration file, YAML or JSON (required)")
+	project := fs.String("project", "", "project id (overrides the configuration's project)")
+	adminCreds := fs.String("admin-creds", "", "admin credential that registers the tools")
+	sourceID := fs.String("source-id", "cgledger.mcpbridge", "author_id of the result cards")
+	cardKeyEnv := fs.String("card-key-env", "", "environment variable holding the secret that keys result card ids (the same for every bridge of the deployment; docs/executor.md)")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	if *cfgPath == "" {
+		return failf(exitUsage, "mcp bridge: --config is required")
+	}
+	cfg, err := mcpbridge.ReadConfig(*cfgPath)
+	if err == nil {
+		if *project != "" {
+			cfg.Project = *project
+		}
+		err = cfg.Validate()
+	}
+	if err != nil {
+		return failf(exitUsage, "mcp bridge: %v", describe(err))
+	}
+	var cardKey []byte
+	if *cardKeyEnv != "" {
+		v, ok := os.LookupEnv(*cardKeyEnv)
+		if !ok || v == "" {
+			return failf(exitUsage, "mcp bridge: --card-key-env %s is unset or empty", *cardKeyEnv)
+		}
+		cardKey = []byte(v)
+	}
+	nc, err := cf.connect()
+	if err != nil {
+		return failf(exitFor(err), "mcp bridge: %v", err)
+	}
+	defer nc.Close()
+	var reg mcpbridge.Registrar = client.New(nc)
+	if *adminCreds != "" {
+		acf := cf
+		acf.creds = *adminCreds
+		anc, err := acf.connect()
+		if err != nil {
+			return failf(exitFor(err), "mcp bridge: admin connection: %v", err)
+		}
+		defer anc.Close()
+		reg = client.New(anc)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	b, err := mcpbridge.New(cfg, mcpbridge.Deps{
+		Registrar: reg,
+		Ledger: func(target string) (executor.Ledger, *nats.Conn, error) {
+			return client.New(nc, client.WithActor(target)), nc, nil
+		},
+		Executor: executor.Config{SourceID: *sourceID, Logger: log, CardIDKey: cardKey},
+		Logger:   log,
+	})
+	if err != nil {
+		return failf(exitUsage, "mcp bridge: %v", describe(err))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = b.Start(sctx)
+	cancel()
+	if err != nil {
+		return failf(exitFor(err), "mcp bridge: %v", err)
+	}
+	for name, tools := range b.Tools() {
+		log.Info("serving MCP server", "server", name, "tools", len(tools))
+	}
+	<-ctx.Done()
+	b.Stop(context.Background())
+	return exitOK
+}
+
+// describe is err with every violation of a refusal listed.
+func describe(err error) string {
+	if e, ok := protocol.AsError(err); ok && len(e.Violations) > 0 {
+		s := e.Message + ":"
+		for _, v := range e.Violations {
+			s += fmt.Sprintf("\n  %s: %s (%s)", v.Field, v.Message, v.Code)
+		}
+		return s
+	}
+	return err.Error()
+}
+
+// startMCPBridge runs the bridge of the mcp role in serve's process, on
+// the ledger itself. stop drains it (once).
+func startMCPBridge(ctx context.Context, s Settings, l *ledger.Ledger, nc *nats.Conn, log *slog.Logger, cardKey []byte) (stop func(), err error) {
+	cfg, err := mcpbridge.LoadConfig(s.MCPBridge)
+	if err != nil {
+		return nil, fmt.Errorf("mcp role: %s", describe(err))
+	}
+	ackWait, _ := time.ParseDuration(s.AckWait) // validated; empty is the default
+	b, err := mcpbridge.New(cfg, mcpbridge.Deps{
+		Registrar: l,
+		Ledger:    func(string) (executor.Ledger, *nats.Conn, error) { return localLedger{l}, nc, nil },
+		// No Registerer: serve's own executor registers the executor
+		// metrics, and a second set would collide.
+		Executor: executor.Config{SourceID: s.SourceID, Logger: log, CardIDKey: cardKey, AckWait: ackWait},
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcp role: %s", describe(err))
+	}
+	if err := b.Start(ctx); err != nil {
+		return nil, fmt.Errorf("mcp role: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.Stop(context.Background())
+			log.Info("MCP bridge drained")
+		})
+	}, nil
+}
+
+// localLedger is the ledger for an executor in its own process: the
+// consumer's JetStream API prefix is the one of client accounts, which
+// the ledger's own connection does not have (it reaches $JS.API directly).
+type localLedger struct{ *ledger.Ledger }
+
+// EnsureToolConsumer implements executor.Ledger, without the API prefix.
+func (l localLedger) EnsureToolConsumer(ctx context.Context, project, tool string) (protocol.ToolConsumer, error) {
+	tc, err := l.Ledger.EnsureToolConsumer(ctx, project, tool)
+	tc.APIPrefix = ""
+	return tc, err
+}

@@ -1,0 +1,119 @@
+package mcpbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// Registrar registers tool definitions in the ledger: *ledger.Ledger, or a
+// client.Client on an admin credential.
+type Registrar interface {
+	RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (protocol.RegisterResult, error)
+}
+
+// Deps are what a bridge runs on.
+type Deps struct {
+	// Registrar registers the MCP tools.
+	Registrar Registrar
+	// Ledger returns the executor.Ledger and connection the executor of
+	// the server with this target runs on: the in-process ledger in serve,
+	// a client.Client made WithActor(target) on a tool credential bound to
+	// target elsewhere.
+	Ledger func(target string) (executor.Ledger, *nats.Conn, error)
+	// Executor is the base configuration of every server's executor; its
+	// Bindings are set per server, and its Registerer should be nil when
+	// another executor of the process registers the same metrics.
+	Executor executor.Config
+	// Logger receives operational logs (never arguments, results or the
+	// auth header's value). Nil discards them.
+	Logger *slog.Logger
+	// LookupEnv reads the auth header's variable. Nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Bridge serves the tools of the configured MCP servers.
+type Bridge struct {
+	cfg     *Config
+	deps    Deps
+	log     *slog.Logger
+	servers []*server
+
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New checks cfg and returns a bridge; Start runs it.
+func New(cfg *Config, deps Deps) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Registrar == nil || deps.Ledger == nil {
+		return nil, errors.New("mcpbridge: Deps.Registrar and Deps.Ledger are required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.LookupEnv == nil {
+		deps.LookupEnv = os.LookupEnv
+	}
+	b := &Bridge{cfg: cfg, deps: deps, log: deps.Logger}
+	for i := range cfg.Servers {
+		b.servers = append(b.servers, newServer(b, &cfg.Servers[i]))
+	}
+	return b, nil
+}
+
+// Start connects to every server, registers its tools and starts serving
+// them. A server that cannot be reached at start fails Start (its tools
+// could not be registered); once started, a server that dies is restarted
+// with backoff while its calls fail fast.
+func (b *Bridge) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	for _, s := range b.servers {
+		if err := s.start(ctx, runCtx); err != nil {
+			b.Stop(context.WithoutCancel(ctx))
+			return fmt.Errorf("mcpbridge: server %s: %w", s.cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// Stop drains the executors (calls in flight finish or are handed back),
+// then closes the MCP sessions. Safe to call more than once.
+func (b *Bridge) Stop(ctx context.Context) {
+	b.stopOnce.Do(func() {
+		for _, s := range b.servers {
+			if s.ex != nil {
+				s.ex.Stop(ctx)
+			}
+		}
+		if b.cancel != nil {
+			b.cancel()
+		}
+		for _, s := range b.servers {
+			s.closeSession()
+		}
+		b.wg.Wait()
+	})
+}
+
+// Tools returns, per server name, the ledger tool names registered from it
+// and in force now.
+func (b *Bridge) Tools() map[string][]string {
+	out := map[string][]string{}
+	for _, s := range b.servers {
+		out[s.cfg.Name] = s.toolNames()
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+package mcpbridge
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// TestConfigListsEveryViolation: a bad configuration is refused with every
+// problem, by field; a good one gets its defaults.
+func TestConfigListsEveryViolation(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte(`project: "bad project"
+servers:
+  - name: a
+    command: [x]
+    url: ftp://nope
+  - name: b
+    target: sleep
+    restart_min_ms: 5000
+    restart_max_ms: 1000
+    auth_env: KEY
+    tools: {t: {determinism: sometimes}}
+  - name: c
+    target: mcp_a
+    url: http://x
+`), 0o600))
+	_, err := LoadConfig(bad)
+	e, ok := protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	fields := map[string]string{}
+	for _, v := range e.Violations {
+		fields[v.Field] = v.Code
+	}
+	require.Equal(t, map[string]string{
+		"project":                        protocol.VInvalidToken,
+		"servers[0].url":                 protocol.VInvalidValue,
+		"servers[1].target":              protocol.VReserved,
+		"servers[1].command":             protocol.VRequired,
+		"servers[1].auth_env":            protocol.VInvalidValue,
+		"servers[1].restart_max_ms":      protocol.VInvalidValue,
+		"servers[1].tools.t.determinism": protocol.VInvalidValue,
+		"servers[2].target":              protocol.VInvalidValue,
+	}, fields)
+
+	unknown := filepath.Join(dir, "unknown.yaml")
+	require.NoError(t, os.WriteFile(unknown, []byte("project: p\nservers: [{name: a, command: [x], colour: red}]\n"), 0o600))
+	_, err = LoadConfig(unknown)
+	require.ErrorContains(t, err, "colour")
+
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, []byte("project: p\nservers: [{name: a, command: [x]}]\n"), 0o600))
+	c, err := LoadConfig(good)
+	require.NoError(t, err)
+	s := c.Servers[0]
+	require.Equal(t, "mcp_a", s.Target)
+	require.Equal(t, "a_", *s.Prefix)
+	require.EqualValues(t, DefaultConnectTimeoutMS, s.ConnectTimeoutMS)
+	require.Equal(t, DefaultMaxInlineBytes, s.MaxInlineBytes)
+	require.Equal(t, "Authorization", s.AuthHeader)
+}
+
+// TestDeterminismFromAnnotations: readOnlyHint -> pure, else
+// idempotentHint -> idempotent, else side_effectful (MCP's defaults).
+func TestDeterminismFromAnnotations(t *testing.T) {
+	f := false
+	require.Equal(t, protocol.DeterminismSideEffectful, Determinism(nil))
+	require.Equal(t, protocol.DeterminismPure, Determinism(&mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}))
+	require.Equal(t, protocol.DeterminismIdempotent, Determinism(&mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: &f}))
+	require.Equal(t, protocol.DeterminismSideEffectful, Determinism(&mcp.ToolAnnotations{DestructiveHint: &f}))
+}
+
+// TestBinaryContentIsAReference: image, audio and blob bytes are kept as
+// size and SHA-256, with the bytes only up to max_inline_bytes.
+func TestBinaryContentIsAReference(t *testing.T) {
+	img := &mcp.ImageContent{Data: []byte("0123456789"), MIMEType: "image/png"}
+	m, err := contentMap(img, 4)
+	require.NoError(t, err)
+	require.NotContains(t, m, "data")
+	ref := m["data_ref"].(Ref)
+	require.Equal(t, 10, ref.Size)
+	require.Equal(t, "84d89877f0d4041efb6bf91a16f0248f2fd573e6af05c19f96bedb9f882f7882", ref.SHA256)
+	require.True(t, ref.Omitted)
+	require.Empty(t, ref.Data)
+
+	m, err = contentMap(&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///x", MIMEType: "application/octet-stream", Blob: []byte("ab")}}, 64)
+	require.NoError(t, err)
+	res := m["resource"].(map[string]any)
+	require.NotContains(t, res, "blob")
+	require.Equal(t, "YWI=", res["blob_ref"].(Ref).Data)
+	require.Equal(t, "file:///x", res["uri"])
+
+	m, err = contentMap(&mcp.AudioContent{Data: []byte("abc"), MIMEType: "audio/wav"}, -1)
+	require.NoError(t, err)
+	require.True(t, m["data_ref"].(Ref).Omitted)
+}

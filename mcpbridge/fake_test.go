@@ -1,0 +1,49 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// fakeServer is a misbehaving MCP server on stdio (the Go SDK's, so that
+// what it gets right is right): it lists a good tool, tools whose names no
+// ledger tool may have, and tools that break the protocol when called:
+// "garbage" writes a line that is not JSON-RPC on its standard output,
+// "silent" never answers (and ignores cancellation).
+func fakeServer(mode string) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "fake", Version: "1.0.0"}, nil)
+	schema := map[string]any{"type": "object"}
+	s.AddTool(&mcp.Tool{Name: "ok", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok from " + mode}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "getenv", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct{ Name string }
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			v, ok := os.LookupEnv(args.Name)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%v:%s", ok, v)}}}, nil
+		})
+	for _, name := range []string{"bad name", "dotted.name", "echo"} {
+		s.AddTool(&mcp.Tool{Name: name, InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	}
+	s.AddTool(&mcp.Tool{Name: "garbage", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			fmt.Fprintln(os.Stdout, "}}} this is not JSON-RPC {{{")
+			select {}
+		})
+	s.AddTool(&mcp.Tool{Name: "silent", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {}
+		})
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "fake MCP server:", err)
+		os.Exit(1)
+	}
+}
