@@ -387,12 +387,12 @@ class Service implements ToolService {
     for (let i = 0; i < n; i++) {
       loops.push(
         (async () => {
-          while (!this.stopping) {
+          while (!this.stopping && !this.conn.nc.isClosed()) {
             let iter: ConsumerMessages;
             try {
               iter = await consumer.fetch({ max_messages: 1, expires: this.opts.pullExpiresMs ?? 5_000 });
             } catch (err) {
-              if (this.stopping) break;
+              if (this.stopping || this.conn.nc.isClosed()) break;
               this.report("pull", err);
               await new Promise((r) => setTimeout(r, 1_000));
               continue;
