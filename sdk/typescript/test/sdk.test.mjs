@@ -11,6 +11,7 @@ import {
   connect,
   idempotencyKey,
   serveTool,
+  prepared,
   success,
 } from "../dist/index.js";
 import { Server, eventually, toolDef } from "./harness.mjs";
@@ -58,6 +59,7 @@ before(async () => {
     ["ts_slow", "idempotent"],
     ["ts_redeliver", "idempotent"],
     ["ts_pay", "side_effectful"],
+    ["ts_2pc", "idempotent"],
   ]) {
     await srv.register(P, toolDef(name, det));
   }
@@ -284,6 +286,34 @@ describe("side_effectful tools", () => {
     assert.equal(r.card.content.error.detail.taxonomy_code, "S-TOOL-OUTCOME-UNKNOWN");
     assert.equal(r.record.outcome, "outcome_unknown");
     assert.equal(runs, 0);
+    await svc.stop();
+  });
+});
+
+describe("two-phase commit", () => {
+  test("a prepared call waits for the worker's commit, and onDecision's answer is its result", async () => {
+    const conn = await toolConn("ts_2pc");
+    let decided;
+    const svc = await serve(conn, "ts_2pc", (call) => prepared(`tok-${call.callId}`, Math.min(call.deadlineUnixMs, Date.now() + 20_000)), {
+      onDecision: (d) => {
+        decided = { decision: d.decision, by: d.decidedBy, token: d.commitToken, args: d.call.arguments };
+        return { committed: d.decision === "commit" };
+      },
+    });
+    const w = await worker("agent-2pc");
+    await w.dispatch({ tool: "ts_2pc", turnId: "t1", callId: "q1", args: { amount: 5 }, timeoutMs: 60_000 });
+    const rec = await eventually(async () => {
+      const r = await w.callGet({ turnId: "t1", callId: "q1" }, true);
+      return r.two_phase?.state === "prepared" ? r : null;
+    }, 30_000, "the call is prepared");
+    assert.equal(rec.state, "dispatched");
+    assert.equal(rec.two_phase.commit_token, "tok-q1");
+    const c = await w.commit({ turnId: "t1", callId: "q1" }, "tok-q1");
+    assert.equal(c.decision, "commit");
+    const r = await w.awaitResult({ turnId: "t1", callId: "q1" }, { timeoutMs: 30_000 });
+    assert.equal(r.status, "success");
+    assert.deepEqual(r.card.content.result, { committed: true });
+    assert.deepEqual(decided, { decision: "commit", by: "worker", token: "tok-q1", args: { amount: 5 } });
     await svc.stop();
   });
 });
