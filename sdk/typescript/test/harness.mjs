@@ -93,6 +93,11 @@ export class Server {
     await run(this.bin, ["tools", "register", file, "--project", project], { env: this.env() });
   }
 
+  /** Registers a tool definition file (YAML or JSON) with the embedded admin credential. */
+  async registerFile(project, file) {
+    await run(this.bin, ["tools", "register", file, "--project", project], { env: this.env() });
+  }
+
   async stop() {
     if (this.proc.exitCode === null) {
       this.proc.kill("SIGTERM");
