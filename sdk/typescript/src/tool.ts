@@ -184,6 +184,10 @@ export function validateCommand(
       add(`header.${name}`, "duplicate", "header is sent more than once");
       return undefined;
     }
+    if (e.values[0] === "") {
+      add(`header.${name}`, "empty", "header must not be empty");
+      return undefined;
+    }
     return e.values[0];
   };
   const ident = (name: string, required: boolean) => {
@@ -249,7 +253,7 @@ export function validateCommand(
     }
     if (payload.turn_epoch !== undefined && String(payload.turn_epoch) !== epoch) add("payload.turn_epoch", "identity_mismatch", `differs from ${H.epoch}`);
     const d = payload.deadline_unix_ms;
-    if (d !== undefined && (typeof d !== "number" || !Number.isSafeInteger(d) || d < 0)) add("payload.deadline_unix_ms", "invalid_type", "not a non-negative integer");
+    if (d !== undefined && (typeof d !== "number" || !Number.isSafeInteger(d) || d < 1)) add("payload.deadline_unix_ms", "invalid_type", "not a positive integer");
     const t = payload.timeout_ms;
     if (t !== undefined && (typeof t !== "number" || !Number.isSafeInteger(t) || t < 1 || t > 86_400_000)) add("payload.timeout_ms", "invalid_value", "not an integer from 1 to 86400000");
   }

@@ -213,6 +213,38 @@ describe("worker and tool service", () => {
   });
 });
 
+describe("missed wakeups", () => {
+  test("after a reconnect the worker finds a result whose wakeup went elsewhere on its pending list", async () => {
+    const conn = await toolConn("ts_echo");
+    const release = deferred();
+    const started = deferred();
+    const svc = await serve(conn, "ts_echo", async () => {
+      started.resolve();
+      await release.promise;
+      return { late: true };
+    });
+    const c = await srv.creds(P, "worker", ["--agent", "agent-missed"]);
+    const wconn = await connect({ servers: srv.natsURL, project: P, credsFile: c.file });
+    closers.push(() => wconn.close());
+    // Only a reconnect (or awaitResult's first look) lists the Inbox here.
+    const w = new Worker(wconn, { agentId: "agent-missed", recoverEveryMs: 600_000 });
+    closers.push(() => w.close());
+    await w.setRoster("elsewhere"); // its wakeups go to another worker target
+    await w.dispatch({ tool: "ts_echo", turnId: "t1", callId: "m1" });
+    let settled = false;
+    const result = w.awaitResult({ turnId: "t1", callId: "m1" }, { timeoutMs: 60_000 }).finally(() => (settled = true));
+    await started.promise;
+    release.resolve();
+    await eventually(async () => (await w.callGet({ turnId: "t1", callId: "m1" })).state === "woken", 30_000, "the call is reported");
+    assert.equal(settled, false, "no wakeup reached this worker");
+    await wconn.nc.reconnect();
+    const r = await result;
+    assert.equal(r.via, "inbox");
+    assert.deepEqual(r.card.content.result, { late: true });
+    await svc.stop();
+  });
+});
+
 describe("side_effectful tools", () => {
   let conn;
   let consumer;
