@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { connect as natsConnect, credsAuthenticator, errors as natsErrors, headers as natsHeaders } from "@nats-io/transport-node";
-import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
+import type { MsgHdrs, NatsConnection, NodeConnectionOptions } from "@nats-io/transport-node";
 import { LedgerError, PermissionDeniedError, ProtocolError, UnavailableError } from "./errors.js";
 import { apiSubject, isIdentifier } from "./protocol.js";
 import type { ErrorBody } from "./protocol.js";
@@ -19,6 +19,8 @@ export interface ConnectOptions {
   name?: string;
   /** How long a request waits for its answer (default 10 s). */
   requestTimeoutMs?: number;
+  /** Further options of the NATS connection (`tls`, `reconnectTimeWait`, ...); the inbox prefix and authenticator are the SDK's. */
+  nats?: Partial<NodeConnectionOptions>;
 }
 
 const utf8 = new TextEncoder();
@@ -65,11 +67,12 @@ export class LedgerConnection {
     else if (opts.credsFile !== undefined) creds = await readFile(opts.credsFile, "utf8");
     const inboxPrefix = creds ? inboxPrefixOf(creds) : "_INBOX";
     const nc = await natsConnect({
-      servers: opts.servers,
-      name: opts.name,
-      inboxPrefix,
-      authenticator: creds ? credsAuthenticator(utf8.encode(creds)) : undefined,
       maxReconnectAttempts: -1,
+      ...opts.nats,
+      servers: opts.servers,
+      name: opts.name ?? opts.nats?.name,
+      inboxPrefix,
+      authenticator: creds ? credsAuthenticator(utf8.encode(creds)) : opts.nats?.authenticator,
     });
     return new LedgerConnection(nc, opts.project, inboxPrefix, opts.requestTimeoutMs ?? 10_000);
   }

@@ -458,6 +458,18 @@ class Service implements ToolService {
     if (m.headers?.get(H.entryKind) === "decision") return this.handleDecision(m);
     const { violations, command, identity } = validateCommand(m.subject, m.headers, m.data, this.tool);
     if (!command) return this.refuse(m, violations, identity);
+    // Registered before the reads, so a cancel entry that arrives while they run is not missed.
+    const key = `${command.channel}\u0000${command.turnId}\u0000${command.callId}`;
+    const ctl = new AbortController();
+    this.inflight.set(key, ctl);
+    try {
+      await this.run(m, command, ctl);
+    } finally {
+      if (this.inflight.get(key) === ctl) this.inflight.delete(key);
+    }
+  }
+
+  private async run(m: JsMsg, command: ValidCommand, ctl: AbortController): Promise<void> {
     const ids = { project_id: command.project, agent_turn_id: command.turnId, tool_call_id: command.callId };
     // Step 3: the record, the cancellation and the card, on every delivery, at once.
     const [recordR, canceledR, cardsR] = await Promise.allSettled([
@@ -488,7 +500,6 @@ class Service implements ToolService {
     const def = await this.definition(record, toolName);
     const determinism = this.opts.determinism ?? def?.determinism ?? "side_effectful";
     const deadline = command.payload.deadline_unix_ms ?? record.deadline_unix_ms ?? Date.now() + 30_000;
-    const ctl = new AbortController();
     const call: ToolCall = {
       project: command.project,
       channel: command.channel,
@@ -511,7 +522,7 @@ class Service implements ToolService {
     const finish = (o: ToolOutcome, tag: string, attemptOutcome?: ReportBody["attempt_outcome"]) =>
       this.finish(m, command, call, o, tag, attemptOutcome);
 
-    if (canceledR.value.canceled) return finish(canceledOutcome(0), "canceled");
+    if (canceledR.value.canceled || abortReason(ctl.signal) === "canceled") return finish(canceledOutcome(0), "canceled");
     if (Date.now() >= deadline) return finish(deadlineOutcome(deadline, 0), "late");
     if (m.info.deliveryCount > (this.opts.maxDeliveries ?? 5) && determinism !== "side_effectful") {
       return finish(
@@ -525,8 +536,6 @@ class Service implements ToolService {
       );
     }
 
-    const key = `${command.channel}\u0000${command.turnId}\u0000${command.callId}`;
-    this.inflight.set(key, ctl);
     const heartbeat = setInterval(() => m.working(), Math.max(1_000, Math.floor(this.consumer.ack_wait_ms / 3)));
     const timer = setTimeout(() => ctl.abort(new Abort("timeout")), Math.max(0, deadline - Date.now()));
     try {
@@ -600,6 +609,14 @@ class Service implements ToolService {
         // Stopped mid-call: hand the command back rather than report an outcome it did not reach.
         return m.nak();
       }
+      if (outcome.status === "prepared" && !this.opts.onDecision) {
+        // Nobody would answer the decision: end the call now rather than at its deadline.
+        outcome = failed("internal_error", "the handler prepared the call but the service has no onDecision hook", {
+          taxonomy_code: "S-TOOL-ERROR",
+          class: "terminal_error",
+          attempts,
+        });
+      }
       if (outcome.status === "prepared" && outcome.prepare) {
         await this.withRetry(() =>
           this.req<PrepareResult>("prepare", {
@@ -614,7 +631,6 @@ class Service implements ToolService {
     } finally {
       clearInterval(heartbeat);
       clearTimeout(timer);
-      this.inflight.delete(key);
     }
   }
 
