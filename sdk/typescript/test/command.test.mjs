@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { headers } from "@nats-io/transport-node";
-import { connect, serveTool, validateCommand } from "../dist/index.js";
+import { Worker, connect, serveTool, validateCommand } from "../dist/index.js";
 import { Server, eventually, toolDef } from "./harness.mjs";
 
 const P = "sdkts-cmd";
@@ -23,6 +23,7 @@ function hdrs(record) {
 before(async () => {
   srv = await Server.start(["--no-auth"]);
   await srv.register(P, toolDef("ts_strict", "idempotent"));
+  await srv.register(P, toolDef("ts_forged", "idempotent"));
   conn = await connect({ servers: srv.natsURL, project: P });
   svc = await serveTool(conn, "ts_strict", () => {
     runs++;
@@ -85,4 +86,40 @@ test("a command that names no dispatched call is recorded with command.reject, a
     return ci.num_ack_pending === 0 && ci.num_pending === 0 && ci.delivered.consumer_seq >= 2;
   }, 30_000, "both commands acknowledged");
   assert.equal(runs, 0);
+});
+
+test("a bad command naming a dispatched call is answered through its report: failed, bad_request, every violation", async () => {
+  const release = { fn: () => {} };
+  const held = new Promise((r) => (release.fn = r));
+  const started = { fn: () => {} };
+  const running = new Promise((r) => (started.fn = r));
+  const errors = [];
+  // Two at once: the dispatched command's handler holds while the forged one is handled.
+  const forgedSvc = await serveTool(conn, "ts_forged", async () => {
+    started.fn();
+    await held;
+    return { ran: true };
+  }, { concurrency: 2, onError: (err, where) => errors.push(`${where}: ${err.code ?? err.message}`) });
+  try {
+    const w = new Worker(conn, { agentId: "a1" });
+    await w.setRoster();
+    await w.dispatch({ tool: "ts_forged", turnId: "t1", callId: "f1", timeoutMs: 60_000 });
+    await running;
+    conn.nc.publish(`cg.v1.${P}.main.cmd.tool.ts_forged`, enc.encode(JSON.stringify({ tool_call_card_id: "cc-f", after_execution: "later", arguments: {} })), {
+      headers: hdrs({ "CG-Agent-Id": "a1", "CG-Agent-Turn-Id": "t1", "CG-Turn-Epoch": "1", "CG-Tool-Call-Id": "f1" }),
+    });
+    const r = await w.awaitResult({ turnId: "t1", callId: "f1" }, { timeoutMs: 30_000 });
+    assert.equal(r.status, "failed");
+    assert.equal(r.card.content.error.code, "bad_request");
+    assert.equal(r.card.content.error.detail.taxonomy_code, "I-REQ-002");
+    const got = r.card.content.error.detail.violations.map((v) => `${v.field} ${v.code}`).sort();
+    assert.deepEqual(got, ["payload.after_execution invalid_value", "payload.arguments forbidden"]);
+    release.fn();
+    // The held run's report loses to the one stored: the service says so and lets the command go.
+    await eventually(() => errors.some((e) => e === "report: conflict"), 30_000, "the late report refused");
+    await w.close();
+  } finally {
+    release.fn();
+    await forgedSvc.stop(1_000);
+  }
 });

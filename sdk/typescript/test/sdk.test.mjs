@@ -30,6 +30,7 @@ async function serve(conn, tool, handler, opts) {
 async function toolConn(tool) {
   const c = await srv.creds(P, "tool", ["--tool", tool]);
   const conn = await connect({ servers: srv.natsURL, project: P, credsFile: c.file, name: `tool-${tool}` });
+  assert.equal(conn.inboxPrefix, c.inboxPrefix, "the inbox prefix is the one creds issue names");
   closers.push(() => conn.close());
   return conn;
 }
@@ -60,6 +61,7 @@ before(async () => {
     ["ts_redeliver", "idempotent"],
     ["ts_pay", "side_effectful"],
     ["ts_2pc", "idempotent"],
+    ["ts_conc", "pure"],
   ]) {
     await srv.register(P, toolDef(name, det));
   }
@@ -209,6 +211,30 @@ describe("worker and tool service", () => {
     assert.equal(r.record.claim.seq, rep.seq);
     assert.deepEqual(r.card.content.result, { by: "first" });
     assert.equal(runs, 0);
+    await svc.stop();
+  });
+});
+
+describe("concurrency", () => {
+  test("a service with concurrency 3 runs three calls at once", async () => {
+    const conn = await toolConn("ts_conc");
+    let inFlight = 0;
+    let most = 0;
+    const all = deferred();
+    const svc = await serve(conn, "ts_conc", async (call) => {
+      inFlight++;
+      most = Math.max(most, inFlight);
+      if (inFlight === 3) all.resolve();
+      await all.promise; // each call holds until all three run at once
+      inFlight--;
+      return { n: call.arguments.n };
+    }, { concurrency: 3 });
+    const w = await worker("agent-conc");
+    const refs = [1, 2, 3].map((n) => ({ turnId: "t1", callId: `n${n}` }));
+    await Promise.all(refs.map((r, i) => w.dispatch({ tool: "ts_conc", ...r, args: { n: i + 1 } })));
+    const results = await Promise.all(refs.map((r) => w.awaitResult(r, { timeoutMs: 30_000 })));
+    assert.deepEqual(results.map((r) => r.card.content.result.n), [1, 2, 3]);
+    assert.equal(most, 3);
     await svc.stop();
   });
 });
