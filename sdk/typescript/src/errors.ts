@@ -74,16 +74,6 @@ export class ProtocolError extends CgLedgerError {
   }
 }
 
-/** A tool command that does not validate, with every violation (protocol.md, Tool commands). */
-export class InvalidCommandError extends CgLedgerError {
-  readonly violations: readonly Violation[];
-  constructor(violations: Violation[]) {
-    super(`invalid tool command: ${violations.map((v) => `${v.field} ${v.code}`).join(", ")}`);
-    this.name = "InvalidCommandError";
-    this.violations = violations;
-  }
-}
-
 /** Whether an error is worth retrying with the same request (`internal`, timeouts, no responders). */
 export function isRetryable(err: unknown): boolean {
   return (err instanceof LedgerError && err.code === "internal") || err instanceof UnavailableError;

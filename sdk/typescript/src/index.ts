@@ -13,7 +13,6 @@ export {
   PermissionDeniedError,
   UnavailableError,
   ProtocolError,
-  InvalidCommandError,
   isRetryable,
 } from "./errors.js";
 export * from "./protocol.js";

@@ -834,5 +834,3 @@ function abortedOutcome(reason: unknown, deadline: number, attempts: number): To
 export function abortReason(signal: AbortSignal): "canceled" | "timeout" | undefined {
   return signal.reason instanceof Abort ? signal.reason.reason : undefined;
 }
-
-export { H as headers };
