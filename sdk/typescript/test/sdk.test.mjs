@@ -158,7 +158,8 @@ describe("worker and tool service", () => {
         });
       }));
     const w = await worker("agent-deadline");
-    const d = await w.dispatch({ tool: "ts_slow", turnId: "t1", callId: "d1", timeoutMs: 1_000 });
+    // Long enough that a loaded machine still picks the command up before the deadline.
+    const d = await w.dispatch({ tool: "ts_slow", turnId: "t1", callId: "d1", timeoutMs: 2_500 });
     const r = await w.awaitResult({ turnId: "t1", callId: "d1" }, { timeoutMs: 30_000 });
     assert.equal(r.status, "timeout");
     assert.equal(r.card.content.error.code, "tool_timeout");
@@ -258,7 +259,10 @@ describe("missed wakeups", () => {
     await w.setRoster("elsewhere"); // its wakeups go to another worker target
     await w.dispatch({ tool: "ts_echo", turnId: "t1", callId: "m1" });
     let settled = false;
+    const replies = wconn.nc.stats().inMsgs;
     const result = w.awaitResult({ turnId: "t1", callId: "m1" }, { timeoutMs: 60_000 }).finally(() => (settled = true));
+    // awaitResult's first look (call.get) is answered before the call is reported.
+    await eventually(() => wconn.nc.stats().inMsgs > replies, 30_000, "awaitResult's first look answered");
     await started.promise;
     release.resolve();
     await eventually(async () => (await w.callGet({ turnId: "t1", callId: "m1" })).state === "woken", 30_000, "the call is reported");
