@@ -66,6 +66,8 @@ export interface CallState {
   "outcome"?: string;
   "paused_seq"?: number;
   "project_id": string;
+  "redrive_call_id"?: string;
+  "redrive_seq"?: number;
   "rejected_seq"?: number;
   "rejections": number;
   "reported_at"?: string;
@@ -145,6 +147,21 @@ export interface DigestResult {
   "chain_head": string;
   /** SHA-256 over every view row in key order, lower-case hex (docs/views.md#digest). */
   "digest": string;
+}
+
+export interface DispatchResult {
+  "approval_expires_unix_ms"?: number;
+  "awaiting_approval"?: boolean;
+  "card_seq": number;
+  "command_seq": number;
+  "deadline_unix_ms"?: number;
+  "duplicate": boolean;
+  "paused"?: boolean;
+  "subject": string;
+  "tool_call_card_id": string;
+  "tool_def_seq"?: number;
+  "tool_unavailable"?: boolean;
+  "tool_version"?: string;
 }
 
 export interface Health {
@@ -283,6 +300,18 @@ export interface Readiness {
   /** The roles this process runs (api, executor, projector). */
   "roles": Array<string>;
   "status": "ready" | "not ready";
+}
+
+export interface RedriveBody {
+  "reason": string;
+}
+
+export interface RedriveResult {
+  "dispatch": DispatchResult;
+  "duplicate": boolean;
+  "redrive_call_id": string;
+  "redrive_card_id": string;
+  "seq": number;
 }
 
 export interface RegisterResult {
@@ -501,4 +530,4 @@ export interface Violation {
 }
 
 /** The names of every schema above, in the document's components. */
-export const openapiSchemaNames = ["ApprovalAnswer","ApprovalItem","ApprovalItemPage","ApprovalResult","CallState","CallStateAnswer","CallStatePage","CallStory","CardResult","CardVersion","CardVersionPage","ChainLink","DecisionBody","DigestResult","Health","InboxEntry","InboxEntryPage","LegacyError","NotedEntry","NotedSkip","OperatorCancelBody","OperatorCancelResult","Overview","OverviewBucket","OverviewTool","Problem","ProjectInfo","ProjectInfoPage","Readiness","RegisterResult","RegistryPage","RegistryTool","ResolveBody","ResolveResult","RetryPolicy","RosterAnswer","SkipItem","SkipItemPage","SkippedEntry","SkippedEntryPage","Timeline","TimelineItem","ToolApproval","ToolDefinition","ToolHealth","ToolHistory","ToolLimits","ToolPauseBody","ToolPauseResult","ToolPauseState","ToolSLO","ToolVersion","ToolVersionPage","UnrecognizedEntry","UnrecognizedEntryPage","VerifyReport","Violation"] as const;
+export const openapiSchemaNames = ["ApprovalAnswer","ApprovalItem","ApprovalItemPage","ApprovalResult","CallState","CallStateAnswer","CallStatePage","CallStory","CardResult","CardVersion","CardVersionPage","ChainLink","DecisionBody","DigestResult","DispatchResult","Health","InboxEntry","InboxEntryPage","LegacyError","NotedEntry","NotedSkip","OperatorCancelBody","OperatorCancelResult","Overview","OverviewBucket","OverviewTool","Problem","ProjectInfo","ProjectInfoPage","Readiness","RedriveBody","RedriveResult","RegisterResult","RegistryPage","RegistryTool","ResolveBody","ResolveResult","RetryPolicy","RosterAnswer","SkipItem","SkipItemPage","SkippedEntry","SkippedEntryPage","Timeline","TimelineItem","ToolApproval","ToolDefinition","ToolHealth","ToolHistory","ToolLimits","ToolPauseBody","ToolPauseResult","ToolPauseState","ToolSLO","ToolVersion","ToolVersionPage","UnrecognizedEntry","UnrecognizedEntryPage","VerifyReport","Violation"] as const;
