@@ -327,8 +327,15 @@ func (l *Ledger) redriveDispatchOf(ctx context.Context, rec *protocol.CallRecord
 	d.Card = stored.Card
 	d.Card.CardID, d.Card.ToolCallID = cardID, derived
 	if taken, err := l.GetCard(ctx, rec.ProjectID, cardID); err == nil {
-		if taken.Card.ToolCallID != derived || taken.Card.AgentTurnID != rec.AgentTurnID {
-			vs.Add("body.tool_call_id", protocol.VConflict, "the derived call's card id %s holds another card already (of call %s in turn %s)", cardID, taken.Card.ToolCallID, taken.Card.AgentTurnID)
+		// Only the very card this redrive writes lets its dispatch
+		// succeed: any other under the id (even one naming the derived
+		// call) would leave a stored redrive whose dispatch is refused.
+		same, err := sameCard(&taken.Card, &d.Card)
+		if err != nil {
+			return d, fmt.Errorf("card %s: %w", cardID, err)
+		}
+		if !same {
+			vs.Add("body.tool_call_id", protocol.VConflict, "the derived call's card id %s holds another card already (a %s card of call %s in turn %s, seq %d)", cardID, taken.Card.Type, taken.Card.ToolCallID, taken.Card.AgentTurnID, taken.Seq)
 		}
 	} else if !isCode(err, protocol.CodeUnknownCard) {
 		return d, fmt.Errorf("card %s: %w", cardID, err)
@@ -398,4 +405,18 @@ func (l *Ledger) RedriveOf(ctx context.Context, project, turnID, callID string) 
 		return nil, err
 	}
 	return l.callRedrive(ctx, rec)
+}
+
+// sameCard reports whether two cards are stored alike (their normalized
+// JSON, as putCard compares them).
+func sameCard(a, b *protocol.Card) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, fmt.Errorf("encode card: %w", err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, fmt.Errorf("encode card: %w", err)
+	}
+	return string(ja) == string(jb), nil
 }

@@ -440,3 +440,57 @@ func hasOperatorSeries(t *testing.T, reg *prometheus.Registry, action, outcome s
 	}
 	return false
 }
+
+// TestRedriveCardIDsAreGuarded: card.put refuses a tool.call card under a
+// redrive's ids (bad_request invalid_token on each), while a tool.result
+// card of a derived call stays allowed; a redrive whose derived card id
+// holds any card but the one it would write is refused conflict (recorded
+// as op call.redrive) and stores no entry, so no redrive is left whose
+// dispatch cannot succeed.
+func TestRedriveCardIDsAreGuarded(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerEchoAs(t, l, protocol.DeterminismPure)
+	c := newCall("turn-g", "k", 1)
+	failCall(t, e, l, c)
+	d := derivedOf(c, "1")
+
+	_, err := l.PutCard(ctx, d.card)
+	ref := requireRefusal(t, err, protocol.CodeBadRequest)
+	require.ElementsMatch(t, []string{"card.card_id", "card.tool_call_id"}, violationFields(ref))
+	for _, v := range ref.Violations {
+		require.Equal(t, protocol.VInvalidToken, v.Code)
+	}
+	other := d.card
+	other.CardID = "cc-plain"
+	_, err = l.PutCard(ctx, other)
+	ref = requireRefusal(t, err, protocol.CodeBadRequest)
+	require.Equal(t, []string{"card.tool_call_id"}, violationFields(ref))
+	ordinary := c.card
+	ordinary.CardID, ordinary.ToolCallID = "cc-z~r01", "z~r01"
+	_, err = l.PutCard(ctx, ordinary)
+	require.NoError(t, err, "~r01 is an ordinary id")
+
+	// A tool.result card of the derived call, under the derived card id.
+	rc := d.resultCard(protocol.StatusSuccess)
+	rc.CardID = d.card.CardID
+	_, err = l.PutCard(ctx, rc)
+	require.NoError(t, err, "a tool.result card may carry a derived call's ids")
+	_, err = l.Redrive(ctx, opsActor, redriveReq(c, "again"))
+	ref = requireRefusal(t, err, protocol.CodeConflict)
+	require.Len(t, ref.Violations, 1)
+	require.Contains(t, ref.Violations[0].Message, "holds another card already")
+	require.Empty(t, e.subjectEntries(t, protocol.RedriveSubject("v1", project, channel, c.turn, c.id)), "no redrive is stored")
+	var ops []string
+	for _, m := range e.subjectEntries(t, protocol.RejectionSubject("v1", project, channel, protocol.CodeConflict)) {
+		var r protocol.RejectionEntry
+		require.NoError(t, json.Unmarshal(m.Data, &r))
+		ops = append(ops, r.Op)
+	}
+	require.Equal(t, []string{protocol.OpCallRedrive}, ops, "refused as call.redrive, no dispatch was tried")
+	_, err = l.GetCall(ctx, project, d.turn, d.id)
+	pe, ok := protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, protocol.CodeUnknownCall, pe.Code)
+}
