@@ -220,14 +220,24 @@ func (l *Ledger) redriveTerms(ctx context.Context, rec *protocol.CallRecord, vs 
 	if e.Determinism, err = l.callDeterminism(ctx, rec); err != nil {
 		return nil, err
 	}
-	if e.Determinism == protocol.DeterminismSideEffectful && e.TaxonomyCode == protocol.CodeToolOutcomeUnknown {
+	unknown := false
+	if e.Determinism == protocol.DeterminismSideEffectful {
+		if unknown, err = l.effectUnknown(ctx, rec, report.Status, e.TaxonomyCode, e.Determinism); err != nil {
+			return nil, err
+		}
+	}
+	if unknown {
 		res, err := l.resolutionOf(ctx, rec)
 		if err != nil {
 			return nil, err
 		}
+		what := "failed with " + protocol.CodeToolOutcomeUnknown
+		if report.Status == protocol.StatusTimeout {
+			what = "timeout, with an attempt on record"
+		}
 		switch {
 		case res == nil:
-			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and its report (seq %d) is failed with %s: its side effect may have applied; if it did not, say so first (call.resolve not_applied)", rec.ToolCallID, rec.ToolName, m.Sequence, protocol.CodeToolOutcomeUnknown)
+			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and its report (seq %d) is %s: its side effect may have applied; if it did not, say so first (call.resolve not_applied)", rec.ToolCallID, rec.ToolName, m.Sequence, what)
 		case res.Effect != protocol.EffectNotApplied:
 			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and was resolved %s by %s (seq %d): its side effect took place, and a redrive would repeat it", rec.ToolCallID, rec.ToolName, res.Effect, res.Actor, res.Seq)
 		default:
