@@ -49,8 +49,9 @@ stops it and reports canceled), a call held for approval the decision canceled. 
 already has a report cannot be canceled.`
 	if op == protocol.OpCallResolve {
 		synopsis, help = name+" --project P --turn T --call C --effect applied|not_applied --reason R [--actor NAME] [--json]",
-			`Record what became of the side effect of a call reported failed with S-TOOL-OUTCOME-UNKNOWN
-(outcome_unknown): applied or not_applied, once per call. The call's report is left as it is.`
+			`Record what became of the side effect of a call whose effect is unknown (reported failed with
+S-TOOL-OUTCOME-UNKNOWN, or a side_effectful tool's call reported timeout after its attempt
+started): applied or not_applied, once per call. The call's report is left as it is.`
 	}
 	if op == protocol.OpCallRedrive {
 		help = `Run a call reported failed or timeout again as a new call derived from it, <call>~r<n>:
