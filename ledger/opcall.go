@@ -178,8 +178,8 @@ type storedReport struct {
 }
 
 // outcomeUnknownReport reads the call's report and says why it may not be
-// resolved ("" when it may): the call has no report, or its report is not
-// failed with error.detail.taxonomy_code S-TOOL-OUTCOME-UNKNOWN.
+// resolved ("" when it may): the call has no report, or its report leaves
+// its effect known (effectUnknown).
 func (l *Ledger) outcomeUnknownReport(ctx context.Context, rec *protocol.CallRecord) (storedReport, string, error) {
 	m, err := l.lastForSubject(ctx, protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
 	if err != nil {
@@ -201,14 +201,47 @@ func (l *Ledger) outcomeUnknownReport(ctx context.Context, rec *protocol.CallRec
 		}
 		code = taxonomyCode(&card.Card)
 	}
-	if e.Status != protocol.StatusFailed || code != protocol.CodeToolOutcomeUnknown {
+	unknown, err := l.effectUnknown(ctx, rec, e.Status, code, "")
+	if err != nil {
+		return r, "", err
+	}
+	if !unknown {
 		shown := code
 		if shown == "" {
 			shown = "none"
 		}
-		return r, fmt.Sprintf("call %s's report (seq %d) is %s with taxonomy code %s: only a call reported failed with %s (its side effect unknown) can be resolved", rec.ToolCallID, m.Sequence, e.Status, shown, protocol.CodeToolOutcomeUnknown), nil
+		return r, fmt.Sprintf("call %s's report (seq %d) is %s with taxonomy code %s: only a call whose side effect is unknown can be resolved (reported failed with %s, or timeout by a side_effectful tool's call with an attempt on record)", rec.ToolCallID, m.Sequence, e.Status, shown, protocol.CodeToolOutcomeUnknown), nil
 	}
 	return r, "", nil
+}
+
+// effectUnknown reports whether a call's report (status, taxonomy code)
+// leaves its side effect unknown: failed with S-TOOL-OUTCOME-UNKNOWN, or
+// timeout for a side_effectful tool's call with an attempt on record (the
+// tool gave up waiting, but the attempt may have reached the upstream).
+// determinism, when "", is read (callDeterminism).
+func (l *Ledger) effectUnknown(ctx context.Context, rec *protocol.CallRecord, status, code, determinism string) (bool, error) {
+	switch status {
+	case protocol.StatusFailed:
+		return code == protocol.CodeToolOutcomeUnknown, nil
+	case protocol.StatusTimeout:
+	default:
+		return false, nil
+	}
+	if determinism == "" {
+		var err error
+		if determinism, err = l.callDeterminism(ctx, rec); err != nil {
+			return false, err
+		}
+	}
+	if determinism != protocol.DeterminismSideEffectful {
+		return false, nil
+	}
+	m, _, err := l.lastAttempt(ctx, protocol.AttemptSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
+	if err != nil {
+		return false, fmt.Errorf("read the attempt of call %s: %w", rec.ToolCallID, err)
+	}
+	return m != nil, nil
 }
 
 // taxonomyCode is a tool.result card's error.detail.taxonomy_code, "" when
@@ -227,10 +260,10 @@ func taxonomyCode(c *protocol.Card) string {
 	return d.TaxonomyCode
 }
 
-// callResolution fills a call view's resolution: only a failed call can
-// have one, so no other call.get pays the read.
+// callResolution fills a call view's resolution: only a failed or
+// timed-out call can have one, so no other call.get pays the read.
 func (l *Ledger) callResolution(ctx context.Context, rec *protocol.CallRecord) (*protocol.ResolutionEntry, error) {
-	if rec.Claim == nil || rec.Claim.Status != protocol.StatusFailed {
+	if rec.Claim == nil || (rec.Claim.Status != protocol.StatusFailed && rec.Claim.Status != protocol.StatusTimeout) {
 		return nil, nil
 	}
 	return l.resolutionOf(ctx, rec)

@@ -220,14 +220,24 @@ func (l *Ledger) redriveTerms(ctx context.Context, rec *protocol.CallRecord, vs 
 	if e.Determinism, err = l.callDeterminism(ctx, rec); err != nil {
 		return nil, err
 	}
-	if e.Determinism == protocol.DeterminismSideEffectful && e.TaxonomyCode == protocol.CodeToolOutcomeUnknown {
+	unknown := false
+	if e.Determinism == protocol.DeterminismSideEffectful {
+		if unknown, err = l.effectUnknown(ctx, rec, report.Status, e.TaxonomyCode, e.Determinism); err != nil {
+			return nil, err
+		}
+	}
+	if unknown {
 		res, err := l.resolutionOf(ctx, rec)
 		if err != nil {
 			return nil, err
 		}
+		what := "failed with " + protocol.CodeToolOutcomeUnknown
+		if report.Status == protocol.StatusTimeout {
+			what = "timeout, with an attempt on record"
+		}
 		switch {
 		case res == nil:
-			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and its report (seq %d) is failed with %s: its side effect may have applied; if it did not, say so first (call.resolve not_applied)", rec.ToolCallID, rec.ToolName, m.Sequence, protocol.CodeToolOutcomeUnknown)
+			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and its report (seq %d) is %s: its side effect may have applied; if it did not, say so first (call.resolve not_applied)", rec.ToolCallID, rec.ToolName, m.Sequence, what)
 		case res.Effect != protocol.EffectNotApplied:
 			vs.Add(field, protocol.VConflict, "call %s is to side_effectful tool %s and was resolved %s by %s (seq %d): its side effect took place, and a redrive would repeat it", rec.ToolCallID, rec.ToolName, res.Effect, res.Actor, res.Seq)
 		default:
@@ -327,8 +337,15 @@ func (l *Ledger) redriveDispatchOf(ctx context.Context, rec *protocol.CallRecord
 	d.Card = stored.Card
 	d.Card.CardID, d.Card.ToolCallID = cardID, derived
 	if taken, err := l.GetCard(ctx, rec.ProjectID, cardID); err == nil {
-		if taken.Card.ToolCallID != derived || taken.Card.AgentTurnID != rec.AgentTurnID {
-			vs.Add("body.tool_call_id", protocol.VConflict, "the derived call's card id %s holds another card already (of call %s in turn %s)", cardID, taken.Card.ToolCallID, taken.Card.AgentTurnID)
+		// Only the very card this redrive writes lets its dispatch
+		// succeed: any other under the id (even one naming the derived
+		// call) would leave a stored redrive whose dispatch is refused.
+		same, err := sameCard(&taken.Card, &d.Card)
+		if err != nil {
+			return d, fmt.Errorf("card %s: %w", cardID, err)
+		}
+		if !same {
+			vs.Add("body.tool_call_id", protocol.VConflict, "the derived call's card id %s holds another card already (a %s card of call %s in turn %s, seq %d)", cardID, taken.Card.Type, taken.Card.ToolCallID, taken.Card.AgentTurnID, taken.Seq)
 		}
 	} else if !isCode(err, protocol.CodeUnknownCard) {
 		return d, fmt.Errorf("card %s: %w", cardID, err)
@@ -398,4 +415,18 @@ func (l *Ledger) RedriveOf(ctx context.Context, project, turnID, callID string) 
 		return nil, err
 	}
 	return l.callRedrive(ctx, rec)
+}
+
+// sameCard reports whether two cards are stored alike (their normalized
+// JSON, as putCard compares them).
+func sameCard(a, b *protocol.Card) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, fmt.Errorf("encode card: %w", err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, fmt.Errorf("encode card: %w", err)
+	}
+	return string(ja) == string(jb), nil
 }

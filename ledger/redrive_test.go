@@ -440,3 +440,115 @@ func hasOperatorSeries(t *testing.T, reg *prometheus.Registry, action, outcome s
 	}
 	return false
 }
+
+// TestRedriveCardIDsAreGuarded: card.put refuses a tool.call card under a
+// redrive's ids (bad_request invalid_token on each), while a tool.result
+// card of a derived call stays allowed; a redrive whose derived card id
+// holds any card but the one it would write is refused conflict (recorded
+// as op call.redrive) and stores no entry, so no redrive is left whose
+// dispatch cannot succeed.
+func TestRedriveCardIDsAreGuarded(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	registerEchoAs(t, l, protocol.DeterminismPure)
+	c := newCall("turn-g", "k", 1)
+	failCall(t, e, l, c)
+	d := derivedOf(c, "1")
+
+	_, err := l.PutCard(ctx, d.card)
+	ref := requireRefusal(t, err, protocol.CodeBadRequest)
+	require.ElementsMatch(t, []string{"card.card_id", "card.tool_call_id"}, violationFields(ref))
+	for _, v := range ref.Violations {
+		require.Equal(t, protocol.VInvalidToken, v.Code)
+	}
+	other := d.card
+	other.CardID = "cc-plain"
+	_, err = l.PutCard(ctx, other)
+	ref = requireRefusal(t, err, protocol.CodeBadRequest)
+	require.Equal(t, []string{"card.tool_call_id"}, violationFields(ref))
+	ordinary := c.card
+	ordinary.CardID, ordinary.ToolCallID = "cc-z~r01", "z~r01"
+	_, err = l.PutCard(ctx, ordinary)
+	require.NoError(t, err, "~r01 is an ordinary id")
+
+	// A tool.result card of the derived call, under the derived card id.
+	rc := d.resultCard(protocol.StatusSuccess)
+	rc.CardID = d.card.CardID
+	_, err = l.PutCard(ctx, rc)
+	require.NoError(t, err, "a tool.result card may carry a derived call's ids")
+	_, err = l.Redrive(ctx, opsActor, redriveReq(c, "again"))
+	ref = requireRefusal(t, err, protocol.CodeConflict)
+	require.Len(t, ref.Violations, 1)
+	require.Contains(t, ref.Violations[0].Message, "holds another card already")
+	require.Empty(t, e.subjectEntries(t, protocol.RedriveSubject("v1", project, channel, c.turn, c.id)), "no redrive is stored")
+	var ops []string
+	for _, m := range e.subjectEntries(t, protocol.RejectionSubject("v1", project, channel, protocol.CodeConflict)) {
+		var r protocol.RejectionEntry
+		require.NoError(t, json.Unmarshal(m.Data, &r))
+		ops = append(ops, r.Op)
+	}
+	require.Equal(t, []string{protocol.OpCallRedrive}, ops, "refused as call.redrive, no dispatch was tried")
+	_, err = l.GetCall(ctx, project, d.turn, d.id)
+	pe, ok := protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, protocol.CodeUnknownCall, pe.Code)
+}
+
+// TestRedriveOfASideEffectfulTimeoutWithAnAttempt: a side_effectful call
+// the tool itself reported timeout, with an attempt on record, may have
+// applied its effect: redrive is refused until call.resolve (which now
+// accepts it) says not_applied; the same timeout without an attempt (the
+// tool never started) is redriven at once.
+func TestRedriveOfASideEffectfulTimeoutWithAnAttempt(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	_, err := l.RegisterTool(ctx, &protocol.ToolDefinition{ProjectID: project, ToolName: "pay", Description: "moves money",
+		TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.pay", AfterExecution: protocol.AfterSuspend,
+		Parameters: json.RawMessage(`{"type":"object"}`), Determinism: protocol.DeterminismSideEffectful})
+	require.NoError(t, err)
+	timedOut := func(turn string, attempt bool) call {
+		t.Helper()
+		c, req := deadlineCall(turn, "c1", "pay", 3_600_000)
+		_, err := l.Dispatch(ctx, req)
+		require.NoError(t, err)
+		if attempt {
+			at, err := l.StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: project, AgentTurnID: c.turn, ToolCallID: c.id, ExecutorID: "svc-1"})
+			require.NoError(t, err)
+			require.True(t, at.Started)
+		}
+		rc := c.resultCard(protocol.StatusTimeout)
+		_, err = l.PutCard(ctx, rc)
+		require.NoError(t, err)
+		_, err = l.Report(ctx, c.reportReq(protocol.StatusTimeout, rc.CardID))
+		require.NoError(t, err)
+		awaitWoken(t, l, c)
+		return c
+	}
+
+	c := timedOut("turn-ta", true)
+	_, err = l.Redrive(ctx, opsActor, redriveReq(c, "again"))
+	ref := requireRefusal(t, err, protocol.CodeConflict)
+	require.Len(t, ref.Violations, 1)
+	require.Contains(t, ref.Violations[0].Message, "is timeout, with an attempt on record: its side effect may have applied")
+	require.Empty(t, e.subjectEntries(t, protocol.RedriveSubject("v1", project, channel, c.turn, c.id)))
+	rs, err := l.Resolve(ctx, opsActor, protocol.ResolveRequest{ProjectID: project, AgentTurnID: c.turn, ToolCallID: c.id, Effect: protocol.EffectNotApplied, Reason: "the bank has nothing"})
+	require.NoError(t, err, "a side_effectful timeout with an attempt can be resolved")
+	got, err := l.Resolution(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.NotNil(t, got, "call.get shows the resolution of a timed-out call")
+	require.Equal(t, rs.Seq, got.Seq)
+	res, err := l.Redrive(ctx, opsActor, redriveReq(c, "pay it now"))
+	require.NoError(t, err)
+	stored, err := l.RedriveOf(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, rs.Seq, stored.ResolutionSeq, "the resolution it relied on")
+	require.Equal(t, res.Seq, stored.Seq)
+
+	never := timedOut("turn-tn", false)
+	_, err = l.Resolve(ctx, opsActor, protocol.ResolveRequest{ProjectID: project, AgentTurnID: never.turn, ToolCallID: never.id, Effect: protocol.EffectNotApplied, Reason: "r"})
+	requireRefusal(t, err, protocol.CodeConflict)
+	_, err = l.Redrive(ctx, opsActor, redriveReq(never, "again"))
+	require.NoError(t, err, "no attempt: the tool never started")
+}

@@ -70,7 +70,7 @@ func (h *handler) decide(op string) http.HandlerFunc {
 		var req protocol.ApprovalRequest
 		parse := func(body []byte) protocol.Violations {
 			var vs protocol.Violations
-			req, vs = parseDecisionBody(r, body, fromBody, &approver)
+			req, vs = parseDecisionBody(r, op, body, fromBody, &approver)
 			return vs
 		}
 		var send func(ctx context.Context) (any, error)
@@ -85,11 +85,11 @@ func (h *handler) decide(op string) http.HandlerFunc {
 // path, listing every violation (the path's ids and the body's fields,
 // checked as the ledger checks the request). fromBody says the approver
 // is the body's "approver" (a serve without credentials), which approver
-// receives. Every other member is passed on, so the request's parser
-// names each one it does not take.
-func parseDecisionBody(r *http.Request, body []byte, fromBody bool, approver *string) (protocol.ApprovalRequest, protocol.Violations) {
+// receives. A member the decision does not take is named here, with the
+// members an HTTP body takes.
+func parseDecisionBody(r *http.Request, op string, body []byte, fromBody bool, approver *string) (protocol.ApprovalRequest, protocol.Violations) {
 	whole, vs := callBody{
-		r: r, body: body, who: "approver", whose: "the bearer credential's approver name", fromBody: fromBody, name: approver,
+		r: r, body: body, who: "approver", whose: "the bearer credential's approver name", fromBody: fromBody, name: approver, op: op,
 	}.request()
 	if whole == nil {
 		return protocol.ApprovalRequest{}, vs

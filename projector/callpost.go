@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/protocol"
@@ -69,6 +72,11 @@ type callBody struct {
 	// every member but the path's ids and who, so the op's parser names
 	// any it does not take.
 	members []string
+	// op, when its request's members are known (protocol.RequestMembers),
+	// makes this refuse every other body member itself, naming the
+	// members an HTTP body takes (not the path's ids, which the op's
+	// parser would name).
+	op string
 }
 
 // request is the op's request JSON, with every violation of the path's ids
@@ -105,13 +113,27 @@ func (c callBody) request() ([]byte, protocol.Violations) {
 		vs.Add(o.Path(c.who), protocol.VInvalidValue, "is %s: leave it out of the body", c.whose)
 	}
 	if c.members == nil {
+		taken := protocol.RequestMembers(c.op)
+		var httpMembers []string
+		for _, m := range taken {
+			switch m {
+			case "project_id", "agent_turn_id", "tool_call_id":
+			default:
+				httpMembers = append(httpMembers, m)
+			}
+		}
+		if c.fromBody {
+			httpMembers = append(httpMembers, c.who)
+		}
 		var members map[string]json.RawMessage
 		if err := json.Unmarshal(c.body, &members); err == nil {
-			for k, v := range members {
-				switch k {
-				case "project_id", "agent_turn_id", "tool_call_id", c.who:
+			for _, k := range slices.Sorted(maps.Keys(members)) {
+				switch {
+				case k == "project_id" || k == "agent_turn_id" || k == "tool_call_id" || k == c.who:
+				case taken == nil || slices.Contains(taken, k):
+					fields[k] = members[k]
 				default:
-					fields[k] = v
+					vs.Add(o.Path(k), protocol.VInvalidValue, "is not a member of a %s body over HTTP (%s; the path names the call)", c.op, strings.Join(httpMembers, ", "))
 				}
 			}
 		}

@@ -126,4 +126,15 @@ func TestOperatorHTTPWithoutCredentials(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"body.actor", "body.reason", "body.agent_id"}, fields)
 	require.Nil(t, gotReq, "nothing was sent")
+	// The unknown member's violation names what an HTTP body takes: the
+	// path's ids are refused in it.
+	for _, v := range out["violations"].([]any) {
+		if m := v.(map[string]any); m["field"] == "body.agent_id" {
+			require.Equal(t, "is not a member of a call.cancel body over HTTP (reason, actor; the path names the call)", m["message"])
+		}
+	}
+	status, out = send(t, http.MethodPost, hs.URL+"/v1/projects/proj/turns/t1/calls/c1/resolve", "", `{"effect":"applied","reason":"r","actor":"ops","why":1}`)
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	require.Len(t, out["violations"], 1)
+	require.Equal(t, "is not a member of a call.resolve body over HTTP (effect, reason, actor; the path names the call)", out["violations"].([]any)[0].(map[string]any)["message"])
 }

@@ -41,10 +41,10 @@ func (h *handler) operate(op string) http.HandlerFunc {
 // path, listing every violation (the path's ids and the body's fields,
 // checked as the ledger checks the request). fromBody says the actor is
 // the body's "actor" (a serve without credentials), which actor receives.
-// Every other member goes to the op's parser, which names any it does not
-// take.
+// A member the op does not take is named here, with the members an HTTP
+// body takes.
 func parseOperatorBody(r *http.Request, op string, body []byte, fromBody bool, actor *string) (any, protocol.Violations) {
-	whole, vs := callBody{r: r, body: body, who: "actor", whose: "the bearer credential's", fromBody: fromBody, name: actor}.request()
+	whole, vs := callBody{r: r, body: body, who: "actor", whose: "the bearer credential's", fromBody: fromBody, name: actor, op: op}.request()
 	if whole == nil {
 		return nil, vs
 	}

@@ -295,7 +295,7 @@ func ParseApprovalRequest(body []byte) (ApprovalRequest, Violations) {
 	// A member the decision does not take (a misspelt digest, an
 	// "approver" claiming another name) is refused, as for every operator
 	// action, rather than dropped in silence.
-	onlyMembers(o, "approve or deny", "project_id", "agent_turn_id", "tool_call_id", "tool_call_card_id", "arguments_digest", "reason")
+	onlyMembers(o, "approve or deny", RequestMembers(OpApprove)...)
 	return r, vs
 }
 

@@ -115,7 +115,7 @@ func ParseOperatorCancelRequest(body []byte) (OperatorCancelRequest, Violations)
 	}
 	r.ProjectID, r.AgentTurnID, r.ToolCallID = o.Ident("project_id", true), o.Ident("agent_turn_id", true), o.Ident("tool_call_id", true)
 	r.Reason = operatorReason(o)
-	onlyMembers(o, "call.cancel", "project_id", "agent_turn_id", "tool_call_id", "reason")
+	onlyMembers(o, OpCallCancel, RequestMembers(OpCallCancel)...)
 	return r, vs
 }
 
@@ -133,7 +133,7 @@ func ParseResolveRequest(body []byte) (ResolveRequest, Violations) {
 		vs.Add(o.Path("effect"), VInvalidValue, "must be %s or %s, got %q", EffectApplied, EffectNotApplied, Clip(r.Effect))
 	}
 	r.Reason = operatorReason(o)
-	onlyMembers(o, "call.resolve", "project_id", "agent_turn_id", "tool_call_id", "effect", "reason")
+	onlyMembers(o, OpCallResolve, RequestMembers(OpCallResolve)...)
 	return r, vs
 }
 
@@ -145,6 +145,23 @@ func operatorReason(o JSONObject) string {
 		o.vs.Add(o.Path("reason"), VTooLarge, "is %d bytes; the limit is %d", len(s), MaxOperatorReasonBytes)
 	}
 	return s
+}
+
+// requestMembers are the body members of the requests on one call that
+// an HTTP API also takes (its path naming the call).
+var requestMembers = map[string][]string{
+	OpCallCancel:  {"project_id", "agent_turn_id", "tool_call_id", "reason"},
+	OpCallResolve: {"project_id", "agent_turn_id", "tool_call_id", "effect", "reason"},
+	OpCallRedrive: {"project_id", "agent_turn_id", "tool_call_id", "reason"},
+	OpApprove:     {"project_id", "agent_turn_id", "tool_call_id", "tool_call_card_id", "arguments_digest", "reason"},
+	OpDeny:        {"project_id", "agent_turn_id", "tool_call_id", "tool_call_card_id", "arguments_digest", "reason"},
+}
+
+// RequestMembers are the members a body of op takes (call.cancel,
+// call.resolve, call.redrive, approve, deny; nil for any other op), so an
+// HTTP API that takes some of them from its path can name the rest.
+func RequestMembers(op string) []string {
+	return slices.Clone(requestMembers[op])
 }
 
 // onlyMembers refuses every member of o not named, naming those it takes:

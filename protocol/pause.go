@@ -1,5 +1,7 @@
 package protocol
 
+import "encoding/json"
+
 // Operator actions: pausing and resuming a tool (docs/operations.md,
 // "Operator actions"). A tool's pause state is the last entry on its pause
 // subject, cg.<ver>.<project>.pause.<tool_name>; while it says paused, a
@@ -62,6 +64,19 @@ type ToolPauseResult struct {
 	// Released is, for a resume, the number of held calls whose commands
 	// it published (calls that ended while paused are not released).
 	Released int `json:"released,omitempty"`
+}
+
+// MarshalJSON sends a resume's released always, 0 included (docs/protocol.md
+// lists it in every resume answer); a pause's answer has none.
+func (r ToolPauseResult) MarshalJSON() ([]byte, error) {
+	type plain ToolPauseResult
+	if r.Paused {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		plain
+		Released int `json:"released"`
+	}{plain(r), r.Released})
 }
 
 // ParseToolPauseRequest reads a tool.pause or tool.resume body, listing

@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -45,4 +46,21 @@ func TestParseToolPauseRequestListsEveryViolation(t *testing.T) {
 	_, vs = protocol.ParseToolPauseRequest([]byte(`{"project_id":"p1","tool_name":"wire"}`))
 	require.Len(t, vs, 1)
 	require.Equal(t, "body.reason", vs[0].Field)
+}
+
+// TestToolPauseResultJSON: a resume's answer always has released, 0
+// included; a pause's has none.
+func TestToolPauseResultJSON(t *testing.T) {
+	b, err := json.Marshal(protocol.ToolPauseResult{Seq: 3, ToolName: "search"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"seq":3,"tool_name":"search","paused":false,"released":0}`, string(b))
+	b, err = json.Marshal(protocol.ToolPauseResult{Seq: 4, ToolName: "search", Released: 2})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"seq":4,"tool_name":"search","paused":false,"released":2}`, string(b))
+	b, err = json.Marshal(protocol.ToolPauseResult{Seq: 5, ToolName: "search", Paused: true})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"seq":5,"tool_name":"search","paused":true}`, string(b))
+	var back protocol.ToolPauseResult
+	require.NoError(t, json.Unmarshal([]byte(`{"seq":4,"tool_name":"search","paused":false,"released":2}`), &back))
+	require.Equal(t, protocol.ToolPauseResult{Seq: 4, ToolName: "search", Released: 2}, back)
 }

@@ -160,6 +160,6 @@ func ParseRedriveRequest(body []byte) (RedriveRequest, Violations) {
 	}
 	r.ProjectID, r.AgentTurnID, r.ToolCallID = o.Ident("project_id", true), o.Ident("agent_turn_id", true), o.Ident("tool_call_id", true)
 	r.Reason = operatorReason(o)
-	onlyMembers(o, OpCallRedrive, "project_id", "agent_turn_id", "tool_call_id", "reason")
+	onlyMembers(o, OpCallRedrive, RequestMembers(OpCallRedrive)...)
 	return r, vs
 }

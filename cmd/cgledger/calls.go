@@ -13,9 +13,9 @@ import (
 )
 
 const callsUsage = `Usage:
-  cgledger calls cancel --project P --turn T --call C --reason R
-  cgledger calls resolve --project P --turn T --call C --effect applied|not_applied --reason R
-  cgledger calls redrive --project P --turn T --call C --reason R
+  cgledger calls cancel --project P --turn T --call C --reason R [--actor NAME]
+  cgledger calls resolve --project P --turn T --call C --effect applied|not_applied --reason R [--actor NAME]
+  cgledger calls redrive --project P --turn T --call C --reason R [--actor NAME]
 `
 
 // calls runs the operator actions on calls, through serve's HTTP API
@@ -43,14 +43,15 @@ func callPath(project, turn, call, action string) string {
 func callsAct(op string, args []string) int {
 	action := strings.TrimPrefix(op, "call.")
 	name := "calls " + action
-	synopsis, help := name+" --project P --turn T --call C --reason R [--json]",
+	synopsis, help := name+" --project P --turn T --call C --reason R [--actor NAME] [--json]",
 		`Cancel any agent's call as an operator: a running call gets its cancel entry (its executor
 stops it and reports canceled), a call held for approval the decision canceled. A call that
 already has a report cannot be canceled.`
 	if op == protocol.OpCallResolve {
-		synopsis, help = name+" --project P --turn T --call C --effect applied|not_applied --reason R [--json]",
-			`Record what became of the side effect of a call reported failed with S-TOOL-OUTCOME-UNKNOWN
-(outcome_unknown): applied or not_applied, once per call. The call's report is left as it is.`
+		synopsis, help = name+" --project P --turn T --call C --effect applied|not_applied --reason R [--actor NAME] [--json]",
+			`Record what became of the side effect of a call whose effect is unknown (reported failed with
+S-TOOL-OUTCOME-UNKNOWN, or a side_effectful tool's call reported timeout after its attempt
+started): applied or not_applied, once per call. The call's report is left as it is.`
 	}
 	if op == protocol.OpCallRedrive {
 		help = `Run a call reported failed or timeout again as a new call derived from it, <call>~r<n>:
@@ -65,6 +66,7 @@ outcome is unknown needs a resolution not_applied first (calls resolve). Once pe
 	turn := fs.String("turn", "", "the call's agent_turn_id (required)")
 	call := fs.String("call", "", "the call's tool_call_id (required)")
 	reason := fs.String("reason", "", "why (required; recorded with the entry; at most 1024 bytes)")
+	actor := fs.String("actor", "", "the operator's actor token, only for a serve without credentials (--no-auth), which takes it from the request; with credentials it is the admin credential's and the server refuses it here")
 	var effect *string
 	if op == protocol.OpCallResolve {
 		effect = fs.String("effect", "", "applied or not_applied (required)")
@@ -82,6 +84,9 @@ outcome is unknown needs a resolution not_applied first (calls resolve). Once pe
 		problems = append(problems, fmt.Sprintf("--reason is %d bytes; the limit is %d", len(*reason), protocol.MaxOperatorReasonBytes))
 	}
 	body := map[string]string{"reason": *reason}
+	if *actor != "" {
+		body["actor"] = *actor
+	}
 	if effect != nil {
 		switch *effect {
 		case protocol.EffectApplied, protocol.EffectNotApplied:

@@ -201,10 +201,46 @@ func TestCallsRedriveOverHTTP(t *testing.T) {
 	code, out2 = runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "the deploy host is back", "--json"}, conn...)...)
 	require.Equal(t, exitOK, code, out2)
 	require.Contains(t, out2, `"duplicate":true`)
+	code, _ = runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "the deploy host is back", "--actor", "ops-bob"}, conn...)...)
+	require.Equal(t, exitFailed, code, "with credentials the actor is the credential's: --actor is refused")
 	code, _ = runCLI(t, append([]string{"calls", "redrive", "--call", "c1", "--reason", "changed"}, conn...)...)
 	require.Equal(t, exitFailed, code, "redriven already: refused")
 	status, out = postAs(t, redriveURL, admin.JWT, `{"reason":"changed"}`)
 	require.Equal(t, http.StatusConflict, status, "%v", out)
 	require.NotZero(t, out["rejection_seq"], "the refusal is recorded")
 	require.Contains(t, out["violations"].([]any)[0].(map[string]any)["message"], "already redriven as c1~r1")
+}
+
+// TestCallsActorWithoutCredentials: against a serve without credentials
+// the operator verbs need --actor (the body's actor), which the entries
+// record: without it the server refuses body.actor.
+func TestCallsActorWithoutCredentials(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	failed := ledgertest.Call{Project: "proj", Channel: "main", Agent: "alice", Turn: "t1", ID: "c1", Epoch: 1, Tool: "deploy"}
+	e.Complete(t, failed, protocol.StatusFailed, `null`)
+	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{})
+	require.NoError(t, err)
+	defer s.Close()
+	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+		Operate: operatorActions(e.NC), Operator: httpOperator(false),
+	}))
+	defer hs.Close()
+	t.Setenv("CGLEDGER_NATS_CREDS", "")
+	t.Setenv("CGLEDGER_DATA", t.TempDir())
+	conn := []string{"--server", hs.URL, "--project", "proj", "--turn", "t1", "--call", "c1", "--reason", "host is back"}
+
+	code, _ := runCLI(t, append([]string{"calls", "redrive"}, conn...)...)
+	require.Equal(t, exitFailed, code, "no actor: the server refuses body.actor")
+	_, err = e.L.GetCall(ctx, "proj", "t1", "c1~r1")
+	require.Error(t, err, "nothing was redriven")
+	code, out := runCLI(t, append([]string{"calls", "redrive", "--actor", "ops-bob"}, conn...)...)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "redriven as c1~r1")
+	rd, err := e.L.RedriveOf(ctx, "proj", "t1", "c1")
+	require.NoError(t, err)
+	require.Equal(t, "ops-bob", rd.Actor)
 }
