@@ -96,6 +96,11 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	card := protocol.DecodeCard("card", cardJSON, &vs)
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
+		if protocol.ReservedCallID(card.CardID) && ctx.Value(redriveKey{}) == nil {
+			// A redrive names its derived call's card <card>~r<n>: a worker's
+			// card under such an id would stand in the redrive's way.
+			vs.Add("card.card_id", protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the tool.call cards of call.redrive's derived calls", card.CardID, protocol.RedriveSeparator)
+		}
 	}
 	if payload.DeadlineUnixMS != 0 {
 		vs.Add("payload.deadline_unix_ms", protocol.VForbidden, "the ledger sets the deadline at dispatch from timeout_ms (or the tool's timeout_ms_default); a dispatch must not carry one")

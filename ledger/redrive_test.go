@@ -324,9 +324,20 @@ func TestWorkerMayNotDispatchAReservedCallID(t *testing.T) {
 	c := newCall("turn-w", "x~r1", 1)
 	_, err := e.l.Dispatch(ctx, c.dispatchReq())
 	ref := requireRefusal(t, err, protocol.CodeBadRequest)
-	require.Len(t, ref.Violations, 1)
+	require.Len(t, ref.Violations, 2, "the call id and the card id (cc-turn-w-x~r1) are both reserved")
 	require.Equal(t, "header."+protocol.HeaderToolCallID, ref.Violations[0].Field)
 	require.Equal(t, protocol.VInvalidToken, ref.Violations[0].Code)
+	require.Equal(t, "card.card_id", ref.Violations[1].Field)
+	require.Equal(t, protocol.VInvalidToken, ref.Violations[1].Code)
+	// A reserved card id under an ordinary call id is refused alone.
+	rc := newCall("turn-w", "y", 1)
+	rc.card.CardID = "cc-y~r2"
+	req := rc.dispatchReq()
+	req.Payload.ToolCallCardID = rc.card.CardID
+	_, err = e.l.Dispatch(ctx, req)
+	ref = requireRefusal(t, err, protocol.CodeBadRequest)
+	require.Len(t, ref.Violations, 1)
+	require.Equal(t, "card.card_id", ref.Violations[0].Field)
 	_, err = e.l.GetCall(ctx, project, c.turn, c.id)
 	require.Error(t, err, "no record")
 
