@@ -557,7 +557,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// dispatch would, wherever the API is served; the HTTP policy checks
 	// the bearer's project and agent first.
 	mux.Handle(mcpfront.PathPrefix, mcpfront.Handler(mcpfront.HTTPConfig{
-		Ledger: func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
+		Ledger:   func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
 		Builtins: mcpBuiltins(), Logger: log, Version: version,
 	}))
 	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
