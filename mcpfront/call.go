@@ -118,11 +118,28 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 		return nil, ledgerError("tools/call dispatch", err)
 	}
 	f.log.Debug("mcp tools/call dispatched", "tool", def.ToolName, "agent_turn_id", turn, "tool_call_id", callID, "duplicate", d.Duplicate)
+	// The call's story as it is written, for a client that asked for log
+	// messages (logging/setLevel): the card, the command, the report.
+	f.notify(ctx, ss, "tool.call card stored", map[string]any{"agent_turn_id": turn, "tool_call_id": callID, "tool": def.ToolName,
+		"tool_call_card_id": d.ToolCallCardID, "card_seq": d.CardSeq, "duplicate": d.Duplicate})
+	f.notify(ctx, ss, "tool command published", map[string]any{"subject": d.Subject, "command_seq": d.CommandSeq,
+		"deadline_unix_ms": d.DeadlineUnixMS, "awaiting_approval": d.AwaitingApproval, "paused": d.Paused, "tool_unavailable": d.ToolUnavailable})
 	rec, err := f.wait(ctx, ss, p, def.ToolName, turn, callID, d)
 	if err != nil {
 		return nil, err
 	}
+	f.notify(ctx, ss, "report stored", map[string]any{"status": rec.Claim.Status, "report_seq": rec.Claim.Seq,
+		"tool_result_card_id": rec.Claim.ToolResultCardID, "source_id": rec.Claim.SourceID})
 	return f.answer(ctx, rec, d.Duplicate)
+}
+
+// notify sends one log message of the call's story (level info, logger
+// "cgledger"); the SDK drops it unless the client set a level.
+func (f *Front) notify(ctx context.Context, ss *mcp.ServerSession, what string, data map[string]any) {
+	data["event"] = what
+	if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "cgledger", Data: data}); err != nil {
+		f.log.Debug("mcp log message not sent", "err", err)
+	}
 }
 
 // wait polls the call until its report is stored, telling the client of
