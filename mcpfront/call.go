@@ -74,7 +74,7 @@ func (f *Front) callIdentity(ss *mcp.ServerSession, meta mcp.Meta) (turn, call s
 	return turn, call, timeoutMS, vs
 }
 
-func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (*mcp.CallToolResult, error) {
+func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, closeStream func(mcp.CloseSSEStreamArgs)) (*mcp.CallToolResult, error) {
 	turn, callID, timeoutMS, vs := f.callIdentity(ss, p.Meta)
 	args := bytes.TrimSpace(p.Arguments)
 	if len(args) == 0 || string(args) == "null" {
@@ -124,7 +124,7 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 		"tool_call_card_id": d.ToolCallCardID, "card_seq": d.CardSeq, "duplicate": d.Duplicate})
 	f.notify(ctx, ss, "tool command published", map[string]any{"subject": d.Subject, "command_seq": d.CommandSeq,
 		"deadline_unix_ms": d.DeadlineUnixMS, "awaiting_approval": d.AwaitingApproval, "paused": d.Paused, "tool_unavailable": d.ToolUnavailable})
-	rec, err := f.wait(ctx, ss, p, def.ToolName, turn, callID, d)
+	rec, err := f.wait(ctx, ss, p, def.ToolName, turn, callID, d, closeStream)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +146,14 @@ func (f *Front) notify(ctx context.Context, ss *mcp.ServerSession, what string, 
 // progress when it asked, and cancels the call when the client cancels the
 // request (never when the connection only goes away: the call then runs to
 // its outcome, which the same request answers later).
-func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, tool, turn, callID string, d protocol.DispatchResult) (*protocol.CallRecord, error) {
+func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, tool, turn, callID string, d protocol.DispatchResult, closeStream func(mcp.CloseSSEStreamArgs)) (*protocol.CallRecord, error) {
 	start := time.Now()
+	var closeAfter <-chan time.Time
+	if f.cfg.CloseStreamAfter > 0 && closeStream != nil {
+		t := time.NewTimer(f.cfg.CloseStreamAfter)
+		defer t.Stop()
+		closeAfter = t.C
+	}
 	var limit time.Time
 	if d.DeadlineUnixMS > 0 {
 		limit = time.UnixMilli(d.DeadlineUnixMS).Add(ReportWaitGrace)
@@ -172,6 +178,8 @@ func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallTool
 				f.cancel(turn, callID)
 			}
 			return nil, ctx.Err()
+		case <-closeAfter:
+			closeStream(mcp.CloseSSEStreamArgs{RetryAfter: StreamRetryAfter})
 		case <-progress.C:
 			if token == nil {
 				continue
@@ -206,6 +214,10 @@ func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallTool
 		}
 	}
 }
+
+// StreamRetryAfter is the reconnection delay a closed stream asks of the
+// client (CloseStreamAfter).
+const StreamRetryAfter = 500 * time.Millisecond
 
 // cancel asks the ledger to cancel the call, as its agent: the client gave
 // up on the request (notifications/cancelled).

@@ -87,6 +87,11 @@ type Config struct {
 	// progressToken is told it is still waiting; DefaultProgressInterval
 	// when zero.
 	ProgressInterval time.Duration
+	// CloseStreamAfter, over streamable HTTP, ends the SSE stream of a
+	// tools/call still waiting this long, telling the client to reconnect
+	// (SEP-1699 polling): the answer comes on the resumed stream, from the
+	// event store, whenever the report arrives. Zero keeps streams open.
+	CloseStreamAfter time.Duration
 	// Logger, nil for none.
 	Logger *slog.Logger
 	// Version is the server version the front door gives in initialize.
@@ -177,7 +182,11 @@ func (f *Front) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok || ss == nil {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tools/call without its parameters"}
 			}
-			return f.callTool(ctx, ss, p)
+			var closeStream func(mcp.CloseSSEStreamArgs)
+			if x := req.GetExtra(); x != nil {
+				closeStream = x.CloseSSEStream
+			}
+			return f.callTool(ctx, ss, p, closeStream)
 		}
 		return next(ctx, method, req)
 	}

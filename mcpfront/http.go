@@ -29,9 +29,11 @@ type HTTPConfig struct {
 	// Ledger returns the ledger as the agent of a project (a client acting
 	// as that agent).
 	Ledger func(project, agent string) Ledger
-	// Builtins, ProgressInterval, Logger and Version are as in Config.
+	// Builtins, ProgressInterval, CloseStreamAfter, Logger and Version are
+	// as in Config.
 	Builtins         []*protocol.ToolDefinition
 	ProgressInterval time.Duration
+	CloseStreamAfter time.Duration
 	Logger           *slog.Logger
 	Version          string
 	// MaxMessageBytes bounds a request body; DefaultMaxMessageBytes when
@@ -136,7 +138,7 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 		return e
 	}
 	f, err := New(Config{Project: project, Agent: agent, Ledger: h.cfg.Ledger(project, agent), Builtins: h.cfg.Builtins,
-		ProgressInterval: h.cfg.ProgressInterval, Logger: h.cfg.Logger, Version: h.cfg.Version})
+		ProgressInterval: h.cfg.ProgressInterval, CloseStreamAfter: h.cfg.CloseStreamAfter, Logger: h.cfg.Logger, Version: h.cfg.Version})
 	if err != nil {
 		// The path was checked: only a programming error gets here.
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -144,8 +146,13 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 		})
 	}
 	srv := f.Server()
+	// The event store lets a client whose stream broke mid-call resume it
+	// (Last-Event-ID) and still get the answer; it is bounded (the SDK's
+	// default, 10 MiB per endpoint) and in memory: after a restart of
+	// serve the same request asks the ledger again instead.
 	e := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Logger: h.cfg.Logger, SessionTimeout: h.cfg.SessionTimeout, MaxRequestBodyBytes: h.cfg.MaxMessageBytes,
+		EventStore: mcp.NewMemoryEventStore(nil),
 	})
 	h.endpoints[key] = e
 	return e

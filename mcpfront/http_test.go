@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
@@ -19,14 +20,18 @@ import (
 	"github.com/cgledger/cgledger/protocol"
 )
 
-func httpFront(t *testing.T, r *rig, max int64) *httptest.Server {
+func httpFront(t *testing.T, r *rig, max int64, closeAfter ...time.Duration) *httptest.Server {
 	t.Helper()
 	nc := r.Srv.Connect(t)
-	h := mcpfront.Handler(mcpfront.HTTPConfig{
+	cfg := mcpfront.HTTPConfig{
 		Ledger:          func(_, a string) mcpfront.Ledger { return client.New(nc, client.WithActor(a)) },
-		Builtins:        []*protocol.ToolDefinition{executor.EchoDefinition},
+		Builtins:        []*protocol.ToolDefinition{executor.EchoDefinition, executor.SleepDefinition},
 		MaxMessageBytes: max,
-	})
+	}
+	if len(closeAfter) > 0 {
+		cfg.CloseStreamAfter = closeAfter[0]
+	}
+	h := mcpfront.Handler(cfg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
@@ -50,6 +55,23 @@ func TestHTTPGoClient(t *testing.T) {
 	rec, err := r.L.GetCall(ctx, project, cs.ID(), callID)
 	require.NoError(t, err)
 	require.Equal(t, agent, rec.AgentID)
+}
+
+// TestHTTPStreamPolling: a call that outlives its stream (the front door
+// ends it after CloseStreamAfter) is answered on the stream the client
+// resumes.
+func TestHTTPStreamPolling(t *testing.T) {
+	r := newRig(t)
+	srv := httpFront(t, r, 0, 100*time.Millisecond)
+	ctx := ledgertest.Ctx(t)
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp/proj/agent-1"}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 800}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
 }
 
 func TestHTTPRefusals(t *testing.T) {

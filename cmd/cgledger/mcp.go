@@ -96,3 +96,13 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	}
 	return exitOK
 }
+
+// mcpStreamPollAfter is mcp_stream_poll_after as a duration: zero when off
+// (validated by check).
+func (s Settings) mcpStreamPollAfter() time.Duration {
+	if s.MCPStreamPollAfter == "" || s.MCPStreamPollAfter == "off" {
+		return 0
+	}
+	d, _ := time.ParseDuration(s.MCPStreamPollAfter)
+	return d
+}

@@ -558,7 +558,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// the bearer's project and agent first.
 	mux.Handle(mcpfront.PathPrefix, mcpfront.Handler(mcpfront.HTTPConfig{
 		Ledger:   func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
-		Builtins: mcpBuiltins(), Logger: log, Version: version,
+		Builtins: mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
 	}))
 	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
 		from := uint64(1)
