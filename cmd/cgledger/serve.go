@@ -556,7 +556,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// ledger API over NATS as the path's agent, as the agent's own
 	// dispatch would, wherever the API is served; the HTTP policy checks
 	// the bearer's project and agent first.
-	mux.Handle(mcpfront.PathPrefix, mcpfront.Handler(mcpfront.HTTPConfig{
+	mux.Handle("/mcp/", mcpfront.Handler(mcpfront.HTTPConfig{
 		Ledger:   func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
 		Builtins: mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
 	}))
