@@ -94,9 +94,15 @@ func TestStdioBinary(t *testing.T) {
 	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
 	other := s.issue(t, "--project", "p2", "--role", "worker")
 
+	_, errOut, code := s.run(t, "mcp", "serve", "--project", "p1")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--agent")
+	_, errOut, code = s.run(t, "mcp", "nope")
+	require.Equal(t, 2, code, errOut)
+
 	// Another project's credential is refused at start, not at the first
 	// call.
-	_, errOut, code := s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.path)
+	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.path)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "p1")
 
