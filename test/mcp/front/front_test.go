@@ -165,3 +165,46 @@ func TestTypeScriptClient(t *testing.T) {
 	require.Equal(t, -32602, got.Unknown.Code)
 	require.Contains(t, string(got.Unknown.Data), "not_found")
 }
+
+// TestAskAgainAfterKill: the MCP server process dies mid-call (kill -9);
+// the call runs on in the ledger, and the client, asking again in a new
+// session with the call's ids, gets its one outcome.
+func TestAskAgainAfterKill(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	ctx := ctxT(t)
+	connect := func() (*mcp.ClientSession, *exec.Cmd) {
+		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+		cmd.Env = s.env()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		return cs, cmd
+	}
+	params := &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 1500},
+		Meta: mcp.Meta{mcpfront.MetaToolCallID: "k9", mcpfront.MetaAgentTurnID: "turn-k9"}}
+	cs, cmd := connect()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, params)
+		errc <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, _, code := s.run(t, "audit", "call", "k9", "--turn", "turn-k9", "--project", "p1")
+		return code == 0
+	}, time.Minute, 50*time.Millisecond, "the call is on the ledger")
+	require.NoError(t, cmd.Process.Kill())
+	require.Error(t, <-errc, "the first session died with its server")
+	_ = cs.Close()
+
+	cs2, _ := connect()
+	defer cs2.Close()
+	res, err := cs2.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
+	require.Equal(t, true, res.Meta[mcpfront.MetaDuplicate], "asked again: the same call, not a second one")
+	out, _, code := s.run(t, "audit", "call", "k9", "--turn", "turn-k9", "--project", "p1", "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, `"kind":"command"`), "one command: %s", out)
+	require.Equal(t, 1, strings.Count(out, `"kind":"report"`), "one outcome: %s", out)
+}
