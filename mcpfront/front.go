@@ -113,7 +113,7 @@ const ReportWaitGrace = 15 * time.Second
 type Front struct {
 	cfg   Config
 	log   *slog.Logger
-	turns sync.Map // *mcp.ServerSession -> turn id
+	turns sync.Map // *mcp.ServerSession without a session id -> turn id
 }
 
 // New checks cfg and returns the front door.
@@ -193,21 +193,24 @@ func (f *Front) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // turn is the session's turn: its session id when that is an identifier
-// (the HTTP transport's, which NewTurnID made), else one made on first use.
+// (the HTTP transport's, which NewTurnID made), else one made on first use
+// and kept until the session ends.
 func (f *Front) turn(ss *mcp.ServerSession) string {
+	if id := ss.ID(); protocol.ValidIdentifier(id) {
+		return id
+	}
 	if v, ok := f.turns.Load(ss); ok {
 		return v.(string)
 	}
-	id := ss.ID()
-	if !protocol.ValidIdentifier(id) {
-		id = NewTurnID()
+	v, loaded := f.turns.LoadOrStore(ss, NewTurnID())
+	if !loaded {
+		go func() {
+			_ = ss.Wait()
+			f.turns.Delete(ss)
+		}()
 	}
-	v, _ := f.turns.LoadOrStore(ss, id)
 	return v.(string)
 }
-
-// Forget drops what the front door keeps of a closed session.
-func (f *Front) Forget(ss *mcp.ServerSession) { f.turns.Delete(ss) }
 
 // tools reads the project's tools in force and the built-ins it did not
 // override, by name.

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/internal/lru"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -61,13 +62,18 @@ func Handler(cfg HTTPConfig) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &httpFront{cfg: cfg, endpoints: map[string]http.Handler{}}
+	return &httpFront{cfg: cfg, endpoints: lru.New[http.Handler](MaxEndpoints)}
 }
+
+// MaxEndpoints bounds the endpoints (projects and agents) kept at once:
+// the least recently used beyond it is dropped (its sessions are then
+// unknown, and their clients start new ones; its calls go on).
+const MaxEndpoints = 1024
 
 type httpFront struct {
 	cfg       HTTPConfig
 	mu        sync.Mutex
-	endpoints map[string]http.Handler
+	endpoints *lru.Cache[http.Handler]
 }
 
 // ParsePath reads project and agent from /mcp/{project}/{agent} (escaped
@@ -134,7 +140,7 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 	key := project + "\x00" + agent
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e, ok := h.endpoints[key]; ok {
+	if e, ok := h.endpoints.Get(key); ok {
 		return e
 	}
 	f, err := New(Config{Project: project, Agent: agent, Ledger: h.cfg.Ledger(project, agent), Builtins: h.cfg.Builtins,
@@ -154,7 +160,7 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 		Logger: h.cfg.Logger, SessionTimeout: h.cfg.SessionTimeout, MaxRequestBodyBytes: h.cfg.MaxMessageBytes,
 		EventStore: mcp.NewMemoryEventStore(nil),
 	})
-	h.endpoints[key] = e
+	h.endpoints.Put(key, e)
 	return e
 }
 
