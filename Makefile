@@ -7,8 +7,9 @@ test: vet tools
 	$(GO) test -race -count=1 ./...
 
 ## tools: promtool (Debian's prometheus package) for the alert rule tests, chromium for the
-## audit web page's browser test, and the npm MCP servers of test/mcp/servers for the MCP bridge
-## tests, when they can be installed.
+## audit web page's browser test, the npm MCP servers of test/mcp/servers for the MCP bridge tests,
+## and the MCP clients of test/mcp/clients (npm ci: the TypeScript SDK, the conformance suite and
+## the Node 22 it needs), when they can be installed.
 tools:
 	@command -v promtool >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 || \
@@ -20,6 +21,9 @@ tools:
 		echo "chromium not installed: the audit web page test will skip (apt-get install chromium)"
 	@command -v npm >/dev/null 2>&1 && (cd test/mcp/servers && npm ci --no-audit --no-fund --silent >/dev/null 2>&1) || \
 		echo "MCP test servers not installed: the MCP bridge tests will skip (npm ci in test/mcp/servers)"
+	@(cd test/mcp/clients && { [ node_modules/.package-lock.json -nt package-lock.json ] || \
+		{ command -v npm >/dev/null 2>&1 && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1; }; }) || \
+		echo "npm ci in test/mcp/clients failed: the MCP TypeScript client and conformance tests will skip"
 
 vet:
 	$(GO) vet ./...

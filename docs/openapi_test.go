@@ -226,6 +226,7 @@ var notAPI = map[string]string{
 	"/":          "the catch-all: docs.Handler",
 	"GET /ui/":   "the web UI",
 	"GET /{$}":   "the web UI's redirect",
+	"/mcp/":      "the MCP front door: JSON-RPC, not REST (docs/mcp.md)",
 }
 
 // TestOpenAPIRoutesAreDocumented checks the document against the code's

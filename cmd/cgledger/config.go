@@ -24,32 +24,35 @@ import (
 // then a config file, then CGLEDGER_* environment variables, then flags
 // (docs/cli.md, "Configuration").
 type Settings struct {
-	Data         string   `json:"data" yaml:"data"`
-	NATSListen   string   `json:"nats_listen" yaml:"nats_listen"`
-	HTTPListen   string   `json:"http_listen" yaml:"http_listen"`
-	NATSURL      string   `json:"nats_url" yaml:"nats_url"`
-	NATSCreds    string   `json:"nats_creds" yaml:"nats_creds"`
-	NATSUser     string   `json:"nats_user" yaml:"nats_user"`
-	NATSPassword string   `json:"nats_password" yaml:"nats_password"`
-	NATSToken    string   `json:"nats_token" yaml:"nats_token"`
-	Replicas     int      `json:"replicas" yaml:"replicas"`
-	SyncAlways   bool     `json:"sync_always" yaml:"sync_always"`
-	SyncInterval string   `json:"sync_interval" yaml:"sync_interval"`
-	AckWait      string   `json:"ack_wait" yaml:"ack_wait"`
-	DiskReserve  string   `json:"disk_reserve" yaml:"disk_reserve"`
-	MemoryLimit  string   `json:"memory_limit" yaml:"memory_limit"`
-	LogFormat    string   `json:"log_format" yaml:"log_format"`
-	LogLevel     string   `json:"log_level" yaml:"log_level"`
-	Roles        []string `json:"roles" yaml:"roles"`
-	SourceID     string   `json:"source_id" yaml:"source_id"`
-	NoAuth       bool     `json:"no_auth" yaml:"no_auth"`
-	TLSCert      string   `json:"tls_cert" yaml:"tls_cert"`
-	TLSKey       string   `json:"tls_key" yaml:"tls_key"`
-	TLSCA        string   `json:"tls_ca" yaml:"tls_ca"`
-	PProf        string   `json:"pprof" yaml:"pprof"`
-	Retention    string   `json:"retention" yaml:"retention"`
-	ArchiveSeal  string   `json:"archive_seal_age" yaml:"archive_seal_age"`
-	MCPBridge    string   `json:"mcp_bridge" yaml:"mcp_bridge"`
+	Data         string `json:"data" yaml:"data"`
+	NATSListen   string `json:"nats_listen" yaml:"nats_listen"`
+	HTTPListen   string `json:"http_listen" yaml:"http_listen"`
+	NATSURL      string `json:"nats_url" yaml:"nats_url"`
+	NATSCreds    string `json:"nats_creds" yaml:"nats_creds"`
+	NATSUser     string `json:"nats_user" yaml:"nats_user"`
+	NATSPassword string `json:"nats_password" yaml:"nats_password"`
+	NATSToken    string `json:"nats_token" yaml:"nats_token"`
+	Replicas     int    `json:"replicas" yaml:"replicas"`
+	SyncAlways   bool   `json:"sync_always" yaml:"sync_always"`
+	SyncInterval string `json:"sync_interval" yaml:"sync_interval"`
+	AckWait      string `json:"ack_wait" yaml:"ack_wait"`
+	// MCPStreamPollAfter ends the SSE stream of an MCP tools/call still
+	// waiting this long, for the client to resume it (docs/mcp.md).
+	MCPStreamPollAfter string   `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
+	DiskReserve        string   `json:"disk_reserve" yaml:"disk_reserve"`
+	MemoryLimit        string   `json:"memory_limit" yaml:"memory_limit"`
+	LogFormat          string   `json:"log_format" yaml:"log_format"`
+	LogLevel           string   `json:"log_level" yaml:"log_level"`
+	Roles              []string `json:"roles" yaml:"roles"`
+	SourceID           string   `json:"source_id" yaml:"source_id"`
+	NoAuth             bool     `json:"no_auth" yaml:"no_auth"`
+	TLSCert            string   `json:"tls_cert" yaml:"tls_cert"`
+	TLSKey             string   `json:"tls_key" yaml:"tls_key"`
+	TLSCA              string   `json:"tls_ca" yaml:"tls_ca"`
+	PProf              string   `json:"pprof" yaml:"pprof"`
+	Retention          string   `json:"retention" yaml:"retention"`
+	ArchiveSeal        string   `json:"archive_seal_age" yaml:"archive_seal_age"`
+	MCPBridge          string   `json:"mcp_bridge" yaml:"mcp_bridge"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
@@ -84,6 +87,7 @@ var settings = func() []setting {
 		mk("nats_user", "nats-user", "NATS user (with --nats-url)", func(s *Settings) *string { return &s.NATSUser }),
 		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
 		mk("ack_wait", "ack-wait", "how long a command waits for its executor's ack (running calls heartbeat every third of it): how soon another executor takes over the calls of one that died; empty means 5s", func(s *Settings) *string { return &s.AckWait }),
+		mk("mcp_stream_poll_after", "mcp-stream-poll-after", "end the SSE stream of an MCP tools/call on /mcp still waiting this long, the client resuming it (SEP-1699 polling) and getting the answer when it comes; empty or off keeps streams open", func(s *Settings) *string { return &s.MCPStreamPollAfter }),
 		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
 		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 2GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
@@ -301,6 +305,11 @@ func (s Settings) validate() protocol.Violations {
 	if s.AckWait != "" {
 		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
 			vs.Add("ack_wait", protocol.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
+		}
+	}
+	if s.MCPStreamPollAfter != "" && s.MCPStreamPollAfter != "off" {
+		if d, err := time.ParseDuration(s.MCPStreamPollAfter); err != nil || d < 100*time.Millisecond || d > time.Hour {
+			vs.Add("mcp_stream_poll_after", protocol.VInvalidValue, "must be off or a duration from 100ms to 1h such as 25s, got %q", s.MCPStreamPollAfter)
 		}
 	}
 	retention, rerr := parseDays(s.Retention)

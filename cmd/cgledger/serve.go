@@ -35,12 +35,14 @@ import (
 
 	"github.com/cgledger/cgledger/archive"
 	"github.com/cgledger/cgledger/auditweb"
+	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/mcpfront"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -565,6 +567,14 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		defer stop()
 	}
 
+	// The ledger as an MCP server (docs/mcp.md): each call goes to the
+	// ledger API over NATS as the path's agent, as the agent's own
+	// dispatch would, wherever the API is served; the HTTP policy checks
+	// the bearer's project and agent first.
+	mux.Handle("/mcp/", mcpfront.Handler(mcpfront.HTTPConfig{
+		Ledger:   func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
+		Builtins: mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
+	}))
 	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
 		from := uint64(1)
 		if v := r.URL.Query().Get("from_seq"); v != "" {

@@ -28,6 +28,8 @@ import (
 //   - POST /projects/{project}/tools, POST /projects/{project}/tools/{tool}/pause
 //     and .../resume: an admin of the project.
 //   - GET /projects/{project}/tools...: any credential of the project.
+//   - /mcp/{project}/{agent} (the MCP front door): a worker of the project
+//     bound to that agent or to none, or an admin of the project.
 type HTTPPolicy struct {
 	Verifier *Verifier
 	// Now is the clock; nil means time.Now.
@@ -99,6 +101,8 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 	}
 	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
 	switch {
+	case len(parts) >= 1 && parts[0] == "mcp":
+		return authorizeMCP(g, parts)
 	case isOperatorAction(method, parts):
 		if g.Role != RoleAdmin || !g.Allows(parts[2]) {
 			return "an operator action (cancel, resolve, redrive) needs an admin credential of project " + parts[2]
@@ -128,6 +132,27 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 		if g.Role != RoleAdmin {
 			return "needs an admin credential"
 		}
+	}
+	return ""
+}
+
+// authorizeMCP lets a worker of the project, bound to the path's agent or
+// to none, or an admin of the project, use the MCP front door
+// /mcp/{project}/{agent}: its calls are dispatches as that agent, which
+// only those may make.
+func authorizeMCP(g Grant, parts []string) string {
+	const only = "the MCP front door /mcp/{project}/{agent} needs a worker credential of the project (bound to that agent or to none) or an admin credential of it"
+	switch {
+	case len(parts) != 3:
+		return only
+	case !g.Allows(parts[1]):
+		return "credential is for project " + g.Project + ", not " + parts[1] + ": " + only
+	case g.Role == RoleAdmin:
+		return ""
+	case g.Role != RoleWorker:
+		return "a " + string(g.Role) + " credential may not dispatch: " + only
+	case g.Agent != "" && g.Agent != parts[2]:
+		return "credential is bound to agent " + g.Agent + ", not " + parts[2] + ": " + only
 	}
 	return ""
 }

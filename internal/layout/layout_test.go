@@ -78,6 +78,18 @@ var rules = []rule{
 	{from: "archive", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
 	{from: "replay", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
 	{from: "auditweb", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "mcpfront", to: "ledger/...", why: "the MCP front door reaches the ledger as a worker does, through the client"},
+	{from: "mcpfront", to: "executor/...", why: "the MCP front door does not run tools"},
+	{from: "mcpfront", to: "projector/...", why: "the MCP front door answers from the ledger API, not the views"},
+	{from: "mcpfront", to: "archive", why: "the MCP front door does not read history"},
+	{from: "mcpfront", to: "replay", why: "the MCP front door does not read history"},
+	{from: "ledger/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "executor/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "projector/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "client", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "protocol", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "archive", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "internal/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
 }
 
 // harnesses are test harness packages: only tests and other harnesses

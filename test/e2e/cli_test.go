@@ -30,7 +30,7 @@ func TestCLIOneGrammar(t *testing.T) {
 	verbs := [][]string{
 		{"call"}, {"tools", "register"}, {"tools", "list"}, {"tools", "pause"}, {"tools", "resume"}, {"export"}, {"verify"}, {"projector", "skip"},
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
-		{"calls", "cancel"}, {"calls", "resolve"}, {"mcp", "bridge"},
+		{"calls", "cancel"}, {"calls", "resolve"}, {"mcp", "bridge"}, {"mcp", "serve"},
 	}
 	for _, v := range verbs {
 		help, errOut, code := s.runAll(t, append(v, "--help")...)

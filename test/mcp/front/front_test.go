@@ -1,0 +1,210 @@
+package front
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/mcpfront"
+)
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+type bearer struct {
+	tok string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestHTTPCredentials: /mcp takes the bearer token as the rest of the HTTP
+// API does; a worker of P reaches P's tools, as its agent only.
+func TestHTTPCredentials(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	other := s.issue(t, "--project", "p2", "--role", "worker", "--agent", "a1")
+	auditor := s.issue(t, "--project", "p1", "--role", "auditor")
+	post := func(path, tok string) int {
+		req, err := http.NewRequest(http.MethodPost, s.httpURL()+path, strings.NewReader(initialize))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, post("/mcp/p1/a1", ""))
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", other.jwt), "another project's worker")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", auditor.jwt), "an auditor does not dispatch")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a2", worker.jwt), "bound to a1")
+	require.Equal(t, http.StatusOK, post("/mcp/p1/a1", worker.jwt))
+
+	ctx := ctxT(t)
+	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.httpURL() + "/mcp/p1/a1",
+		HTTPClient: &http.Client{Transport: bearer{worker.jwt}}}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	require.Equal(t, []string{"echo", "sleep"}, names)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"hello": "ledger"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.JSONEq(t, `{"hello":"ledger"}`, res.Content[0].(*mcp.TextContent).Text)
+	turn, call := res.Meta[mcpfront.MetaAgentTurnID].(string), res.Meta[mcpfront.MetaToolCallID].(string)
+
+	// The whole story is in the ledger, and the chain verifies.
+	require.Eventually(t, func() bool {
+		out, _, code := s.run(t, "audit", "turn", turn, "--project", "p1", "--json")
+		return code == 0 && strings.Contains(out, call) && strings.Contains(out, `"success"`)
+	}, time.Minute, 100*time.Millisecond)
+	_, errOut, code := s.run(t, "verify")
+	require.Equal(t, 0, code, errOut)
+}
+
+// TestStdioBinary: `cgledger mcp serve` under the Go SDK's command
+// transport, as an MCP host starts a server.
+func TestStdioBinary(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	other := s.issue(t, "--project", "p2", "--role", "worker")
+
+	_, errOut, code := s.run(t, "mcp", "serve", "--project", "p1")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--agent")
+	_, errOut, code = s.run(t, "mcp", "nope")
+	require.Equal(t, 2, code, errOut)
+
+	// Another project's credential is refused at start, not at the first
+	// call.
+	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.path)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "p1")
+
+	ctx := ctxT(t)
+	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+	cmd.Env = s.env()
+	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"over": "stdio"},
+		Meta: mcp.Meta{mcpfront.MetaToolCallID: "stdio-1"}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "stdio-1", res.Meta[mcpfront.MetaToolCallID])
+	again, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"over": "stdio"},
+		Meta: mcp.Meta{mcpfront.MetaToolCallID: "stdio-1"}})
+	require.NoError(t, err)
+	require.Equal(t, true, again.Meta[mcpfront.MetaDuplicate])
+	require.Equal(t, res.Meta[mcpfront.MetaReportSeq], again.Meta[mcpfront.MetaReportSeq])
+}
+
+// TestTypeScriptClient: the official TypeScript SDK's client on /mcp.
+func TestTypeScriptClient(t *testing.T) {
+	dir, node := clients(t)
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	ctx := ctxT(t)
+	cmd := exec.CommandContext(ctx, node, "ts-client.mjs", s.httpURL()+"/mcp/p1/a1")
+	cmd.Dir = dir
+	cmd.Env = append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	out, err := cmd.Output()
+	require.NoError(t, err, string(out))
+	var got struct {
+		Error     string `json:"error"`
+		SessionID string `json:"sessionId"`
+		Tools     []struct {
+			Name        string         `json:"name"`
+			Annotations map[string]any `json:"annotations"`
+		} `json:"tools"`
+		Echo, EchoAgain, Timeout, ProgressResult mcp.CallToolResult
+		Progress                                 int `json:"progress"`
+		Unknown                                  struct {
+			Code int             `json:"code"`
+			Data json.RawMessage `json:"data"`
+		} `json:"unknown"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), string(out))
+	require.Empty(t, got.Error)
+	require.Len(t, got.Tools, 2)
+	require.Equal(t, true, got.Tools[0].Annotations["readOnlyHint"])
+	require.False(t, got.Echo.IsError)
+	require.Equal(t, got.SessionID, got.Echo.Meta[mcpfront.MetaAgentTurnID], "the session is the turn")
+	require.Equal(t, true, got.EchoAgain.Meta[mcpfront.MetaDuplicate])
+	require.Equal(t, got.Echo.Meta[mcpfront.MetaReportSeq], got.EchoAgain.Meta[mcpfront.MetaReportSeq])
+	require.True(t, got.Timeout.IsError)
+	require.Equal(t, "timeout", got.Timeout.Meta[mcpfront.MetaStatus])
+	require.False(t, got.ProgressResult.IsError)
+	require.GreaterOrEqual(t, got.Progress, 2, "progress while sleep runs 1.5 s")
+	require.Equal(t, -32602, got.Unknown.Code)
+	require.Contains(t, string(got.Unknown.Data), "not_found")
+}
+
+// TestAskAgainAfterKill: the MCP server process dies mid-call (kill -9);
+// the call runs on in the ledger, and the client, asking again in a new
+// session with the call's ids, gets its one outcome.
+func TestAskAgainAfterKill(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	ctx := ctxT(t)
+	connect := func() (*mcp.ClientSession, *exec.Cmd) {
+		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+		cmd.Env = s.env()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		return cs, cmd
+	}
+	params := &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 1500},
+		Meta: mcp.Meta{mcpfront.MetaToolCallID: "k9", mcpfront.MetaAgentTurnID: "turn-k9"}}
+	cs, cmd := connect()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, params)
+		errc <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, _, code := s.run(t, "audit", "call", "k9", "--turn", "turn-k9", "--project", "p1")
+		return code == 0
+	}, time.Minute, 50*time.Millisecond, "the call is on the ledger")
+	require.NoError(t, cmd.Process.Kill())
+	require.Error(t, <-errc, "the first session died with its server")
+	_ = cs.Close()
+
+	cs2, _ := connect()
+	defer cs2.Close()
+	res, err := cs2.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
+	require.Equal(t, true, res.Meta[mcpfront.MetaDuplicate], "asked again: the same call, not a second one")
+	out, _, code := s.run(t, "audit", "call", "k9", "--turn", "turn-k9", "--project", "p1", "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, `"kind":"command"`), "one command: %s", out)
+	require.Equal(t, 1, strings.Count(out, `"kind":"report"`), "one outcome: %s", out)
+}
