@@ -158,7 +158,7 @@ func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode payload: %w", err)
 	}
-	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), protocol.DispatchBody{Subject: req.Subject, Card: card, Payload: payload, Approval: req.Approval})
+	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), protocol.DispatchBody{Subject: req.Subject, Card: card, Payload: payload, Approval: req.Approval, Checks: req.Checks})
 	if err != nil {
 		return out, err
 	}

@@ -301,6 +301,30 @@ func TestClientDispatchAsksForApproval(t *testing.T) {
 	require.Equal(t, protocol.StateAwaitingApproval, rec.State)
 }
 
+// TestClientDispatchCarriesChecks: the dispatch body the client sends
+// carries the request's checks, so the ledger refuses (and records) a call
+// to a tool the project does not have.
+func TestClientDispatchCarriesChecks(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	api, err := e.L.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	t.Cleanup(api.Stop)
+	c := client.New(e.Srv.Connect(t), client.WithActor("a"))
+	call := ledgertest.Call{Project: "p", Channel: "main", Agent: "a", Turn: "t1", ID: "checked", Epoch: 1, Tool: "nobody"}
+	req := call.Dispatch()
+	req.Checks = &protocol.DispatchChecks{Registered: true}
+	_, err = c.Dispatch(ctx, req)
+	require.ErrorIs(t, err, protocol.ErrNotFound)
+	pe, ok := protocol.AsError(err)
+	require.True(t, ok)
+	require.NotZero(t, pe.Seq, "the refusal is recorded")
+	require.Equal(t, "card.content.tool_name", pe.Violations[0].Field)
+	req.Checks = nil
+	_, err = c.Dispatch(ctx, req)
+	require.NoError(t, err, "without checks the same call is dispatched")
+}
+
 // TestClientPausesAndResumesATool: a client pauses a registered tool (a dispatch is
 // then held, no command), and resumes it (the held call's command is
 // published), through the ledger's API.

@@ -10,9 +10,6 @@ import (
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // templateVars are the only template variables options may use (seed 003).
@@ -126,60 +123,11 @@ func validateArgs(schema *jsonschema.Schema, args map[string]any) []protocol.Vio
 }
 
 // validateValue checks v against schema and lists every violation, field by
-// field under root.
+// field under root (protocol.SchemaViolations, which a dispatch's
+// checks.arguments shares).
 func validateValue(schema *jsonschema.Schema, v any, root string) []protocol.Violation {
-	if schema == nil {
-		return nil
-	}
-	// Round-trip through JSON so numbers and nested values have the types
-	// the validator expects.
-	b, err := json.Marshal(v)
-	if err != nil {
-		return []protocol.Violation{{Field: root, Code: protocol.VInvalidJSON, Message: err.Error()}}
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return []protocol.Violation{{Field: root, Code: protocol.VInvalidJSON, Message: err.Error()}}
-	}
-	err = schema.Validate(inst)
-	if err == nil {
-		return nil
-	}
-	ve, ok := err.(*jsonschema.ValidationError)
-	if !ok {
-		return []protocol.Violation{{Field: root, Code: protocol.VInvalidValue, Message: err.Error()}}
-	}
-	var out []protocol.Violation
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
-			}
-			return
-		}
-		field := root
-		for _, p := range e.InstanceLocation {
-			field += "." + p
-		}
-		if req, ok := e.ErrorKind.(*kind.Required); ok {
-			for _, m := range req.Missing {
-				out = append(out, protocol.Violation{Field: field + "." + m, Code: protocol.VRequired, Message: "is required"})
-			}
-			return
-		}
-		code := "schema"
-		if kp := e.ErrorKind.KeywordPath(); len(kp) > 0 {
-			code = kp[0]
-		}
-		out = append(out, protocol.Violation{Field: field, Code: code, Message: e.ErrorKind.LocalizedString(printer)})
-	}
-	walk(ve)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Field < out[j].Field })
-	return out
+	return protocol.SchemaViolations(schema, v, root)
 }
-
-var printer = message.NewPrinter(language.English)
 
 // redactor removes secret values from anything the executor writes.
 type redactor []string

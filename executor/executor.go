@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cgledger/cgledger/internal/schemacache"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -131,7 +132,7 @@ type Executor struct {
 	stopping bool
 	inflight map[string]context.CancelCauseFunc
 	sems     map[string]toolSem
-	schemas  *schemaCache
+	schemas  *schemacache.Cache
 
 	global     chan struct{}
 	wg         sync.WaitGroup
@@ -201,7 +202,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 		labels = tl.ToolLabels()
 	}
 	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{}, labels: labels,
-		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]toolSem{}, schemas: newSchemaCache(maxCachedSchemas),
+		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]toolSem{}, schemas: schemacache.New(maxCachedSchemas),
 		global: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 

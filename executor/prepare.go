@@ -103,14 +103,14 @@ func (e *Executor) definition(ctx context.Context, im *impl, project, toolName s
 
 func (e *Executor) schema(project string, def *protocol.ToolDefinition, seq uint64) (*jsonschema.Schema, error) {
 	key := project + "\x00" + def.ToolName
-	if s, ok := e.schemas.get(key, seq); ok {
+	if s, ok := e.schemas.Get(key, seq); ok {
 		return s, nil
 	}
 	s, err := def.CompileSchema()
 	if err != nil {
 		return nil, err
 	}
-	e.schemas.put(key, seq, s)
+	e.schemas.Put(key, seq, s)
 	return s, nil
 }
 
@@ -121,14 +121,14 @@ func (e *Executor) resultSchema(project string, def *protocol.ToolDefinition, se
 		return nil, nil
 	}
 	key := project + "\x00" + def.ToolName + "\x00result"
-	if s, ok := e.schemas.get(key, seq); ok {
+	if s, ok := e.schemas.Get(key, seq); ok {
 		return s, nil
 	}
 	s, err := def.CompileResultSchema()
 	if err != nil {
 		return nil, err
 	}
-	e.schemas.put(key, seq, s)
+	e.schemas.Put(key, seq, s)
 	return s, nil
 }
 

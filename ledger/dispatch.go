@@ -26,7 +26,12 @@ func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, req.Approval, nil, nil)
+	checks := req.Checks
+	if !checks.Any() {
+		// {} asks for nothing: the same dispatch as none (its fingerprint).
+		checks = nil
+	}
+	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, req.Approval, checks, nil, nil)
 }
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
@@ -55,24 +60,25 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 		payload = r
 	}
 	approval := protocol.ParseDispatchApproval(o, &vs)
-	return l.dispatch(ctx, subject, h, card, payload, approval, vs, asReceived)
+	checks := protocol.ParseDispatchChecks(o, &vs)
+	return l.dispatch(ctx, subject, h, card, payload, approval, checks, vs, asReceived)
 }
 
 // dispatch validates and writes a dispatch; vs holds violations found
 // already, and asReceived, when set, is the request body a refusal records.
-func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, checks *protocol.DispatchChecks, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
 	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
-	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, approval, vs, asReceived)
+	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, approval, checks, vs, asReceived)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, checks *protocol.DispatchChecks, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
 	rawReq := func() protocol.RejectedRequest {
 		if asReceived != nil {
 			return protocol.NewRejectedRequest("", h, asReceived)
 		}
-		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON)), Approval: approval})
+		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON)), Approval: approval, Checks: checks})
 		return protocol.NewRejectedRequest("", h, b)
 	}
 	sub := protocol.DecodeSubject(subject, &vs)
@@ -105,7 +111,18 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	if payload.DeadlineUnixMS != 0 {
 		vs.Add("payload.deadline_unix_ms", protocol.VForbidden, "the ledger sets the deadline at dispatch from timeout_ms (or the tool's timeout_ms_default); a dispatch must not carry one")
 	}
+	// The checks asked for run with the other rules, so a refusal lists
+	// every violation; a dispatch that asks for none pays nothing.
+	var cvs protocol.Violations
+	var unknownTool bool
+	if checks != nil {
+		var err error
+		if cvs, unknownTool, err = l.dispatchChecks(ctx, checks, sub, card, payload.ToolName); err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: checks: %w", id.AgentTurnID, id.ToolCallID, err)
+		}
+	}
 	if len(vs) > 0 {
+		vs = append(vs, cvs...)
 		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
 	}
 
@@ -149,7 +166,28 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		// Only when given, so the fingerprints of earlier dispatches stand.
 		fpParts = append(fpParts, "approval", strconv.FormatBool(approval.Required))
 	}
+	if checks != nil {
+		// The same: only when given.
+		fpParts = append(fpParts, "checks", strconv.FormatBool(checks.Registered), strconv.FormatBool(checks.Arguments))
+	}
 	rec.DispatchFingerprint = fingerprint(fpParts...)
+	key := callKey(sub.Project, id.AgentTurnID, id.ToolCallID)
+	if len(cvs) > 0 {
+		// A repeat of a dispatch the ledger took (its tool since
+		// unregistered, or its schema changed) is that dispatch's
+		// duplicate, not a refusal: only a call not dispatched is refused.
+		existing, _, err := l.getRecord(ctx, key)
+		if err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+		}
+		if existing == nil || existing.DispatchFingerprint != rec.DispatchFingerprint {
+			code, what := protocol.CodeBadRequest, "arguments do not match tool %s's parameters schema: %d violation(s)"
+			if unknownTool {
+				code, what = protocol.CodeNotFound, "tool %s is neither registered nor built in (%d violation(s))"
+			}
+			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(code, cvs, what, payload.ToolName, len(cvs)), rawReq())
+		}
+	}
 	if hold, timeoutMS := holdTerms(registered, approval); hold != nil {
 		hold.BudgetMS, hold.Header, hold.Payload = budget.Milliseconds(), id.Header(), payloadBytes
 		hold.ExpiresUnixMS = now.UnixMilli() + timeoutMS
@@ -158,7 +196,6 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 		}
 		rec.State, rec.DeadlineUnixMS, rec.Held = protocol.StateAwaitingApproval, 0, hold
 	}
-	key := callKey(sub.Project, id.AgentTurnID, id.ToolCallID)
 
 	// The card and the call record are independent writes: one round trip
 	// for both. The command, which must never exist without them, waits.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/internal/schemacache"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -128,12 +129,15 @@ type Ledger struct {
 	// approvalLease is Config.ApprovalLease with its default.
 	approvalLease time.Duration
 	builtin       map[string]*protocol.ToolDefinition
-	cache         *caches
-	labels        *ToolLabels
-	guard         func() error
-	fault         storageFault
-	bg            background
-	seqs          pendingSequences
+	// schemas are the compiled parameters schemas of dispatches'
+	// checks.arguments.
+	schemas *schemacache.Cache
+	cache   *caches
+	labels  *ToolLabels
+	guard   func() error
+	fault   storageFault
+	bg      background
+	seqs    pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
 	ttl string
 	// health is who pulls tool commands, for health.fail_fast_after_ms.
@@ -249,7 +253,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
+	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

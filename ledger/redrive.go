@@ -146,7 +146,7 @@ func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) 
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("redrive %s/%s: encode payload: %w", e.AgentTurnID, e.RedriveCallID, err)
 	}
-	res, err := l.dispatch(ctx, d.Subject, nats.Header(d.Header), card, payload, d.Approval, nil, nil)
+	res, err := l.dispatch(ctx, d.Subject, nats.Header(d.Header), card, payload, d.Approval, nil, nil, nil)
 	if err != nil {
 		return res, fmt.Errorf("redrive %s/%s: dispatch the derived call %s: %w", e.AgentTurnID, e.ToolCallID, e.RedriveCallID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -33,34 +34,38 @@ func ToolCallIDFromRequestID(raw json.RawMessage) string {
 	return "rpc-h" + hex.EncodeToString(sum[:16])
 }
 
-// callIdentity reads the call's ids from _meta: every problem is a
-// violation.
+// callIdentity reads the call's ids from _meta. An id given as a string is
+// taken as given, valid or not: the dispatch carries it, and the ledger
+// refuses (and records) one that is no identifier. vs are the problems no
+// dispatch can carry as they were sent (an id that is not a string, a
+// request with no id at all, a timeout that is not a whole number of
+// milliseconds in range): the front door refuses those itself.
 func (f *Front) callIdentity(ss *mcp.ServerSession, meta mcp.Meta) (turn, call string, timeoutMS int64, vs []protocol.Violation) {
 	turn = f.turn(ss)
 	if v, ok := meta[MetaAgentTurnID]; ok {
-		s, isStr := v.(string)
-		if !isStr || !protocol.ValidIdentifier(s) {
-			vs = append(vs, protocol.Violation{Field: "_meta." + MetaAgentTurnID, Code: protocol.VInvalidToken, Message: "must be an identifier (docs/protocol.md#identifiers)"})
-		} else {
+		if s, isStr := v.(string); isStr {
 			turn = s
-		}
-	}
-	if v, ok := meta[MetaToolCallID]; ok {
-		s, isStr := v.(string)
-		if !isStr || !protocol.ValidIdentifier(s) {
-			vs = append(vs, protocol.Violation{Field: "_meta." + MetaToolCallID, Code: protocol.VInvalidToken, Message: "must be an identifier (docs/protocol.md#identifiers)"})
 		} else {
-			call = s
+			vs = append(vs, protocol.Violation{Field: "_meta." + MetaAgentTurnID, Code: protocol.VInvalidType, Message: "must be a string, an identifier (docs/protocol.md#identifiers)"})
 		}
 	}
-	if call == "" {
+	idGiven := false
+	if v, ok := meta[MetaToolCallID]; ok {
+		idGiven = true
+		if s, isStr := v.(string); isStr {
+			call = s
+		} else {
+			vs = append(vs, protocol.Violation{Field: "_meta." + MetaToolCallID, Code: protocol.VInvalidType, Message: "must be a string, an identifier (docs/protocol.md#identifiers)"})
+		}
+	}
+	if !idGiven {
 		if v, ok := meta[MetaRequestID]; ok {
 			if raw, err := json.Marshal(v); err == nil {
 				call = ToolCallIDFromRequestID(raw)
 			}
 		}
 	}
-	if call == "" && len(vs) == 0 {
+	if call == "" && !idGiven {
 		vs = append(vs, protocol.Violation{Field: "_meta." + MetaToolCallID, Code: protocol.VRequired, Message: "the request carries no id the call can be keyed by: give one"})
 	}
 	if v, ok := meta[MetaTimeoutMS]; ok {
@@ -75,22 +80,31 @@ func (f *Front) callIdentity(ss *mcp.ServerSession, meta mcp.Meta) (turn, call s
 }
 
 func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, closeStream func(mcp.CloseSSEStreamArgs)) (*mcp.CallToolResult, error) {
-	turn, callID, timeoutMS, vs := f.callIdentity(ss, p.Meta)
+	turn, callID, timeoutMS, local := f.callIdentity(ss, p.Meta)
 	args := bytes.TrimSpace(p.Arguments)
 	if len(args) == 0 || string(args) == "null" {
 		args = []byte("{}")
-	} else if args[0] != '{' {
-		vs = append(vs, protocol.Violation{Field: "arguments", Code: protocol.VInvalidType, Message: "must be a JSON object"})
 	}
 	def, err := f.tool(ctx, p.Name)
 	if err != nil {
 		return nil, ledgerError("tools/call", err)
 	}
-	if def == nil {
-		vs = append(vs, protocol.Violation{Field: "name", Code: protocol.VNotFound, Message: fmt.Sprintf("project %s has no tool %q (tools/list lists them)", f.cfg.Project, p.Name)})
+	if len(local) > 0 {
+		// No dispatch can carry this request as it was sent: refused here,
+		// with every violation the front door can find itself, and not
+		// recorded (docs/mcp.md#bad-input).
+		if args[0] != '{' {
+			local = append(local, protocol.Violation{Field: "arguments", Code: protocol.VInvalidType, Message: "must be a JSON object"})
+		}
+		if def == nil {
+			local = append(local, protocol.Violation{Field: "name", Code: protocol.VNotFound, Message: fmt.Sprintf("project %s has no tool %q (tools/list lists them)", f.cfg.Project, p.Name)})
+		}
+		return nil, invalidParams(fmt.Sprintf("tools/call %q refused", p.Name), local)
 	}
-	if len(vs) > 0 {
-		return nil, invalidParams(fmt.Sprintf("tools/call %q refused", p.Name), vs)
+	if def == nil {
+		// Dispatched as asked, to the subject a tool of that name would
+		// have: the ledger's checks.registered refuses it, on record.
+		def = &protocol.ToolDefinition{ToolName: p.Name, TargetSubject: protocol.ToolCommandSubject(protocol.DefaultVersion, f.cfg.Project, f.cfg.Channel, p.Name)}
 	}
 
 	cardID, traceID, spanID := cardIDs(f.cfg.Project, turn, callID)
@@ -109,12 +123,19 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 			AgentTurnID: turn, ToolCallID: callID, Content: content,
 			Metadata: protocol.CardMetadata{TraceID: traceID, ParentStepID: turn, StepID: "step-" + callID}},
 		Payload: protocol.ToolCommandPayload{ToolCallCardID: cardID, ToolName: def.ToolName, AfterExecution: def.AfterExecution, TimeoutMS: timeoutMS},
+		// The ledger refuses, and records the refusal of, a tool the
+		// project does not have and arguments its schema refuses, so an
+		// MCP client's bad call is on record like any worker's.
+		Checks: &protocol.DispatchChecks{Registered: true, Arguments: true},
 	}
 	if req.Payload.AfterExecution == "" {
 		req.Payload.AfterExecution = protocol.AfterSuspend
 	}
 	d, err := f.cfg.Ledger.Dispatch(ctx, req)
 	if err != nil {
+		if pe, ok := protocol.AsError(err); ok && (pe.Code == protocol.CodeBadRequest || pe.Code == protocol.CodeNotFound) {
+			return nil, dispatchRefused(p.Name, turn, callID, pe)
+		}
 		return nil, ledgerError("tools/call dispatch", err)
 	}
 	f.log.Debug("mcp tools/call dispatched", "tool", def.ToolName, "agent_turn_id", turn, "tool_call_id", callID, "duplicate", d.Duplicate)
@@ -131,6 +152,53 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 	f.notify(ctx, ss, "report stored", map[string]any{"status": rec.Claim.Status, "report_seq": rec.Claim.Seq,
 		"tool_result_card_id": rec.Claim.ToolResultCardID, "source_id": rec.Claim.SourceID})
 	return f.answer(ctx, rec, d.Duplicate)
+}
+
+// dispatchRefused is the ledger's refusal of a tools/call's dispatch
+// (recorded, at pe.Seq) as invalid params: every violation, each field
+// named as the MCP request names it (name, arguments.<member>,
+// _meta.cgledger/…) with the dispatch's own field in its message, one
+// violation per field for those the dispatch repeats (an id is in a header
+// and in the card).
+func dispatchRefused(name, turn, callID string, pe *protocol.Error) error {
+	vs := make([]protocol.Violation, 0, len(pe.Violations))
+	seen := map[string]bool{}
+	for _, v := range pe.Violations {
+		field, mapped := mcpField(v.Field)
+		if mapped && !strings.HasPrefix(field, "arguments") {
+			if seen[field] {
+				continue
+			}
+			seen[field] = true
+		}
+		if mapped {
+			v.Message += " (" + v.Field + " of the dispatch)"
+		}
+		v.Field = field
+		vs = append(vs, v)
+	}
+	msg := fmt.Sprintf("tools/call %q refused: %s: %s", name, pe.Code, pe.Message)
+	data, _ := json.Marshal(map[string]any{"code": pe.Code, "message": pe.Message, "violations": vs, "rejection_seq": pe.Seq,
+		"agent_turn_id": turn, "tool_call_id": callID})
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg, Data: data}
+}
+
+// mcpField is the tools/call field a dispatch field comes from, and
+// whether it is one.
+func mcpField(f string) (string, bool) {
+	switch {
+	case f == "subject" || f == "payload.tool_name" || f == "card.content.tool_name":
+		return "name", true
+	case f == "card.content.arguments" || strings.HasPrefix(f, "card.content.arguments."):
+		return "arguments" + strings.TrimPrefix(f, "card.content.arguments"), true
+	case f == "header."+protocol.HeaderAgentTurnID || f == "card.agent_turn_id" || f == "card.metadata.parent_step_id":
+		return "_meta." + MetaAgentTurnID, true
+	case f == "header."+protocol.HeaderToolCallID || f == "card.tool_call_id" || f == "card.metadata.step_id":
+		return "_meta." + MetaToolCallID, true
+	case f == "payload.timeout_ms":
+		return "_meta." + MetaTimeoutMS, true
+	}
+	return f, false
 }
 
 // notify sends one log message of the call's story (level info, logger

@@ -39,7 +39,9 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	env := ledgertest.New(t)
+	// The ledger knows the executor's built-ins, as serve's does: the
+	// front door's dispatch checks ask it whether a tool exists.
+	env := ledgertest.NewWithConfig(t, ledger.Config{BuiltinTools: []protocol.ToolDefinition{*executor.EchoDefinition, *executor.SleepDefinition}})
 	ctx := ledgertest.Ctx(t)
 	api, err := env.L.ServeAPI(ctx, ledger.APIConfig{})
 	require.NoError(t, err)
@@ -159,28 +161,99 @@ func TestBadArgumentsListEveryViolation(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	cs := goClient(t, r.front(t, 0), nil)
 
+	// An unknown tool and an id that is no identifier: the ledger refuses
+	// the dispatch (checks.registered) with both, and records it.
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope", Arguments: map[string]any{}, Meta: mcp.Meta{mcpfront.MetaToolCallID: "bad id"}})
 	var we *jsonrpc.Error
 	require.ErrorAs(t, err, &we)
 	require.EqualValues(t, jsonrpc.CodeInvalidParams, we.Code)
 	vs := violations(t, we.Data)
 	require.ElementsMatch(t, []string{"_meta.cgledger/tool_call_id:invalid_token", "name:not_found"}, vs)
+	r.requireRejection(t, we.Data, "nope")
 
-	// Arguments the tool's schema refuses: dispatched, refused by the
-	// executor with every violation, the refusal recorded as the call's
-	// outcome.
+	// An unknown tool alone: not_found, the project's nearest names given.
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "strikt", Arguments: map[string]any{}, Meta: mcp.Meta{mcpfront.MetaToolCallID: "k1"}})
+	require.ErrorAs(t, err, &we)
+	require.EqualValues(t, jsonrpc.CodeInvalidParams, we.Code)
+	require.Equal(t, []string{"name:not_found"}, violations(t, we.Data))
+	require.Contains(t, string(we.Data), "nearest: strict")
+	r.requireRejection(t, we.Data, "strikt")
+
+	// Arguments the tool's schema refuses: the ledger refuses the dispatch
+	// (checks.arguments) with every violation, on record; no call exists.
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "strict", Arguments: map[string]any{"q": 5, "extra": true}, Meta: mcp.Meta{mcpfront.MetaToolCallID: "k2"}})
 	require.ErrorAs(t, err, &we)
 	require.EqualValues(t, jsonrpc.CodeInvalidParams, we.Code)
-	vs = violations(t, we.Data)
-	require.GreaterOrEqual(t, len(vs), 3, "q's type, n missing, extra not allowed: %v", vs)
-	var data struct {
-		Turn string `json:"agent_turn_id"`
+	require.ElementsMatch(t, []string{"arguments.q:type", "arguments.n:required", "arguments:additionalProperties"}, violations(t, we.Data))
+	turn := r.requireRejection(t, we.Data, "strict")
+	_, err = r.L.GetCall(ctx, project, turn, "k2")
+	require.Error(t, err, "a refused call is not dispatched")
+
+	// Arguments that are not an object: the card's own rule, on record.
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: []int{1}, Meta: mcp.Meta{mcpfront.MetaToolCallID: "k3"}})
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, []string{"arguments:invalid_type"}, violations(t, we.Data))
+	r.requireRejection(t, we.Data, "echo")
+
+	// An id that is not a string no dispatch can carry as sent (7 is not
+	// "7"): the front door refuses it itself, with the rest it finds, and
+	// nothing is recorded.
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "nope", Arguments: []int{1}, Meta: mcp.Meta{mcpfront.MetaToolCallID: 7}})
+	require.ErrorAs(t, err, &we)
+	require.ElementsMatch(t, []string{"_meta.cgledger/tool_call_id:invalid_type", "arguments:invalid_type", "name:not_found"}, violations(t, we.Data))
+	var local struct {
+		Seq uint64 `json:"rejection_seq"`
 	}
-	require.NoError(t, json.Unmarshal(we.Data, &data))
-	rec, err := r.L.GetCall(ctx, project, data.Turn, "k2")
+	require.NoError(t, json.Unmarshal(we.Data, &local))
+	require.Zero(t, local.Seq, "a refusal of the front door's own is not recorded")
+
+	// Good arguments still run.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "strict", Arguments: map[string]any{"q": "x", "n": 2}, Meta: mcp.Meta{mcpfront.MetaToolCallID: "k4"}})
 	require.NoError(t, err)
-	require.Equal(t, protocol.StatusFailed, rec.Claim.Status)
+	require.False(t, res.IsError, "%+v", res.Content)
+}
+
+// requireRejection asserts the refusal in data is recorded: its
+// rejection_seq holds a rejection entry of op dispatch with the same
+// violations (in the dispatch's fields), whose request names tool and asks
+// for both checks. It returns the call's turn.
+func (r *rig) requireRejection(t *testing.T, data json.RawMessage, tool string) string {
+	t.Helper()
+	var d struct {
+		Code       string               `json:"code"`
+		Seq        uint64               `json:"rejection_seq"`
+		Turn       string               `json:"agent_turn_id"`
+		Violations []protocol.Violation `json:"violations"`
+	}
+	require.NoError(t, json.Unmarshal(data, &d))
+	require.NotZero(t, d.Seq, "the refusal is recorded: %s", data)
+	ctx := ledgertest.Ctx(t)
+	st, err := r.JS.Stream(ctx, ledger.DefaultStream)
+	require.NoError(t, err)
+	m, err := st.GetMsg(ctx, d.Seq)
+	require.NoError(t, err)
+	require.Equal(t, string(protocol.KindRejection), m.Header.Get(protocol.HeaderEntryKind))
+	var re protocol.RejectionEntry
+	require.NoError(t, json.Unmarshal(m.Data, &re))
+	require.Equal(t, protocol.OpDispatch, re.Op)
+	require.Equal(t, d.Code, string(re.Code))
+	// Every violation answered is on record, under the dispatch's field
+	// its message names (an id the dispatch carries twice is answered
+	// once).
+	recorded := map[string]string{}
+	for _, v := range re.Violations {
+		recorded[v.Field] = v.Code
+	}
+	require.GreaterOrEqual(t, len(re.Violations), len(d.Violations))
+	for _, v := range d.Violations {
+		i := strings.LastIndex(v.Message, " (")
+		require.Positive(t, i, "%+v names no dispatch field", v)
+		field := strings.TrimSuffix(v.Message[i+2:], " of the dispatch)")
+		require.Equal(t, v.Code, recorded[field], "answered %+v, recorded %+v", v, re.Violations)
+	}
+	require.Contains(t, string(re.Request.Data), `"checks":{"registered":true,"arguments":true}`)
+	require.Contains(t, string(re.Request.Data), `"tool_name":"`+tool+`"`)
+	return d.Turn
 }
 
 func violations(t *testing.T, data json.RawMessage) []string {

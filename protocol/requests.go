@@ -15,6 +15,10 @@ type DispatchRequest struct {
 	// Approval, when set with Required, holds this call for approval
 	// whether or not the tool's definition requires it.
 	Approval *DispatchApproval
+	// Checks, when set, asks the ledger to refuse (and record the refusal
+	// of) a dispatch whose tool is unknown or whose arguments fail the
+	// tool's schema, before it writes anything.
+	Checks *DispatchChecks
 }
 
 // DispatchResult is the outcome of a dispatch.
@@ -237,4 +241,5 @@ type DispatchBody struct {
 	Card     json.RawMessage   `json:"card"`
 	Payload  json.RawMessage   `json:"payload"`
 	Approval *DispatchApproval `json:"approval,omitempty"`
+	Checks   *DispatchChecks   `json:"checks,omitempty"`
 }

@@ -169,8 +169,16 @@ export interface DispatchBody {
   card: Card<ToolCallContent>;
   payload: { tool_call_card_id: string; tool_name?: string; after_execution: AfterExecution; timeout_ms?: number };
   approval?: { required: boolean };
+  /** Refuse (and record) an unknown tool or arguments failing its schema before anything is written. */
+  checks?: DispatchChecks;
 }
-export const dispatchBodyKeys = keyList<DispatchBody>()(["subject", "card", "payload", "approval"]);
+export const dispatchBodyKeys = keyList<DispatchBody>()(["subject", "card", "payload", "approval", "checks"]);
+
+/** dispatch's optional checks (docs/protocol.md#dispatch, "Checks"). */
+export interface DispatchChecks {
+  registered?: boolean;
+  arguments?: boolean;
+}
 
 /** dispatch's result. */
 export interface DispatchResult {

@@ -13,6 +13,7 @@ import type {
   ConsumeResult,
   DecisionResult,
   DispatchBody,
+  DispatchChecks,
   DispatchResult,
   InboxEntry,
   InboxListResult,
@@ -67,6 +68,8 @@ export interface DispatchOptions extends CallRef {
   authorId?: string;
   /** Hold this call for an approver's decision. */
   approvalRequired?: boolean;
+  /** Ask the ledger to refuse, on record, an unknown tool (registered) or arguments failing its schema (arguments). */
+  checks?: DispatchChecks;
 }
 
 /** A call's result, once reported. */
@@ -149,6 +152,7 @@ export class Worker {
     };
     if (o.timeoutMs !== undefined) body.payload.timeout_ms = o.timeoutMs;
     if (o.approvalRequired) body.approval = { required: true };
+    if (o.checks?.registered || o.checks?.arguments) body.checks = { ...o.checks };
     const hdrs: Record<string, string> = {
       [H.agentId]: this.agentId,
       [H.turnId]: o.turnId,

@@ -121,6 +121,31 @@ describe("worker and tool service", () => {
     assert.ok(err.violations.some((v) => v.field === "header.CG-Turn-Epoch"), JSON.stringify(err.violations));
   });
 
+  test("dispatch checks refuse an unknown tool and arguments failing the schema, each on record", async () => {
+    await srv.register(P, toolDef("ts_strict", "idempotent", {
+      parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"], additionalProperties: false },
+    }));
+    const w = await worker("agent-checks");
+    const checks = { registered: true, arguments: true };
+    const unknown = await w
+      .dispatch({ tool: "ts_strikt", turnId: "t1", callId: "c1", checks })
+      .then(() => assert.fail("dispatch was accepted"), (e) => e);
+    assert.ok(unknown instanceof LedgerError, String(unknown));
+    assert.equal(unknown.code, "not_found");
+    assert.ok(unknown.rejectionSeq > 0);
+    assert.ok(unknown.has("not_found", "card.content.tool_name"), JSON.stringify(unknown.violations));
+    const bad = await w
+      .dispatch({ tool: "ts_strict", turnId: "t1", callId: "c2", args: { q: 1, x: true }, checks })
+      .then(() => assert.fail("dispatch was accepted"), (e) => e);
+    assert.equal(bad.code, "bad_request");
+    assert.ok(bad.rejectionSeq > 0);
+    assert.ok(bad.has("type", "card.content.arguments.q"), JSON.stringify(bad.violations));
+    assert.ok(bad.has("additionalProperties", "card.content.arguments"), JSON.stringify(bad.violations));
+    const ok = await w.dispatch({ tool: "ts_strict", turnId: "t1", callId: "c3", args: { q: "x" }, checks });
+    assert.equal(ok.duplicate, false);
+    assert.equal((await w.dispatch({ tool: "ts_strict", turnId: "t1", callId: "c3", args: { q: "x" }, checks })).duplicate, true);
+  });
+
   test("a cancel reaches the handler's AbortSignal and the call ends canceled", async () => {
     const conn = await toolConn("ts_slow");
     const started = deferred();
