@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/testenv"
@@ -74,30 +74,10 @@ func TestConformance(t *testing.T) {
 	require.Equal(t, conformancePassing, passing)
 }
 
-// waitTools waits until tools/list on url has every tool of names (the
-// bridge registers them after serve is ready).
+// waitTools waits until tools/list on url has every tool of names.
 func waitTools(t *testing.T, url string, names ...string) {
 	t.Helper()
-	ctx := ctxT(t)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "wait", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
-	require.NoError(t, err)
-	defer cs.Close()
-	require.Eventually(t, func() bool {
-		res, err := cs.ListTools(ctx, nil)
-		if err != nil {
-			return false
-		}
-		have := map[string]bool{}
-		for _, tl := range res.Tools {
-			have[tl.Name] = true
-		}
-		for _, n := range names {
-			if !have[n] {
-				return false
-			}
-		}
-		return true
-	}, time.Minute, 100*time.Millisecond, "the bridge registers %v", names)
+	waitToolsWith(t, url, http.DefaultClient, names...)
 }
 
 // runConformance runs the suite's server scenarios against url and returns
