@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -36,9 +37,10 @@ func everythingCommand(t *testing.T, node string) string {
 // ledger. Text, progress while a long call runs, an image (its bytes kept
 // as a reference in the result card, given back whole), structured
 // content; then `cgledger audit turn` tells each call's whole story and
-// `cgledger verify` passes.
+// `cgledger verify` passes. The README's TypeScript SDK client (call.mjs)
+// calls the same tools.
 func TestBothWays(t *testing.T) {
-	_, node := clients(t)
+	dir, node := clients(t)
 	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers:\n  - name: everything\n    prefix: \"\"\n    command: "+everythingCommand(t, node)+"\n"), 0o600))
 	s := startServer(t, "--roles", "api,executor,projector,mcp", "--mcp-bridge", cfg)
@@ -120,6 +122,14 @@ func TestBothWays(t *testing.T) {
 	for id, kinds := range calls {
 		require.Equal(t, []string{"card:tool.call", "command", "card:tool.result", "report", "wakeup_skipped"}, kinds, "call %s", id)
 	}
+	// The README's one-file TypeScript SDK client, on the same tools.
+	ts := exec.CommandContext(ctx, node, "call.mjs", url, "get-sum", `{"a":4,"b":5}`)
+	ts.Dir, ts.Env = dir, append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	tsOut, err := ts.Output()
+	require.NoError(t, err, string(tsOut))
+	require.Contains(t, string(tsOut), "The sum of 4 and 5 is 9.")
+	require.Contains(t, string(tsOut), `"cgledger/status":"success"`)
+
 	_, errOut, code = s.run(t, "verify")
 	require.Equal(t, 0, code, errOut)
 }
