@@ -392,7 +392,7 @@ func isMCP(raw json.RawMessage) bool {
 func contentOf(raw json.RawMessage) (*mcp.CallToolResult, error) {
 	if isMCP(raw) {
 		var res mcp.CallToolResult
-		if err := json.Unmarshal(raw, &res); err != nil {
+		if err := json.Unmarshal(inlineResult(raw), &res); err != nil {
 			return nil, err
 		}
 		res.IsError = false

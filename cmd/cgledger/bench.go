@@ -49,6 +49,11 @@ protocol with a worker credential. For each in-flight level and round it alterna
   e2e external  the same with a tool service in the load generator instead of the
                 executor: it pulls its tool.consumer with a tool credential, reads the
                 tool.call card, puts the result card and reports over the API.
+  mcp echo      an MCP tools/call of echo through serve's /mcp front door (Go SDK client,
+                streamable HTTP, a worker's bearer token; dispatch -> echo -> result card
+                -> report -> the answer), against the same tools/call of an echo MCP
+                server (Go SDK) in this process on loopback: raw is the direct MCP call,
+                the ratio the price of the ledger between an MCP client and its tool.
 
 Then, at 16 in flight: the report alone (on calls dispatched and given their result card
 beforehand) against its floor, an append with expected-last-subject-sequence 0 plus a
@@ -317,6 +322,23 @@ func runBench(d time.Duration, rounds int, inflight []int, syncAlways bool, rebu
 		extRows = append(extRows, withLimit(row("e2e external", n, ext, rw), lim))
 	}
 	rows := append(append(echoRows, seRows...), extRows...)
+	// The MCP front door: a tools/call of echo through /mcp beside the
+	// same call of an echo MCP server in this process.
+	mb, err := newBenchMCP(ctx, a.HTTP, func(g auth.Grant) (string, error) {
+		c, err := is.Issue(g, time.Hour, time.Now())
+		return c.JWT, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer mb.close()
+	for _, n := range inflight {
+		r, err := alternate("mcp echo", n, mb.direct.call, mb.front.call)
+		if err != nil {
+			return nil, fmt.Errorf("mcp echo: %w", err)
+		}
+		rows = append(rows, r)
+	}
 	// The report alone, on calls dispatched and given their result card
 	// beforehand, against its protocol floor: an append with
 	// expected-last-subject-sequence 0 and a core NATS wakeup.

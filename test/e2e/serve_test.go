@@ -334,7 +334,8 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 // run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
 // not in assertions). The whole-call workloads are compared with two
 // baselines: the raw round trip, whose results are pipelined rather than
-// published one at a time, and the protocol's own limit.
+// published one at a time, and the protocol's own limit; the MCP front
+// door's with a direct MCP call.
 func TestBenchRunsAndReportsRatios(t *testing.T) {
 	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
 	out, code := s.run(t, "bench", "--duration", "300ms", "--rounds", "1", "--inflight", "64", "--json")
@@ -359,7 +360,9 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 	for _, r := range res.Rows {
 		workloads = append(workloads, r.Workload)
 	}
-	require.Equal(t, []string{"e2e echo", "e2e echo se", "e2e external", "report", "duplicate report"}, workloads)
+	// mcp echo: a tools/call through serve's /mcp against a direct one of
+	// an echo MCP server, in the same run.
+	require.Equal(t, []string{"e2e echo", "e2e echo se", "e2e external", "mcp echo", "report", "duplicate report"}, workloads)
 	for _, r := range res.Rows {
 		require.Positive(t, r.CgLedger.Calls, r.Workload)
 		require.Positive(t, r.Raw.Calls, r.Workload)
