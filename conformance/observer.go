@@ -25,7 +25,7 @@ type observer struct {
 
 // pollGap is the pause between two reads of a wait: a wait is on a condition
 // with a deadline, never a sleep standing in for one.
-const pollGap = 50 * time.Millisecond
+const pollGap = 100 * time.Millisecond
 
 // start reads the ledger's last sequence: the run sees entries after it.
 func (o *observer) start(ctx context.Context) error {
