@@ -324,4 +324,3 @@ func TestBrokenToolServiceFailsItsCase(t *testing.T) {
 		})
 	}
 }
-
