@@ -531,7 +531,7 @@ func (a *applier) card(ev event) error {
 
 func (a *applier) command(ev event, fromLedger bool) error {
 	cmd, err := protocol.ParseToolCommand(ev.subject, ev.h, ev.data)
-	if ev.h.Get(protocol.HeaderConformance) != "" {
+	if protocol.HeaderGet(ev.h, protocol.HeaderConformance) != "" {
 		// A conformance run's command (conformance.command): written by the
 		// ledger, often malformed on purpose, and no dispatch: it is placed
 		// in the timeline of the turn it names and makes no call.
