@@ -55,6 +55,13 @@ type toolService struct {
 
 func startToolService(t *testing.T, r *rig, tool, det string, f flaw) {
 	t.Helper()
+	registerTool(t, r, tool, det)
+	consumeTool(t, r, tool, det, f)
+}
+
+// registerTool registers the test service's tool.
+func registerTool(t *testing.T, r *rig, tool, det string) {
+	t.Helper()
 	ctx := ledgertest.Ctx(t)
 	def := protocol.ToolDefinition{
 		ToolName: tool, Description: "conformance test service", Parameters: []byte(`{"type":"object"}`),
@@ -65,6 +72,12 @@ func startToolService(t *testing.T, r *rig, tool, det string, f flaw) {
 	def.ProjectID = project
 	_, err := r.c.RegisterTool(ctx, &def)
 	require.NoError(t, err)
+}
+
+// consumeTool starts the test service on the tool's ledger-kept consumer.
+func consumeTool(t *testing.T, r *rig, tool, det string, f flaw) {
+	t.Helper()
+	ctx := ledgertest.Ctx(t)
 	c := client.New(r.NC, client.WithActor(tool), client.WithTimeout(30*time.Second))
 	info, err := c.EnsureToolConsumer(ctx, project, tool)
 	require.NoError(t, err)
@@ -283,10 +296,7 @@ func TestSoundToolServiceConforms(t *testing.T) {
 	require.Empty(t, failed(rep))
 	require.Equal(t, 15, rep.Passed, "every case but the four other statuses and the two side effects applies")
 
-	startToolService(t, r, "svcfx", protocol.DeterminismSideEffectful, sound)
-	rep = run(t, r, fixture(t, "svcfx", "normal: {args: {ms: 1}}\n"), conformance.CaseSideEffectIntent, conformance.CaseSideEffectReconcile)
-	require.Empty(t, failed(rep))
-	require.Equal(t, 2, rep.Passed)
+	require.Empty(t, sideEffectRuns(t, r, sound), "a sound side_effectful service passes intent and reconcile")
 }
 
 // TestBrokenToolServiceFailsItsCase: each flaw fails exactly the cases it
@@ -311,7 +321,6 @@ func TestBrokenToolServiceFailsItsCase(t *testing.T) {
 		{ignoresCancel, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseCanceled}, []string{conformance.CaseCanceled}},
 		{reportsTwiceTimeout, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseDeadline}, []string{conformance.CaseDeadline}},
 		{noHeartbeats, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseHeartbeat}, []string{conformance.CaseHeartbeat}},
-		{skipsAttempt, protocol.DeterminismSideEffectful, []string{conformance.CaseNormal, conformance.CaseSideEffectIntent, conformance.CaseSideEffectReconcile}, []string{conformance.CaseSideEffectIntent, conformance.CaseSideEffectReconcile}},
 	} {
 		t.Run(strings.ReplaceAll(string(tc.flaw), " ", "_"), func(t *testing.T) {
 			r := newServiceRig(t)
@@ -323,4 +332,27 @@ func TestBrokenToolServiceFailsItsCase(t *testing.T) {
 			require.False(t, rep.OK())
 		})
 	}
+}
+
+// sideEffectRuns runs the side-effect cases against a side_effectful
+// service with flaw f: reconcile with the service started once the
+// checker's attempt is open (in this process the service would win the
+// race for it), then intent; it returns the failed cases.
+func sideEffectRuns(t *testing.T, r *rig, f flaw) []string {
+	t.Helper()
+	registerTool(t, r, "svcfx", protocol.DeterminismSideEffectful)
+	fx := fixture(t, "svcfx", "normal: {args: {ms: 1}}\n")
+	r.afterCheckerAttempt(t, func() { consumeTool(t, r, "svcfx", protocol.DeterminismSideEffectful, f) })
+	rec := run(t, r, fx, conformance.CaseSideEffectReconcile)
+	intent := run(t, r, fx, conformance.CaseSideEffectIntent)
+	require.Len(t, append(rec.Cases, intent.Cases...), 2, "one case each")
+	return append(failed(rec), failed(intent)...)
+}
+
+// TestBrokenSideEffectfulServiceFailsIntentAndReconcile: a service that
+// skips attempt.start runs the tool without recording its intent, and over
+// the attempt another left open.
+func TestBrokenSideEffectfulServiceFailsIntentAndReconcile(t *testing.T) {
+	r := newServiceRig(t)
+	require.Equal(t, []string{conformance.CaseSideEffectReconcile, conformance.CaseSideEffectIntent}, sideEffectRuns(t, r, skipsAttempt))
 }

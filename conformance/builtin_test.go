@@ -2,6 +2,9 @@ package conformance_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,19 +51,63 @@ func newRig(t *testing.T) *rig {
 	return &rig{Env: env, c: client.New(env.NC, client.WithTimeout(30*time.Second))}
 }
 
-// startBuiltinExecutor runs the built-in executor (echo, sleep) and charge
-// in process, as serve does, with a short ack wait so that a long call
-// needs heartbeats.
+// startBuiltinExecutor runs the built-in executor (echo, sleep) in process,
+// as serve does, with a short ack wait so that a long call needs
+// heartbeats.
 func (r *rig) startBuiltinExecutor(t *testing.T) {
 	t.Helper()
 	ex, err := executor.New(r.L, r.NC, executor.Config{AckWait: time.Second, TracerProvider: sdktrace.NewTracerProvider()})
 	require.NoError(t, err)
 	require.NoError(t, executor.RegisterBuiltins(ex))
+	require.NoError(t, ex.Start(ledgertest.Ctx(t)))
+	t.Cleanup(func() { ex.Stop(context.Background()) })
+}
+
+// startChargeExecutor runs the built-in executor with the side_effectful
+// charge tool.
+func (r *rig) startChargeExecutor(t *testing.T) {
+	t.Helper()
+	ex, err := executor.New(r.L, r.NC, executor.Config{AckWait: time.Second})
+	require.NoError(t, err)
 	require.NoError(t, ex.Register("charge", executor.ToolFunc(func(_ context.Context, call *executor.Call) executor.Outcome {
 		return executor.Success(map[string]any{"charged": true})
 	}), &chargeDef))
 	require.NoError(t, ex.Start(ledgertest.Ctx(t)))
 	t.Cleanup(func() { ex.Stop(context.Background()) })
+}
+
+// afterCheckerAttempt calls start once the checker has opened an attempt
+// (executor cgledger-conformance): the side_effect_reconcile case races
+// the service for it, which a service started earlier in this process
+// would win.
+func (r *rig) afterCheckerAttempt(t *testing.T, start func()) {
+	t.Helper()
+	ctx := ledgertest.Ctx(t)
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			found := false
+			_, err := r.L.ReadEntries(ctx, 1, func(e protocol.Entry) error {
+				if strings.Contains(e.Subject, ".ledger.attempt.") && strings.Contains(string(e.Data), `"executor_id":"cgledger-conformance"`) {
+					found = true
+				}
+				return nil
+			})
+			if err == nil && found {
+				start()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		t.Errorf("the checker never opened its attempt")
+	}()
 }
 
 func fixture(t *testing.T, tool, yaml string) conformance.Fixture {
@@ -70,11 +117,20 @@ func fixture(t *testing.T, tool, yaml string) conformance.Fixture {
 	return f
 }
 
+// fixtureFile reads the repository's fixture of a built-in tool, the one CI
+// uses.
+func fixtureFile(t *testing.T, tool string) conformance.Fixture {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("fixtures", tool+".yaml"))
+	require.NoError(t, err)
+	return fixture(t, tool, string(b))
+}
+
 func run(t *testing.T, r *rig, f conformance.Fixture, cases ...string) conformance.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := conformance.Run(ctx, conformance.Config{Client: r.c, Project: project, Fixture: f, Grace: time.Second, Cases: cases})
+	rep, err := conformance.Run(ctx, conformance.Config{Conn: r.NC, Project: project, Fixture: f, Grace: time.Second, Cases: cases})
 	require.NoError(t, err)
 	for _, c := range rep.Cases {
 		t.Logf("%-28s %-15s %s | expected: %s", c.Case, c.Outcome, c.Seen, c.Expected)
@@ -97,7 +153,7 @@ func TestBuiltinToolsConform(t *testing.T) {
 	r := newRig(t)
 	r.startBuiltinExecutor(t)
 
-	echo := run(t, r, fixture(t, "echo", "normal:\n  args: {q: \"hi <&>\"}\ntimeout_ms: 5000\n"))
+	echo := run(t, r, fixtureFile(t, "echo"))
 	require.True(t, echo.OK(), "echo fails no case")
 	want := map[string]conformance.Outcome{
 		conformance.CaseNormal: conformance.Pass, "status_success": conformance.Pass, "status_failed": conformance.NotApplicable,
@@ -111,18 +167,16 @@ func TestBuiltinToolsConform(t *testing.T) {
 		require.Equal(t, v, got[k], "echo: case %s", k)
 	}
 
-	sleep := run(t, r, fixture(t, "sleep", `
-normal: {args: {ms: 1}}
-statuses:
-  failed: {args: {ms: "not a number"}}
-long: {args: {ms: 2500}, duration_ms: 2500}
-timeout_ms: 20000
-`), conformance.CaseNormal, "status_failed", conformance.CaseRedeliveryBefore, conformance.CaseDeadline, conformance.CaseHeartbeat)
+	sleep := run(t, r, fixtureFile(t, "sleep"), conformance.CaseNormal, "status_failed", "status_timeout", conformance.CaseRedeliveryBefore, conformance.CaseDeadline, conformance.CaseHeartbeat)
 	require.True(t, sleep.OK(), "sleep fails no case")
-	require.Equal(t, 5, sleep.Passed, "sleep: every long-call case applies and passes")
+	require.Equal(t, 6, sleep.Passed, "sleep: every long-call case applies and passes (the executor's ack wait here is 1s)")
 
-	charge := run(t, r, fixture(t, "charge", "determinism: side_effectful\nnormal: {args: {amount: 3}}\n"), conformance.CaseSideEffectIntent, conformance.CaseSideEffectReconcile)
-	require.True(t, charge.OK(), "charge fails no case")
-	require.Equal(t, conformance.Pass, outcomes(charge)[conformance.CaseSideEffectIntent])
+	// The reconcile case first, with the service started once the
+	// checker's attempt is open; then intent, with it running.
+	chargeFx := fixture(t, "charge", "determinism: side_effectful\nnormal: {args: {amount: 3}}\n")
+	r.afterCheckerAttempt(t, func() { r.startChargeExecutor(t) })
+	charge := run(t, r, chargeFx, conformance.CaseSideEffectReconcile)
 	require.Equal(t, conformance.Pass, outcomes(charge)[conformance.CaseSideEffectReconcile])
+	charge = run(t, r, chargeFx, conformance.CaseSideEffectIntent)
+	require.Equal(t, conformance.Pass, outcomes(charge)[conformance.CaseSideEffectIntent])
 }

@@ -55,8 +55,8 @@ func (r Report) OK() bool { return r.Failed == 0 }
 
 // Config configures a run.
 type Config struct {
-	// Client speaks to the ledger with an admin credential of Project.
-	Client  *client.Client
+	// Conn is a connection with an admin credential of Project.
+	Conn    *nats.Conn
 	Project string
 	Fixture Fixture
 	// Actor is the admin's actor token (recorded as who acted); empty
@@ -102,6 +102,9 @@ const (
 	metadataTraceWithSpecial = "conformance \u00e9\u6f22\u5b57\U0001F642 <&> line\u2028sep\u2029end"
 )
 
+// requestTimeout bounds one request to the ledger.
+const requestTimeout = 30 * time.Second
+
 // Cases lists every case id a run may take, in order.
 func Cases() []string {
 	out := []string{CaseNormal}
@@ -118,6 +121,7 @@ func Cases() []string {
 type runner struct {
 	cfg   Config
 	c     *client.Client
+	tc    *client.Client
 	f     Fixture
 	run   string
 	agent string
@@ -155,7 +159,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return rep, fmt.Errorf("conformance: unknown case %q (cases: %s)", k, strings.Join(Cases(), ", "))
 		}
 	}
-	r := &runner{cfg: cfg, c: cfg.Client, f: cfg.Fixture, run: cfg.Run, agent: rep.Agent}
+	r := &runner{cfg: cfg, f: cfg.Fixture, run: cfg.Run, agent: rep.Agent,
+		c: client.New(cfg.Conn, client.WithActor(cfg.Actor), client.WithTimeout(requestTimeout)),
+		// The admin acts as the tool where the ledger wants the tool as
+		// actor (attempt.start): its credential may take any actor token.
+		tc: client.New(cfg.Conn, client.WithActor(cfg.Fixture.Tool), client.WithTimeout(requestTimeout))}
 	r.obs = &observer{c: r.c, project: cfg.Project, tool: r.f.Tool, actor: cfg.Actor}
 	if err := r.obs.start(ctx); err != nil {
 		return rep, err
@@ -922,19 +930,23 @@ func (r *runner) caseIntent(ctx context.Context) (CaseResult, error) {
 	return verdict(exp, seen, problems, cr.turn), nil
 }
 
+// reconcileTries bounds the calls the reconcile case dispatches to open an
+// attempt before the service does.
+const reconcileTries = 5
+
 func (r *runner) caseReconcile(ctx context.Context) (CaseResult, error) {
 	exp := "a delivery meeting an open attempt: the tool not run; reconciled, outcome_unknown, or a new attempt after not_done"
 	if r.det != protocol.DeterminismSideEffectful {
 		return na(exp, "the tool is "+r.det+", not side_effectful"), nil
 	}
-	for try := range 3 {
+	for try := range reconcileTries {
 		cr := r.newCall(CaseSideEffectReconcile, try+1)
 		if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
 			return CaseResult{}, err
 		}
 		// Open an attempt as a service that died would leave it, before
 		// the service under test starts its own.
-		st, err := r.c.StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: r.cfg.Project, AgentTurnID: cr.turn, ToolCallID: cr.id, ExecutorID: conformanceExecutorID})
+		st, err := r.tc.StartAttempt(ctx, protocol.AttemptStartRequest{ProjectID: r.cfg.Project, AgentTurnID: cr.turn, ToolCallID: cr.id, ExecutorID: conformanceExecutorID})
 		if e, ok := protocol.AsError(err); ok && e.Code == protocol.CodeConflict {
 			continue // the service answered it first
 		} else if err != nil {
@@ -968,5 +980,5 @@ func (r *runner) caseReconcile(ctx context.Context) (CaseResult, error) {
 		}
 		return verdict(exp, seen, problems, cr.turn), nil
 	}
-	return na(exp, "the service started its attempt before the checker could open one, three times"), nil
+	return na(exp, fmt.Sprintf("the service started its attempt before the checker could open one, %d times", reconcileTries)), nil
 }

@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/conformance"
 )
 
@@ -73,7 +72,7 @@ and the tool's determinism; without one, the normal call has arguments {}.`)
 		return failf(exitFor(err), "conformance: %v", err)
 	}
 	defer nc.Close()
-	cfg := conformance.Config{Client: client.New(nc, client.WithActor(*actor)), Project: *project, Fixture: fx, Actor: *actor,
+	cfg := conformance.Config{Conn: nc, Project: *project, Fixture: fx, Actor: *actor,
 		Run: *runID, Cases: only, Grace: *grace, Settle: *settle}
 	if !cf.asJSON {
 		cfg.Progress = func(c conformance.CaseResult) {

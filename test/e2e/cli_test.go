@@ -266,9 +266,7 @@ func TestCLICallOnAWorkerCredentialBoundToTheAgent(t *testing.T) {
 // serves fails (exit 1) with its table.
 func TestCLIConformanceBuiltinTools(t *testing.T) {
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
-	fixture := filepath.Join(t.TempDir(), "echo.yaml")
-	require.NoError(t, os.WriteFile(fixture, []byte("tool: echo\nnormal:\n  args: {q: \"hi\"}\ntimeout_ms: 5000\n"), 0o600))
-	out, errOut, code := s.runAll(t, "conformance", "--project", "demo", "--tool", "echo", "--fixture", fixture, "--json")
+	out, errOut, code := s.runAll(t, "conformance", "--project", "demo", "--tool", "echo", "--fixture", "../../conformance/fixtures/echo.yaml", "--json")
 	require.Equal(t, 0, code, "stdout %s\nstderr %s", out, errOut)
 	var rep struct {
 		Passed, Failed int
