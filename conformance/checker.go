@@ -78,23 +78,29 @@ type Config struct {
 
 // Case ids, in the order a run takes them.
 const (
-	CaseNormal               = "normal"
-	CaseMetadata             = "metadata_verbatim"
-	CaseTraceparent          = "traceparent_child"
-	CaseAfterExecution       = "after_execution_kept"
-	CaseMissingCallID        = "command_missing_call_id"
-	CaseInlineArgs           = "command_inline_args"
-	CaseUnknownCard          = "command_unknown_card"
-	CaseIdentityMismatch     = "command_identity_mismatch"
-	CaseRedeliveryAfter      = "redelivery_after_report"
-	CaseRedeliveryBefore     = "redelivery_before_report"
-	CaseDuplicateCommand     = "duplicate_command"
-	CaseCanceled             = "canceled_call"
-	CaseDeadline             = "deadline_timeout_once"
-	CaseHeartbeat            = "heartbeats_long_call"
-	CaseSideEffectIntent     = "side_effect_intent"
-	CaseSideEffectReconcile  = "side_effect_reconcile"
-	caseStatusPrefix         = "status_"
+	CaseNormal              = "normal"
+	CaseMetadata            = "metadata_verbatim"
+	CaseTraceparent         = "traceparent_child"
+	CaseAfterExecution      = "after_execution_kept"
+	CaseMissingCallID       = "command_missing_call_id"
+	CaseInlineArgs          = "command_inline_args"
+	CaseUnknownCard         = "command_unknown_card"
+	CaseIdentityMismatch    = "command_identity_mismatch"
+	CaseRedeliveryAfter     = "redelivery_after_report"
+	CaseRedeliveryBefore    = "redelivery_before_report"
+	CaseDuplicateCommand    = "duplicate_command"
+	CaseCanceled            = "canceled_call"
+	CaseDeadline            = "deadline_timeout_once"
+	CaseHeartbeat           = "heartbeats_long_call"
+	CaseSideEffectIntent    = "side_effect_intent"
+	CaseSideEffectReconcile = "side_effect_reconcile"
+)
+
+const (
+	// caseStatusPrefix starts the ids of the per-status cases (status_failed).
+	caseStatusPrefix = "status_"
+	// conformanceExecutorID is the executor_id of the attempt the
+	// reconcile case opens, as a service that died would leave it.
 	conformanceExecutorID    = "cgledger-conformance"
 	defaultConformanceActor  = "conformance"
 	conformanceCancelReason  = "conformance: canceled before delivery"
@@ -151,7 +157,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.Run = "r" + hex.EncodeToString(b[:])
 	}
 	rep := Report{Run: cfg.Run, Project: cfg.Project, Tool: cfg.Fixture.Tool, Agent: protocol.ConformanceAgentPrefix + cfg.Run, Cases: []CaseResult{}}
-	if !protocol.ValidIdentifier(cfg.Run) || strings.Contains(cfg.Run, "-") && len(cfg.Run) > 64 {
+	// The run id goes into agent, turn and card ids (conformance-<run>,
+	// conf-<run>-<case>, cc-conf-...): 64 bytes keep them identifiers.
+	if !protocol.ValidIdentifier(cfg.Run) || len(cfg.Run) > 64 {
 		return rep, fmt.Errorf("conformance: run id %q is not an identifier of at most 64 bytes", cfg.Run)
 	}
 	for _, k := range cfg.Cases {
