@@ -1,6 +1,8 @@
 package conformance_test
 
 import (
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 
@@ -48,4 +50,14 @@ long: {args: {ms: 1}}
 	require.Equal(t, int64(10_000), f.TimeoutMS)
 	require.Equal(t, protocol.StatusSuccess, f.Normal.Status)
 	require.NotNil(t, f.Normal.Args)
+}
+
+// TestDocsListEveryCase: docs/conformance.md's table names every case a
+// run takes, so the documentation cannot fall behind the checker.
+func TestDocsListEveryCase(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "conformance.md"))
+	require.NoError(t, err)
+	for _, c := range conformance.Cases() {
+		require.Contains(t, string(b), "`"+c+"`", "docs/conformance.md documents case %s", c)
+	}
 }
