@@ -38,6 +38,7 @@ const (
 	rewritesAfter       flaw = "reports after_execution suspend whatever the command says"
 	dropsTraceparent    flaw = "reports without a traceparent"
 	acksMalformed       flaw = "acknowledges a malformed command without command.reject"
+	dropsCanceledRun    flaw = "stops a call canceled while it runs without reporting it"
 )
 
 // toolService is a tool service in another process as docs/protocol.md
@@ -171,7 +172,13 @@ func (s *toolService) serve(ctx context.Context, msg jetstream.Msg) error {
 		} `json:"arguments"`
 	}
 	_ = json.Unmarshal(card.Card.Content, &content)
-	status := s.run(msg, time.Duration(content.Arguments.MS)*time.Millisecond, time.UnixMilli(p.DeadlineUnixMS))
+	status := s.run(msg, time.Duration(content.Arguments.MS)*time.Millisecond, time.UnixMilli(p.DeadlineUnixMS), func() bool {
+		canceled, err := s.c.Canceled(ctx, sub.Project, sub.Channel, id.AgentTurnID, id.ToolCallID)
+		return err == nil && canceled
+	})
+	if status == "" {
+		return nil // dropped: acknowledged, never reported
+	}
 	if err := s.answer(ctx, sub, id, p, card.Card.Metadata, status, ""); err != nil {
 		return err
 	}
@@ -181,8 +188,11 @@ func (s *toolService) serve(ctx context.Context, msg jetstream.Msg) error {
 	return nil
 }
 
-// run sleeps d or until the deadline, heartbeating; it returns the status.
-func (s *toolService) run(msg jetstream.Msg, d time.Duration, deadline time.Time) string {
+// run sleeps d or until the deadline, heartbeating; it returns the status
+// ("" when the flaw drops a call canceled meanwhile). The sound service
+// runs a call canceled while it runs to its end: the protocol allows it.
+func (s *toolService) run(msg jetstream.Msg, d time.Duration, deadline time.Time, canceled func() bool) string {
+	var dropped bool
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	if s.flaw != noHeartbeats {
@@ -197,21 +207,29 @@ func (s *toolService) run(msg jetstream.Msg, d time.Duration, deadline time.Time
 					return
 				case <-tick.C:
 					_ = msg.InProgress()
+					if s.flaw == dropsCanceledRun && canceled() {
+						dropped = true
+					}
 				}
 			}
 		}()
 	}
-	defer func() { close(stop); wg.Wait() }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
+	status := protocol.StatusSuccess
 	select {
 	case <-t.C:
-		return protocol.StatusSuccess
 	case <-dl.C:
-		return protocol.StatusTimeout
+		status = protocol.StatusTimeout
 	}
+	close(stop)
+	wg.Wait()
+	if dropped {
+		return ""
+	}
+	return status
 }
 
 // answer puts the result card and reports it.
@@ -294,7 +312,7 @@ func TestSoundToolServiceConforms(t *testing.T) {
 	startToolService(t, r, "svc", protocol.DeterminismPure, sound)
 	rep := run(t, r, fixture(t, "svc", svcFixture))
 	require.Empty(t, failed(rep))
-	require.Equal(t, 15, rep.Passed, "every case but the four other statuses and the two side effects applies")
+	require.Equal(t, 16, rep.Passed, "every case but the four other statuses and the two side effects applies")
 
 	require.Empty(t, sideEffectRuns(t, r, sound), "a sound side_effectful service passes intent and reconcile")
 }
@@ -318,11 +336,13 @@ func TestBrokenToolServiceFailsItsCase(t *testing.T) {
 		{dropsTraceparent, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseMetadata, conformance.CaseTraceparent}, []string{conformance.CaseTraceparent}},
 		{rewritesAfter, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseAfterExecution}, []string{conformance.CaseAfterExecution}},
 		{runsAgainAfter, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseRedeliveryAfter, conformance.CaseRedeliveryBefore}, []string{conformance.CaseRedeliveryAfter, conformance.CaseRedeliveryBefore}},
-		{ignoresCancel, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseCanceled}, []string{conformance.CaseCanceled}},
+		{ignoresCancel, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseCanceled, conformance.CaseCanceledRunning}, []string{conformance.CaseCanceled}},
+		{dropsCanceledRun, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseCanceled, conformance.CaseCanceledRunning}, []string{conformance.CaseCanceledRunning}},
 		{reportsTwiceTimeout, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseDeadline}, []string{conformance.CaseDeadline}},
 		{noHeartbeats, protocol.DeterminismPure, []string{conformance.CaseNormal, conformance.CaseHeartbeat}, []string{conformance.CaseHeartbeat}},
 	} {
 		t.Run(strings.ReplaceAll(string(tc.flaw), " ", "_"), func(t *testing.T) {
+			t.Parallel()
 			r := newServiceRig(t)
 			startToolService(t, r, "svc", tc.det, tc.flaw)
 			rep := run(t, r, fixture(t, "svc", svcFixture), tc.cases...)

@@ -167,9 +167,9 @@ func TestBuiltinToolsConform(t *testing.T) {
 		require.Equal(t, v, got[k], "echo: case %s", k)
 	}
 
-	sleep := run(t, r, fixtureFile(t, "sleep"), conformance.CaseNormal, "status_failed", "status_timeout", conformance.CaseRedeliveryBefore, conformance.CaseDeadline, conformance.CaseHeartbeat)
+	sleep := run(t, r, fixtureFile(t, "sleep"), conformance.CaseNormal, "status_failed", "status_timeout", conformance.CaseRedeliveryBefore, conformance.CaseCanceledRunning, conformance.CaseDeadline, conformance.CaseHeartbeat)
 	require.True(t, sleep.OK(), "sleep fails no case")
-	require.Equal(t, 6, sleep.Passed, "sleep: every long-call case applies and passes (the executor's ack wait here is 1s)")
+	require.Equal(t, 7, sleep.Passed, "sleep: every long-call case applies and passes (the executor's ack wait here is 1s)")
 
 	// The reconcile case first, with the service started once the
 	// checker's attempt is open; then intent, with it running.

@@ -90,6 +90,7 @@ const (
 	CaseRedeliveryBefore    = "redelivery_before_report"
 	CaseDuplicateCommand    = "duplicate_command"
 	CaseCanceled            = "canceled_call"
+	CaseCanceledRunning     = "canceled_while_running"
 	CaseDeadline            = "deadline_timeout_once"
 	CaseHeartbeat           = "heartbeats_long_call"
 	CaseSideEffectIntent    = "side_effect_intent"
@@ -119,7 +120,7 @@ func Cases() []string {
 	}
 	return append(out, CaseMetadata, CaseTraceparent, CaseAfterExecution,
 		CaseMissingCallID, CaseInlineArgs, CaseUnknownCard, CaseIdentityMismatch,
-		CaseRedeliveryAfter, CaseRedeliveryBefore, CaseDuplicateCommand, CaseCanceled, CaseDeadline, CaseHeartbeat,
+		CaseRedeliveryAfter, CaseRedeliveryBefore, CaseDuplicateCommand, CaseCanceled, CaseCanceledRunning, CaseDeadline, CaseHeartbeat,
 		CaseSideEffectIntent, CaseSideEffectReconcile)
 }
 
@@ -236,6 +237,8 @@ func (r *runner) runCase(ctx context.Context, k string) (CaseResult, error) {
 		return r.caseDuplicate(ctx)
 	case CaseCanceled:
 		return r.caseCanceled(ctx)
+	case CaseCanceledRunning:
+		return r.caseCanceledRunning(ctx)
 	case CaseDeadline:
 		return r.caseDeadline(ctx)
 	case CaseHeartbeat:
@@ -306,6 +309,10 @@ func (r *runner) dispatch(ctx context.Context, cr *callRef, args map[string]any,
 	cr.dispatch = res
 	return nil
 }
+
+// longBudget is the timeout_ms of a long call that must run to its end:
+// the fixture's, or twice the call's duration when that is longer.
+func (r *runner) longBudget() int64 { return max(r.f.TimeoutMS, 2*r.f.Long.DurationMS) }
 
 // budget is how long a call of timeoutMS may take to be answered: its
 // deadline, the ledger's grace, and a margin for a loaded machine.
@@ -739,7 +746,7 @@ func (r *runner) caseRedeliveryBefore(ctx context.Context) (CaseResult, error) {
 		return na(exp, "a side_effectful tool's copy meets the open attempt (side_effect_reconcile covers it)"), nil
 	}
 	cr := r.newCall(CaseRedeliveryBefore, 0)
-	tmo := max(r.f.TimeoutMS, 4*r.f.Long.DurationMS)
+	tmo := r.longBudget()
 	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
 		return CaseResult{}, err
 	}
@@ -833,6 +840,39 @@ func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 	return verdict(exp, seen, problems, cr.turn), nil
 }
 
+func (r *runner) caseCanceledRunning(ctx context.Context) (CaseResult, error) {
+	exp := "a call canceled while it runs: answered by the service, canceled or (run to its end) with its real outcome"
+	if r.f.Long == nil {
+		return na(exp, "the fixture declares no long call"), nil
+	}
+	cr := r.newCall(CaseCanceledRunning, 0)
+	tmo := r.longBudget()
+	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
+		return CaseResult{}, err
+	}
+	if ok, err := r.delivered(ctx, cr.dispatch.CommandSeq); err != nil || !ok {
+		return verdict(exp, "", []string{"the command was never delivered to a consumer of the tool"}, cr.turn), err
+	}
+	if _, err := r.c.Cancel(ctx, protocol.CancelRequest{ProjectID: r.cfg.Project, AgentID: r.agent, AgentTurnID: cr.turn, ToolCallID: cr.id, Reason: "conformance: canceled while running"}); err != nil {
+		if e, ok := protocol.AsError(err); !ok || e.Code != protocol.CodeConflict {
+			return CaseResult{}, fmt.Errorf("cancel: %w", err)
+		}
+		// Reported before the cancel arrived: the answer is judged all the same.
+	}
+	es, note, err := r.settled(ctx, cr, tmo, cr.dispatch.CommandSeq)
+	if err != nil {
+		return CaseResult{}, err
+	}
+	re, seen, problems := expectOneReport(es, "", false)
+	if note != "" {
+		problems = append(problems, note)
+	}
+	if re.Status != "" && re.Status != protocol.StatusCanceled && re.Status != protocol.StatusSuccess {
+		problems = append(problems, "status "+re.Status+": neither canceled nor the long call's success")
+	}
+	return verdict(exp, seen, problems, cr.turn), nil
+}
+
 func (r *runner) caseDeadline(ctx context.Context) (CaseResult, error) {
 	exp := "a deadline shorter than the tool: timeout reported once (no second or late report)"
 	if r.f.Long == nil {
@@ -881,7 +921,7 @@ func (r *runner) caseHeartbeat(ctx context.Context) (CaseResult, error) {
 		return na(exp, fmt.Sprintf("the long call (%d ms) is shorter than two ack waits (%d ms)", r.f.Long.DurationMS, 2*wait)), nil
 	}
 	cr := r.newCall(CaseHeartbeat, 0)
-	tmo := max(r.f.TimeoutMS, 4*r.f.Long.DurationMS)
+	tmo := r.longBudget()
 	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
 		return CaseResult{}, err
 	}
