@@ -523,3 +523,26 @@ func (c *Client) Resolution(ctx context.Context, project, turnID, callID string)
 	}
 	return out.Resolution, nil
 }
+
+// ConformanceCommand asks the ledger to append a tool command for a
+// conformance run (conformance.command, an admin's op), as actor: the
+// headers and payload as given, marked as the run's.
+func (c *Client) ConformanceCommand(ctx context.Context, actor string, req protocol.ConformanceCommandRequest) (protocol.ConformanceCommandResult, error) {
+	var out protocol.ConformanceCommandResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpConformanceCommand), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// ConformanceObserve reads a project's entries from a sequence on and the
+// consumers of a tool target (conformance.observe, an admin's op), as actor.
+func (c *Client) ConformanceObserve(ctx context.Context, actor string, req protocol.ConformanceObserveRequest) (protocol.ConformanceObserveResult, error) {
+	var out protocol.ConformanceObserveResult
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpConformanceObserve), req)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}

@@ -131,6 +131,11 @@ type Executor struct {
 	mu       sync.Mutex
 	stopping bool
 	inflight map[string]context.CancelCauseFunc
+	// handling maps each call this process is handling a command of to
+	// that command's stream sequence, so that a copy of the command (a
+	// second message for the call, not a redelivery of the same one) is
+	// not run beside it.
+	handling map[string]uint64
 	sems     map[string]toolSem
 	schemas  *schemacache.Cache
 
@@ -202,7 +207,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 		labels = tl.ToolLabels()
 	}
 	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{}, labels: labels,
-		inflight: map[string]context.CancelCauseFunc{}, sems: map[string]toolSem{}, schemas: schemacache.New(maxCachedSchemas),
+		inflight: map[string]context.CancelCauseFunc{}, handling: map[string]uint64{}, sems: map[string]toolSem{}, schemas: schemacache.New(maxCachedSchemas),
 		global: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 

@@ -51,6 +51,15 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 		return
 	}
 	sub, id := cmd.Subject, cmd.Identity
+	if !e.handle(callKey(sub.Project, id.AgentTurnID, id.ToolCallID), meta.Sequence.Stream) {
+		// Another message of the same call (a dispatch's command published
+		// twice, a conformance copy) while this process handles the first:
+		// that one answers the call, and stays unacknowledged until it has,
+		// so acknowledging this copy loses nothing.
+		e.ack(msg, "a copy of a command this process is handling")
+		return
+	}
+	defer e.handled(callKey(sub.Project, id.AgentTurnID, id.ToolCallID), meta.Sequence.Stream)
 	pre := e.prefetch(cmd, meta.NumDelivered > 1)
 	rec, err := pre.rec, pre.recErr
 	switch {
@@ -232,4 +241,25 @@ func (e *Executor) prefetch(cmd *protocol.ToolCommand, redelivered bool) *prefet
 
 func canceledOutcome() Outcome {
 	return Outcome{Kind: KindTerminal, Code: CodeCanceled, Message: "the call was canceled by its worker"}
+}
+
+// handle records that this process handles the command at stream sequence
+// seq of call key; false when it already handles another command of it.
+func (e *Executor) handle(key string, seq uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.handling[key]; ok && s != seq {
+		return false
+	}
+	e.handling[key] = seq
+	return true
+}
+
+// handled ends what handle began.
+func (e *Executor) handled(key string, seq uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.handling[key] == seq {
+		delete(e.handling, key)
+	}
 }

@@ -109,6 +109,16 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpToolPause: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.toolPauseMsg(ctx, protocol.OpToolPause, m.Data)
 		},
+		protocol.OpConformanceCommand: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.conformanceCommandJSON(ctx, m.Data)
+		},
+		protocol.OpConformanceObserve: func(ctx context.Context, m *nats.Msg) (any, error) {
+			req, vs := protocol.ParseConformanceObserve(m.Data)
+			if err := protocol.BadRequest(protocol.OpConformanceObserve+" request", vs); err != nil {
+				return nil, err
+			}
+			return l.ConformanceObserve(ctx, req)
+		},
 		protocol.OpToolResume: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.toolPauseMsg(ctx, protocol.OpToolResume, m.Data)
 		},
@@ -152,7 +162,8 @@ func validReply(reply string) bool {
 // writeOps are the operations whose refusals are recorded as rejection
 // entries.
 var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true,
-	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
+	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true,
+	protocol.OpConformanceCommand: true}
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.

@@ -150,6 +150,16 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 				vs.Add("body.subject", protocol.VForbidden, "a command of project %q for tool %q is refused on cg.<ver>.%s.<channel_id>.cmd.tool.%s[...] (or cmd.sys.pmo.internal.%s for a PMO built-in), got %q", c.Project, c.Actor, c.Project, c.Actor, c.Actor, protocol.Clip(sub))
 			}
 		}
+	case protocol.OpConformanceCommand:
+		f := topLevel(body)
+		p, ok := stringField(f, "project_id")
+		project("body.project_id", p, ok)
+		// Only the admin's own project's tools: the command subject names it.
+		if s, ok := stringField(f, "subject"); ok {
+			if sub, err := protocol.ParseSubject(s); err == nil && sub.Project != c.Project {
+				vs.Add("body.subject", protocol.VForbidden, "subject project %q is not the project of the request subject (%q)", protocol.Clip(sub.Project), c.Project)
+			}
+		}
 	default: // reads, and report.resume
 		p, ok := stringField(topLevel(body), "project_id")
 		project("body.project_id", p, ok)

@@ -531,6 +531,15 @@ func (a *applier) card(ev event) error {
 
 func (a *applier) command(ev event, fromLedger bool) error {
 	cmd, err := protocol.ParseToolCommand(ev.subject, ev.h, ev.data)
+	if protocol.HeaderGet(ev.h, protocol.HeaderConformance) != "" {
+		// A conformance run's command (conformance.command): written by the
+		// ledger, often malformed on purpose, and no dispatch: it is placed
+		// in the timeline of the turn it names and makes no call.
+		sub, _ := protocol.ParseSubject(ev.subject)
+		id, _ := protocol.ParseIdentity(ev.h, protocol.IdentityRules{})
+		a.trace(ev, sub.Project, id.AgentTurnID, id.ToolCallID)
+		return nil
+	}
 	if err != nil {
 		if fromLedger {
 			return corrupt(ev.seq, "command written by the ledger does not validate: %v", err)

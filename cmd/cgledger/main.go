@@ -28,6 +28,8 @@ Usage:
                                                list, show and decide calls held for approval
   cgledger calls cancel|resolve --project P --turn T --call C --reason R [--effect applied|not_applied]
                                                operator actions: cancel any call, resolve an outcome_unknown one
+  cgledger conformance --project P --tool T [--fixture FILE] [--json]
+                                               check a running tool service against the protocol's cases
   cgledger audit projects | calls --project P [filters]
   cgledger audit turn|call|agent|card ID --project P [--as-of-seq N | --as-of TIME]
                                                read history from the views
@@ -45,7 +47,7 @@ Usage:
                                                serve the tools of MCP servers as ledger tools
   cgledger version                             print the build version and commit
 
-Every command takes --help. Client verbs (call, tools, approvals, calls, audit, export, verify, projector, mcp)
+Every command takes --help. Client verbs (call, tools, approvals, calls, conformance, audit, export, verify, projector, mcp)
 share the connection flags --nats-url, --server, --creds, --nats-user, --nats-password,
 --nats-token, --tls-ca, --tls-cert, --tls-key and their CGLEDGER_* variables. Exit codes:
 0 ok, 1 the operation said no (call not success, verification failed, request refused),
@@ -75,6 +77,8 @@ func run(args []string) int {
 		return approvals(args[1:])
 	case "calls":
 		return calls(args[1:])
+	case "conformance":
+		return conformanceCmd(args[1:])
 	case "audit":
 		return audit(args[1:])
 	case "bench":

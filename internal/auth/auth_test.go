@@ -404,7 +404,7 @@ func TestApproverGrant(t *testing.T) {
 // among the operations its credential may publish, so NATS refuses them
 // to every other credential.
 func TestAdminOpsAreNoOtherRoles(t *testing.T) {
-	require.ElementsMatch(t, []string{"call.cancel", "call.resolve", "call.redrive", "tool.pause", "tool.resume"}, auth.AdminOps)
+	require.ElementsMatch(t, []string{"call.cancel", "call.resolve", "call.redrive", "tool.pause", "tool.resume", "conformance.command", "conformance.observe"}, auth.AdminOps)
 	for _, g := range []auth.Grant{
 		{Role: auth.RoleWorker, Project: "p"},
 		{Role: auth.RoleTool, Project: "p"},

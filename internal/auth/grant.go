@@ -57,7 +57,8 @@ var (
 	// AdminOps are the operations only an admin of the project may call
 	// (its wildcard covers every op; no other role lists them): the
 	// operator actions, recorded with the admin's actor token.
-	AdminOps = []string{protocol.OpCallCancel, protocol.OpCallResolve, protocol.OpCallRedrive, protocol.OpToolPause, protocol.OpToolResume}
+	AdminOps = []string{protocol.OpCallCancel, protocol.OpCallResolve, protocol.OpCallRedrive, protocol.OpToolPause, protocol.OpToolResume,
+		protocol.OpConformanceCommand, protocol.OpConformanceObserve}
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
 	GlobalOps = []string{"projector.skip"}

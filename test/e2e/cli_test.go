@@ -30,7 +30,7 @@ func TestCLIOneGrammar(t *testing.T) {
 	verbs := [][]string{
 		{"call"}, {"tools", "register"}, {"tools", "list"}, {"tools", "pause"}, {"tools", "resume"}, {"export"}, {"verify"}, {"projector", "skip"},
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
-		{"calls", "cancel"}, {"calls", "resolve"}, {"mcp", "bridge"}, {"mcp", "serve"},
+		{"calls", "cancel"}, {"calls", "resolve"}, {"mcp", "bridge"}, {"mcp", "serve"}, {"conformance"},
 	}
 	for _, v := range verbs {
 		help, errOut, code := s.runAll(t, append(v, "--help")...)
@@ -258,4 +258,33 @@ func TestCLICallOnAWorkerCredentialBoundToTheAgent(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "was dispatched before")
 	require.Contains(t, out, "status:     success")
+}
+
+// TestCLIConformanceBuiltinTools: `cgledger conformance` run as CI runs it,
+// with serve's admin credential against serve's built-in executor: echo
+// passes every case that applies (--json, exit 0), and a tool nobody
+// serves fails (exit 1) with its table.
+func TestCLIConformanceBuiltinTools(t *testing.T) {
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
+	out, errOut, code := s.runAll(t, "conformance", "--project", "demo", "--tool", "echo", "--fixture", "../../conformance/fixtures/echo.yaml", "--json")
+	require.Equal(t, 0, code, "stdout %s\nstderr %s", out, errOut)
+	var rep struct {
+		Passed, Failed int
+		Cases          []struct{ Case, Outcome, Seen string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Zero(t, rep.Failed)
+	require.Equal(t, 12, rep.Passed, "%+v", rep.Cases)
+	// The views applied the run's malformed commands and went on: a call
+	// after the run is read from them.
+	_, errOut, code = s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`)
+	require.Equal(t, 0, code, errOut)
+
+	quick := filepath.Join(t.TempDir(), "nobody.yaml")
+	require.NoError(t, os.WriteFile(quick, []byte("timeout_ms: 1000\n"), 0o600))
+	out, _, code = s.runAll(t, "conformance", "--project", "demo", "--tool", "nobody", "--fixture", quick, "--case", "normal", "--settle", "2s")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "normal")
+	require.Contains(t, out, "fail")
+	require.Contains(t, out, "0 passed, 1 failed")
 }
