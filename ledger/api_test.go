@@ -140,11 +140,16 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.True(t, dup.Duplicate)
 	require.Equal(t, out.Seq, dup.Seq)
 
-	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
-	require.True(t, r.OK, "%+v", r.Error)
+	// The woken mark follows the wakeup (protocol.md: a call is briefly
+	// claimed after its report is answered), so the record is read until
+	// it shows it.
 	var rec protocol.CallRecord
-	require.NoError(t, json.Unmarshal(r.Result, &rec))
-	require.Equal(t, protocol.StateWoken, rec.State)
+	require.Eventually(t, func() bool {
+		r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
+		require.True(t, r.OK, "%+v", r.Error)
+		require.NoError(t, json.Unmarshal(r.Result, &rec))
+		return rec.State == protocol.StateWoken
+	}, time.Minute, 10*time.Millisecond, "the call's record never showed woken")
 
 	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpRosterGet), nil, `{"project_id":"p1","agent_id":"a1"}`)
 	require.True(t, r.OK, "%+v", r.Error)
