@@ -800,7 +800,7 @@ func (r *runner) caseDuplicate(ctx context.Context) (CaseResult, error) {
 func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 	exp := "a call canceled before its command reaches the service: reported canceled by the service, the tool not run"
 	cr := r.newCall(CaseCanceled, 0)
-	_, err := r.c.PauseTool(ctx, r.cfg.Actor, protocol.ToolPauseRequest{ProjectID: r.cfg.Project, ToolName: r.f.Tool, Reason: fmt.Sprintf(conformancePauseReason, r.run)})
+	_, err := r.c.PauseTool(ctx, r.cfg.Actor, protocol.ToolPauseRequest{ProjectID: r.cfg.Project, ToolName: r.f.ToolName, Reason: fmt.Sprintf(conformancePauseReason, r.run)})
 	if e, ok := protocol.AsError(err); ok {
 		return na(exp, "the tool cannot be paused to hold the call ("+string(e.Code)+": "+clip(e.Message, 120)+")"), nil
 	} else if err != nil {
@@ -812,7 +812,7 @@ func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 			return nil
 		}
 		resumed = true
-		_, err := r.c.ResumeTool(context.WithoutCancel(ctx), r.cfg.Actor, protocol.ToolPauseRequest{ProjectID: r.cfg.Project, ToolName: r.f.Tool, Reason: "conformance run " + r.run + ": done"})
+		_, err := r.c.ResumeTool(context.WithoutCancel(ctx), r.cfg.Actor, protocol.ToolPauseRequest{ProjectID: r.cfg.Project, ToolName: r.f.ToolName, Reason: "conformance run " + r.run + ": done"})
 		return err
 	}
 	defer func() { _ = resume() }()

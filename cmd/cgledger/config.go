@@ -36,6 +36,9 @@ type Settings struct {
 	SyncAlways   bool   `json:"sync_always" yaml:"sync_always"`
 	SyncInterval string `json:"sync_interval" yaml:"sync_interval"`
 	AckWait      string `json:"ack_wait" yaml:"ack_wait"`
+	// ToolAckWait is the ack wait of the consumers the ledger keeps for
+	// tool services (tool.consumer's ack_wait_ms).
+	ToolAckWait string `json:"tool_ack_wait" yaml:"tool_ack_wait"`
 	// MCPStreamPollAfter ends the SSE stream of an MCP tools/call still
 	// waiting this long, for the client to resume it (docs/mcp.md).
 	MCPStreamPollAfter string   `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
@@ -87,6 +90,7 @@ var settings = func() []setting {
 		mk("nats_user", "nats-user", "NATS user (with --nats-url)", func(s *Settings) *string { return &s.NATSUser }),
 		mk("sync_interval", "sync-interval", "embedded JetStream fsync interval, e.g. 1s (empty keeps nats-server's 2m)", func(s *Settings) *string { return &s.SyncInterval }),
 		mk("ack_wait", "ack-wait", "how long a command waits for its executor's ack (running calls heartbeat every third of it): how soon another executor takes over the calls of one that died; empty means 5s", func(s *Settings) *string { return &s.AckWait }),
+		mk("tool_ack_wait", "tool-ack-wait", "ack wait of the consumers the ledger keeps for tool services (tool.consumer's ack_wait_ms): how long a command held by a service that stopped waits before it is delivered again; empty means 30s", func(s *Settings) *string { return &s.ToolAckWait }),
 		mk("mcp_stream_poll_after", "mcp-stream-poll-after", "end the SSE stream of an MCP tools/call on /mcp still waiting this long, the client resuming it (SEP-1699 polling) and getting the answer when it comes; empty or off keeps streams open", func(s *Settings) *string { return &s.MCPStreamPollAfter }),
 		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
 		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 2GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
@@ -305,6 +309,11 @@ func (s Settings) validate() protocol.Violations {
 	if s.AckWait != "" {
 		if d, err := time.ParseDuration(s.AckWait); err != nil || d < time.Second || d > time.Hour {
 			vs.Add("ack_wait", protocol.VInvalidValue, "must be a duration from 1s to 1h such as 5s, got %q", s.AckWait)
+		}
+	}
+	if s.ToolAckWait != "" {
+		if d, err := time.ParseDuration(s.ToolAckWait); err != nil || d < time.Second || d > time.Hour {
+			vs.Add("tool_ack_wait", protocol.VInvalidValue, "must be a duration from 1s to 1h such as 30s, got %q", s.ToolAckWait)
 		}
 	}
 	if s.MCPStreamPollAfter != "" && s.MCPStreamPollAfter != "off" {

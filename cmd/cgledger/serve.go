@@ -328,8 +328,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				Help: "The disk reserve: free bytes on the data directory's file system below which writes stop (disk_reserve, else the smaller of 64 MiB and 10% of the file system; 0 when the check is off). Alerts compare cgledger_data_free_bytes with it.",
 			}, func() float64 { _ = guard.Check(); return float64(guard.Reserve()) }))
 	}
-	retention, _ := parseDays(s.Retention) // validated
-	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention,
+	retention, _ := parseDays(s.Retention)              // validated
+	toolAckWait, _ := time.ParseDuration(s.ToolAckWait) // validated; empty is the ledger's default
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention, ToolAckWait: toolAckWait,
 		BuiltinTools: []protocol.ToolDefinition{*executor.EchoDefinition, *executor.SleepDefinition}}, log)
 	if err != nil {
 		return err

@@ -368,6 +368,15 @@ class Service implements ToolService {
     return this.conn.request<T>(this.tool, op, body, hdrs);
   }
 
+  /**
+   * How often a running call's command is progress-acked: a third of the consumer's ack wait, so
+   * two heartbeats may be late before the command is delivered again (a floor of 1 s would equal
+   * a 1 s ack wait, and the call would be redelivered while it runs).
+   */
+  private heartbeatMs(): number {
+    return Math.max(100, Math.floor(this.consumer.ack_wait_ms / 3));
+  }
+
   private report(where: string, err: unknown) {
     this.opts.onError?.(err, where);
   }
@@ -536,7 +545,7 @@ class Service implements ToolService {
       );
     }
 
-    const heartbeat = setInterval(() => m.working(), Math.max(1_000, Math.floor(this.consumer.ack_wait_ms / 3)));
+    const heartbeat = setInterval(() => m.working(), this.heartbeatMs());
     const timer = setTimeout(() => ctl.abort(new Abort("timeout")), Math.max(0, deadline - Date.now()));
     try {
       let tag = `d${m.info.deliveryCount}`;
@@ -682,7 +691,7 @@ class Service implements ToolService {
       signal: ctl.signal,
       record,
     };
-    const heartbeat = setInterval(() => m.working(), Math.max(1_000, Math.floor(this.consumer.ack_wait_ms / 3)));
+    const heartbeat = setInterval(() => m.working(), this.heartbeatMs());
     let outcome: ToolOutcome;
     try {
       outcome = toOutcome(await this.opts.onDecision({ decision: d.decision, decidedBy: d.decided_by, commitToken: d.commit_token, call }));
