@@ -469,6 +469,12 @@ class Service implements ToolService {
     if (!command) return this.refuse(m, violations, identity);
     // Registered before the reads, so a cancel entry that arrives while they run is not missed.
     const key = `${command.channel}\u0000${command.turnId}\u0000${command.callId}`;
+    if (this.inflight.has(key)) {
+      // Another message of a call this service is running (a command published twice, a copy):
+      // the running delivery answers the call and stays unacknowledged until it has (or comes
+      // back), so acknowledging this one loses nothing, and running it would run the tool twice.
+      return m.ack();
+    }
     const ctl = new AbortController();
     this.inflight.set(key, ctl);
     try {

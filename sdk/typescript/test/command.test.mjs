@@ -24,6 +24,7 @@ before(async () => {
   srv = await Server.start(["--no-auth"]);
   await srv.register(P, toolDef("ts_strict", "idempotent"));
   await srv.register(P, toolDef("ts_forged", "idempotent"));
+  await srv.register(P, toolDef("ts_copy", "pure"));
   conn = await connect({ servers: srv.natsURL, project: P });
   svc = await serveTool(conn, "ts_strict", () => {
     runs++;
@@ -121,5 +122,45 @@ test("a bad command naming a dispatched call is answered through its report: fai
   } finally {
     release.fn();
     await forgedSvc.stop(1_000);
+  }
+});
+
+test("a copy of a command delivered while its call runs is acknowledged, and the tool runs once", async () => {
+  const release = { fn: () => {} };
+  const held = new Promise((r) => (release.fn = r));
+  const started = { fn: () => {} };
+  const running = new Promise((r) => (started.fn = r));
+  let copyRuns = 0;
+  // Two at once, so the copy is delivered while the first delivery's handler holds.
+  const copySvc = await serveTool(conn, "ts_copy", async () => {
+    copyRuns++;
+    started.fn();
+    await held;
+    return { ran: true };
+  }, { concurrency: 2 });
+  try {
+    const jsm = await jetstreamManager(conn.nc);
+    const w = new Worker(conn, { agentId: "a1" });
+    await w.setRoster();
+    const d = await w.dispatch({ tool: "ts_copy", turnId: "t-copy", callId: "c1", timeoutMs: 60_000 });
+    await running;
+    // The command as stored, published again without its Nats-Msg-Id (a redelivery in all but name).
+    const orig = await jsm.streams.getMessage("CG_LEDGER", { seq: d.command_seq });
+    const h = headers();
+    for (const [k, vs] of orig.header) if (!k.toLowerCase().startsWith("nats-")) for (const v of vs) h.append(k, v);
+    conn.nc.publish(orig.subject, orig.data, { headers: h });
+    await eventually(async () => {
+      const ci = await jsm.consumers.info("CG_LEDGER", copySvc.consumer.consumer);
+      return ci.delivered.stream_seq > d.command_seq && ci.num_ack_pending === 1;
+    }, 30_000, "the copy delivered and acknowledged while the first runs");
+    release.fn();
+    const r = await w.awaitResult({ turnId: "t-copy", callId: "c1" }, { timeoutMs: 30_000 });
+    assert.equal(r.status, "success");
+    await eventually(async () => (await jsm.consumers.info("CG_LEDGER", copySvc.consumer.consumer)).num_ack_pending === 0, 30_000, "both acknowledged");
+    assert.equal(copyRuns, 1, "the copy did not run the tool again");
+    await w.close();
+  } finally {
+    release.fn();
+    await copySvc.stop(1_000);
   }
 });
