@@ -205,20 +205,24 @@ func Table(rep conformance.Report) string {
 
 // RequireApplies requires exactly the cases pass to have passed and every other case to be
 // not_applicable: a case that stops applying (a fixture or a setting lost) fails as surely as
-// one that fails.
-func RequireApplies(t *testing.T, rep conformance.Report, pass ...string) {
+// one that fails. A case of racy may also be not_applicable: side_effect_reconcile is, when the
+// service wins the race for the attempt five times (docs/conformance.md).
+func RequireApplies(t *testing.T, rep conformance.Report, pass []string, racy ...string) {
 	t.Helper()
 	var passed, other []string
 	for _, c := range rep.Cases {
 		switch {
 		case c.Outcome == conformance.Pass:
 			passed = append(passed, c.Case)
+		case c.Outcome == conformance.NotApplicable && slices.Contains(racy, c.Case):
+			t.Logf("%s not applicable this time: %s", c.Case, c.Seen)
+			passed = append(passed, c.Case)
 		case c.Outcome != conformance.NotApplicable:
 			other = append(other, c.Case+" "+string(c.Outcome))
 		}
 	}
 	slices.Sort(passed)
-	want := slices.Clone(pass)
+	want := append(slices.Clone(pass), racy...)
 	slices.Sort(want)
 	require.Empty(t, other)
 	require.Equal(t, want, passed, "the cases that apply and pass")

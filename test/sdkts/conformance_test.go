@@ -48,7 +48,7 @@ func TestConformanceExampleToolService(t *testing.T) {
 			env := append(s.Env(), "CGLEDGER_TOOL="+c.tool, "CGLEDGER_CREDS="+creds, "CGLEDGER_PROJECT=demo")
 			confrun.StartProc(t, dir, env, c.tool+": serving demo", n.node, filepath.Join(examples, "tool-service.mjs"))
 			rep := s.Conformance(t, "demo", c.tool, filepath.Join(examples, c.tool+".conformance.yaml"))
-			confrun.RequireApplies(t, rep, c.pass...)
+			confrun.RequireApplies(t, rep, c.pass)
 		})
 	}
 }
