@@ -89,7 +89,7 @@ servers:
 		pass, racy    []string
 	}{
 		{"mcp_everything", "mcp-everything-get-sum.yaml", with(everyTool, "status_failed"), nil},
-		{"mcp_everything", "mcp-everything-long-running.yaml", with(everyTool, append([]string{"status_timeout"}, longCall...)...), nil},
+		{"mcp_everything", "mcp-everything-long-running.yaml", with(everyTool, append([]string{"status_failed", "status_timeout"}, longCall...)...), nil},
 		{"mcp_memory", "mcp-memory-create-entities.yaml", with(everyTool, "status_failed", "side_effect_intent"), []string{"side_effect_reconcile"}},
 	} {
 		t.Run(c.fixture, func(t *testing.T) {
