@@ -13,9 +13,10 @@ import (
 )
 
 // heartbeat tells JetStream the command is still being worked on, so it is
-// not redelivered to a second executor while this one is alive.
-func (e *Executor) heartbeat(msg jetstream.Msg, done <-chan struct{}) {
-	t := time.NewTicker(e.cfg.AckWait / 3)
+// not redelivered to a second executor while this one is alive: every
+// third of ackWait, the ack wait of the consumer msg came from.
+func (e *Executor) heartbeat(msg jetstream.Msg, ackWait time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(ackWait / 3)
 	defer t.Stop()
 	for {
 		select {

@@ -82,12 +82,15 @@ func (e *Executor) bind(ctx context.Context, b Binding, apis map[string]jetstrea
 	if err != nil {
 		return fmt.Errorf("bind consumer %s: %w", tc.Consumer, err)
 	}
-	// Heartbeats go every Config.AckWait/3: longer than the consumer's own
-	// ack wait and a long call would be redelivered while it runs.
-	if info := cons.CachedInfo(); info != nil && e.cfg.AckWait > info.Config.AckWait {
-		return fmt.Errorf("the ack wait %s (Config.AckWait) is longer than consumer %s's, %s", e.cfg.AckWait, tc.Consumer, info.Config.AckWait)
+	// Heartbeats go every third of the shorter of Config.AckWait and the
+	// consumer's own ack wait (serve's tool_ack_wait, which the ledger
+	// sets): by Config.AckWait alone, a consumer with a shorter one would
+	// deliver a long call again while it runs.
+	ackWait := e.cfg.AckWait
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 && info.Config.AckWait < ackWait {
+		ackWait = info.Config.AckWait
 	}
-	cc, err := cons.Consume(e.onMsg(e.impls[b.Tool]), jetstream.PullMaxMessages(e.cfg.MaxInFlight))
+	cc, err := cons.Consume(e.onMsg(e.impls[b.Tool], ackWait), jetstream.PullMaxMessages(e.cfg.MaxInFlight))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", tc.Consumer, err)
 	}

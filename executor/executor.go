@@ -255,7 +255,7 @@ func (e *Executor) Start(ctx context.Context) error {
 			e.Stop(ctx)
 			return fmt.Errorf("executor: consumer for %s: %w", im.name, err)
 		}
-		cc, err := cons.Consume(e.onMsg(im), jetstream.PullMaxMessages(e.cfg.MaxInFlight))
+		cc, err := cons.Consume(e.onMsg(im, e.cfg.AckWait), jetstream.PullMaxMessages(e.cfg.MaxInFlight))
 		if err != nil {
 			e.Stop(ctx)
 			return fmt.Errorf("executor: consume %s: %w", im.name, err)
@@ -341,7 +341,7 @@ func (e *Executor) onCancel(m *nats.Msg) {
 	}
 }
 
-func (e *Executor) onMsg(im *impl) jetstream.MessageHandler {
+func (e *Executor) onMsg(im *impl, ackWait time.Duration) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
 		e.mu.Lock()
 		if e.stopping {
@@ -360,7 +360,7 @@ func (e *Executor) onMsg(im *impl) jetstream.MessageHandler {
 		}
 		go func() {
 			defer func() { <-e.global; e.wg.Done() }()
-			e.process(im, msg)
+			e.process(im, msg, ackWait)
 		}()
 	}
 }

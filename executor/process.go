@@ -28,7 +28,7 @@ type answer struct {
 	phase string
 }
 
-func (e *Executor) process(im *impl, msg jetstream.Msg) {
+func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 	start := time.Now()
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -42,7 +42,7 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	h := msg.Headers()
 	if protocol.HeaderGet(h, protocol.HeaderEntryKind) == string(protocol.KindDecision) {
 		// Phase 2 of a prepared call: its decision, on the tool's subject.
-		e.decide(im, msg, start)
+		e.decide(im, msg, start, ackWait)
 		return
 	}
 	cmd, perr := protocol.ParseToolCommand(msg.Subject(), h, msg.Data())
@@ -157,7 +157,7 @@ func (e *Executor) process(im *impl, msg jetstream.Msg) {
 	dctx, dcancel := context.WithDeadline(runCtx, deadline)
 	defer dcancel()
 	hbDone := make(chan struct{})
-	go e.heartbeat(msg, hbDone)
+	go e.heartbeat(msg, ackWait, hbDone)
 	defer close(hbDone)
 
 	pr, twoPhase := im.tool.(Preparer)

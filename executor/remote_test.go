@@ -332,3 +332,38 @@ func TestExecutorToolLabelsAreRegisteredOrBuiltIn(t *testing.T) {
 		require.Equal(t, map[string]bool{"echo": true, "sleep": true, ledger.OtherToolLabel: true}, seen, "remote: %v", remote)
 	}
 }
+
+// TestABoundExecutorHeartbeatsByItsConsumersAckWait: bound to a consumer
+// whose ack wait (the ledger's ToolAckWait, serve's tool_ack_wait) is
+// shorter than Config.AckWait, the executor heartbeats by the consumer's:
+// a call of two and a half ack waits is delivered once (run once). Such a
+// binding used to be refused: heartbeats by Config.AckWait (5 s, every
+// 1.7 s) would have let the consumer deliver the call again while it ran.
+func TestABoundExecutorHeartbeatsByItsConsumersAckWait(t *testing.T) {
+	r := apiRig(t, ledgertest.NewWithConfig(t, ledger.Config{ToolAckWait: time.Second}))
+	d := def("longish", protocol.DeterminismIdempotent, protocol.RetryPolicy{}, 4)
+	d.ProjectID = "proj"
+	_, err := r.L.RegisterTool(ledgertest.Ctx(t), d)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var deliveries []int
+	longish := executor.ToolFunc(func(ctx context.Context, call *executor.Call) executor.Outcome {
+		mu.Lock()
+		deliveries = append(deliveries, call.Attempt)
+		mu.Unlock()
+		select {
+		case <-time.After(2500 * time.Millisecond):
+			return executor.Success(map[string]any{"slept_ms": 2500})
+		case <-ctx.Done():
+			return executor.Retryable("R-UPSTREAM-NET", "interrupted", 0)
+		}
+	})
+	r.start(t, executor.Config{Bindings: []executor.Binding{{Project: "proj", Tool: "longish"}}},
+		map[string]impl{"longish": {tool: longish, def: d}})
+	c := r.dispatch(t, callOpts{tool: "longish", args: `{}`, timeoutMS: 30_000})
+	rec, _, _ := r.result(t, c)
+	require.Equal(t, protocol.StatusSuccess, rec.Claim.Status)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1}, deliveries, "delivered once")
+}

@@ -117,7 +117,7 @@ func (e *Executor) rollback(pr Preparer, call *Call, token string) {
 // decision whose call is answered (a redelivery after the report) only
 // finishes that report; one the ledger's record does not show (not the
 // call's stored decision) is acked and logged, never run.
-func (e *Executor) decide(im *impl, msg jetstream.Msg, start time.Time) {
+func (e *Executor) decide(im *impl, msg jetstream.Msg, start time.Time, ackWait time.Duration) {
 	var d protocol.DecisionEntry
 	meta, merr := msg.Metadata()
 	if err := json.Unmarshal(msg.Data(), &d); err != nil || merr != nil {
@@ -181,7 +181,7 @@ func (e *Executor) decide(im *impl, msg jetstream.Msg, start time.Time) {
 		defer dcancel()
 	}
 	hbDone := make(chan struct{})
-	go e.heartbeat(msg, hbDone)
+	go e.heartbeat(msg, ackWait, hbDone)
 	defer close(hbDone)
 	var o Outcome
 	if d.Decision == protocol.DecisionCommit {
