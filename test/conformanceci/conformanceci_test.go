@@ -64,9 +64,9 @@ func nodeServer(t *testing.T, pkg string) (node, main string) {
 // TestConformanceMCPBridge: the MCP bridge, as serve's mcp role, serving server-everything
 // (get-sum, trigger-long-running-operation: pure) and server-memory (create_entities:
 // side_effectful, MCP's default), each tool checked with its fixture of conformance/fixtures.
-// Serve keeps the tool consumers, which the bridge pulls, at a 1 s ack wait (--tool-ack-wait; the
-// bridge's executor heartbeats every third of --ack-wait) so that the heartbeat case applies to a
-// 2.5 s call. Every case that applies passes; docs/conformance.md says why the others cannot.
+// Serve keeps the tool consumers, which the bridge pulls, at a 1 s ack wait (--tool-ack-wait) so
+// that the heartbeat case applies to a 2.5 s call; the bridge's executor keeps its default 5 s and
+// heartbeats by the consumer's, the shorter. Every case that applies passes; docs/conformance.md says why the others cannot.
 func TestConformanceMCPBridge(t *testing.T) {
 	node, everything := nodeServer(t, "server-everything")
 	_, memory := nodeServer(t, "server-memory")
@@ -82,7 +82,7 @@ servers:
     target: mcp_memory
     env: {MEMORY_FILE_PATH: %q}
 `, node, everything, node, memory, filepath.Join(t.TempDir(), "memory.jsonl"))), 0o600))
-	s := confrun.StartServe(t, bin, "--roles", "api,projector,mcp", "--mcp-bridge", cfg, "--ack-wait", "1s", "--tool-ack-wait", "1s")
+	s := confrun.StartServe(t, bin, "--roles", "api,projector,mcp", "--mcp-bridge", cfg, "--tool-ack-wait", "1s")
 
 	for _, c := range []struct {
 		tool, fixture string
