@@ -36,7 +36,17 @@ func needNode(t *testing.T) node {
 	return node{node: n, npm: npm}
 }
 
+// TestMain removes the binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
 var (
+	buildDir  string
 	ciOnce    sync.Once
 	ciOK      bool
 	buildOnce sync.Once
@@ -48,12 +58,11 @@ var (
 func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cgledger-sdkts-")
-		if err != nil {
-			buildErr = err
+		buildDir, buildErr = os.MkdirTemp("", "cgledger-sdkts-")
+		if buildErr != nil {
 			return
 		}
-		builtBin, buildErr = servetest.Build(dir)
+		builtBin, buildErr = servetest.Build(buildDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
