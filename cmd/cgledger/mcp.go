@@ -224,7 +224,7 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	cl := client.New(nc, client.WithActor(*agent))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	front, err := mcpfront.New(mcpfront.Config{Project: *project, Agent: *agent, Channel: *channel, Ledger: cl,
-		Builtins: mcpBuiltins(), Logger: log, Version: version})
+		Subscribe: natsSubscribe(nc), Builtins: mcpBuiltins(), Logger: log, Version: version})
 	if err != nil {
 		return failf(exitUsage, "mcp serve: %v", err)
 	}
@@ -245,6 +245,19 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 		return failf(exitFailed, "mcp serve: %v", err)
 	}
 	return exitOK
+}
+
+// natsSubscribe is the front door's way to hear wakeups: a plain core NATS
+// subscription on nc (no queue group, so the agent's own worker still gets
+// every wakeup).
+func natsSubscribe(nc *nats.Conn) mcpfront.Subscribe {
+	return func(subject string, fn func([]byte)) (func(), error) {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Data) })
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		return func() { _ = sub.Unsubscribe() }, nil
+	}
 }
 
 // mcpStreamPollAfter is mcp_stream_poll_after as a duration: zero when off
