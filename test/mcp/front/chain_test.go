@@ -46,7 +46,7 @@ func TestBothWays(t *testing.T) {
 	s := startServer(t, "--roles", "api,executor,projector,mcp", "--mcp-bridge", cfg)
 	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "assistant")
 	url := s.httpURL() + "/mcp/demo/assistant"
-	httpc := &http.Client{Transport: bearer{worker.jwt}}
+	httpc := &http.Client{Transport: bearer{worker.JWT}}
 	waitToolsWith(t, url, httpc, "get-sum", "trigger-long-running-operation", "get-tiny-image", "get-structured-content")
 
 	ctx := ctxT(t)
@@ -124,7 +124,7 @@ func TestBothWays(t *testing.T) {
 	}
 	// The README's one-file TypeScript SDK client, on the same tools.
 	ts := exec.CommandContext(ctx, node, "call.mjs", url, "get-sum", `{"a":4,"b":5}`)
-	ts.Dir, ts.Env = dir, append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	ts.Dir, ts.Env = dir, append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.JWT)
 	tsOut, err := ts.Output()
 	require.NoError(t, err, string(tsOut))
 	require.Contains(t, string(tsOut), "The sum of 4 and 5 is 9.")

@@ -54,15 +54,15 @@ func TestHTTPCredentials(t *testing.T) {
 		return resp.StatusCode
 	}
 	require.Equal(t, http.StatusUnauthorized, post("/mcp/p1/a1", ""))
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", other.jwt), "another project's worker")
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", auditor.jwt), "an auditor does not dispatch")
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a2", worker.jwt), "bound to a1")
-	require.Equal(t, http.StatusOK, post("/mcp/p1/a1", worker.jwt))
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", other.JWT), "another project's worker")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", auditor.JWT), "an auditor does not dispatch")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a2", worker.JWT), "bound to a1")
+	require.Equal(t, http.StatusOK, post("/mcp/p1/a1", worker.JWT))
 
 	ctx := ctxT(t)
 	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.httpURL() + "/mcp/p1/a1",
-		HTTPClient: &http.Client{Transport: bearer{worker.jwt}}}, nil)
+		HTTPClient: &http.Client{Transport: bearer{worker.JWT}}}, nil)
 	require.NoError(t, err)
 	defer cs.Close()
 	tools, err := cs.ListTools(ctx, nil)
@@ -102,12 +102,12 @@ func TestStdioBinary(t *testing.T) {
 
 	// Another project's credential is refused at start, not at the first
 	// call.
-	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.path)
+	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.Path)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "p1")
 
 	ctx := ctxT(t)
-	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
 	cmd.Env = s.env()
 	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -133,7 +133,7 @@ func TestTypeScriptClient(t *testing.T) {
 	ctx := ctxT(t)
 	cmd := exec.CommandContext(ctx, node, "ts-client.mjs", s.httpURL()+"/mcp/p1/a1")
 	cmd.Dir = dir
-	cmd.Env = append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	cmd.Env = append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.JWT)
 	out, err := cmd.Output()
 	require.NoError(t, err, string(out))
 	var got struct {
@@ -174,7 +174,7 @@ func TestAskAgainAfterKill(t *testing.T) {
 	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
 	ctx := ctxT(t)
 	connect := func() (*mcp.ClientSession, *exec.Cmd) {
-		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
 		cmd.Env = s.env()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		require.NoError(t, err)
