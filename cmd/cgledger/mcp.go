@@ -237,6 +237,16 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	if err != nil {
 		return failf(exitFor(err), "mcp serve: list the tools of project %s: %v", *project, err)
 	}
+	// From now on a refusal is the front door's to report, not the start's:
+	// a credential that may not hear the agent's wakeups (bound to another
+	// worker target) leaves the front door polling, and says so here.
+	nc.SetErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("mcp serve: NATS error; calls are answered by polling where wakeups cannot be heard", "subject", subject, "err", err)
+	})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("cgledger mcp serve: serving MCP on stdio", "project", *project, "agent", *agent, "channel", *channel)

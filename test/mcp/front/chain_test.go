@@ -105,9 +105,8 @@ func TestBothWays(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &story), out)
 	// Per call: the dispatch's tool.call card, the command, the bridge's
-	// tool.result card, the report and the wakeup decision (skipped: the
-	// agent has no roster entry, so nothing to wake; the MCP client was
-	// answered from the report).
+	// tool.result card, the report and its wakeup (the front door set the
+	// agent's roster entry to itself, and was answered on the wakeup).
 	calls := map[string][]string{}
 	for _, it := range story.Items {
 		id := it.Headers["CG-Tool-Call-Id"]
@@ -120,7 +119,7 @@ func TestBothWays(t *testing.T) {
 	}
 	require.Len(t, calls, 4, out)
 	for id, kinds := range calls {
-		require.Equal(t, []string{"card:tool.call", "command", "card:tool.result", "report", "wakeup_skipped"}, kinds, "call %s", id)
+		require.Equal(t, []string{"card:tool.call", "command", "card:tool.result", "report", "wakeup"}, kinds, "call %s", id)
 	}
 	// The README's one-file TypeScript SDK client, on the same tools.
 	ts := exec.CommandContext(ctx, node, "call.mjs", url, "get-sum", `{"a":4,"b":5}`)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/mcpfront"
 )
 
@@ -83,6 +85,9 @@ func TestHTTPCredentials(t *testing.T) {
 		out, _, code := s.run(t, "audit", "turn", turn, "--project", "p1", "--json")
 		return code == 0 && strings.Contains(out, call) && strings.Contains(out, `"success"`)
 	}, time.Minute, 100*time.Millisecond)
+	// The agent had no roster entry: the front door set one (a1 -> a1), so
+	// the report woke it (and would wake a worker of target a1).
+	require.Contains(t, turnKinds(t, s, "p1", turn), "wakeup")
 	_, errOut, code := s.run(t, "verify")
 	require.Equal(t, 0, code, errOut)
 }
@@ -109,6 +114,8 @@ func TestStdioBinary(t *testing.T) {
 	ctx := ctxT(t)
 	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
 	cmd.Env = s.env()
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	require.NoError(t, err)
@@ -123,6 +130,88 @@ func TestStdioBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, true, again.Meta[mcpfront.MetaDuplicate])
 	require.Equal(t, res.Meta[mcpfront.MetaReportSeq], again.Meta[mcpfront.MetaReportSeq])
+	// The worker credential may hear the wakeups of its target (a1), which
+	// the front door made the agent's roster entry.
+	require.Contains(t, turnKinds(t, s, "p1", res.Meta[mcpfront.MetaAgentTurnID].(string)), "wakeup")
+	require.Contains(t, stderr.String(), "set its worker target to itself")
+	require.NotContains(t, stderr.String(), "permissions violation")
+}
+
+// TestStdioBinaryOtherTarget: a credential bound to a worker target other
+// than the agent may not hear the agent's wakeups; the front door says so
+// and answers by polling.
+func TestStdioBinaryOtherTarget(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1", "--target", "w9")
+	ctx := ctxT(t)
+	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
+	cmd.Env = s.env()
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 200}})
+	require.NoError(t, err)
+	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
+	require.Contains(t, stderr.String(), "permissions violation")
+}
+
+// TestStdioBinaryAnswersAtEOF: a client that writes its calls to `cgledger
+// mcp serve` and closes its input gets every answer, then the process
+// exits 0.
+func TestStdioBinaryAnswersAtEOF(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	ctx := ctxT(t)
+	cmd := exec.CommandContext(ctx, binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
+	cmd.Env = s.env()
+	cmd.Stdin = strings.NewReader(initialize + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":1000}}}` + "\n" +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"at":"eof"}}}` + "\n")
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "exit 0; stderr: %s", stderr.String())
+	answers := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var rp struct {
+			ID     json.RawMessage    `json:"id"`
+			Result mcp.CallToolResult `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rp), line)
+		if st, ok := rp.Result.Meta[mcpfront.MetaStatus].(string); ok {
+			answers[string(rp.ID)] = st
+		}
+	}
+	require.Equal(t, map[string]string{"2": "success", "3": "success"}, answers, "both calls answered: %s", out)
+}
+
+// turnKinds lists the kinds of the entries of a turn, in order.
+func turnKinds(t *testing.T, s *server, project, turn string) []string {
+	t.Helper()
+	var kinds []string
+	require.Eventually(t, func() bool {
+		out, _, code := s.run(t, "audit", "turn", turn, "--project", project, "--json")
+		if code != 0 {
+			return false
+		}
+		var story struct {
+			Items []struct {
+				Kind string `json:"kind"`
+			} `json:"items"`
+		}
+		if json.Unmarshal([]byte(out), &story) != nil {
+			return false
+		}
+		kinds = kinds[:0]
+		for _, it := range story.Items {
+			kinds = append(kinds, it.Kind)
+		}
+		return slices.Contains(kinds, "wakeup") || slices.Contains(kinds, "wakeup_skipped")
+	}, time.Minute, 100*time.Millisecond, "the turn's story, to its wakeup decision")
+	return kinds
 }
 
 // TestTypeScriptClient: the official TypeScript SDK's client on /mcp.
