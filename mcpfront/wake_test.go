@@ -172,7 +172,7 @@ func TestWakeupFollowsARosterThatMoved(t *testing.T) {
 
 	_, err = r.cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "worker-y"})
 	require.NoError(t, err)
-	sleepCall(t, cs, "moved-2", 300)
+	sleepCall(t, cs, "moved-2", 1500)
 	require.NotContains(t, logs.String(), ".cmd.agent.worker-y.wakeup", "still deaf: the roster is read again after a miss")
 	sleepCall(t, cs, "moved-3", 10)
 	require.Contains(t, logs.String(), ".cmd.agent.worker-y.wakeup", "the miss made the front door read the roster again")
