@@ -154,7 +154,8 @@ func TestStdioBinaryOtherTarget(t *testing.T) {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 200}})
 	require.NoError(t, err)
 	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
-	require.Contains(t, stderr.String(), "permissions violation")
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "permissions violation") },
+		time.Minute, 20*time.Millisecond, "the refused subscription is logged")
 }
 
 // TestStdioBinaryAnswersAtEOF: a client that writes its calls to `cgledger
