@@ -537,10 +537,11 @@ func (c *Client) ConformanceCommand(ctx context.Context, actor string, req proto
 }
 
 // ConformanceObserve reads a project's entries from a sequence on and the
-// consumers of a tool target (conformance.observe, an admin's op), as actor.
-func (c *Client) ConformanceObserve(ctx context.Context, actor string, req protocol.ConformanceObserveRequest) (protocol.ConformanceObserveResult, error) {
+// consumers of a tool target (conformance.observe, an admin's read), as the
+// client's actor, as every read does.
+func (c *Client) ConformanceObserve(ctx context.Context, req protocol.ConformanceObserveRequest) (protocol.ConformanceObserveResult, error) {
 	var out protocol.ConformanceObserveResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpConformanceObserve), req)
+	msg, err := jsonMsg(c.subject(req.ProjectID, "", protocol.OpConformanceObserve), req)
 	if err != nil {
 		return out, err
 	}

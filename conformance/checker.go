@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		// The admin acts as the tool where the ledger wants the tool as
 		// actor (attempt.start): its credential may take any actor token.
 		tc: client.New(cfg.Conn, client.WithActor(cfg.Fixture.Tool), client.WithTimeout(requestTimeout))}
-	r.obs = &observer{c: r.c, project: cfg.Project, tool: r.f.Tool, actor: cfg.Actor}
+	r.obs = &observer{c: r.c, project: cfg.Project, tool: r.f.Tool}
 	if err := r.obs.start(ctx); err != nil {
 		return rep, err
 	}

@@ -16,11 +16,11 @@ import (
 // observer follows the project's entries from the run's start and the tool's
 // consumers, through conformance.observe.
 type observer struct {
-	c                    *client.Client
-	project, tool, actor string
-	next                 uint64
-	entries              []protocol.Entry
-	consumers            []protocol.ConformanceConsumer
+	c             *client.Client
+	project, tool string
+	next          uint64
+	entries       []protocol.Entry
+	consumers     []protocol.ConformanceConsumer
 }
 
 // pollGap is the pause between two reads of a wait: a wait is on a condition
@@ -29,7 +29,7 @@ const pollGap = 100 * time.Millisecond
 
 // start reads the ledger's last sequence: the run sees entries after it.
 func (o *observer) start(ctx context.Context) error {
-	res, err := o.c.ConformanceObserve(ctx, o.actor, protocol.ConformanceObserveRequest{ProjectID: o.project, Tool: o.tool, FromSeq: math.MaxInt64})
+	res, err := o.c.ConformanceObserve(ctx, protocol.ConformanceObserveRequest{ProjectID: o.project, Tool: o.tool, FromSeq: math.MaxInt64})
 	if err != nil {
 		return fmt.Errorf("conformance.observe: %w", err)
 	}
@@ -40,7 +40,7 @@ func (o *observer) start(ctx context.Context) error {
 // poll reads the entries written since the last poll and the consumers.
 func (o *observer) poll(ctx context.Context) error {
 	for {
-		res, err := o.c.ConformanceObserve(ctx, o.actor, protocol.ConformanceObserveRequest{ProjectID: o.project, Tool: o.tool, FromSeq: o.next})
+		res, err := o.c.ConformanceObserve(ctx, protocol.ConformanceObserveRequest{ProjectID: o.project, Tool: o.tool, FromSeq: o.next})
 		if err != nil {
 			return fmt.Errorf("conformance.observe: %w", err)
 		}

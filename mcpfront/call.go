@@ -131,6 +131,10 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 	if req.Payload.AfterExecution == "" {
 		req.Payload.AfterExecution = protocol.AfterSuspend
 	}
+	// Listening before the dispatch: the report's wakeup cannot come
+	// before anyone hears it.
+	wake, live, stopWatch := f.wake.watch(ctx, turn, callID)
+	defer stopWatch()
 	d, err := f.cfg.Ledger.Dispatch(ctx, req)
 	if err != nil {
 		if pe, ok := protocol.AsError(err); ok && (pe.Code == protocol.CodeBadRequest || pe.Code == protocol.CodeNotFound) {
@@ -145,7 +149,7 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 		"tool_call_card_id": d.ToolCallCardID, "card_seq": d.CardSeq, "duplicate": d.Duplicate})
 	f.notify(ctx, ss, "tool command published", map[string]any{"subject": d.Subject, "command_seq": d.CommandSeq,
 		"deadline_unix_ms": d.DeadlineUnixMS, "awaiting_approval": d.AwaitingApproval, "paused": d.Paused, "tool_unavailable": d.ToolUnavailable})
-	rec, err := f.wait(ctx, ss, p, def.ToolName, turn, callID, d, closeStream)
+	rec, err := f.wait(ctx, ss, p, def.ToolName, turn, callID, d, closeStream, wake, live)
 	if err != nil {
 		return nil, err
 	}
@@ -210,11 +214,14 @@ func (f *Front) notify(ctx context.Context, ss *mcp.ServerSession, what string, 
 	}
 }
 
-// wait polls the call until its report is stored, telling the client of
-// progress when it asked, and cancels the call when the client cancels the
-// request (never when the connection only goes away: the call then runs to
-// its outcome, which the same request answers later).
-func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, tool, turn, callID string, d protocol.DispatchResult, closeStream func(mcp.CloseSSEStreamArgs)) (*protocol.CallRecord, error) {
+// wait reads the call when it dispatched, on each of its wakeups and on a
+// poll (slow when live, the wakeups heard; else fast) until its report is
+// stored, telling the client of progress when it asked, and cancels the
+// call when the client cancels the request (never when the connection only
+// goes away: the call then runs to its outcome, which the same request
+// answers later).
+func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, tool, turn, callID string, d protocol.DispatchResult,
+	closeStream func(mcp.CloseSSEStreamArgs), wake <-chan struct{}, live bool) (*protocol.CallRecord, error) {
 	start := time.Now()
 	var closeAfter <-chan time.Time
 	if f.cfg.CloseStreamAfter > 0 && closeStream != nil {
@@ -229,7 +236,11 @@ func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallTool
 	token := p.GetProgressToken()
 	progress := time.NewTicker(f.cfg.ProgressInterval)
 	defer progress.Stop()
-	poll := 10 * time.Millisecond
+	poll, maxPoll := PollFirst, PollMax
+	if live {
+		poll, maxPoll = FallbackPollFirst, FallbackPollMax
+	}
+	first := true
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var budget float64
@@ -264,23 +275,42 @@ func (f *Front) wait(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallTool
 			if err := ss.NotifyProgress(ctx, pp); err != nil {
 				f.log.Debug("mcp progress not sent", "err", err)
 			}
-		case <-timer.C:
-			rec, err := f.cfg.Ledger.GetCall(ctx, f.cfg.Project, turn, callID)
-			if err != nil && ctx.Err() == nil {
-				f.log.Warn("mcp tools/call: read call", "agent_turn_id", turn, "tool_call_id", callID, "err", err)
-			}
-			if err == nil && rec.Claim != nil && rec.Claim.ToolResultCardID != "" {
+		case <-wake:
+			if rec := f.reported(ctx, turn, callID); rec != nil {
 				return rec, nil
 			}
+		case <-timer.C:
+			if rec := f.reported(ctx, turn, callID); rec != nil {
+				if live && !first {
+					// Found by a poll, not announced: a lost wakeup or a
+					// roster that moved. The next call reads it again.
+					f.wake.markStale()
+				}
+				return rec, nil
+			}
+			first = false
 			if !limit.IsZero() && time.Now().After(limit) {
 				data, _ := json.Marshal(map[string]any{"agent_turn_id": turn, "tool_call_id": callID, "deadline_unix_ms": d.DeadlineUnixMS})
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Data: data,
 					Message: fmt.Sprintf("no report for turn %s call %s by its deadline plus %s; the same request asks again", turn, callID, ReportWaitGrace)}
 			}
-			poll = min(poll*2, 500*time.Millisecond)
 			timer.Reset(poll)
+			poll = min(poll*2, maxPoll)
 		}
 	}
+}
+
+// reported reads the call: its record once its report is stored, nil
+// before (a failed read is logged and counts as not yet).
+func (f *Front) reported(ctx context.Context, turn, callID string) *protocol.CallRecord {
+	rec, err := f.cfg.Ledger.GetCall(ctx, f.cfg.Project, turn, callID)
+	if err != nil && ctx.Err() == nil {
+		f.log.Warn("mcp tools/call: read call", "agent_turn_id", turn, "tool_call_id", callID, "err", err)
+	}
+	if err == nil && rec.Claim != nil && rec.Claim.ToolResultCardID != "" {
+		return rec
+	}
+	return nil
 }
 
 // StreamRetryAfter is the reconnection delay a closed stream asks of the

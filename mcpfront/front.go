@@ -69,6 +69,8 @@ type Ledger interface {
 	GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error)
 	GetCards(ctx context.Context, project string, ids []string) ([]protocol.StoredCard, []string, error)
 	Cancel(ctx context.Context, req protocol.CancelRequest) (protocol.CancelResult, error)
+	GetRoster(ctx context.Context, project, agentID string) (protocol.RosterResult, error)
+	SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error)
 }
 
 // Config is one front door: a project, the agent its calls are dispatched
@@ -79,6 +81,10 @@ type Config struct {
 	// Channel of the calls; "mcp" when empty.
 	Channel string
 	Ledger  Ledger
+	// Subscribe lets the front door hear the agent's wakeups, so a call is
+	// answered as soon as its report is accepted; nil, it polls call.get
+	// (docs/mcp.md, "Waiting for the report").
+	Subscribe Subscribe
 	// Builtins are the definitions of the tools every project has without
 	// registering them (the executor's echo and sleep), listed and
 	// callable unless the project registered its own under the same name.
@@ -114,6 +120,7 @@ type Front struct {
 	cfg   Config
 	log   *slog.Logger
 	turns sync.Map // *mcp.ServerSession without a session id -> turn id
+	wake  waker
 }
 
 // New checks cfg and returns the front door.
@@ -144,7 +151,9 @@ func New(cfg Config) (*Front, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Front{cfg: cfg, log: log}, nil
+	f := &Front{cfg: cfg, log: log}
+	f.wake.f = f
+	return f, nil
 }
 
 // Server returns an MCP server whose tools are the project's: tools/list

@@ -410,3 +410,35 @@ func TestToolCallIDFromRequestID(t *testing.T) {
 	require.Equal(t, h, mcpfront.ToolCallIDFromRequestID(json.RawMessage(`"a.b"`)))
 	require.True(t, protocol.ValidIdentifier(h))
 }
+
+// TestStdioAnswersCallsInFlightAtEOF: a client that writes its calls and
+// closes its end of the input still gets every answer, and only then does
+// the session end.
+func TestStdioAnswersCallsInFlightAtEOF(t *testing.T) {
+	r := newRig(t)
+	w, out := stdio(t, r.front(t, 0), 0)
+	_, err := io.WriteString(w, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":700}}}
+{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"echo","arguments":{"e":1}}}
+`)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	// out ends when Run returns (the stdio helper closes it then).
+	all, err := io.ReadAll(out)
+	require.NoError(t, err)
+	results := map[string]mcp.CallToolResult{}
+	for _, line := range strings.Split(strings.TrimSpace(string(all)), "\n") {
+		var rp struct {
+			ID     json.RawMessage    `json:"id"`
+			Result mcp.CallToolResult `json:"result"`
+			Error  *jsonrpc.Error     `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rp), line)
+		require.Nil(t, rp.Error, line)
+		results[string(rp.ID)] = rp.Result
+	}
+	require.Len(t, results, 3, "initialize and both calls answered: %s", all)
+	require.Equal(t, protocol.StatusSuccess, results["1"].Meta[mcpfront.MetaStatus])
+	require.Equal(t, protocol.StatusSuccess, results[`"two"`].Meta[mcpfront.MetaStatus])
+}

@@ -30,6 +30,9 @@ type HTTPConfig struct {
 	// Ledger returns the ledger as the agent of a project (a client acting
 	// as that agent).
 	Ledger func(project, agent string) Ledger
+	// Subscribe is as in Config: every endpoint hears its agent's wakeups
+	// through it.
+	Subscribe Subscribe
 	// Builtins, ProgressInterval, CloseStreamAfter, Logger and Version are
 	// as in Config.
 	Builtins         []*protocol.ToolDefinition
@@ -143,7 +146,7 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 	if e, ok := h.endpoints.Get(key); ok {
 		return e
 	}
-	f, err := New(Config{Project: project, Agent: agent, Ledger: h.cfg.Ledger(project, agent), Builtins: h.cfg.Builtins,
+	f, err := New(Config{Project: project, Agent: agent, Ledger: h.cfg.Ledger(project, agent), Subscribe: h.cfg.Subscribe, Builtins: h.cfg.Builtins,
 		ProgressInterval: h.cfg.ProgressInterval, CloseStreamAfter: h.cfg.CloseStreamAfter, Logger: h.cfg.Logger, Version: h.cfg.Version})
 	if err != nil {
 		// The path was checked: only a programming error gets here.

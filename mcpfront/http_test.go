@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
@@ -118,4 +120,40 @@ func TestHTTPRefusals(t *testing.T) {
 
 	resp, body = post("/mcp/proj/agent-1", `{"jsonrpc":"2.0","id":3,`, nil)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+}
+
+// TestHTTPWakeup: the HTTP front door's endpoints hear their agent's
+// wakeups too: a 2.5 s call is read at dispatch, on its wakeup and by a few
+// fallback polls (polling alone reads it ten times).
+func TestHTTPWakeup(t *testing.T) {
+	r := newRig(t)
+	nc := r.Srv.Connect(t)
+	var cl atomic.Pointer[countingLedger]
+	h := mcpfront.Handler(mcpfront.HTTPConfig{
+		Ledger: func(_, a string) mcpfront.Ledger {
+			c := &countingLedger{Client: client.New(nc, client.WithActor(a))}
+			cl.Store(c)
+			return c
+		},
+		Subscribe: func(subject string, fn func([]byte)) (func(), error) {
+			sub, err := nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Data) })
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = sub.Unsubscribe() }, nil
+		},
+		Builtins: []*protocol.ToolDefinition{executor.EchoDefinition, executor.SleepDefinition},
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ctx := ledgertest.Ctx(t)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp/proj/agent-1"}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	sleepCall(t, cs, "http-wake", 2500)
+	require.LessOrEqual(t, cl.Load().reads.Load(), int64(6), "the call is answered on its wakeup, not by polling")
+	ro, err := r.cl.GetRoster(ctx, project, agent)
+	require.NoError(t, err)
+	require.Equal(t, agent, ro.WorkerTarget)
 }

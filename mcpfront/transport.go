@@ -62,7 +62,10 @@ func withRequestID(msg jsonrpc.Message) jsonrpc.Message {
 // and stdout of `cgledger mcp serve`): newline-delimited JSON-RPC as MCP's
 // stdio transport has it, read with a limit, and, unlike the SDK's own, a
 // line that is not JSON-RPC (or too long, or a batch) is answered with a
-// JSON-RPC error and the session goes on.
+// JSON-RPC error and the session goes on. When the input ends, the session
+// ends only once every request read is answered (a client that writes its
+// calls and closes its end still gets their answers), or when the context
+// of Run is done.
 type StdioTransport struct {
 	In  io.Reader
 	Out io.Writer
@@ -76,7 +79,8 @@ func (t *StdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	if limit <= 0 {
 		limit = DefaultMaxMessageBytes
 	}
-	c := &stdioConn{r: bufio.NewReaderSize(t.In, 64<<10), w: t.Out, limit: limit, closed: make(chan struct{}), lines: make(chan lineOrErr)}
+	c := &stdioConn{r: bufio.NewReaderSize(t.In, 64<<10), w: t.Out, limit: limit, closed: make(chan struct{}), lines: make(chan lineOrErr),
+		pending: map[string]bool{}, answered: make(chan struct{}, 1)}
 	go c.readLoop()
 	return c, nil
 }
@@ -96,6 +100,73 @@ type stdioConn struct {
 	lines     chan lineOrErr
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	// pending are the requests read and not yet answered, by id; answered
+	// is signalled each time one is.
+	pmu      sync.Mutex
+	pending  map[string]bool
+	answered chan struct{}
+}
+
+// idKey is a request id as a key: the number 7 and the string "7" apart.
+func idKey(id jsonrpc.ID) string { return fmt.Sprintf("%T:%v", id.Raw(), id.Raw()) }
+
+// track notes a request read (it waits for its answer), and forgets one
+// the client cancelled (its answer may never be sent).
+func (c *stdioConn) track(msg jsonrpc.Message) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok {
+		return
+	}
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if req.ID.IsValid() {
+		c.pending[idKey(req.ID)] = true
+		return
+	}
+	if req.Method != "notifications/cancelled" {
+		return
+	}
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if json.Unmarshal(req.Params, &p) != nil {
+		return
+	}
+	if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
+		delete(c.pending, idKey(id))
+		c.signal()
+	}
+}
+
+// signal wakes drain; pmu is held.
+func (c *stdioConn) signal() {
+	select {
+	case c.answered <- struct{}{}:
+	default:
+	}
+}
+
+// drain waits, after the input ended, until every request read is
+// answered: the calls in flight finish (each within its deadline and the
+// front door's ReportWaitGrace) and reach the client before the session
+// ends.
+func (c *stdioConn) drain(ctx context.Context) {
+	for {
+		c.pmu.Lock()
+		n := len(c.pending)
+		c.pmu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.closed:
+			return
+		case <-c.answered:
+		}
+	}
 }
 
 // readLoop reads lines for Read: a blocked read of the input must not keep
@@ -161,6 +232,7 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue
 		}
 		if l.err != nil {
+			c.drain(ctx)
 			return nil, l.err
 		}
 		line := bytes.TrimSpace(l.line)
@@ -180,6 +252,7 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			c.refuse(code, "not a JSON-RPC 2.0 message: "+err.Error())
 			continue
 		}
+		c.track(msg)
 		return withRequestID(msg), nil
 	}
 }
@@ -199,8 +272,15 @@ func (c *stdioConn) Write(_ context.Context, msg jsonrpc.Message) error {
 		return fmt.Errorf("mcpfront: encode message: %w", err)
 	}
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if _, err := c.w.Write(append(b, '\n')); err != nil {
+	_, err = c.w.Write(append(b, '\n'))
+	c.wmu.Unlock()
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.pmu.Lock()
+		delete(c.pending, idKey(resp.ID))
+		c.signal()
+		c.pmu.Unlock()
+	}
+	if err != nil {
 		return fmt.Errorf("mcpfront: write message: %w", err)
 	}
 	return nil

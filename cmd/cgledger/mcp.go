@@ -224,7 +224,7 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	cl := client.New(nc, client.WithActor(*agent))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	front, err := mcpfront.New(mcpfront.Config{Project: *project, Agent: *agent, Channel: *channel, Ledger: cl,
-		Builtins: mcpBuiltins(), Logger: log, Version: version})
+		Subscribe: natsSubscribe(nc), Builtins: mcpBuiltins(), Logger: log, Version: version})
 	if err != nil {
 		return failf(exitUsage, "mcp serve: %v", err)
 	}
@@ -237,6 +237,16 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	if err != nil {
 		return failf(exitFor(err), "mcp serve: list the tools of project %s: %v", *project, err)
 	}
+	// From now on a refusal is the front door's to report, not the start's:
+	// a credential that may not hear the agent's wakeups (bound to another
+	// worker target) leaves the front door polling, and says so here.
+	nc.SetErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("mcp serve: NATS error; calls are answered by polling where wakeups cannot be heard", "subject", subject, "err", err)
+	})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("cgledger mcp serve: serving MCP on stdio", "project", *project, "agent", *agent, "channel", *channel)
@@ -245,6 +255,19 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 		return failf(exitFailed, "mcp serve: %v", err)
 	}
 	return exitOK
+}
+
+// natsSubscribe is the front door's way to hear wakeups: a plain core NATS
+// subscription on nc (no queue group, so the agent's own worker still gets
+// every wakeup).
+func natsSubscribe(nc *nats.Conn) mcpfront.Subscribe {
+	return func(subject string, fn func([]byte)) (func(), error) {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { fn(m.Data) })
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		return func() { _ = sub.Unsubscribe() }, nil
+	}
 }
 
 // mcpStreamPollAfter is mcp_stream_poll_after as a duration: zero when off

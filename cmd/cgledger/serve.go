@@ -573,8 +573,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// dispatch would, wherever the API is served; the HTTP policy checks
 	// the bearer's project and agent first.
 	mux.Handle("/mcp/", mcpfront.Handler(mcpfront.HTTPConfig{
-		Ledger:   func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
-		Builtins: mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
+		Ledger:    func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
+		Subscribe: natsSubscribe(nc),
+		Builtins:  mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
 	}))
 	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
 		from := uint64(1)

@@ -53,8 +53,8 @@ func startCall(t *testing.T, s *server, turn, call, args string) {
 	cmd := exec.Command(binary, "call", "--project", "demo", "--agent", "alice", "--tool", "deploy", "--args", args,
 		"--turn", turn, "--call-id", call, "--timeout", "2m")
 	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL())
-	if s.data != "" {
-		cmd.Env = append(cmd.Env, "CGLEDGER_DATA="+s.data)
+	if s.Data != "" {
+		cmd.Env = append(cmd.Env, "CGLEDGER_DATA="+s.Data)
 	}
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})
@@ -161,7 +161,7 @@ func readCall(t *testing.T, s *server, turn, call string) (e2eCallState, int) {
 		Call e2eCallState `json:"call"`
 	}
 	url := s.httpURL() + "/v1/projects/demo/turns/" + turn + "/calls/" + call
-	if s.data == "" {
+	if s.Data == "" {
 		resp, err := http.Get(url)
 		require.NoError(t, err)
 		defer resp.Body.Close()
@@ -243,12 +243,12 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	// 1. Dispatched and held; serve killed; the restarted serve still
 	// holds it, with the same arguments and digest.
 	startCall(t, s, "t1", "k1", `{"text":"release 1.4.2"}`)
-	held := waitApproval(t, s, carol.path, "k1", protocol.ApprovalPending)
+	held := waitApproval(t, s, carol.Path, "k1", protocol.ApprovalPending)
 	require.JSONEq(t, `{"text":"release 1.4.2"}`, string(held.Arguments))
 	require.Equal(t, protocol.ArgumentsDigest(held.Arguments), held.ArgumentsDigest)
 	s.kill(t)
 	s = startServer(t, data, natsPort, httpPort)
-	again := waitApproval(t, s, carol.path, "k1", protocol.ApprovalPending)
+	again := waitApproval(t, s, carol.Path, "k1", protocol.ApprovalPending)
 	require.Equal(t, held.ArgumentsDigest, again.ArgumentsDigest)
 	require.Equal(t, held.HeldSeq, again.HeldSeq, "the restart held nothing twice")
 	st, code := readCall(t, s, "t1", "k1")
@@ -257,7 +257,7 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	require.Zero(t, callEntryCounts(t, s, "k1")[string(protocol.KindCommand)])
 
 	// An approver the tool does not list is refused, and changes nothing.
-	out, errOut, code := s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "k1", "--yes", "--creds", dave.path)
+	out, errOut, code := s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "k1", "--yes", "--creds", dave.Path)
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, errOut, "forbidden")
 
@@ -274,7 +274,7 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	require.Equal(t, projector.StateReported, st.State)
 	requireExactlyOnce(t, s, "k1", true)
 	// The approver's retry meets the decision: conflict, naming it.
-	out, errOut, code = s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "k1", "--digest", again.ArgumentsDigest, "--creds", carol.path)
+	out, errOut, code = s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "k1", "--digest", again.ArgumentsDigest, "--creds", carol.Path)
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, errOut, "conflict")
 	require.Contains(t, errOut, "already decided: approved by carol")
@@ -283,8 +283,8 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	// 3. Approved with the CLI, serve killed as the approve returns (the
 	// command released): the restarted serve runs it once.
 	startCall(t, s, "t1", "k2", `{"text":"release 1.4.3"}`)
-	k2 := waitApproval(t, s, carol.path, "k2", protocol.ApprovalPending)
-	out, code = s.run(t, "approvals", "approve", "--project", "demo", "t1", "k2", "--digest", k2.ArgumentsDigest, "--reason", "ticket 88", "--creds", carol.path)
+	k2 := waitApproval(t, s, carol.Path, "k2", protocol.ApprovalPending)
+	out, code = s.run(t, "approvals", "approve", "--project", "demo", "t1", "k2", "--digest", k2.ArgumentsDigest, "--reason", "ticket 88", "--creds", carol.Path)
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `{"text":"release 1.4.3"}`, "approve prints the arguments it decides on")
 	require.Contains(t, out, k2.ArgumentsDigest)
@@ -293,19 +293,19 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 	s = startServer(t, data, natsPort, httpPort)
 	waitReported(t, s, "t1", "k2")
 	requireExactlyOnce(t, s, "k2", true)
-	require.Equal(t, "ticket 88", waitApproval(t, s, carol.path, "k2", protocol.ApprovalApproved).Reason)
+	require.Equal(t, "ticket 88", waitApproval(t, s, carol.Path, "k2", protocol.ApprovalApproved).Reason)
 
 	// 4. Denied, serve killed as the deny returns: one failed report, no
 	// command ever.
 	startCall(t, s, "t1", "k3", `{"text":"release 2.0.0"}`)
-	waitApproval(t, s, carol.path, "k3", protocol.ApprovalPending)
-	out, code = s.run(t, "approvals", "deny", "--project", "demo", "t1", "k3", "--yes", "--reason", "freeze", "--creds", carol.path)
+	waitApproval(t, s, carol.Path, "k3", protocol.ApprovalPending)
+	out, code = s.run(t, "approvals", "deny", "--project", "demo", "t1", "k3", "--yes", "--reason", "freeze", "--creds", carol.Path)
 	require.Equal(t, 0, code, out)
 	s.kill(t)
 	s = startServer(t, data, natsPort, httpPort)
 	waitReported(t, s, "t1", "k3")
 	requireExactlyOnce(t, s, "k3", false)
-	require.Equal(t, "freeze", waitApproval(t, s, carol.path, "k3", protocol.ApprovalDenied).Reason)
+	require.Equal(t, "freeze", waitApproval(t, s, carol.Path, "k3", protocol.ApprovalDenied).Reason)
 }
 
 // appendDecision appends a held call's decision as the ledger's approve
@@ -315,7 +315,7 @@ func TestApprovalSurvivesKillsOfServe(t *testing.T) {
 // died before anything else.
 func appendDecision(t *testing.T, s *server, c credential, it protocol.ApprovalItem, decision, approver string, at int64) {
 	t.Helper()
-	opts := []nats.Option{nats.UserCredentials(c.path)}
+	opts := []nats.Option{nats.UserCredentials(c.Path)}
 	if c.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
@@ -364,7 +364,7 @@ func TestApprovalExpiresAcrossARestart(t *testing.T) {
 	carol := s.issue(t, "--project", "demo", "--role", "approver", "--approver", "carol", "--ttl", "0")
 	setRoster(t, s.connectAs(t, s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")))
 	startCall(t, s, "t1", "x1", `{"text":"too late"}`)
-	held := waitApproval(t, s, carol.path, "x1", protocol.ApprovalPending)
+	held := waitApproval(t, s, carol.Path, "x1", protocol.ApprovalPending)
 	require.True(t, time.Now().Before(held.ExpiresAt), "serve is killed before the expiry (held %s, expires %s)", held.RequestedAt, held.ExpiresAt)
 	s.kill(t)
 	killed := time.Now()
@@ -374,7 +374,7 @@ func TestApprovalExpiresAcrossARestart(t *testing.T) {
 	s = startServer(t, data, natsPort, httpPort)
 	st := waitReported(t, s, "t1", "x1")
 	require.Equal(t, protocol.StatusFailed, st.Status)
-	it := waitApproval(t, s, carol.path, "x1", protocol.ApprovalExpired)
+	it := waitApproval(t, s, carol.Path, "x1", protocol.ApprovalExpired)
 	require.Equal(t, protocol.ApprovalExpirySource, it.Approver)
 	require.NotNil(t, it.DecidedAt)
 	require.True(t, it.DecidedAt.After(killed), "the restarted serve decided the expiry (decided %s, killed %s)", it.DecidedAt, killed)
@@ -392,7 +392,7 @@ func TestApprovalExpiresAcrossARestart(t *testing.T) {
 	require.Equal(t, protocol.ErrorCodeBadRequest, tr.Error.Code)
 	require.Contains(t, string(tr.Error.Detail), protocol.TaxonomyApprovalExpired)
 
-	out, errOut, code := s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "x1", "--yes", "--creds", carol.path)
+	out, errOut, code := s.runAll(t, "approvals", "approve", "--project", "demo", "t1", "x1", "--yes", "--creds", carol.Path)
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, errOut, "conflict")
 	require.Contains(t, errOut, "expired by "+protocol.ApprovalExpirySource)
@@ -407,18 +407,19 @@ func startSharedServe(t *testing.T, url, roles string) *server {
 	var natsPort int
 	_, err := fmt.Sscanf(url, "nats://127.0.0.1:%d", &natsPort)
 	require.NoError(t, err, url)
-	s := &server{natsPort: natsPort, httpPort: servetest.FreePort(t), log: &servetest.LogBuffer{}}
-	s.cmd = exec.Command(binary, "serve", "--data", t.TempDir(), "--nats-url", url, "--no-auth", "--roles", roles,
-		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json")
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	require.NoError(t, s.cmd.Start())
+	s := addrs(natsPort, servetest.FreePort(t))
+	s.Log = &servetest.LogBuffer{}
+	s.Cmd = exec.Command(binary, "serve", "--data", t.TempDir(), "--nats-url", url, "--no-auth", "--roles", roles,
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", s.HTTPPort), "--log-format", "json")
+	s.Cmd.Stdout, s.Cmd.Stderr = s.Log, s.Log
+	require.NoError(t, s.Cmd.Start())
 	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
+		if s.Cmd.ProcessState == nil {
+			_ = s.Cmd.Process.Kill()
+			_ = s.Cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("serve (%s) log:\n%s", roles, s.log.String())
+			t.Logf("serve (%s) log:\n%s", roles, s.Log.String())
 		}
 	})
 	require.Eventually(t, func() bool {

@@ -38,7 +38,7 @@ func TestAuditwebLargeTurn(t *testing.T) {
 
 	// The calls, dispatched as the admin from a few connections at once;
 	// the built-in echo runs and reports each.
-	creds := filepath.Join(s.data, "auth", "admin.creds")
+	creds := filepath.Join(s.Data, "auth", "admin.creds")
 	_, inbox, err := auth.ReadCreds(creds)
 	require.NoError(t, err)
 	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox))

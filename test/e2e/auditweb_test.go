@@ -462,7 +462,7 @@ func TestAuditwebInChromium(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, report.Payload.ToolResultCardID, "c5 was reported")
-	adminCreds := filepath.Join(s.data, "auth", "admin.creds")
+	adminCreds := filepath.Join(s.Data, "auth", "admin.creds")
 	_, adminInbox, err := auth.ReadCreds(adminCreds)
 	require.NoError(t, err)
 	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(adminCreds), nats.CustomInboxPrefix(adminInbox))

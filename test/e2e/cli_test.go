@@ -26,7 +26,7 @@ var connectionFlags = []string{"--nats-url", "--server", "--creds", "--nats-cred
 // TestCLIOneGrammar: every client verb takes the same connection flags and
 // shows them as --flag; sub-verbs have their own flags; help shows defaults.
 func TestCLIOneGrammar(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	verbs := [][]string{
 		{"call"}, {"tools", "register"}, {"tools", "list"}, {"tools", "pause"}, {"tools", "resume"}, {"export"}, {"verify"}, {"projector", "skip"},
 		{"audit", "projects"}, {"audit", "calls"}, {"audit", "turn"}, {"audit", "call"}, {"audit", "agent"}, {"audit", "card"},
@@ -67,7 +67,7 @@ func TestCLIOneGrammar(t *testing.T) {
 // setting and a missing file each say which setting (and from where) and
 // exit with the documented code.
 func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	_, errOut, code := s.runAll(t, "audit", "projects")
 	require.Equal(t, 3, code)
 	require.Contains(t, errOut, s.httpURL())
@@ -203,7 +203,7 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "call", "--project", "demo", "--agent", "alice", "--tool", "sleep", "--args", `{"ms":3000}`, "--turn", "t1", "--call-id", "slow")
-	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
+	cmd.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.Data)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Start())
@@ -216,11 +216,11 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 		}
 		return s.getJSON(t, s.httpURL()+"/v1/projects/demo/turns/t1/calls/slow", &st) == 200 && st.Call.State == "dispatched"
 	}, time.Minute, 20*time.Millisecond)
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, s.Cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "the waiting client gets its answer: stdout %s stderr %s", out.String(), errOut.String())
 	require.Contains(t, out.String(), "status:     success")
-	require.NoError(t, s.cmd.Wait(), "serve exits 0")
-	log := s.log.String()
+	require.NoError(t, s.Cmd.Wait(), "serve exits 0")
+	log := s.Log.String()
 	require.Less(t, strings.Index(log, "executor drained"), strings.Index(log, "http server stopped"), log)
 }
 
@@ -230,11 +230,11 @@ func TestSIGTERMFinishesCallsInFlight(t *testing.T) {
 func TestCLIRefusedCredentialSaysSo(t *testing.T) {
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	other := s.issue(t, "--project", "other", "--role", "worker", "--agent", "alice")
-	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--creds", other.path, "--timeout", "5m")
+	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--creds", other.Path, "--timeout", "5m")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "may not do this")
-	require.Contains(t, errOut, other.path)
-	_, errOut, code = s.runAll(t, "projector", "skip", "--seq", "1", "--reason", "x", "--creds", other.path)
+	require.Contains(t, errOut, other.Path)
+	_, errOut, code = s.runAll(t, "projector", "skip", "--seq", "1", "--reason", "x", "--creds", other.Path)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "may not do this")
 }
@@ -247,7 +247,7 @@ func TestCLICallOnAWorkerCredentialBoundToTheAgent(t *testing.T) {
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")
 	_, errOut, code := s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"bound"}`,
-		"--turn", "t-bound", "--call-id", "k-bound", "--creds", worker.path, "--timeout", "5m")
+		"--turn", "t-bound", "--call-id", "k-bound", "--creds", worker.Path, "--timeout", "5m")
 	require.Equal(t, 1, code, errOut)
 	require.NotContains(t, errOut, "may not do this", "NATS refused nothing")
 	require.Contains(t, errOut, "forbidden")

@@ -29,7 +29,7 @@ func TestServeKilledAcrossADeadlineStillRecordsTheTimeout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	call := exec.CommandContext(ctx, binary, "call", "--project", "demo", "--agent", "alice", "--tool", "nobody", "--timeout", "3s", "--turn", "tk", "--call-id", "ck")
-	call.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
+	call.Env = append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.Data)
 	require.NoError(t, call.Start())
 	defer func() {
 		cancel()

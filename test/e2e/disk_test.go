@@ -111,7 +111,7 @@ func TestFullDiskDegradesAndResumes(t *testing.T) {
 	code, stderr := s.runStderr(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"full"}`, "--turn", "t1", "--call-id", "c2")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "storage nearly full", "the refusal names the cause")
-	require.Nil(t, s.cmd.ProcessState, "serve is still running")
+	require.Nil(t, s.Cmd.ProcessState, "serve is still running")
 
 	require.NoError(t, os.Remove(filler))
 	require.Eventually(t, func() bool {
@@ -140,7 +140,7 @@ func TestDiskFilledToTheLastByteUnderLoad(t *testing.T) {
 // itself in place once the disk has room, losing nothing acknowledged.
 func TestDiskFullWithoutReserveRestartsInPlace(t *testing.T) {
 	s := fillUnderLoad(t, "--disk-reserve", "off")
-	require.Contains(t, s.log.String(), "restarting serve in place", "the stores broke and serve restarted itself")
+	require.Contains(t, s.Log.String(), "restarting serve in place", "the stores broke and serve restarted itself")
 }
 
 // fillUnderLoad fills a tmpfs data directory to the last byte while calls
@@ -195,7 +195,7 @@ func fillUnderLoad(t *testing.T, extra ...string) *server {
 		code, _ := readiness(t, s)
 		return code == http.StatusServiceUnavailable
 	}, time.Minute, 50*time.Millisecond, "serve reports the full disk")
-	require.Nil(t, s.cmd.ProcessState, "serve survives a full disk")
+	require.Nil(t, s.Cmd.ProcessState, "serve survives a full disk")
 	require.NoError(t, os.Remove(filler))
 	require.Eventually(t, func() bool {
 		code, _ := readiness(t, s)

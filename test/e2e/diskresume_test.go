@@ -78,14 +78,14 @@ func TestFullDiskWithoutReserveResumesWhenSpaceReturns(t *testing.T) {
 	ld.stop()
 	require.Eventually(t, func() bool {
 		topUp(t, filler)
-		return strings.Contains(s.log.String(), "could not write to disk") || strings.Contains(s.log.String(), "view store broken")
+		return strings.Contains(s.Log.String(), "could not write to disk") || strings.Contains(s.Log.String(), "view store broken")
 	}, time.Minute, 50*time.Millisecond, "a store met the full disk")
 	requireNotReady(t, s, ld)
 
 	// A few MiB come back: serve restarts itself in place on a nearly full
 	// disk, and once it says ready, writes go through.
 	require.NoError(t, os.Remove(small))
-	require.Eventually(t, func() bool { return strings.Contains(s.log.String(), "restarting serve in place") },
+	require.Eventually(t, func() bool { return strings.Contains(s.Log.String(), "restarting serve in place") },
 		time.Minute, 50*time.Millisecond, "serve restarts itself once there is room")
 	waitReady(t, s, ld)
 	_, err := ld.dispatch("after-restart")
@@ -135,7 +135,7 @@ func (ld *loader) connect(old *client.Client) error {
 	if ld.cl != old {
 		return nil
 	}
-	creds := filepath.Join(ld.s.data, "auth", "admin.creds")
+	creds := filepath.Join(ld.s.Data, "auth", "admin.creds")
 	_, inbox, err := auth.ReadCreds(creds)
 	if err != nil {
 		return err

@@ -145,7 +145,7 @@ servers:
 // needs the role, and check-config lists every problem of the bridge file
 // under mcp_bridge.
 func TestMCPRoleSettingsAreChecked(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	fields := func(args ...string) []string {
 		t.Helper()
 		out, code := s.run(t, append([]string{"check-config"}, args...)...)

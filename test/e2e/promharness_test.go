@@ -465,7 +465,7 @@ type caller struct {
 }
 
 func newCaller(t *testing.T, s *server) *caller {
-	c := &caller{natsURL: s.natsURL(), data: s.data}
+	c := &caller{natsURL: s.natsURL(), data: s.Data}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,33 +42,19 @@ func req(t *testing.T, nc *nats.Conn, subject string, h nats.Header, body any) r
 }
 
 // credential is what `cgledger creds issue --json` prints.
-type credential struct {
-	Creds       string `json:"creds"`
-	JWT         string `json:"jwt"`
-	InboxPrefix string `json:"inbox_prefix"`
-	path        string
-}
+type credential = servetest.Credential
 
 // issue runs `cgledger creds issue` against s's data directory.
 func (s *server) issue(t *testing.T, args ...string) credential {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "user.creds")
-	out, code := s.run(t, append([]string{"creds", "issue", "--json", "--out", path}, args...)...)
-	require.Equal(t, 0, code, out)
-	var c credential
-	require.NoError(t, json.Unmarshal([]byte(out), &c))
-	written, err := os.ReadFile(path)
-	require.NoError(t, err, "--out writes the file alongside --json")
-	require.Equal(t, c.Creds, string(written))
-	c.path = path
-	return c
+	return s.Issue(t, args...)
 }
 
 // connectAs connects to s with a credential, as any NATS client would: the
 // .creds file and the inbox prefix its permissions allow.
 func (s *server) connectAs(t *testing.T, c credential) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(c.path), nats.CustomInboxPrefix(c.InboxPrefix))
+	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(c.Path), nats.CustomInboxPrefix(c.InboxPrefix))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc

@@ -154,8 +154,8 @@ func TestRetentionArchivesAcrossKill9AndRebuildsFromTheArchive(t *testing.T) {
 	require.Greater(t, rz.LastSeq, last)
 	require.GreaterOrEqual(t, rz.ArchivedSeq, last, "the archiver runs without retention")
 	require.Zero(t, rz.Lost)
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, s.cmd.Wait(), "a clean shutdown")
+	require.NoError(t, s.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, s.Cmd.Wait(), "a clean shutdown")
 	segs, err = filepath.Glob(filepath.Join(data, "archive", "*.jsonl"))
 	require.NoError(t, err)
 	sort.Strings(segs)
@@ -163,7 +163,7 @@ func TestRetentionArchivesAcrossKill9AndRebuildsFromTheArchive(t *testing.T) {
 }
 
 func TestRetentionSettingsAreChecked(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	out, code := s.run(t, "check-config", "--retention", "30d", "--archive-seal-age", "2h")
 	require.Equal(t, 0, code, out)
 	var cc struct {

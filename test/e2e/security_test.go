@@ -23,7 +23,7 @@ import (
 // a worker where an admin is needed.
 func TestServeHTTPScopesAndNATSRefusals(t *testing.T) {
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
-	info, err := os.Stat(filepath.Join(s.data, "auth", "admin.creds"))
+	info, err := os.Stat(filepath.Join(s.Data, "auth", "admin.creds"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the admin credential is private")
 
@@ -76,7 +76,7 @@ func TestServeHTTPScopesAndNATSRefusals(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond)
 	// The server may accept the CONNECT and then close the connection as
 	// expired: either way, nothing can be sent on it.
-	if nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(short.path), nats.NoReconnect()); err == nil {
+	if nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(short.Path), nats.NoReconnect()); err == nil {
 		require.Eventually(t, nc.IsClosed, time.Minute, 10*time.Millisecond, "expired credential's connection is closed")
 	}
 
@@ -149,7 +149,7 @@ func TestServeNoAuthIsExplicit(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data, &re))
 		return re.Op == "inbox.list" && len(re.Violations) == 1 && re.Violations[0].Field == "reply" && m.Header.Get("CG-Project-Id") == "demo"
 	}, time.Minute, 50*time.Millisecond, "the refusal of inbox.list is recorded")
-	require.Contains(t, s.log.String(), "authentication is OFF")
+	require.Contains(t, s.Log.String(), "authentication is OFF")
 	_, err = os.Stat(filepath.Join(data, "auth"))
 	require.True(t, os.IsNotExist(err), "no keys are made without auth")
 }

@@ -213,7 +213,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	// A credential the server refuses gives no verdict on the file: the
 	// refusal, naming the credential and where it came from.
 	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "alice")
-	out, errOut, code = s.runAll(t, "verify", export, "--against", s.httpURL(), "--creds", worker.path)
+	out, errOut, code = s.runAll(t, "verify", export, "--against", s.httpURL(), "--creds", worker.Path)
 	require.Equal(t, 1, code, out+errOut)
 	require.NotContains(t, out+errOut, "DIFFERS")
 	require.NotContains(t, out+errOut, "holds entries the ledger does not")
@@ -275,7 +275,7 @@ func relink(t *testing.T, raw []byte) []byte {
 }
 
 func TestCLIUsageAndConfig(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "nonsense")
 	require.Equal(t, 2, code)
 	out, code := s.run(t, "version")
@@ -319,10 +319,10 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "a", "--tool", "echo", "--args", `{}`)
 	require.Equal(t, 0, code)
-	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
-	err := s.cmd.Wait()
+	require.NoError(t, s.Cmd.Process.Signal(syscall.SIGTERM))
+	err := s.Cmd.Wait()
 	require.NoError(t, err, "exit code 0 after a graceful shutdown")
-	log := s.log.String()
+	log := s.Log.String()
 	for _, step := range []string{"shutting down", "executor drained", "projector stopped", "embedded nats-server stopped"} {
 		require.Contains(t, log, step)
 	}
@@ -337,7 +337,7 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 // published one at a time, and the protocol's own limit; the MCP front
 // door's with a direct MCP call.
 func TestBenchRunsAndReportsRatios(t *testing.T) {
-	s := &server{natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t)}
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
 	out, code := s.run(t, "bench", "--duration", "300ms", "--rounds", "1", "--inflight", "64", "--json")
 	require.Equal(t, 0, code, out)
 	type result struct {

@@ -34,7 +34,7 @@ func TestServeRefusesADataDirectoryInUse(t *testing.T) {
 	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
 	out := serveFails(t, "--data", data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)), "--http-listen", fmt.Sprintf("127.0.0.1:%d", servetest.FreePort(t)))
 	require.Contains(t, out, "is in use by another cgledger serve")
-	require.Contains(t, out, "pid "+strconv.Itoa(s.cmd.Process.Pid))
+	require.Contains(t, out, "pid "+strconv.Itoa(s.Cmd.Process.Pid))
 	// The first serve is unharmed.
 	_, code := s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"still here"}`)
 	require.Equal(t, 0, code)

@@ -109,11 +109,12 @@ func TestServeMutualTLS(t *testing.T) {
 	_, err = nats.Connect(fmt.Sprintf("tls://127.0.0.1:%d", natsPort), nats.UserCredentials(admin), nats.RootCAs(caPath))
 	require.Error(t, err)
 
-	s := &server{data: data, natsPort: natsPort, httpPort: httpPort}
+	s := addrs(natsPort, httpPort)
+	s.Data = data
 	ctxEnv := []string{"CGLEDGER_NATS_URL=" + fmt.Sprintf("tls://127.0.0.1:%d", natsPort), "CGLEDGER_SERVER=" + httpsURL}
 	run := func(args ...string) (string, int) {
 		c := exec.Command(binary, args...)
-		c.Env = append(append(os.Environ(), ctxEnv...), "CGLEDGER_DATA="+s.data)
+		c.Env = append(append(os.Environ(), ctxEnv...), "CGLEDGER_DATA="+s.Data)
 		out, err := c.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return string(out), ee.ExitCode()

@@ -46,7 +46,7 @@ func TestBothWays(t *testing.T) {
 	s := startServer(t, "--roles", "api,executor,projector,mcp", "--mcp-bridge", cfg)
 	worker := s.issue(t, "--project", "demo", "--role", "worker", "--agent", "assistant")
 	url := s.httpURL() + "/mcp/demo/assistant"
-	httpc := &http.Client{Transport: bearer{worker.jwt}}
+	httpc := &http.Client{Transport: bearer{worker.JWT}}
 	waitToolsWith(t, url, httpc, "get-sum", "trigger-long-running-operation", "get-tiny-image", "get-structured-content")
 
 	ctx := ctxT(t)
@@ -105,9 +105,8 @@ func TestBothWays(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &story), out)
 	// Per call: the dispatch's tool.call card, the command, the bridge's
-	// tool.result card, the report and the wakeup decision (skipped: the
-	// agent has no roster entry, so nothing to wake; the MCP client was
-	// answered from the report).
+	// tool.result card, the report and its wakeup (the front door set the
+	// agent's roster entry to itself, and was answered on the wakeup).
 	calls := map[string][]string{}
 	for _, it := range story.Items {
 		id := it.Headers["CG-Tool-Call-Id"]
@@ -120,11 +119,11 @@ func TestBothWays(t *testing.T) {
 	}
 	require.Len(t, calls, 4, out)
 	for id, kinds := range calls {
-		require.Equal(t, []string{"card:tool.call", "command", "card:tool.result", "report", "wakeup_skipped"}, kinds, "call %s", id)
+		require.Equal(t, []string{"card:tool.call", "command", "card:tool.result", "report", "wakeup"}, kinds, "call %s", id)
 	}
 	// The README's one-file TypeScript SDK client, on the same tools.
 	ts := exec.CommandContext(ctx, node, "call.mjs", url, "get-sum", `{"a":4,"b":5}`)
-	ts.Dir, ts.Env = dir, append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	ts.Dir, ts.Env = dir, append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.JWT)
 	tsOut, err := ts.Output()
 	require.NoError(t, err, string(tsOut))
 	require.Contains(t, string(tsOut), "The sum of 4 and 5 is 9.")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/mcpfront"
 )
 
@@ -54,15 +56,15 @@ func TestHTTPCredentials(t *testing.T) {
 		return resp.StatusCode
 	}
 	require.Equal(t, http.StatusUnauthorized, post("/mcp/p1/a1", ""))
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", other.jwt), "another project's worker")
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", auditor.jwt), "an auditor does not dispatch")
-	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a2", worker.jwt), "bound to a1")
-	require.Equal(t, http.StatusOK, post("/mcp/p1/a1", worker.jwt))
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", other.JWT), "another project's worker")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a1", auditor.JWT), "an auditor does not dispatch")
+	require.Equal(t, http.StatusForbidden, post("/mcp/p1/a2", worker.JWT), "bound to a1")
+	require.Equal(t, http.StatusOK, post("/mcp/p1/a1", worker.JWT))
 
 	ctx := ctxT(t)
 	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.httpURL() + "/mcp/p1/a1",
-		HTTPClient: &http.Client{Transport: bearer{worker.jwt}}}, nil)
+		HTTPClient: &http.Client{Transport: bearer{worker.JWT}}}, nil)
 	require.NoError(t, err)
 	defer cs.Close()
 	tools, err := cs.ListTools(ctx, nil)
@@ -83,6 +85,9 @@ func TestHTTPCredentials(t *testing.T) {
 		out, _, code := s.run(t, "audit", "turn", turn, "--project", "p1", "--json")
 		return code == 0 && strings.Contains(out, call) && strings.Contains(out, `"success"`)
 	}, time.Minute, 100*time.Millisecond)
+	// The agent had no roster entry: the front door set one (a1 -> a1), so
+	// the report woke it (and would wake a worker of target a1).
+	require.Contains(t, turnKinds(t, s, "p1", turn), "wakeup")
 	_, errOut, code := s.run(t, "verify")
 	require.Equal(t, 0, code, errOut)
 }
@@ -102,13 +107,15 @@ func TestStdioBinary(t *testing.T) {
 
 	// Another project's credential is refused at start, not at the first
 	// call.
-	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.path)
+	_, errOut, code = s.run(t, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", other.Path)
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "p1")
 
 	ctx := ctxT(t)
-	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
 	cmd.Env = s.env()
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	require.NoError(t, err)
@@ -123,6 +130,89 @@ func TestStdioBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, true, again.Meta[mcpfront.MetaDuplicate])
 	require.Equal(t, res.Meta[mcpfront.MetaReportSeq], again.Meta[mcpfront.MetaReportSeq])
+	// The worker credential may hear the wakeups of its target (a1), which
+	// the front door made the agent's roster entry.
+	require.Contains(t, turnKinds(t, s, "p1", res.Meta[mcpfront.MetaAgentTurnID].(string)), "wakeup")
+	require.Contains(t, stderr.String(), "set its worker target to itself")
+	require.NotContains(t, stderr.String(), "permissions violation")
+}
+
+// TestStdioBinaryOtherTarget: a credential bound to a worker target other
+// than the agent may not hear the agent's wakeups; the front door says so
+// and answers by polling.
+func TestStdioBinaryOtherTarget(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1", "--target", "w9")
+	ctx := ctxT(t)
+	cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
+	cmd.Env = s.env()
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 200}})
+	require.NoError(t, err)
+	require.Equal(t, "success", res.Meta[mcpfront.MetaStatus])
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "permissions violation") },
+		time.Minute, 20*time.Millisecond, "the refused subscription is logged")
+}
+
+// TestStdioBinaryAnswersAtEOF: a client that writes its calls to `cgledger
+// mcp serve` and closes its input gets every answer, then the process
+// exits 0.
+func TestStdioBinaryAnswersAtEOF(t *testing.T) {
+	s := startServer(t)
+	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
+	ctx := ctxT(t)
+	cmd := exec.CommandContext(ctx, binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
+	cmd.Env = s.env()
+	cmd.Stdin = strings.NewReader(initialize + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":1000}}}` + "\n" +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"at":"eof"}}}` + "\n")
+	stderr := &servetest.LogBuffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "exit 0; stderr: %s", stderr.String())
+	answers := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var rp struct {
+			ID     json.RawMessage    `json:"id"`
+			Result mcp.CallToolResult `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rp), line)
+		if st, ok := rp.Result.Meta[mcpfront.MetaStatus].(string); ok {
+			answers[string(rp.ID)] = st
+		}
+	}
+	require.Equal(t, map[string]string{"2": "success", "3": "success"}, answers, "both calls answered: %s", out)
+}
+
+// turnKinds lists the kinds of the entries of a turn, in order.
+func turnKinds(t *testing.T, s *server, project, turn string) []string {
+	t.Helper()
+	var kinds []string
+	require.Eventually(t, func() bool {
+		out, _, code := s.run(t, "audit", "turn", turn, "--project", project, "--json")
+		if code != 0 {
+			return false
+		}
+		var story struct {
+			Items []struct {
+				Kind string `json:"kind"`
+			} `json:"items"`
+		}
+		if json.Unmarshal([]byte(out), &story) != nil {
+			return false
+		}
+		kinds = kinds[:0]
+		for _, it := range story.Items {
+			kinds = append(kinds, it.Kind)
+		}
+		return slices.Contains(kinds, "wakeup") || slices.Contains(kinds, "wakeup_skipped")
+	}, time.Minute, 100*time.Millisecond, "the turn's story, to its wakeup decision")
+	return kinds
 }
 
 // TestTypeScriptClient: the official TypeScript SDK's client on /mcp.
@@ -133,7 +223,7 @@ func TestTypeScriptClient(t *testing.T) {
 	ctx := ctxT(t)
 	cmd := exec.CommandContext(ctx, node, "ts-client.mjs", s.httpURL()+"/mcp/p1/a1")
 	cmd.Dir = dir
-	cmd.Env = append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.jwt)
+	cmd.Env = append(s.env(), "CGLEDGER_MCP_TOKEN="+worker.JWT)
 	out, err := cmd.Output()
 	require.NoError(t, err, string(out))
 	var got struct {
@@ -174,7 +264,7 @@ func TestAskAgainAfterKill(t *testing.T) {
 	worker := s.issue(t, "--project", "p1", "--role", "worker", "--agent", "a1")
 	ctx := ctxT(t)
 	connect := func() (*mcp.ClientSession, *exec.Cmd) {
-		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.path)
+		cmd := exec.Command(binary, "mcp", "serve", "--project", "p1", "--agent", "a1", "--creds", worker.Path)
 		cmd.Env = s.env()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-stdio", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 		require.NoError(t, err)

@@ -5,17 +5,10 @@
 package front
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,82 +33,32 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// server is a running `cgledger serve`.
-type server struct {
-	cmd      *exec.Cmd
-	data     string
-	natsPort int
-	httpPort int
-	log      *servetest.LogBuffer
-}
+// server is a running `cgledger serve` (servetest.Server).
+type server struct{ *servetest.Server }
 
-func (s *server) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.natsPort) }
-func (s *server) httpURL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.httpPort) }
+func (s *server) natsURL() string { return s.NATSURL() }
+func (s *server) httpURL() string { return s.HTTPURL() }
+func (s *server) env() []string   { return s.Env() }
 
+// startServer runs `cgledger serve` (with extra flags) on free ports and a
+// fresh data directory until the test ends.
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
-	s := &server{data: t.TempDir(), natsPort: servetest.FreePort(t), httpPort: servetest.FreePort(t), log: &servetest.LogBuffer{}}
-	s.cmd = exec.Command(binary, append([]string{"serve", "--data", s.data,
-		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", s.natsPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", s.httpPort), "--log-format", "json"}, extra...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	require.NoError(t, s.cmd.Start())
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
-		_ = s.cmd.Wait()
-		if t.Failed() {
-			t.Logf("serve log:\n%s", s.log.String())
-		}
-	})
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.httpURL() + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 50*time.Millisecond, "serve becomes ready")
-	return s
+	return &server{servetest.Start(t, binary, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), extra...)}
 }
 
 // run runs a client verb of the binary against s.
 func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = s.env()
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errOut.String(), code
-}
-
-func (s *server) env() []string {
-	return append(os.Environ(), "CGLEDGER_NATS_URL="+s.natsURL(), "CGLEDGER_SERVER="+s.httpURL(), "CGLEDGER_DATA="+s.data)
+	return s.Run(t, args...)
 }
 
 // credential is a file from `cgledger creds issue` and its JWT.
-type credential struct {
-	path string
-	jwt  string
-}
+type credential = servetest.Credential
 
 func (s *server) issue(t *testing.T, args ...string) credential {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "user.creds")
-	out, errOut, code := s.run(t, append([]string{"creds", "issue", "--json", "--out", path}, args...)...)
-	require.Equal(t, 0, code, errOut)
-	var c struct {
-		JWT string `json:"jwt"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &c))
-	return credential{path: path, jwt: c.JWT}
+	return s.Issue(t, args...)
 }
 
 // clients is test/mcp/clients: its Node 22 and installed packages, or a
