@@ -7,13 +7,8 @@
 package confrun
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -29,112 +24,32 @@ import (
 	"github.com/cgledger/cgledger/internal/servetest"
 )
 
-// Serve is a running `cgledger serve`.
+// Serve is a running `cgledger serve` (internal/servetest's), and the CLI run against it.
 type Serve struct {
-	Bin, Data, NATSURL, HTTPURL string
-	Log                         *servetest.LogBuffer
+	*servetest.Server
 }
 
-// StartServe runs `bin serve` with extra flags (roles, ack waits...) until the test ends, and
-// waits until /readyz answers 200.
+// StartServe runs `bin serve` with extra flags (roles, ack waits...) on free loopback ports and
+// a data directory of the test's, until the test ends, and waits until it is ready.
 func StartServe(t *testing.T, bin string, extra ...string) *Serve {
 	t.Helper()
-	dir := t.TempDir()
-	natsPort, httpPort := servetest.FreePort(t), servetest.FreePort(t)
-	s := &Serve{Bin: bin, Data: filepath.Join(dir, "data"), NATSURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
-		HTTPURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), Log: &servetest.LogBuffer{}}
-	args := append([]string{"serve", "--data", s.Data, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort),
-		"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json"}, extra...)
-	cmd := exec.Command(bin, args...)
-	// Only what this serve is told: a CGLEDGER_NATS_URL of the caller's would make it use that
-	// server instead of its own.
-	cmd.Env = cleanEnv()
-	cmd.Stdout, cmd.Stderr = s.Log, s.Log
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("serve log:\n%s", s.Log)
-		}
-	})
-	require.Eventually(t, func() bool {
-		select {
-		case <-exited:
-			return false
-		default:
-		}
-		resp, err := http.Get(s.HTTPURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 50*time.Millisecond, "serve ready; log:\n%s", s.Log)
-	return s
-}
-
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CGLEDGER_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// Env is the environment of a client verb of this serve, with serve's admin credential (under
-// CGLEDGER_DATA).
-func (s *Serve) Env() []string {
-	return append(cleanEnv(), "CGLEDGER_DATA="+s.Data, "CGLEDGER_NATS_URL="+s.NATSURL, "CGLEDGER_SERVER="+s.HTTPURL)
+	return &Serve{servetest.Start(t, bin, filepath.Join(t.TempDir(), "data"), servetest.FreePort(t), servetest.FreePort(t), extra...)}
 }
 
 // CLI runs a client verb of the binary and returns its standard output; it fails the test on a
 // non-zero exit.
 func (s *Serve) CLI(t *testing.T, args ...string) string {
 	t.Helper()
-	out, errOut, code := s.run(args...)
+	out, errOut, code := s.Run(t, args...)
 	require.Equal(t, 0, code, "cgledger %s:\nstdout %s\nstderr %s", strings.Join(args, " "), out, errOut)
 	return out
 }
 
-func (s *Serve) run(args ...string) (string, string, int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.Bin, args...)
-	cmd.Env = s.Env()
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return out.String(), errOut.String(), ee.ExitCode()
-	case err != nil:
-		return out.String(), err.Error(), -1
-	}
-	return out.String(), errOut.String(), 0
-}
-
-// Creds issues a credential with `creds issue` and writes it to a file of the test's: its path.
+// Creds issues a credential with `creds issue` (project, role, flags such as --tool T): the
+// path of its file.
 func (s *Serve) Creds(t *testing.T, project, role string, flags ...string) string {
 	t.Helper()
-	out := s.CLI(t, append([]string{"creds", "issue", "--project", project, "--role", role, "--json"}, flags...)...)
-	var c struct {
-		Creds string `json:"creds"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &c), out)
-	f := filepath.Join(t.TempDir(), project+"-"+role+".creds")
-	require.NoError(t, os.WriteFile(f, []byte(c.Creds), 0o600))
-	return f
+	return s.Issue(t, append([]string{"--project", project, "--role", role}, flags...)...).Path
 }
 
 // Proc is a child process of the test (a tool service).
@@ -181,7 +96,7 @@ func StartProc(t *testing.T, dir string, env []string, ready string, argv ...str
 func (s *Serve) Conformance(t *testing.T, project, tool, fixture string) conformance.Report {
 	t.Helper()
 	start := time.Now()
-	out, errOut, code := s.run("conformance", "--project", project, "--tool", tool, "--fixture", fixture, "--json")
+	out, errOut, code := s.Run(t, "conformance", "--project", project, "--tool", tool, "--fixture", fixture, "--json")
 	var rep conformance.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), "stdout %s\nstderr %s", out, errOut)
 	t.Logf("cgledger conformance --tool %s --fixture %s (%s):\n%s", tool, filepath.Base(fixture), time.Since(start).Round(time.Millisecond), Table(rep))
