@@ -273,7 +273,9 @@ func (c *stdioConn) refuse(code int64, msg string) {
 // answer writes a JSON-RPC error under id (null when id is not valid).
 func (c *stdioConn) answer(id jsonrpc.ID, rpcErr *jsonrpc.Error) {
 	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: rpcErr})
-	if err != nil {
+	if err != nil || !id.IsValid() {
+		// The SDK's encoding leaves out an id it does not have; JSON-RPC
+		// wants it null.
 		c.refuse(rpcErr.Code, rpcErr.Message)
 		return
 	}
