@@ -15,6 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/mcpfront"
 	"github.com/cgledger/cgledger/protocol"
@@ -334,4 +336,39 @@ func TestResultMetaAndCancelText(t *testing.T) {
 	text := res.Content[0].(*mcp.TextContent).Text
 	require.NotContains(t, text, "worker")
 	require.Contains(t, text, "names who canceled it")
+}
+
+// F8: a turn id is the project's, not an agent's: another agent may
+// dispatch into it (its call carries its own agent) but never gets, or
+// changes, the first agent's call under the same ids.
+func TestAnotherAgentsTurn(t *testing.T) {
+	r := newRig(t)
+	ctx := ledgertest.Ctx(t)
+	alice := goClient(t, r.front(t, 0), nil)
+	bobFront, err := mcpfront.New(mcpfront.Config{Project: project, Agent: "bob", Ledger: client.New(r.Srv.Connect(t), client.WithActor("bob")),
+		Builtins: []*protocol.ToolDefinition{executor.EchoDefinition, executor.SleepDefinition}})
+	require.NoError(t, err)
+	bob := goClient(t, bobFront, nil)
+	meta := func(call string) mcp.Meta {
+		return mcp.Meta{mcpfront.MetaAgentTurnID: "t-shared", mcpfront.MetaToolCallID: call}
+	}
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"secret": 1}, Meta: meta("k1")})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+
+	_, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"secret": 1}, Meta: meta("k1")})
+	var rpcErr *jsonrpc.Error
+	require.ErrorAs(t, err, &rpcErr)
+	require.EqualValues(t, jsonrpc.CodeInvalidParams, rpcErr.Code)
+	require.Contains(t, rpcErr.Message, "conflict")
+
+	res, err = bob.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"own": 2}, Meta: meta("k2")})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	rec, err := r.L.GetCall(ctx, project, "t-shared", "k2")
+	require.NoError(t, err)
+	require.Equal(t, "bob", rec.AgentID)
+	rec, err = r.L.GetCall(ctx, project, "t-shared", "k1")
+	require.NoError(t, err)
+	require.Equal(t, agent, rec.AgentID)
 }
