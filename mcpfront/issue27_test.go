@@ -372,3 +372,22 @@ func TestAnotherAgentsTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, agent, rec.AgentID)
 }
+
+// A request the client canceled frees its id (the SDK still answers it),
+// so the in-flight check never holds an id for good.
+func TestStdioCanceledRequestFreesItsID(t *testing.T) {
+	r := newRig(t)
+	s := newRawStdio(t, r.front(t, 0), 0)
+	s.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000}}}`)
+	require.Eventually(t, func() bool {
+		_, err := findCall(r, "rpc-5")
+		return err == nil
+	}, time.Minute, 20*time.Millisecond)
+	s.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	rp := s.next()
+	require.Equal(t, "5", string(rp.ID))
+	s.send(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`)
+	rp = s.next()
+	require.Equal(t, "5", string(rp.ID))
+	require.Nil(t, rp.Error)
+}
