@@ -110,6 +110,12 @@ func TestStdioSameIDInFlight(t *testing.T) {
 	require.EqualValues(t, jsonrpc.CodeInvalidRequest, rp.Error.Code)
 	require.Contains(t, rp.Error.Message, "77")
 	require.Contains(t, rp.Error.Message, "rpc-77")
+	// The error comes from the transport, maybe before the first request
+	// dispatched: the second asks once the call is on record.
+	require.Eventually(t, func() bool {
+		_, err := findCall(r, "rpc-77")
+		return err == nil
+	}, time.Minute, 20*time.Millisecond)
 	s.send(`{"jsonrpc":"2.0","id":78,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":1500},"_meta":{"cgledger/tool_call_id":"rpc-77"}}}`)
 	byID := map[string]mcp.CallToolResult{}
 	for range 2 {
@@ -197,6 +203,10 @@ func TestHTTPAskAgainAfterDroppedStream(t *testing.T) {
 	rp := h.reply(body)
 	require.EqualValues(t, jsonrpc.CodeInvalidRequest, rp.Error.Code)
 	require.Contains(t, rp.Error.Message, "duplicate in-flight request ID 77")
+	require.Eventually(t, func() bool {
+		_, err := findCall(r, "rpc-77")
+		return err == nil
+	}, time.Minute, 20*time.Millisecond, "the first request dispatched")
 
 	status, body = h.post(`{"jsonrpc":"2.0","id":78,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":3000},"_meta":{"cgledger/tool_call_id":"rpc-77"}}}`)
 	require.Equal(t, http.StatusOK, status, body)

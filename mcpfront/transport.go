@@ -301,9 +301,12 @@ func (c *stdioConn) duplicate(msg jsonrpc.Message) bool {
 		return false
 	}
 	raw, _ := json.Marshal(req.ID.Raw())
-	c.answer(req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf(
-		"request id %s is in flight: its answer comes when the call reports; to ask for the same call meanwhile, use a new id with _meta[%q] = %q",
-		raw, MetaToolCallID, ToolCallIDFromRequestID(raw))})
+	text := fmt.Sprintf("request id %s is in flight: its answer is still to come", raw)
+	if req.Method == "tools/call" {
+		text = fmt.Sprintf("request id %s is in flight: its answer comes when the call reports; to ask for the same call meanwhile, use a new id with _meta[%q] = %q (or the %s the first request gave)",
+			raw, MetaToolCallID, ToolCallIDFromRequestID(raw), MetaToolCallID)
+	}
+	c.answer(req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: text})
 	return true
 }
 
