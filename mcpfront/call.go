@@ -115,6 +115,12 @@ func (f *Front) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Call
 	if err != nil {
 		return nil, invalidParams("tools/call arguments do not encode", []protocol.Violation{{Field: "arguments", Code: protocol.VInvalidJSON, Message: err.Error()}})
 	}
+	if len(content) > MaxArgumentsBytes {
+		// A dispatch this large is over the ledger's request limit, and
+		// may be over what NATS carries to it: refused here, not recorded.
+		return nil, invalidParams(fmt.Sprintf("tools/call %q refused", p.Name), []protocol.Violation{{Field: "arguments", Code: protocol.VTooLarge,
+			Message: fmt.Sprintf("is %d bytes as the tool.call card's content; the ledger's request limit is %d (a card: %d)", len(content), protocol.MaxRequestBytes, protocol.MaxCardBytes)}})
+	}
 	req := protocol.DispatchRequest{
 		Subject: def.TargetFor(f.cfg.Project, f.cfg.Channel),
 		Identity: protocol.Identity{AgentID: f.cfg.Agent, AgentTurnID: turn, TurnEpoch: TurnEpoch, ToolCallID: callID,
@@ -169,6 +175,10 @@ func dispatchRefused(name, turn, callID string, pe *protocol.Error) error {
 	seen := map[string]bool{}
 	for _, v := range pe.Violations {
 		field, mapped := mcpField(v.Field)
+		if v.Code == protocol.VTooLarge && (v.Field == "body" || v.Field == "card") {
+			// The arguments are what makes a dispatch (or its card) large.
+			field, mapped = "arguments", true
+		}
 		if mapped && !strings.HasPrefix(field, "arguments") {
 			if seen[field] {
 				continue
@@ -363,7 +373,7 @@ func (f *Front) answer(ctx context.Context, rec *protocol.CallRecord, duplicate 
 		if err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "result card content: " + err.Error()}
 		}
-		res.Meta = meta
+		res.Meta = withTheirs(meta, res.Meta)
 		return res, nil
 	}
 	// failed, timeout, canceled: a tool error the model can read, with the
@@ -390,11 +400,18 @@ func (f *Front) answer(ctx context.Context, rec *protocol.CallRecord, duplicate 
 	if code == "" {
 		code = te.Code
 	}
-	text := code + ": " + te.Message
-	if te.Message == "" {
+	msg := te.Message
+	if tr.Status == protocol.StatusCanceled {
+		// Whoever canceled (the agent, an MCP client's notifications/cancelled,
+		// an admin) is on the cancel entry, not in the result card, whose
+		// message is the tool service's guess.
+		msg = fmt.Sprintf("the call was canceled (its cancel entry, in cgledger audit turn %s, names who canceled it)", rec.AgentTurnID)
+	}
+	text := code + ": " + msg
+	if msg == "" {
 		text = code + ": the call ended " + tr.Status
 	}
-	structured := map[string]any{"status": tr.Status, "code": te.Code, "taxonomy_code": code, "message": te.Message,
+	structured := map[string]any{"status": tr.Status, "code": te.Code, "taxonomy_code": code, "message": msg,
 		"agent_turn_id": rec.AgentTurnID, "tool_call_id": rec.ToolCallID}
 	if len(te.Detail) > 0 {
 		structured["detail"] = te.Detail
@@ -404,10 +421,35 @@ func (f *Front) answer(ctx context.Context, rec *protocol.CallRecord, duplicate 
 	// (its own error content): kept after the code's line.
 	if inner, err := contentOf(tr.Result); err == nil && isMCP(tr.Result) {
 		res.Content = inner.Content
+		res.Meta = withTheirs(meta, inner.Meta)
 	}
 	res.Content = append([]mcp.Content{&mcp.TextContent{Text: text}}, res.Content...)
 	return res, nil
 }
+
+// withTheirs is the answer's _meta: the result's own _meta (what the MCP
+// server behind a bridged tool answered) with the front door's cgledger/
+// keys over it, so a tool cannot pass off another status or report.
+func withTheirs(ours, theirs mcp.Meta) mcp.Meta {
+	if len(theirs) == 0 {
+		return ours
+	}
+	out := make(mcp.Meta, len(theirs)+len(ours))
+	for k, v := range theirs {
+		if !strings.HasPrefix(k, "cgledger/") {
+			out[k] = v
+		}
+	}
+	for k, v := range ours {
+		out[k] = v
+	}
+	return out
+}
+
+// MaxArgumentsBytes bounds a tools/call's arguments as the tool.call card's
+// content: the ledger's request limit (the card's own, 512 KiB, is the
+// ledger's to refuse, on record).
+const MaxArgumentsBytes = protocol.MaxRequestBytes
 
 // isMCP reports whether a result is MCP content already: an object with a
 // "content" array.

@@ -326,6 +326,10 @@ func ledgerError(what string, err error) error {
 	switch pe.Code {
 	case protocol.CodeBadRequest, protocol.CodeConflict, protocol.CodeMismatch, protocol.CodeStaleEpoch:
 		code = jsonrpc.CodeInvalidParams
+	case protocol.CodeForbidden:
+		// The connection's credential may not do this: asking again cannot
+		// help, unlike -32603.
+		code = jsonrpc.CodeInvalidRequest
 	}
 	data, _ := json.Marshal(pe)
 	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("%s: %s: %s", what, pe.Code, pe.Message), Data: data}

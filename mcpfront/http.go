@@ -130,6 +130,9 @@ func (h *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("message longer than %d bytes refused (the front door's limit)", h.cfg.MaxMessageBytes))
 			return
 		}
+		if refused(w, body) {
+			return
+		}
 		body = rewriteBody(body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
@@ -167,6 +170,45 @@ func (h *httpFront) endpoint(project, agent string) http.Handler {
 	return e
 }
 
+// refused answers, as JSON-RPC, a message the SDK would answer in plain
+// text (an unknown method, a request without an id) or misread (an id that
+// is neither a string nor an integer), and reports whether it did. A body
+// that is not one JSON-RPC message is the SDK's to answer.
+func refused(w http.ResponseWriter, body []byte) bool {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return false
+	}
+	msg, err := jsonrpc.DecodeMessage(trimmed)
+	if err != nil {
+		return false
+	}
+	if why := requestIDProblem(trimmed); why != "" {
+		writeRPCError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, why)
+		return true
+	}
+	rpcErr, unknownNotification := methodProblem(msg)
+	switch {
+	case unknownNotification:
+		// JSON-RPC ignores a notification it does not know.
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	case rpcErr == nil:
+		return false
+	case rpcErr.Code == jsonrpc.CodeMethodNotFound:
+		// A request, answered as any other: under its id, with 200.
+		b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: msg.(*jsonrpc.Request).ID, Error: rpcErr})
+		if err != nil {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+		return true
+	}
+	writeRPCError(w, http.StatusBadRequest, rpcErr.Code, rpcErr.Message)
+	return true
+}
+
 // rewriteBody writes the request id of a tools/call into its _meta
 // (withRequestID). A body that is not one JSON-RPC message goes to the SDK
 // as it came, which answers it.
@@ -188,6 +230,22 @@ func rewriteBody(body []byte) []byte {
 		return body
 	}
 	return b
+}
+
+// OriginGuard refuses a cross-site request to the front door (badOrigin)
+// with 403 before next sees it: next is the whole HTTP API behind its
+// authentication, and the Origin check comes first, whatever the request's
+// credential (docs/mcp.md, "Cross-site and DNS rebinding").
+func OriginGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, PathPrefix) {
+			if why := badOrigin(r); why != "" {
+				writeProblem(w, http.StatusForbidden, "forbidden", why, nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // badOrigin says why a request with an Origin header from another site is

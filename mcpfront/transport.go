@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -15,10 +16,69 @@ import (
 )
 
 // DefaultMaxMessageBytes is the largest JSON-RPC message the front door
-// reads, on stdio (one line) and over HTTP (one request body): 4 MiB, the
-// SDK's own HTTP default, which holds a card's 512 KiB of arguments many
-// times over.
-const DefaultMaxMessageBytes = 4 << 20
+// reads, on stdio (one line) and over HTTP (one request body): 1 MiB, NATS's
+// default max_payload. A tools/call's arguments then always reach the
+// ledger (which refuses, and records, a dispatch over its request limit,
+// protocol.MaxRequestBytes) or are refused by the front door itself as too
+// large (MaxArgumentsBytes); a larger limit would let arguments through that
+// NATS cannot carry to the ledger at all.
+const DefaultMaxMessageBytes = 1 << 20
+
+// requestIDProblem says why a message's id cannot key a call, or "": MCP
+// ids are strings or integers, and the SDK reads a number as a float64 and
+// keeps its integer part, so 5.7 (or 5.0, or an integer beyond 2^53) would
+// be answered, and keyed, as another id. raw is the message.
+func requestIDProblem(raw []byte) string {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(raw, &m) != nil || len(m.ID) == 0 || m.ID[0] == '"' || string(m.ID) == "null" {
+		return ""
+	}
+	n, err := strconv.ParseInt(string(m.ID), 10, 64)
+	if err != nil || int64(float64(n)) != n {
+		return fmt.Sprintf("request id %s refused: an MCP request id is a string or an integer (at most 2^53 in magnitude, as JSON numbers are read)", m.ID)
+	}
+	return ""
+}
+
+// requestMethods are the requests (which need an id) and notifications the
+// SDK's server reads (its serverMethodInfos): the transports answer a
+// request for any other method, or one of these without its id, with a
+// JSON-RPC error themselves, where the SDK's HTTP transport answers plain
+// text and its session drops an id-less request unanswered.
+var requestMethods = map[string]bool{
+	"completion/complete": true, "server/discover": true, "initialize": true, "ping": true,
+	"prompts/list": true, "prompts/get": true, "tools/list": true, "tools/call": true,
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"logging/setLevel": true, "resources/subscribe": true, "subscriptions/listen": true, "resources/unsubscribe": true,
+}
+
+var notificationMethods = map[string]bool{
+	"notifications/cancelled": true, "notifications/initialized": true,
+	"notifications/roots/list_changed": true, "notifications/progress": true,
+}
+
+// methodProblem is the JSON-RPC error for a request the SDK would not
+// answer as JSON-RPC: an unknown method called with an id (-32601, answered
+// under that id), or a request method sent without one (-32600, id null).
+// unknownNotification is true for a notification of an unknown method,
+// which JSON-RPC answers with nothing.
+func methodProblem(msg jsonrpc.Message) (rpcErr *jsonrpc.Error, unknownNotification bool) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok {
+		return nil, false
+	}
+	switch {
+	case requestMethods[req.Method] && !req.ID.IsValid():
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("%s is a request: it needs an id (a string or an integer); sent without one it is not answered otherwise", req.Method)}, false
+	case requestMethods[req.Method] || notificationMethods[req.Method]:
+		return nil, false
+	case req.ID.IsValid():
+		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q not found", req.Method)}, false
+	}
+	return nil, true
+}
 
 // withRequestID writes the request's JSON-RPC id into _meta of a tools/call
 // (MetaRequestID, replacing whatever the client put there), so the handler
@@ -80,7 +140,7 @@ func (t *StdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		limit = DefaultMaxMessageBytes
 	}
 	c := &stdioConn{r: bufio.NewReaderSize(t.In, 64<<10), w: t.Out, limit: limit, closed: make(chan struct{}), lines: make(chan lineOrErr),
-		pending: map[string]bool{}, answered: make(chan struct{}, 1)}
+		pending: map[string]bool{}, answered: make(chan struct{}, 1), inflight: map[jsonrpc.ID]bool{}}
 	go c.readLoop()
 	return c, nil
 }
@@ -106,6 +166,10 @@ type stdioConn struct {
 	pmu      sync.Mutex
 	pending  map[string]bool
 	answered chan struct{}
+	// inflight are the ids of requests read and not yet answered (under
+	// wmu): a second request with one of them is answered with an error
+	// naming it, where the SDK would drop it unanswered.
+	inflight map[jsonrpc.ID]bool
 }
 
 // idKey is a request id as a key: the number 7 and the string "7" apart.
@@ -252,6 +316,17 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			c.refuse(code, "not a JSON-RPC 2.0 message: "+err.Error())
 			continue
 		}
+		if why := requestIDProblem(line); why != "" {
+			c.refuse(jsonrpc.CodeInvalidRequest, why)
+			continue
+		}
+		if rpcErr, _ := methodProblem(msg); rpcErr != nil {
+			c.answer(msg.(*jsonrpc.Request).ID, rpcErr)
+			continue
+		}
+		if c.duplicate(msg) {
+			continue
+		}
 		c.track(msg)
 		return withRequestID(msg), nil
 	}
@@ -266,12 +341,55 @@ func (c *stdioConn) refuse(code int64, msg string) {
 	_, _ = c.w.Write(append(b, '\n'))
 }
 
+// answer writes a JSON-RPC error under id (null when id is not valid).
+func (c *stdioConn) answer(id jsonrpc.ID, rpcErr *jsonrpc.Error) {
+	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: rpcErr})
+	if err != nil || !id.IsValid() {
+		// The SDK's encoding leaves out an id it does not have; JSON-RPC
+		// wants it null.
+		c.refuse(rpcErr.Code, rpcErr.Message)
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, _ = c.w.Write(append(b, '\n'))
+}
+
+// duplicate answers, and reports, a request whose id is in flight: asking
+// again while the first request still waits gets an error naming the id,
+// and the first request's answer still comes (a new id with
+// _meta["cgledger/tool_call_id"] asks for the same call alongside it).
+func (c *stdioConn) duplicate(msg jsonrpc.Message) bool {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.ID.IsValid() {
+		return false
+	}
+	c.wmu.Lock()
+	dup := c.inflight[req.ID]
+	c.inflight[req.ID] = true
+	c.wmu.Unlock()
+	if !dup {
+		return false
+	}
+	raw, _ := json.Marshal(req.ID.Raw())
+	text := fmt.Sprintf("request id %s is in flight: its answer is still to come", raw)
+	if req.Method == "tools/call" {
+		text = fmt.Sprintf("request id %s is in flight: its answer comes when the call reports; to ask for the same call meanwhile, use a new id with _meta[%q] = %q (or the %s the first request gave)",
+			raw, MetaToolCallID, ToolCallIDFromRequestID(raw), MetaToolCallID)
+	}
+	c.answer(req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: text})
+	return true
+}
+
 func (c *stdioConn) Write(_ context.Context, msg jsonrpc.Message) error {
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("mcpfront: encode message: %w", err)
 	}
 	c.wmu.Lock()
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		delete(c.inflight, resp.ID)
+	}
 	_, err = c.w.Write(append(b, '\n'))
 	c.wmu.Unlock()
 	if resp, ok := msg.(*jsonrpc.Response); ok {

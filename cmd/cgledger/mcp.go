@@ -216,6 +216,9 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	if *maxBytes < 1024 {
 		return failf(exitUsage, "mcp serve: --max-message-bytes must be at least 1024, got %d", *maxBytes)
 	}
+	if why := mcpServeGrantProblem(cf.creds, *project, *agent); why != "" {
+		return failf(exitFailed, "mcp serve: the credential %s (from %s) cannot dispatch as agent %s in project %s: %s", cf.creds, cf.from("creds"), *agent, *project, why)
+	}
 	nc, err := cf.connect()
 	if err != nil {
 		return failf(exitFor(err), "mcp serve: %v", err)
@@ -223,7 +226,7 @@ its result card (docs/mcp.md). The connection is a worker's: pass a worker crede
 	defer nc.Close()
 	cl := client.New(nc, client.WithActor(*agent))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	front, err := mcpfront.New(mcpfront.Config{Project: *project, Agent: *agent, Channel: *channel, Ledger: cl,
+	front, err := mcpfront.New(mcpfront.Config{Project: *project, Agent: *agent, Channel: *channel, Ledger: newRefusingLedger(nc, cl),
 		Subscribe: natsSubscribe(nc), Builtins: mcpBuiltins(), Logger: log, Version: version})
 	if err != nil {
 		return failf(exitUsage, "mcp serve: %v", err)

@@ -686,6 +686,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	if sa != nil {
 		handler = sa.policy.Wrap(mux)
 	}
+	handler = mcpfront.OriginGuard(handler)
 	handler = instrumentHTTP(reg, mux, handler)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -224,3 +224,10 @@ func hasDotSegment(escapedPath string) bool {
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	problem.Write(w, problem.New(status, code, msg, nil))
 }
+
+// MCPProblem says why g may not use the MCP front door of project and
+// agent, or "": the rule of /mcp/{project}/{agent}, which `cgledger mcp
+// serve` checks at start against its own credential.
+func MCPProblem(g Grant, project, agent string) string {
+	return authorizeMCP(g, []string{"mcp", project, agent})
+}
