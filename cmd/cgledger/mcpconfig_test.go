@@ -1,0 +1,35 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCheckConfigMCPBridge: check-config reads the bridge file with the
+// field names of docs/mcp.md (limits' timeout_ms_default) and lists an
+// unknown field beside the file's other problems, under mcp_bridge.
+func TestCheckConfigMCPBridge(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bridge.yaml")
+	s := defaultSettings()
+	s.Roles = []string{"api", "mcp"}
+	s.MCPBridge = cfg
+	fields := func() map[string]string {
+		out := map[string]string{}
+		for _, v := range s.validate() {
+			out[v.Field] = v.Code
+		}
+		return out
+	}
+	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers: [{name: x, command: [x], limits: {timeout_ms_default: 30000, timeout_ms_max: 300000}}]\n"), 0o600))
+	require.Empty(t, fields())
+	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers: [{name: x, command: [x], url: http://x, target: echo, colour: red}]\n"), 0o600))
+	require.Equal(t, map[string]string{
+		"mcp_bridge.servers[0].colour": "invalid_value",
+		"mcp_bridge.servers[0].url":    "invalid_value",
+		"mcp_bridge.servers[0].target": "reserved",
+	}, fields())
+}
