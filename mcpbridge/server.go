@@ -49,16 +49,17 @@ func newServer(b *Bridge, cfg *ServerConfig) *server {
 	return &server{b: b, cfg: cfg, names: map[string]string{}, calls: map[string]*executor.Call{}, relist: make(chan struct{}, 1)}
 }
 
-// start connects, registers the tools, starts the executor on the
-// target's consumer and supervises the session.
+// start connects and registers the tools (or, when the server cannot be
+// reached and the bridge is not strict, leaves that to supervise), starts
+// the executor on the target's consumer and supervises the session.
 func (s *server) start(ctx, runCtx context.Context) error {
-	sess, err := s.connect(ctx)
+	sess, err := s.connectAndRegister(ctx)
 	if err != nil {
-		return err
-	}
-	if err := s.register(ctx, sess); err != nil {
-		_ = sess.Close()
-		return err
+		if s.b.deps.FailUnreachable || ctx.Err() != nil {
+			return err
+		}
+		s.b.log.Warn("MCP server unreachable at start; retrying with backoff", "server", s.cfg.Name, "err", err, "backoff", time.Duration(s.cfg.RestartMinMS)*time.Millisecond)
+		sess = nil
 	}
 	s.mu.Lock()
 	s.sess = sess
@@ -91,6 +92,21 @@ func (s *server) start(ctx, runCtx context.Context) error {
 	go func() { defer s.b.wg.Done(); s.supervise(runCtx, sess) }()
 	go func() { defer s.b.wg.Done(); s.relister(runCtx) }()
 	return nil
+}
+
+// connectAndRegister connects to the server and registers its tools. A
+// server that cannot be started, reached, initialized or listed is
+// ErrServerUnreachable; what the ledger does not do is not.
+func (s *server) connectAndRegister(ctx context.Context) (*mcp.ClientSession, error) {
+	sess, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrServerUnreachable, err)
+	}
+	if err := s.register(ctx, sess); err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	return sess, nil
 }
 
 // connect starts (stdio) or reaches (HTTP) the server and initializes a
@@ -168,26 +184,29 @@ func (a *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // supervise waits for the session to end and restarts the server with
-// backoff; while it is down the session is nil and calls fail fast.
+// backoff; while it is down the session is nil and calls fail fast. A nil
+// sess (unreachable at start) starts with the restarts.
 func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 	minB := time.Duration(s.cfg.RestartMinMS) * time.Millisecond
 	maxB := time.Duration(s.cfg.RestartMaxMS) * time.Millisecond
 	wait := minB
 	for {
-		up := time.Now()
-		err := sess.Wait()
-		s.mu.Lock()
-		if s.sess == sess {
-			s.sess = nil
+		if sess != nil {
+			up := time.Now()
+			err := sess.Wait()
+			s.mu.Lock()
+			if s.sess == sess {
+				s.sess = nil
+			}
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(up) > maxB {
+				wait = minB
+			}
+			s.b.log.Warn("MCP server down; restarting", "server", s.cfg.Name, "err", err, "backoff", wait)
 		}
-		s.mu.Unlock()
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(up) > maxB {
-			wait = minB
-		}
-		s.b.log.Warn("MCP server down; restarting", "server", s.cfg.Name, "err", err, "backoff", wait)
 		for {
 			t := time.NewTimer(wait)
 			select {
@@ -197,12 +216,7 @@ func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 			case <-t.C:
 			}
 			wait = min(2*wait, maxB)
-			next, err := s.connect(ctx)
-			if err == nil {
-				if err = s.register(ctx, next); err != nil {
-					_ = next.Close()
-				}
-			}
+			next, err := s.connectAndRegister(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -409,11 +423,13 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	mcpName, ok := s.names[call.ToolName]
 	sess := s.sess
 	s.mu.Unlock()
-	if !ok {
-		return executor.Terminal(executor.CodeUnknownTool, fmt.Sprintf("MCP server %s does not list tool %s (any more)", s.cfg.Name, call.ToolName), "register the tool again, or call one the server lists")
-	}
+	// Down first: a tool registered by an earlier run is not known to a
+	// server not yet listed, and is not unknown for that.
 	if sess == nil {
 		return executor.Retryable(protocol.CodeToolUnavailable, fmt.Sprintf("MCP server %s is down (restarting)", s.cfg.Name), 0)
+	}
+	if !ok {
+		return executor.Terminal(executor.CodeUnknownTool, fmt.Sprintf("MCP server %s does not list tool %s (any more)", s.cfg.Name, call.ToolName), "register the tool again, or call one the server lists")
 	}
 	tok := s.cfg.Name + "-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	s.mu.Lock()

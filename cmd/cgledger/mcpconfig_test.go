@@ -1,11 +1,14 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/natstest"
 )
 
 // TestCheckConfigMCPBridge: check-config reads the bridge file with the
@@ -32,4 +35,19 @@ func TestCheckConfigMCPBridge(t *testing.T) {
 		"mcp_bridge.servers[0].url":    "invalid_value",
 		"mcp_bridge.servers[0].target": "reserved",
 	}, fields())
+}
+
+// TestMCPBridgeUnreachableServerExits3: the standalone bridge whose server
+// nobody answers at start exits 3, the code of cli.md for "cannot be
+// reached".
+func TestMCPBridgeUnreachableServerExits3(t *testing.T) {
+	ns := natstest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("project: demo\nservers: [{name: x, url: \"http://"+addr+"/mcp\", connect_timeout_ms: 5000}]\n"), 0o600))
+	t.Setenv("CGLEDGER_DATA", t.TempDir())
+	require.Equal(t, exitUnreachable, mcpBridge([]string{"--config", cfg, "--nats-url", ns.URL(), "--creds", ""}))
 }
