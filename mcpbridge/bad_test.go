@@ -28,7 +28,7 @@ func fakeCommand(t *testing.T) ServerConfig {
 func TestBadServerNamesGarbageAndSilence(t *testing.T) {
 	r := newRig(t)
 	b := r.start(t, fakeCommand(t))
-	require.Equal(t, []string{"garbage", "getenv", "ok", "silent"}, b.Tools()["fake"])
+	require.Equal(t, []string{"garbage", "getenv", "ok", "silent", "steps"}, b.Tools()["fake"])
 	logs := r.logs.String()
 	require.Contains(t, logs, `"bad name\" is not a ledger identifier`)
 	require.Contains(t, logs, `"dotted.name\" is not a ledger identifier`)
@@ -78,5 +78,23 @@ func TestStdioServerEnvironment(t *testing.T) {
 	for name, want := range map[string]string{"CGLEDGER_NATS_PASSWORD": "false:", "MCP_WANTED": "true:wanted", "CGLEDGER_FAKE_MCP": "true:bad", "PATH": "true:" + os.Getenv("PATH")} {
 		res := decodeResult(t, r.result(t, r.dispatch(t, "getenv", "mcp_fake", `{"name":"`+name+`"}`, 0)))
 		require.Equal(t, want, res.Content[0]["text"], name)
+	}
+}
+
+// TestProgressKeepsTheLastStep: a server that sends its steps faster than
+// the rate limit right before its result has its last step in the result
+// (the SDK hands notifications to the bridge apart from the response; the
+// bridge waits for those that came before it).
+func TestProgressKeepsTheLastStep(t *testing.T) {
+	r := newRig(t)
+	r.start(t, fakeCommand(t))
+	for i := 0; i < 5; i++ {
+		res := decodeResult(t, r.result(t, r.dispatch(t, "steps", "mcp_fake", `{}`, 0)))
+		require.NotEmpty(t, res.Progress)
+		require.EqualValues(t, 1, res.Progress[0].Progress, "the first step is kept")
+		last := res.Progress[len(res.Progress)-1]
+		require.EqualValues(t, 5, last.Progress, "the last step is kept: %+v", res.Progress)
+		require.Equal(t, "step 5", last.Message)
+		require.Len(t, res.Progress, 2, "rate limited: the first, and the latest")
 	}
 }

@@ -33,6 +33,17 @@ func fakeServer(mode string) {
 			return &mcp.CallToolResult{}, nil
 		})
 	}
+	// steps sends its progress as fast as it can, right before its
+	// result: the last step must be in the result.
+	s.AddTool(&mcp.Tool{Name: "steps", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			for i := 1; i <= 5; i++ {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 5, Message: fmt.Sprintf("step %d", i)}); err != nil {
+					return nil, err
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stepped"}}}, nil
+		})
 	s.AddTool(&mcp.Tool{Name: "garbage", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			fmt.Fprintln(os.Stdout, "}}} this is not JSON-RPC {{{")

@@ -36,7 +36,10 @@ type server struct {
 	sess  *mcp.ClientSession
 	names map[string]string // ledger tool name -> MCP tool name
 	// calls maps the progress token of each call in flight to it.
-	calls map[string]*executor.Call
+	calls map[string]*inflight
+	// progressed is closed (and replaced) when a call's progress was
+	// handed to it: settleProgress waits on it.
+	progressed chan struct{}
 
 	// cmd is the stdio server's process of the latest connection.
 	cmd *exec.Cmd
@@ -46,7 +49,14 @@ type server struct {
 }
 
 func newServer(b *Bridge, cfg *ServerConfig) *server {
-	return &server{b: b, cfg: cfg, names: map[string]string{}, calls: map[string]*executor.Call{}, relist: make(chan struct{}, 1)}
+	return &server{b: b, cfg: cfg, names: map[string]string{}, calls: map[string]*inflight{}, progressed: make(chan struct{}), relist: make(chan struct{}, 1)}
+}
+
+// inflight is a call in flight and its progress notifications: seen on
+// the wire, handed over by the SDK (both under server.mu).
+type inflight struct {
+	call          *executor.Call
+	seen, handled int
 }
 
 // start connects and registers the tools (or, when the server cannot be
@@ -122,19 +132,20 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// The server's diagnostics go to the bridge's standard error,
 		// never into the ledger.
 		cmd.Stderr = os.Stderr
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		t = &stdioTransport{cmd: cmd, saw: s.sawProgress, terminate: 2 * time.Second}
 		s.mu.Lock()
 		s.cmd = cmd
 		s.mu.Unlock()
 	} else {
-		hc := &http.Client{}
+		var rt http.RoundTripper = http.DefaultTransport
 		if s.cfg.AuthEnv != "" {
 			v, ok := s.b.deps.LookupEnv(s.cfg.AuthEnv)
 			if !ok || v == "" {
 				return nil, fmt.Errorf("auth_env %s is unset or empty", s.cfg.AuthEnv)
 			}
-			hc.Transport = &authTransport{header: s.cfg.AuthHeader, value: v, next: http.DefaultTransport}
+			rt = &authTransport{header: s.cfg.AuthHeader, value: v, next: rt}
 		}
+		hc := &http.Client{Transport: &progressTransport{saw: s.sawProgress, next: rt}}
 		// The SDK's own reconnects (5) ride out a dropped event stream;
 		// a server gone for longer ends the session, and supervise
 		// restarts it.
@@ -410,11 +421,17 @@ func (s *server) definition(t *mcp.Tool, name, version string) (*protocol.ToolDe
 func (s *server) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 	tok := fmt.Sprint(req.Params.ProgressToken)
 	s.mu.Lock()
-	call := s.calls[tok]
+	c := s.calls[tok]
 	s.mu.Unlock()
-	if call != nil {
-		call.Progress(executor.Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+	if c == nil {
+		return
 	}
+	c.call.Progress(executor.Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+	s.mu.Lock()
+	c.handled++
+	close(s.progressed)
+	s.progressed = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // Run implements executor.Tool: one tools/call under the call's deadline.
@@ -433,7 +450,7 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	}
 	tok := s.cfg.Name + "-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	s.mu.Lock()
-	s.calls[tok] = call
+	s.calls[tok] = &inflight{call: call}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -445,6 +462,7 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	// Canceling ctx (the worker's cancel, the deadline) makes the SDK send
 	// notifications/cancelled.
 	res, err := sess.CallTool(ctx, params)
+	s.settleProgress(ctx, tok)
 	if err != nil {
 		return s.callError(ctx, call, err)
 	}
