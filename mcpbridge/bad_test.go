@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -97,4 +98,25 @@ func TestProgressKeepsTheLastStep(t *testing.T) {
 		require.Equal(t, "step 5", last.Message)
 		require.Len(t, res.Progress, 2, "rate limited: the first, and the latest")
 	}
+}
+
+// TestDuplicateToolName: a tools/list naming a tool twice registers the
+// first listed, with a warning naming it, the same on every listing.
+func TestDuplicateToolName(t *testing.T) {
+	r := newRig(t)
+	cfg := fakeCommand(t)
+	cfg.Env["CGLEDGER_FAKE_MCP"] = "dup"
+	r.start(t, cfg)
+	st, err := r.L.GetTool(ledgertest.Ctx(t), "proj", "getenv")
+	require.NoError(t, err)
+	require.Equal(t, "the first getenv", st.Definition.Description)
+	require.Contains(t, r.logs.String(), `MCP tool not registered`)
+	require.Contains(t, r.logs.String(), `mcp_tool=getenv`)
+	require.Contains(t, r.logs.String(), `listed twice`)
+	seq := st.Seq
+	// Listing again changes nothing (no new version each time).
+	require.NoError(t, r.b.servers[0].register(ledgertest.Ctx(t), r.b.servers[0].session()))
+	st, err = r.L.GetTool(ledgertest.Ctx(t), "proj", "getenv")
+	require.NoError(t, err)
+	require.Equal(t, seq, st.Seq)
 }

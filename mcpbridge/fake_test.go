@@ -21,7 +21,7 @@ func fakeServer(mode string) {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok from " + mode}}}, nil
 		})
-	s.AddTool(&mcp.Tool{Name: "getenv", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	s.AddTool(&mcp.Tool{Name: "getenv", Description: "the first getenv", InputSchema: schema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var args struct{ Name string }
 			_ = json.Unmarshal(req.Params.Arguments, &args)
@@ -53,6 +53,26 @@ func fakeServer(mode string) {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			select {}
 		})
+	if mode == "dup" {
+		// The SDK's server keeps one tool a name: a list with a name twice
+		// is made after it, the copy saying so.
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				res, err := next(ctx, method, req)
+				if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+					for _, t := range lr.Tools {
+						if t.Name == "getenv" {
+							dup := *t
+							dup.Description = "the second getenv"
+							lr.Tools = append(lr.Tools, &dup)
+							break
+						}
+					}
+				}
+				return res, err
+			}
+		})
+	}
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "fake MCP server:", err)
 		os.Exit(1)

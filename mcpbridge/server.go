@@ -305,7 +305,8 @@ func (s *server) toolNames() []string {
 
 // register lists the server's tools and registers each (a definition that
 // did not change writes nothing; a changed one is a new version). A tool
-// whose name cannot be a ledger tool's is skipped with a logged reason.
+// whose name cannot be a ledger tool's, or that was listed already, is
+// skipped with a logged reason.
 func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.ConnectTimeoutMS)*time.Millisecond)
 	defer cancel()
@@ -330,8 +331,16 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 		}
 	}
 	names := map[string]string{}
+	listed := map[string]bool{}
 	for _, t := range tools {
 		name := *s.cfg.Prefix + t.Name
+		// A name listed twice: the first listed is kept, every time, so a
+		// listing does not register two versions in turn.
+		if listed[t.Name] {
+			s.b.log.Warn("MCP tool not registered", "server", s.cfg.Name, "mcp_tool", t.Name, "tool", name, "reason", "listed twice by tools/list; the first listed is registered")
+			continue
+		}
+		listed[t.Name] = true
 		if reason := s.skipReason(t, name); reason != "" {
 			s.b.log.Warn("MCP tool not registered", "server", s.cfg.Name, "mcp_tool", t.Name, "tool", name, "reason", reason)
 			continue
