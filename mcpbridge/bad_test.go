@@ -1,6 +1,7 @@
 package mcpbridge
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func fakeCommand(t *testing.T) ServerConfig {
 func TestBadServerNamesGarbageAndSilence(t *testing.T) {
 	r := newRig(t)
 	b := r.start(t, fakeCommand(t))
-	require.Equal(t, []string{"garbage", "getenv", "ok", "silent", "steps"}, b.Tools()["fake"])
+	require.Equal(t, []string{"garbage", "getenv", "huge", "ok", "silent", "steps"}, b.Tools()["fake"])
 	logs := r.logs.String()
 	require.Contains(t, logs, `"bad name\" is not a ledger identifier`)
 	require.Contains(t, logs, `"dotted.name\" is not a ledger identifier`)
@@ -119,4 +120,22 @@ func TestDuplicateToolName(t *testing.T) {
 	st, err = r.L.GetTool(ledgertest.Ctx(t), "proj", "getenv")
 	require.NoError(t, err)
 	require.Equal(t, seq, st.Seq)
+}
+
+// TestResultTooLargeNamesTheViolation: a result larger than a card ends
+// failed S-TOOL-RESULT with a message naming the violation (field, size,
+// limit), and the violations in error.detail.
+func TestResultTooLargeNamesTheViolation(t *testing.T) {
+	r := newRig(t)
+	r.start(t, fakeCommand(t))
+	tr := r.result(t, r.dispatch(t, "huge", "mcp_fake", `{}`, 0))
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, "S-TOOL-RESULT", errDetail(t, tr).TaxonomyCode)
+	require.Regexp(t, `is \d+ bytes.*the limit is \d+ \(too_large\)`, tr.Error.Message)
+	var d struct {
+		Violations []protocol.Violation `json:"violations"`
+	}
+	require.NoError(t, json.Unmarshal(tr.Error.Detail, &d))
+	require.Len(t, d.Violations, 1)
+	require.Equal(t, protocol.VTooLarge, d.Violations[0].Code)
 }
