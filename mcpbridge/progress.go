@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -185,7 +186,7 @@ type processInput struct {
 }
 
 func (p *processInput) Close() error {
-	if err := p.WriteCloser.Close(); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+	if err := p.WriteCloser.Close(); err != nil && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("close stdin: %w", err)
 	}
 	exited := make(chan error, 1)

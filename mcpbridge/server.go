@@ -471,7 +471,12 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	// Canceling ctx (the worker's cancel, the deadline) makes the SDK send
 	// notifications/cancelled.
 	res, err := sess.CallTool(ctx, params)
-	s.settleProgress(ctx, tok)
+	var werr *jsonrpc.Error
+	if err == nil || errors.As(err, &werr) && werr.Code != codeRejectedByTransport {
+		// The server answered: what it sent before is handed over first.
+		// A lost session hands nothing more over; no wait then.
+		s.settleProgress(ctx, tok)
+	}
 	if err != nil {
 		return s.callError(ctx, call, err)
 	}
