@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -58,6 +59,8 @@ type Bridge struct {
 	servers []*server
 
 	stopOnce sync.Once
+	// stopping keeps executors from starting once Stop began.
+	stopping atomic.Bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -106,10 +109,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 // then closes the MCP sessions. Safe to call more than once.
 func (b *Bridge) Stop(ctx context.Context) {
 	b.stopOnce.Do(func() {
+		b.stopping.Store(true)
 		for _, s := range b.servers {
-			if s.ex != nil {
-				s.ex.Stop(ctx)
-			}
+			s.stopExecutor(ctx)
 		}
 		if b.cancel != nil {
 			b.cancel()

@@ -30,7 +30,10 @@ import (
 type server struct {
 	b   *Bridge
 	cfg *ServerConfig
-	ex  *executor.Executor
+
+	// exMu guards ex, the executor of the target (nil until started).
+	exMu sync.Mutex
+	ex   *executor.Executor
 
 	mu    sync.Mutex
 	sess  *mcp.ClientSession
@@ -61,7 +64,10 @@ type inflight struct {
 
 // start connects and registers the tools (or, when the server cannot be
 // reached and the bridge is not strict, leaves that to supervise), starts
-// the executor on the target's consumer and supervises the session.
+// the executor on the target's consumer and supervises the session. The
+// ledger keeps that consumer only for a target some registered tool has:
+// when none has yet (the server was never listed), the executor starts
+// once supervise has registered the tools.
 func (s *server) start(ctx, runCtx context.Context) error {
 	sess, err := s.connectAndRegister(ctx)
 	if err != nil {
@@ -74,9 +80,36 @@ func (s *server) start(ctx, runCtx context.Context) error {
 	s.mu.Lock()
 	s.sess = sess
 	s.mu.Unlock()
+	if err := s.startExecutor(ctx); err != nil {
+		if e, ok := protocol.AsError(err); !ok || sess != nil || e.Code != protocol.CodeNotFound {
+			s.closeSession()
+			return err
+		}
+		s.b.log.Info("MCP server's executor waits for its tools' first registration", "server", s.cfg.Name, "target", s.cfg.Target)
+	}
+	s.b.wg.Add(2)
+	go func() { defer s.b.wg.Done(); s.supervise(runCtx, sess) }()
+	go func() { defer s.b.wg.Done(); s.relister(runCtx) }()
+	return nil
+}
+
+// errStopping: the bridge is stopping, no executor starts.
+var errStopping = errors.New("mcpbridge: stopping")
+
+// startExecutor starts the executor on the target's consumer unless it
+// runs already. exMu is held throughout, so that Stop either sees the
+// executor or keeps it from starting.
+func (s *server) startExecutor(ctx context.Context) error {
+	s.exMu.Lock()
+	defer s.exMu.Unlock()
+	if s.ex != nil {
+		return nil
+	}
+	if s.b.stopping.Load() {
+		return errStopping
+	}
 	l, nc, err := s.b.deps.Ledger(s.cfg.Target)
 	if err != nil {
-		s.closeSession()
 		return fmt.Errorf("ledger for target %s: %w", s.cfg.Target, err)
 	}
 	ecfg := s.b.deps.Executor
@@ -86,22 +119,26 @@ func (s *server) start(ctx, runCtx context.Context) error {
 	}
 	ex, err := executor.New(l, nc, ecfg)
 	if err != nil {
-		s.closeSession()
 		return err
 	}
 	if err := ex.Register(s.cfg.Target, s, nil); err != nil {
-		s.closeSession()
 		return err
 	}
 	if err := ex.Start(ctx); err != nil {
-		s.closeSession()
 		return err
 	}
 	s.ex = ex
-	s.b.wg.Add(2)
-	go func() { defer s.b.wg.Done(); s.supervise(runCtx, sess) }()
-	go func() { defer s.b.wg.Done(); s.relister(runCtx) }()
 	return nil
+}
+
+// stopExecutor drains the executor, if it runs.
+func (s *server) stopExecutor(ctx context.Context) {
+	s.exMu.Lock()
+	ex := s.ex
+	s.exMu.Unlock()
+	if ex != nil {
+		ex.Stop(ctx)
+	}
 }
 
 // connectAndRegister connects to the server and registers its tools. A
@@ -239,8 +276,16 @@ func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 			s.sess = next
 			s.mu.Unlock()
 			if ctx.Err() != nil {
-				_ = next.Close()
+				s.closeSession()
 				return
+			}
+			if err := s.startExecutor(ctx); err != nil {
+				s.closeSession()
+				if ctx.Err() != nil || errors.Is(err, errStopping) {
+					return
+				}
+				s.b.log.Warn("MCP server up but its executor did not start; retrying", "server", s.cfg.Name, "err", err, "backoff", wait)
+				continue
 			}
 			s.b.log.Info("MCP server restarted", "server", s.cfg.Name)
 			sess = next
