@@ -360,7 +360,7 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	for {
 		res, err := sess.ListTools(cctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
-			return fmt.Errorf("tools/list: %w", err)
+			return fmt.Errorf("%w: tools/list: %w", ErrServerUnreachable, err)
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
