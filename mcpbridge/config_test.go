@@ -140,6 +140,7 @@ servers:
   - name: b
     url: http://y
     restart_min_ms: soon
+    name: b2
 `), 0o600))
 	_, err := LoadConfig(path)
 	e, ok := protocol.AsError(err)
@@ -156,5 +157,6 @@ servers:
 		"servers[0].limits.timeoutmsdefault": protocol.VInvalidValue,
 		"servers[0].tools.t.why":             protocol.VInvalidValue,
 		"servers[1].restart_min_ms":          protocol.VInvalidType,
+		"servers[1].name":                    protocol.VDuplicate,
 	}, fields)
 }
