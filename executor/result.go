@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -67,7 +68,18 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 		if le, refused := protocol.AsError(err); refused && le.Code == protocol.CodeBadRequest {
 			// The result itself is unacceptable (too large...): answer with
 			// that instead, which always fits.
-			o = Terminal("S-TOOL-RESULT", "the tool's result was refused by the ledger: "+le.Message, "return a smaller result")
+			msg := "the tool's result was refused by the ledger: " + le.Message
+			// The refusal's count alone says nothing: name each problem
+			// (the card's field, its size and the limit).
+			for i, v := range le.Violations {
+				sep := "; "
+				if i == 0 {
+					sep = ": "
+				}
+				msg += fmt.Sprintf("%s%s: %s (%s)", sep, v.Field, v.Message, v.Code)
+			}
+			o = Terminal("S-TOOL-RESULT", msg, "return a smaller result")
+			o.Violations = le.Violations
 			content, status, _ = resultContent(o, attempts, reconciled)
 			card.Content = content
 			card.CardID += "-r"

@@ -1,6 +1,7 @@
 package mcpbridge
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -28,7 +30,7 @@ func fakeCommand(t *testing.T) ServerConfig {
 func TestBadServerNamesGarbageAndSilence(t *testing.T) {
 	r := newRig(t)
 	b := r.start(t, fakeCommand(t))
-	require.Equal(t, []string{"garbage", "getenv", "ok", "silent"}, b.Tools()["fake"])
+	require.Equal(t, []string{"garbage", "getenv", "huge", "ok", "silent", "steps"}, b.Tools()["fake"])
 	logs := r.logs.String()
 	require.Contains(t, logs, `"bad name\" is not a ledger identifier`)
 	require.Contains(t, logs, `"dotted.name\" is not a ledger identifier`)
@@ -79,4 +81,61 @@ func TestStdioServerEnvironment(t *testing.T) {
 		res := decodeResult(t, r.result(t, r.dispatch(t, "getenv", "mcp_fake", `{"name":"`+name+`"}`, 0)))
 		require.Equal(t, want, res.Content[0]["text"], name)
 	}
+}
+
+// TestProgressKeepsTheLastStep: a server that sends its steps faster than
+// the rate limit right before its result has its last step in the result
+// (the SDK hands notifications to the bridge apart from the response; the
+// bridge waits for those that came before it).
+func TestProgressKeepsTheLastStep(t *testing.T) {
+	r := newRig(t)
+	r.start(t, fakeCommand(t))
+	for i := 0; i < 5; i++ {
+		res := decodeResult(t, r.result(t, r.dispatch(t, "steps", "mcp_fake", `{}`, 0)))
+		require.NotEmpty(t, res.Progress)
+		require.EqualValues(t, 1, res.Progress[0].Progress, "the first step is kept")
+		last := res.Progress[len(res.Progress)-1]
+		require.EqualValues(t, 5, last.Progress, "the last step is kept: %+v", res.Progress)
+		require.Equal(t, "step 5", last.Message)
+		require.Len(t, res.Progress, 2, "rate limited: the first, and the latest")
+	}
+}
+
+// TestDuplicateToolName: a tools/list naming a tool twice registers the
+// first listed, with a warning naming it, the same on every listing.
+func TestDuplicateToolName(t *testing.T) {
+	r := newRig(t)
+	cfg := fakeCommand(t)
+	cfg.Env["CGLEDGER_FAKE_MCP"] = "dup"
+	r.start(t, cfg)
+	st, err := r.L.GetTool(ledgertest.Ctx(t), "proj", "getenv")
+	require.NoError(t, err)
+	require.Equal(t, "the first getenv", st.Definition.Description)
+	require.Contains(t, r.logs.String(), `MCP tool not registered`)
+	require.Contains(t, r.logs.String(), `mcp_tool=getenv`)
+	require.Contains(t, r.logs.String(), `listed twice`)
+	seq := st.Seq
+	// Listing again changes nothing (no new version each time).
+	require.NoError(t, r.b.servers[0].register(ledgertest.Ctx(t), r.b.servers[0].session()))
+	st, err = r.L.GetTool(ledgertest.Ctx(t), "proj", "getenv")
+	require.NoError(t, err)
+	require.Equal(t, seq, st.Seq)
+}
+
+// TestResultTooLargeNamesTheViolation: a result larger than a card ends
+// failed S-TOOL-RESULT with a message naming the violation (field, size,
+// limit), and the violations in error.detail.
+func TestResultTooLargeNamesTheViolation(t *testing.T) {
+	r := newRig(t)
+	r.start(t, fakeCommand(t))
+	tr := r.result(t, r.dispatch(t, "huge", "mcp_fake", `{}`, 0))
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, "S-TOOL-RESULT", errDetail(t, tr).TaxonomyCode)
+	require.Regexp(t, `is \d+ bytes.*the limit is \d+ \(too_large\)`, tr.Error.Message)
+	var d struct {
+		Violations []protocol.Violation `json:"violations"`
+	}
+	require.NoError(t, json.Unmarshal(tr.Error.Detail, &d))
+	require.Len(t, d.Violations, 1)
+	require.Equal(t, protocol.VTooLarge, d.Violations[0].Code)
 }

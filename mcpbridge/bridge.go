@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -38,7 +39,17 @@ type Deps struct {
 	Logger *slog.Logger
 	// LookupEnv reads the auth header's variable. Nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// FailUnreachable makes Start fail (ErrServerUnreachable) when a
+	// server cannot be reached or listed, as the standalone bridge does.
+	// Without it such a server is retried with backoff, as one that died,
+	// while the others serve: serve's mcp role must not stop the rest of
+	// serve for one server.
+	FailUnreachable bool
 }
+
+// ErrServerUnreachable is Start's error (under FailUnreachable) for a
+// server that could not be started, connected, initialized or listed.
+var ErrServerUnreachable = errors.New("MCP server unreachable")
 
 // Bridge serves the tools of the configured MCP servers.
 type Bridge struct {
@@ -48,6 +59,8 @@ type Bridge struct {
 	servers []*server
 
 	stopOnce sync.Once
+	// stopping keeps executors from starting once Stop began.
+	stopping atomic.Bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -74,9 +87,12 @@ func New(cfg *Config, deps Deps) (*Bridge, error) {
 }
 
 // Start connects to every server, registers its tools and starts serving
-// them. A server that cannot be reached at start fails Start (its tools
-// could not be registered); once started, a server that dies is restarted
-// with backoff while its calls fail fast.
+// them. A server that cannot be reached at start is retried with backoff
+// (logged) as one that died, and its tools registered once it answers;
+// meanwhile its calls fail fast with S-TOOL-UNAVAILABLE (tools registered
+// by an earlier run included). Under Deps.FailUnreachable it fails Start
+// instead. Start fails for what the ledger refuses or cannot do (the
+// executor's consumer).
 func (b *Bridge) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
@@ -93,10 +109,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 // then closes the MCP sessions. Safe to call more than once.
 func (b *Bridge) Stop(ctx context.Context) {
 	b.stopOnce.Do(func() {
+		b.stopping.Store(true)
 		for _, s := range b.servers {
-			if s.ex != nil {
-				s.ex.Stop(ctx)
-			}
+			s.stopExecutor(ctx)
 		}
 		if b.cancel != nil {
 			b.cancel()

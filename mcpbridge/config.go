@@ -10,6 +10,7 @@ package mcpbridge
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -22,6 +23,10 @@ import (
 type Config struct {
 	Project string         `json:"project" yaml:"project"`
 	Servers []ServerConfig `json:"servers" yaml:"servers"`
+
+	// readVs are the problems ReadConfig met (unknown fields, values of
+	// the wrong type); Validate lists them with its own.
+	readVs protocol.Violations
 }
 
 // ServerConfig is one MCP server and how its tools are registered.
@@ -99,27 +104,134 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // ReadConfig reads a YAML or JSON bridge configuration without checking
-// it (a caller that overrides a field validates afterwards); unknown
-// fields are refused.
+// it (a caller that overrides a field validates afterwards). Fields are
+// named as in JSON (the names `tools list --json` shows, limits'
+// timeout_ms_default too). An unknown field or a value of the wrong type
+// does not stop the reading: it is kept as a violation that Validate lists
+// with every other problem. Only a file that cannot be read or is not YAML
+// at all is an error here.
 func ReadConfig(path string) (*Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("mcpbridge: read config: %w", err)
 	}
-	var c Config
-	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid MCP bridge config " + path,
-			Violations: protocol.Violations{{Field: "config", Code: protocol.VInvalidValue, Message: err.Error()}}}
+			Violations: protocol.Violations{{Field: "config", Code: protocol.VInvalidValue, Message: "is not YAML or JSON: " + err.Error()}}}
+	}
+	var c Config
+	if len(doc.Content) > 0 {
+		decodeNode(doc.Content[0], reflect.ValueOf(&c).Elem(), "", &c.readVs)
 	}
 	return &c, nil
+}
+
+// decodeNode sets v from n by the JSON names of v's fields, recording an
+// unknown field, a duplicate key or a value of the wrong type as a
+// violation at its path and going on with the rest, so that one answer
+// lists every problem.
+func decodeNode(n *yaml.Node, v reflect.Value, path string, vs *protocol.Violations) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return
+	}
+	field := path
+	if field == "" {
+		field = "config"
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		decodeNode(n, p.Elem(), path, vs)
+		v.Set(p)
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			vs.Add(field, protocol.VInvalidType, "must be a mapping")
+			return
+		}
+		fields := map[string]int{}
+		var names []string
+		for i := 0; i < v.NumField(); i++ {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[name] = i
+				names = append(names, name)
+			}
+		}
+		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
+			i, ok := fields[key]
+			if !ok {
+				vs.Add(at, protocol.VInvalidValue, "unknown field (fields here: %s)", strings.Join(names, ", "))
+				return
+			}
+			decodeNode(val, v.Field(i), at, vs)
+		})
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			vs.Add(field, protocol.VInvalidType, "must be a mapping")
+			return
+		}
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
+		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
+			e := reflect.New(v.Type().Elem()).Elem()
+			decodeNode(val, e, at, vs)
+			v.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), e)
+		})
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			vs.Add(field, protocol.VInvalidType, "must be a sequence")
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			decodeNode(item, s.Index(i), fmt.Sprintf("%s[%d]", field, i), vs)
+		}
+		v.Set(s)
+	default:
+		if n.Kind != yaml.ScalarNode {
+			vs.Add(field, protocol.VInvalidType, "must be a %s", v.Kind())
+			return
+		}
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			vs.Add(field, protocol.VInvalidType, "must be a %s, got %q", v.Kind(), n.Value)
+		}
+	}
+}
+
+// eachPair calls f with each key of mapping n, its value and its path; a
+// key met twice is a violation (the first is kept).
+func eachPair(n *yaml.Node, path string, vs *protocol.Violations, f func(key string, val *yaml.Node, at string)) {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		at := key
+		if path != "" {
+			at = path + "." + key
+		}
+		if seen[key] {
+			vs.Add(at, protocol.VDuplicate, "is given twice (line %d)", n.Content[i].Line)
+			continue
+		}
+		seen[key] = true
+		f(key, n.Content[i+1], at)
+	}
 }
 
 // Validate fills the defaults and returns a bad_request error listing
 // every problem, or nil.
 func (c *Config) Validate() error {
-	var vs protocol.Violations
+	// What could not be read comes first; a field already named there is
+	// not named again for the zero value it was left with.
+	vs := append(protocol.Violations(nil), c.readVs...)
+	named := map[string]bool{}
+	for _, v := range c.readVs {
+		named[v.Field] = true
+	}
 	protocol.CheckIdent(&vs, "project", c.Project, true)
 	if len(c.Servers) == 0 {
 		vs.Add("servers", protocol.VRequired, "at least one MCP server")
@@ -187,8 +299,14 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if len(vs) > 0 {
-		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid MCP bridge config", Violations: vs}
+	var out protocol.Violations
+	for i, v := range vs {
+		if i < len(c.readVs) || !named[v.Field] {
+			out = append(out, v)
+		}
+	}
+	if len(out) > 0 {
+		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid MCP bridge config", Violations: out}
 	}
 	return nil
 }

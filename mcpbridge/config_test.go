@@ -3,6 +3,7 @@ package mcpbridge
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -99,4 +100,63 @@ func TestBinaryContentIsAReference(t *testing.T) {
 	m, err = contentMap(&mcp.AudioContent{Data: []byte("abc"), MIMEType: "audio/wav"}, -1)
 	require.NoError(t, err)
 	require.True(t, m["data_ref"].(Ref).Omitted)
+}
+
+// TestConfigDocsExample: the configuration of docs/mcp.md parses as
+// written, with the JSON names `tools list --json` shows (limits'
+// timeout_ms_default and timeout_ms_max).
+func TestConfigDocsExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "mcp.md"))
+	require.NoError(t, err)
+	s := string(doc)
+	start := strings.Index(s, "### Configuration\n\n```yaml\n")
+	require.NotEqual(t, -1, start)
+	s = s[start+len("### Configuration\n\n```yaml\n"):]
+	s = s[:strings.Index(s, "```")]
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
+	c, err := LoadConfig(path)
+	require.NoError(t, err)
+	require.EqualValues(t, 30000, c.Servers[0].Limits.TimeoutMSDefault)
+	require.EqualValues(t, 300000, c.Servers[0].Limits.TimeoutMSMax)
+	require.Equal(t, protocol.DeterminismIdempotent, c.Servers[0].Tools["trigger-long-running-operation"].Determinism)
+	require.Equal(t, "REMOTE_MCP_TOKEN", c.Servers[1].AuthEnv)
+}
+
+// TestConfigUnknownFieldsBesideTheRest: unknown fields (at any depth, Go's
+// lower-cased names included) and values of the wrong type are violations
+// listed with every other problem of the file, not instead of them.
+func TestConfigUnknownFieldsBesideTheRest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`project: p
+colour: red
+servers:
+  - name: "bad name"
+    command: [x]
+    url: http://x
+    target: echo
+    limits: {timeoutmsdefault: 5}
+    tools: {t: {skip: true, why: no}}
+  - name: b
+    url: http://y
+    restart_min_ms: soon
+    name: b2
+`), 0o600))
+	_, err := LoadConfig(path)
+	e, ok := protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	fields := map[string]string{}
+	for _, v := range e.Violations {
+		fields[v.Field] = v.Code
+	}
+	require.Equal(t, map[string]string{
+		"colour":                             protocol.VInvalidValue,
+		"servers[0].name":                    protocol.VInvalidToken,
+		"servers[0].url":                     protocol.VInvalidValue,
+		"servers[0].target":                  protocol.VReserved,
+		"servers[0].limits.timeoutmsdefault": protocol.VInvalidValue,
+		"servers[0].tools.t.why":             protocol.VInvalidValue,
+		"servers[1].restart_min_ms":          protocol.VInvalidType,
+		"servers[1].name":                    protocol.VDuplicate,
+	}, fields)
 }

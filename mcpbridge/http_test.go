@@ -141,3 +141,59 @@ func TestStreamableHTTPServerRestart(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond, "served again after the reconnect")
 	require.Contains(t, r.logs.String(), "MCP server restarted")
 }
+
+// TestServerUnreachableAtStart: a server nobody answers at start does not
+// fail the bridge: the other servers serve, it is retried with backoff
+// (logged), its tools registered earlier fail fast with
+// S-TOOL-UNAVAILABLE meanwhile, and once it answers its tools are
+// registered and served. With FailUnreachable (the standalone bridge)
+// Start fails with ErrServerUnreachable instead.
+func TestServerUnreachableAtStart(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "late", Version: "1.0.0"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "ping", InputSchema: map[string]any{"type": "object"}, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	late := ServerConfig{Name: "late", URL: "http://" + addr, RestartMinMS: 100, RestartMaxMS: 500, ConnectTimeoutMS: 5000}
+	// fresh has no tool registered by an earlier run: the ledger keeps no
+	// consumer for its target until its first listing.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	freshAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	fresh := ServerConfig{Name: "fresh", URL: "http://" + freshAddr, RestartMinMS: 100, RestartMaxMS: 500, ConnectTimeoutMS: 5000}
+
+	r := newRig(t)
+	strict, err := New(&Config{Project: "proj", Servers: []ServerConfig{late}}, Deps{Registrar: r.L, Ledger: r.ledgerFor, Logger: r.logger(), FailUnreachable: true})
+	require.NoError(t, err)
+	err = strict.Start(ledgertest.Ctx(t))
+	require.ErrorIs(t, err, ErrServerUnreachable)
+
+	// A registration of an earlier run is kept.
+	_, err = r.L.RegisterTool(ledgertest.Ctx(t), &protocol.ToolDefinition{ProjectID: "proj", ToolName: "late_ping", Parameters: []byte(`{"type":"object"}`),
+		TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.mcp_late", AfterExecution: protocol.AfterSuspend, Determinism: protocol.DeterminismPure})
+	require.NoError(t, err)
+	b := r.start(t, late, fresh, fakeCommand(t))
+	require.Contains(t, b.Tools()["fake"], "ok", "the other server serves")
+	require.Empty(t, b.Tools()["late"])
+	require.Equal(t, "ok from bad", decodeResult(t, r.result(t, r.dispatch(t, "ok", "mcp_fake", `{}`, 0))).Content[0]["text"])
+	tr := r.result(t, r.dispatch(t, "late_ping", "mcp_late", `{}`, 0))
+	require.Equal(t, protocol.StatusFailed, tr.Status)
+	require.Equal(t, protocol.CodeToolUnavailable, errDetail(t, tr).TaxonomyCode)
+	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), "MCP server restart failed") }, time.Minute, 20*time.Millisecond)
+
+	for _, a := range []string{addr, freshAddr} {
+		l, err := net.Listen("tcp", a)
+		require.NoError(t, err)
+		hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}
+		go func() { _ = hs.Serve(l) }()
+		t.Cleanup(func() { _ = hs.Close() })
+	}
+	require.Eventually(t, func() bool { return len(b.Tools()["late"]) == 1 && len(b.Tools()["fresh"]) == 1 }, time.Minute, 50*time.Millisecond, "registered once it answers")
+	require.Equal(t, "pong", decodeResult(t, r.result(t, r.dispatch(t, "late_ping", "mcp_late", `{}`, 0))).Content[0]["text"])
+	require.Equal(t, "pong", decodeResult(t, r.result(t, r.dispatch(t, "fresh_ping", "mcp_fresh", `{}`, 0))).Content[0]["text"])
+}

@@ -64,9 +64,10 @@ func TestServerEverything(t *testing.T) {
 	require.NotEmpty(t, ref["data"], "a tiny image fits max_inline_bytes")
 
 	long := decodeResult(t, r.result(t, r.dispatch(t, "trigger-long-running-operation", "mcp_everything", `{"duration":2,"steps":4}`, 0)))
-	// The notifications that came before the result (the SDK may hand
-	// over the last one after it).
+	// Every notification that came before the result is handed over
+	// before it is written: the last step is kept.
 	require.NotEmpty(t, long.Progress, "progress recorded")
+	require.EqualValues(t, 4, long.Progress[len(long.Progress)-1].Progress, "the latest step always: %+v", long.Progress)
 	prev := 0.0
 	for _, p := range long.Progress {
 		require.Greater(t, p.Progress, prev, "in order")
@@ -104,7 +105,7 @@ func (r *rig) inFlight(b *Bridge, name string) bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, c := range s.calls {
-			if len(c.ProgressLog()) > 0 {
+			if len(c.call.ProgressLog()) > 0 {
 				return true
 			}
 		}

@@ -30,13 +30,19 @@ import (
 type server struct {
 	b   *Bridge
 	cfg *ServerConfig
-	ex  *executor.Executor
+
+	// exMu guards ex, the executor of the target (nil until started).
+	exMu sync.Mutex
+	ex   *executor.Executor
 
 	mu    sync.Mutex
 	sess  *mcp.ClientSession
 	names map[string]string // ledger tool name -> MCP tool name
 	// calls maps the progress token of each call in flight to it.
-	calls map[string]*executor.Call
+	calls map[string]*inflight
+	// progressed is closed (and replaced) when a call's progress was
+	// handed to it: settleProgress waits on it.
+	progressed chan struct{}
 
 	// cmd is the stdio server's process of the latest connection.
 	cmd *exec.Cmd
@@ -46,26 +52,64 @@ type server struct {
 }
 
 func newServer(b *Bridge, cfg *ServerConfig) *server {
-	return &server{b: b, cfg: cfg, names: map[string]string{}, calls: map[string]*executor.Call{}, relist: make(chan struct{}, 1)}
+	return &server{b: b, cfg: cfg, names: map[string]string{}, calls: map[string]*inflight{}, progressed: make(chan struct{}), relist: make(chan struct{}, 1)}
 }
 
-// start connects, registers the tools, starts the executor on the
-// target's consumer and supervises the session.
+// inflight is a call in flight and its progress notifications: seen on
+// the wire, handed over by the SDK (both under server.mu).
+type inflight struct {
+	call          *executor.Call
+	seen, handled int
+}
+
+// start connects and registers the tools (or, when the server cannot be
+// reached and the bridge is not strict, leaves that to supervise), starts
+// the executor on the target's consumer and supervises the session. The
+// ledger keeps that consumer only for a target some registered tool has:
+// when none has yet (the server was never listed), the executor starts
+// once supervise has registered the tools.
 func (s *server) start(ctx, runCtx context.Context) error {
-	sess, err := s.connect(ctx)
+	sess, err := s.connectAndRegister(ctx)
 	if err != nil {
-		return err
-	}
-	if err := s.register(ctx, sess); err != nil {
-		_ = sess.Close()
-		return err
+		if s.b.deps.FailUnreachable || ctx.Err() != nil {
+			return err
+		}
+		s.b.log.Warn("MCP server unreachable at start; retrying with backoff", "server", s.cfg.Name, "err", err, "backoff", time.Duration(s.cfg.RestartMinMS)*time.Millisecond)
+		sess = nil
 	}
 	s.mu.Lock()
 	s.sess = sess
 	s.mu.Unlock()
+	if err := s.startExecutor(ctx); err != nil {
+		if e, ok := protocol.AsError(err); !ok || sess != nil || e.Code != protocol.CodeNotFound {
+			s.closeSession()
+			return err
+		}
+		s.b.log.Info("MCP server's executor waits for its tools' first registration", "server", s.cfg.Name, "target", s.cfg.Target)
+	}
+	s.b.wg.Add(2)
+	go func() { defer s.b.wg.Done(); s.supervise(runCtx, sess) }()
+	go func() { defer s.b.wg.Done(); s.relister(runCtx) }()
+	return nil
+}
+
+// errStopping: the bridge is stopping, no executor starts.
+var errStopping = errors.New("mcpbridge: stopping")
+
+// startExecutor starts the executor on the target's consumer unless it
+// runs already. exMu is held throughout, so that Stop either sees the
+// executor or keeps it from starting.
+func (s *server) startExecutor(ctx context.Context) error {
+	s.exMu.Lock()
+	defer s.exMu.Unlock()
+	if s.ex != nil {
+		return nil
+	}
+	if s.b.stopping.Load() {
+		return errStopping
+	}
 	l, nc, err := s.b.deps.Ledger(s.cfg.Target)
 	if err != nil {
-		s.closeSession()
 		return fmt.Errorf("ledger for target %s: %w", s.cfg.Target, err)
 	}
 	ecfg := s.b.deps.Executor
@@ -75,22 +119,41 @@ func (s *server) start(ctx, runCtx context.Context) error {
 	}
 	ex, err := executor.New(l, nc, ecfg)
 	if err != nil {
-		s.closeSession()
 		return err
 	}
 	if err := ex.Register(s.cfg.Target, s, nil); err != nil {
-		s.closeSession()
 		return err
 	}
 	if err := ex.Start(ctx); err != nil {
-		s.closeSession()
 		return err
 	}
 	s.ex = ex
-	s.b.wg.Add(2)
-	go func() { defer s.b.wg.Done(); s.supervise(runCtx, sess) }()
-	go func() { defer s.b.wg.Done(); s.relister(runCtx) }()
 	return nil
+}
+
+// stopExecutor drains the executor, if it runs.
+func (s *server) stopExecutor(ctx context.Context) {
+	s.exMu.Lock()
+	ex := s.ex
+	s.exMu.Unlock()
+	if ex != nil {
+		ex.Stop(ctx)
+	}
+}
+
+// connectAndRegister connects to the server and registers its tools. A
+// server that cannot be started, reached, initialized or listed is
+// ErrServerUnreachable; what the ledger does not do is not.
+func (s *server) connectAndRegister(ctx context.Context) (*mcp.ClientSession, error) {
+	sess, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrServerUnreachable, err)
+	}
+	if err := s.register(ctx, sess); err != nil {
+		_ = sess.Close()
+		return nil, err
+	}
+	return sess, nil
 }
 
 // connect starts (stdio) or reaches (HTTP) the server and initializes a
@@ -106,19 +169,20 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		// The server's diagnostics go to the bridge's standard error,
 		// never into the ledger.
 		cmd.Stderr = os.Stderr
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		t = &stdioTransport{cmd: cmd, saw: s.sawProgress, terminate: 2 * time.Second}
 		s.mu.Lock()
 		s.cmd = cmd
 		s.mu.Unlock()
 	} else {
-		hc := &http.Client{}
+		var rt http.RoundTripper = http.DefaultTransport
 		if s.cfg.AuthEnv != "" {
 			v, ok := s.b.deps.LookupEnv(s.cfg.AuthEnv)
 			if !ok || v == "" {
 				return nil, fmt.Errorf("auth_env %s is unset or empty", s.cfg.AuthEnv)
 			}
-			hc.Transport = &authTransport{header: s.cfg.AuthHeader, value: v, next: http.DefaultTransport}
+			rt = &authTransport{header: s.cfg.AuthHeader, value: v, next: rt}
 		}
+		hc := &http.Client{Transport: &progressTransport{saw: s.sawProgress, next: rt}}
 		// The SDK's own reconnects (5) ride out a dropped event stream;
 		// a server gone for longer ends the session, and supervise
 		// restarts it.
@@ -168,26 +232,29 @@ func (a *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // supervise waits for the session to end and restarts the server with
-// backoff; while it is down the session is nil and calls fail fast.
+// backoff; while it is down the session is nil and calls fail fast. A nil
+// sess (unreachable at start) starts with the restarts.
 func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 	minB := time.Duration(s.cfg.RestartMinMS) * time.Millisecond
 	maxB := time.Duration(s.cfg.RestartMaxMS) * time.Millisecond
 	wait := minB
 	for {
-		up := time.Now()
-		err := sess.Wait()
-		s.mu.Lock()
-		if s.sess == sess {
-			s.sess = nil
+		if sess != nil {
+			up := time.Now()
+			err := sess.Wait()
+			s.mu.Lock()
+			if s.sess == sess {
+				s.sess = nil
+			}
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(up) > maxB {
+				wait = minB
+			}
+			s.b.log.Warn("MCP server down; restarting", "server", s.cfg.Name, "err", err, "backoff", wait)
 		}
-		s.mu.Unlock()
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(up) > maxB {
-			wait = minB
-		}
-		s.b.log.Warn("MCP server down; restarting", "server", s.cfg.Name, "err", err, "backoff", wait)
 		for {
 			t := time.NewTimer(wait)
 			select {
@@ -197,12 +264,7 @@ func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 			case <-t.C:
 			}
 			wait = min(2*wait, maxB)
-			next, err := s.connect(ctx)
-			if err == nil {
-				if err = s.register(ctx, next); err != nil {
-					_ = next.Close()
-				}
-			}
+			next, err := s.connectAndRegister(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -214,8 +276,16 @@ func (s *server) supervise(ctx context.Context, sess *mcp.ClientSession) {
 			s.sess = next
 			s.mu.Unlock()
 			if ctx.Err() != nil {
-				_ = next.Close()
+				s.closeSession()
 				return
+			}
+			if err := s.startExecutor(ctx); err != nil {
+				s.closeSession()
+				if ctx.Err() != nil || errors.Is(err, errStopping) {
+					return
+				}
+				s.b.log.Warn("MCP server up but its executor did not start; retrying", "server", s.cfg.Name, "err", err, "backoff", wait)
+				continue
 			}
 			s.b.log.Info("MCP server restarted", "server", s.cfg.Name)
 			sess = next
@@ -280,7 +350,8 @@ func (s *server) toolNames() []string {
 
 // register lists the server's tools and registers each (a definition that
 // did not change writes nothing; a changed one is a new version). A tool
-// whose name cannot be a ledger tool's is skipped with a logged reason.
+// whose name cannot be a ledger tool's, or that was listed already, is
+// skipped with a logged reason.
 func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(s.cfg.ConnectTimeoutMS)*time.Millisecond)
 	defer cancel()
@@ -289,7 +360,7 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 	for {
 		res, err := sess.ListTools(cctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
-			return fmt.Errorf("tools/list: %w", err)
+			return fmt.Errorf("%w: tools/list: %w", ErrServerUnreachable, err)
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
@@ -305,8 +376,16 @@ func (s *server) register(ctx context.Context, sess *mcp.ClientSession) error {
 		}
 	}
 	names := map[string]string{}
+	listed := map[string]bool{}
 	for _, t := range tools {
 		name := *s.cfg.Prefix + t.Name
+		// A name listed twice: the first listed is kept, every time, so a
+		// listing does not register two versions in turn.
+		if listed[t.Name] {
+			s.b.log.Warn("MCP tool not registered", "server", s.cfg.Name, "mcp_tool", t.Name, "tool", name, "reason", "listed twice by tools/list; the first listed is registered")
+			continue
+		}
+		listed[t.Name] = true
 		if reason := s.skipReason(t, name); reason != "" {
 			s.b.log.Warn("MCP tool not registered", "server", s.cfg.Name, "mcp_tool", t.Name, "tool", name, "reason", reason)
 			continue
@@ -396,11 +475,17 @@ func (s *server) definition(t *mcp.Tool, name, version string) (*protocol.ToolDe
 func (s *server) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 	tok := fmt.Sprint(req.Params.ProgressToken)
 	s.mu.Lock()
-	call := s.calls[tok]
+	c := s.calls[tok]
 	s.mu.Unlock()
-	if call != nil {
-		call.Progress(executor.Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+	if c == nil {
+		return
 	}
+	c.call.Progress(executor.Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
+	s.mu.Lock()
+	c.handled++
+	close(s.progressed)
+	s.progressed = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // Run implements executor.Tool: one tools/call under the call's deadline.
@@ -409,15 +494,17 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	mcpName, ok := s.names[call.ToolName]
 	sess := s.sess
 	s.mu.Unlock()
-	if !ok {
-		return executor.Terminal(executor.CodeUnknownTool, fmt.Sprintf("MCP server %s does not list tool %s (any more)", s.cfg.Name, call.ToolName), "register the tool again, or call one the server lists")
-	}
+	// Down first: a tool registered by an earlier run is not known to a
+	// server not yet listed, and is not unknown for that.
 	if sess == nil {
 		return executor.Retryable(protocol.CodeToolUnavailable, fmt.Sprintf("MCP server %s is down (restarting)", s.cfg.Name), 0)
 	}
+	if !ok {
+		return executor.Terminal(executor.CodeUnknownTool, fmt.Sprintf("MCP server %s does not list tool %s (any more)", s.cfg.Name, call.ToolName), "register the tool again, or call one the server lists")
+	}
 	tok := s.cfg.Name + "-" + strconv.FormatUint(s.tokens.Add(1), 10)
 	s.mu.Lock()
-	s.calls[tok] = call
+	s.calls[tok] = &inflight{call: call}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -429,6 +516,12 @@ func (s *server) Run(ctx context.Context, call *executor.Call) executor.Outcome 
 	// Canceling ctx (the worker's cancel, the deadline) makes the SDK send
 	// notifications/cancelled.
 	res, err := sess.CallTool(ctx, params)
+	var werr *jsonrpc.Error
+	if err == nil || errors.As(err, &werr) && werr.Code != codeRejectedByTransport {
+		// The server answered: what it sent before is handed over first.
+		// A lost session hands nothing more over; no wait then.
+		s.settleProgress(ctx, tok)
+	}
 	if err != nil {
 		return s.callError(ctx, call, err)
 	}

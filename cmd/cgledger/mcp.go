@@ -106,6 +106,9 @@ admin credential of the project's ledger).`)
 		},
 		Executor: executor.Config{SourceID: *sourceID, Logger: log, CardIDKey: cardKey},
 		Logger:   log,
+		// A process of its own for its servers: a server that cannot be
+		// reached at start is said at once (exit 3), for its supervisor.
+		FailUnreachable: true,
 	})
 	if err != nil {
 		return failf(exitUsage, "mcp bridge: %v", describe(err))
@@ -116,7 +119,11 @@ admin credential of the project's ledger).`)
 	err = b.Start(sctx)
 	cancel()
 	if err != nil {
-		return failf(exitFor(err), "mcp bridge: %v", err)
+		code := exitFor(err)
+		if errors.Is(err, mcpbridge.ErrServerUnreachable) {
+			code = exitUnreachable
+		}
+		return failf(code, "mcp bridge: %v", err)
 	}
 	for name, tools := range b.Tools() {
 		log.Info("serving MCP server", "server", name, "tools", len(tools))
