@@ -426,24 +426,120 @@ func expectOneReport(es []protocol.Entry, want string, byLedgerOK bool) (protoco
 	return re, seen, append(problems, refusals(es)...)
 }
 
-func (r *runner) caseNormal(ctx context.Context) (CaseResult, error) {
-	cr := r.newCall(CaseNormal, 0)
-	exp := fmt.Sprintf("one report, status %s, by the service; the command acknowledged", r.f.Normal.Status)
-	if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
-		return CaseResult{}, err
+// exchange is one call of a case: what it sends and the answer it expects.
+type exchange struct {
+	kase string
+	// n numbers the case's calls as in newCall.
+	n    int
+	args map[string]any
+	// timeoutMS is the dispatch's timeout_ms (0: the fixture's).
+	timeoutMS int64
+	// waitMS is the deadline the answer is waited for by (0: timeoutMS).
+	waitMS int64
+	mod    func(*protocol.DispatchRequest)
+	// status and byLedgerOK are expectOneReport's want and byLedgerOK.
+	status     string
+	byLedgerOK bool
+}
+
+// normalCall is the fixture's normal call, answered with status (any when
+// empty).
+func (r *runner) normalCall(kase, status string) exchange {
+	return exchange{kase: kase, args: r.f.Normal.Args, timeoutMS: r.f.Normal.TimeoutMS, status: status}
+}
+
+// longCall is the fixture's long call with a budget to run to its end,
+// answered with status (any when empty).
+func (r *runner) longCall(kase, status string) exchange {
+	return exchange{kase: kase, args: r.f.Long.Args, timeoutMS: r.longBudget(), status: status}
+}
+
+// send dispatches the exchange's call.
+func (r *runner) send(ctx context.Context, x exchange) (*callRef, error) {
+	cr := r.newCall(x.kase, x.n)
+	if err := r.dispatch(ctx, cr, x.args, x.timeoutMS, x.mod); err != nil {
+		return nil, err
 	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
+	return cr, nil
+}
+
+// answer is a call's answer as a case judges it.
+type answer struct {
+	cr       *callRef
+	es       []protocol.Entry
+	re       protocol.ReportEntry
+	seen     string
+	problems []string
+}
+
+// await waits until the call is settled up to upTo and judges its answer
+// as x expects; a note of settled's follows expectOneReport's problems.
+func (r *runner) await(ctx context.Context, cr *callRef, x exchange, upTo uint64) (*answer, error) {
+	wait := x.waitMS
+	if wait == 0 {
+		wait = x.timeoutMS
+	}
+	es, note, err := r.settled(ctx, cr, wait, upTo)
 	if err != nil {
-		return CaseResult{}, err
+		return nil, err
 	}
-	_, seen, problems := expectOneReport(es, r.f.Normal.Status, false)
+	re, seen, problems := expectOneReport(es, x.status, x.byLedgerOK)
 	if note != "" {
 		problems = append(problems, note)
 	}
-	if len(problems) == 0 {
-		r.normal = cr
+	return &answer{cr: cr, es: es, re: re, seen: seen, problems: problems}, nil
+}
+
+// roundTrip sends x's call and judges its answer, once its command is
+// acknowledged.
+func (r *runner) roundTrip(ctx context.Context, x exchange) (*answer, error) {
+	cr, err := r.send(ctx, x)
+	if err != nil {
+		return nil, err
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return r.await(ctx, cr, x, cr.dispatch.CommandSeq)
+}
+
+// awaitCopy appends a copy of the call's command, as a redelivery or a
+// duplicate publish would bring it, and judges the call's answer once the
+// copy too is acknowledged.
+func (r *runner) awaitCopy(ctx context.Context, cr *callRef, x exchange) (*answer, error) {
+	seq, err := r.copyCommand(ctx, x.kase, cr)
+	if err != nil {
+		return nil, err
+	}
+	return r.await(ctx, cr, x, seq)
+}
+
+// fail adds a problem.
+func (a *answer) fail(problem string) { a.problems = append(a.problems, problem) }
+
+// duplicates counts the call's duplicate entries (reports of a second run).
+func (a *answer) duplicates() int { return len(kindOf(a.es, protocol.KindDuplicate)) }
+
+// failOnDuplicates adds the problem format says of n, when the call has n
+// duplicate entries.
+func (a *answer) failOnDuplicates(format string) {
+	if n := a.duplicates(); n > 0 {
+		a.fail(fmt.Sprintf(format, n))
+	}
+}
+
+// verdict is the case's row.
+func (a *answer) verdict(expected string) CaseResult {
+	return verdict(expected, a.seen, a.problems, a.cr.turn)
+}
+
+func (r *runner) caseNormal(ctx context.Context) (CaseResult, error) {
+	exp := fmt.Sprintf("one report, status %s, by the service; the command acknowledged", r.f.Normal.Status)
+	a, err := r.roundTrip(ctx, r.normalCall(CaseNormal, r.f.Normal.Status))
+	if err != nil {
+		return CaseResult{}, err
+	}
+	if len(a.problems) == 0 {
+		r.normal = a.cr
+	}
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseStatus(ctx context.Context, status string) (CaseResult, error) {
@@ -455,61 +551,46 @@ func (r *runner) caseStatus(ctx context.Context, status string) (CaseResult, err
 	if !ok {
 		return na(exp, "the fixture declares no call that ends "+status), nil
 	}
-	cr := r.newCall(caseStatusPrefix+status, 0)
-	if err := r.dispatch(ctx, cr, c.Args, c.TimeoutMS, nil); err != nil {
-		return CaseResult{}, err
-	}
-	es, note, err := r.settled(ctx, cr, c.TimeoutMS, cr.dispatch.CommandSeq)
+	a, err := r.roundTrip(ctx, exchange{kase: caseStatusPrefix + status, args: c.Args, timeoutMS: c.TimeoutMS,
+		status: status, byLedgerOK: status == protocol.StatusTimeout})
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, status, status == protocol.StatusTimeout)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseMetadata(ctx context.Context) (CaseResult, error) {
 	exp := "the result card's metadata equal to the tool.call card's (unicode, <&>, U+2028)"
-	cr := r.newCall(CaseMetadata, 0)
-	err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, func(d *protocol.DispatchRequest) {
+	x := r.normalCall(CaseMetadata, "")
+	x.mod = func(d *protocol.DispatchRequest) {
 		d.Card.Metadata = protocol.CardMetadata{TraceID: metadataTraceWithSpecial, ParentStepID: "<parent>&\u2028", StepID: "step\u00e9"}
 		d.Identity.StepID = ""
-	})
+	}
+	a, err := r.roundTrip(ctx, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
-	if err != nil {
-		return CaseResult{}, err
-	}
-	re, seen, problems := expectOneReport(es, "", false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if re.ToolResultCardID != "" {
-		cards, missing, err := r.c.GetCards(ctx, r.cfg.Project, []string{cr.cardID, re.ToolResultCardID})
+	if a.re.ToolResultCardID != "" {
+		cards, missing, err := r.c.GetCards(ctx, r.cfg.Project, []string{a.cr.cardID, a.re.ToolResultCardID})
 		switch {
 		case err != nil:
 			return CaseResult{}, fmt.Errorf("read cards: %w", err)
 		case len(missing) > 0 || len(cards) != 2:
-			problems = append(problems, fmt.Sprintf("cards missing: %v", missing))
+			a.fail(fmt.Sprintf("cards missing: %v", missing))
 		default:
 			want, got := cards[0].Card.Metadata, cards[1].Card.Metadata
 			if got != want {
-				problems = append(problems, fmt.Sprintf("result card metadata %+q, want %+q", got, want))
+				a.fail(fmt.Sprintf("result card metadata %+q, want %+q", got, want))
 			} else {
-				seen += "; metadata copied verbatim"
+				a.seen += "; metadata copied verbatim"
 			}
 		}
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseTraceparent(ctx context.Context) (CaseResult, error) {
 	exp := "the report's traceparent in the dispatch's trace, with a span of its own (a child span)"
-	cr := r.newCall(CaseTraceparent, 0)
 	var tid [16]byte
 	var sid [8]byte
 	_, _ = rand.Read(tid[:])
@@ -517,59 +598,44 @@ func (r *runner) caseTraceparent(ctx context.Context) (CaseResult, error) {
 	tid[0] |= 1
 	sid[0] |= 1
 	trace, span := hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
-	err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, func(d *protocol.DispatchRequest) {
-		d.Identity.Traceparent = "00-" + trace + "-" + span + "-01"
-	})
+	x := r.normalCall(CaseTraceparent, "")
+	x.mod = func(d *protocol.DispatchRequest) { d.Identity.Traceparent = "00-" + trace + "-" + span + "-01" }
+	a, err := r.roundTrip(ctx, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
-	if err != nil {
-		return CaseResult{}, err
-	}
-	_, seen, problems := expectOneReport(es, "", false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if reps := kindOf(es, protocol.KindReport); len(reps) == 1 {
+	if reps := kindOf(a.es, protocol.KindReport); len(reps) == 1 {
 		tp := nats.Header(reps[0].Headers).Get(protocol.HeaderTraceparent)
 		parts := strings.Split(tp, "-")
 		switch {
 		case tp == "":
-			problems = append(problems, "the report carries no traceparent")
+			a.fail("the report carries no traceparent")
 		case len(parts) != 4 || parts[1] != trace:
-			problems = append(problems, fmt.Sprintf("report traceparent %q is not in trace %s", tp, trace))
+			a.fail(fmt.Sprintf("report traceparent %q is not in trace %s", tp, trace))
 		case parts[2] == span:
-			problems = append(problems, fmt.Sprintf("report traceparent %q has the dispatch's own span id: no child span", tp))
+			a.fail(fmt.Sprintf("report traceparent %q has the dispatch's own span id: no child span", tp))
 		default:
-			seen += "; traceparent " + tp
+			a.seen += "; traceparent " + tp
 		}
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseAfterExecution(ctx context.Context) (CaseResult, error) {
 	exp := "the report's after_execution is the command's (terminate), never rewritten"
-	cr := r.newCall(CaseAfterExecution, 0)
-	cr.after = protocol.AfterTerminate
-	if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
-		return CaseResult{}, err
-	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
+	x := r.normalCall(CaseAfterExecution, "")
+	x.mod = func(d *protocol.DispatchRequest) { d.Payload.AfterExecution = protocol.AfterTerminate }
+	a, err := r.roundTrip(ctx, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	re, seen, problems := expectOneReport(es, "", false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if re.Status != "" {
-		seen += "; after_execution " + re.AfterExecution
-		if re.AfterExecution != protocol.AfterTerminate {
-			problems = append(problems, "after_execution "+re.AfterExecution+", want terminate")
+	if a.re.Status != "" {
+		a.seen += "; after_execution " + a.re.AfterExecution
+		if a.re.AfterExecution != protocol.AfterTerminate {
+			a.fail("after_execution " + a.re.AfterExecution + ", want terminate")
 		}
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 // caseBadCommand sends a command no dispatch would publish, naming a call
@@ -745,61 +811,43 @@ func (r *runner) caseRedeliveryBefore(ctx context.Context) (CaseResult, error) {
 	if r.det == protocol.DeterminismSideEffectful {
 		return na(exp, "a side_effectful tool's copy meets the open attempt (side_effect_reconcile covers it)"), nil
 	}
-	cr := r.newCall(CaseRedeliveryBefore, 0)
-	tmo := r.longBudget()
-	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
+	x := r.longCall(CaseRedeliveryBefore, protocol.StatusSuccess)
+	cr, err := r.send(ctx, x)
+	if err != nil {
 		return CaseResult{}, err
 	}
 	if ok, err := r.delivered(ctx, cr.dispatch.CommandSeq); err != nil || !ok {
 		return verdict(exp, "", []string{"the command was never delivered to a consumer of the tool"}, cr.turn), err
 	}
-	seq, err := r.copyCommand(ctx, CaseRedeliveryBefore, cr)
+	a, err := r.awaitCopy(ctx, cr, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	es, note, err := r.settled(ctx, cr, tmo, seq)
-	if err != nil {
-		return CaseResult{}, err
-	}
-	_, seen, problems := expectOneReport(es, protocol.StatusSuccess, false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if n := len(kindOf(es, protocol.KindDuplicate)); n > 0 {
-		problems = append(problems, fmt.Sprintf("%d duplicate report(s): the copy ran the tool again", n))
-	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	a.failOnDuplicates("%d duplicate report(s): the copy ran the tool again")
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseDuplicate(ctx context.Context) (CaseResult, error) {
 	exp := "the same command twice on the stream: one accepted report, no conflicting one, both acknowledged"
-	cr := r.newCall(CaseDuplicateCommand, 0)
-	if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
-		return CaseResult{}, err
-	}
-	seq, err := r.copyCommand(ctx, CaseDuplicateCommand, cr)
+	x := r.normalCall(CaseDuplicateCommand, r.f.Normal.Status)
+	cr, err := r.send(ctx, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, seq)
+	a, err := r.awaitCopy(ctx, cr, x)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, r.f.Normal.Status, false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if n := len(kindOf(es, protocol.KindDuplicate)); n > 0 && r.det == protocol.DeterminismSideEffectful {
-		problems = append(problems, fmt.Sprintf("%d duplicate report(s) of a side_effectful tool: it ran twice", n))
+	if n := a.duplicates(); n > 0 && r.det == protocol.DeterminismSideEffectful {
+		a.fail(fmt.Sprintf("%d duplicate report(s) of a side_effectful tool: it ran twice", n))
 	} else if n > 0 {
-		seen += fmt.Sprintf("; ran twice, answered duplicate (%d)", n)
+		a.seen += fmt.Sprintf("; ran twice, answered duplicate (%d)", n)
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 	exp := "a call canceled before its command reaches the service: reported canceled by the service, the tool not run"
-	cr := r.newCall(CaseCanceled, 0)
 	_, err := r.c.PauseTool(ctx, r.cfg.Actor, protocol.ToolPauseRequest{ProjectID: r.cfg.Project, ToolName: r.f.ToolName, Reason: fmt.Sprintf(conformancePauseReason, r.run)})
 	if e, ok := protocol.AsError(err); ok {
 		return na(exp, "the tool cannot be paused to hold the call ("+string(e.Code)+": "+clip(e.Message, 120)+")"), nil
@@ -816,7 +864,9 @@ func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 		return err
 	}
 	defer func() { _ = resume() }()
-	if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
+	x := r.normalCall(CaseCanceled, protocol.StatusCanceled)
+	cr, err := r.send(ctx, x)
+	if err != nil {
 		return CaseResult{}, err
 	}
 	if _, err := r.c.Cancel(ctx, protocol.CancelRequest{ProjectID: r.cfg.Project, AgentID: r.agent, AgentTurnID: cr.turn, ToolCallID: cr.id, Reason: conformanceCancelReason}); err != nil {
@@ -829,15 +879,11 @@ func (r *runner) caseCanceled(ctx context.Context) (CaseResult, error) {
 	if err != nil {
 		return CaseResult{}, fmt.Errorf("call.get: %w", err)
 	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, rec.CommandSeq)
+	a, err := r.await(ctx, cr, x, rec.CommandSeq)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, protocol.StatusCanceled, false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseCanceledRunning(ctx context.Context) (CaseResult, error) {
@@ -845,9 +891,9 @@ func (r *runner) caseCanceledRunning(ctx context.Context) (CaseResult, error) {
 	if r.f.Long == nil {
 		return na(exp, "the fixture declares no long call"), nil
 	}
-	cr := r.newCall(CaseCanceledRunning, 0)
-	tmo := r.longBudget()
-	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
+	x := r.longCall(CaseCanceledRunning, "")
+	cr, err := r.send(ctx, x)
+	if err != nil {
 		return CaseResult{}, err
 	}
 	if ok, err := r.delivered(ctx, cr.dispatch.CommandSeq); err != nil || !ok {
@@ -859,18 +905,14 @@ func (r *runner) caseCanceledRunning(ctx context.Context) (CaseResult, error) {
 		}
 		// Reported before the cancel arrived: the answer is judged all the same.
 	}
-	es, note, err := r.settled(ctx, cr, tmo, cr.dispatch.CommandSeq)
+	a, err := r.await(ctx, cr, x, cr.dispatch.CommandSeq)
 	if err != nil {
 		return CaseResult{}, err
 	}
-	re, seen, problems := expectOneReport(es, "", false)
-	if note != "" {
-		problems = append(problems, note)
+	if st := a.re.Status; st != "" && st != protocol.StatusCanceled && st != protocol.StatusSuccess {
+		a.fail("status " + st + ": neither canceled nor the long call's success")
 	}
-	if re.Status != "" && re.Status != protocol.StatusCanceled && re.Status != protocol.StatusSuccess {
-		problems = append(problems, "status "+re.Status+": neither canceled nor the long call's success")
-	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseDeadline(ctx context.Context) (CaseResult, error) {
@@ -881,23 +923,14 @@ func (r *runner) caseDeadline(ctx context.Context) (CaseResult, error) {
 	if r.det == protocol.DeterminismSideEffectful {
 		return na(exp, "a side_effectful call past its deadline is outcome_unknown, not timeout"), nil
 	}
-	cr := r.newCall(CaseDeadline, 0)
 	tmo := max(200, r.f.Long.DurationMS/4)
-	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
-		return CaseResult{}, err
-	}
-	es, note, err := r.settled(ctx, cr, tmo+r.f.Long.DurationMS, cr.dispatch.CommandSeq)
+	a, err := r.roundTrip(ctx, exchange{kase: CaseDeadline, args: r.f.Long.Args, timeoutMS: tmo, waitMS: tmo + r.f.Long.DurationMS,
+		status: protocol.StatusTimeout, byLedgerOK: true})
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, protocol.StatusTimeout, true)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	if n := len(kindOf(es, protocol.KindDuplicate)); n > 0 {
-		problems = append(problems, fmt.Sprintf("reported %d more time(s) (duplicate entries)", n))
-	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	a.failOnDuplicates("reported %d more time(s) (duplicate entries)")
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseHeartbeat(ctx context.Context) (CaseResult, error) {
@@ -920,31 +953,22 @@ func (r *runner) caseHeartbeat(ctx context.Context) (CaseResult, error) {
 	if r.f.Long.DurationMS < 2*wait {
 		return na(exp, fmt.Sprintf("the long call (%d ms) is shorter than two ack waits (%d ms)", r.f.Long.DurationMS, 2*wait)), nil
 	}
-	cr := r.newCall(CaseHeartbeat, 0)
-	tmo := r.longBudget()
-	if err := r.dispatch(ctx, cr, r.f.Long.Args, tmo, nil); err != nil {
-		return CaseResult{}, err
-	}
-	es, note, err := r.settled(ctx, cr, tmo, cr.dispatch.CommandSeq)
+	a, err := r.roundTrip(ctx, r.longCall(CaseHeartbeat, protocol.StatusSuccess))
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, protocol.StatusSuccess, false)
-	if note != "" {
-		problems = append(problems, note)
-	}
 	for _, c := range r.obs.consumers {
 		b, ok := before[c.Name]
-		if !ok || c.DeliveredStreamSeq < cr.dispatch.CommandSeq {
+		if !ok || c.DeliveredStreamSeq < a.cr.dispatch.CommandSeq {
 			continue
 		}
 		if n := c.DeliveredConsumerSeq - b.DeliveredConsumerSeq; n != 1 {
-			problems = append(problems, fmt.Sprintf("consumer %s delivered %d time(s) during the call: redelivered for want of in-progress acks", c.Name, n))
+			a.fail(fmt.Sprintf("consumer %s delivered %d time(s) during the call: redelivered for want of in-progress acks", c.Name, n))
 		} else {
-			seen += "; delivered once"
+			a.seen += "; delivered once"
 		}
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 func (r *runner) caseIntent(ctx context.Context) (CaseResult, error) {
@@ -952,30 +976,22 @@ func (r *runner) caseIntent(ctx context.Context) (CaseResult, error) {
 	if r.det != protocol.DeterminismSideEffectful {
 		return na(exp, "the tool is "+r.det+", not side_effectful"), nil
 	}
-	cr := r.newCall(CaseSideEffectIntent, 0)
-	if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
-		return CaseResult{}, err
-	}
-	es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
+	a, err := r.roundTrip(ctx, r.normalCall(CaseSideEffectIntent, r.f.Normal.Status))
 	if err != nil {
 		return CaseResult{}, err
 	}
-	_, seen, problems := expectOneReport(es, r.f.Normal.Status, false)
-	if note != "" {
-		problems = append(problems, note)
-	}
-	atts, reps := kindOf(es, protocol.KindAttempt), kindOf(es, protocol.KindReport)
+	atts, reps := kindOf(a.es, protocol.KindAttempt), kindOf(a.es, protocol.KindReport)
 	switch {
 	case len(atts) == 0:
-		problems = append(problems, "no attempt entry: the tool ran without attempt.start")
+		a.fail("no attempt entry: the tool ran without attempt.start")
 	case len(reps) == 1 && atts[0].Seq > reps[0].Seq:
-		problems = append(problems, "the attempt was recorded after the report")
+		a.fail("the attempt was recorded after the report")
 	case len(atts) > 1:
-		problems = append(problems, fmt.Sprintf("%d attempts for one delivery", len(atts)))
+		a.fail(fmt.Sprintf("%d attempts for one delivery", len(atts)))
 	default:
-		seen += "; attempt recorded first"
+		a.seen += "; attempt recorded first"
 	}
-	return verdict(exp, seen, problems, cr.turn), nil
+	return a.verdict(exp), nil
 }
 
 // reconcileTries bounds the calls the reconcile case dispatches to open an
@@ -988,8 +1004,10 @@ func (r *runner) caseReconcile(ctx context.Context) (CaseResult, error) {
 		return na(exp, "the tool is "+r.det+", not side_effectful"), nil
 	}
 	for try := range reconcileTries {
-		cr := r.newCall(CaseSideEffectReconcile, try+1)
-		if err := r.dispatch(ctx, cr, r.f.Normal.Args, r.f.Normal.TimeoutMS, nil); err != nil {
+		x := r.normalCall(CaseSideEffectReconcile, "")
+		x.n = try + 1
+		cr, err := r.send(ctx, x)
+		if err != nil {
 			return CaseResult{}, err
 		}
 		// Open an attempt as a service that died would leave it, before
@@ -1003,30 +1021,26 @@ func (r *runner) caseReconcile(ctx context.Context) (CaseResult, error) {
 		if !st.Started {
 			continue // the service started first: try again
 		}
-		es, note, err := r.settled(ctx, cr, r.f.Normal.TimeoutMS, cr.dispatch.CommandSeq)
+		a, err := r.await(ctx, cr, x, cr.dispatch.CommandSeq)
 		if err != nil {
 			return CaseResult{}, err
 		}
-		re, seen, problems := expectOneReport(es, "", false)
-		if note != "" {
-			problems = append(problems, note)
-		}
 		var second *protocol.AttemptEntry
-		for _, e := range kindOf(es, protocol.KindAttempt) {
+		for _, e := range kindOf(a.es, protocol.KindAttempt) {
 			var a protocol.AttemptEntry
 			if json.Unmarshal(e.Data, &a) == nil && a.Attempt == 2 {
 				second = &a
 			}
 		}
-		switch {
+		switch re := a.re; {
 		case re.AttemptOutcome == protocol.AttemptReconciled || re.AttemptOutcome == protocol.AttemptOutcomeUnknown:
-			seen += "; attempt_outcome " + re.AttemptOutcome
+			a.seen += "; attempt_outcome " + re.AttemptOutcome
 		case second != nil && second.PreviousOutcome == protocol.AttemptNotDone:
-			seen += "; reconciled not done, ran attempt 2"
+			a.seen += "; reconciled not done, ran attempt 2"
 		case re.Status != "":
-			problems = append(problems, "the tool ran over the open attempt (report without attempt_outcome, no attempt 2 after not_done)")
+			a.fail("the tool ran over the open attempt (report without attempt_outcome, no attempt 2 after not_done)")
 		}
-		return verdict(exp, seen, problems, cr.turn), nil
+		return a.verdict(exp), nil
 	}
 	return na(exp, fmt.Sprintf("the service started its attempt before the checker could open one, %d times", reconcileTries)), nil
 }

@@ -15,9 +15,7 @@ import (
 // TestConfigListsEveryViolation: a bad configuration is refused with every
 // problem, by field; a good one gets its defaults.
 func TestConfigListsEveryViolation(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.yaml")
-	require.NoError(t, os.WriteFile(bad, []byte(`project: "bad project"
+	fields := configViolations(t, `project: "bad project"
 servers:
   - name: a
     command: [x]
@@ -31,14 +29,7 @@ servers:
   - name: c
     target: mcp_a
     url: http://x
-`), 0o600))
-	_, err := LoadConfig(bad)
-	e, ok := protocol.AsError(err)
-	require.True(t, ok, "%v", err)
-	fields := map[string]string{}
-	for _, v := range e.Violations {
-		fields[v.Field] = v.Code
-	}
+`)
 	require.Equal(t, map[string]string{
 		"project":                        protocol.VInvalidToken,
 		"servers[0].url":                 protocol.VInvalidValue,
@@ -50,14 +41,10 @@ servers:
 		"servers[2].target":              protocol.VInvalidValue,
 	}, fields)
 
-	unknown := filepath.Join(dir, "unknown.yaml")
-	require.NoError(t, os.WriteFile(unknown, []byte("project: p\nservers: [{name: a, command: [x], colour: red}]\n"), 0o600))
-	_, err = LoadConfig(unknown)
+	_, err := LoadConfig(writeConfig(t, "project: p\nservers: [{name: a, command: [x], colour: red}]\n"))
 	require.ErrorContains(t, err, "colour")
 
-	good := filepath.Join(dir, "good.yaml")
-	require.NoError(t, os.WriteFile(good, []byte("project: p\nservers: [{name: a, command: [x]}]\n"), 0o600))
-	c, err := LoadConfig(good)
+	c, err := LoadConfig(writeConfig(t, "project: p\nservers: [{name: a, command: [x]}]\n"))
 	require.NoError(t, err)
 	s := c.Servers[0]
 	require.Equal(t, "mcp_a", s.Target)
@@ -113,9 +100,7 @@ func TestConfigDocsExample(t *testing.T) {
 	require.NotEqual(t, -1, start)
 	s = s[start+len("### Configuration\n\n```yaml\n"):]
 	s = s[:strings.Index(s, "```")]
-	path := filepath.Join(t.TempDir(), "bridge.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
-	c, err := LoadConfig(path)
+	c, err := LoadConfig(writeConfig(t, s))
 	require.NoError(t, err)
 	require.EqualValues(t, 30000, c.Servers[0].Limits.TimeoutMSDefault)
 	require.EqualValues(t, 300000, c.Servers[0].Limits.TimeoutMSMax)
@@ -127,8 +112,7 @@ func TestConfigDocsExample(t *testing.T) {
 // lower-cased names included) and values of the wrong type are violations
 // listed with every other problem of the file, not instead of them.
 func TestConfigUnknownFieldsBesideTheRest(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bad.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(`project: p
+	fields := configViolations(t, `project: p
 colour: red
 servers:
   - name: "bad name"
@@ -141,14 +125,7 @@ servers:
     url: http://y
     restart_min_ms: soon
     name: b2
-`), 0o600))
-	_, err := LoadConfig(path)
-	e, ok := protocol.AsError(err)
-	require.True(t, ok, "%v", err)
-	fields := map[string]string{}
-	for _, v := range e.Violations {
-		fields[v.Field] = v.Code
-	}
+`)
 	require.Equal(t, map[string]string{
 		"colour":                             protocol.VInvalidValue,
 		"servers[0].name":                    protocol.VInvalidToken,
@@ -159,4 +136,26 @@ servers:
 		"servers[1].restart_min_ms":          protocol.VInvalidType,
 		"servers[1].name":                    protocol.VDuplicate,
 	}, fields)
+}
+
+// writeConfig writes a bridge configuration file and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	return path
+}
+
+// configViolations loads a configuration that must be refused with a
+// protocol error and returns its violations' codes by field.
+func configViolations(t *testing.T, yaml string) map[string]string {
+	t.Helper()
+	_, err := LoadConfig(writeConfig(t, yaml))
+	e, ok := protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	fields := map[string]string{}
+	for _, v := range e.Violations {
+		fields[v.Field] = v.Code
+	}
+	return fields
 }
