@@ -39,6 +39,7 @@ const (
 	dropsTraceparent    flaw = "reports without a traceparent"
 	acksMalformed       flaw = "acknowledges a malformed command without command.reject"
 	dropsCanceledRun    flaw = "stops a call canceled while it runs without reporting it"
+	reportsEveryTwice   flaw = "sends every report twice"
 )
 
 // toolService is a tool service in another process as docs/protocol.md
@@ -182,7 +183,7 @@ func (s *toolService) serve(ctx context.Context, msg jetstream.Msg) error {
 	if err := s.answer(ctx, sub, id, p, card.Card.Metadata, status, ""); err != nil {
 		return err
 	}
-	if status == protocol.StatusTimeout && s.flaw == reportsTwiceTimeout {
+	if (status == protocol.StatusTimeout && s.flaw == reportsTwiceTimeout) || s.flaw == reportsEveryTwice {
 		return s.answer(ctx, sub, id, p, card.Card.Metadata, status, "")
 	}
 	return nil
@@ -352,6 +353,18 @@ func TestBrokenToolServiceFailsItsCase(t *testing.T) {
 			require.False(t, rep.OK())
 		})
 	}
+}
+
+// TestAReportSentTwiceIsShown: a service that sends each report twice (the
+// protocol lets it retry a report) still has one accepted report, so the
+// normal case passes, and its row names the duplicate.
+func TestAReportSentTwiceIsShown(t *testing.T) {
+	r := newServiceRig(t)
+	startToolService(t, r, "svc", protocol.DeterminismPure, reportsEveryTwice)
+	rep := run(t, r, fixture(t, "svc", svcFixture), conformance.CaseNormal)
+	require.Empty(t, failed(rep))
+	require.Len(t, rep.Cases, 1)
+	require.Contains(t, rep.Cases[0].Seen, "reported 1 more time(s) (duplicate entries)")
 }
 
 // sideEffectRuns runs the side-effect cases against a side_effectful
