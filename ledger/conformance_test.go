@@ -98,8 +98,8 @@ func TestConformanceCommandRefusals(t *testing.T) {
 	sort.Strings(got)
 	require.Equal(t, []string{
 		"body.case required", "body.extra invalid_value",
-		"body.headers invalid_value",
 		"body.headers.CG-Conformance forbidden", "body.headers.CG-Entry-Kind forbidden", "body.headers.CG-Idempotency-Key forbidden", "body.headers.Nats-Msg-Id forbidden",
+		"body.headers.bad name invalid_value",
 		"body.payload required", "body.run invalid_token", "body.subject invalid_subject",
 	}, got)
 

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -105,6 +106,11 @@ type ConformanceConsumer struct {
 	AckWaitMS            int64  `json:"ack_wait_ms"`
 }
 
+// conformanceBodySlack is what a conformance.command body may hold besides
+// its payload: the headers at their limit, the other members and JSON
+// escaping of both.
+const conformanceBodySlack = 2*MaxHeaderBytes + 8<<10
+
 // conformanceReserved are header names a conformance command may not
 // carry: the ledger sets them (or they are JetStream's).
 var conformanceReserved = []string{HeaderEntryKind, HeaderConformance, HeaderConformanceCase, HeaderActor, HeaderTime,
@@ -115,10 +121,18 @@ var conformanceReserved = []string{HeaderEntryKind, HeaderConformance, HeaderCon
 func ParseConformanceCommand(data []byte) (ConformanceCommandRequest, Violations) {
 	var r ConformanceCommandRequest
 	var vs Violations
-	o, ok := ParseObject("body", data, &vs, "payload")
+	// The payload has the limit of a command's payload, so the body around
+	// it may pass MaxRequestBytes by its headers and members: a payload
+	// too large is then named as such, on body.payload.
+	if len(data) > MaxRequestBytes+conformanceBodySlack {
+		vs.Add("body", VTooLarge, "is %d bytes; the limit is %d", len(data), MaxRequestBytes+conformanceBodySlack)
+		return r, vs
+	}
+	o, ok := parseMember("body", data, &vs)
 	if !ok {
 		return r, vs
 	}
+	CheckDuplicateKeys("body", bytes.TrimSpace(data), &vs, "payload")
 	onlyMembers(o, OpConformanceCommand, "project_id", "run", "case", "subject", "headers", "payload")
 	r.ProjectID, r.Run, r.Case = o.Ident("project_id", true), o.Ident("run", true), o.Ident("case", true)
 	r.Subject = o.Str("subject", true)
@@ -139,7 +153,7 @@ func ParseConformanceCommand(data []byte) (ConformanceCommandRequest, Violations
 		for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
 			at := o.Path("headers") + "." + name
 			if !validHeaderName(name) {
-				vs.Add(o.Path("headers"), VInvalidValue, "%q is not a header name: printable ASCII without ':' or spaces", Clip(name))
+				vs.Add(at, VInvalidValue, "%q is not a header name: printable ASCII without ':' or spaces", Clip(name))
 				continue
 			}
 			lower := strings.ToLower(name)
@@ -161,6 +175,9 @@ func ParseConformanceCommand(data []byte) (ConformanceCommandRequest, Violations
 		}
 	}
 	r.Payload = o.Raw("payload")
+	if r.Payload == nil && o.Has("payload") {
+		r.Payload = json.RawMessage("null")
+	}
 	switch {
 	case r.Payload == nil:
 		vs.Add(o.Path("payload"), VRequired, "is required: the command's body (any JSON value)")
@@ -182,8 +199,22 @@ func ParseConformanceObserve(data []byte) (ConformanceObserveRequest, Violations
 	r.ProjectID, r.Tool = o.Ident("project_id", true), o.Ident("tool", false)
 	if raw := o.Raw("from_seq"); raw == nil {
 		vs.Add(o.Path("from_seq"), VRequired, "is required: the first sequence to read (at least 1)")
-	} else if err := json.Unmarshal(raw, &r.FromSeq); err != nil || r.FromSeq == 0 {
-		vs.Add(o.Path("from_seq"), VInvalidType, "must be a positive integer")
+	} else {
+		var n json.Number
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		i, err := int64(0), d.Decode(&n)
+		if err == nil {
+			i, err = n.Int64()
+		}
+		switch {
+		case err != nil:
+			vs.Add(o.Path("from_seq"), VInvalidType, "must be an integer, got %s", Clip(string(raw)))
+		case i < 1:
+			vs.Add(o.Path("from_seq"), VInvalidValue, "must be at least 1, got %d", i)
+		default:
+			r.FromSeq = uint64(i)
+		}
 	}
 	return r, vs
 }

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 )
 
 const auditHelp = `Read history from the server's views (the audit HTTP API, docs/audit-api.md):
@@ -380,6 +383,11 @@ func printItems(items []projector.TimelineItem) {
 		fmt.Fprintf(stdout, "  seq %-6d %s %-14s %s\n", it.Seq, stamp(it.Time), it.Kind, it.Subject)
 		if it.Reason != "" {
 			fmt.Fprintf(stdout, "      reason: %s\n", it.Reason)
+		}
+		// A command a conformance run appended (conformance.command) is
+		// no dispatch's: say so, or it reads as a malformed command.
+		if run := protocol.HeaderGet(nats.Header(it.Headers), protocol.HeaderConformance); run != "" {
+			fmt.Fprintf(stdout, "      conformance %s/%s\n", run, protocol.HeaderGet(nats.Header(it.Headers), protocol.HeaderConformanceCase))
 		}
 		fmt.Fprintln(stdout, pretty(it.Data, "      "))
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -59,11 +61,19 @@ and the tool's determinism; without one, the normal call has arguments {}.`)
 	if err != nil {
 		return failf(exitUsage, "conformance: %v", err)
 	}
-	var only []string
+	var only, unknown []string
 	for _, c := range strings.Split(*cases, ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			only = append(only, c)
+			if !slices.Contains(conformance.Cases(), c) {
+				unknown = append(unknown, strconv.Quote(c))
+			}
 		}
+	}
+	// Checked here, before connecting, so that a mistyped case is a usage
+	// error (exit 2) like every other bad flag.
+	if len(unknown) > 0 {
+		return failf(exitUsage, "conformance: unknown case %s (cases: %s)", strings.Join(unknown, ", "), strings.Join(conformance.Cases(), ", "))
 	}
 	ctx, cancel := cf.context(*timeout)
 	defer cancel()
@@ -74,10 +84,10 @@ and the tool's determinism; without one, the normal call has arguments {}.`)
 	defer nc.Close()
 	cfg := conformance.Config{Conn: nc, Project: *project, Fixture: fx, Actor: *actor,
 		Run: *runID, Cases: only, Grace: *grace, Settle: *settle}
-	if !cf.asJSON {
-		cfg.Progress = func(c conformance.CaseResult) {
-			fmt.Fprintf(os.Stderr, "cgledger conformance: %s %s (%d ms)\n", c.Case, c.Outcome, c.DurationMS)
-		}
+	// Progress goes to stderr in both modes: with --json stdout carries
+	// only the report.
+	cfg.Progress = func(c conformance.CaseResult) {
+		fmt.Fprintf(os.Stderr, "cgledger conformance: %s %s (%d ms)\n", c.Case, c.Outcome, c.DurationMS)
 	}
 	rep, err := conformance.Run(ctx, cfg)
 	if err != nil {

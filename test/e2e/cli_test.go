@@ -275,6 +275,9 @@ func TestCLIConformanceBuiltinTools(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	require.Zero(t, rep.Failed)
 	require.Equal(t, 12, rep.Passed, "%+v", rep.Cases)
+	// With --json too, each case's line goes to stderr as it ends (stdout
+	// is only the report).
+	require.Contains(t, errOut, "cgledger conformance: normal pass (")
 	// The views applied the run's malformed commands and went on: a call
 	// after the run is read from them.
 	_, errOut, code = s.runAll(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{}`)

@@ -1,8 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { connect as natsConnect, credsAuthenticator, errors as natsErrors, headers as natsHeaders } from "@nats-io/transport-node";
 import type { MsgHdrs, NatsConnection, NodeConnectionOptions } from "@nats-io/transport-node";
-import { LedgerError, PermissionDeniedError, ProtocolError, UnavailableError } from "./errors.js";
-import { apiSubject, isIdentifier } from "./protocol.js";
+import { LedgerError, PermissionDeniedError, ProtocolError, UnavailableError, UnknownOpError } from "./errors.js";
+import { OPS, apiSubject, isIdentifier } from "./protocol.js";
 import type { ErrorBody } from "./protocol.js";
 
 /** How to reach the ledger's NATS server. */
@@ -80,9 +80,11 @@ export class LedgerConnection {
   /**
    * Sends `op` as `actor` and returns the answer's result, or throws: LedgerError for a refusal
    * (its code and every violation), PermissionDeniedError when NATS refused the subject,
-   * UnavailableError on no responders or a timeout.
+   * UnavailableError on no responders or a timeout, UnknownOpError (before sending) for an op
+   * not in OPS.
    */
   async request<T>(actor: string, op: string, body: unknown, hdrs?: Record<string, string>, timeoutMs?: number): Promise<T> {
+    if (!OPS.includes(op)) throw new UnknownOpError(op);
     const subject = apiSubject(this.project, actor, op);
     let h: MsgHdrs | undefined;
     if (hdrs) {

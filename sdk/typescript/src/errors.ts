@@ -51,9 +51,13 @@ export class PermissionDeniedError extends CgLedgerError {
 }
 
 /**
- * The request got no answer: no ledger process serves the operation (`no responders`, e.g.
- * inbox.list with no projector running) or none answered in time. Retry the same request: every
- * write of the protocol is safe to repeat.
+ * The request got no answer. `no_responders`: no server subscribes to the request's subject at
+ * all, because the ledger (or, for inbox.list and the other reads of the views, the projector) is
+ * not running, or because the subject is wrong (an op the ledger does not serve: the SDK refuses
+ * an op outside the protocol's list with UnknownOpError before sending). `timeout`: a server got
+ * it but did not answer in time. Every write of the protocol is safe to repeat, so retrying the
+ * same request is right, but bound the retries (a count or a deadline, with backoff): a ledger that
+ * is down, or a subject nobody serves, answers no responders for ever.
  */
 export class UnavailableError extends CgLedgerError {
   readonly subject: string;
@@ -63,6 +67,50 @@ export class UnavailableError extends CgLedgerError {
     this.name = "UnavailableError";
     this.subject = subject;
     this.reason = reason;
+  }
+}
+
+/**
+ * `Worker.awaitResult` got no result within its `timeoutMs`. The call is not affected: it may
+ * still be answered; await it again, or list the Inbox later.
+ */
+export class TimeoutError extends CgLedgerError {
+  readonly code = "timeout" as const;
+  readonly turnId: string;
+  readonly callId: string;
+  readonly timeoutMs: number;
+  constructor(turnId: string, callId: string, timeoutMs: number) {
+    super(`no result for turn ${turnId} call ${callId} after ${timeoutMs} ms`);
+    this.name = "TimeoutError";
+    this.turnId = turnId;
+    this.callId = callId;
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * The `signal` given to `Worker.awaitResult` was aborted. `name` is `"AbortError"`, as for a DOM
+ * abort, and `cause` is the signal's reason; the call is not affected.
+ */
+export class AbortError extends CgLedgerError {
+  readonly code = "aborted" as const;
+  constructor(message: string, reason: unknown) {
+    super(message, { cause: reason });
+    this.name = "AbortError";
+  }
+}
+
+/**
+ * The op is not one of the protocol's (`OPS`): refused before anything is sent, since no server
+ * would answer it (it would come back as no responders, which looks retryable). Not retryable.
+ */
+export class UnknownOpError extends CgLedgerError {
+  readonly code = "unknown_op" as const;
+  readonly op: string;
+  constructor(op: string) {
+    super(`unknown op ${JSON.stringify(op)}: not an op of the protocol (docs/protocol.md)`);
+    this.name = "UnknownOpError";
+    this.op = op;
   }
 }
 

@@ -12,6 +12,9 @@ export {
   LedgerError,
   PermissionDeniedError,
   UnavailableError,
+  TimeoutError,
+  AbortError,
+  UnknownOpError,
   ProtocolError,
   isRetryable,
 } from "./errors.js";

@@ -585,6 +585,48 @@ export function isCanonicalEpoch(s: unknown): s is string {
   return BigInt(s) <= 18446744073709551615n;
 }
 
+/**
+ * Every op of the protocol's request/reply API (the last token of `cgledger.v1.<project>.<actor>.<op>`).
+ * `LedgerConnection.request` refuses any other with UnknownOpError before sending; test/sdkts
+ * checks the list against the Go protocol package's ops.
+ */
+export const OPS: readonly string[] = Object.freeze([
+  "abort",
+  "approval.get",
+  "approval.list",
+  "approve",
+  "attempt.start",
+  "call.cancel",
+  "call.get",
+  "call.redrive",
+  "call.resolve",
+  "cancel",
+  "cancel.get",
+  "card.get",
+  "card.put",
+  "command",
+  "command.reject",
+  "commit",
+  "conformance.command",
+  "conformance.observe",
+  "deny",
+  "dispatch",
+  "inbox.consume",
+  "inbox.list",
+  "prepare",
+  "projector.skip",
+  "report",
+  "report.resume",
+  "roster.get",
+  "roster.set",
+  "tool.consumer",
+  "tool.get",
+  "tool.list",
+  "tool.pause",
+  "tool.register",
+  "tool.resume",
+]);
+
 /** The API subject of an operation: `cgledger.v1.<project>.<actor>.<op>`. */
 export function apiSubject(project: string, actor: string, op: string): string {
   return `cgledger.v1.${project}.${actor}.${op}`;

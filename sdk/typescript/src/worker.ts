@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Subscription } from "@nats-io/transport-node";
 import type { LedgerConnection } from "./connection.js";
-import { CgLedgerError, UnavailableError } from "./errors.js";
+import { AbortError, CgLedgerError, TimeoutError, UnavailableError } from "./errors.js";
 import { H, isIdentifier } from "./protocol.js";
 import type {
   AfterExecution,
@@ -308,12 +308,14 @@ export class Worker {
         reject(e);
       };
       if (opts.signal) {
-        if (opts.signal.aborted) w.reject(opts.signal.reason);
-        opts.signal.addEventListener("abort", () => w.reject(opts.signal!.reason), { once: true });
+        const signal = opts.signal;
+        const aborted = () => new AbortError(`awaitResult for turn ${ref.turnId} call ${ref.callId} aborted`, signal.reason);
+        if (signal.aborted) w.reject(aborted());
+        signal.addEventListener("abort", () => w.reject(aborted()), { once: true });
       }
       if (opts.timeoutMs !== undefined) {
         t = setTimeout(
-          () => w.reject(new CgLedgerError(`no result for turn ${ref.turnId} call ${ref.callId} after ${opts.timeoutMs} ms`)),
+          () => w.reject(new TimeoutError(ref.turnId, ref.callId, opts.timeoutMs!)),
           opts.timeoutMs,
         );
       }

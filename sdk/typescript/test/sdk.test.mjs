@@ -4,8 +4,14 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { jetstream } from "@nats-io/jetstream";
 import {
+  AbortError,
+  CgLedgerError,
   LedgerError,
+  OPS,
   PermissionDeniedError,
+  TimeoutError,
+  UnknownOpError,
+  isRetryable,
   Worker,
   abortReason,
   connect,
@@ -62,6 +68,7 @@ before(async () => {
     ["ts_pay", "side_effectful"],
     ["ts_2pc", "idempotent"],
     ["ts_conc", "pure"],
+    ["ts_idle", "idempotent"],
   ]) {
     await srv.register(P, toolDef(name, det));
   }
@@ -238,6 +245,41 @@ describe("worker and tool service", () => {
     assert.deepEqual(r.card.content.result, { by: "first" });
     assert.equal(runs, 0);
     await svc.stop();
+  });
+});
+
+describe("errors of awaitResult and of unknown ops", () => {
+  test("a timeout is a TimeoutError (code timeout); an abort an AbortError with the signal's reason; both CgLedgerErrors", async () => {
+    const w = await worker("agent-errs");
+    // Dispatched to a tool nobody serves: no result comes.
+    const ref = { turnId: "t-idle", callId: "never" };
+    await w.dispatch({ tool: "ts_idle", turnId: ref.turnId, callId: ref.callId, args: {} });
+    await assert.rejects(w.awaitResult(ref, { timeoutMs: 50 }), (e) =>
+      e instanceof TimeoutError && e instanceof CgLedgerError && e.code === "timeout" && e.timeoutMs === 50 && e.callId === "never");
+
+    const ac = new AbortController();
+    const waiting = w.awaitResult(ref, { signal: ac.signal });
+    ac.abort(new Error("user left"));
+    await assert.rejects(waiting, (e) =>
+      e instanceof AbortError && e instanceof CgLedgerError && e.name === "AbortError" && e.code === "aborted" && e.cause.message === "user left");
+    await assert.rejects(w.awaitResult(ref, { signal: AbortSignal.abort() }), (e) => e instanceof AbortError && e.cause.name === "AbortError",
+      "a signal aborted already");
+  });
+
+  test("an op outside the protocol's list is refused before sending, not retryable", async () => {
+    const c = await srv.creds(P, "worker", ["--agent", "agent-op"]);
+    const conn = await connect({ servers: srv.natsURL, project: P, credsFile: c.file, name: "worker-op" });
+    closers.push(() => conn.close());
+    const before = conn.nc.stats().outMsgs;
+    await assert.rejects(conn.request("agent-op", "call.gte", {}), (e) => {
+      assert.ok(e instanceof UnknownOpError && e instanceof CgLedgerError, String(e));
+      assert.equal(e.code, "unknown_op");
+      assert.equal(isRetryable(e), false);
+      return true;
+    });
+    assert.equal(conn.nc.stats().outMsgs, before, "nothing was sent");
+    assert.ok(OPS.includes("call.get") && OPS.includes("conformance.observe"));
+    await assert.rejects(conn.request("agent-op", "call.get", {}), (e) => e instanceof LedgerError && e.code === "bad_request", "a known op is sent");
   });
 });
 
