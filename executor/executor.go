@@ -159,8 +159,33 @@ var (
 	implNameRE        = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
-// New returns an executor; register tools, then Start it.
+// Validate returns a bad_request *protocol.Error listing every problem of
+// the configuration (a negative bound), or nil. Zero values are the
+// defaults and pass; New calls it. Bindings are checked by Start, against
+// the implementations registered by then.
+func (c Config) Validate() error {
+	var vs protocol.Violations
+	nonNegative(&vs, "AckWait", c.AckWait)
+	nonNegative(&vs, "MaxDeliver", c.MaxDeliver)
+	nonNegative(&vs, "MaxInFlight", c.MaxInFlight)
+	nonNegative(&vs, "DrainTimeout", c.DrainTimeout)
+	return protocol.BadRequest("executor config", vs)
+}
+
+// nonNegative adds a violation for a negative count or duration, which
+// has no meaning where zero already means the default.
+func nonNegative[T ~int | ~int64](vs *protocol.Violations, field string, v T) {
+	if v < 0 {
+		vs.Add(field, protocol.VInvalidValue, "must not be negative (zero means the default), got %v", v)
+	}
+}
+
+// New returns an executor; register tools, then Start it. A configuration
+// Validate refuses is refused with its every problem.
 func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	if cfg.SourceID == "" {
 		cfg.SourceID = "cgledger.executor"
 	}

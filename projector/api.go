@@ -62,6 +62,9 @@ type APIServer struct {
 // (internal/auth: inbox.list a worker's, the approval reads an approver's,
 // auditor's or admin's); the body's project must be the subject's. ctx bounds the server's life as Stop does.
 func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledger, cfg APIConfig) (*APIServer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("projector api: %w", err)
+	}
 	if l == nil {
 		return nil, errors.New("projector api: a ledger is required to record the refusals it cannot answer")
 	}

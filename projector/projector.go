@@ -94,6 +94,9 @@ type Projector struct {
 
 // New returns a projector writing to store from the ledger stream on js.
 func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("projector: %w", err)
+	}
 	if cfg.Stream == "" {
 		cfg.Stream = ledger.DefaultStream
 	}

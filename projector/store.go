@@ -67,6 +67,9 @@ type StoreOptions struct {
 // another format are emptied, to be rebuilt by the projector's catch-up
 // (Store.FormatChange).
 func OpenStore(dir string, o StoreOptions) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("projector: open store: %w", err)
+	}
 	broken := new(atomic.Bool)
 	db, from, err := openDB(dir, o, broken)
 	if err != nil {
