@@ -46,6 +46,9 @@ type apiHandler func(ctx context.Context, m *nats.Msg) (any, error)
 // ServeAPI subscribes the API subjects (in a queue group) and serves them
 // with this ledger. ctx bounds the server's life as Stop does.
 func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger api: %w", err)
+	}
 	if cfg.QueueGroup == "" {
 		cfg.QueueGroup = "cgledger-api"
 	}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,6 +55,9 @@ type ApprovalKeeper struct {
 // StartApprovalKeeper creates (or binds) the keeper's consumer and starts
 // consuming. Stop it with Stop.
 func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConfig) (*ApprovalKeeper, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("approval keeper: %w", err)
+	}
 	if cfg.Durable == "" {
 		cfg.Durable = DefaultApprovalDurable + l.version
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,9 @@ type DeadlineKeeper struct {
 // StartDeadlineKeeper creates (or binds) the keeper's consumer and starts
 // consuming. Stop it with Stop.
 func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConfig) (*DeadlineKeeper, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("deadline keeper: %w", err)
+	}
 	if cfg.Durable == "" {
 		cfg.Durable = DefaultDeadlineDurable + l.version
 	}

@@ -160,17 +160,18 @@ type Ledger struct {
 }
 
 // Open provisions (idempotently) the ledger stream and bucket and returns a
-// Ledger bound to them.
+// Ledger bound to them. A configuration Validate refuses is refused, with
+// its every problem, before anything is provisioned.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if nc == nil {
 		return nil, errors.New("ledger: open: nil NATS connection")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger: open: %w", err)
+	}
 	version := cfg.Version
 	if version == "" {
 		version = protocol.DefaultVersion
-	}
-	if !protocol.ValidVersion(version) {
-		return nil, fmt.Errorf("ledger: open: invalid protocol version %q", version)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -193,9 +194,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	// a cluster elects a leader).
 	var ttl string
 	if cfg.Retention > 0 {
-		if cfg.Retention < time.Second {
-			return nil, fmt.Errorf("ledger: open: retention %s is below JetStream's 1s minimum TTL", cfg.Retention)
-		}
 		if err := enableMsgTTL(ctx, stream, js); err != nil {
 			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs (nats-server 2.11 or later): %w", err)
 		}
