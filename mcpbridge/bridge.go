@@ -67,7 +67,7 @@ type Bridge struct {
 
 // New checks cfg and returns a bridge; Start runs it.
 func New(cfg *Config, deps Deps) (*Bridge, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := validate(cfg, deps); err != nil {
 		return nil, err
 	}
 	if deps.Registrar == nil || deps.Ledger == nil {
@@ -84,6 +84,34 @@ func New(cfg *Config, deps Deps) (*Bridge, error) {
 		b.servers = append(b.servers, newServer(b, &cfg.Servers[i]))
 	}
 	return b, nil
+}
+
+// validate lists the problems of cfg and of the executors' base
+// configuration (deps.Executor, fields named "executor.<Field>") in one
+// error, so a bridge that cannot run is told everything at once.
+func validate(cfg *Config, deps Deps) error {
+	err := cfg.Validate()
+	xerr := deps.Executor.Validate()
+	if xerr == nil {
+		return err
+	}
+	var vs []protocol.Violation
+	if err != nil {
+		e, ok := protocol.AsError(err)
+		if !ok {
+			return err
+		}
+		vs = append(vs, e.Violations...)
+	}
+	xe, ok := protocol.AsError(xerr)
+	if !ok {
+		return xerr
+	}
+	for _, v := range xe.Violations {
+		v.Field = "executor." + v.Field
+		vs = append(vs, v)
+	}
+	return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid MCP bridge config", Violations: vs}
 }
 
 // Start connects to every server, registers its tools and starts serving
