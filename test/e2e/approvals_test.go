@@ -208,7 +208,14 @@ func inboxCount(t *testing.T, s *server, call string) int {
 // at all.
 func requireExactlyOnce(t *testing.T, s *server, call string, approved bool) {
 	t.Helper()
-	n := callEntryCounts(t, s, call)
+	// The result's wakeup follows its report (and, after a kill between
+	// the two, the restarted serve's sweep appends it): the counts are read
+	// once it is there, then must be exact.
+	var n map[string]int
+	require.Eventually(t, func() bool {
+		n = callEntryCounts(t, s, call)
+		return n[string(protocol.KindWakeup)] > 0
+	}, 2*time.Minute, 200*time.Millisecond, "call %s's result wakeup is stored", call)
 	require.Equal(t, 1, n[string(protocol.KindHeld)], "one held entry: %v", n)
 	require.Equal(t, 1, n[string(protocol.KindApproval)], "one decision: %v", n)
 	require.Equal(t, 1, n[string(protocol.KindReport)], "one report: %v", n)
