@@ -10,11 +10,11 @@ package conformance
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cgledger/cgledger/internal/yamlread"
 
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -77,7 +77,7 @@ func ParseFixture(data []byte, tool string) (Fixture, error) {
 		return f, protocol.NewError(protocol.CodeBadRequest, vs, "invalid fixture: %d violation(s)", len(vs))
 	}
 	if len(doc.Content) > 0 {
-		decodeNode(doc.Content[0], reflect.ValueOf(&f).Elem(), "fixture", &vs)
+		yamlread.Decode(doc.Content[0], &f, "fixture", yamlread.Options{Tag: "yaml", Root: "fixture", Noun: "member"}, &vs)
 	}
 	// A member already named for its type is not named again for the zero
 	// value it was left with.
@@ -161,85 +161,4 @@ func argsJSON(a map[string]any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("fixture arguments: %w", err)
 	}
 	return b, nil
-}
-
-// decodeNode sets v from n by the yaml names of v's fields, recording an
-// unknown member, a key given twice or a value of the wrong type as a
-// violation at its path and going on with the rest (as mcpbridge reads its
-// configuration), so that one answer lists every problem.
-func decodeNode(n *yaml.Node, v reflect.Value, path string, vs *protocol.Violations) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return
-	}
-	switch v.Kind() {
-	case reflect.Interface:
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			vs.Add(path, protocol.VInvalidValue, "cannot be read: %v", err)
-		}
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		decodeNode(n, p.Elem(), path, vs)
-		v.Set(p)
-	case reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			vs.Add(path, protocol.VInvalidType, "must be a mapping")
-			return
-		}
-		fields := map[string]int{}
-		var names []string
-		for i := 0; i < v.NumField(); i++ {
-			if name := v.Type().Field(i).Tag.Get("yaml"); name != "" && name != "-" {
-				fields[name] = i
-				names = append(names, name)
-			}
-		}
-		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
-			i, ok := fields[key]
-			if !ok {
-				vs.Add(at, protocol.VInvalidValue, "unknown member (members here: %s)", strings.Join(names, ", "))
-				return
-			}
-			decodeNode(val, v.Field(i), at, vs)
-		})
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			vs.Add(path, protocol.VInvalidType, "must be a mapping")
-			return
-		}
-		if v.IsNil() {
-			v.Set(reflect.MakeMap(v.Type()))
-		}
-		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
-			e := reflect.New(v.Type().Elem()).Elem()
-			decodeNode(val, e, at, vs)
-			v.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), e)
-		})
-	default:
-		if n.Kind != yaml.ScalarNode {
-			vs.Add(path, protocol.VInvalidType, "must be a %s", v.Kind())
-			return
-		}
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			vs.Add(path, protocol.VInvalidType, "must be a %s, got %q", v.Kind(), n.Value)
-		}
-	}
-}
-
-// eachPair calls f with each key of mapping n, its value and its path; a
-// key met twice is a violation (the first is kept).
-func eachPair(n *yaml.Node, path string, vs *protocol.Violations, f func(key string, val *yaml.Node, at string)) {
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := n.Content[i].Value
-		at := path + "." + key
-		if seen[key] {
-			vs.Add(at, protocol.VDuplicate, "is given twice (line %d)", n.Content[i].Line)
-			continue
-		}
-		seen[key] = true
-		f(key, n.Content[i+1], at)
-	}
 }

@@ -10,10 +10,11 @@ package mcpbridge
 import (
 	"fmt"
 	"os"
-	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cgledger/cgledger/internal/yamlread"
 
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -122,104 +123,9 @@ func ReadConfig(path string) (*Config, error) {
 	}
 	var c Config
 	if len(doc.Content) > 0 {
-		decodeNode(doc.Content[0], reflect.ValueOf(&c).Elem(), "", &c.readVs)
+		yamlread.Decode(doc.Content[0], &c, "", yamlread.Options{Tag: "json", Root: "config", Noun: "field"}, &c.readVs)
 	}
 	return &c, nil
-}
-
-// decodeNode sets v from n by the JSON names of v's fields, recording an
-// unknown field, a duplicate key or a value of the wrong type as a
-// violation at its path and going on with the rest, so that one answer
-// lists every problem.
-func decodeNode(n *yaml.Node, v reflect.Value, path string, vs *protocol.Violations) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return
-	}
-	field := path
-	if field == "" {
-		field = "config"
-	}
-	switch v.Kind() {
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		decodeNode(n, p.Elem(), path, vs)
-		v.Set(p)
-	case reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			vs.Add(field, protocol.VInvalidType, "must be a mapping")
-			return
-		}
-		fields := map[string]int{}
-		var names []string
-		for i := 0; i < v.NumField(); i++ {
-			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-			if name != "" && name != "-" {
-				fields[name] = i
-				names = append(names, name)
-			}
-		}
-		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
-			i, ok := fields[key]
-			if !ok {
-				vs.Add(at, protocol.VInvalidValue, "unknown field (fields here: %s)", strings.Join(names, ", "))
-				return
-			}
-			decodeNode(val, v.Field(i), at, vs)
-		})
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			vs.Add(field, protocol.VInvalidType, "must be a mapping")
-			return
-		}
-		if v.IsNil() {
-			v.Set(reflect.MakeMap(v.Type()))
-		}
-		eachPair(n, path, vs, func(key string, val *yaml.Node, at string) {
-			e := reflect.New(v.Type().Elem()).Elem()
-			decodeNode(val, e, at, vs)
-			v.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), e)
-		})
-	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			vs.Add(field, protocol.VInvalidType, "must be a sequence")
-			return
-		}
-		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
-		for i, item := range n.Content {
-			decodeNode(item, s.Index(i), fmt.Sprintf("%s[%d]", field, i), vs)
-		}
-		v.Set(s)
-	default:
-		if n.Kind != yaml.ScalarNode {
-			vs.Add(field, protocol.VInvalidType, "must be a %s", v.Kind())
-			return
-		}
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			vs.Add(field, protocol.VInvalidType, "must be a %s, got %q", v.Kind(), n.Value)
-		}
-	}
-}
-
-// eachPair calls f with each key of mapping n, its value and its path; a
-// key met twice is a violation (the first is kept).
-func eachPair(n *yaml.Node, path string, vs *protocol.Violations, f func(key string, val *yaml.Node, at string)) {
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := n.Content[i].Value
-		at := key
-		if path != "" {
-			at = path + "." + key
-		}
-		if seen[key] {
-			vs.Add(at, protocol.VDuplicate, "is given twice (line %d)", n.Content[i].Line)
-			continue
-		}
-		seen[key] = true
-		f(key, n.Content[i+1], at)
-	}
 }
 
 // Validate fills the defaults and returns a bad_request error listing
