@@ -220,12 +220,7 @@ func (c *Client) GetCall(ctx context.Context, project, turnID, callID string) (*
 
 // Consume records that an agent consumed a call's result (see Ledger.Consume).
 func (c *Client) Consume(ctx context.Context, req protocol.ConsumeRequest) (protocol.ConsumeResult, error) {
-	var out protocol.ConsumeResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, protocol.OpConsume), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ConsumeResult](ctx, c, req.ProjectID, req.AgentID, protocol.OpConsume, req)
 }
 
 // ListInbox lists one page of an agent's pending results, in report order
@@ -305,12 +300,7 @@ func (c *Client) ListTools(ctx context.Context, project string) ([]protocol.Stor
 
 // Cancel asks to cancel a call in flight (see Ledger.Cancel).
 func (c *Client) Cancel(ctx context.Context, req protocol.CancelRequest) (protocol.CancelResult, error) {
-	var out protocol.CancelResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, req.AgentID, protocol.OpCancel), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.CancelResult](ctx, c, req.ProjectID, req.AgentID, protocol.OpCancel, req)
 }
 
 // EnsureToolConsumer asks for the durable consumer of a tool target of a
@@ -327,6 +317,18 @@ func (c *Client) EnsureToolConsumer(ctx context.Context, project, tool string) (
 
 // identOr returns s when it can be an actor token, else "" (the client's
 // own actor).
+// request sends req to op as actor (the client's own when "") in project,
+// and decodes the answer.
+func request[T any](ctx context.Context, c *Client, project, actor, op string, req any) (T, error) {
+	var out T
+	msg, err := jsonMsg(c.subject(project, actor, op), req)
+	if err != nil {
+		return out, err
+	}
+	err = c.call(ctx, msg, &out)
+	return out, err
+}
+
 func identOr(s string) string {
 	if protocol.ValidIdentifier(s) {
 		return s
@@ -443,57 +445,32 @@ func (c *Client) decideApproval(ctx context.Context, op, approver string, req pr
 // admin's op; see Ledger.OperatorCancel). actor is the request's actor
 // token, which the ledger records as the entry's CG-Actor.
 func (c *Client) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (protocol.OperatorCancelResult, error) {
-	var out protocol.OperatorCancelResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallCancel), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.OperatorCancelResult](ctx, c, req.ProjectID, identOr(actor), protocol.OpCallCancel, req)
 }
 
 // PauseTool pauses a tool in a project (tool.pause, an admin's op; see
 // Ledger.PauseTool), as actor: its dispatches are held until ResumeTool.
 func (c *Client) PauseTool(ctx context.Context, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	var out protocol.ToolPauseResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpToolPause), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ToolPauseResult](ctx, c, req.ProjectID, identOr(actor), protocol.OpToolPause, req)
 }
 
 // ResumeTool resumes a paused tool (tool.resume, an admin's op; see
 // Ledger.ResumeTool), as actor: the calls held meanwhile are published in
 // dispatch order.
 func (c *Client) ResumeTool(ctx context.Context, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	var out protocol.ToolPauseResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpToolResume), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ToolPauseResult](ctx, c, req.ProjectID, identOr(actor), protocol.OpToolResume, req)
 }
 
 // Resolve records what became of an outcome_unknown call's side effect
 // (call.resolve, an admin's op; see Ledger.Resolve), as actor.
 func (c *Client) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {
-	var out protocol.ResolveResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallResolve), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ResolveResult](ctx, c, req.ProjectID, identOr(actor), protocol.OpCallResolve, req)
 }
 
 // Redrive runs a failed or timed-out call again as a derived call
 // <root>~r<n> (call.redrive, an admin's op; see Ledger.Redrive), as actor.
 func (c *Client) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (protocol.RedriveResult, error) {
-	var out protocol.RedriveResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, identOr(actor), protocol.OpCallRedrive), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.RedriveResult](ctx, c, req.ProjectID, identOr(actor), protocol.OpCallRedrive, req)
 }
 
 // RedriveOf reads a call's redrive from call.get (see Ledger.RedriveOf):
@@ -528,22 +505,12 @@ func (c *Client) Resolution(ctx context.Context, project, turnID, callID string)
 // conformance run (conformance.command, an admin's op), as actor: the
 // headers and payload as given, marked as the run's.
 func (c *Client) ConformanceCommand(ctx context.Context, actor string, req protocol.ConformanceCommandRequest) (protocol.ConformanceCommandResult, error) {
-	var out protocol.ConformanceCommandResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpConformanceCommand), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ConformanceCommandResult](ctx, c, req.ProjectID, actor, protocol.OpConformanceCommand, req)
 }
 
 // ConformanceObserve reads a project's entries from a sequence on and the
 // consumers of a tool target (conformance.observe, an admin's read), as the
 // client's actor, as every read does.
 func (c *Client) ConformanceObserve(ctx context.Context, req protocol.ConformanceObserveRequest) (protocol.ConformanceObserveResult, error) {
-	var out protocol.ConformanceObserveResult
-	msg, err := jsonMsg(c.subject(req.ProjectID, "", protocol.OpConformanceObserve), req)
-	if err != nil {
-		return out, err
-	}
-	return out, c.call(ctx, msg, &out)
+	return request[protocol.ConformanceObserveResult](ctx, c, req.ProjectID, "", protocol.OpConformanceObserve, req)
 }
