@@ -51,6 +51,20 @@ func (l *Ledger) countOperatorAction(op string, err error) {
 	}
 }
 
+// operatorCall finishes the check of an operator action on a call: the
+// actor token beside the body's violations vs (bad_request listing them
+// all), then the call it names; every refusal is recorded. raw gives the
+// request as received for a later refusal.
+func (l *Ledger) operatorCall(ctx context.Context, op, actor, project, turnID, callID string, vs protocol.Violations, body []byte) (*protocol.CallRecord, func() protocol.RejectedRequest, error) {
+	checkActor(&vs, actor)
+	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
+	if len(vs) > 0 {
+		return nil, raw, l.reject(ctx, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+	}
+	rec, err := l.cancelTarget(ctx, op, project, turnID, callID, raw)
+	return rec, raw, err
+}
+
 // checkActor lists the actor token's problem, if any.
 func checkActor(vs *protocol.Violations, actor string) {
 	if !protocol.ValidIdentifier(actor) {
@@ -64,12 +78,7 @@ func checkActor(vs *protocol.Violations, actor string) {
 func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
 	req, vs := protocol.ParseOperatorCancelRequest(body)
-	checkActor(&vs, actor)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	if len(vs) > 0 {
-		return res, l.reject(ctx, protocol.OpCallCancel, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", protocol.OpCallCancel, len(vs)), raw())
-	}
-	rec, err := l.cancelTarget(ctx, protocol.OpCallCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	rec, raw, err := l.operatorCall(ctx, protocol.OpCallCancel, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
 	if err != nil {
 		return res, err
 	}
@@ -90,12 +99,7 @@ func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (re
 	defer func() { l.countOperatorAction(protocol.OpCallResolve, err) }()
 	op := protocol.OpCallResolve
 	req, vs := protocol.ParseResolveRequest(body)
-	checkActor(&vs, actor)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	if len(vs) > 0 {
-		return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
-	}
-	rec, err := l.cancelTarget(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	rec, raw, err := l.operatorCall(ctx, op, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
 	if err != nil {
 		return res, err
 	}

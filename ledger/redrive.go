@@ -44,12 +44,7 @@ func (l *Ledger) redriveJSON(ctx context.Context, actor string, body []byte) (re
 	defer func() { l.countOperatorAction(protocol.OpCallRedrive, err) }()
 	op := protocol.OpCallRedrive
 	req, vs := protocol.ParseRedriveRequest(body)
-	checkActor(&vs, actor)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	if len(vs) > 0 {
-		return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
-	}
-	rec, err := l.cancelTarget(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	rec, raw, err := l.operatorCall(ctx, op, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
 	if err != nil {
 		return res, err
 	}
