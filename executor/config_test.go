@@ -7,22 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/internal/violationtest"
 )
-
-// configViolations returns the fields a bad_request error names, in order.
-func configViolations(t *testing.T, err error) []string {
-	t.Helper()
-	require.ErrorIs(t, err, protocol.ErrBadRequest)
-	e, ok := protocol.AsError(err)
-	require.True(t, ok, "not a *protocol.Error: %v", err)
-	var fields []string
-	for _, v := range e.Violations {
-		require.Equal(t, protocol.VInvalidValue, v.Code, v.Field)
-		fields = append(fields, v.Field)
-	}
-	return fields
-}
 
 func TestConfigValidateListsEveryProblem(t *testing.T) {
 	for _, tc := range []struct {
@@ -45,13 +31,13 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 			// New refuses it with the same list, before it touches the
 			// ledger or the connection (it used to panic making a
 			// channel of negative size).
 			x, err := executor.New(nil, nil, tc.cfg)
 			require.Nil(t, x)
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 		})
 	}
 }

@@ -7,24 +7,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/violationtest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
-	"github.com/cgledger/cgledger/protocol"
 )
-
-// configViolations returns the fields a bad_request error names, in order.
-func configViolations(t *testing.T, err error) []string {
-	t.Helper()
-	require.ErrorIs(t, err, protocol.ErrBadRequest)
-	e, ok := protocol.AsError(err)
-	require.True(t, ok, "not a *protocol.Error: %v", err)
-	var fields []string
-	for _, v := range e.Violations {
-		require.Equal(t, protocol.VInvalidValue, v.Code, v.Field)
-		fields = append(fields, v.Field)
-	}
-	return fields
-}
 
 func TestConfigValidateListsEveryProblem(t *testing.T) {
 	e := ledgertest.New(t)
@@ -59,17 +45,17 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 			l, err := ledger.Open(ctx, e.NC, tc.cfg)
 			require.Nil(t, l)
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 			// Refused before anything was provisioned.
 			_, err = e.JS.Stream(ctx, "CG_REFUSED")
 			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 		})
 	}
 	require.NoError(t, ledger.StreamConfig{}.Validate())
-	require.Equal(t, []string{"Replicas"}, configViolations(t, ledger.StreamConfig{Replicas: -3}.Validate()))
+	require.Equal(t, []string{"Replicas"}, violationtest.ConfigFields(t, ledger.StreamConfig{Replicas: -3}.Validate()))
 }
 
 func TestServiceConfigsValidateListEveryProblem(t *testing.T) {
@@ -80,17 +66,17 @@ func TestServiceConfigsValidateListEveryProblem(t *testing.T) {
 	// A negative MaxInFlight used to panic making the API's semaphore.
 	s, err := e.L.ServeAPI(ctx, ledger.APIConfig{MaxInFlight: -1, RequestTimeout: -time.Second})
 	require.Nil(t, s)
-	require.Equal(t, []string{"RequestTimeout", "MaxInFlight"}, configViolations(t, err))
+	require.Equal(t, []string{"RequestTimeout", "MaxInFlight"}, violationtest.ConfigFields(t, err))
 
 	require.NoError(t, ledger.ApprovalKeeperConfig{}.Validate())
 	ak, err := e.L.StartApprovalKeeper(ctx, ledger.ApprovalKeeperConfig{Durable: "refused-approvals", AckWait: -1, Workers: -1, FinishAfter: -time.Second})
 	require.Nil(t, ak)
-	require.Equal(t, []string{"AckWait", "Workers", "FinishAfter"}, configViolations(t, err))
+	require.Equal(t, []string{"AckWait", "Workers", "FinishAfter"}, violationtest.ConfigFields(t, err))
 
 	require.NoError(t, ledger.DeadlineKeeperConfig{}.Validate())
 	dk, err := e.L.StartDeadlineKeeper(ctx, ledger.DeadlineKeeperConfig{Durable: "refused-deadlines", AckWait: -time.Second, Workers: -16})
 	require.Nil(t, dk)
-	require.Equal(t, []string{"AckWait", "Workers"}, configViolations(t, err))
+	require.Equal(t, []string{"AckWait", "Workers"}, violationtest.ConfigFields(t, err))
 
 	// Neither keeper made its consumer.
 	for _, name := range []string{"refused-approvals", "refused-deadlines"} {

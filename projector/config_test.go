@@ -6,23 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/violationtest"
 	"github.com/cgledger/cgledger/projector"
-	"github.com/cgledger/cgledger/protocol"
 )
-
-// configViolations returns the fields a bad_request error names, in order.
-func configViolations(t *testing.T, err error) []string {
-	t.Helper()
-	require.ErrorIs(t, err, protocol.ErrBadRequest)
-	e, ok := protocol.AsError(err)
-	require.True(t, ok, "not a *protocol.Error: %v", err)
-	var fields []string
-	for _, v := range e.Violations {
-		require.Equal(t, protocol.VInvalidValue, v.Code, v.Field)
-		fields = append(fields, v.Field)
-	}
-	return fields
-}
 
 func TestConfigValidateListsEveryProblem(t *testing.T) {
 	for _, tc := range []struct {
@@ -44,11 +30,11 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 			// New refuses it before it reads the store.
 			p, err := projector.New(nil, nil, tc.cfg)
 			require.Nil(t, p)
-			require.Equal(t, tc.fields, configViolations(t, err))
+			require.Equal(t, tc.fields, violationtest.ConfigFields(t, err))
 		})
 	}
 }
@@ -56,13 +42,13 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 func TestAPIConfigValidateListsEveryProblem(t *testing.T) {
 	require.NoError(t, projector.APIConfig{}.Validate())
 	err := projector.APIConfig{RequestTimeout: -time.Second, MaxInFlight: -1, MaxWait: -1}.Validate()
-	require.Equal(t, []string{"RequestTimeout", "MaxInFlight", "MaxWait"}, configViolations(t, err))
+	require.Equal(t, []string{"RequestTimeout", "MaxInFlight", "MaxWait"}, violationtest.ConfigFields(t, err))
 	// ServeAPI refuses it before anything else (here: before it asks for
 	// the ledger it needs).
 	var p projector.Projector
 	s, err := p.ServeAPI(t.Context(), nil, nil, projector.APIConfig{MaxInFlight: -1})
 	require.Nil(t, s)
-	require.Equal(t, []string{"MaxInFlight"}, configViolations(t, err))
+	require.Equal(t, []string{"MaxInFlight"}, violationtest.ConfigFields(t, err))
 }
 
 func TestStoreOptionsValidate(t *testing.T) {
@@ -70,5 +56,5 @@ func TestStoreOptionsValidate(t *testing.T) {
 	dir := t.TempDir()
 	s, err := projector.OpenStore(dir, projector.StoreOptions{CacheBytes: -1})
 	require.Nil(t, s)
-	require.Equal(t, []string{"CacheBytes"}, configViolations(t, err))
+	require.Equal(t, []string{"CacheBytes"}, violationtest.ConfigFields(t, err))
 }

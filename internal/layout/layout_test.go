@@ -97,7 +97,7 @@ var rules = []rule{
 
 // harnesses are test harness packages: only tests and other harnesses
 // import them.
-var harnesses = []string{"ledger/ledgertest", "internal/natstest", "internal/servetest", "internal/testenv", "test/..."}
+var harnesses = []string{"ledger/ledgertest", "internal/natstest", "internal/servetest", "internal/testenv", "internal/violationtest", "test/..."}
 
 func list(t *testing.T) []pkg {
 	t.Helper()
