@@ -31,7 +31,7 @@ func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 		// {} asks for nothing: the same dispatch as none (its fingerprint).
 		checks = nil
 	}
-	return l.dispatch(ctx, req.Subject, req.Identity.Header(), card, payload, req.Approval, checks, nil, nil)
+	return l.dispatch(ctx, dispatchInput{subject: req.Subject, header: req.Identity.Header(), card: card, payload: payload, approval: req.Approval, checks: checks})
 }
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
@@ -61,19 +61,37 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 	}
 	approval := protocol.ParseDispatchApproval(o, &vs)
 	checks := protocol.ParseDispatchChecks(o, &vs)
-	return l.dispatch(ctx, subject, h, card, payload, approval, checks, vs, asReceived)
+	return l.dispatch(ctx, dispatchInput{subject: subject, header: h, card: card, payload: payload, approval: approval, checks: checks, found: vs, asReceived: asReceived})
 }
 
-// dispatch validates and writes a dispatch; vs holds violations found
-// already, and asReceived, when set, is the request body a refusal records.
-func (l *Ledger) dispatch(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, checks *protocol.DispatchChecks, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
-	ctx, span := startRequestSpan(ctx, h, "cgledger.dispatch")
-	res, err := l.dispatchTraced(ctx, subject, h, cardJSON, payloadJSON, approval, checks, vs, asReceived)
+// dispatchInput is a dispatch as the ledger takes it, from a worker's
+// request or a redrive entry.
+type dispatchInput struct {
+	subject       string
+	header        nats.Header
+	card, payload []byte
+	approval      *protocol.DispatchApproval
+	checks        *protocol.DispatchChecks
+	// found are violations found already while reading the request.
+	found protocol.Violations
+	// asReceived, when set, is the request body a refusal records.
+	asReceived []byte
+	// redrive: the ledger's own dispatch of a redrive's derived call, the
+	// only one that may use a reserved id (protocol.ReservedCallID).
+	redrive bool
+}
+
+// dispatch validates and writes a dispatch.
+func (l *Ledger) dispatch(ctx context.Context, in dispatchInput) (protocol.DispatchResult, error) {
+	ctx, span := startRequestSpan(ctx, in.header, "cgledger.dispatch")
+	res, err := l.dispatchTraced(ctx, in)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Header, cardJSON, payloadJSON []byte, approval *protocol.DispatchApproval, checks *protocol.DispatchChecks, vs protocol.Violations, asReceived []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol.DispatchResult, error) {
+	subject, h, cardJSON, payloadJSON := in.subject, in.header, in.card, in.payload
+	approval, checks, vs, asReceived := in.approval, in.checks, in.found, in.asReceived
 	rawReq := func() protocol.RejectedRequest {
 		if asReceived != nil {
 			return protocol.NewRejectedRequest("", h, asReceived)
@@ -93,7 +111,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	}
 	id, hvs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == protocol.SubjectPMOCommand})
 	vs = append(vs, hvs...)
-	if protocol.ReservedCallID(id.ToolCallID) && ctx.Value(redriveKey{}) == nil {
+	if protocol.ReservedCallID(id.ToolCallID) && !in.redrive {
 		// <root>~r<n> is a redrive's derived call, which only the ledger
 		// creates: it shares the root's idempotency key.
 		vs.Add("header."+protocol.HeaderToolCallID, protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the derived calls of call.redrive", id.ToolCallID, protocol.RedriveSeparator)
@@ -102,7 +120,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, subject string, h nats.Head
 	card := protocol.DecodeCard("card", cardJSON, &vs)
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
-		if protocol.ReservedCallID(card.CardID) && ctx.Value(redriveKey{}) == nil {
+		if protocol.ReservedCallID(card.CardID) && !in.redrive {
 			// A redrive names its derived call's card <card>~r<n>: a worker's
 			// card under such an id would stand in the redrive's way.
 			vs.Add("card.card_id", protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the tool.call cards of call.redrive's derived calls", card.CardID, protocol.RedriveSeparator)

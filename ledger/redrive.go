@@ -30,10 +30,6 @@ func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.Redrive
 	})
 }
 
-// redriveKey marks a context whose dispatch is the ledger's own redrive:
-// only it may dispatch a reserved tool_call_id (protocol.ReservedCallID).
-type redriveKey struct{}
-
 // redriveJSON redrives a call for actor, or refuses (and records) the
 // request listing every violation: bad_request, unknown_call, or conflict
 // (no report, a report that is not failed or timeout, a denied approval, a
@@ -131,7 +127,7 @@ func (l *Ledger) finishRedrive(ctx context.Context, e *protocol.RedriveEntry, du
 // dispatchRedrive runs the dispatch a redrive entry stores, as the ledger's
 // own (no caller's actor on its entries), which alone may use a reserved id.
 func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) (protocol.DispatchResult, error) {
-	ctx = context.WithValue(context.WithValue(ctx, callerKey{}, nil), redriveKey{}, true)
+	ctx = context.WithValue(ctx, callerKey{}, nil)
 	d := e.Dispatch
 	card, err := json.Marshal(d.Card)
 	if err != nil {
@@ -141,7 +137,7 @@ func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) 
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("redrive %s/%s: encode payload: %w", e.AgentTurnID, e.RedriveCallID, err)
 	}
-	res, err := l.dispatch(ctx, d.Subject, nats.Header(d.Header), card, payload, d.Approval, nil, nil, nil)
+	res, err := l.dispatch(ctx, dispatchInput{subject: d.Subject, header: nats.Header(d.Header), card: card, payload: payload, approval: d.Approval, redrive: true})
 	if err != nil {
 		return res, fmt.Errorf("redrive %s/%s: dispatch the derived call %s: %w", e.AgentTurnID, e.ToolCallID, e.RedriveCallID, err)
 	}
