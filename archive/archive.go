@@ -20,8 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Archive is a directory of sealed segments. Each segment is a complete
@@ -157,8 +157,8 @@ func (a *Archive) Last() (uint64, protocol.Link, error) {
 
 // readTrailer reads a segment's last line, its trailer, without reading
 // the whole file.
-func readTrailer(path string) (ledger.ExportTrailer, error) {
-	var tr ledger.ExportTrailer
+func readTrailer(path string) (stream.ExportTrailer, error) {
+	var tr stream.ExportTrailer
 	f, err := os.Open(path)
 	if err != nil {
 		return tr, fmt.Errorf("archive: %w", err)
@@ -190,7 +190,7 @@ var errStop = errors.New("stop")
 // Every segment it reads is verified as it streams: its chain from the
 // link in its header, its trailer, and its header against the previous
 // segment's head, so an edited or truncated segment is an error naming it.
-// A sequence in the range that no segment holds wraps ledger.ErrHistoryLost.
+// A sequence in the range that no segment holds wraps stream.ErrHistoryLost.
 func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protocol.Entry) error) error {
 	if from == 0 {
 		from = 1
@@ -235,7 +235,7 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protoc
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: the archive in %s ends at seq %d, before %d", ledger.ErrHistoryLost, a.dir, next-1, to)
+	return fmt.Errorf("%w: the archive in %s ends at seq %d, before %d", stream.ErrHistoryLost, a.dir, next-1, to)
 }
 
 // gapError says which entries no segment holds, and whether the archiver
@@ -243,15 +243,15 @@ func (a *Archive) ReadRange(ctx context.Context, from, to uint64, fn func(protoc
 // without a record (a segment removed).
 func (a *Archive) gapError(from, to uint64) error {
 	if r, ok, err := a.LostAt(from); err == nil && ok {
-		return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s): entries %d to %d are recorded as lost", ledger.ErrHistoryLost, from, to, a.dir, r.First, r.Last)
+		return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s): entries %d to %d are recorded as lost", stream.ErrHistoryLost, from, to, a.dir, r.First, r.Last)
 	}
-	return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s), and no loss is recorded for them", ledger.ErrHistoryLost, from, to, a.dir)
+	return fmt.Errorf("%w: no archive segment holds entries %d to %d (%s), and no loss is recorded for them", stream.ErrHistoryLost, from, to, a.dir)
 }
 
 // ErrBadSegment is returned for a segment whose contents do not verify.
-// It matches ledger.ErrHistoryCorrupt too, so readers that know only the
+// It matches stream.ErrHistoryCorrupt too, so readers that know only the
 // ledger (verification) can tell it from a failure to read.
-var ErrBadSegment = fmt.Errorf("archive segment does not verify (%w)", ledger.ErrHistoryCorrupt)
+var ErrBadSegment = fmt.Errorf("archive segment does not verify (%w)", stream.ErrHistoryCorrupt)
 
 func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, to uint64, fn func(protocol.Entry) error) (protocol.Link, error) {
 	f, err := os.Open(s.Path)
@@ -260,7 +260,7 @@ func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, 
 	}
 	defer f.Close()
 	var v *protocol.ChainVerifier
-	onHeader := func(h ledger.ExportHeader) error {
+	onHeader := func(h stream.ExportHeader) error {
 		if h.FromSeq != s.First {
 			return fmt.Errorf("%w: %s: header from_seq %d, name says %d", ErrBadSegment, s.Path, h.FromSeq, s.First)
 		}
@@ -274,7 +274,7 @@ func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, 
 		v = protocol.NewChainVerifier(h.FromSeq, prev)
 		return nil
 	}
-	_, tr, err := ledger.ReadExport(f, onHeader, func(e ledger.ExportEntry) error {
+	_, tr, err := stream.ReadExport(f, onHeader, func(e stream.ExportEntry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -301,7 +301,7 @@ func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, 
 		return v.Head(), nil
 	}
 	if err != nil {
-		if errors.Is(err, ledger.ErrBadExport) {
+		if errors.Is(err, stream.ErrBadExport) {
 			return protocol.Link{}, fmt.Errorf("%w: %s: %v", ErrBadSegment, s.Path, err)
 		}
 		return protocol.Link{}, err
@@ -313,16 +313,16 @@ func readSegment(ctx context.Context, s Segment, prevHead *protocol.Link, from, 
 }
 
 // LostAt returns the recorded lost range that holds seq, if any.
-func (a *Archive) LostAt(seq uint64) (ledger.LostRange, bool, error) {
+func (a *Archive) LostAt(seq uint64) (stream.LostRange, bool, error) {
 	lost, err := a.Lost()
 	if err != nil {
-		return ledger.LostRange{}, false, err
+		return stream.LostRange{}, false, err
 	}
 	for _, r := range lost {
 		if seq < r[0] || seq > r[1] {
 			continue
 		}
-		lr := ledger.LostRange{First: r[0], Last: r[1]}
+		lr := stream.LostRange{First: r[0], Last: r[1]}
 		b, err := os.ReadFile(filepath.Join(a.dir, lostName(r[0], r[1])))
 		if err != nil {
 			return lr, false, fmt.Errorf("archive: %w", err)
@@ -338,12 +338,12 @@ func (a *Archive) LostAt(seq uint64) (ledger.LostRange, bool, error) {
 		}
 		return lr, true, nil
 	}
-	return ledger.LostRange{}, false, nil
+	return stream.LostRange{}, false, nil
 }
 
 // readHeader reads a segment's first line, its header.
-func readHeader(path string) (ledger.ExportHeader, error) {
-	var h ledger.ExportHeader
+func readHeader(path string) (stream.ExportHeader, error) {
+	var h stream.ExportHeader
 	f, err := os.Open(path)
 	if err != nil {
 		return h, fmt.Errorf("archive: %w", err)
@@ -353,7 +353,7 @@ func readHeader(path string) (ledger.ExportHeader, error) {
 	if err != nil {
 		return h, fmt.Errorf("%w: %s: no header: %v", ErrBadSegment, path, err)
 	}
-	if err := json.Unmarshal(line, &h); err != nil || h.Format != ledger.ExportFormat {
+	if err := json.Unmarshal(line, &h); err != nil || h.Format != stream.ExportFormat {
 		return h, fmt.Errorf("%w: %s: line 1 is not a header", ErrBadSegment, path)
 	}
 	return h, nil

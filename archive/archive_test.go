@@ -19,6 +19,7 @@ import (
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // The window is small so that the stream really lets entries go during the
@@ -35,7 +36,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func streamState(t *testing.T, e *ledgertest.Env) (first, last, msgs uint64) {
 	t.Helper()
-	s, err := e.JS.Stream(ledgertest.Ctx(t), ledger.DefaultStream)
+	s, err := e.JS.Stream(ledgertest.Ctx(t), stream.DefaultName)
 	require.NoError(t, err)
 	st := s.CachedInfo().State
 	return st.FirstSeq, st.LastSeq, st.Msgs
@@ -161,19 +162,19 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	for _, s := range segs {
 		f, err := os.Open(s.Path)
 		require.NoError(t, err)
-		rep, err := ledger.VerifyExport(f)
+		rep, err := stream.VerifyExport(f)
 		f.Close()
 		require.NoError(t, err)
 		require.True(t, rep.OK, "segment %s verifies on its own: %+v", s.Path, rep)
 	}
 
-	hist := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	hist := archive.History{Archive: arch, JS: e.JS, Stream: stream.DefaultName}
 	var buf bytes.Buffer
-	tr, err := ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
+	tr, err := stream.ExportHistory(ctx, hist, stream.DefaultName, &buf, 1)
 	require.NoError(t, err)
 	require.Equal(t, last, tr.LastSeq)
 	require.Equal(t, last, tr.Count, "the export holds every entry from seq 1")
-	rep, err := ledger.VerifyExport(bytes.NewReader(buf.Bytes()))
+	rep, err := stream.VerifyExport(bytes.NewReader(buf.Bytes()))
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep)
 
@@ -191,7 +192,7 @@ func TestExpiredHistoryIsReadFromTheArchiveAsOneChain(t *testing.T) {
 	// Without the archive the same rebuild is a gap, never a silent jump.
 	_, bare := openViews(t, e, nil)
 	require.ErrorIs(t, bare.CatchUp(ctx), projector.ErrGap)
-	srep, err := rebuilt.VerifyHistory(ctx, ledger.StreamHistory{JS: e.JS, Stream: ledger.DefaultStream})
+	srep, err := rebuilt.VerifyHistory(ctx, stream.JetStreamHistory{JS: e.JS, Stream: stream.DefaultName})
 	require.NoError(t, err)
 	require.False(t, srep.OK)
 	require.Equal(t, uint64(3), srep.FirstBadSeq, "seqs 1 and 2 are roster entries, kept")
@@ -236,12 +237,12 @@ func TestAnEditedSegmentIsRefusedNamingIt(t *testing.T) {
 
 	err = arch.ReadRange(ctx, 1, written, func(protocol.Entry) error { return nil })
 	require.ErrorIs(t, err, archive.ErrBadSegment)
-	require.ErrorIs(t, err, ledger.ErrHistoryCorrupt)
+	require.ErrorIs(t, err, stream.ErrHistoryCorrupt)
 	require.Contains(t, err.Error(), filepath.Base(path))
 
 	// Verification answers with a report naming the file, not a failure.
 	views, _ := openViews(t, e, nil)
-	rep, err := views.VerifyHistory(ctx, archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream})
+	rep, err := views.VerifyHistory(ctx, archive.History{Archive: arch, JS: e.JS, Stream: stream.DefaultName})
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	require.Contains(t, rep.Reason, filepath.Base(path))
@@ -273,12 +274,12 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	last := lastSeq(t, e)
 	// Sealed or not yet, what follows the loss exports, chained from the
 	// link the marker carries.
-	hist0 := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	hist0 := archive.History{Archive: arch, JS: e.JS, Stream: stream.DefaultName}
 	var early bytes.Buffer
-	tr0, err := ledger.ExportHistory(ctx, hist0, ledger.DefaultStream, &early, lostTo+2)
+	tr0, err := stream.ExportHistory(ctx, hist0, stream.DefaultName, &early, lostTo+2)
 	require.NoError(t, err, "an export past a loss does not wait for the next segment")
 	require.Equal(t, last-lostTo-1, tr0.Count)
-	rep0, err := ledger.VerifyExport(bytes.NewReader(early.Bytes()))
+	rep0, err := stream.VerifyExport(bytes.NewReader(early.Bytes()))
 	require.NoError(t, err)
 	require.True(t, rep0.OK, "%+v", rep0)
 	waitFor(t, "the archive to seal the new entries", func() bool { return a.Sealed() == last })
@@ -286,26 +287,26 @@ func TestEntriesThatExpiredUnarchivedAreRecordedAsLost(t *testing.T) {
 	require.NoError(t, arch.ReadRange(ctx, lostTo+1, last, func(protocol.Entry) error { n++; return nil }))
 	require.Equal(t, last-lostTo, n)
 	require.NoError(t, proj.CatchUp(ctx))
-	hist := archive.History{Archive: arch, JS: e.JS, Stream: ledger.DefaultStream}
+	hist := archive.History{Archive: arch, JS: e.JS, Stream: stream.DefaultName}
 	_, err = hist.ReadFrom(ctx, 1, func(protocol.Entry) error { return nil })
-	require.ErrorIs(t, err, ledger.ErrHistoryLost)
+	require.ErrorIs(t, err, stream.ErrHistoryLost)
 	rep, err := views.VerifyHistory(ctx, hist)
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	require.Equal(t, uint64(3), rep.FirstBadSeq)
 	var buf bytes.Buffer
-	_, err = ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, 1)
-	require.ErrorIs(t, err, ledger.ErrHistoryLost, "an export never skips lost entries silently")
+	_, err = stream.ExportHistory(ctx, hist, stream.DefaultName, &buf, 1)
+	require.ErrorIs(t, err, stream.ErrHistoryLost, "an export never skips lost entries silently")
 	// An export of what follows the loss starts from the segment that
 	// holds it, and verifies: its header carries the link after the loss.
 	buf.Reset()
-	tr, err := ledger.ExportHistory(ctx, hist, ledger.DefaultStream, &buf, lostTo+1)
+	tr, err := stream.ExportHistory(ctx, hist, stream.DefaultName, &buf, lostTo+1)
 	require.NoError(t, err)
 	require.Equal(t, last-lostTo, tr.Count)
 	after, _, err := views.LinkAt(lostTo)
 	require.NoError(t, err)
 	require.Contains(t, strings.SplitN(buf.String(), "\n", 2)[0], after.String())
-	erep, err := ledger.VerifyExport(bytes.NewReader(buf.Bytes()))
+	erep, err := stream.VerifyExport(bytes.NewReader(buf.Bytes()))
 	require.NoError(t, err)
 	require.True(t, erep.OK, "%+v", erep)
 	// A rebuild steps over the recorded loss and ends where the live views

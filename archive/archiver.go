@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/stream"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -28,7 +28,7 @@ import (
 type Config struct {
 	// Streams names the ledger stream and bucket (as ledger.Config.Streams
 	// does); the retention window is applied to both.
-	Streams ledger.StreamConfig
+	Streams stream.Config
 	// Retention is the window: the TTL the ledger gives entries
 	// (ledger.Config.Retention, which must be the same), and the bucket's
 	// TTL, applied once the archive has caught up with the stream. Zero
@@ -57,7 +57,7 @@ const DefaultSegmentBytes = 64 << 20
 
 func (c Config) withDefaults() Config {
 	if c.Streams.Stream == "" {
-		c.Streams.Stream = ledger.DefaultStream
+		c.Streams.Stream = stream.DefaultName
 	}
 	if c.SealAge <= 0 {
 		c.SealAge = time.Hour
@@ -378,7 +378,7 @@ func (a *Archiver) caughtUp(ctx context.Context, w *segmentWriter) error {
 	if err := a.seal(w); err != nil {
 		return err
 	}
-	if err := ledger.ApplyRetention(ctx, a.js, a.cfg.Streams, a.cfg.Retention); err != nil {
+	if err := stream.ApplyRetention(ctx, a.js, a.cfg.Streams, a.cfg.Retention); err != nil {
 		return err
 	}
 	a.applied.Store(true)
@@ -464,7 +464,7 @@ func (w *segmentWriter) add(e protocol.Entry) error {
 		w.f, w.bw = f, bufio.NewWriterSize(f, 1<<16)
 		w.v = protocol.NewChainVerifier(e.Seq, w.head)
 		w.first, w.firstTime, w.size, w.minTTL = e.Seq, e.Time, 0, 0
-		hdr, _ := json.Marshal(ledger.ExportHeader{Format: ledger.ExportFormat, Version: ledger.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()})
+		hdr, _ := json.Marshal(stream.ExportHeader{Format: stream.ExportFormat, Version: stream.ExportVersion, Stream: w.stream, FromSeq: e.Seq, PrevLink: w.head.String()})
 		if err := w.write(hdr); err != nil {
 			return err
 		}
@@ -473,7 +473,7 @@ func (w *segmentWriter) add(e protocol.Entry) error {
 		w.minTTL = ttl
 	}
 	w.v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, nil)
-	line, err := ledger.AppendExportLine(w.line[:0], ledger.ExportEntry{Entry: e, Link: w.v.Head().String()})
+	line, err := stream.AppendExportLine(w.line[:0], stream.ExportEntry{Entry: e, Link: w.v.Head().String()})
 	if err != nil {
 		return fmt.Errorf("archive: entry %d: %w", e.Seq, err)
 	}
@@ -503,7 +503,7 @@ func (w *segmentWriter) write(line []byte) error {
 // name (then syncs the directory, so the rename survives a crash).
 func (w *segmentWriter) seal() error {
 	head := w.v.Head()
-	tr, _ := json.Marshal(ledger.ExportTrailer{End: true, Count: w.v.Count(), LastSeq: w.next - 1, Head: head.String()})
+	tr, _ := json.Marshal(stream.ExportTrailer{End: true, Count: w.v.Count(), LastSeq: w.next - 1, Head: head.String()})
 	if err := w.write(tr); err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // History is a ledger's history kept in an archive and a stream: the
@@ -18,7 +18,7 @@ type History struct {
 	Stream  string
 }
 
-// ReadFrom implements ledger.History.
+// ReadFrom implements stream.History.
 func (h History) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error) {
 	if from == 0 {
 		from = 1
@@ -33,14 +33,14 @@ func (h History) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Ent
 		}
 		from = archived + 1
 	}
-	last, err := ledger.StreamHistory{JS: h.JS, Stream: h.Stream}.ReadFrom(ctx, from, fn)
+	last, err := stream.JetStreamHistory{JS: h.JS, Stream: h.Stream}.ReadFrom(ctx, from, fn)
 	if err != nil {
 		return 0, err
 	}
 	return max(last, archived), nil
 }
 
-// ChainStart implements ledger.ChainStart: the archive segment holding
+// ChainStart implements stream.ChainStart: the archive segment holding
 // seq and the link in its header, or, past the archive, the stream from
 // after the archive's last entry and the archive's head.
 func (h History) ChainStart(seq uint64) (uint64, protocol.Link, bool, error) {

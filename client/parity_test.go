@@ -17,6 +17,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Both serve an executor: one in process, one in another process.
@@ -161,7 +162,7 @@ func TestClientAnswersAsTheLedger(t *testing.T) {
 			Violations: []protocol.Violation{{Field: "payload", Code: protocol.VInvalidJSON, Message: "is not JSON"}}}
 		require.NoError(t, c.RejectCommand(ctx, subject, h, data, le))
 		require.NotZero(t, le.Seq)
-		m, err := e.JS.Stream(ctx, ledger.DefaultStream)
+		m, err := e.JS.Stream(ctx, stream.DefaultName)
 		require.NoError(t, err)
 		msg, err := m.GetMsg(ctx, le.Seq)
 		require.NoError(t, err)
@@ -252,7 +253,7 @@ func rawRequest(t *testing.T, nc *nats.Conn, subject, body string) *protocol.Err
 // rejection reads the rejection entry at seq.
 func rejection(t *testing.T, e *ledgertest.Env, seq uint64) protocol.RejectionEntry {
 	t.Helper()
-	s, err := e.JS.Stream(ledgertest.Ctx(t), ledger.DefaultStream)
+	s, err := e.JS.Stream(ledgertest.Ctx(t), stream.DefaultName)
 	require.NoError(t, err)
 	msg, err := s.GetMsg(ledgertest.Ctx(t), seq)
 	require.NoError(t, err)

@@ -19,9 +19,9 @@ import (
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 type obj = map[string]any
@@ -359,7 +359,7 @@ func buildDocument() obj {
 			ok: ok("The digest.", projector.DigestResult{}), errs: []string{"401", "403", "500"}},
 		{method: "get", path: "/v1/verify", id: "verify", tag: "audit",
 			summary: "Verify the live stream's chain", desc: "Recomputes the hash chain of the live stream and compares it with the views' (docs/tamper-evidence.md#verifying).",
-			ok: ok("The verification report (ok false names the first bad sequence).", ledger.VerifyReport{}), errs: []string{"401", "403", "404", "500"}},
+			ok: ok("The verification report (ok false names the first bad sequence).", stream.VerifyReport{}), errs: []string{"401", "403", "404", "500"}},
 		{method: "get", path: "/v1/chain/{seq}", id: "getChainLink", tag: "audit",
 			summary: "The chain link after a sequence", desc: "The link the views recorded after applying seq; 404 when they have not applied it yet, or when it is in a range of entries that expired before they were archived (the message names the range).",
 			params: path("seq"), ok: ok("The link.", projector.ChainLink{}), errs: findErrs},

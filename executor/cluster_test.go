@@ -13,6 +13,7 @@ import (
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // TestStartAsksRetryWhileTheClusterHasNoLeader: an executor started while
@@ -22,7 +23,7 @@ import (
 func TestStartAsksRetryWhileTheClusterHasNoLeader(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	nc := c.Connect(t, 0)
-	l, err := ledger.Open(ledgertest.Ctx(t), nc, ledger.Config{Streams: ledger.StreamConfig{Replicas: 3}})
+	l, err := ledger.Open(ledgertest.Ctx(t), nc, ledger.Config{Streams: stream.Config{Replicas: 3}})
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 

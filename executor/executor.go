@@ -17,8 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cgledger/cgledger/internal/schemacache"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Ledger is what the executor needs from the ledger. *ledger.Ledger
@@ -46,7 +47,7 @@ type Config struct {
 	// SourceID is the author_id of result cards and the CG-Source-Id of
 	// reports. Empty means "cgledger.executor".
 	SourceID string
-	// Stream is the ledger stream. Empty means ledger.DefaultStream.
+	// Stream is the ledger stream. Empty means stream.DefaultName.
 	Stream string
 	// DurablePrefix names the durable consumers: prefix + implementation.
 	// Empty means "cgledger-tool-". Executors sharing a prefix share the work.
@@ -124,9 +125,9 @@ type Executor struct {
 	tp  trace.TracerProvider
 
 	impls map[string]*impl
-	// labels gives every tool label (ledger.ToolLabels): the ledger's when
+	// labels gives every tool label (toollabels.Labels): the ledger's when
 	// the executor runs in its process, else its own.
-	labels *ledger.ToolLabels
+	labels *toollabels.Labels
 
 	mu       sync.Mutex
 	stopping bool
@@ -190,7 +191,7 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 		cfg.SourceID = "cgledger.executor"
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = ledger.DefaultStream
+		cfg.Stream = stream.DefaultName
 	}
 	if cfg.DurablePrefix == "" {
 		cfg.DurablePrefix = "cgledger-tool-"
@@ -226,9 +227,9 @@ func New(l Ledger, nc *nats.Conn, cfg Config) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	labels := ledger.NewToolLabels()
+	labels := toollabels.New()
 	labels.AddBuiltin(protocol.ReservedToolNames...)
-	if tl, ok := l.(interface{ ToolLabels() *ledger.ToolLabels }); ok {
+	if tl, ok := l.(interface{ ToolLabels() *toollabels.Labels }); ok {
 		labels = tl.ToolLabels()
 	}
 	return &Executor{l: l, js: js, nc: nc, cfg: cfg, m: m, log: log, tp: tp, impls: map[string]*impl{}, labels: labels,

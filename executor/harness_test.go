@@ -17,6 +17,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 type rig struct {
@@ -199,7 +200,7 @@ func (r *rig) count(t *testing.T, filter string) int {
 	t.Helper()
 	js, err := r.NC.JetStream()
 	require.NoError(t, err)
-	info, err := js.StreamInfo(ledger.DefaultStream, &nats.StreamInfoRequest{SubjectsFilter: filter})
+	info, err := js.StreamInfo(stream.DefaultName, &nats.StreamInfoRequest{SubjectsFilter: filter})
 	require.NoError(t, err)
 	n := 0
 	for _, c := range info.State.Subjects {

@@ -3,7 +3,7 @@ package executor
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_executor_call_duration_seconds",
 			Help:    "Time from picking up a command to its report, by tool.",
-			Buckets: ledger.LatencyBuckets,
+			Buckets: toollabels.LatencyBuckets,
 		}, []string{"tool"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cgledger_executor_in_flight_calls",

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
@@ -81,6 +82,6 @@ func TestToolCallsMetricCountsTheExecutorsBadCommand(t *testing.T) {
 	}
 	require.Equal(t, 1.0, calls("echo", protocol.StatusSuccess, "none"))
 	// parked is registered nowhere and built in nowhere: _other.
-	require.Equal(t, 1.0, calls(ledger.OtherToolLabel, protocol.StatusFailed, "bad_request"), "the invalid command's answer")
+	require.Equal(t, 1.0, calls(toollabels.Other, protocol.StatusFailed, "bad_request"), "the invalid command's answer")
 	require.Equal(t, 2.0, counterWith(t, lreg, "cgledger_tool_calls_total", nil), "one per call")
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/httpjson/problem"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 func postJSON(t *testing.T, u, body string, out any) int {
@@ -56,7 +56,7 @@ func TestRegistryPauseResume(t *testing.T) {
 	require.Equal(t, 200, postJSON(t, srv.URL+"/projects/p/tools/wire/pause", `{"reason":"upstream outage"}`, &res))
 	require.True(t, res.Paused)
 	require.Equal(t, "wire", res.ToolName)
-	st, err := e.JS.Stream(ctx, ledger.DefaultStream)
+	st, err := e.JS.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	m, err := st.GetLastMsgForSubject(ctx, protocol.PauseSubject("v1", "p", "wire"))
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
@@ -281,7 +282,7 @@ func TestAPMOBuiltInIsServedOnItsToolCredential(t *testing.T) {
 
 // TestExecutorToolLabelsAreRegisteredOrBuiltIn: calls to names nobody
 // registered, sent to a built-in's target, are counted under
-// ledger.OtherToolLabel in every executor family with a tool label, on an
+// toollabels.Other in every executor family with a tool label, on an
 // executor in process (the ledger's labels) and in another process (its
 // own); echo keeps its name.
 func TestExecutorToolLabelsAreRegisteredOrBuiltIn(t *testing.T) {
@@ -329,7 +330,7 @@ func TestExecutorToolLabelsAreRegisteredOrBuiltIn(t *testing.T) {
 		// The calls' labels are echo and _other; sleep, the executor's other
 		// built-in, has its series at 0 from the start. No made-up name is
 		// a label.
-		require.Equal(t, map[string]bool{"echo": true, "sleep": true, ledger.OtherToolLabel: true}, seen, "remote: %v", remote)
+		require.Equal(t, map[string]bool{"echo": true, "sleep": true, toollabels.Other: true}, seen, "remote: %v", remote)
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // payTool is a side_effectful tool that counts its effects, and reconciles
@@ -88,7 +88,7 @@ func TestSideEffectfulAttemptIsRecordedBeforeTheToolRuns(t *testing.T) {
 		js, err := r.NC.JetStream()
 		if err == nil {
 			var m *nats.RawStreamMsg
-			m, err = js.GetLastMsg(ledger.DefaultStream, protocol.AttemptSubject("v1", call.ProjectID, call.ChannelID, call.AgentTurnID, call.ToolCallID))
+			m, err = js.GetLastMsg(stream.DefaultName, protocol.AttemptSubject("v1", call.ProjectID, call.ChannelID, call.AgentTurnID, call.ToolCallID))
 			if err == nil {
 				onRecord <- m.Sequence
 				return

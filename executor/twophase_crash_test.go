@@ -15,6 +15,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Crashes of the ledger and of the executor between prepare, commit and
@@ -265,7 +266,7 @@ func TestTwoPhaseAutoAbortOfAReportedCall(t *testing.T) {
 	require.Equal(t, protocol.DecidedByCommitDeadline, ds[0].DecidedBy)
 	require.Equal(t, tp.CommitToken, ds[0].CommitToken)
 
-	cons, err := r.JS.Consumer(ctx, ledger.DefaultStream, "cgledger-tool-pay")
+	cons, err := r.JS.Consumer(ctx, stream.DefaultName, "cgledger-tool-pay")
 	require.NoError(t, err)
 	decisionSeq := r.entriesOfKind(t, protocol.KindDecision)[0].Seq
 	require.Eventually(t, func() bool {

@@ -17,8 +17,8 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/natstest"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // authEnv is a ledger on a server that enforces credentials, as serve runs by
@@ -100,7 +100,7 @@ func (e *authEnv) refusedByNATS(t *testing.T, c *natsClient, subject string, h n
 
 func (e *authEnv) lastSeq(t *testing.T) uint64 {
 	t.Helper()
-	s, err := e.js.Stream(ctxT(t), ledger.DefaultStream)
+	s, err := e.js.Stream(ctxT(t), stream.DefaultName)
 	require.NoError(t, err)
 	info, err := s.Info(ctxT(t))
 	require.NoError(t, err)
@@ -155,23 +155,23 @@ func TestAuthNoClientWritesOrDeletesTheLedger(t *testing.T) {
 			forged := nats.Header{}
 			forged.Set(protocol.HeaderEntryKind, "bogus")
 			for _, subj := range []string{
-				protocol.ReportSubject("v1", project, channel, c.turn, c.id),      // a forged report
-				"cg.v1." + project + ".anything",                                  // any entry
-				protocol.ToolCommandSubject("v1", project, channel, "echo"),       // a raw command
-				"$JS.API.STREAM.DELETE." + ledger.DefaultStream,                   // delete the ledger
-				"$JS.API.STREAM.PURGE." + ledger.DefaultStream,                    // purge it
-				"$JS.API.STREAM.UPDATE." + ledger.DefaultStream,                   // edit it
-				"$JS.API.STREAM.MSG.DELETE." + ledger.DefaultStream,               // delete one entry
-				"$JS.API.CONSUMER.DELETE." + ledger.DefaultStream + ".cgledger-x", // delete a consumer
-				"$KV.CG_CALLS.x",                                  // write the call bucket
-				"$JS.API.STREAM.DELETE.KV_CG_CALLS",               // delete it
-				"$JS.API.CONSUMER.CREATE." + ledger.DefaultStream, // read everything
+				protocol.ReportSubject("v1", project, channel, c.turn, c.id),    // a forged report
+				"cg.v1." + project + ".anything",                                // any entry
+				protocol.ToolCommandSubject("v1", project, channel, "echo"),     // a raw command
+				"$JS.API.STREAM.DELETE." + stream.DefaultName,                   // delete the ledger
+				"$JS.API.STREAM.PURGE." + stream.DefaultName,                    // purge it
+				"$JS.API.STREAM.UPDATE." + stream.DefaultName,                   // edit it
+				"$JS.API.STREAM.MSG.DELETE." + stream.DefaultName,               // delete one entry
+				"$JS.API.CONSUMER.DELETE." + stream.DefaultName + ".cgledger-x", // delete a consumer
+				"$KV.CG_CALLS.x",                                // write the call bucket
+				"$JS.API.STREAM.DELETE.KV_CG_CALLS",             // delete it
+				"$JS.API.CONSUMER.CREATE." + stream.DefaultName, // read everything
 			} {
 				err := cl.nc.PublishMsg(&nats.Msg{Subject: subj, Header: forged, Data: []byte(`{}`)})
 				require.NoError(t, err)
 				cl.denied(t, subj)
 			}
-			_, err := e.js.Stream(ctxT(t), ledger.DefaultStream)
+			_, err := e.js.Stream(ctxT(t), stream.DefaultName)
 			require.NoError(t, err, "the ledger stream survives")
 			rec, err := e.l.GetCall(ctxT(t), project, c.turn, c.id)
 			require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestAuthActorScopes(t *testing.T) {
 		// another project: nobody writes into another project's views.
 		js, err := e.nc.JetStream()
 		require.NoError(t, err)
-		m, err := js.GetMsg(ledger.DefaultStream, r.Error.RejectionSeq)
+		m, err := js.GetMsg(stream.DefaultName, r.Error.RejectionSeq)
 		require.NoError(t, err)
 		require.Equal(t, project, m.Header.Get(protocol.HeaderProjectID), body)
 	}

@@ -38,8 +38,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 const (
@@ -95,8 +95,8 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		Retention:  jetstream.LimitsPolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   1,
-		Duplicates: ledger.DefaultDuplicateWindow,
-		MaxMsgSize: ledger.DefaultMaxMsgSize,
+		Duplicates: stream.DefaultDuplicateWindow,
+		MaxMsgSize: stream.DefaultMaxMsgSize,
 		MaxBytes:   -1,
 		MaxMsgs:    -1,
 		Discard:    jetstream.DiscardNew,

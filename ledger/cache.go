@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 )
@@ -122,7 +123,7 @@ type caches struct {
 	rosters *boundedCache[*protocol.RosterResult] // by subject; nil: the agent has none
 	tools   *boundedCache[*protocol.StoredTool]   // by subject; nil: not registered
 	// labels learns every tool name registered, from the same watch.
-	labels *ToolLabels
+	labels *toollabels.Labels
 
 	mu   sync.Mutex
 	nc   *nats.Conn

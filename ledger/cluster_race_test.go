@@ -10,6 +10,7 @@ import (
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // clusterLedgers starts a 3-node JetStream cluster and opens one ledger
@@ -20,7 +21,7 @@ func clusterLedgers(t *testing.T) []*ledger.Ledger {
 	c := natstest.StartCluster(t, 3)
 	var ls []*ledger.Ledger
 	for i := range c.Size() {
-		l, err := ledger.Open(ctxT(t), c.Connect(t, i), ledger.Config{Streams: ledger.StreamConfig{Replicas: 3}})
+		l, err := ledger.Open(ctxT(t), c.Connect(t, i), ledger.Config{Streams: stream.Config{Replicas: 3}})
 		require.NoError(t, err)
 		t.Cleanup(l.Close)
 		ls = append(ls, l)

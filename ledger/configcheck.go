@@ -15,7 +15,7 @@ func (c Config) Validate() error {
 	if c.Version != "" && !protocol.ValidVersion(c.Version) {
 		vs.Add("Version", protocol.VInvalidValue, "invalid protocol version %q", c.Version)
 	}
-	c.Streams.check(&vs, "Streams.")
+	c.Streams.Check(&vs, "Streams.")
 	nonNegative(&vs, "ReportLease", c.ReportLease)
 	nonNegative(&vs, "ToolAckWait", c.ToolAckWait)
 	nonNegative(&vs, "Retention", c.Retention)
@@ -23,23 +23,6 @@ func (c Config) Validate() error {
 		vs.Add("Retention", protocol.VInvalidValue, "%s is below JetStream's 1s minimum TTL", c.Retention)
 	}
 	return protocol.BadRequest("ledger config", vs)
-}
-
-// Validate returns a bad_request *protocol.Error listing every problem of
-// the stream configuration, or nil. Zero values are the defaults and pass.
-func (c StreamConfig) Validate() error {
-	var vs protocol.Violations
-	c.check(&vs, "")
-	return protocol.BadRequest("stream config", vs)
-}
-
-func (c StreamConfig) check(vs *protocol.Violations, prefix string) {
-	nonNegative(vs, prefix+"Replicas", c.Replicas)
-	nonNegative(vs, prefix+"DuplicateWindow", c.DuplicateWindow)
-	nonNegative(vs, prefix+"MaxMsgSize", c.MaxMsgSize)
-	nonNegative(vs, prefix+"MaxBytes", c.MaxBytes)
-	nonNegative(vs, prefix+"MaxAge", c.MaxAge)
-	nonNegative(vs, prefix+"CallRecordTTL", c.CallRecordTTL)
 }
 
 // Validate returns a bad_request *protocol.Error listing every problem of

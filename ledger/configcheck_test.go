@@ -10,6 +10,7 @@ import (
 	"github.com/cgledger/cgledger/internal/violationtest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/stream"
 )
 
 func TestConfigValidateListsEveryProblem(t *testing.T) {
@@ -26,7 +27,7 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 			name: "every problem at once",
 			cfg: ledger.Config{
 				Version: "v 1",
-				Streams: ledger.StreamConfig{Stream: "CG_REFUSED", Replicas: -1, DuplicateWindow: -time.Second, MaxMsgSize: -1,
+				Streams: stream.Config{Stream: "CG_REFUSED", Replicas: -1, DuplicateWindow: -time.Second, MaxMsgSize: -1,
 					MaxBytes: -2, MaxAge: -time.Hour, CallRecordTTL: -time.Minute},
 				ReportLease: -time.Second, ToolAckWait: -1, Retention: -time.Hour,
 			},
@@ -35,7 +36,7 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 		},
 		{
 			name:   "retention below the minimum TTL",
-			cfg:    ledger.Config{Streams: ledger.StreamConfig{Stream: "CG_REFUSED"}, Retention: time.Millisecond},
+			cfg:    ledger.Config{Streams: stream.Config{Stream: "CG_REFUSED"}, Retention: time.Millisecond},
 			fields: []string{"Retention"},
 		},
 	} {
@@ -54,8 +55,6 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 		})
 	}
-	require.NoError(t, ledger.StreamConfig{}.Validate())
-	require.Equal(t, []string{"Replicas"}, violationtest.ConfigFields(t, ledger.StreamConfig{Replicas: -3}.Validate()))
 }
 
 func TestServiceConfigsValidateListEveryProblem(t *testing.T) {
@@ -80,7 +79,7 @@ func TestServiceConfigsValidateListEveryProblem(t *testing.T) {
 
 	// Neither keeper made its consumer.
 	for _, name := range []string{"refused-approvals", "refused-deadlines"} {
-		_, err := e.JS.Consumer(ctx, ledger.DefaultStream, name)
+		_, err := e.JS.Consumer(ctx, stream.DefaultName, name)
 		require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, name)
 	}
 }

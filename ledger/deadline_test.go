@@ -15,6 +15,7 @@ import (
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // openLedger opens one more ledger process on its own connection, with no
@@ -171,7 +172,7 @@ func TestLedgerKeepsDeadlineOfUnansweredCalls(t *testing.T) {
 	// The service: a consumer that takes the command and then stays silent.
 	js, err := jetstream.New(e.nc)
 	require.NoError(t, err)
-	svc, err := js.CreateOrUpdateConsumer(ctx, ledger.DefaultStream, jetstream.ConsumerConfig{Durable: "mute-svc",
+	svc, err := js.CreateOrUpdateConsumer(ctx, stream.DefaultName, jetstream.ConsumerConfig{Durable: "mute-svc",
 		FilterSubject: protocol.ToolCommandSubject("v1", project, channel, "mute"), AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
 	startKeeper(t, l, 5*time.Second)
@@ -351,7 +352,7 @@ func TestKeeperRestartedAcrossADeadline(t *testing.T) {
 	js, err := jetstream.New(e.nc)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		cons, err := js.Consumer(ctx, ledger.DefaultStream, ledger.DefaultDeadlineDurable+"v1")
+		cons, err := js.Consumer(ctx, stream.DefaultName, ledger.DefaultDeadlineDurable+"v1")
 		if err != nil {
 			return false
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // populate writes a small but varied ledger: roster, calls, reports, a
@@ -37,7 +37,7 @@ func populate(t *testing.T, e *env, calls int) {
 
 // exported writes a ledger of calls calls (populate) and exports it whole:
 // the trailer, the file and its lines.
-func exported(t *testing.T, e *env, calls int) (ledger.ExportTrailer, []byte, []string) {
+func exported(t *testing.T, e *env, calls int) (stream.ExportTrailer, []byte, []string) {
 	t.Helper()
 	populate(t, e, calls)
 	var buf bytes.Buffer
@@ -51,7 +51,7 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 	tr, file, lines := exported(t, e, 3)
 	require.NotZero(t, tr.Count)
 
-	rep, err := ledger.VerifyExport(bytes.NewReader(file))
+	rep, err := stream.VerifyExport(bytes.NewReader(file))
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 	require.Equal(t, tr.Head, rep.Head)
@@ -67,13 +67,13 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 		}
 	}
 	require.NotZero(t, target)
-	var ee ledger.ExportEntry
+	var ee stream.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(lines[target]), &ee))
 	ee.Data = bytes.Replace(ee.Data, []byte(`"status":"success"`), []byte(`"status":"failed"`), 1)
 	edited, err := json.Marshal(ee)
 	require.NoError(t, err)
 	lines[target] = string(edited)
-	rep, err = ledger.VerifyExport(strings.NewReader(strings.Join(lines, "\n")))
+	rep, err = stream.VerifyExport(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	require.Equal(t, ee.Seq, rep.FirstBadSeq)
@@ -85,11 +85,11 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 	edited, err = json.Marshal(ee)
 	require.NoError(t, err)
 	headerEdit[target-1] = string(edited)
-	rep, err = ledger.VerifyExport(strings.NewReader(strings.Join(headerEdit, "\n")))
+	rep, err = stream.VerifyExport(strings.NewReader(strings.Join(headerEdit, "\n")))
 	require.NoError(t, err)
 	require.Equal(t, ee.Seq, rep.FirstBadSeq)
 
-	rep, err = ledger.VerifyExport(strings.NewReader(strings.Join(orig[:len(orig)-1], "\n")))
+	rep, err = stream.VerifyExport(strings.NewReader(strings.Join(orig[:len(orig)-1], "\n")))
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	require.Contains(t, rep.Reason, "truncated")
@@ -103,12 +103,12 @@ func TestExportFromSequenceCarriesPrevLink(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := e.l.Export(ctxT(t), &tail, 5)
 	require.NoError(t, err)
-	rep, err := ledger.VerifyExport(&tail)
+	rep, err := stream.VerifyExport(&tail)
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 	require.EqualValues(t, 5, rep.FromSeq)
 	// The partial export ends on the same head as the full one.
-	fullRep, err := ledger.VerifyExport(&full)
+	fullRep, err := stream.VerifyExport(&full)
 	require.NoError(t, err)
 	require.Equal(t, fullRep.Head, tr.Head)
 	require.Equal(t, fullRep.LastSeq, rep.LastSeq)
@@ -146,7 +146,7 @@ func TestExportEntryKeepsBytesExactly(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := ledger.ExportEntry{Entry: protocol.Entry{Seq: 1, Subject: "s", Data: c.data}, Link: "l"}
+			e := stream.ExportEntry{Entry: protocol.Entry{Seq: 1, Subject: "s", Data: c.data}, Link: "l"}
 			plain, err := json.Marshal(e) // escapes HTML
 			require.NoError(t, err)
 			var buf bytes.Buffer
@@ -158,7 +158,7 @@ func TestExportEntryKeepsBytesExactly(t *testing.T) {
 				require.NoError(t, json.Unmarshal(line, &fields))
 				_, asJSON := fields["json"]
 				require.Equal(t, c.readable, asJSON, "%s", line)
-				var back ledger.ExportEntry
+				var back stream.ExportEntry
 				require.NoError(t, json.Unmarshal(line, &back))
 				require.Equal(t, string(c.data), string(back.Data), "%s", line)
 			}
@@ -182,7 +182,7 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 	// The same file as version 1 wrote it.
 	v1 := []string{strings.Replace(lines[0], `"version":2`, `"version":1`, 1)}
 	for _, l := range lines[1 : len(lines)-1] {
-		var ee ledger.ExportEntry
+		var ee stream.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(l), &ee))
 		var m map[string]any
 		require.NoError(t, json.Unmarshal([]byte(l), &m))
@@ -194,7 +194,7 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 	}
 	v1 = append(v1, lines[len(lines)-1])
 	for _, file := range []string{string(file), strings.Join(v1, "\n")} {
-		rep, err := ledger.VerifyExport(strings.NewReader(file))
+		rep, err := stream.VerifyExport(strings.NewReader(file))
 		require.NoError(t, err)
 		require.True(t, rep.OK, rep.Reason)
 	}
@@ -222,31 +222,31 @@ func TestExportReaderRefusesAmbiguousLines(t *testing.T) {
 		"neither":           {with(2, `{"end":false}`), "line 3 is neither an entry"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := ledger.VerifyExport(strings.NewReader(tc.file))
-			require.ErrorIs(t, err, ledger.ErrBadExport)
+			_, err := stream.VerifyExport(strings.NewReader(tc.file))
+			require.ErrorIs(t, err, stream.ErrBadExport)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
 	t.Run("trailer names another last sequence", func(t *testing.T) {
 		last := len(lines) - 1
-		var tr ledger.ExportTrailer
+		var tr stream.ExportTrailer
 		require.NoError(t, json.Unmarshal([]byte(lines[last]), &tr))
 		tr.LastSeq++
 		b, err := json.Marshal(tr)
 		require.NoError(t, err)
-		rep, err := ledger.VerifyExport(strings.NewReader(with(last, string(b))))
+		rep, err := stream.VerifyExport(strings.NewReader(with(last, string(b))))
 		require.NoError(t, err)
 		require.False(t, rep.OK)
 		require.Contains(t, rep.Reason, "trailer says")
 	})
 	t.Run("repeated key inside a json payload is the payload", func(t *testing.T) {
-		var ee ledger.ExportEntry
+		var ee stream.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(entry), &ee))
 		ee.Data = []byte(`{"a":1,"a":2}`)
 		b, err := json.Marshal(ee)
 		require.NoError(t, err)
 		require.Contains(t, string(b), `"json":{"a":1,"a":2}`)
-		rep, err := ledger.VerifyExport(strings.NewReader(with(2, string(b))))
+		rep, err := stream.VerifyExport(strings.NewReader(with(2, string(b))))
 		require.NoError(t, err, "the line reads; its link no longer matches")
 		require.False(t, rep.OK)
 		require.Equal(t, ee.Seq, rep.FirstBadSeq)

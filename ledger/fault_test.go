@@ -14,6 +14,7 @@ import (
 
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 var errCrash = errors.New("simulated crash")
@@ -256,7 +257,7 @@ func TestTenThousandDistinctCallsAllAccepted(t *testing.T) {
 	require.EqualValues(t, n, accepted.Load())
 	js, err := e.nc.JetStream()
 	require.NoError(t, err)
-	info, err := js.StreamInfo(ledger.DefaultStream, &nats.StreamInfoRequest{SubjectsFilter: "cg.v1.*.*.ledger.report.>"})
+	info, err := js.StreamInfo(stream.DefaultName, &nats.StreamInfoRequest{SubjectsFilter: "cg.v1.*.*.ledger.report.>"})
 	require.NoError(t, err)
 	require.Len(t, info.State.Subjects, n)
 	for subj, count := range info.State.Subjects {

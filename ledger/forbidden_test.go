@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // TestAPIForeignProjectPrecedenceIsTheSameForEveryOp: on every operation, a
@@ -166,7 +166,7 @@ func requireForbiddenEntry(t *testing.T, e *env, seq uint64) {
 	require.NotZero(t, seq, "a refused write is recorded")
 	js, err := e.nc.JetStream()
 	require.NoError(t, err)
-	m, err := js.GetMsg(ledger.DefaultStream, seq)
+	m, err := js.GetMsg(stream.DefaultName, seq)
 	require.NoError(t, err)
 	require.Equal(t, "cg.v1._._.ledger.rejection.forbidden", m.Subject)
 	require.Equal(t, project, m.Header.Get(protocol.HeaderProjectID))

@@ -14,6 +14,7 @@ import (
 	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 const (
@@ -114,7 +115,7 @@ func (e *env) subjectEntries(t testing.TB, filter string) []*nats.Msg {
 	t.Helper()
 	js, err := e.nc.JetStream()
 	require.NoError(t, err)
-	info, err := js.StreamInfo(ledger.DefaultStream, &nats.StreamInfoRequest{SubjectsFilter: filter})
+	info, err := js.StreamInfo(stream.DefaultName, &nats.StreamInfoRequest{SubjectsFilter: filter})
 	require.NoError(t, err)
 	var total uint64
 	for _, n := range info.State.Subjects {
@@ -123,7 +124,7 @@ func (e *env) subjectEntries(t testing.TB, filter string) []*nats.Msg {
 	if total == 0 {
 		return nil
 	}
-	sub, err := js.SubscribeSync(filter, nats.OrderedConsumer(), nats.BindStream(ledger.DefaultStream))
+	sub, err := js.SubscribeSync(filter, nats.OrderedConsumer(), nats.BindStream(stream.DefaultName))
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
 	var out []*nats.Msg

@@ -27,6 +27,7 @@ import (
 	"github.com/cgledger/cgledger/internal/testenv"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // ---------------------------------------------------------------- helpers
@@ -41,7 +42,7 @@ func hpKV(t *testing.T, nc *nats.Conn) jetstream.KeyValue {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctxT(t), ledger.DefaultBucket)
+	kv, err := js.KeyValue(ctxT(t), stream.DefaultBucket)
 	require.NoError(t, err)
 	return kv
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/natstest"
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // importTarget is an empty ledger stream on a server of its own.
@@ -19,7 +19,7 @@ func importTarget(t *testing.T) jetstream.JetStream {
 	srv := natstest.Start(t)
 	js, err := jetstream.New(srv.Connect(t))
 	require.NoError(t, err)
-	require.NoError(t, ledger.Provision(ctxT(t), js, ledger.StreamConfig{}))
+	require.NoError(t, stream.Provision(ctxT(t), js, stream.Config{}))
 	return js
 }
 
@@ -28,12 +28,12 @@ func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
 
 	js := importTarget(t)
 	var seen uint64
-	rep, err := ledger.ImportVerified(ctxT(t), js, ledger.DefaultStream, bytes.NewReader(file), ledger.ImportConfig{InFlight: 2, Progress: func(n uint64) { seen = n }})
+	rep, err := stream.ImportVerified(ctxT(t), js, stream.DefaultName, bytes.NewReader(file), stream.ImportConfig{InFlight: 2, Progress: func(n uint64) { seen = n }})
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 	require.Equal(t, tr.Head, rep.Head)
 	require.Equal(t, tr.Count, seen)
-	s, err := js.Stream(ctxT(t), ledger.DefaultStream)
+	s, err := js.Stream(ctxT(t), stream.DefaultName)
 	require.NoError(t, err)
 	require.Equal(t, tr.LastSeq, s.CachedInfo().State.LastSeq, "every entry at its own sequence")
 }
@@ -41,7 +41,7 @@ func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
 func TestImportVerifiedStopsAtTheFirstBadEntry(t *testing.T) {
 	_, _, lines := exported(t, newEnv(t), 3)
 	// Edit the data of the fourth entry and leave its recorded link.
-	var ee ledger.ExportEntry
+	var ee stream.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(lines[4]), &ee))
 	ee.Data = bytes.Replace(ee.Data, []byte(`"project_id"`), []byte(`"project_ID"`), 1)
 	b, err := json.Marshal(ee)
@@ -49,11 +49,11 @@ func TestImportVerifiedStopsAtTheFirstBadEntry(t *testing.T) {
 	lines[4] = string(b)
 
 	js := importTarget(t)
-	rep, err := ledger.ImportVerified(ctxT(t), js, ledger.DefaultStream, strings.NewReader(strings.Join(lines, "\n")), ledger.ImportConfig{})
+	rep, err := stream.ImportVerified(ctxT(t), js, stream.DefaultName, strings.NewReader(strings.Join(lines, "\n")), stream.ImportConfig{})
 	require.NoError(t, err, "a bad file is a verdict, not an error")
 	require.False(t, rep.OK)
 	require.Equal(t, ee.Seq, rep.FirstBadSeq)
-	s, err := js.Stream(ctxT(t), ledger.DefaultStream)
+	s, err := js.Stream(ctxT(t), stream.DefaultName)
 	require.NoError(t, err)
 	require.Equal(t, ee.Seq-1, s.CachedInfo().State.LastSeq, "nothing from the bad entry on is imported")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Tests for bad input an outside client can send: each is refused with a
@@ -27,7 +28,7 @@ func (e *env) inLastSeq(t *testing.T) uint64 {
 	t.Helper()
 	js, err := e.nc.JetStream()
 	require.NoError(t, err)
-	info, err := js.StreamInfo(ledger.DefaultStream)
+	info, err := js.StreamInfo(stream.DefaultName)
 	require.NoError(t, err)
 	return info.State.LastSeq
 }
@@ -39,7 +40,7 @@ func (e *env) inRejection(t *testing.T, seq uint64) protocol.RejectionEntry {
 	require.NotZero(t, seq, "the refusal was not recorded")
 	js, err := e.nc.JetStream()
 	require.NoError(t, err)
-	m, err := js.GetMsg(ledger.DefaultStream, seq)
+	m, err := js.GetMsg(stream.DefaultName, seq)
 	require.NoError(t, err)
 	require.Equal(t, string(protocol.KindRejection), m.Header.Get(protocol.HeaderEntryKind))
 	require.True(t, utf8.Valid(m.Data), "rejection entry is not UTF-8: %q", m.Data)

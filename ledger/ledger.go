@@ -17,6 +17,8 @@ import (
 
 	"github.com/cgledger/cgledger/internal/backoff"
 	"github.com/cgledger/cgledger/internal/schemacache"
+	"github.com/cgledger/cgledger/internal/toollabels"
+	"github.com/cgledger/cgledger/stream"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -30,8 +32,8 @@ import (
 type Config struct {
 	// Version is the protocol version token written in subjects. Empty means v1.
 	Version string
-	// Streams describes the JetStream resources; see StreamConfig.
-	Streams StreamConfig
+	// Streams describes the JetStream resources; see stream.Config.
+	Streams stream.Config
 	// Registerer receives the ledger's metrics. Nil means they are kept but
 	// not registered anywhere.
 	Registerer prometheus.Registerer
@@ -121,7 +123,7 @@ type Ledger struct {
 	stream  jetstream.Stream
 	kv      jetstream.KeyValue
 	version string
-	streams StreamConfig
+	streams stream.Config
 	m       *metrics
 	log     *slog.Logger
 	lease   time.Duration
@@ -133,7 +135,7 @@ type Ledger struct {
 	// checks.arguments.
 	schemas *schemacache.Cache
 	cache   *caches
-	labels  *ToolLabels
+	labels  *toollabels.Labels
 	guard   func() error
 	fault   storageFault
 	bg      background
@@ -177,11 +179,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: jetstream: %w", err)
 	}
-	streams := cfg.Streams.withDefaults()
-	if err := Provision(ctx, js, streams); err != nil {
+	streams := cfg.Streams.WithDefaults()
+	if err := stream.Provision(ctx, js, streams); err != nil {
 		return nil, fmt.Errorf("ledger: open: %w", err)
 	}
-	stream, err := js.Stream(ctx, streams.Stream)
+	st, err := js.Stream(ctx, streams.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open: bind stream %s: %w", streams.Stream, err)
 	}
@@ -194,10 +196,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	// a cluster elects a leader).
 	var ttl string
 	if cfg.Retention > 0 {
-		if err := enableMsgTTL(ctx, stream, js); err != nil {
+		if err := stream.EnableMsgTTL(ctx, st, js); err != nil {
 			return nil, fmt.Errorf("ledger: open: retention needs per-message TTLs (nats-server 2.11 or later): %w", err)
 		}
-		ttl = ttlValue(cfg.Retention)
+		ttl = stream.TTL(cfg.Retention)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -235,7 +237,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		// Without the watch, roster and tool entries are read every time.
 		log.Warn("ledger: cannot watch roster and tool changes; their caches stay off", "err", err)
 	}
-	names, err := registeredToolNames(ctx, stream, version)
+	names, err := registeredToolNames(ctx, st, version)
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: %w", err)
@@ -251,7 +253,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: stream, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
+	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

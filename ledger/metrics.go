@@ -3,6 +3,7 @@ package ledger
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -44,7 +45,7 @@ type metrics struct {
 	toolPaused *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, labels *toollabels.Labels) (*metrics, error) {
 	m := &metrics{
 		appends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_ledger_appends_total",
@@ -82,17 +83,17 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_api_request_duration_seconds",
 			Help:    "Time from receiving a ledger API request to sending its answer, by operation.",
-			Buckets: LatencyBuckets,
+			Buckets: toollabels.LatencyBuckets,
 		}, []string{"op"}),
 		callLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_report_latency_seconds",
 			Help:    "Time from a call's dispatch to its accepted report, as the agent sees it, by tool (a registered or built-in tool name; any other name as \"_other\") and tool_version (the version of the definition the call pinned at dispatch: empty when it has none, \"_other\" for one this process has not seen registered).",
-			Buckets: LatencyBuckets,
+			Buckets: toollabels.LatencyBuckets,
 		}, []string{"tool", "tool_version"}),
 		wakeupLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cgledger_call_wakeup_latency_seconds",
 			Help:    "Time from an accepted report's append to its wakeup being stored (or recorded as skipped), by tool (bounded as for report latency).",
-			Buckets: LatencyBuckets,
+			Buckets: toollabels.LatencyBuckets,
 		}, []string{"tool"}),
 		wakeups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cgledger_ledger_wakeups_total",
@@ -162,11 +163,6 @@ func newMetrics(reg prometheus.Registerer, labels *ToolLabels) (*metrics, error)
 	return m, nil
 }
 
-// LatencyBuckets are the histogram buckets of every cgledger latency from a
-// millisecond (an API request) to ten minutes (a long tool call); the
-// executor and serve use them too, so dashboards compare like with like.
-var LatencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
-
 // Error code labels of cgledger_tool_calls_total beyond the recommended
 // codes (protocol.RecommendedErrorCodes): a result with no error, and any
 // code a tool made up (a label of its own would let tools grow the series
@@ -193,7 +189,7 @@ func ErrorCodeLabel(code string) string {
 // first event hides that event from increase() and rate(), so an alert on a
 // few deadline timeouts would read 0 for the first of them.
 type everyKnownTool struct {
-	labels *ToolLabels
+	labels *toollabels.Labels
 	vecs   []*prometheus.CounterVec
 }
 
@@ -206,7 +202,7 @@ func (c everyKnownTool) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c everyKnownTool) Collect(ch chan<- prometheus.Metric) {
-	names := append(c.labels.Names(), OtherToolLabel)
+	names := append(c.labels.Names(), toollabels.Other)
 	for _, v := range c.vecs {
 		for _, n := range names {
 			v.WithLabelValues(n)

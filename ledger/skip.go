@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -75,7 +75,7 @@ func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (protocol.
 		} else if m != nil {
 			lastOnSubject = m.Sequence
 		}
-		existing, found, err := FindSkip(ctx, l.stream, seq)
+		existing, found, err := stream.FindSkip(ctx, l.stream, seq)
 		if err != nil {
 			return protocol.SkipResult{}, fmt.Errorf("skip seq %d: %w", seq, err)
 		}
@@ -95,33 +95,5 @@ func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (protocol.
 			return protocol.SkipResult{}, fmt.Errorf("skip seq %d: append: %w", seq, err)
 		}
 		return protocol.SkipResult{Seq: seq, SkipSeq: ack.Sequence, Reason: reason, Subject: e.Subject}, nil
-	}
-}
-
-// skipFilter matches the skip subjects of seq in every protocol version, so
-// a projector finds a skip whatever version the ledger that wrote it used.
-func skipFilter(seq uint64) string {
-	return protocol.Root + ".*." + protocol.Unrouted + "." + protocol.Unrouted + ".ledger.skip." + strconv.FormatUint(seq, 10)
-}
-
-// FindSkip returns the first valid skip entry for seq in the ledger stream
-// s (ParseSkip), reading only the messages on seq's skip subjects. The first
-// valid one, not the last, is the skip: the stream is append-only, so the
-// answer never changes once there is one, and a rebuild or a replay of an
-// export finds the same skip as the live projector did.
-func FindSkip(ctx context.Context, s jetstream.Stream, seq uint64) (protocol.SkipRecord, bool, error) {
-	filter := skipFilter(seq)
-	for from := seq + 1; ; {
-		m, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return protocol.SkipRecord{}, false, nil
-		}
-		if err != nil {
-			return protocol.SkipRecord{}, false, fmt.Errorf("find skip of seq %d: %w", seq, err)
-		}
-		if rec, ok := protocol.ParseSkip(m.Sequence, m.Subject, m.Header, m.Data, seq); ok {
-			return rec, true, nil
-		}
-		from = m.Sequence + 1
 	}
 }

@@ -9,15 +9,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 func (e *env) stream(t *testing.T) jetstream.Stream {
 	t.Helper()
 	js, err := jetstream.New(e.nc)
 	require.NoError(t, err)
-	s, err := js.Stream(ctxT(t), ledger.DefaultStream)
+	s, err := js.Stream(ctxT(t), stream.DefaultName)
 	require.NoError(t, err)
 	return s
 }
@@ -76,7 +76,7 @@ func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 	// A stray message on the skip subject (not a valid skip) neither counts
 	// as the skip nor blocks the operator's.
 	stray := e.publishRaw(t, protocol.SkipSubject("v1", target), nats.Header{protocol.HeaderEntryKind: {"skip"}}, `{"seq":99,"reason":"x"}`)
-	_, found, err := ledger.FindSkip(ctx, e.stream(t), target)
+	_, found, err := stream.FindSkip(ctx, e.stream(t), target)
 	require.NoError(t, err)
 	require.False(t, found, "a skip whose data names another sequence is not a skip")
 
@@ -93,7 +93,7 @@ func TestSkipValidatesAppendsOnceAndIsFound(t *testing.T) {
 	require.JSONEq(t, `{"seq":1,"reason":"operator: corrupt report from build 1.2.3","subject":"cg.v1.p.c.ledger.report.t.c"}`, string(m.Data))
 	require.False(t, protocol.RecognizeEntry(m.Subject, m.Header).Unrecognized())
 
-	rec, found, err := ledger.FindSkip(ctx, e.stream(t), target)
+	rec, found, err := stream.FindSkip(ctx, e.stream(t), target)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, res.SkipSeq, rec.SkipSeq)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -159,7 +160,7 @@ func TestPerToolCountersStartAtZeroForEveryKnownTool(t *testing.T) {
 	}
 	for _, family := range []string{"cgledger_ledger_deadline_timeouts_total", "cgledger_ledger_tool_unavailable_total",
 		"cgledger_ledger_late_reports_total", "cgledger_tool_dispatches_total"} {
-		for _, tool := range []string{"quiet", ledger.OtherToolLabel} {
+		for _, tool := range []string{"quiet", toollabels.Other} {
 			v, ok := seen[family][tool]
 			require.True(t, ok, "%s has a series for %s before any event", family, tool)
 			require.Zero(t, v, "%s{tool=%q}", family, tool)
@@ -178,7 +179,7 @@ func TestToolCallsSeriesStartAtZeroForEveryOutcome(t *testing.T) {
 	l, reg := openLedger(t, e.srv)
 	l.ToolLabels().Add("quiet")
 	want := []string{}
-	for _, tool := range []string{"quiet", ledger.OtherToolLabel} {
+	for _, tool := range []string{"quiet", toollabels.Other} {
 		for _, o := range [][2]string{{"success", "none"}, {"partial", "none"}, {"failed", "bad_request"}, {"failed", "auth_failed"},
 			{"failed", "upstream_unavailable"}, {"failed", "internal_error"}, {"failed", "tool_timeout"}, {"failed", "_other"},
 			{"timeout", "tool_timeout"}, {"canceled", "canceled"}} {

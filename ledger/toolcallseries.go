@@ -3,13 +3,14 @@ package ledger
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
 )
 
 // ToolCallOutcomes are the (status, error_code) pairs of
 // cgledger_tool_calls_total a call can end with: the series the ledger
 // creates at 0 for every known tool label (ToolLabels.Names and
-// OtherToolLabel) before the tool's first call. A series that appears at
+// toollabels.Other) before the tool's first call. A series that appears at
 // its first value hides that value from rate() and increase(): six
 // timeouts in one scrape would read as none, and a tool whose calls all
 // fail would have no availability at all. Other pairs (a timeout a tool
@@ -32,7 +33,7 @@ var ToolCallOutcomes = [][2]string{
 // at 0 for every known tool label and ToolCallOutcomes pair, the way
 // everyKnownTool does for the counters labelled by tool alone.
 type everyToolCallOutcome struct {
-	labels *ToolLabels
+	labels *toollabels.Labels
 	vec    *prometheus.CounterVec
 }
 
@@ -41,7 +42,7 @@ func (c everyToolCallOutcome) Describe(ch chan<- *prometheus.Desc) { c.vec.Descr
 
 // Collect implements prometheus.Collector.
 func (c everyToolCallOutcome) Collect(ch chan<- prometheus.Metric) {
-	for _, n := range append(c.labels.Names(), OtherToolLabel) {
+	for _, n := range append(c.labels.Names(), toollabels.Other) {
 		for _, o := range ToolCallOutcomes {
 			c.vec.WithLabelValues(n, o[0], o[1])
 		}

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
@@ -22,7 +23,7 @@ import (
 // TestToolLabelsAreRegisteredOrBuiltInNames: workers choose the tool names
 // they dispatch to, and /metrics is open. 10,000 calls to distinct tools no
 // one registered leave every family with a tool label at the registered and
-// built-in names plus one value (ledger.OtherToolLabel), and none of those
+// built-in names plus one value (toollabels.Other), and none of those
 // names on any series.
 func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -84,7 +85,7 @@ func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
-	allowed := map[string]bool{"search": true, ledger.OtherToolLabel: true}
+	allowed := map[string]bool{"search": true, toollabels.Other: true}
 	for _, n := range protocol.ReservedToolNames {
 		allowed[n] = true
 	}
@@ -107,10 +108,10 @@ func TestToolLabelsAreRegisteredOrBuiltInNames(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"cgledger_call_report_latency_seconds", "cgledger_call_wakeup_latency_seconds"} {
-		require.Equal(t, map[string]bool{"search": true, "delegate_async": true, ledger.OtherToolLabel: true}, perFamily[name], name)
+		require.Equal(t, map[string]bool{"search": true, "delegate_async": true, toollabels.Other: true}, perFamily[name], name)
 	}
 	require.Equal(t, map[string]bool{"search": true}, perFamily["cgledger_tool_slo_success_min_ratio"])
-	require.Equal(t, uint64(unknown), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", ledger.OtherToolLabel).GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(unknown), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", toollabels.Other).GetHistogram().GetSampleCount())
 }
 
 func histogramSeries(t *testing.T, reg *prometheus.Registry, name, tool string) *dto.Metric {
@@ -135,18 +136,18 @@ func histogramSeries(t *testing.T, reg *prometheus.Registry, name, tool string) 
 
 // TestToolVersionLabelsAreRegisteredVersionsOnly: a version is a label of
 // its own only for a tool and version registered (or built in); a
-// definition without one is "", anything else OtherToolLabel.
+// definition without one is "", anything else toollabels.Other.
 func TestToolVersionLabelsAreRegisteredVersionsOnly(t *testing.T) {
-	l := ledger.NewToolLabels("echo")
+	l := toollabels.New("echo")
 	l.AddVersion("pay", "1.2.0")
 	l.AddVersion("pay", "not-semver")
 	l.AddVersion("bad name", "1.0.0")
 	require.Equal(t, "pay", l.Label("pay"), "a registered version makes its tool known")
 	require.Equal(t, "1.2.0", l.VersionLabel("pay", "1.2.0"))
-	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("pay", "9.9.9"))
-	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("pay", "not-semver"))
-	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("echo", "1.2.0"), "a version of another tool")
-	require.Equal(t, ledger.OtherToolLabel, l.VersionLabel("bad name", "1.0.0"))
+	require.Equal(t, toollabels.Other, l.VersionLabel("pay", "9.9.9"))
+	require.Equal(t, toollabels.Other, l.VersionLabel("pay", "not-semver"))
+	require.Equal(t, toollabels.Other, l.VersionLabel("echo", "1.2.0"), "a version of another tool")
+	require.Equal(t, toollabels.Other, l.VersionLabel("bad name", "1.0.0"))
 	require.Equal(t, "", l.VersionLabel("echo", ""))
 	require.False(t, l.Known("pay\x001.2.0") && l.Label("pay\x001.2.0") == "pay\x001.2.0", "a version key is never a tool label")
 }
@@ -211,7 +212,7 @@ func TestCallToolLabelIsTheCallsOwnProjects(t *testing.T) {
 		}
 		return 0
 	}
-	other := ledger.OtherToolLabel
+	other := toollabels.Other
 	require.Zero(t, count("cgledger_ledger_deadline_timeouts_total", map[string]string{"tool": "healthy"}), "demo's healthy never timed out")
 	require.Equal(t, 1.0, count("cgledger_ledger_deadline_timeouts_total", map[string]string{"tool": other}))
 	require.Equal(t, 1.0, count("cgledger_tool_calls_total", map[string]string{"tool": "healthy", "status": "success", "error_code": "none"}), "demo's call only")
@@ -228,12 +229,12 @@ func TestCallToolLabelIsTheCallsOwnProjects(t *testing.T) {
 // TestCallLabelNeedsTheCallsRegistrationOrABuiltin checks
 // ToolLabels.CallLabel alone.
 func TestCallLabelNeedsTheCallsRegistrationOrABuiltin(t *testing.T) {
-	l := ledger.NewToolLabels("search")
+	l := toollabels.New("search")
 	l.AddBuiltin("echo")
 	require.Equal(t, "search", l.CallLabel("search", true))
-	require.Equal(t, ledger.OtherToolLabel, l.CallLabel("search", false), "registered elsewhere only")
+	require.Equal(t, toollabels.Other, l.CallLabel("search", false), "registered elsewhere only")
 	require.Equal(t, "echo", l.CallLabel("echo", false))
-	require.Equal(t, ledger.OtherToolLabel, l.CallLabel("made-up", false))
+	require.Equal(t, toollabels.Other, l.CallLabel("made-up", false))
 	require.Equal(t, "fresh", l.CallLabel("fresh", true), "registered in the call's project, not seen yet")
 	require.Contains(t, l.Names(), "fresh")
 	require.True(t, l.Builtin("echo"))

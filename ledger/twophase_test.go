@@ -13,6 +13,7 @@ import (
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // prepareCall dispatches c and prepares it as its tool would, with token
@@ -66,7 +67,7 @@ func TestTwoPhaseCommit(t *testing.T) {
 	require.NoError(t, err)
 	js, err := jetstream.New(e.nc)
 	require.NoError(t, err)
-	toolCons, err := js.CreateOrUpdateConsumer(ctx, ledger.DefaultStream, jetstream.ConsumerConfig{Durable: "echo-2pc",
+	toolCons, err := js.CreateOrUpdateConsumer(ctx, stream.DefaultName, jetstream.ConsumerConfig{Durable: "echo-2pc",
 		FilterSubject: protocol.ToolCommandSubject("v1", project, channel, "echo") + ".>", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(t, err)
 

@@ -22,6 +22,7 @@ import (
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/mcpfront"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 const (
@@ -228,7 +229,7 @@ func (r *rig) requireRejection(t *testing.T, data json.RawMessage, tool string) 
 	require.NoError(t, json.Unmarshal(data, &d))
 	require.NotZero(t, d.Seq, "the refusal is recorded: %s", data)
 	ctx := ledgertest.Ctx(t)
-	st, err := r.JS.Stream(ctx, ledger.DefaultStream)
+	st, err := r.JS.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	m, err := st.GetMsg(ctx, d.Seq)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // TestInboxListRefusalsNobodyHearsAreRecorded: without credentials, an
@@ -102,7 +103,7 @@ const rejectionFilter = "cg.v1.*.*.ledger.rejection.>"
 func rejectionCount(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
-	st, err := js.Stream(ctx, ledger.DefaultStream)
+	st, err := js.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(rejectionFilter))
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ func rejections(t *testing.T, js jetstream.JetStream) []rejection {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
 	total := rejectionCount(t, js)
-	st, err := js.Stream(ctx, ledger.DefaultStream)
+	st, err := js.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{rejectionFilter}})
 	require.NoError(t, err)

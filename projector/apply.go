@@ -14,8 +14,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // reader is what view lookups need; *pebble.DB, *pebble.Batch (indexed) and
@@ -330,7 +330,7 @@ func (a *applier) unrecognized(e protocol.Entry, rec protocol.Recognition) {
 // lost records a range of entries lost before they were archived and
 // moves past it: the chain goes on from the link after it when that is
 // known, else from zero (what follows cannot be chained to what was lost).
-func (a *applier) lost(r ledger.LostRange) {
+func (a *applier) lost(r stream.LostRange) {
 	a.set(key(tagLost).u64(r.First), binary.BigEndian.AppendUint64(nil, r.Last))
 	a.cp.Applied = r.Last
 	a.cp.Head = protocol.Link{}

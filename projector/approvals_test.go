@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -307,7 +307,7 @@ func TestApprovalGauges(t *testing.T) {
 	s := openStore(t, dir)
 	require.NoError(t, newProjector(t, e, s, 4).CatchUp(ctx))
 	now := heldAt.Add(10 * time.Minute)
-	labels := ledger.NewToolLabels("deploy")
+	labels := toollabels.New("deploy")
 	labels.AddBuiltin("echo")
 	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, Now: func() time.Time { return now }}
 	want := map[string]float64{

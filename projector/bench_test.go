@@ -46,10 +46,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 const (
@@ -185,7 +185,7 @@ func (s *synth) add(subject string, kind protocol.EntryKind, h nats.Header, data
 	t := synthT0.Add(time.Duration(s.seq) * 50 * time.Microsecond)
 	h.Set(protocol.HeaderEntryKind, string(kind))
 	h.Set(protocol.HeaderTime, protocol.FormatTime(t))
-	h.Set("Nats-Expected-Stream", ledger.DefaultStream)
+	h.Set("Nats-Expected-Stream", stream.DefaultName)
 	s.out = append(s.out, protocol.Entry{Seq: s.seq, Subject: subject, Headers: h, Data: b, Time: t.Add(20 * time.Microsecond)})
 	return s.seq
 }

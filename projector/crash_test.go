@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // crashDir is the view directory on the in-memory crash filesystems.
@@ -66,7 +66,7 @@ func requireSameRows(t *testing.T, want, got []row, msgAndArgs ...any) {
 func streamLastSeq(t *testing.T, e *ledgertest.Env) uint64 {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
-	s, err := e.JS.Stream(ctx, ledger.DefaultStream)
+	s, err := e.JS.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func streamLastSeq(t *testing.T, e *ledgertest.Env) uint64 {
 func ledgerEntries(t *testing.T, e *ledgertest.Env, last uint64) []protocol.Entry {
 	t.Helper()
 	ctx := ledgertest.Ctx(t)
-	st, err := e.JS.Stream(ctx, ledger.DefaultStream)
+	st, err := e.JS.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	entries := make([]protocol.Entry, 0, last)
 	for seq := uint64(1); seq <= last; seq++ {

@@ -11,15 +11,15 @@ import (
 
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // HTTPConfig wires the audit HTTP API.
 type HTTPConfig struct {
 	// Verify, when set, serves GET /v1/verify (chain check against the live
 	// stream).
-	Verify func(ctx context.Context) (ledger.VerifyReport, error)
+	Verify func(ctx context.Context) (stream.VerifyReport, error)
 	// Decide, when set, serves POST /v1/projects/{project}/approvals/{turn}/{call}/approve
 	// and .../deny (docs/approvals.md): serve sets it where the process
 	// reaches the ledger API.

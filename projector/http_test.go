@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/stream"
 )
 
 func getJSON(t *testing.T, url string, out any) int {
@@ -45,7 +45,7 @@ type errBody struct {
 func TestHTTPAuditAPI(t *testing.T) {
 	e, s, q := scenarioViews(t)
 	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{
-		Verify: func(ctx context.Context) (ledger.VerifyReport, error) { return s.VerifyStream(ctx, e.JS, "") },
+		Verify: func(ctx context.Context) (stream.VerifyReport, error) { return s.VerifyStream(ctx, e.JS, "") },
 	}))
 	t.Cleanup(srv.Close)
 	base := srv.URL + "/v1/projects/proj"
@@ -110,7 +110,7 @@ func TestHTTPAuditAPI(t *testing.T) {
 	want, err := s.Digest()
 	require.NoError(t, err)
 	require.Equal(t, want, d.Digest)
-	var v ledger.VerifyReport
+	var v stream.VerifyReport
 	require.Equal(t, 200, getJSON(t, srv.URL+"/v1/verify", &v))
 	require.True(t, v.OK)
 	require.Equal(t, d.ChainHead, v.Head)

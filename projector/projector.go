@@ -13,18 +13,18 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/stream"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
 // Config configures a Projector. Zero values mean the defaults.
 type Config struct {
-	// Stream is the ledger stream. Empty means ledger.DefaultStream.
+	// Stream is the ledger stream. Empty means stream.DefaultName.
 	Stream string
 	// BatchSize is the most entries applied in one Pebble batch. Zero means
 	// 512. A batch is also committed whenever the projector reaches the
@@ -64,13 +64,13 @@ type Config struct {
 }
 
 // ArchiveReader reads archived ledger entries in order (package archive's
-// *Archive). A sequence it does not hold wraps ledger.ErrHistoryLost.
+// *Archive). A sequence it does not hold wraps stream.ErrHistoryLost.
 type ArchiveReader interface {
 	ReadRange(ctx context.Context, from, to uint64, fn func(protocol.Entry) error) error
 	// LostAt returns the range recorded as lost (expired before it was
 	// archived) that holds seq, if any: the projector records it and goes
 	// on past it, as every rebuild from the same archive does.
-	LostAt(seq uint64) (ledger.LostRange, bool, error)
+	LostAt(seq uint64) (stream.LostRange, bool, error)
 	// LastSeq is the last sequence the archive holds (0 for none).
 	LastSeq() (uint64, error)
 }
@@ -98,7 +98,7 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 		return nil, fmt.Errorf("projector: %w", err)
 	}
 	if cfg.Stream == "" {
-		cfg.Stream = ledger.DefaultStream
+		cfg.Stream = stream.DefaultName
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 512
@@ -185,7 +185,7 @@ func (p *Projector) findSkip(ctx context.Context, seq uint64) (protocol.SkipReco
 	if err != nil {
 		return protocol.SkipRecord{}, false, fmt.Errorf("projector: stream %s: %w", p.cfg.Stream, err)
 	}
-	return ledger.FindSkip(ctx, s, seq)
+	return stream.FindSkip(ctx, s, seq)
 }
 
 // pendingEntry is an entry of the batch being built; skip is set when it is
@@ -432,7 +432,7 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 			switch {
 			case stopped:
 				return true, nil
-			case errors.Is(err, ledger.ErrHistoryLost):
+			case errors.Is(err, stream.ErrHistoryLost):
 				next := a.cp.Applied + 1
 				lr, ok, lerr := p.cfg.Archive.LostAt(next)
 				if lerr != nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // scenarioViews builds the standard scenario and projects it.
@@ -230,12 +230,12 @@ func TestVerifyExportCatchesARewrittenChain(t *testing.T) {
 	// An attacker edits a report and recomputes every later link and the
 	// trailer: the file is self-consistent, but not with the views.
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	var hdr ledger.ExportHeader
+	var hdr stream.ExportHeader
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
 	prev := protocol.Genesis
 	edited := uint64(0)
 	for i := 1; i < len(lines)-1; i++ {
-		var ee ledger.ExportEntry
+		var ee stream.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(lines[i]), &ee))
 		if edited == 0 && strings.Contains(string(ee.Data), `"status":"failed"`) && ee.Headers[protocol.HeaderEntryKind][0] == "report" {
 			ee.Data = bytes.Replace(ee.Data, []byte(`"status":"failed"`), []byte(`"status":"success"`), 1)
@@ -248,14 +248,14 @@ func TestVerifyExportCatchesARewrittenChain(t *testing.T) {
 		lines[i] = string(b)
 	}
 	require.NotZero(t, edited)
-	var tr ledger.ExportTrailer
+	var tr stream.ExportTrailer
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &tr))
 	tr.Head = prev.String()
 	b, _ := json.Marshal(tr)
 	lines[len(lines)-1] = string(b)
 	forged := strings.Join(lines, "\n")
 
-	self, err := ledger.VerifyExport(strings.NewReader(forged))
+	self, err := stream.VerifyExport(strings.NewReader(forged))
 	require.NoError(t, err)
 	require.True(t, self.OK, "a rewritten file is self-consistent")
 	rep, err = s.VerifyExport(strings.NewReader(forged))

@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // waitFor polls cond until it holds, failing after a minute. It waits on
@@ -164,15 +164,15 @@ func TestUnrecognizedEntriesDoNotStopTheProjector(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep)
 	require.Equal(t, uint64(len(bad)), rep.UnrecognizedCount)
-	require.Equal(t, badSeqs, seqsOf(rep.Unrecognized, func(n ledger.NotedEntry) uint64 { return n.Seq }))
+	require.Equal(t, badSeqs, seqsOf(rep.Unrecognized, func(n stream.NotedEntry) uint64 { return n.Seq }))
 	path := exportFile(t, e)
 	f, err := os.Open(path)
 	require.NoError(t, err)
-	frep, err := ledger.VerifyExport(f)
+	frep, err := stream.VerifyExport(f)
 	require.NoError(t, f.Close())
 	require.NoError(t, err)
 	require.True(t, frep.OK, "%+v", frep)
-	require.Equal(t, badSeqs, seqsOf(frep.Unrecognized, func(n ledger.NotedEntry) uint64 { return n.Seq }))
+	require.Equal(t, badSeqs, seqsOf(frep.Unrecognized, func(n stream.NotedEntry) uint64 { return n.Seq }))
 	require.Equal(t, protocol.UnrecognizedKindMismatch, frep.Unrecognized[4].Code)
 
 	// A replay of the export projects it to the same views.
@@ -330,7 +330,7 @@ func TestSkipUnsticksACorruptEntry(t *testing.T) {
 	rep, err := s.VerifyStream(ctx, e.JS, "")
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep)
-	require.Equal(t, []ledger.NotedSkip{{Seq: bad, SkipSeq: res.SkipSeq, Reason: reason}}, rep.Skips)
+	require.Equal(t, []stream.NotedSkip{{Seq: bad, SkipSeq: res.SkipSeq, Reason: reason}}, rep.Skips)
 	path := exportFile(t, e)
 	f, err := os.Open(path)
 	require.NoError(t, err)

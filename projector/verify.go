@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // link returns the chain link the views recorded for seq.
@@ -69,19 +69,19 @@ func (s *Store) ChainHead() (uint64, protocol.Link, error) {
 // (the views' checkpoints). It names the first sequence that differs: an
 // entry changed in the stream after it was projected. Entries the views have
 // not applied yet are chained but have nothing to compare with.
-func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, stream string) (ledger.VerifyReport, error) {
-	if stream == "" {
-		stream = ledger.DefaultStream
+func (s *Store) VerifyStream(ctx context.Context, js jetstream.JetStream, name string) (stream.VerifyReport, error) {
+	if name == "" {
+		name = stream.DefaultName
 	}
-	return s.VerifyHistory(ctx, ledger.StreamHistory{JS: js, Stream: stream})
+	return s.VerifyHistory(ctx, stream.JetStreamHistory{JS: js, Stream: name})
 }
 
 // VerifyHistory is VerifyStream over a history wherever it is kept (an
 // archive and then the stream). History that is kept nowhere any more is
 // a failed verification naming the first missing sequence.
-func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.VerifyReport, error) {
+func (s *Store) VerifyHistory(ctx context.Context, h stream.History) (stream.VerifyReport, error) {
 	v := protocol.NewChainVerifier(1, protocol.Genesis)
-	rep := ledger.VerifyReport{FromSeq: 1}
+	rep := stream.VerifyReport{FromSeq: 1}
 	_, err := h.ReadFrom(ctx, 1, func(e protocol.Entry) error {
 		want, err := s.link(e.Seq)
 		if err != nil {
@@ -92,7 +92,7 @@ func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.Ver
 		rep.Note(e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		return nil
 	})
-	if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
+	if errors.Is(err, stream.ErrHistoryLost) || errors.Is(err, stream.ErrHistoryCorrupt) {
 		rep = finishReport(rep, v)
 		rep.OK, rep.FirstBadSeq, rep.Reason = false, rep.LastSeq+1, err.Error()
 		return rep, nil
@@ -112,18 +112,18 @@ func (s *Store) VerifyHistory(ctx context.Context, h ledger.History) (ledger.Ver
 	return rep, nil
 }
 
-// VerifyExport checks an export file on its own (ledger.VerifyExport) and
+// VerifyExport checks an export file on its own (stream.VerifyExport) and
 // also against the links these views recorded, so a file whose links were
 // all recomputed after an edit still fails at the edited entry.
-func (s *Store) VerifyExport(r io.Reader) (ledger.VerifyReport, error) {
-	rep, err := ledger.VerifyExportAgainst(r, s.link)
+func (s *Store) VerifyExport(r io.Reader) (stream.VerifyReport, error) {
+	rep, err := stream.VerifyExportAgainst(r, s.link)
 	if err != nil {
 		return rep, fmt.Errorf("projector: verify export: %w", err)
 	}
 	return rep, nil
 }
 
-func finishReport(rep ledger.VerifyReport, v *protocol.ChainVerifier) ledger.VerifyReport {
+func finishReport(rep stream.VerifyReport, v *protocol.ChainVerifier) stream.VerifyReport {
 	rep.Count, rep.Head = v.Count(), v.Head().String()
 	if bad, why := v.FirstBad(); bad != 0 {
 		rep.FirstBadSeq, rep.Reason = bad, why

@@ -12,7 +12,7 @@ import (
 type WaitingConfig struct {
 	// Label maps a tool name to its label value, given whether the name
 	// was registered in the call's own project when the ledger pinned the
-	// call's tool (CallTool). Serve passes ledger.ToolLabels.CallLabel: a
+	// call's tool (CallTool). Serve passes toollabels.Labels.CallLabel: a
 	// name registered only in another project, or made up by a worker,
 	// becomes "_other" unless it is built in, so it never becomes a series
 	// and never counts as another project's tool. Nil keeps names as they

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -96,7 +96,7 @@ func TestWaitingCallGauges(t *testing.T) {
 	require.NoError(t, p.CatchUp(ctx))
 	d1, d2 := dispatchedAt(t, s, search), dispatchedAt(t, s, madeUp)
 
-	labels := ledger.NewToolLabels("search")
+	labels := toollabels.New("search")
 	labels.AddBuiltin("echo")
 	now := d2.Add(10 * time.Second)
 	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, Now: func() time.Time { return now }}
@@ -219,7 +219,7 @@ func TestWaitingCallsAreTheirOwnProjectsTool(t *testing.T) {
 	s := openStore(t, dir)
 	p := newProjector(t, e, s, 2)
 	require.NoError(t, p.CatchUp(ctx))
-	labels := ledger.NewToolLabels("search")
+	labels := toollabels.New("search")
 	labels.AddBuiltin("echo")
 	cfg := projector.WaitingConfig{Label: labels.CallLabel, Known: labels.Names, CacheFor: time.Nanosecond}
 	waiting := func() map[string]float64 {

@@ -44,9 +44,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/natsserver"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/replay"
+	"github.com/cgledger/cgledger/stream"
 )
 
 const (
@@ -179,7 +179,7 @@ func readMsgs(b *testing.B, file string) []*nats.Msg {
 	require.NoError(b, err)
 	defer f.Close()
 	var msgs []*nats.Msg
-	_, tr, err := ledger.ReadExport(f, nil, func(e ledger.ExportEntry) error {
+	_, tr, err := stream.ReadExport(f, nil, func(e stream.ExportEntry) error {
 		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
 		for k, v := range e.Headers {
 			if !strings.HasPrefix(strings.ToLower(k), "nats-") {
@@ -214,8 +214,8 @@ func startRaw(b *testing.B, dir string) *rawServer {
 	require.NoError(b, err)
 	r.js, err = jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(rawInFlight))
 	require.NoError(b, err)
-	require.NoError(b, ledger.Provision(b.Context(), r.js, ledger.StreamConfig{}))
-	r.s, err = r.js.Stream(b.Context(), ledger.DefaultStream)
+	require.NoError(b, stream.Provision(b.Context(), r.js, stream.Config{}))
+	r.s, err = r.js.Stream(b.Context(), stream.DefaultName)
 	require.NoError(b, err)
 	return r
 }

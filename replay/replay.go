@@ -16,14 +16,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/internal/natsserver"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // Result is what a replay produced.
 type Result struct {
 	// File is the export file's own chain verification.
-	File ledger.VerifyReport `json:"file"`
+	File stream.VerifyReport `json:"file"`
 	// Entries is the number of entries loaded.
 	Entries uint64 `json:"entries"`
 	// AppliedSeq, Digest and ChainHead describe the projected views.
@@ -100,7 +100,7 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	if err := ledger.Provision(ctx, js, ledger.StreamConfig{}); err != nil {
+	if err := stream.Provision(ctx, js, stream.Config{}); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	store, err := projector.OpenStore(filepath.Join(dir, "views"), projector.StoreOptions{})
@@ -137,7 +137,7 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 			o.Progress(Progress{BytesRead: cr.n.Load(), FileBytes: st.Size(), Imported: imported.Load(), Projected: p.Applied()})
 		}
 	}
-	rep, err := ledger.ImportVerified(ctx, js, ledger.DefaultStream, cr, ledger.ImportConfig{Progress: func(n uint64) {
+	rep, err := stream.ImportVerified(ctx, js, stream.DefaultName, cr, stream.ImportConfig{Progress: func(n uint64) {
 		imported.Store(n)
 		report()
 	}})

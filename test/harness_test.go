@@ -19,12 +19,12 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/executor/jina"
+	"github.com/cgledger/cgledger/stream"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -208,7 +208,7 @@ func requireRefused(t *testing.T, err error, want error, what string) *protocol.
 }
 
 // export writes the whole ledger to path and returns the trailer.
-func (r *replayRig) export(path string) ledger.ExportTrailer {
+func (r *replayRig) export(path string) stream.ExportTrailer {
 	r.t.Helper()
 	f, err := os.Create(path)
 	require.NoError(r.t, err)
@@ -384,7 +384,7 @@ func fileShape(t *testing.T, path string) []string {
 	require.NoError(t, err)
 	defer f.Close()
 	var out []string
-	_, tr, err := ledger.ReadExport(f, nil, func(e ledger.ExportEntry) error {
+	_, tr, err := stream.ReadExport(f, nil, func(e stream.ExportEntry) error {
 		out = append(out, fmt.Sprintf("%d %s %s", e.Seq, entryKind(e.Headers), e.Subject))
 		return nil
 	})

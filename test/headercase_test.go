@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/replay"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // TestHeaderNameCaseChangesNeitherChainNorViews: the hash chain reads header
@@ -65,7 +65,7 @@ func TestHeaderNameCaseChangesNeitherChainNorViews(t *testing.T) {
 	require.True(t, again.File.OK, "the re-cased file verifies: %+v", again.File)
 	require.Equal(t, orig.ChainHead, again.ChainHead)
 	require.Equal(t, orig.Digest, again.Digest, "same chain, same views")
-	rep, err := ledger.VerifyExport(bytes.NewReader(out.Bytes()))
+	rep, err := stream.VerifyExport(bytes.NewReader(out.Bytes()))
 	require.NoError(t, err)
 	require.True(t, rep.OK)
 	require.Zero(t, rep.UnrecognizedCount, "re-cased entries are still recognized")

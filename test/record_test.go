@@ -33,7 +33,7 @@ package test
 //     regenerated (and the diff reviewed).
 //     TestReplayGoldens replays every committed recording with replay.Run
 //     and compares the digest, chain head and views JSON with the goldens
-//     byte for byte, and checks ledger.VerifyExport on the file. It also
+//     byte for byte, and checks stream.VerifyExport on the file. It also
 //     fails when a scenario has no golden or a golden has no scenario.
 
 import (
@@ -53,6 +53,7 @@ import (
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 type replayScenario struct {
@@ -473,7 +474,7 @@ func TestReplayGoldens(t *testing.T) {
 			path := goldenPath(name, ".jsonl")
 			f, err := os.Open(path)
 			require.NoError(t, err)
-			rep, err := ledger.VerifyExport(f)
+			rep, err := stream.VerifyExport(f)
 			require.NoError(t, f.Close())
 			require.NoError(t, err)
 			require.True(t, rep.OK, "%s verifies: first bad seq %d: %s", path, rep.FirstBadSeq, rep.Reason)

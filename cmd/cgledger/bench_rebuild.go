@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // benchRebuild records calls calls (dispatch, result card, report: about
@@ -75,7 +75,7 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 			return nil, fmt.Errorf("--memprofile: %w", err)
 		}
 	}
-	s, err := e.js.Stream(ctx, ledger.DefaultStream)
+	s, err := e.js.Stream(ctx, stream.DefaultName)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func measureOnce(n uint64, op func() error) (benchResult, error) {
 // rawRead reads the ledger stream from sequence 1 to last with an ordered
 // consumer, the fastest way JetStream delivers a stream in order.
 func rawRead(ctx context.Context, js jetstream.JetStream, last uint64) error {
-	s, err := js.Stream(ctx, ledger.DefaultStream)
+	s, err := js.Stream(ctx, stream.DefaultName)
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func rebuildViews(ctx context.Context, js jetstream.JetStream, dir string) error
 		return err
 	}
 	defer store.Close()
-	p, err := projector.New(store, js, projector.Config{Stream: ledger.DefaultStream})
+	p, err := projector.New(store, js, projector.Config{Stream: stream.DefaultName})
 	if err != nil {
 		return err
 	}

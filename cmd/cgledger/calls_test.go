@@ -18,6 +18,7 @@ import (
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // postAs sends a POST with bearer token tok (none when empty) and returns
@@ -119,7 +120,7 @@ func TestCallsOperatorActionsOverHTTP(t *testing.T) {
 	code, out2 := runCLI(t, append([]string{"calls", "cancel", "--call", "c1", "--reason", "runaway"}, conn...)...)
 	require.Equal(t, exitOK, code, out2)
 	require.Contains(t, out2, "canceled (cancel entry, ledger seq")
-	stream, err := e.JS.Stream(ctx, ledger.DefaultStream)
+	stream, err := e.JS.Stream(ctx, stream.DefaultName)
 	require.NoError(t, err)
 	m, err := stream.GetLastMsgForSubject(ctx, protocol.CancelSubject("v1", "proj", "main", "t1", "c1"))
 	require.NoError(t, err)

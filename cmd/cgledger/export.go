@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
+	"github.com/cgledger/cgledger/stream"
 )
 
 func export(args []string) int {
@@ -107,7 +107,7 @@ project ("*"), such as the embedded admin credential.`)
 	if err != nil {
 		return failf(exitFailed, "export: %v", err)
 	}
-	rep, err := ledger.VerifyExport(bufio.NewReader(rf))
+	rep, err := stream.VerifyExport(bufio.NewReader(rf))
 	rf.Close()
 	if err == nil && !rep.OK {
 		err = fmt.Errorf("chain broken at seq %d: %s", rep.FirstBadSeq, rep.Reason)
@@ -207,27 +207,27 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		unreadable := func(err error) int {
 			// The reason is the error that says what is wrong with the file
 			// (it wraps ErrBadExport), without the callers' prefixes.
-			for u := errors.Unwrap(err); u != nil && u != ledger.ErrBadExport; u = errors.Unwrap(u) {
+			for u := errors.Unwrap(err); u != nil && u != stream.ErrBadExport; u = errors.Unwrap(u) {
 				err = u
 			}
 			return report(cf.asJSON, map[string]any{"file": pos[0], "ok": false, "reason": err.Error()}, false)
 		}
 		from, err := exportFromSeq(pos[0])
-		if errors.Is(err, ledger.ErrBadExport) {
+		if errors.Is(err, stream.ErrBadExport) {
 			return unreadable(err)
 		}
 		if err != nil {
 			return failf(exitFor(err), "verify: %v", err)
 		}
 		pr := newProgress("verify", *quiet)
-		var rep ledger.VerifyReport
+		var rep stream.VerifyReport
 		digest := ""
 		if from == 1 {
 			// One pass: the replay verifies the chain as it imports, and
 			// projects for the view digest.
 			res, err := replay.Run(ctx, pos[0], replay.Options{Progress: replayProgress(pr)})
 			pr.done()
-			if errors.Is(err, ledger.ErrBadExport) {
+			if errors.Is(err, stream.ErrBadExport) {
 				return unreadable(err)
 			}
 			if res == nil || (err != nil && res.File.FirstBadSeq == 0) {
@@ -243,10 +243,10 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			}
 			st, _ := f.Stat()
 			cr := &countingFile{f: f, each: func(n int64) { pr.update(uint64(n), uint64(st.Size()), "bytes checked", 0) }}
-			rep, err = ledger.VerifyExport(bufio.NewReaderSize(cr, 1<<20))
+			rep, err = stream.VerifyExport(bufio.NewReaderSize(cr, 1<<20))
 			pr.done()
 			f.Close()
-			if errors.Is(err, ledger.ErrBadExport) {
+			if errors.Is(err, stream.ErrBadExport) {
 				return unreadable(err)
 			}
 			if err != nil {
@@ -329,7 +329,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		}
 		return report(cf.asJSON, body, ok)
 	}
-	var rep ledger.VerifyReport
+	var rep stream.VerifyReport
 	if err := cf.httpDo(ctx, "GET", "/v1/verify", url.Values{}, nil, &rep); err != nil {
 		return failf(exitFor(err), "verify: %v", err)
 	}
@@ -351,7 +351,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 }
 
 // noted adds the unrecognized and skipped entries a verification named.
-func noted(body map[string]any, rep ledger.VerifyReport) {
+func noted(body map[string]any, rep stream.VerifyReport) {
 	if rep.UnrecognizedCount > 0 {
 		body["unrecognized_count"], body["unrecognized"] = rep.UnrecognizedCount, rep.Unrecognized
 	}
@@ -382,12 +382,12 @@ func report(asJSON bool, body map[string]any, ok bool) int {
 				fmt.Fprintf(stdout, "%-11s %v\n", k+":", v)
 			}
 		}
-		if list, ok := body["unrecognized"].([]ledger.NotedEntry); ok {
+		if list, ok := body["unrecognized"].([]stream.NotedEntry); ok {
 			for _, e := range list {
 				fmt.Fprintf(stdout, "  unrecognized seq %d %s: %s (%s)\n", e.Seq, e.Subject, e.Reason, e.Code)
 			}
 		}
-		if list, ok := body["skips"].([]ledger.NotedSkip); ok {
+		if list, ok := body["skips"].([]stream.NotedSkip); ok {
 			for _, e := range list {
 				fmt.Fprintf(stdout, "  skipped seq %d by skip entry %d: %s\n", e.Seq, e.SkipSeq, e.Reason)
 			}
@@ -422,13 +422,13 @@ func exportFromSeq(path string) (uint64, error) {
 	switch {
 	case len(line) > 0:
 	case errors.Is(err, io.EOF):
-		return 0, fmt.Errorf("%w: %s: empty file", ledger.ErrBadExport, path)
+		return 0, fmt.Errorf("%w: %s: empty file", stream.ErrBadExport, path)
 	default:
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
-	var h ledger.ExportHeader
-	if json.Unmarshal(line, &h) != nil || h.Format != ledger.ExportFormat {
-		return 0, fmt.Errorf("%w: %s: line 1 is not a %s header", ledger.ErrBadExport, path, ledger.ExportFormat)
+	var h stream.ExportHeader
+	if json.Unmarshal(line, &h) != nil || h.Format != stream.ExportFormat {
+		return 0, fmt.Errorf("%w: %s: line 1 is not a %s header", stream.ErrBadExport, path, stream.ExportFormat)
 	}
 	return h.FromSeq, nil
 }

@@ -12,14 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
 )
 
 // registerServeMetrics adds what serve knows beyond its packages: the build,
 // the NATS connection, and JetStream state read from the server on scrape
 // (the embedded server opens no monitoring port an exporter could read).
-func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream.JetStream, labels *ledger.ToolLabels, streams ...string) {
+func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream.JetStream, labels *toollabels.Labels, streams ...string) {
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cgledger_build_info",
 		Help:        "1, labelled with the build's version, commit and Go version.",
@@ -52,7 +52,7 @@ func registerServeMetrics(reg prometheus.Registerer, nc *nats.Conn, js jetstream
 // its tool.
 type jetStreamCollector struct {
 	js      jetstream.JetStream
-	labels  *ledger.ToolLabels
+	labels  *toollabels.Labels
 	streams []string
 }
 
@@ -70,7 +70,7 @@ const (
 // consumerTool is the tool label of a consumer with these filter subjects:
 // the tool they all name (bounded by labels, as every tool label), else
 // anyToolLabel or noToolLabel.
-func consumerTool(labels *ledger.ToolLabels, filters []string) string {
+func consumerTool(labels *toollabels.Labels, filters []string) string {
 	if len(filters) == 0 {
 		return noToolLabel // the whole stream
 	}
@@ -192,7 +192,7 @@ func instrumentHTTP(reg prometheus.Registerer, mux *http.ServeMux, next http.Han
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cgledger_http_request_duration_seconds",
 		Help:    "Time to answer an HTTP request, by route pattern.",
-		Buckets: ledger.LatencyBuckets,
+		Buckets: toollabels.LatencyBuckets,
 	}, []string{"route"})
 	reg.MustRegister(requests, duration)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

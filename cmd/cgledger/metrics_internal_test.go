@@ -12,6 +12,7 @@ import (
 
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/natstest"
+	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -132,14 +133,14 @@ func TestConsumerIdleSeconds(t *testing.T) {
 
 // TestConsumerToolLabel: the label rules on filter subjects alone.
 func TestConsumerToolLabel(t *testing.T) {
-	labels := ledger.NewToolLabels("echo", "search")
+	labels := toollabels.New("echo", "search")
 	for _, c := range []struct {
 		filters []string
 		want    string
 	}{
 		{[]string{"cg.*.*.*.cmd.tool.echo", "cg.*.*.*.cmd.tool.echo.>"}, "echo"},
 		{[]string{"cg.v1.p.*.cmd.tool.search"}, "search"},
-		{[]string{"cg.v1.p.*.cmd.tool.madeup"}, ledger.OtherToolLabel},
+		{[]string{"cg.v1.p.*.cmd.tool.madeup"}, toollabels.Other},
 		{[]string{"cg.v1.p.*.cmd.tool.search", "cg.v1.p.*.cmd.tool.echo"}, "_any"},
 		{[]string{"cg.v1.*.*.cmd.tool.>"}, "_any"},
 		{[]string{"cg.v1.*.*.cmd.tool.>", "cg.v1.*.*.ledger.prepared.*.*"}, "_none"},

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/stream"
 
 	"github.com/cgledger/cgledger/executor/jina"
 
@@ -301,7 +302,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// serve waits, not ready, instead of exiting.
 	var recorded bool
 	if err := untilClusterAnswers(ctx, log, "read the ledger stream", func() (err error) {
-		recorded, err = checkLedgerStream(ctx, js, ledger.DefaultStream, s.Data, viewsApplied)
+		recorded, err = checkLedgerStream(ctx, js, stream.DefaultName, s.Data, viewsApplied)
 		return err
 	}); err != nil {
 		return err
@@ -330,7 +331,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 	retention, _ := parseDays(s.Retention)              // validated
 	toolAckWait, _ := time.ParseDuration(s.ToolAckWait) // validated; empty is the ledger's default
-	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: ledger.StreamConfig{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention, ToolAckWait: toolAckWait,
+	l, err := openLedger(ctx, nc, ledger.Config{Registerer: reg, Logger: log, Streams: stream.Config{Replicas: s.Replicas, ManagedRetention: true}, WriteGuard: ledgerGuard, Retention: retention, ToolAckWait: toolAckWait,
 		BuiltinTools: []protocol.ToolDefinition{*executor.EchoDefinition, *executor.SleepDefinition}}, log)
 	if err != nil {
 		return err
@@ -362,7 +363,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		log.Warn("retention is off but the data directory has an archive: archiving goes on, so that entries written with a retention window are archived before they expire", "archive", filepath.Join(s.Data, "archive"))
 	}
 	if arch != nil {
-		acfg := archive.Config{Streams: ledger.StreamConfig{Replicas: s.Replicas}, Retention: retention, SealAge: sealAge, Logger: log, Registerer: reg}
+		acfg := archive.Config{Streams: stream.Config{Replicas: s.Replicas}, Retention: retention, SealAge: sealAge, Logger: log, Registerer: reg}
 		if store != nil {
 			acfg.LinkAt = store.LinkAt
 		}
@@ -383,7 +384,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			log.Info("archiver stopped", "sealed_seq", archiver.Sealed())
 		}()
 	} else if err := untilClusterAnswers(ctx, log, "apply retention", func() error {
-		return ledger.ApplyRetention(ctx, js, ledger.StreamConfig{Replicas: s.Replicas}, 0)
+		return stream.ApplyRetention(ctx, js, stream.Config{Replicas: s.Replicas}, 0)
 	}); err != nil {
 		return err
 	}
@@ -470,7 +471,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		defer papi.Stop()
 		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
-			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
+			Verify: func(ctx context.Context) (stream.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)
 			},
 			// approve and deny go to the ledger API over NATS, as an
@@ -590,10 +591,10 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		sw := &startedWriter{w: w}
-		if _, err := ledger.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
+		if _, err := stream.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
 			if !sw.started {
 				w.Header().Del("Content-Type")
-				if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
+				if errors.Is(err, stream.ErrHistoryLost) || errors.Is(err, stream.ErrHistoryCorrupt) {
 					// Kept nowhere, or not intact: retrying cannot help.
 					err = &protocol.Error{Code: protocol.CodeNotFound, Message: err.Error()}
 				}
@@ -855,7 +856,7 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 // were lost before they were archived. Nothing is changed then, and the
 // error says what to do.
 func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views string, fc projector.FormatChange) error {
-	if _, err := checkLedgerStream(ctx, js, ledger.DefaultStream, data, fc.Applied); err != nil {
+	if _, err := checkLedgerStream(ctx, js, stream.DefaultName, data, fc.Applied); err != nil {
 		return fmt.Errorf("views in %s must be rebuilt (%s), and this ledger cannot give them back: %w; they are left as they are: restore the stream from backup or replay an export (docs/security.md, \"Recovery\"), or remove %s to rebuild from the stream as it is", views, fc.Reason, err, views)
 	}
 	dir := filepath.Join(data, "archive")
@@ -877,13 +878,13 @@ func checkRebuild(ctx context.Context, js jetstream.JetStream, data, views strin
 	}
 	// Entries past the archive that the stream no longer has expired
 	// unarchived, recorded yet or not.
-	st, err := js.Stream(ctx, ledger.DefaultStream)
+	st, err := js.Stream(ctx, stream.DefaultName)
 	if err != nil {
-		return fmt.Errorf("read stream %s: %w", ledger.DefaultStream, err)
+		return fmt.Errorf("read stream %s: %w", stream.DefaultName, err)
 	}
 	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
 	if err != nil {
-		return fmt.Errorf("read stream %s: %w", ledger.DefaultStream, err)
+		return fmt.Errorf("read stream %s: %w", stream.DefaultName, err)
 	}
 	if first := info.State.FirstSeq; first > archived+1 {
 		gone = append(gone, [2]uint64{archived + 1, first - 1})
@@ -939,15 +940,15 @@ func subtractRanges(r [2]uint64, cut [][2]uint64) [][2]uint64 {
 // openHistory returns where the ledger's history is read from: the stream
 // alone, or, when retention is on or an archive was written before, the
 // archive's sealed segments and then the stream.
-func openHistory(js jetstream.JetStream, stream, dir string, retention bool) (ledger.History, *archive.Archive, error) {
+func openHistory(js jetstream.JetStream, name, dir string, retention bool) (stream.History, *archive.Archive, error) {
 	if !retention {
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-			return ledger.StreamHistory{JS: js, Stream: stream}, nil, nil
+			return stream.JetStreamHistory{JS: js, Stream: name}, nil, nil
 		}
 	}
 	arch, err := archive.Open(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	return archive.History{Archive: arch, JS: js, Stream: stream}, arch, nil
+	return archive.History{Archive: arch, JS: js, Stream: name}, arch, nil
 }

@@ -18,7 +18,7 @@ const DefaultTarget = 0.99
 const MinCallsInLongWindow = 50
 
 // notOther excludes the tool label of names registered in no call's
-// project and built in nowhere (ledger.OtherToolLabel) from every tool
+// project and built in nowhere (toollabels.Other) from every tool
 // alert: they are names workers made up, with no tool, project or service
 // to act on. The dashboards keep showing _other.
 const notOther = `tool!="_other"`

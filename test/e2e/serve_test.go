@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/servetest"
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	ledgerstream "github.com/cgledger/cgledger/stream"
 )
 
 type callJSON struct {
@@ -182,7 +182,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 	// A faithful prefix (the last entries cut, the trailer rewritten so that
 	// the file verifies on its own) is not tampering, but it is not the live
 	// ledger either: it says so, with where each ends.
-	var trailer ledger.ExportTrailer
+	var trailer ledgerstream.ExportTrailer
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &trailer))
 	cut := append(lines[:len(lines)-3:len(lines)-3], lines[len(lines)-1])
@@ -233,7 +233,7 @@ func TestServeCallAuditKillRestart(t *testing.T) {
 func appendCopyOfLast(t *testing.T, raw []byte) []byte {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	var e ledger.ExportEntry
+	var e ledgerstream.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-2]), &e))
 	e.Seq++
 	b, err := json.Marshal(e)
@@ -247,13 +247,13 @@ func appendCopyOfLast(t *testing.T, raw []byte) []byte {
 func relink(t *testing.T, raw []byte) []byte {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	var hdr ledger.ExportHeader
+	var hdr ledgerstream.ExportHeader
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &hdr))
 	prev, err := protocol.ParseLink(hdr.PrevLink)
 	require.NoError(t, err)
 	out := []string{lines[0]}
 	for _, line := range lines[1 : len(lines)-1] {
-		var e ledger.ExportEntry
+		var e ledgerstream.ExportEntry
 		require.NoError(t, json.Unmarshal([]byte(line), &e))
 		prev = protocol.NextLink(prev, e.Seq, e.Subject, nats.Header(e.Headers), e.Data)
 		e.Link = prev.String()
@@ -261,11 +261,11 @@ func relink(t *testing.T, raw []byte) []byte {
 		require.NoError(t, err)
 		out = append(out, string(b))
 	}
-	var tr ledger.ExportTrailer
+	var tr ledgerstream.ExportTrailer
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &tr))
 	tr.Head = prev.String()
 	tr.Count = uint64(len(out) - 1)
-	var last ledger.ExportEntry
+	var last ledgerstream.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(out[len(out)-1]), &last))
 	tr.LastSeq = last.Seq
 	b, err := json.Marshal(tr)

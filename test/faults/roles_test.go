@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/stream"
 )
 
 // appliedSeq reads applied_seq from s's GET /v1/digest (docs/audit-api.md);
@@ -95,7 +95,7 @@ func TestKillRoleSplitServes(t *testing.T) {
 	caughtUp := waitFor(readyTimeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		st, err := js.Stream(ctx, ledger.DefaultStream)
+		st, err := js.Stream(ctx, stream.DefaultName)
 		if err != nil {
 			lastErr = err
 			return false

@@ -1,4 +1,4 @@
-package ledger
+package stream
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package ledger
+package stream
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// StreamConfig is the one place the ledger's JetStream resources are
+// Config is the one place the ledger's JetStream resources are
 // described. Zero values mean the documented defaults.
-type StreamConfig struct {
+type Config struct {
 	// Stream is the ledger stream name. Empty means "CG_LEDGER".
 	Stream string
 	// Bucket is the KV bucket holding call records and report dedup claims.
@@ -40,7 +40,7 @@ type StreamConfig struct {
 	CallRecordTTL time.Duration
 	// ManagedRetention says that the bucket's max age and the duplicate
 	// windows are set by ApplyRetention (the stream's entries expire by the
-	// TTL Config.Retention gives them), not by Provision: Provision then
+	// TTL ledger.Config.Retention gives them), not by Provision: Provision then
 	// creates streams without a max age and leaves an existing stream's max
 	// age and duplicate window as they are.
 	// False (the zero value) means MaxAge and CallRecordTTL are checked as
@@ -48,18 +48,18 @@ type StreamConfig struct {
 	ManagedRetention bool
 }
 
-// Defaults for StreamConfig.
+// Defaults for Config.
 const (
-	DefaultStream          = "CG_LEDGER"
+	DefaultName            = "CG_LEDGER"
 	DefaultBucket          = "CG_CALLS"
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultMaxMsgSize      = 1 << 20
 )
 
-// withDefaults fills zero values.
-func (c StreamConfig) withDefaults() StreamConfig {
+// WithDefaults is c with its zero values replaced by the defaults.
+func (c Config) WithDefaults() Config {
 	if c.Stream == "" {
-		c.Stream = DefaultStream
+		c.Stream = DefaultName
 	}
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
@@ -87,7 +87,7 @@ var ErrIncompatibleConfig = errors.New("incompatible existing JetStream config")
 // ledgerStreamConfig is the ledger stream's full configuration. Direct gets
 // are allowed only on a single replica: on a cluster a direct get may be served
 // by a lagging follower, which would break read-your-writes for cards.
-func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
+func (c Config) ledgerStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
 		Description:       "cgledger: append-only ledger of tool commands, cards, reports, wakeups and rejections",
@@ -115,7 +115,7 @@ func (c StreamConfig) ledgerStreamConfig() jetstream.StreamConfig {
 
 // bucketStreamConfig is the KV bucket's backing stream, written out rather
 // than via CreateKeyValue so that direct gets follow the same rule as above.
-func (c StreamConfig) bucketStreamConfig() jetstream.StreamConfig {
+func (c Config) bucketStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              "KV_" + c.Bucket,
 		Description:       "cgledger: call records and report dedup claims keyed by (project, agent_turn_id, tool_call_id)",
@@ -141,8 +141,8 @@ func (c StreamConfig) bucketStreamConfig() jetstream.StreamConfig {
 // existing ones match. Running it twice changes nothing; an existing stream
 // whose settings differ is reported with ErrIncompatibleConfig naming every
 // differing field.
-func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
-	cfg = cfg.withDefaults()
+func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg = cfg.WithDefaults()
 	if cfg.ManagedRetention {
 		cfg.MaxAge, cfg.CallRecordTTL = 0, 0
 	}
@@ -155,11 +155,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) er
 // ApplyRetention sets the call-record bucket's TTL to window (zero keeps
 // records forever) and keeps the duplicate windows of the bucket and the
 // ledger stream within it. The ledger stream itself gets no max age: its
-// entries expire by their own TTL (Config.Retention), so that tool
+// entries expire by their own TTL (ledger.Config.Retention), so that tool
 // definitions and roster entries can be kept; a max age left by an earlier
 // build is removed. It is for a ledger provisioned with ManagedRetention.
-func ApplyRetention(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, window time.Duration) error {
-	cfg = cfg.withDefaults()
+func ApplyRetention(ctx context.Context, js jetstream.JetStream, cfg Config, window time.Duration) error {
+	cfg = cfg.WithDefaults()
 	dup := cfg.DuplicateWindow
 	if window > 0 && dup > window {
 		dup = window

@@ -1,4 +1,4 @@
-package ledger
+package stream
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // ImportConfig tunes ImportVerified. The zero value is usable.
 type ImportConfig struct {
 	// InFlight bounds the publishes awaiting their acknowledgement; 0 means
-	// 1024.
+	// 1024. Negative is refused (Validate).
 	InFlight int
 	// Progress, when set, is called after each entry is published, with the
 	// number published so far.
@@ -35,8 +35,11 @@ var errStopImport = errors.New("stop import")
 // dropped as in Import.
 func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, r io.Reader, cfg ImportConfig) (VerifyReport, error) {
 	var rep VerifyReport
+	if err := cfg.Validate(); err != nil {
+		return rep, fmt.Errorf("import: %w", err)
+	}
 	inFlight := cfg.InFlight
-	if inFlight <= 0 {
+	if inFlight == 0 {
 		inFlight = 1024
 	}
 	s, err := js.Stream(ctx, stream)

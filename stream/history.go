@@ -1,4 +1,4 @@
-package ledger
+package stream
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // History is the ledger's entries in sequence order, wherever they are
-// kept: the stream alone (StreamHistory), or sealed archive segments and
+// kept: the stream alone (JetStreamHistory), or sealed archive segments and
 // then the stream (package archive). Exports, verifications and rebuilds
 // read through it, so they see one chain from sequence 1 either way.
 type History interface {
@@ -30,15 +30,15 @@ var ErrHistoryLost = errors.New("ledger history lost")
 // is wrong (it was edited, truncated or replaced).
 var ErrHistoryCorrupt = errors.New("ledger history corrupt")
 
-// StreamHistory is the history kept in one ledger stream.
-type StreamHistory struct {
+// JetStreamHistory is the history kept in one ledger stream.
+type JetStreamHistory struct {
 	JS     jetstream.JetStream
 	Stream string
 }
 
 // ReadFrom implements History.
-func (h StreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error) {
-	return ReadStream(ctx, h.JS, h.Stream, from, fn)
+func (h JetStreamHistory) ReadFrom(ctx context.Context, from uint64, fn func(protocol.Entry) error) (uint64, error) {
+	return Read(ctx, h.JS, h.Stream, from, fn)
 }
 
 // LostRange is a range of sequences recorded as lost: they expired from
