@@ -93,6 +93,20 @@ var rules = []rule{
 	{from: "protocol", to: "mcpfront", why: "only the binary wires the MCP front door"},
 	{from: "archive", to: "mcpfront", why: "only the binary wires the MCP front door"},
 	{from: "internal/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "stream", to: "ledger/...", why: "the stream's format and history are below the writer: ledger imports stream"},
+	{from: "archive", to: "ledger/...", why: "the archive reads the stream's format and history (package stream), not the writer"},
+	{from: "replay", to: "ledger/...", why: "replay imports an export with package stream, not the writer"},
+	{from: "executor", to: "ledger/...", why: "the executor reaches the ledger through executor.Ledger; stream names and tool labels are in stream and internal/toollabels"},
+}
+
+// onlyImports limits the packages of ours that a package may import to
+// the listed patterns (and itself).
+var onlyImports = []struct {
+	from    string
+	allowed []string
+	why     string
+}{
+	{from: "stream", allowed: []string{"protocol", "internal/..."}, why: "the stream's format and history are read by every side: they need only the protocol and leaf helpers"},
 }
 
 // harnesses are test harness packages: only tests and other harnesses
@@ -157,6 +171,26 @@ func TestDependencyRules(t *testing.T) {
 	}
 }
 
+// TestOnlyImports fails naming every import of ours outside what a
+// package may import (onlyImports).
+func TestOnlyImports(t *testing.T) {
+	for _, p := range list(t) {
+		from, _ := rel(p.ImportPath)
+		for _, o := range onlyImports {
+			if !match(o.from, from) {
+				continue
+			}
+			for _, imp := range p.Imports {
+				to, ours := rel(imp)
+				if !ours || to == from || slices.ContainsFunc(o.allowed, func(a string) bool { return match(a, to) }) {
+					continue
+				}
+				t.Errorf("%s imports %s: %s", from, to, o.why)
+			}
+		}
+	}
+}
+
 // TestRulesMatchPackages keeps the rules honest: every pattern names a
 // package that exists, so a rename cannot silently void a rule.
 func TestRulesMatchPackages(t *testing.T) {
@@ -171,6 +205,16 @@ func TestRulesMatchPackages(t *testing.T) {
 	for _, r := range rules {
 		if !exists(r.from) || !exists(r.to) {
 			t.Errorf("rule %s -> %s names no package", r.from, r.to)
+		}
+	}
+	for _, o := range onlyImports {
+		if !exists(o.from) {
+			t.Errorf("import limit of %s names no package", o.from)
+		}
+		for _, a := range o.allowed {
+			if !exists(a) {
+				t.Errorf("import limit of %s allows %s, which names no package", o.from, a)
+			}
 		}
 	}
 	for _, h := range harnesses {
