@@ -27,7 +27,7 @@ const (
 	tagIndex    = "ix"     // ix\0<project>\0<dimension>\0<value>\0<dispatch ns>\0<dispatch seq> -> turn\0call
 	tagReject   = "rj"     // rj\0<project>\0<seq> -> rejection code
 	tagTool     = "tool"   // tool\0<project>\0<tool_name>\0<seq> -> definition JSON (each version)
-	tagUnrec    = "un"     // un\0<seq> -> why the entry is unrecognized (a ledger.Unrecognized* code)
+	tagUnrec    = "un"     // un\0<seq> -> why the entry is unrecognized (a protocol.Unrecognized* code)
 	tagSkipped  = "sk"     // sk\0<seq> -> skip entry seq, skip reason: an entry recorded as skipped
 	tagSkip     = "skp"    // skp\0<skip seq> -> skipped seq, reason: a valid skip entry
 	tagProject  = "proj"   // proj\0<project> -> first seq, first time: the project index

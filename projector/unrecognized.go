@@ -19,7 +19,7 @@ type UnrecognizedEntry struct {
 	Time    time.Time           `json:"time"`
 	Subject string              `json:"subject"`
 	Headers map[string][]string `json:"headers,omitempty"`
-	// Code is a stable ledger.Unrecognized* code; Reason explains it.
+	// Code is a stable protocol.Unrecognized* code; Reason explains it.
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -111,4 +112,59 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	verdict(&rep, hdr, v, tr, 0)
 	return rep, nil
+}
+
+// importMsg is the message that stores e again: its subject, data and
+// headers, without JetStream's own Nats-* headers (they steer the server,
+// a replayed Nats-Msg-Id could be deduplicated away, and the chain does
+// not cover them).
+func importMsg(e ExportEntry) *nats.Msg {
+	msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
+	for k, v := range e.Headers {
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			msg.Header[k] = v
+		}
+	}
+	return msg
+}
+
+// Import appends the entries of a full export file (from sequence 1) to an
+// empty stream, in order, with the same subjects, headers and data, so that
+// every entry gets its original sequence. JetStream's own Nats-* headers are
+// dropped: they steer the server (a replayed Nats-Msg-Id could be
+// deduplicated away) and are not part of the chain.
+func Import(ctx context.Context, js jetstream.JetStream, stream string, r io.Reader) (ExportTrailer, error) {
+	var tr ExportTrailer
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return tr, fmt.Errorf("import: stream %s: %w", stream, err)
+	}
+	if last := s.CachedInfo().State.LastSeq; last != 0 {
+		return tr, fmt.Errorf("import: stream %s is not empty (last seq %d)", stream, last)
+	}
+	_, trailer, err := ReadExport(r, func(h ExportHeader) error {
+		if h.FromSeq != 1 {
+			return fmt.Errorf("%w: a replay needs a full export (from_seq 1), this one starts at %d", ErrBadExport, h.FromSeq)
+		}
+		return nil
+	}, func(e ExportEntry) error {
+		ack, err := js.PublishMsg(ctx, importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		if err != nil {
+			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
+		}
+		if ack.Sequence != e.Seq {
+			return fmt.Errorf("import: entry %d was stored as %d", e.Seq, ack.Sequence)
+		}
+		tr.Count++
+		tr.LastSeq = e.Seq
+		return nil
+	})
+	if err != nil {
+		return tr, err
+	}
+	if trailer == nil {
+		return tr, fmt.Errorf("%w: truncated (no trailer)", ErrBadExport)
+	}
+	tr.End, tr.Head = true, trailer.Head
+	return tr, nil
 }

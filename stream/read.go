@@ -1,0 +1,115 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cgledger/cgledger/protocol"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Read calls fn for every entry of the ledger stream named stream from
+// sequence from (1 if 0) to the stream's last sequence when the call
+// starts, in order, and returns that last sequence (ledger.Ledger.ReadEntries is
+// Read of the ledger's own stream; the projector and the verifier read it
+// without a Ledger). An entry from from on that the stream no longer keeps
+// (its retention window let it go) is an error wrapping ErrHistoryLost,
+// never a silent jump.
+func Read(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(protocol.Entry) error) (uint64, error) {
+	if from == 0 {
+		from = 1
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	st := s.CachedInfo().State
+	last := st.LastSeq
+	if last < from {
+		return last, nil
+	}
+	lost := func(next uint64, first uint64) error {
+		return fmt.Errorf("%w: entries %d to %d are no longer in stream %s (it keeps %d on)", ErrHistoryLost, next, min(first-1, last), stream, first)
+	}
+	if st.Msgs == 0 {
+		// Every entry expired: an ordered consumer would wait for the next.
+		return 0, lost(from, last+1)
+	}
+	// A short inactivity threshold and an explicit delete keep repeated reads
+	// (exports, verifications) from piling up consumers against the
+	// server's per-stream limit (1000 by default).
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: 10 * time.Second,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: consumer: %w", stream, err)
+	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	defer it.Stop()
+	// Next takes a timeout (for the stall check below) or a context, not
+	// both, and a context with a timeout per entry would cost an
+	// allocation and a timer each: a goroutine stops the read on ctx.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-stopped:
+		}
+	}()
+	next := from
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(readStallCheck))
+		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			// Nothing arrives: the entries still to read may have expired
+			// since the read began.
+			info, ierr := s.Info(ctx)
+			if ierr != nil {
+				return 0, fmt.Errorf("read stream %s: %w", stream, ierr)
+			}
+			if first := info.State.FirstSeq; first > next || info.State.Msgs == 0 {
+				return 0, lost(next, max(first, info.State.LastSeq+1))
+			}
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("read stream %s: %w", stream, ctx.Err())
+			}
+			return 0, fmt.Errorf("read stream %s: %w", stream, err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return 0, fmt.Errorf("read stream %s: metadata: %w", stream, err)
+		}
+		e := protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: map[string][]string(m.Headers()), Data: m.Data(), Time: meta.Timestamp.UTC()}
+		if e.Seq != next {
+			return 0, lost(next, e.Seq)
+		}
+		next++
+		if err := fn(e); err != nil {
+			return 0, err
+		}
+		if e.Seq >= last {
+			return last, nil
+		}
+	}
+}
+
+// readStallCheck is how long a stream read waits for the next entry before
+// it checks whether that entry still exists.
+const readStallCheck = 2 * time.Second
