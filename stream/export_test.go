@@ -1,4 +1,4 @@
-package ledger_test
+package stream_test
 
 import (
 	"bytes"
@@ -9,46 +9,48 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
 )
 
-// populate writes a small but varied ledger: roster, calls, reports, a
-// duplicate and a rejection.
-func populate(t *testing.T, e *env, calls int) {
+// populate writes a small but varied ledger on a ledger of its own:
+// roster, calls, reports, a duplicate and a rejection.
+func populate(t *testing.T, calls int) *ledgertest.Env {
 	t.Helper()
+	e := ledgertest.New(t)
 	ctx := ctxT(t)
-	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w"})
+	_, err := e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "agent", WorkerTarget: "w"})
 	require.NoError(t, err)
-	for i := range calls {
-		c := newCall("turn-x", "call-"+string(rune('a'+i)), 1)
-		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
-		_, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
-		require.NoError(t, err)
+	call := func(i int) ledgertest.Call {
+		return ledgertest.Call{Project: "proj", Channel: "main", Agent: "agent", Turn: "turn-x", ID: "call-" + string(rune('a'+i)), Epoch: 1, Tool: "search"}
 	}
-	c := newCall("turn-x", "call-a", 1)
-	_, err = e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, c.resultCard(protocol.StatusSuccess).CardID))
+	for i := range calls {
+		e.Complete(t, call(i), protocol.StatusSuccess, `{"n":1}`)
+	}
+	c := call(0)
+	_, err = e.L.Report(ctx, c.Report(protocol.StatusSuccess))
 	require.NoError(t, err)
 	stale := c
-	stale.epoch = 9
-	_, err = e.l.Report(ctx, stale.reportReq(protocol.StatusSuccess, c.resultCard(protocol.StatusSuccess).CardID))
+	stale.Epoch = 9
+	_, err = e.L.Report(ctx, stale.Report(protocol.StatusSuccess))
 	require.ErrorIs(t, err, protocol.ErrStaleEpoch)
+	return e
 }
 
 // exported writes a ledger of calls calls (populate) and exports it whole:
 // the trailer, the file and its lines.
-func exported(t *testing.T, e *env, calls int) (stream.ExportTrailer, []byte, []string) {
+func exported(t *testing.T, calls int) (stream.ExportTrailer, []byte, []string) {
 	t.Helper()
-	populate(t, e, calls)
+	e := populate(t, calls)
 	var buf bytes.Buffer
-	tr, err := e.l.Export(ctxT(t), &buf, 0)
+	tr, err := e.L.Export(ctxT(t), &buf, 0)
 	require.NoError(t, err)
 	return tr, buf.Bytes(), strings.Split(strings.TrimSpace(buf.String()), "\n")
 }
 
 func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
-	e := newEnv(t)
-	tr, file, lines := exported(t, e, 3)
+	tr, file, lines := exported(t, 3)
 	require.NotZero(t, tr.Count)
 
 	rep, err := stream.VerifyExport(bytes.NewReader(file))
@@ -96,12 +98,11 @@ func TestExportVerifiesAndNamesTheEditedEntry(t *testing.T) {
 }
 
 func TestExportFromSequenceCarriesPrevLink(t *testing.T) {
-	e := newEnv(t)
-	populate(t, e, 2)
+	e := populate(t, 2)
 	var full, tail bytes.Buffer
-	_, err := e.l.Export(ctxT(t), &full, 0)
+	_, err := e.L.Export(ctxT(t), &full, 0)
 	require.NoError(t, err)
-	tr, err := e.l.Export(ctxT(t), &tail, 5)
+	tr, err := e.L.Export(ctxT(t), &tail, 5)
 	require.NoError(t, err)
 	rep, err := stream.VerifyExport(&tail)
 	require.NoError(t, err)
@@ -169,7 +170,7 @@ func TestExportEntryKeepsBytesExactly(t *testing.T) {
 // TestExportWritesJSONAndReadsVersion1: entries' JSON payloads are JSON in
 // the file, and a version 1 file (every payload base64) still verifies.
 func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
-	_, file, lines := exported(t, newEnv(t), 2)
+	_, file, lines := exported(t, 2)
 	require.Contains(t, lines[0], `"version":2`)
 	asJSON := 0
 	for _, l := range lines[1 : len(lines)-1] {
@@ -207,7 +208,7 @@ func TestExportWritesJSONAndReadsVersion1(t *testing.T) {
 // sequence. A repeated key inside an entry's json payload is the stored
 // bytes and stays readable.
 func TestExportReaderRefusesAmbiguousLines(t *testing.T) {
-	_, _, lines := exported(t, newEnv(t), 2)
+	_, _, lines := exported(t, 2)
 	require.Greater(t, len(lines), 4)
 	with := func(i int, line string) string {
 		l := append([]string(nil), lines...)

@@ -1,4 +1,4 @@
-package ledger_test
+package stream_test
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func importTarget(t *testing.T) jetstream.JetStream {
 }
 
 func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
-	tr, file, _ := exported(t, newEnv(t), 3)
+	tr, file, _ := exported(t, 3)
 
 	js := importTarget(t)
 	var seen uint64
@@ -39,7 +39,7 @@ func TestImportVerifiedLoadsAFileInOnePass(t *testing.T) {
 }
 
 func TestImportVerifiedStopsAtTheFirstBadEntry(t *testing.T) {
-	_, _, lines := exported(t, newEnv(t), 3)
+	_, _, lines := exported(t, 3)
 	// Edit the data of the fourth entry and leave its recorded link.
 	var ee stream.ExportEntry
 	require.NoError(t, json.Unmarshal([]byte(lines[4]), &ee))
