@@ -71,9 +71,9 @@ type Config struct {
 	BuiltinTools []protocol.ToolDefinition
 	// Retention, when positive, is how long entries stay in the stream: each
 	// is written with it as its JetStream TTL, except tool definitions,
-	// roster entries and skip entries, which never expire (ttl.go). An
-	// archive must copy the entries before they go (package archive; serve's
-	// retention setting). Zero keeps every entry.
+	// roster entries and skip entries, which never expire
+	// (stream.KeptForever). An archive must copy the entries before they go
+	// (package archive; serve's retention setting). Zero keeps every entry.
 	Retention time.Duration
 	// ToolAckWait is the ack wait of the tool consumers made for
 	// tool.consumer (ack_wait_ms in its answer): how long a command held by

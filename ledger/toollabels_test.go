@@ -225,19 +225,3 @@ func TestCallToolLabelIsTheCallsOwnProjects(t *testing.T) {
 	require.Equal(t, uint64(1), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", "healthy").GetHistogram().GetSampleCount())
 	require.Equal(t, uint64(2), histogramSeries(t, reg, "cgledger_call_report_latency_seconds", other).GetHistogram().GetSampleCount())
 }
-
-// TestCallLabelNeedsTheCallsRegistrationOrABuiltin checks
-// ToolLabels.CallLabel alone.
-func TestCallLabelNeedsTheCallsRegistrationOrABuiltin(t *testing.T) {
-	l := toollabels.New("search")
-	l.AddBuiltin("echo")
-	require.Equal(t, "search", l.CallLabel("search", true))
-	require.Equal(t, toollabels.Other, l.CallLabel("search", false), "registered elsewhere only")
-	require.Equal(t, "echo", l.CallLabel("echo", false))
-	require.Equal(t, toollabels.Other, l.CallLabel("made-up", false))
-	require.Equal(t, "fresh", l.CallLabel("fresh", true), "registered in the call's project, not seen yet")
-	require.Contains(t, l.Names(), "fresh")
-	require.True(t, l.Builtin("echo"))
-	require.False(t, l.Builtin("search"))
-	require.NotContains(t, l.Names(), "\x00builtin\x00echo")
-}

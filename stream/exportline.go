@@ -13,7 +13,7 @@ import (
 // json.Marshal(e) writes it. Exports and the archive write every entry of
 // the ledger this way: encoding/json's reflection, and the compaction it
 // runs again over a Marshaler's output, were most of an export's CPU, and
-// the archive writes beside the hot path. exportline_test.go checks the
+// the archive writes beside the hot path. exportline_internal_test.go checks the
 // bytes against json.Marshal over generated entries.
 func AppendExportLine(b []byte, e ExportEntry) ([]byte, error) {
 	b = append(b, `{"seq":`...)

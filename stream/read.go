@@ -13,11 +13,11 @@ import (
 
 // Read calls fn for every entry of the ledger stream named stream from
 // sequence from (1 if 0) to the stream's last sequence when the call
-// starts, in order, and returns that last sequence (ledger.Ledger.ReadEntries is
-// Read of the ledger's own stream; the projector and the verifier read it
-// without a Ledger). An entry from from on that the stream no longer keeps
-// (its retention window let it go) is an error wrapping ErrHistoryLost,
-// never a silent jump.
+// starts, in order, and returns that last sequence. It is how entries are
+// read without a Ledger (the projector, the verifier), and
+// ledger.Ledger.ReadEntries reads the ledger's own stream with it. An entry
+// from from on that the stream no longer keeps (its retention window let it
+// go) is an error wrapping ErrHistoryLost, never a silent jump.
 func Read(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(protocol.Entry) error) (uint64, error) {
 	if from == 0 {
 		from = 1
