@@ -283,4 +283,3 @@ func IsNotFound(err error) bool {
 	var p *Problem
 	return errors.As(err, &p) && p.Status == http.StatusNotFound
 }
-

@@ -93,6 +93,17 @@ var rules = []rule{
 	{from: "protocol", to: "mcpfront", why: "only the binary wires the MCP front door"},
 	{from: "archive", to: "mcpfront", why: "only the binary wires the MCP front door"},
 	{from: "internal/...", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "httpclient", to: "ledger/...", why: "the HTTP client speaks HTTP: its answers are the types of the views, the registry and the protocol, not the writer's"},
+	{from: "httpclient", to: "archive", why: "the HTTP client reads history through the server"},
+	{from: "httpclient", to: "replay", why: "the HTTP client reads history through the server"},
+	{from: "httpclient", to: "client", why: "the HTTP client speaks HTTP, the client NATS: neither builds on the other"},
+	{from: "httpclient", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "httpclient", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "httpclient", to: "internal/...", why: "the HTTP client is for other modules too: nothing internal in its API"},
+	{from: "ledger/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "projector/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "executor/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "client", to: "httpclient", why: "the client speaks NATS, the HTTP client HTTP: neither builds on the other"},
 }
 
 // harnesses are test harness packages: only tests and other harnesses
