@@ -217,7 +217,9 @@ func (c *Client) Approval(ctx context.Context, project, turn, call string, at As
 type Decision struct {
 	ToolCallCardID  string `json:"tool_call_card_id"`
 	ArgumentsDigest string `json:"arguments_digest"`
-	Reason          string `json:"reason,omitempty"`
+	Reason          string `json:"reason"`
+	// Approver names who decides when not the credential's label.
+	Approver string `json:"approver,omitempty"`
 }
 
 // Approve approves a held call as the bearer's approver

@@ -67,11 +67,19 @@ func (c *Client) BaseURL() string { return c.base }
 // not be reached, or the connection broke while reading the answer).
 type TransportError struct {
 	Method, URL string
-	Err         error
+	// Reading is true when the answer started but its body could not be
+	// read.
+	Reading bool
+	Err     error
 }
 
 // Error names the request and the cause.
-func (e *TransportError) Error() string { return fmt.Sprintf("%s %s: %v", e.Method, e.URL, e.Err) }
+func (e *TransportError) Error() string {
+	if e.Reading {
+		return fmt.Sprintf("%s %s: reading the answer: %v", e.Method, e.URL, e.Err)
+	}
+	return fmt.Sprintf("%s %s: %v", e.Method, e.URL, e.Err)
+}
 
 // Unwrap is the transport's error (context errors included).
 func (e *TransportError) Unwrap() error { return e.Err }
@@ -210,7 +218,8 @@ func (c *Client) send(ctx context.Context, method, p string, q url.Values, body 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, r)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u, err)
+		// A *url.Error, which names the URL already.
+		return nil, err
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -226,7 +235,7 @@ func (c *Client) send(ctx context.Context, method, p string, q url.Values, body 
 		defer resp.Body.Close()
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 		if err != nil {
-			return nil, &TransportError{Method: method, URL: u, Err: fmt.Errorf("reading the answer: %w", err)}
+			return nil, &TransportError{Method: method, URL: u, Reading: true, Err: err}
 		}
 		return nil, problemFrom(method, u, resp.StatusCode, raw)
 	}
@@ -253,7 +262,7 @@ func (c *Client) decode(resp *http.Response, method string, out any) error {
 	u := resp.Request.URL.String()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return &TransportError{Method: method, URL: u, Err: fmt.Errorf("reading the answer: %w", err)}
+		return &TransportError{Method: method, URL: u, Reading: true, Err: err}
 	}
 	if c.answer != nil {
 		c.answer(raw)
