@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/cgledger/cgledger/httpclient"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -41,14 +41,6 @@ func approvals(args []string) int {
 	return failf(exitUsage, "approvals: unknown subcommand %q (list, show, approve, deny)", args[0])
 }
 
-func approvalsPath(project string, parts ...string) string {
-	p := "/v1/projects/" + url.PathEscape(project) + "/approvals"
-	for _, s := range parts {
-		p += "/" + url.PathEscape(s)
-	}
-	return p
-}
-
 func approvalsList(args []string) int {
 	fs := newFlagSet("approvals list", "approvals list --project P [--state pending|decided|all] [--json]",
 		"List a project's calls held for approval, oldest first: pending (the default), decided, or all.")
@@ -73,28 +65,25 @@ func approvalsList(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q := url.Values{"state": {*state}}
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "approvals list: %v", err)
+	}
 	var all []protocol.ApprovalItem
+	var l httpclient.List
 	for {
-		var raw json.RawMessage
-		if err := cf.httpDo(ctx, "GET", approvalsPath(*project), q, nil, &raw); err != nil {
-			return failf(exitFor(err), "approvals list: %v", err)
+		page, err := api.Approvals(ctx, *project, *state, l)
+		if err != nil {
+			return failf(exitFor(cf.httpErr(err)), "approvals list: %v", cf.httpErr(err))
 		}
 		if cf.asJSON {
-			fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
-		}
-		var page struct {
-			Items      []protocol.ApprovalItem `json:"items"`
-			NextCursor string                  `json:"next_cursor"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return failf(exitFailed, "approvals list: the server's answer does not decode: %v (--json prints it as received)", err)
+			fmt.Fprintln(stdout, string(bytes.TrimSpace(cf.answer)))
 		}
 		all = append(all, page.Items...)
 		if page.NextCursor == "" {
 			break
 		}
-		q.Set("cursor", page.NextCursor)
+		l.Cursor = page.NextCursor
 	}
 	if cf.asJSON {
 		return exitOK
@@ -120,17 +109,15 @@ func decidedBy(it protocol.ApprovalItem) string {
 
 // showApproval fetches one held call.
 func showApproval(ctx context.Context, cf *clientFlags, project, turn, call string) (protocol.ApprovalItem, json.RawMessage, error) {
-	var raw json.RawMessage
-	if err := cf.httpDo(ctx, "GET", approvalsPath(project, turn, call), nil, nil, &raw); err != nil {
+	api, err := cf.api()
+	if err != nil {
 		return protocol.ApprovalItem{}, nil, err
 	}
-	var ans struct {
-		Approval protocol.ApprovalItem `json:"approval"`
+	ans, err := api.Approval(ctx, project, turn, call, httpclient.AsOf{})
+	if err != nil {
+		return protocol.ApprovalItem{}, nil, cf.httpErr(err)
 	}
-	if err := json.Unmarshal(raw, &ans); err != nil {
-		return protocol.ApprovalItem{}, raw, fmt.Errorf("the server's answer does not decode: %w", err)
-	}
-	return ans.Approval, raw, nil
+	return ans.Approval, cf.answer, nil
 }
 
 // printApproval writes what an approver decides on: the call, its
@@ -225,16 +212,17 @@ which --yes confirms.`)
 	} else if d != it.ArgumentsDigest && !cf.asJSON {
 		fmt.Fprintf(os.Stderr, "%s: --digest %s is not the digest shown (%s): the ledger decides on the call's arguments only, and will refuse it\n", name, d, it.ArgumentsDigest)
 	}
-	fields := map[string]string{"tool_call_card_id": it.ToolCallCardID, "arguments_digest": d, "reason": *reason}
-	if *approver != "" {
-		fields["approver"] = *approver
-	}
-	body, err := json.Marshal(fields)
+	api, err := cf.api()
 	if err != nil {
-		return failf(exitFailed, "%s: %v", name, err)
+		return failf(exitFor(err), "%s: %v", name, err)
 	}
-	var res protocol.ApprovalResult
-	if err := cf.httpDo(ctx, "POST", approvalsPath(*project, pos[0], pos[1], op), nil, bytes.NewReader(body), &res); err != nil {
+	decide := api.Approve
+	if op == protocol.OpDeny {
+		decide = api.Deny
+	}
+	res, err := decide(ctx, *project, pos[0], pos[1], httpclient.Decision{ToolCallCardID: it.ToolCallCardID, ArgumentsDigest: d, Reason: *reason, Approver: *approver})
+	if err != nil {
+		err = cf.httpErr(err)
 		return failf(exitFor(err), "%s: %v", name, err)
 	}
 	if cf.asJSON {

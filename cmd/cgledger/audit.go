@@ -7,14 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cgledger/cgledger/httpclient"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -46,9 +45,27 @@ type auditKind struct {
 	args int
 	// paged lists take --limit, --cursor and --all.
 	paged bool
-	flags func(fs *flag.FlagSet) func(q url.Values) error
-	path  func(project, id string) string
-	print func(raw json.RawMessage, project, id string) error
+	flags func(fs *flag.FlagSet) func(q *auditQuery) error
+	fetch func(ctx context.Context, api *httpclient.Client, project, id string, q auditQuery) (auditPage, error)
+}
+
+// auditQuery is what the flags of an audit ask for: the as-of point and
+// page, and each kind's own filters.
+type auditQuery struct {
+	list httpclient.List
+	// calls filters audit calls; turn narrows audit call; state selects
+	// audit agent's entries.
+	calls httpclient.CallFilter
+	turn  string
+	state string
+}
+
+// auditPage is one answer of an audit kind: how to print it, and where its
+// listing goes on (next is empty on the last page).
+type auditPage struct {
+	print   func()
+	next    string
+	asOfSeq uint64
 }
 
 var auditKinds = map[string]auditKind{
@@ -56,32 +73,22 @@ var auditKinds = map[string]auditKind{
 		synopsis: "audit projects [--limit N] [--cursor C] [--all]",
 		about:    "List the projects the ledger holds (GET /v1/projects; needs a credential of every project).",
 		paged:    true,
-		path:     func(string, string) string { return "/v1/projects" },
-		print: func(raw json.RawMessage, _, _ string) error {
-			var p projector.Page[struct {
-				ProjectID string     `json:"project_id"`
-				FirstSeq  uint64     `json:"first_seq"`
-				FirstTime *time.Time `json:"first_time"`
-			}]
-			if err := json.Unmarshal(raw, &p); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "projects, as of seq %d: %d on this page\n", p.AsOfSeq, len(p.Items))
-			for _, it := range p.Items {
-				first := "-"
-				if it.FirstTime != nil {
-					first = stamp(*it.FirstTime)
+		fetch: func(ctx context.Context, api *httpclient.Client, _, _ string, q auditQuery) (auditPage, error) {
+			p, err := api.Projects(ctx, q.list)
+			return auditPage{next: p.NextCursor, asOfSeq: p.AsOfSeq, print: func() {
+				fmt.Fprintf(stdout, "projects, as of seq %d: %d on this page\n", p.AsOfSeq, len(p.Items))
+				for _, it := range p.Items {
+					// stamp prints "-" for a first entry without a time.
+					fmt.Fprintf(stdout, "  %-24s first entry seq %d at %s\n", it.ProjectID, it.FirstSeq, stamp(it.FirstTime))
 				}
-				fmt.Fprintf(stdout, "  %-24s first entry seq %d at %s\n", it.ProjectID, it.FirstSeq, first)
-			}
-			return nil
+			}}, err
 		},
 	},
 	"calls": {
 		synopsis: "audit calls --project P [--tool T] [--agent A] [--status S] [--state S] [--channel C] [--since TIME] [--until TIME] [--limit N] [--cursor C] [--all]",
 		about:    "List a project's calls in dispatch order, filtered (GET /v1/projects/P/calls).",
 		paged:    true,
-		flags: func(fs *flag.FlagSet) func(url.Values) error {
+		flags: func(fs *flag.FlagSet) func(*auditQuery) error {
 			tool := fs.String("tool", "", "only calls of this tool")
 			agent := fs.String("agent", "", "only calls of this agent")
 			status := fs.String("status", "", "only calls whose result has this status (success, failed, ...)")
@@ -89,15 +96,11 @@ var auditKinds = map[string]auditKind{
 			channel := fs.String("channel", "", "only calls on this channel")
 			since := fs.String("since", "", "only calls dispatched at or after this time (RFC 3339)")
 			until := fs.String("until", "", "only calls dispatched at or before this time (RFC 3339)")
-			return func(q url.Values) error {
-				for k, v := range map[string]string{"tool": *tool, "agent": *agent, "status": *status, "state": *state, "channel": *channel} {
-					if v != "" {
-						q.Set(k, v)
-					}
-				}
+			return func(q *auditQuery) error {
+				q.calls = httpclient.CallFilter{Tool: *tool, Agent: *agent, Status: *status, State: *state, Channel: *channel}
 				var problems []string
 				var bounds [2]time.Time
-				for i, p := range []struct{ flag, param, v string }{{"since", "from", *since}, {"until", "to", *until}} {
+				for i, p := range []struct{ flag, v string }{{"since", *since}, {"until", *until}} {
 					if p.v == "" {
 						continue
 					}
@@ -107,8 +110,8 @@ var auditKinds = map[string]auditKind{
 						continue
 					}
 					bounds[i] = t
-					q.Set(p.param, p.v)
 				}
+				q.calls.From, q.calls.To = bounds[0], bounds[1]
 				if !bounds[0].IsZero() && !bounds[1].IsZero() && bounds[1].Before(bounds[0]) {
 					problems = append(problems, "--until is before --since")
 				}
@@ -118,81 +121,37 @@ var auditKinds = map[string]auditKind{
 				return nil
 			}
 		},
-		path: func(project, _ string) string { return "/v1/projects/" + url.PathEscape(project) + "/calls" },
-		print: func(raw json.RawMessage, project, _ string) error {
-			var p projector.Page[projector.CallState]
-			if err := json.Unmarshal(raw, &p); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "calls of project %s, as of seq %d: %d on this page\n", project, p.AsOfSeq, len(p.Items))
-			for _, c := range p.Items {
-				at := "-"
-				if c.DispatchedAt != nil {
-					at = stamp(*c.DispatchedAt)
-				}
-				status := c.Status
-				if status == "" {
-					status = "-"
-				}
-				fmt.Fprintf(stdout, "  %s  %-10s %-8s tool %-12s agent %s turn %s call %s\n", at, c.State, status, c.ToolName, c.AgentID, c.AgentTurnID, c.ToolCallID)
-				if c.LastRejection != "" {
-					fmt.Fprintf(stdout, "      last rejection: %s\n", c.LastRejection)
-				}
-			}
-			return nil
+		fetch: func(ctx context.Context, api *httpclient.Client, project, _ string, q auditQuery) (auditPage, error) {
+			p, err := api.Calls(ctx, project, q.calls, q.list)
+			return auditPage{next: p.NextCursor, asOfSeq: p.AsOfSeq, print: func() { printCalls(project, p) }}, err
 		},
 	},
 	"turn": {
 		synopsis: "audit turn TURN --project P",
 		about:    "Every entry of a turn, in ledger order, with its full data (GET /v1/projects/P/turns/TURN/timeline).",
 		args:     1,
-		path: func(project, id string) string {
-			return "/v1/projects/" + url.PathEscape(project) + "/turns/" + url.PathEscape(id) + "/timeline"
-		},
-		print: func(raw json.RawMessage, _, _ string) error {
-			var tl projector.Timeline
-			if err := json.Unmarshal(raw, &tl); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "turn %s in project %s, as of seq %d: %d entries\n", tl.AgentTurnID, tl.ProjectID, tl.AsOfSeq, len(tl.Items))
-			printItems(tl.Items)
-			return nil
+		fetch: func(ctx context.Context, api *httpclient.Client, project, id string, q auditQuery) (auditPage, error) {
+			tl, err := api.Timeline(ctx, project, id, q.list.AsOf)
+			return auditPage{asOfSeq: tl.AsOfSeq, print: func() {
+				fmt.Fprintf(stdout, "turn %s in project %s, as of seq %d: %d entries\n", tl.AgentTurnID, tl.ProjectID, tl.AsOfSeq, len(tl.Items))
+				printItems(tl.Items)
+			}}, err
 		},
 	},
 	"call": {
 		synopsis: "audit call CALL --project P [--turn T]",
 		about:    "A call's story: its state in each turn using the id and every entry, with full data (GET /v1/projects/P/calls/CALL).",
 		args:     1,
-		flags: func(fs *flag.FlagSet) func(url.Values) error {
+		flags: func(fs *flag.FlagSet) func(*auditQuery) error {
 			turn := fs.String("turn", "", "only the call of this turn (call ids may repeat across turns)")
-			return func(q url.Values) error {
-				if *turn != "" {
-					q.Set("turn", *turn)
-				}
+			return func(q *auditQuery) error {
+				q.turn = *turn
 				return nil
 			}
 		},
-		path: func(project, id string) string {
-			return "/v1/projects/" + url.PathEscape(project) + "/calls/" + url.PathEscape(id)
-		},
-		print: func(raw json.RawMessage, _, _ string) error {
-			var st projector.CallStory
-			if err := json.Unmarshal(raw, &st); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "call %s in project %s, as of seq %d\n", st.ToolCallID, st.ProjectID, st.AsOfSeq)
-			for _, c := range st.Calls {
-				fmt.Fprintf(stdout, "  turn %s: %s", c.AgentTurnID, c.State)
-				if c.Status != "" {
-					fmt.Fprintf(stdout, ", status %s, result card %s, after_execution %s (effective %s)", c.Status, c.ToolResultCardID, c.AfterExecution, c.EffectiveAfterExecution)
-				}
-				fmt.Fprintf(stdout, ", %d duplicate(s), %d rejection(s)\n", c.Duplicates, c.Rejections)
-				if c.LastRejection != "" {
-					fmt.Fprintf(stdout, "    last rejection: %s\n", c.LastRejection)
-				}
-			}
-			printItems(st.Items)
-			return nil
+		fetch: func(ctx context.Context, api *httpclient.Client, project, id string, q auditQuery) (auditPage, error) {
+			st, err := api.CallStory(ctx, project, id, q.turn, q.list.AsOf)
+			return auditPage{asOfSeq: st.AsOfSeq, print: func() { printStory(st) }}, err
 		},
 	},
 	"agent": {
@@ -200,50 +159,40 @@ var auditKinds = map[string]auditKind{
 		about:    "The agent's Inbox in arrival order (GET /v1/projects/P/agents/AGENT/inbox).",
 		args:     1,
 		paged:    true,
-		flags: func(fs *flag.FlagSet) func(url.Values) error {
+		flags: func(fs *flag.FlagSet) func(*auditQuery) error {
 			state := fs.String("state", "all", "pending, consumed or all")
-			return func(q url.Values) error {
+			return func(q *auditQuery) error {
 				switch *state {
 				case "pending", "consumed", "all":
 				default:
 					return fmt.Errorf("--state %q: want pending, consumed or all", *state)
 				}
-				q.Set("state", *state)
+				q.state = *state
 				return nil
 			}
 		},
-		path: func(project, id string) string {
-			return "/v1/projects/" + url.PathEscape(project) + "/agents/" + url.PathEscape(id) + "/inbox"
-		},
-		print: func(raw json.RawMessage, project, id string) error {
-			var in projector.Page[projector.InboxEntry]
-			if err := json.Unmarshal(raw, &in); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "inbox of agent %s in project %s, as of seq %d: %d on this page\n", id, project, in.AsOfSeq, len(in.Items))
-			for _, e := range in.Items {
-				fmt.Fprintf(stdout, "  seq %-6d %s %-9s %-8s turn %s call %s tool %s card %s after %s\n", e.ReportSeq, stamp(e.ReportedAt), e.State, e.Status, e.AgentTurnID, e.ToolCallID, e.ToolName, e.ToolResultCardID, e.EffectiveAfterExecution)
-			}
-			return nil
+		fetch: func(ctx context.Context, api *httpclient.Client, project, id string, q auditQuery) (auditPage, error) {
+			in, err := api.Inbox(ctx, project, id, q.state, q.list)
+			return auditPage{next: in.NextCursor, asOfSeq: in.AsOfSeq, print: func() {
+				fmt.Fprintf(stdout, "inbox of agent %s in project %s, as of seq %d: %d on this page\n", id, project, in.AsOfSeq, len(in.Items))
+				for _, e := range in.Items {
+					fmt.Fprintf(stdout, "  seq %-6d %s %-9s %-8s turn %s call %s tool %s card %s after %s\n", e.ReportSeq, stamp(e.ReportedAt), e.State, e.Status, e.AgentTurnID, e.ToolCallID, e.ToolName, e.ToolResultCardID, e.EffectiveAfterExecution)
+				}
+			}}, err
 		},
 	},
 	"card": {
 		synopsis: "audit card CARD --project P",
 		about:    "A card and every version of it (GET /v1/projects/P/cards/CARD).",
 		args:     1,
-		path: func(project, id string) string {
-			return "/v1/projects/" + url.PathEscape(project) + "/cards/" + url.PathEscape(id)
-		},
-		print: func(raw json.RawMessage, project, id string) error {
-			var c projector.CardResult
-			if err := json.Unmarshal(raw, &c); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "card %s in project %s, as of seq %d: %d version(s)\n", id, project, c.AsOfSeq, len(c.Versions))
-			for _, v := range c.Versions {
-				fmt.Fprintf(stdout, "  seq %d at %s\n%s\n", v.Seq, stamp(v.Time), pretty(v.Card, "    "))
-			}
-			return nil
+		fetch: func(ctx context.Context, api *httpclient.Client, project, id string, q auditQuery) (auditPage, error) {
+			c, err := api.Card(ctx, project, id, q.list.AsOf)
+			return auditPage{asOfSeq: c.AsOfSeq, print: func() {
+				fmt.Fprintf(stdout, "card %s in project %s, as of seq %d: %d version(s)\n", id, project, c.AsOfSeq, len(c.Versions))
+				for _, v := range c.Versions {
+					fmt.Fprintf(stdout, "  seq %d at %s\n%s\n", v.Seq, stamp(v.Time), pretty(v.Card, "    "))
+				}
+			}}, err
 		},
 	},
 }
@@ -271,7 +220,7 @@ func audit(args []string) int {
 	if name != "projects" {
 		project = fs.String("project", "", "project id (required)")
 	}
-	var extra func(url.Values) error
+	var extra func(*auditQuery) error
 	if kind.flags != nil {
 		extra = kind.flags(fs)
 	}
@@ -300,13 +249,13 @@ func audit(args []string) int {
 	}
 	// Every problem with the flags at once.
 	var problems []string
-	q, err := at.values()
-	if err != nil {
+	var q auditQuery
+	var err error
+	if q.list.AsOf, err = at.asOf(); err != nil {
 		problems = append(problems, err.Error())
-		q = url.Values{}
 	}
 	if extra != nil {
-		if err := extra(q); err != nil {
+		if err := extra(&q); err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)
 		}
 	}
@@ -318,43 +267,36 @@ func audit(args []string) int {
 	if len(problems) > 0 {
 		return failf(exitUsage, "audit %s:\n  %s", name, strings.Join(problems, "\n  "))
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
+	q.list.Limit = limit
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "audit %s: %v", name, err)
+	}
 	for {
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var raw json.RawMessage
-		if err := cf.httpDo(ctx, "GET", kind.path(p, id), q, nil, &raw); err != nil {
+		q.list.Cursor = cursor
+		page, err := kind.fetch(ctx, api, p, id, q)
+		if err != nil {
+			err = cf.httpErr(err)
 			return failf(exitFor(err), "audit %s: %v", name, err)
 		}
 		if cf.asJSON {
-			fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
-		} else if err := kind.print(raw, p, id); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v (--json prints it as received)", name, err)
+			fmt.Fprintln(stdout, string(bytes.TrimSpace(cf.answer)))
+		} else {
+			page.print()
 		}
-		var page struct {
-			NextCursor string `json:"next_cursor"`
-			AsOfSeq    uint64 `json:"as_of_seq"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return failf(exitFailed, "audit %s: the server's answer does not decode: %v", name, err)
-		}
-		if !all || page.NextCursor == "" {
-			if !cf.asJSON && kind.paged && page.NextCursor != "" {
-				fmt.Fprintf(stdout, "next page: --cursor %s\n", page.NextCursor)
+		if !all || page.next == "" {
+			if !cf.asJSON && kind.paged && page.next != "" {
+				fmt.Fprintf(stdout, "next page: --cursor %s\n", page.next)
 			}
 			return exitOK
 		}
-		cursor = page.NextCursor
+		cursor = page.next
 		// The as-of of the first page holds for the rest: pages of one
 		// listing answer for one sequence.
-		if page.AsOfSeq > 0 {
-			q.Del("as_of")
-			q.Set("as_of_seq", strconv.FormatUint(page.AsOfSeq, 10))
+		if page.asOfSeq > 0 {
+			q.list.AsOf = httpclient.AsOf{Seq: page.asOfSeq}
 		}
 	}
 }
@@ -391,4 +333,39 @@ func printItems(items []projector.TimelineItem) {
 		}
 		fmt.Fprintln(stdout, pretty(it.Data, "      "))
 	}
+}
+
+// printCalls prints a page of audit calls.
+func printCalls(project string, p projector.Page[projector.CallState]) {
+	fmt.Fprintf(stdout, "calls of project %s, as of seq %d: %d on this page\n", project, p.AsOfSeq, len(p.Items))
+	for _, c := range p.Items {
+		at := "-"
+		if c.DispatchedAt != nil {
+			at = stamp(*c.DispatchedAt)
+		}
+		status := c.Status
+		if status == "" {
+			status = "-"
+		}
+		fmt.Fprintf(stdout, "  %s  %-10s %-8s tool %-12s agent %s turn %s call %s\n", at, c.State, status, c.ToolName, c.AgentID, c.AgentTurnID, c.ToolCallID)
+		if c.LastRejection != "" {
+			fmt.Fprintf(stdout, "      last rejection: %s\n", c.LastRejection)
+		}
+	}
+}
+
+// printStory prints audit call's answer.
+func printStory(st projector.CallStory) {
+	fmt.Fprintf(stdout, "call %s in project %s, as of seq %d\n", st.ToolCallID, st.ProjectID, st.AsOfSeq)
+	for _, c := range st.Calls {
+		fmt.Fprintf(stdout, "  turn %s: %s", c.AgentTurnID, c.State)
+		if c.Status != "" {
+			fmt.Fprintf(stdout, ", status %s, result card %s, after_execution %s (effective %s)", c.Status, c.ToolResultCardID, c.AfterExecution, c.EffectiveAfterExecution)
+		}
+		fmt.Fprintf(stdout, ", %d duplicate(s), %d rejection(s)\n", c.Duplicates, c.Rejections)
+		if c.LastRejection != "" {
+			fmt.Fprintf(stdout, "    last rejection: %s\n", c.LastRejection)
+		}
+	}
+	printItems(st.Items)
 }

@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpclient"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -122,13 +122,16 @@ ledger answers a repeat with the original outcome.`)
 		"tool_call_id": *callID, "turn_epoch": *epoch, "subject": d.Subject, "tool_call_card_id": cardID, "duplicate_dispatch": d.Duplicate}
 
 	// Wait until the report is projected into the agent's Inbox.
-	var state struct {
-		AsOfSeq uint64              `json:"as_of_seq"`
-		Call    projector.CallState `json:"call"`
+	var state projector.CallStateAnswer
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "call: %v", err)
 	}
 	deadline := time.Now().Add(*timeout + 10*time.Second)
 	for {
-		err := cf.httpDo(ctx, "GET", "/v1/projects/"+url.PathEscape(*project)+"/turns/"+url.PathEscape(*turn)+"/calls/"+url.PathEscape(*callID), nil, nil, &state)
+		var err error
+		state, err = api.CallState(ctx, *project, *turn, *callID, httpclient.AsOf{})
+		err = cf.httpErr(err)
 		if err == nil && state.Call.ReportedSeq != 0 {
 			break
 		}

@@ -3,12 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/cgledger/cgledger/httpclient"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -34,10 +33,6 @@ func calls(args []string) int {
 		return callsAct(protocol.OpCallRedrive, args[1:])
 	}
 	return failf(exitUsage, "calls: unknown subcommand %q (cancel, resolve, redrive)", args[0])
-}
-
-func callPath(project, turn, call, action string) string {
-	return "/v1/projects/" + url.PathEscape(project) + "/turns/" + url.PathEscape(turn) + "/calls/" + url.PathEscape(call) + "/" + action
 }
 
 func callsAct(op string, args []string) int {
@@ -83,14 +78,11 @@ outcome is unknown needs a resolution not_applied first (calls resolve). Once pe
 	if len(*reason) > protocol.MaxOperatorReasonBytes {
 		problems = append(problems, fmt.Sprintf("--reason is %d bytes; the limit is %d", len(*reason), protocol.MaxOperatorReasonBytes))
 	}
-	body := map[string]string{"reason": *reason}
-	if *actor != "" {
-		body["actor"] = *actor
-	}
+	body := httpclient.Operator{Reason: *reason, Actor: *actor}
 	if effect != nil {
 		switch *effect {
 		case protocol.EffectApplied, protocol.EffectNotApplied:
-			body["effect"] = *effect
+			body.Effect = *effect
 		case "":
 			problems = append(problems, "--effect is required (applied or not_applied)")
 		default:
@@ -100,59 +92,59 @@ outcome is unknown needs a resolution not_applied first (calls resolve). Once pe
 	if len(problems) > 0 {
 		return failf(exitUsage, "%s: %s", name, strings.Join(problems, "; "))
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return failf(exitFailed, "%s: %v", name, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var raw json.RawMessage
-	if err := cf.httpDo(ctx, "POST", callPath(*project, *turn, *call, action), nil, bytes.NewReader(b), &raw); err != nil {
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "%s: %v", name, err)
+	}
+	// Each action's answer, printed as received with --json.
+	var show func()
+	switch op {
+	case protocol.OpCallRedrive:
+		var res protocol.RedriveResult
+		res, err = api.RedriveCall(ctx, *project, *turn, *call, body)
+		show = func() {
+			how := "redriven"
+			if res.Duplicate {
+				how = "already redriven"
+			}
+			state := "dispatched"
+			switch {
+			case res.Dispatch.AwaitingApproval:
+				state = "awaiting approval"
+			case res.Dispatch.Paused:
+				state = "held by a pause of its tool"
+			}
+			fmt.Fprintf(stdout, "%s as %s (%s; ledger seq %d)\n", how, res.RedriveCallID, state, res.Seq)
+		}
+	case protocol.OpCallResolve:
+		var res protocol.ResolveResult
+		res, err = api.ResolveCall(ctx, *project, *turn, *call, body)
+		show = func() { fmt.Fprintf(stdout, "resolved %s (ledger seq %d)\n", res.Effect, res.Seq) }
+	default:
+		var res protocol.OperatorCancelResult
+		res, err = api.CancelCall(ctx, *project, *turn, *call, body)
+		show = func() {
+			how := "cancel entry"
+			if res.Entry == protocol.KindApproval {
+				how = "approval decision canceled"
+			}
+			if res.Duplicate {
+				fmt.Fprintf(stdout, "already canceled (%s, ledger seq %d)\n", how, res.Seq)
+				return
+			}
+			fmt.Fprintf(stdout, "canceled (%s, ledger seq %d)\n", how, res.Seq)
+		}
+	}
+	if err != nil {
+		err = cf.httpErr(err)
 		return failf(exitFor(err), "%s: %v", name, err)
 	}
 	if cf.asJSON {
-		fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
+		fmt.Fprintln(stdout, string(bytes.TrimSpace(cf.answer)))
 		return exitOK
 	}
-	if op == protocol.OpCallRedrive {
-		var res protocol.RedriveResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
-		}
-		how := "redriven"
-		if res.Duplicate {
-			how = "already redriven"
-		}
-		state := "dispatched"
-		switch {
-		case res.Dispatch.AwaitingApproval:
-			state = "awaiting approval"
-		case res.Dispatch.Paused:
-			state = "held by a pause of its tool"
-		}
-		fmt.Fprintf(stdout, "%s as %s (%s; ledger seq %d)\n", how, res.RedriveCallID, state, res.Seq)
-		return exitOK
-	}
-	if op == protocol.OpCallResolve {
-		var res protocol.ResolveResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
-		}
-		fmt.Fprintf(stdout, "resolved %s (ledger seq %d)\n", res.Effect, res.Seq)
-		return exitOK
-	}
-	var res protocol.OperatorCancelResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return failf(exitFailed, "%s: the server's answer does not decode: %v (--json prints it as received)", name, err)
-	}
-	how := "cancel entry"
-	if res.Entry == protocol.KindApproval {
-		how = "approval decision canceled"
-	}
-	if res.Duplicate {
-		fmt.Fprintf(stdout, "already canceled (%s, ledger seq %d)\n", how, res.Seq)
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "canceled (%s, ledger seq %d)\n", how, res.Seq)
+	show()
 	return exitOK
 }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cgledger/cgledger/httpclient"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -44,6 +43,9 @@ type clientFlags struct {
 	// connection, not to the request): waits end at once with the reason.
 	refusedCtx context.Context
 	refuse     context.CancelCauseFunc
+
+	// answer is the HTTP API's last answer as received (api).
+	answer []byte
 }
 
 // errRefused marks the server's refusal of the credential: the operation
@@ -222,57 +224,54 @@ func (e *apiError) Error() string {
 // Unwrap is the protocol error the server answered.
 func (e *apiError) Unwrap() error { return &e.Err }
 
-// httpDo sends a request to the server and decodes a JSON answer into out.
-func (c *clientFlags) httpDo(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
-	u := strings.TrimRight(c.server, "/") + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return err
-	}
-	hc, err := c.httpClient(req)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", errUnreachable, c.server, c.from("server"), err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("%w: reading %s: %v", errUnreachable, u, err)
-	}
-	if resp.StatusCode >= 400 {
-		return c.apiErrorFrom(method, u, resp.StatusCode, raw)
-	}
-	if out == nil {
-		return nil
-	}
-	if raw2, ok := out.(*json.RawMessage); ok {
-		*raw2 = raw
-		return nil
-	}
-	return json.Unmarshal(raw, out)
-}
-
-// httpClient adds the bearer token to req and returns a client with the TLS
-// settings.
-func (c *clientFlags) httpClient(req *http.Request) (*http.Client, error) {
+// api returns a client of the server's HTTP API with the bearer token of
+// --creds and the TLS settings. Every answer it decodes is kept in answer
+// first, as received, for --json to print byte for byte.
+func (c *clientFlags) api() (*httpclient.Client, error) {
+	opts := []httpclient.Option{httpclient.WithAnswerHook(func(b []byte) { c.answer = b })}
 	if c.creds != "" {
 		tok, _, err := auth.ReadCreds(c.creds)
 		if err != nil {
 			return nil, fmt.Errorf("%w: credentials %s (from %s): %v", errBadArg, c.creds, c.from("creds"), err)
 		}
-		req.Header.Set("Authorization", "Bearer "+tok)
+		opts = append(opts, httpclient.WithToken(tok))
 	}
 	tc, err := loadTLS(c.tlsCert, c.tlsKey, c.tlsCA, false)
-	if err != nil || tc == nil {
-		return http.DefaultClient, err
+	if err != nil {
+		return nil, err
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}, nil
+	if tc != nil {
+		opts = append(opts, httpclient.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}))
+	}
+	return httpclient.New(c.server, opts...), nil
+}
+
+// httpErr turns an error of the HTTP client into the CLI's: an unreachable
+// server (exit 3) that says which setting named it, or an *apiError with
+// the server's code, message and violations and, for 401 and 403, the
+// credential and where it came from. An error answer that is not a problem
+// is returned as it is.
+func (c *clientFlags) httpErr(err error) error {
+	var te *httpclient.TransportError
+	if errors.As(err, &te) {
+		if te.Reading {
+			return fmt.Errorf("%w: reading %s: %v", errUnreachable, te.URL, te.Err)
+		}
+		return fmt.Errorf("%w: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", errUnreachable, c.server, c.from("server"), te.Err)
+	}
+	var p *httpclient.Problem
+	if !errors.As(err, &p) || p.Code == "" {
+		return err
+	}
+	ae := &apiError{Status: p.Status, Err: protocol.Error{Code: p.Code, Message: p.Detail, Violations: p.Violations, Seq: p.RejectionSeq}}
+	if p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden {
+		cred := "no credential"
+		if c.creds != "" {
+			cred = "credential " + c.creds
+		}
+		ae.Hint = fmt.Sprintf("the server refused %s (from %s): pass --creds with a credential of the right project and role (`cgledger creds issue`)", cred, c.from("creds"))
+	}
+	return ae
 }
 
 // exitFor maps an error to an exit code.
@@ -314,54 +313,22 @@ func (a *asOfFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.at, "as-of", "", "answer as of this time (RFC 3339, e.g. 2026-11-22T10:00:00Z)")
 }
 
-func (a *asOfFlags) values() (url.Values, error) {
-	q := url.Values{}
+// asOf is the as-of point the flags name (zero: now).
+func (a *asOfFlags) asOf() (httpclient.AsOf, error) {
+	var at httpclient.AsOf
 	if a.seqSet && a.seq == 0 {
 		// Sequences start at 1: "as of 0" is not "now".
-		return nil, fmt.Errorf("--as-of-seq must be a ledger sequence (1 or more), got 0")
+		return at, fmt.Errorf("--as-of-seq must be a ledger sequence (1 or more), got 0")
 	}
-	if a.seq > 0 {
-		q.Set("as_of_seq", fmt.Sprint(a.seq))
-	}
+	at.Seq = a.seq
 	if a.at != "" {
-		if _, err := time.Parse(time.RFC3339Nano, a.at); err != nil {
-			return nil, fmt.Errorf("--as-of %q: want an RFC 3339 time such as 2026-11-22T10:00:00Z", a.at)
+		t, err := time.Parse(time.RFC3339Nano, a.at)
+		if err != nil {
+			return httpclient.AsOf{}, fmt.Errorf("--as-of %q: want an RFC 3339 time such as 2026-11-22T10:00:00Z", a.at)
 		}
-		q.Set("as_of", a.at)
+		at.Time = t
 	}
-	return q, nil
-}
-
-// apiErrorFrom turns an HTTP error answer into an error that names the
-// server's code, message and violations and, for 401 and 403, the
-// credential and where it came from.
-func (c *clientFlags) apiErrorFrom(method, u string, status int, raw []byte) error {
-	ae := &apiError{Status: status}
-	var body struct {
-		Error protocol.Error `json:"error"`
-	}
-	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
-		ae.Err = body.Error
-	} else {
-		// An RFC 9457 problem without the older "error" member.
-		var p struct {
-			Code       protocol.Code        `json:"code"`
-			Detail     string               `json:"detail"`
-			Violations []protocol.Violation `json:"violations"`
-		}
-		if json.Unmarshal(raw, &p) != nil || p.Code == "" {
-			return fmt.Errorf("%s %s: HTTP %d: %s", method, u, status, strings.TrimSpace(string(raw)))
-		}
-		ae.Err = protocol.Error{Code: p.Code, Message: p.Detail, Violations: p.Violations}
-	}
-	if status == http.StatusUnauthorized || status == http.StatusForbidden {
-		cred := "no credential"
-		if c.creds != "" {
-			cred = "credential " + c.creds
-		}
-		ae.Hint = fmt.Sprintf("the server refused %s (from %s): pass --creds with a credential of the right project and role (`cgledger creds issue`)", cred, c.from("creds"))
-	}
-	return ae
+	return at, nil
 }
 
 // credName names the credential in use for messages.

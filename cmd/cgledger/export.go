@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/cgledger/cgledger/httpclient"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/replay"
 	"github.com/cgledger/cgledger/stream"
@@ -43,26 +42,21 @@ project ("*"), such as the embedded admin credential.`)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	u := strings.TrimRight(cf.server, "/") + "/v1/export?from_seq=" + strconv.FormatUint(*from, 10)
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	api, err := cf.api()
 	if err != nil {
 		return failf(exitUsage, "export: %v", err)
 	}
-	hc, err := cf.httpClient(req)
-	if err != nil {
-		return failf(exitUsage, "export: %v", err)
+	body, err := api.Export(ctx, *from)
+	var te *httpclient.TransportError
+	switch {
+	case errors.As(err, &te):
+		return failf(exitUnreachable, "export: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", cf.server, cf.from("server"), te.Err)
+	case err != nil:
+		return failf(exitFailed, "export: %v", cf.httpErr(err))
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return failf(exitUnreachable, "export: cannot reach HTTP at %s (from %s): %v; is `cgledger serve` running there? Set --server or CGLEDGER_SERVER", cf.server, cf.from("server"), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return failf(exitFailed, "export: %v", cf.apiErrorFrom("GET", u, resp.StatusCode, raw))
-	}
+	defer body.Close()
 	if *out == "-" {
-		if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
+		if _, err := io.Copy(os.Stdout, body); err != nil {
 			return failf(exitFailed, "export: transfer interrupted: %v", err)
 		}
 		return exitOK
@@ -81,7 +75,7 @@ project ("*"), such as the embedded admin credential.`)
 	if last := cf.lastSeq(ctx); last >= *from {
 		total = last - *from + 1
 	}
-	_, err = io.Copy(bw, &lineCounter{r: resp.Body, each: func(lines uint64) {
+	_, err = io.Copy(bw, &lineCounter{r: body, each: func(lines uint64) {
 		if lines > 1 { // the header line is not an entry, nor is the trailer
 			done := lines - 1
 			if total > 0 {
@@ -279,11 +273,12 @@ against the links its views recorded. Exit 1 when verification fails.`)
 				live.source = src
 				live.fs = nil
 			}
-			var link struct {
-				Seq  uint64 `json:"seq"`
-				Link string `json:"link"`
+			var link projector.ChainLink
+			api, err := live.api()
+			if err == nil {
+				link, err = api.ChainLink(ctx, rep.LastSeq)
+				err = live.httpErr(err)
 			}
-			err := live.httpDo(ctx, "GET", "/v1/chain/"+strconv.FormatUint(rep.LastSeq, 10), nil, nil, &link)
 			switch {
 			case err == nil:
 				body["against"], body["live_link"] = live.server, link.Link
@@ -329,16 +324,19 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		}
 		return report(cf.asJSON, body, ok)
 	}
-	var rep stream.VerifyReport
-	if err := cf.httpDo(ctx, "GET", "/v1/verify", url.Values{}, nil, &rep); err != nil {
+	api, err := cf.api()
+	if err != nil {
 		return failf(exitFor(err), "verify: %v", err)
 	}
-	var d struct {
-		AppliedSeq uint64 `json:"applied_seq"`
-		Digest     string `json:"digest"`
-		ChainHead  string `json:"chain_head"`
+	served, err := api.Verify(ctx)
+	if err != nil {
+		err = cf.httpErr(err)
+		return failf(exitFor(err), "verify: %v", err)
 	}
-	if err := cf.httpDo(ctx, "GET", "/v1/digest", nil, nil, &d); err != nil {
+	rep := served
+	d, err := api.Digest(ctx)
+	if err != nil {
+		err = cf.httpErr(err)
 		return failf(exitFor(err), "verify: %v", err)
 	}
 	body := map[string]any{"server": cf.server, "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head,
@@ -471,23 +469,12 @@ const livePrefix = "prefix of the live ledger"
 // lastSeq asks the server's /readyz for the ledger stream's last sequence
 // (0 when it does not say).
 func (c *clientFlags) lastSeq(ctx context.Context) uint64 {
-	var r struct {
-		LastSeq uint64 `json:"last_seq"`
-	}
-	rq, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(c.server, "/")+"/readyz", nil)
+	api, err := c.api()
 	if err != nil {
 		return 0
 	}
-	hc, err := c.httpClient(rq)
+	r, err := api.Ready(ctx)
 	if err != nil {
-		return 0
-	}
-	resp, err := hc.Do(rq)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r) != nil {
 		return 0
 	}
 	return r.LastSeq

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/httpclient"
 )
 
 // toolsUsage lists the tools verbs.
@@ -52,24 +54,34 @@ nothing; a changed one becomes a new version. Invalid definitions are refused wi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var res struct {
-		ToolName  string          `json:"tool_name"`
-		Seq       uint64          `json:"seq"`
-		Unchanged bool            `json:"unchanged"`
-		Def       json.RawMessage `json:"definition"`
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "tools register: %v", err)
 	}
-	if err := cf.httpDo(ctx, "POST", "/projects/"+url.PathEscape(*project)+"/tools", nil, bytes.NewReader(body), &res); err != nil {
+	reg, err := api.RegisterTool(ctx, *project, body)
+	if err != nil {
+		err = cf.httpErr(err)
 		return failf(exitFor(err), "tools register: %v", err)
 	}
 	if cf.asJSON {
+		// These four, indented, the definition as the server sent it.
+		var res struct {
+			ToolName  string          `json:"tool_name"`
+			Seq       uint64          `json:"seq"`
+			Unchanged bool            `json:"unchanged"`
+			Def       json.RawMessage `json:"definition"`
+		}
+		if err := json.Unmarshal(cf.answer, &res); err != nil {
+			return failf(exitFailed, "tools register: %v", err)
+		}
 		printJSON(res)
 		return exitOK
 	}
 	state := "registered"
-	if res.Unchanged {
+	if reg.Unchanged {
 		state = "unchanged"
 	}
-	fmt.Fprintf(stdout, "%s %s in project %s (ledger seq %d)\n", state, res.ToolName, *project, res.Seq)
+	fmt.Fprintf(stdout, "%s %s in project %s (ledger seq %d)\n", state, reg.ToolName, *project, reg.Seq)
 	return exitOK
 }
 
@@ -86,48 +98,35 @@ func toolsList(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type tool struct {
-		Seq        uint64 `json:"seq"`
-		Builtin    bool   `json:"builtin"`
-		Definition struct {
-			ToolName       string `json:"tool_name"`
-			Description    string `json:"description"`
-			TargetSubject  string `json:"target_subject"`
-			AfterExecution string `json:"after_execution"`
-		} `json:"definition"`
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "tools list: %v", err)
 	}
-	var all []tool
-	q := url.Values{}
+	var all []executor.RegistryTool
+	var l httpclient.List
 	for {
-		var raw json.RawMessage
-		if err := cf.httpDo(ctx, "GET", "/projects/"+url.PathEscape(*project)+"/tools", q, nil, &raw); err != nil {
+		page, err := api.Tools(ctx, *project, l)
+		if err != nil {
+			err = cf.httpErr(err)
 			return failf(exitFor(err), "tools list: %v", err)
 		}
 		if cf.asJSON {
-			fmt.Fprintln(stdout, string(bytes.TrimSpace(raw)))
-		}
-		var page struct {
-			Items      []tool `json:"items"`
-			Tools      []tool `json:"tools"` // servers before items
-			NextCursor string `json:"next_cursor"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return failf(exitFailed, "tools list: the server's answer does not decode: %v (--json prints it as received)", err)
+			fmt.Fprintln(stdout, string(bytes.TrimSpace(cf.answer)))
 		}
 		if page.Items == nil {
+			// Servers before items sent tools only.
 			page.Items = page.Tools
 		}
 		all = append(all, page.Items...)
 		if page.NextCursor == "" {
 			break
 		}
-		q.Set("cursor", page.NextCursor)
+		l.Cursor = page.NextCursor
 	}
 	if cf.asJSON {
 		return exitOK
 	}
-	res := struct{ Tools []tool }{all}
-	for _, t := range res.Tools {
+	for _, t := range all {
 		origin := fmt.Sprintf("seq %d", t.Seq)
 		if t.Builtin {
 			origin = "built-in"
@@ -168,24 +167,28 @@ Resuming a running tool is refused (and finishes a resume cut short).`
 		sort.Strings(missing)
 		return failf(exitUsage, "tools %s: %s required", verb, strings.Join(missing, ", "))
 	}
-	body, err := json.Marshal(struct {
-		Reason string `json:"reason"`
-	}{*reason})
-	if err != nil {
-		return failf(exitFailed, "tools %s: %v", verb, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var res struct {
+	api, err := cf.api()
+	if err != nil {
+		return failf(exitFor(err), "tools %s: %v", verb, err)
+	}
+	act := api.PauseTool
+	if verb == "resume" {
+		act = api.ResumeTool
+	}
+	out, err := act(ctx, *project, *tool, *reason)
+	if err != nil {
+		err = cf.httpErr(err)
+		return failf(exitFor(err), "tools %s: %v", verb, err)
+	}
+	// --json prints all four, released 0 included.
+	res := struct {
 		Seq      uint64 `json:"seq"`
 		ToolName string `json:"tool_name"`
 		Paused   bool   `json:"paused"`
 		Released int    `json:"released"`
-	}
-	path := "/projects/" + url.PathEscape(*project) + "/tools/" + url.PathEscape(*tool) + "/" + verb
-	if err := cf.httpDo(ctx, "POST", path, nil, bytes.NewReader(body), &res); err != nil {
-		return failf(exitFor(err), "tools %s: %v", verb, err)
-	}
+	}{out.Seq, out.ToolName, out.Paused, out.Released}
 	if cf.asJSON {
 		printJSON(res)
 		return exitOK

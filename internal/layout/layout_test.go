@@ -97,6 +97,17 @@ var rules = []rule{
 	{from: "archive", to: "ledger/...", why: "the archive reads the stream's format and history (package stream), not the writer"},
 	{from: "replay", to: "ledger/...", why: "replay imports an export with package stream, not the writer"},
 	{from: "executor", to: "ledger/...", why: "the executor reaches the ledger through executor.Ledger; stream names and tool labels are in stream and internal/toollabels"},
+	{from: "httpclient", to: "ledger/...", why: "the HTTP client speaks HTTP: its answers are the types of the views, the registry and the protocol, not the writer's"},
+	{from: "httpclient", to: "archive", why: "the HTTP client reads history through the server"},
+	{from: "httpclient", to: "replay", why: "the HTTP client reads history through the server"},
+	{from: "httpclient", to: "client", why: "the HTTP client speaks HTTP, the client NATS: neither builds on the other"},
+	{from: "httpclient", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
+	{from: "httpclient", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "httpclient", to: "internal/...", why: "the HTTP client is for other modules too: nothing internal in its API"},
+	{from: "ledger/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "projector/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "executor/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "client", to: "httpclient", why: "the client speaks NATS, the HTTP client HTTP: neither builds on the other"},
 }
 
 // onlyImports limits the packages of ours that a package may import to
