@@ -73,6 +73,8 @@ type serveState struct {
 
 	proj *projector.Projector
 	hs   *http.Server
+	// stopPprof closes pprof once it serves (--pprof).
+	stopPprof func()
 
 	// ready0 is the projector caught up (true without the projector role);
 	// projErr why it is not; storeBroken the view store failed a write.
@@ -695,25 +697,20 @@ func (c *approvalKeeperComponent) Stop(ctx context.Context) error {
 	return nil
 }
 
-// pprofComponent serves net/http/pprof on its own listener (--pprof).
-type pprofComponent struct {
-	st   *serveState
-	stop func()
-}
+// pprofComponent is net/http/pprof on its own listener (--pprof). Like
+// the HTTP server, it begins to serve when serve opens (servingComponent,
+// where a port in use fails the start after every other part started); its
+// place in the list is its place in the shutdown: after HTTP stops.
+type pprofComponent struct{ st *serveState }
 
-// Start listens and serves.
-func (c *pprofComponent) Start(context.Context) error {
-	stop, err := servePprof(c.st.s.PProf, c.st.log)
-	if err != nil {
-		return err
-	}
-	c.stop = stop
-	return nil
-}
+// Start does nothing: servingComponent serves pprof.
+func (c *pprofComponent) Start(context.Context) error { return nil }
 
-// Stop closes it.
+// Stop closes pprof, if it served.
 func (c *pprofComponent) Stop(context.Context) error {
-	c.stop()
+	if c.st.stopPprof != nil {
+		c.st.stopPprof()
+	}
 	return nil
 }
 
@@ -824,14 +821,21 @@ func (c *mcpComponent) Stop(context.Context) error {
 	return nil
 }
 
-// servingComponent opens the door once everything else runs: HTTP serves,
-// the log says so and ready is told. Its stop, the first of the shutdown,
-// makes readiness say "shutting down".
+// servingComponent opens the door once everything else runs: pprof (with
+// --pprof) and HTTP serve, the log says so and ready is told. Its stop, the
+// first of the shutdown, makes readiness say "shutting down".
 type servingComponent struct{ st *serveState }
 
-// Start serves HTTP.
+// Start serves pprof and HTTP.
 func (c *servingComponent) Start(context.Context) error {
 	st, s := c.st, c.st.s
+	if s.PProf != "" {
+		stop, err := servePprof(s.PProf, st.log)
+		if err != nil {
+			return err
+		}
+		st.stopPprof = stop
+	}
 	go func() {
 		if err := st.hs.Serve(st.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			st.log.Error("http server", "err", err)
