@@ -199,12 +199,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		// A file that cannot be read as an export is a verdict too: the
 		// same report (and --json body) as a broken chain, exit 1.
 		unreadable := func(err error) int {
-			// The reason is the error that says what is wrong with the file
-			// (it wraps ErrBadExport), without the callers' prefixes.
-			for u := errors.Unwrap(err); u != nil && u != stream.ErrBadExport; u = errors.Unwrap(u) {
-				err = u
-			}
-			return report(cf.asJSON, map[string]any{"file": pos[0], "ok": false, "reason": err.Error()}, false)
+			return report(cf.asJSON, unreadableVerdict(pos[0], err), false)
 		}
 		from, err := exportFromSeq(pos[0])
 		if errors.Is(err, stream.ErrBadExport) {
@@ -248,13 +243,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 			}
 			digest = "n/a (partial export from seq " + fmt.Sprint(rep.FromSeq) + ")"
 		}
-		body := map[string]any{"file": pos[0], "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head}
-		noted(body, rep)
-		if !rep.OK {
-			body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
-		} else {
-			body["digest"] = digest
-		}
+		body := fileVerdict(pos[0], rep, digest)
 		ok := rep.OK
 		if ok && rep.LastSeq > 0 {
 			live := cf
@@ -279,47 +268,13 @@ against the links its views recorded. Exit 1 when verification fails.`)
 				link, err = api.ChainLink(ctx, rep.LastSeq)
 				err = live.httpErr(err)
 			}
-			switch {
-			case err == nil:
-				body["against"], body["live_link"] = live.server, link.Link
-				if link.Link == rep.Head {
-					// The file agrees with the live ledger through its last
-					// sequence; whether it is all of it is the live end's to say.
-					// A faithful prefix is not tampering (exit 0), but it is not
-					// the ledger either, and an auditor must see which it is.
-					switch end := live.lastSeq(ctx); {
-					case end > rep.LastSeq:
-						body["live"], body["live_last_seq"] = livePrefix, end
-					case end == 0:
-						body["live"] = fmt.Sprintf("matches at seq %d; the live ledger's last seq is unknown (its /readyz did not say)", rep.LastSeq)
-					default:
-						body["live"] = "matches"
-					}
-				} else {
-					ok = false
-					body["live"] = "DIFFERS"
-					body["first_bad_seq"] = rep.LastSeq
-					body["reason"] = fmt.Sprintf("the file's chain head at seq %d is %s, the live ledger's link there is %s: an entry at or before seq %d was changed after export (and the links recomputed), or the file comes from another ledger", rep.LastSeq, rep.Head, link.Link, rep.LastSeq)
-				}
-			case *against != "" && errors.Is(err, errUnreachable):
-				return failf(exitFor(err), "verify: --against %s: %v", *against, err)
-			case errors.Is(err, errUnreachable):
-				body["live"] = "not compared (" + err.Error() + "; use --against URL)"
-			case isNotServed(err):
-				// Not a verdict either: this process does not run the views.
-				return failf(exitUnreachable, "verify: %s does not serve the chain links (it runs without the projector role, serve --roles); compare against a process that does: %v", live.server, err)
-			case isAuthRefusal(err):
-				// Not a verdict on the file: the server would not show its
-				// link to this credential.
-				return failf(exitFor(err), "verify: %s refused to show its chain link at seq %d: %v", live.server, rep.LastSeq, err)
-			default:
-				// The server answered, with no link there: the file claims
-				// entries the live ledger does not have (or it refused us).
-				ok = false
-				body["against"] = live.server
-				body["live"] = "DIFFERS"
-				body["first_bad_seq"] = rep.LastSeq
-				body["reason"] = fmt.Sprintf("the live ledger has no chain link at the file's last seq %d (%v): the file holds entries the ledger does not", rep.LastSeq, err)
+			ans := linkAnswer{server: live.server, link: link.Link, err: err, refusal: refusalOf(err)}
+			if ans.agrees(rep) {
+				ans.lastSeq = live.lastSeq(ctx)
+			}
+			var exit *verdictExit
+			if ok, exit = liveVerdict(body, rep, ans, *against); exit != nil {
+				return failf(exit.code, "%s", exit.msg)
 			}
 		}
 		return report(cf.asJSON, body, ok)
@@ -339,13 +294,7 @@ against the links its views recorded. Exit 1 when verification fails.`)
 		err = cf.httpErr(err)
 		return failf(exitFor(err), "verify: %v", err)
 	}
-	body := map[string]any{"server": cf.server, "ok": rep.OK, "count": rep.Count, "last_seq": rep.LastSeq, "chain_head": rep.Head,
-		"views_applied_seq": d.AppliedSeq, "views_chain_head": d.ChainHead, "digest": d.Digest}
-	noted(body, rep)
-	if !rep.OK {
-		body["first_bad_seq"], body["reason"] = rep.FirstBadSeq, rep.Reason
-	}
-	return report(cf.asJSON, body, rep.OK)
+	return report(cf.asJSON, serverVerdict(cf.server, rep, d.AppliedSeq, d.Digest, d.ChainHead), rep.OK)
 }
 
 // noted adds the unrecognized and skipped entries a verification named.

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/violationtest"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// fields lists the fields of vs, sorted, once each.
+func fields(vs protocol.Violations) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range vs {
+		if !seen[v.Field] {
+			seen[v.Field] = true
+			out = append(out, v.Field)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestDefaultSettingsAreValid: serve with no configuration at all starts.
+func TestDefaultSettingsAreValid(t *testing.T) {
+	require.Empty(t, defaultSettings().validate())
+}
+
+// TestValidateListsEveryViolation: every bad setting is its own violation,
+// all in one answer, so that one run of check-config shows them all.
+func TestValidateListsEveryViolation(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	s := defaultSettings()
+	s.Data = ""
+	s.NATSListen = "4222"
+	s.Replicas = 7
+	s.HTTPListen = "localhost"
+	s.SyncInterval = "often"
+	s.AckWait = "500ms"
+	s.ToolAckWait = "2h"
+	s.MCPStreamPollAfter = "10ms"
+	s.Retention = "-1s"
+	s.ArchiveSeal = "1ms"
+	s.MemoryLimit = "1MiB"
+	s.DiskReserve = "lots"
+	s.LogFormat = "xml"
+	s.LogLevel = "loud"
+	s.Roles = []string{"api", "cook"}
+	s.MCPBridge = "bridge.yaml"
+	s.PProf = "6060"
+	s.TLSCert = missing
+	s.TLSCA = missing
+	s.SourceID = "has space"
+	require.Equal(t, []string{
+		"ack_wait", "archive_seal_age", "data", "disk_reserve", "http_listen", "log_format", "log_level",
+		"mcp_bridge", "mcp_stream_poll_after", "memory_limit", "nats_listen", "pprof", "replicas",
+		"retention", "roles", "source_id", "sync_interval", "tls_ca", "tls_cert", "tool_ack_wait",
+	}, fields(s.validate()))
+
+	// With --nats-url the embedded server's settings are not checked, the
+	// URL and the credentials file are.
+	s = defaultSettings()
+	s.Data, s.NATSListen, s.Replicas = "", "nonsense", 3
+	s.NATSURL = "http://example.com"
+	s.NATSCreds = missing
+	require.Equal(t, []string{"nats_creds", "nats_url"}, fields(s.validate()))
+	s.NATSURL = "nats://a:4222,nats://b:4222"
+	s.NATSCreds = ""
+	require.Empty(t, s.validate(), "a cluster of three with replicas 3")
+}
+
+// TestValidateRoleSettings: roles must be known and not empty; the mcp
+// role and its bridge file go together.
+func TestValidateRoleSettings(t *testing.T) {
+	for _, c := range []struct {
+		roles  []string
+		bridge string
+		want   []string
+	}{
+		{roles: nil, want: []string{"roles"}},
+		{roles: []string{"api", "executor", "projector"}},
+		{roles: []string{"mcp"}, want: []string{"mcp_bridge"}},
+		{roles: []string{"api"}, bridge: "bridge.yaml", want: []string{"mcp_bridge"}},
+		{roles: []string{"mcp"}, bridge: filepath.Join(t.TempDir(), "none.yaml"), want: []string{"mcp_bridge"}},
+	} {
+		s := defaultSettings()
+		s.Roles, s.MCPBridge = c.roles, c.bridge
+		require.Equal(t, c.want, fields(s.validate()), "roles %v, mcp_bridge %q", c.roles, c.bridge)
+	}
+}
+
+// TestValidateArchiveSealAgainstRetention: the seal age is at most half of
+// retention, so that every entry is sealed well before it expires.
+func TestValidateArchiveSealAgainstRetention(t *testing.T) {
+	for _, c := range []struct {
+		retention, seal string
+		ok              bool
+	}{
+		{"30d", "1h", true}, {"2h", "1h", true}, {"2h", "61m", false}, {"", "1h", true}, {"30d", "50ms", false},
+	} {
+		s := defaultSettings()
+		s.Retention, s.ArchiveSeal = c.retention, c.seal
+		require.Equal(t, !c.ok, len(s.validate()) > 0, "retention %q, archive_seal_age %q", c.retention, c.seal)
+	}
+}
+
+// loadWith runs loadSettings as serve does, over the given flags.
+func loadWith(t *testing.T, args ...string) (Settings, map[string]string, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg := configFlags(fs)
+	require.NoError(t, fs.Parse(args))
+	return loadSettings(fs, *cfg)
+}
+
+// clearEnv unsets every CGLEDGER_* variable for the test.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, st := range settings {
+		if _, ok := os.LookupEnv(st.env); ok {
+			t.Setenv(st.env, "")
+			require.NoError(t, os.Unsetenv(st.env))
+		}
+	}
+	if _, ok := os.LookupEnv("CGLEDGER_CONFIG"); ok {
+		t.Setenv("CGLEDGER_CONFIG", "")
+		require.NoError(t, os.Unsetenv("CGLEDGER_CONFIG"))
+	}
+}
+
+// TestLoadSettingsPrecedence: defaults, then the config file, then the
+// environment, then flags, later ones winning, each value's source named.
+func TestLoadSettingsPrecedence(t *testing.T) {
+	clearEnv(t)
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("data: /from/file\nhttp_listen: 127.0.0.1:1111\nlog_level: debug\nroles: [api, projector]\nreplicas: 2\n"), 0o600))
+	t.Setenv("CGLEDGER_HTTP_LISTEN", "127.0.0.1:2222")
+	t.Setenv("CGLEDGER_LOG_LEVEL", "warn")
+	t.Setenv("CGLEDGER_SYNC_ALWAYS", "true")
+
+	s, source, err := loadWith(t, "--config", cfg, "--log-level", "error", "--no-auth")
+	require.NoError(t, err)
+	require.Equal(t, "/from/file", s.Data)
+	require.Equal(t, "127.0.0.1:2222", s.HTTPListen)
+	require.Equal(t, "error", s.LogLevel)
+	require.Equal(t, []string{"api", "projector"}, s.Roles)
+	require.Equal(t, 2, s.Replicas)
+	require.True(t, s.SyncAlways)
+	require.True(t, s.NoAuth)
+	require.Equal(t, "text", s.LogFormat)
+	require.Equal(t, map[string]string{
+		"data":        "file " + cfg,
+		"http_listen": "env CGLEDGER_HTTP_LISTEN",
+		"log_level":   "flag --log-level",
+		"roles":       "file " + cfg,
+		"replicas":    "file " + cfg,
+		"sync_always": "env CGLEDGER_SYNC_ALWAYS",
+		"no_auth":     "flag --no-auth",
+		"log_format":  "default",
+	}, map[string]string{
+		"data": source["data"], "http_listen": source["http_listen"], "log_level": source["log_level"],
+		"roles": source["roles"], "replicas": source["replicas"], "sync_always": source["sync_always"],
+		"no_auth": source["no_auth"], "log_format": source["log_format"],
+	})
+
+	// CGLEDGER_CONFIG names the file when --config does not.
+	t.Setenv("CGLEDGER_CONFIG", cfg)
+	s, source, err = loadWith(t)
+	require.NoError(t, err)
+	require.Equal(t, "/from/file", s.Data)
+	require.Equal(t, "file "+cfg, source["data"])
+}
+
+// TestLoadSettingsListsEveryUnreadableValue: a value that cannot be read,
+// from any layer, and an unknown key in the file are each a violation
+// naming the setting; the other layers are still read.
+func TestLoadSettingsListsEveryUnreadableValue(t *testing.T) {
+	clearEnv(t)
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("sync_always: sometimes\ncolour: blue\n"), 0o600))
+	t.Setenv("CGLEDGER_NO_AUTH", "maybe")
+	s, source, err := loadWith(t, "--config", cfg, "--replicas", "three", "--data", "/from/flag")
+	require.Equal(t, []string{"colour", "no_auth", "replicas", "sync_always"}, sortedCopy(violationtest.ConfigFields(t, err)))
+	require.Equal(t, "/from/flag", s.Data)
+	require.Equal(t, "flag --data", source["data"])
+	e, ok := protocol.AsError(err)
+	require.True(t, ok)
+	for _, v := range e.Violations {
+		switch v.Field {
+		case "replicas":
+			require.Equal(t, `not a valid whole number: got "three" from flag --replicas`, v.Message)
+		case "sync_always":
+			require.Equal(t, `not a valid boolean (true or false): got "sometimes" from config file `+cfg, v.Message)
+		case "no_auth":
+			require.Equal(t, `not a valid boolean (true or false): got "maybe" from environment variable CGLEDGER_NO_AUTH`, v.Message)
+		}
+	}
+
+	// A config file that cannot be read is listed too, and the
+	// environment is still read.
+	_, _, err = loadWith(t, "--config", filepath.Join(t.TempDir(), "none.yaml"))
+	require.Equal(t, []string{"config", "no_auth"}, violationtest.ConfigFields(t, err))
+}
+
+func sortedCopy(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return out
+}
