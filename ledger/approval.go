@@ -246,7 +246,7 @@ func (l *Ledger) decideInTime(ctx context.Context, rec *protocol.CallRecord, dec
 	if time.Now().UnixMilli() < rec.Held.ExpiresUnixMS {
 		return l.decide(ctx, rec, decision, approver, reason)
 	}
-	e, seq, _, err := l.decide(context.WithValue(ctx, callerKey{}, nil), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+	e, seq, _, err := l.decide(asLedger(ctx), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
 	return e, seq, false, err
 }
 
@@ -264,7 +264,7 @@ type followUp struct {
 // it, at any time after the decision.
 func (l *Ledger) finishDecision(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
 	// The ledger's own entries: no caller's actor on them, no caller check.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	if e.Decision == protocol.ApprovalApproved {
 		return l.release(ctx, rec, e, seq)
 	}

@@ -101,7 +101,7 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (protocol.ReportOutcome, error) {
 	// The ledger's own entries, also when a late report's request records
 	// them: no caller's actor on them, no caller check.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	deadline := rec.Deadline()
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
