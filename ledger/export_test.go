@@ -41,8 +41,8 @@ func (l *Ledger) SetReportLease(d time.Duration) { l.lease = d }
 // The raw forms of the write operations, as the API server calls them with a
 // request's headers and body as received (tests of input validation).
 var (
-	DispatchMsg   = (*Ledger).dispatchMsg
-	ReportMsg     = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+	DispatchMsg = (*Ledger).dispatchMsg
+	ReportMsg   = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 		return l.reportMsg(ctx, callerOf(ctx), h, data)
 	}
 	PutCardJSON   = (*Ledger).putCardJSON
