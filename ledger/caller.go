@@ -59,7 +59,7 @@ func callerOf(ctx context.Context) *Caller {
 // asLedger marks ctx as the ledger's own work: entries written under it
 // carry no caller's CG-Actor, even when a caller's request set it off.
 func asLedger(ctx context.Context) context.Context {
-	return asLedger(ctx)
+	return context.WithValue(ctx, callerKey{}, nil)
 }
 
 // stringField reads a top-level string member of a JSON object, by its
