@@ -486,7 +486,7 @@ func (l *Ledger) endHeld(ctx context.Context, rec *protocol.CallRecord, e *proto
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("result card: %w", err)
 	}
 	in := &reportInput{

@@ -128,7 +128,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: result card: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	in := &reportInput{

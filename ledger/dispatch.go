@@ -117,7 +117,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		vs.Add("header."+protocol.HeaderToolCallID, protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the derived calls of call.redrive", id.ToolCallID, protocol.RedriveSeparator)
 	}
 	payload := protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
-	card := protocol.DecodeCard("card", cardJSON, &vs)
+	card, cardBytes := protocol.DecodeCardStored("card", cardJSON, &vs)
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
 		if protocol.ReservedCallID(card.CardID) && !in.redrive {
@@ -148,9 +148,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	cardBytes, err := json.Marshal(card)
-	if err != nil {
-		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+	if cardBytes == nil {
+		// The decoder could not encode the card it read (never seen): its
+		// own encoding error, as before.
+		if cardBytes, err = json.Marshal(card); err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+		}
 	}
 	normSubject := sub.String()
 	now := time.Now().UTC()
@@ -222,7 +225,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	putDone := make(chan struct{})
 	go func() {
 		defer close(putDone)
-		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, sub.Channel, rawReq)
+		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, cardBytes, sub.Channel, rawReq)
 	}()
 	pinned := l.pinTool(sub, registered, rec)
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
