@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -78,4 +79,58 @@ func TestReportFromRequestAgreesWithTheParser(t *testing.T) {
 		})
 	}
 	require.Greater(t, certain, 8)
+}
+
+// TestDispatchCertaintyAgreesWithTheParsers: an identity and a command
+// payload the dispatch core takes as they are (identityCertain,
+// payloadCertain) are ones the API's parsers accept, over the bytes they
+// would have been sent as, reading back the same values.
+func TestDispatchCertaintyAgreesWithTheParsers(t *testing.T) {
+	id := protocol.Identity{AgentID: "a1", AgentTurnID: "t1", TurnEpoch: 7, ToolCallID: "k1"}
+	ids := []protocol.Identity{id,
+		{AgentID: "a1", AgentTurnID: "t1", ToolCallID: "k1", StepID: "s1", ContextBoxID: "b1", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "k=v,x=y"},
+		{AgentID: "a1", AgentTurnID: "t1", ToolCallID: ""},
+		{AgentID: "a 1", AgentTurnID: "t1", ToolCallID: "k1"},
+		{AgentID: "a1", AgentTurnID: "t1", ToolCallID: "k1", Tracestate: "\x01"},
+		{AgentID: "a1", AgentTurnID: "t1", ToolCallID: "k1", Traceparent: "nope"},
+	}
+	certain := 0
+	for _, x := range ids {
+		if !identityCertain(x) {
+			continue
+		}
+		certain++
+		got, vs := protocol.ParseIdentity(x.Header(), protocol.IdentityRules{RequireToolCallID: true})
+		require.Empty(t, vs, "%+v", x)
+		require.Equal(t, x, got)
+	}
+	require.Equal(t, 2, certain)
+
+	sub, err := protocol.ParseSubject(protocol.ToolCommandSubject("v1", "p1", "c1", "echo"))
+	require.NoError(t, err)
+	payloads := []protocol.ToolCommandPayload{
+		{ToolCallCardID: "cc1", AfterExecution: protocol.AfterSuspend},
+		{ToolCallCardID: "cc1", ToolName: "écho<&>", AfterExecution: protocol.AfterTerminate, TimeoutMS: 1},
+		{ToolCallCardID: "cc1", ToolName: "echo", AfterExecution: protocol.AfterSuspend, TimeoutMS: 24 * 3600 * 1000},
+		{ToolCallCardID: "cc1", AfterExecution: protocol.AfterSuspend, TimeoutMS: 24*3600*1000 + 1},
+		{ToolCallCardID: "cc1", AfterExecution: protocol.AfterSuspend, TimeoutMS: -1},
+		{ToolCallCardID: "cc1", AfterExecution: protocol.AfterSuspend, DeadlineUnixMS: 5},
+		{ToolCallCardID: "cc1", AfterExecution: "later"},
+		{ToolCallCardID: "", AfterExecution: protocol.AfterSuspend},
+		{ToolCallCardID: "cc1", ToolName: "a b", AfterExecution: protocol.AfterSuspend},
+	}
+	certain = 0
+	for _, p := range payloads {
+		if !payloadCertain(p) {
+			continue
+		}
+		certain++
+		b, err := json.Marshal(p)
+		require.NoError(t, err)
+		var vs protocol.Violations
+		got := protocol.DecodeCommandPayload(b, sub, id, nil, &vs)
+		require.Empty(t, vs, "%+v", p)
+		require.Equal(t, p, got)
+	}
+	require.Equal(t, 3, certain)
 }
