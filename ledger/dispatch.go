@@ -234,12 +234,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	budget := l.callBudget(registered, payload.ToolName, payload.TimeoutMS)
 	rec := &protocol.CallRecord{
 		State:          protocol.StateDispatched,
-		ProjectID:      sub.Project,
-		ChannelID:      sub.Channel,
-		AgentID:        id.AgentID,
-		AgentTurnID:    id.AgentTurnID,
-		TurnEpoch:      id.TurnEpoch,
-		ToolCallID:     id.ToolCallID,
+		CallID:         callIDOf(sub.Project, sub.Channel, id),
 		StepID:         id.StepID,
 		Subject:        normSubject,
 		ToolName:       payload.ToolName,
@@ -419,6 +414,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	}
 	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created,
 		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0, DeadlineUnixMS: rec.DeadlineUnixMS}, nil
+}
+
+// callIDOf is the stored identity of the call of identity id dispatched in
+// project, on channel.
+func callIDOf(project, channel string, id protocol.Identity) protocol.CallID {
+	return protocol.CallID{ProjectID: project, ChannelID: channel, AgentID: id.AgentID, AgentTurnID: id.AgentTurnID, TurnEpoch: id.TurnEpoch, ToolCallID: id.ToolCallID}
 }
 
 // registeredTool is the definition of tool registered in project now, or

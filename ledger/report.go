@@ -571,8 +571,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		return nil, protocol.NewError(protocol.CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
 	}
 	entry := protocol.ReportEntry{
-		ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
-		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, StepID: in.stepID,
+		CallID: callIDOf(in.project, in.channel, in.id), StepID: in.stepID,
 		Status: in.payload.Status, AfterExecution: in.payload.AfterExecution, EffectiveAfterExecution: effective,
 		ToolResultCardID: c.CardID, ToolResultCardSeq: sc.Seq, ToolCallCardID: rec.ToolCallCardID, ToolName: rec.ToolName,
 		SourceID: in.sourceID, SourceFunction: in.sourceFunction, CommandSeq: rec.CommandSeq, AttemptOutcome: in.payload.AttemptOutcome,
@@ -743,8 +742,7 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 		return out, nil
 	}
 	l.m.duplicates.Inc()
-	data, err := json.Marshal(protocol.DuplicateEntry{ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
-		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, Status: in.payload.Status,
+	data, err := json.Marshal(protocol.DuplicateEntry{CallID: callIDOf(in.project, in.channel, in.id), Status: in.payload.Status,
 		ToolResultCardID: in.payload.ToolResultCardID, SourceID: in.sourceID, OriginalSeq: c.Seq})
 	if err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("report: encode duplicate entry: %w", err)
