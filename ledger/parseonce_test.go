@@ -49,7 +49,8 @@ func sameEntries(t *testing.T, msgs []*nats.Msg) []sameEntry {
 // typed Go API (as the same callers, WithCaller) and through the NATS API,
 // each on a ledger of its own: a dispatch, its result card, a report refused
 // after parsing (the wrong status), one refused by the parser (a bad
-// after_execution), and the accepted report. Both ledgers must hold the
+// after_execution), the accepted report, a consume refused (another agent's)
+// and the consume. Both ledgers must hold the
 // same entries, byte for byte, the refusals' requests as received included.
 func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	c := newCall("turn-same", "call-same", 3)
@@ -62,7 +63,10 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	unparsable := ok
 	unparsable.Payload.AfterExecution = "later"
 
-	run := func(t *testing.T, dispatch func(protocol.DispatchRequest) error, put func(protocol.Card) error, report func(protocol.ReportRequest) error) {
+	consumed := protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}
+	notTheirs := consumed
+	notTheirs.AgentID = "agent-other"
+	run := func(t *testing.T, dispatch func(protocol.DispatchRequest) error, put func(protocol.Card) error, report func(protocol.ReportRequest) error, consume func(protocol.ConsumeRequest) error) {
 		require.NoError(t, dispatch(c.dispatchReq()))
 		require.NoError(t, put(rc))
 		err := report(wrongStatus)
@@ -74,6 +78,11 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		require.True(t, refused, "%v", err)
 		require.Equal(t, protocol.CodeBadRequest, e.Code)
 		require.NoError(t, report(ok))
+		err = consume(notTheirs)
+		e, refused = protocol.AsError(err)
+		require.True(t, refused, "%v", err)
+		require.Equal(t, protocol.CodeMismatch, e.Code)
+		require.NoError(t, consume(consumed))
 	}
 
 	typed := newEnv(t)
@@ -83,7 +92,11 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	run(t,
 		func(r protocol.DispatchRequest) error { _, err := typed.l.Dispatch(worker, r); return err },
 		func(card protocol.Card) error { _, err := typed.l.PutCard(tool, card); return err },
-		func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err })
+		func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err },
+		func(r protocol.ConsumeRequest) error {
+			_, err := typed.l.Consume(ledger.WithCaller(ctx, ledger.Caller{Project: project, Actor: r.AgentID}), r)
+			return err
+		})
 
 	api := newEnv(t)
 	serveAPI(t, api)
@@ -92,7 +105,8 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	run(t,
 		func(r protocol.DispatchRequest) error { _, err := wc.Dispatch(ctx, r); return err },
 		func(card protocol.Card) error { _, err := tc.PutCard(ctx, card); return err },
-		func(r protocol.ReportRequest) error { _, err := tc.Report(ctx, r); return err })
+		func(r protocol.ReportRequest) error { _, err := tc.Report(ctx, r); return err },
+		func(r protocol.ConsumeRequest) error { _, err := wc.Consume(ctx, r); return err })
 
 	want := sameEntries(t, api.subjectEntries(t, ">"))
 	got := sameEntries(t, typed.subjectEntries(t, ">"))
@@ -101,7 +115,8 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		kinds[protocol.HeaderGet(e.Header, protocol.HeaderEntryKind)]++
 	}
 	t.Logf("%d entries: %v", len(want), kinds)
-	require.Equal(t, 2, kinds[string(protocol.KindRejection)], "both refusals recorded: %v", kinds)
+	require.Equal(t, 3, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
+	require.Equal(t, 1, kinds[string(protocol.KindConsumed)], "%v", kinds)
 	require.Equal(t, 1, kinds[string(protocol.KindReport)], "%v", kinds)
 	require.Equal(t, want, got)
 }
