@@ -61,10 +61,12 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{l: l, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	handlers := map[string]apiHandler{
-		protocol.OpCardPut:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.putCardJSON(ctx, m.Data) },
-		protocol.OpCardGet:   s.cardGet,
-		protocol.OpDispatch:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.dispatchMsg(ctx, m.Header, m.Data) },
-		protocol.OpReport:    func(ctx context.Context, m *nats.Msg) (any, error) { return l.reportMsg(ctx, m.Header, m.Data) },
+		protocol.OpCardPut:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.putCardJSON(ctx, m.Data) },
+		protocol.OpCardGet:  s.cardGet,
+		protocol.OpDispatch: func(ctx context.Context, m *nats.Msg) (any, error) { return l.dispatchMsg(ctx, m.Header, m.Data) },
+		protocol.OpReport: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.reportMsg(ctx, callerOf(ctx), m.Header, m.Data)
+		},
 		protocol.OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.setRosterJSON(ctx, m.Data) },
 		protocol.OpRosterGet: s.rosterGet,
 		protocol.OpCallGet:   s.callGet,
@@ -465,7 +467,7 @@ func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeForbidden, vs, "report.resume of call %s by another tool", r.ToolCallID)
 		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, rec.ChannelID, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}

@@ -246,7 +246,7 @@ func (l *Ledger) decideInTime(ctx context.Context, rec *protocol.CallRecord, dec
 	if time.Now().UnixMilli() < rec.Held.ExpiresUnixMS {
 		return l.decide(ctx, rec, decision, approver, reason)
 	}
-	e, seq, _, err := l.decide(context.WithValue(ctx, callerKey{}, nil), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+	e, seq, _, err := l.decide(asLedger(ctx), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
 	return e, seq, false, err
 }
 
@@ -264,7 +264,7 @@ type followUp struct {
 // it, at any time after the decision.
 func (l *Ledger) finishDecision(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
 	// The ledger's own entries: no caller's actor on them, no caller check.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	if e.Decision == protocol.ApprovalApproved {
 		return l.release(ctx, rec, e, seq)
 	}
@@ -486,7 +486,7 @@ func (l *Ledger) endHeld(ctx context.Context, rec *protocol.CallRecord, e *proto
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("result card: %w", err)
 	}
 	in := &reportInput{

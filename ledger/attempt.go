@@ -51,7 +51,7 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 	if err != nil {
 		return none, fmt.Errorf("attempt.start %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
-	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
 		return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeForbidden, vs, "attempt.start of call %s by another tool", rec.ToolCallID), raw())
 	}
 	reportSubj := protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)

@@ -46,6 +46,22 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
+// callerOf is CallerFrom as the explicit field of a parsed request: nil for
+// a request made in process, which no caller check applies to. It is read
+// once, where a request enters (the API handler, the typed Go method).
+func callerOf(ctx context.Context) *Caller {
+	if c, ok := CallerFrom(ctx); ok {
+		return &c
+	}
+	return nil
+}
+
+// asLedger marks ctx as the ledger's own work: entries written under it
+// carry no caller's CG-Actor, even when a caller's request set it off.
+func asLedger(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerKey{}, nil)
+}
+
 // stringField reads a top-level string member of a JSON object, by its
 // exact key (as the operations read them; encoding/json would match struct
 // fields case-insensitively). Anything else reads as absent.
@@ -169,10 +185,10 @@ func checkCaller(op string, c Caller, h nats.Header, body []byte) protocol.Viola
 
 // callerOwnsCall checks that a report comes from the tool its call was
 // dispatched to: the actor of a report is the command subject's tool target
-// (or PMO tool). Reports made in process (no caller) are not checked.
-func callerOwnsCall(ctx context.Context, rec *protocol.CallRecord) protocol.Violations {
-	c, ok := CallerFrom(ctx)
-	if !ok {
+// (or PMO tool). c is the caller the request was parsed with at its edge;
+// reports made in process (nil) are not checked.
+func callerOwnsCall(c *Caller, rec *protocol.CallRecord) protocol.Violations {
+	if c == nil {
 		return nil
 	}
 	sub, err := protocol.ParseSubject(rec.Subject)

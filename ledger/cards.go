@@ -31,7 +31,7 @@ func (l *Ledger) PutCard(ctx context.Context, card protocol.Card) (protocol.PutC
 // putCardJSON is PutCard for a card given as JSON, as received over the API.
 func (l *Ledger) putCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
 	var vs protocol.Violations
-	c := protocol.DecodeCard("card", data, &vs)
+	c, stored := protocol.DecodeCardStored("card", data, &vs)
 	if c != nil && c.Type == protocol.CardToolCall {
 		// The ids of a redrive's derived call: a tool.call card under them
 		// put by anyone but the redrive would take the derived call's card
@@ -54,14 +54,19 @@ func (l *Ledger) putCardJSON(ctx context.Context, data []byte) (protocol.PutCard
 		}
 		return protocol.PutCardResult{}, l.reject(ctx, protocol.OpCardPut, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
 	}
-	return l.putCard(ctx, protocol.OpCardPut, c, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
+	return l.putCard(ctx, protocol.OpCardPut, c, stored, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
 }
 
 // putCard stores a validated card. channel, when known, routes a rejection.
-func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, channel string, req func() protocol.RejectedRequest) (protocol.PutCardResult, error) {
-	data, err := json.Marshal(c)
-	if err != nil {
-		return protocol.PutCardResult{}, fmt.Errorf("put card %s: encode: %w", c.CardID, err)
+// stored is the card's JSON encoding when the caller has it already
+// (protocol.DecodeCardStored), else nil: the card is encoded here.
+func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, stored []byte, channel string, req func() protocol.RejectedRequest) (protocol.PutCardResult, error) {
+	data := stored
+	if data == nil {
+		var err error
+		if data, err = json.Marshal(c); err != nil {
+			return protocol.PutCardResult{}, fmt.Errorf("put card %s: encode: %w", c.CardID, err)
+		}
 	}
 	if len(data) > int(l.streams.MaxMsgSize)-4096 {
 		var vs protocol.Violations

@@ -14,6 +14,17 @@ import (
 // idempotent: the consumed entry's subject is unique to the call and appended
 // at most once, so the Inbox can be rebuilt exactly from the ledger.
 func (l *Ledger) Consume(ctx context.Context, req protocol.ConsumeRequest) (protocol.ConsumeResult, error) {
+	raw := func() protocol.RejectedRequest {
+		// Four strings: the encoding cannot fail.
+		body, _ := json.Marshal(req)
+		return protocol.NewRejectedRequest("", nil, body)
+	}
+	if protocol.ValidIdentifier(req.ProjectID) && protocol.ValidIdentifier(req.AgentID) &&
+		protocol.ValidIdentifier(req.AgentTurnID) && protocol.ValidIdentifier(req.ToolCallID) {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.consume(ctx, req, raw)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return protocol.ConsumeResult{}, fmt.Errorf("consume: encode: %w", err)
@@ -21,7 +32,7 @@ func (l *Ledger) Consume(ctx context.Context, req protocol.ConsumeRequest) (prot
 	return l.consumeJSON(ctx, body)
 }
 
-// consumeJSON is Consume for a JSON body, as received over the API.
+// consumeJSON parses a consume as received over the API, once, for the core.
 func (l *Ledger) consumeJSON(ctx context.Context, body []byte) (protocol.ConsumeResult, error) {
 	var vs protocol.Violations
 	var req protocol.ConsumeRequest
@@ -33,6 +44,13 @@ func (l *Ledger) consumeJSON(ctx context.Context, body []byte) (protocol.Consume
 	if len(vs) > 0 {
 		return protocol.ConsumeResult{}, l.reject(ctx, protocol.OpConsume, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid consume: %d violation(s)", len(vs)), raw())
 	}
+	return l.consume(ctx, req, raw)
+}
+
+// consume is the one core of a consume, typed or received: req is valid,
+// raw is the request a refusal records.
+func (l *Ledger) consume(ctx context.Context, req protocol.ConsumeRequest, raw func() protocol.RejectedRequest) (protocol.ConsumeResult, error) {
+	var vs protocol.Violations
 	// A cached record may be behind (not yet woken): the report's stream
 	// subject is read then, below.
 	rec, _, err := l.recordCached(ctx, callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID))

@@ -101,7 +101,7 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (protocol.ReportOutcome, error) {
 	// The ledger's own entries, also when a late report's request records
 	// them: no caller's actor on them, no caller check.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	deadline := rec.Deadline()
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
@@ -128,7 +128,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: result card: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	in := &reportInput{

@@ -18,20 +18,60 @@ import (
 // command, in that order, so a crash never leaves a command whose card is
 // missing. Repeating the same dispatch returns the original outcome.
 func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (protocol.DispatchResult, error) {
+	// The card's content (any JSON as arguments) is validated on bytes, by
+	// the card decoder, whose encoding is then the one stored.
 	card, err := json.Marshal(req.Card)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
-	}
-	payload, err := json.Marshal(req.Payload)
-	if err != nil {
-		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
 	checks := req.Checks
 	if !checks.Any() {
 		// {} asks for nothing: the same dispatch as none (its fingerprint).
 		checks = nil
 	}
-	return l.dispatch(ctx, dispatchInput{subject: req.Subject, header: req.Identity.Header(), card: card, payload: payload, approval: req.Approval, checks: checks})
+	in := dispatchInput{subject: req.Subject, header: req.Identity.Header(), card: card, approval: req.Approval, checks: checks}
+	// The identity and the payload, when certainly valid, are taken as they
+	// are; anything else is read through the API's parsers, over the bytes
+	// it would have been sent as.
+	if identityCertain(req.Identity) {
+		id := req.Identity
+		in.id = &id
+	}
+	if payloadCertain(req.Payload) {
+		p := req.Payload
+		in.typedPayload = &p
+	} else if in.payload, err = json.Marshal(req.Payload); err != nil {
+		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
+	}
+	return l.dispatch(ctx, in)
+}
+
+// identityCertain reports whether id is one protocol.ParseIdentity reads
+// back unchanged and without a violation from id.Header(), with the tool
+// call id required (a step id, required of a PMO command, is checked where
+// the subject is known).
+func identityCertain(id protocol.Identity) bool {
+	ident := protocol.ValidIdentifier
+	optIdent := func(s string) bool { return s == "" || ident(s) }
+	return ident(id.AgentID) && ident(id.AgentTurnID) && ident(id.ToolCallID) &&
+		optIdent(id.StepID) && optIdent(id.ContextBoxID) &&
+		(id.Traceparent == "" || protocol.ValidTraceparent(id.Traceparent)) &&
+		// A trace state rides along unread: only one that is certainly a
+		// valid header value (printable ASCII) is taken as it is.
+		len(id.Tracestate) <= 512 && printableASCII(id.Tracestate)
+}
+
+// payloadCertain reports whether p is a command payload that
+// protocol.DecodeCommandPayload reads back unchanged and without a
+// violation from its JSON encoding, whatever the subject (a PMO command's
+// tool_name is checked where the subject is known).
+func payloadCertain(p protocol.ToolCommandPayload) bool {
+	return protocol.ValidIdentifier(p.ToolCallCardID) &&
+		(p.ToolName == "" || protocol.ValidName(p.ToolName)) &&
+		protocol.ValidAfterExecution(p.AfterExecution) &&
+		(p.TimeoutMS == 0 || (p.TimeoutMS >= 1 && p.TimeoutMS <= 24*3600*1000)) &&
+		// A dispatch must not carry one: the parser's way names it.
+		p.DeadlineUnixMS == 0
 }
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
@@ -65,13 +105,20 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 }
 
 // dispatchInput is a dispatch as the ledger takes it, from a worker's
-// request or a redrive entry.
+// request (typed, or as received over the API) or a redrive entry. The
+// core (dispatchTraced) parses what is given as bytes once, and takes what
+// is given typed (certainly valid) as it is.
 type dispatchInput struct {
 	subject       string
 	header        nats.Header
 	card, payload []byte
-	approval      *protocol.DispatchApproval
-	checks        *protocol.DispatchChecks
+	// id, when set, is the identity header holds, already known valid.
+	id *protocol.Identity
+	// typedPayload, when set, is the payload (payload is then nil), already
+	// known valid.
+	typedPayload *protocol.ToolCommandPayload
+	approval     *protocol.DispatchApproval
+	checks       *protocol.DispatchChecks
 	// found are violations found already while reading the request.
 	found protocol.Violations
 	// asReceived, when set, is the request body a refusal records.
@@ -96,6 +143,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		if asReceived != nil {
 			return protocol.NewRejectedRequest("", h, asReceived)
 		}
+		payloadJSON := payloadJSON
+		if in.typedPayload != nil {
+			// Only a refusal needs a typed payload's bytes (strings and
+			// integers: the encoding cannot fail).
+			payloadJSON, _ = json.Marshal(in.typedPayload)
+		}
 		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON)), Approval: approval, Checks: checks})
 		return protocol.NewRejectedRequest("", h, b)
 	}
@@ -109,15 +162,30 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	if sub.Kind != protocol.SubjectUnknown && sub.Version != l.version {
 		vs.Add("subject", protocol.VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)
 	}
-	id, hvs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: sub.Kind == protocol.SubjectPMOCommand})
+	pmo := sub.Kind == protocol.SubjectPMOCommand
+	var id protocol.Identity
+	var hvs protocol.Violations
+	if in.id != nil && (!pmo || in.id.StepID != "") {
+		id = *in.id
+	} else {
+		id, hvs = protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: pmo})
+	}
 	vs = append(vs, hvs...)
 	if protocol.ReservedCallID(id.ToolCallID) && !in.redrive {
 		// <root>~r<n> is a redrive's derived call, which only the ledger
 		// creates: it shares the root's idempotency key.
 		vs.Add("header."+protocol.HeaderToolCallID, protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the derived calls of call.redrive", id.ToolCallID, protocol.RedriveSeparator)
 	}
-	payload := protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
-	card := protocol.DecodeCard("card", cardJSON, &vs)
+	var payload protocol.ToolCommandPayload
+	if p := in.typedPayload; p != nil && (!pmo || (p.ToolName != "" && (sub.Tool == "" || p.ToolName == sub.Tool))) {
+		payload = *p
+	} else {
+		if p != nil {
+			payloadJSON, _ = json.Marshal(p)
+		}
+		payload = protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
+	}
+	card, cardBytes := protocol.DecodeCardStored("card", cardJSON, &vs)
 	if card != nil {
 		crossCheckDispatch(card, sub, id, &payload, &vs)
 		if protocol.ReservedCallID(card.CardID) && !in.redrive {
@@ -148,9 +216,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	cardBytes, err := json.Marshal(card)
-	if err != nil {
-		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+	if cardBytes == nil {
+		// The decoder could not encode the card it read (never seen): its
+		// own encoding error, as before.
+		if cardBytes, err = json.Marshal(card); err != nil {
+			return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode card: %w", err)
+		}
 	}
 	normSubject := sub.String()
 	now := time.Now().UTC()
@@ -163,12 +234,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	budget := l.callBudget(registered, payload.ToolName, payload.TimeoutMS)
 	rec := &protocol.CallRecord{
 		State:          protocol.StateDispatched,
-		ProjectID:      sub.Project,
-		ChannelID:      sub.Channel,
-		AgentID:        id.AgentID,
-		AgentTurnID:    id.AgentTurnID,
-		TurnEpoch:      id.TurnEpoch,
-		ToolCallID:     id.ToolCallID,
+		CallID:         callIDOf(sub.Project, sub.Channel, id),
 		StepID:         id.StepID,
 		Subject:        normSubject,
 		ToolName:       payload.ToolName,
@@ -222,7 +288,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	putDone := make(chan struct{})
 	go func() {
 		defer close(putDone)
-		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, sub.Channel, rawReq)
+		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, cardBytes, sub.Channel, rawReq)
 	}()
 	pinned := l.pinTool(sub, registered, rec)
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
@@ -348,6 +414,12 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	}
 	return protocol.DispatchResult{Subject: normSubject, ToolCallCardID: card.CardID, CardSeq: put.Seq, CommandSeq: ack.Sequence, Duplicate: !created,
 		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ToolUnavailable: unavailable > 0, DeadlineUnixMS: rec.DeadlineUnixMS}, nil
+}
+
+// callIDOf is the stored identity of the call of identity id dispatched in
+// project, on channel.
+func callIDOf(project, channel string, id protocol.Identity) protocol.CallID {
+	return protocol.CallID{ProjectID: project, ChannelID: channel, AgentID: id.AgentID, AgentTurnID: id.AgentTurnID, TurnEpoch: id.TurnEpoch, ToolCallID: id.ToolCallID}
 }
 
 // registeredTool is the definition of tool registered in project now, or

@@ -1,6 +1,12 @@
 package ledger
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/cgledger/cgledger/protocol"
+	"github.com/nats-io/nats.go"
+)
 
 // Step names a point in the report path (the report and dispatch steps of
 // docs/report-path.md), for fault-injection tests.
@@ -35,8 +41,10 @@ func (l *Ledger) SetReportLease(d time.Duration) { l.lease = d }
 // The raw forms of the write operations, as the API server calls them with a
 // request's headers and body as received (tests of input validation).
 var (
-	DispatchMsg   = (*Ledger).dispatchMsg
-	ReportMsg     = (*Ledger).reportMsg
+	DispatchMsg = (*Ledger).dispatchMsg
+	ReportMsg   = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+		return l.reportMsg(ctx, callerOf(ctx), h, data)
+	}
 	PutCardJSON   = (*Ledger).putCardJSON
 	CancelJSON    = (*Ledger).cancelJSON
 	ConsumeJSON   = (*Ledger).consumeJSON

@@ -429,8 +429,8 @@ func TestHotpathCorrectedDispatchRacingRefusedOneGetsAnAnswer(t *testing.T) {
 	// The refused dispatch D's record, as it stands in the window before D
 	// takes it back.
 	key := hpCallKey(project, c.turn, c.id)
-	leftover, err := json.Marshal(protocol.CallRecord{State: protocol.StateDispatched, ProjectID: project, ChannelID: channel,
-		AgentID: agent, AgentTurnID: c.turn, TurnEpoch: c.epoch, ToolCallID: c.id, ToolCallCardID: c.card.CardID,
+	leftover, err := json.Marshal(protocol.CallRecord{State: protocol.StateDispatched,
+		CallID: protocol.CallID{ProjectID: project, ChannelID: channel, AgentID: agent, AgentTurnID: c.turn, TurnEpoch: c.epoch, ToolCallID: c.id}, ToolCallCardID: c.card.CardID,
 		CardMetadata: protocol.CardMetadata{TraceID: "trace-wrong"}, DispatchFingerprint: "the refused dispatch"})
 	require.NoError(t, err)
 	_, err = kv.Create(ctx, key, leftover)

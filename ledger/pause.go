@@ -167,7 +167,7 @@ func (l *Ledger) appendPausedHeld(ctx context.Context, rec *protocol.CallRecord,
 	msg := &nats.Msg{Subject: subj, Data: data, Header: approvalHeader(rec)}
 	msg.Header.Set(protocol.HeaderMsgID, "held.paused."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
 	// The ledger's own entry: no caller's actor on it.
-	ack, err := l.appendEntry(context.WithValue(ctx, callerKey{}, nil), protocol.KindHeld, msg,
+	ack, err := l.appendEntry(asLedger(ctx), protocol.KindHeld, msg,
 		jetstream.WithExpectLastSequenceForSubject(pauseSeq, protocol.PauseSubject(l.version, rec.ProjectID, rec.ToolName)))
 	switch {
 	case err == nil:
@@ -429,7 +429,7 @@ func (l *Ledger) finishResume(ctx context.Context, project, tool string, st paus
 // it again.
 func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseSeq, resumeSeq uint64) (int, error) {
 	// The ledger's own entries: no caller's actor on them.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	filter := protocol.Root + "." + l.version + "." + project + ".*.ledger.held.*.*"
 	running := pauseState{seq: resumeSeq}
 	released := 0

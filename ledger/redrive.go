@@ -127,7 +127,7 @@ func (l *Ledger) finishRedrive(ctx context.Context, e *protocol.RedriveEntry, du
 // dispatchRedrive runs the dispatch a redrive entry stores, as the ledger's
 // own (no caller's actor on its entries), which alone may use a reserved id.
 func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) (protocol.DispatchResult, error) {
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	d := e.Dispatch
 	card, err := json.Marshal(d.Card)
 	if err != nil {

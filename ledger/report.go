@@ -16,7 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// reportInput is a syntactically valid report.
+// reportInput is a report parsed and validated once, where it entered (the
+// API's bytes, a typed Go request, or the ledger's own), as the one report
+// core (report) takes it.
 type reportInput struct {
 	project, channel string
 	id               protocol.Identity
@@ -24,6 +26,11 @@ type reportInput struct {
 	sourceFunction   string
 	payload          protocol.ReportPayload
 	stepID           string
+	// caller is who sent the report, read from its API subject (or the Go
+	// caller's WithCaller): the report must come from the tool its call was
+	// dispatched to (callerOwnsCall). Nil for the ledger's own reports and
+	// in-process ones, which that check does not apply to.
+	caller *Caller
 	// deadline marks the ledger's own timeout report (deadline.go): it is
 	// never late, and a refusal of it (a report won the race) is not
 	// recorded, nor a duplicate of it (another process recorded it).
@@ -38,30 +45,95 @@ type reportInput struct {
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
 // tool_call_id), fences it on turn_epoch, appends it, and wakes the agent.
 // Every refusal is recorded as a rejection entry and returned as *Error.
+//
+// A request that is certainly valid goes to the core as it is; any other is
+// read through the API's parser, over the headers and JSON it would have
+// been sent as, so its violations and its rejection entry are exactly a
+// remote report's.
 func (l *Ledger) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
+	caller := callerOf(ctx)
+	if in, ok := reportFromRequest(req); ok {
+		in.caller = caller
+		raw := func() protocol.RejectedRequest {
+			h, data := reportWire(req)
+			return protocol.NewRejectedRequest("", h, data)
+		}
+		return l.serveReport(ctx, in, raw)
+	}
+	h, data := reportWire(req)
+	return l.reportMsg(ctx, caller, h, data)
+}
+
+// reportWire is a typed report as the API receives it: CG-* headers and the
+// JSON payload.
+func reportWire(req protocol.ReportRequest) (nats.Header, []byte) {
 	h := req.Identity.Header()
 	h.Set(protocol.HeaderProjectID, req.ProjectID)
 	h.Set(protocol.HeaderChannelID, req.ChannelID)
 	h.Set(protocol.HeaderSourceID, req.SourceID)
 	h.Set(protocol.HeaderSourceFunction, req.SourceFunction)
-	data, err := json.Marshal(req.Payload)
-	if err != nil {
-		return protocol.ReportOutcome{}, fmt.Errorf("report: encode payload: %w", err)
-	}
-	return l.reportMsg(ctx, h, data)
+	// Strings only: the encoding cannot fail.
+	data, _ := json.Marshal(req.Payload)
+	return h, data
 }
 
-// reportMsg is Report for a report as received over the API: CG-* headers
-// and the JSON payload.
-func (l *Ledger) reportMsg(ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+// reportFromRequest is a typed report as the core's input, when it is
+// certainly valid: when protocol.ParseReport would find no violation in its
+// reportWire form and read back the same values. Anything else (false) is
+// left to that parser, which names every problem.
+func reportFromRequest(req protocol.ReportRequest) (*reportInput, bool) {
+	id, p := req.Identity, req.Payload
+	ident := protocol.ValidIdentifier
+	optIdent := func(s string) bool { return s == "" || ident(s) }
+	ok := ident(req.ProjectID) && ident(req.ChannelID) &&
+		protocol.ValidName(req.SourceID) && protocol.ValidName(req.SourceFunction) &&
+		ident(id.AgentID) && ident(id.AgentTurnID) && ident(id.ToolCallID) &&
+		optIdent(id.StepID) && optIdent(id.ContextBoxID) &&
+		(id.Traceparent == "" || protocol.ValidTraceparent(id.Traceparent)) &&
+		// A trace state rides along unread: only one that is certainly a
+		// valid header value (printable ASCII) takes this way.
+		len(id.Tracestate) <= 512 && printableASCII(id.Tracestate) &&
+		protocol.ValidStatus(p.Status) && protocol.ValidAfterExecution(p.AfterExecution) &&
+		ident(p.ToolResultCardID) && optIdent(p.StepID) &&
+		// The payload's step_id repeats the header's, when both are given.
+		(p.StepID == "" || id.StepID == "" || p.StepID == id.StepID) &&
+		(p.AttemptOutcome == "" || protocol.ValidAttemptOutcome(p.AttemptOutcome)) &&
+		(p.AttemptOutcome != protocol.AttemptOutcomeUnknown || p.Status == protocol.StatusFailed)
+	if !ok {
+		return nil, false
+	}
+	return &reportInput{project: req.ProjectID, channel: req.ChannelID, id: id, sourceID: req.SourceID,
+		sourceFunction: req.SourceFunction, payload: p, stepID: cmp.Or(id.StepID, p.StepID)}, true
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// reportMsg parses a report as received over the API (CG-* headers and the
+// JSON payload) once into the core's input; caller is who sent it (nil in
+// process). A report that does not parse is refused with the bytes as
+// received.
+func (l *Ledger) reportMsg(ctx context.Context, caller *Caller, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 	req, vs := protocol.ParseReport(h, data)
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
-		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID)}
+		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID), caller: caller}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, data) }
 	if len(vs) > 0 {
 		return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
 	}
-	ctx, span := startRequestSpan(ctx, h, "cgledger.report")
+	return l.serveReport(ctx, in, raw)
+}
+
+// serveReport runs the core for a request's report, in the request's span
+// (continuing the trace its identity names).
+func (l *Ledger) serveReport(ctx context.Context, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
+	ctx, span := startTraceSpan(ctx, in.id.Traceparent, in.id.Tracestate, "cgledger.report")
 	out, err := l.report(ctx, in, raw)
 	endSpan(span, err)
 	return out, err
@@ -132,7 +204,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		vs.Add("header."+protocol.HeaderToolCallID, protocol.VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
 		return refuse(protocol.CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
 	}
-	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+	if vs := callerOwnsCall(in.caller, rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
 	}
 	if in.payload.AttemptOutcome != "" {
@@ -499,8 +571,7 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 		return nil, protocol.NewError(protocol.CodeMismatch, vs, "result card %s does not match call %s", c.CardID, rec.ToolCallID)
 	}
 	entry := protocol.ReportEntry{
-		ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
-		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, StepID: in.stepID,
+		CallID: callIDOf(in.project, in.channel, in.id), StepID: in.stepID,
 		Status: in.payload.Status, AfterExecution: in.payload.AfterExecution, EffectiveAfterExecution: effective,
 		ToolResultCardID: c.CardID, ToolResultCardSeq: sc.Seq, ToolCallCardID: rec.ToolCallCardID, ToolName: rec.ToolName,
 		SourceID: in.sourceID, SourceFunction: in.sourceFunction, CommandSeq: rec.CommandSeq, AttemptOutcome: in.payload.AttemptOutcome,
@@ -671,8 +742,7 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 		return out, nil
 	}
 	l.m.duplicates.Inc()
-	data, err := json.Marshal(protocol.DuplicateEntry{ProjectID: in.project, ChannelID: in.channel, AgentID: in.id.AgentID,
-		AgentTurnID: in.id.AgentTurnID, TurnEpoch: in.id.TurnEpoch, ToolCallID: in.id.ToolCallID, Status: in.payload.Status,
+	data, err := json.Marshal(protocol.DuplicateEntry{CallID: callIDOf(in.project, in.channel, in.id), Status: in.payload.Status,
 		ToolResultCardID: in.payload.ToolResultCardID, SourceID: in.sourceID, OriginalSeq: c.Seq})
 	if err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("report: encode duplicate entry: %w", err)

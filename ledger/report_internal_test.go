@@ -11,7 +11,7 @@ import (
 // command's must still answer retries of that report (and Resume) as a
 // duplicate: the check exempts a repeat of the accepted claim.
 func TestMatchCallAfterExecution(t *testing.T) {
-	rec := &protocol.CallRecord{ChannelID: "c", AgentID: "a", ToolCallID: "k", AfterExecution: protocol.AfterSuspend}
+	rec := &protocol.CallRecord{CallID: protocol.CallID{ChannelID: "c", AgentID: "a", ToolCallID: "k"}, AfterExecution: protocol.AfterSuspend}
 	in := &reportInput{channel: "c", id: protocol.Identity{AgentID: "a"}, payload: protocol.ReportPayload{AfterExecution: protocol.AfterTerminate}}
 	vs := matchCall(rec, in, "fp-new")
 	require.Len(t, vs, 1)

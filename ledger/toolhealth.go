@@ -217,7 +217,7 @@ func subjectMatches(filter, subject string) bool {
 func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord, failFast time.Duration) error {
 	// Not as the dispatching caller: the report is the ledger's own, which
 	// no caller check applies to.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	msg := fmt.Sprintf("no tool service pulled the commands of tool %s for %d ms (its health.fail_fast_after_ms)", rec.ToolName, failFast.Milliseconds())
 	content, err := json.Marshal(map[string]any{
 		"status": protocol.StatusFailed,

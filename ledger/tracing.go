@@ -20,11 +20,17 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/cgledger/cgledger/le
 // startRequestSpan starts the span of one ledger operation as a child of
 // the traceparent the request carries (if any).
 func startRequestSpan(ctx context.Context, h nats.Header, name string) (context.Context, trace.Span) {
+	return startTraceSpan(ctx, protocol.HeaderGet(h, protocol.HeaderTraceparent), protocol.HeaderGet(h, protocol.HeaderTracestate), name)
+}
+
+// startTraceSpan is startRequestSpan for a request already parsed: its
+// traceparent and tracestate.
+func startTraceSpan(ctx context.Context, traceparent, tracestate, name string) (context.Context, trace.Span) {
 	carrier := propagation.HeaderCarrier{}
-	if v := protocol.HeaderGet(h, protocol.HeaderTraceparent); v != "" {
-		carrier.Set("traceparent", v)
-		if s := protocol.HeaderGet(h, protocol.HeaderTracestate); s != "" {
-			carrier.Set("tracestate", s)
+	if traceparent != "" {
+		carrier.Set("traceparent", traceparent)
+		if tracestate != "" {
+			carrier.Set("tracestate", tracestate)
 		}
 	}
 	ctx = propagation.TraceContext{}.Extract(ctx, carrier)

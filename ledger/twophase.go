@@ -40,7 +40,7 @@ func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (p
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.PrepareResult, error) {
 		return none, l.reject(ctx, protocol.OpPrepare, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
 	}
-	if vs := callerOwnsCall(ctx, rec); len(vs) > 0 {
+	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "prepare of call %s by another tool", rec.ToolCallID)
 	}
 	if rec.State != protocol.StateDispatched {
@@ -225,7 +225,7 @@ func (l *Ledger) decideJSON(ctx context.Context, op string, h nats.Header, body 
 // deadline passed, unless a decision is stored; it returns the stored one.
 func (l *Ledger) autoAbort(ctx context.Context, preparedSeq uint64, prep *protocol.PreparedEntry) (*jetstream.RawStreamMsg, *protocol.DecisionEntry, error) {
 	// The ledger's own entry: no caller's actor on it.
-	ctx = context.WithValue(ctx, callerKey{}, nil)
+	ctx = asLedger(ctx)
 	_, stored, err := l.appendDecision(ctx, preparedSeq, prep, protocol.DecisionAbort, protocol.DecidedByCommitDeadline)
 	if err != nil {
 		return nil, nil, err

@@ -262,7 +262,7 @@ func (s *synth) result(i, calls int, commandSeq uint64) {
 	h.Set(protocol.HeaderMsgID, "report."+synthProject+"."+turn+"."+id)
 	h.Set("Nats-Expected-Last-Subject-Sequence", "0")
 	reportSeq := s.add(protocol.ReportSubject(protocol.DefaultVersion, synthProject, channel, turn, id), protocol.KindReport, h, protocol.ReportEntry{
-		ProjectID: synthProject, ChannelID: channel, AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id,
+		CallID: protocol.CallID{ProjectID: synthProject, ChannelID: channel, AgentID: agent, AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
 		Status: status, AfterExecution: protocol.AfterSuspend, EffectiveAfterExecution: protocol.AfterSuspend,
 		ToolResultCardID: rcID, ToolResultCardSeq: rcSeq, ToolCallCardID: "cc-" + turn + "-" + id, ToolName: tool,
 		SourceID: "tool." + tool, SourceFunction: tool, CommandSeq: commandSeq,

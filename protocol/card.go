@@ -173,9 +173,17 @@ func ParseCard(data []byte) (*Card, error) {
 // as the card at field path prefix and adds every violation to vs. The card
 // is nil when data is not a JSON object.
 func DecodeCard(prefix string, data []byte, vs *Violations) *Card {
+	c, _ := DecodeCardStored(prefix, data, vs)
+	return c
+}
+
+// DecodeCardStored is DecodeCard that also returns the card's stored form
+// (its JSON encoding, which the size check computes anyway), so a writer
+// need not encode the card again; nil with the card.
+func DecodeCardStored(prefix string, data []byte, vs *Violations) (*Card, []byte) {
 	o, ok := ParseObject(prefix, data, vs)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	c := &Card{CardID: o.Ident("card_id", true), ProjectID: o.Ident("project_id", true), Type: o.Str("type", true)}
 	c.AuthorID = o.Name("author_id", true)
@@ -212,10 +220,14 @@ func DecodeCard(prefix string, data []byte, vs *Violations) *Card {
 	}
 	// The limit applies to the stored form, which can be larger than what
 	// was sent (Go escapes <, > and & in JSON strings as \u003c...).
-	if b, err := json.Marshal(c); err == nil && len(b) > MaxCardBytes {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return c, nil
+	}
+	if len(b) > MaxCardBytes {
 		vs.Add(prefix, VTooLarge, "card is %d bytes when normalized; the limit is %d", len(b), MaxCardBytes)
 	}
-	return c
+	return c, b
 }
 
 func contentObject(o JSONObject, vs *Violations, kind string) (JSONObject, bool) {

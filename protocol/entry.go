@@ -73,12 +73,7 @@ type ConsumedEntry struct {
 // ReportEntry is the data of a report entry: the callback's routing and
 // pointer fields as sent, plus what the ledger resolved while validating it.
 type ReportEntry struct {
-	ProjectID               string `json:"project_id"`
-	ChannelID               string `json:"channel_id"`
-	AgentID                 string `json:"agent_id"`
-	AgentTurnID             string `json:"agent_turn_id"`
-	TurnEpoch               uint64 `json:"turn_epoch"`
-	ToolCallID              string `json:"tool_call_id"`
+	CallID
 	StepID                  string `json:"step_id,omitempty"`
 	Status                  string `json:"status"`
 	AfterExecution          string `json:"after_execution"`
@@ -130,12 +125,7 @@ type WakeupSkippedEntry struct {
 
 // DuplicateEntry records a report that repeated an already-accepted one.
 type DuplicateEntry struct {
-	ProjectID        string `json:"project_id"`
-	ChannelID        string `json:"channel_id"`
-	AgentID          string `json:"agent_id"`
-	AgentTurnID      string `json:"agent_turn_id"`
-	TurnEpoch        uint64 `json:"turn_epoch"`
-	ToolCallID       string `json:"tool_call_id"`
+	CallID
 	Status           string `json:"status"`
 	ToolResultCardID string `json:"tool_result_card_id"`
 	SourceID         string `json:"source_id"`

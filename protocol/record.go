@@ -12,18 +12,27 @@ const (
 	StateWoken      = "woken"      // report appended and wakeup published (or recorded as skipped)
 )
 
+// CallID is the identity of one call as the ledger stores it: where it was
+// dispatched (project, channel), by whom (agent, turn and its epoch), and
+// its id in the turn. It is embedded where a stored value repeats it (the
+// call record, the report and duplicate entries); its fields encode in
+// place, so those values' JSON is what it was with the fields spelled out.
+type CallID struct {
+	ProjectID   string `json:"project_id"`
+	ChannelID   string `json:"channel_id"`
+	AgentID     string `json:"agent_id"`
+	AgentTurnID string `json:"agent_turn_id"`
+	TurnEpoch   uint64 `json:"turn_epoch"`
+	ToolCallID  string `json:"tool_call_id"`
+}
+
 // CallRecord is the KV record of one call, keyed by (project_id,
 // agent_turn_id, tool_call_id). Dispatch creates it; the report path moves it
 // forward with compare-and-set updates, which is what makes the report
 // exactly-once (docs/report-path.md).
 type CallRecord struct {
-	State          string       `json:"state"`
-	ProjectID      string       `json:"project_id"`
-	ChannelID      string       `json:"channel_id"`
-	AgentID        string       `json:"agent_id"`
-	AgentTurnID    string       `json:"agent_turn_id"`
-	TurnEpoch      uint64       `json:"turn_epoch"`
-	ToolCallID     string       `json:"tool_call_id"`
+	State string `json:"state"`
+	CallID
 	StepID         string       `json:"step_id,omitempty"`
 	Subject        string       `json:"subject"`
 	ToolName       string       `json:"tool_name,omitempty"`
