@@ -468,8 +468,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		vs.Add("subject", protocol.VNotFound, "no tool registered in project %s has target %q (%s...): register it first", project, tool, protocol.ToolTargetTemplate(tool))
 		return protocol.ToolConsumer{}, protocol.NewError(protocol.CodeNotFound, vs, "no registered tool with target %s", tool)
 	}
-	base := protocol.Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
-	return l.ensureConsumer(ctx, project, tool, base, base+".>")
+	return l.ensureConsumer(ctx, project, tool, protocol.ToolCommandSubject(l.version, project, "*", tool), protocol.ToolCommandSubject(l.version, project, "*", tool, ">"))
 }
 
 // ensureConsumer creates (or finds) the durable consumer of a tool's
