@@ -201,12 +201,6 @@ func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 				vs = append(vs, e.Violations...)
 			}
 		}
-	case OpRosterSet, OpConsume, OpCancel, OpInboxList, OpCommit, OpAbort:
-		f := topLevel(body)
-		p, ok := stringField(f, "project_id")
-		project("body.project_id", p, ok)
-		a, ok := stringField(f, "agent_id")
-		actor("body.agent_id", a, ok)
 	case OpCommandReject:
 		// A tool may record the refusal of its own commands only: the
 		// subject it received them on names its project and, as target, itself.
@@ -227,9 +221,14 @@ func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 				vs.Add("body.subject", VForbidden, "subject project %q is not the project of the request subject (%q)", Clip(sub.Project), c.Project)
 			}
 		}
-	default: // reads, and report.resume
-		p, ok := stringField(topLevel(body), "project_id")
+	default: // the body names the project, and the agent of a BodyAgent op
+		f := topLevel(body)
+		p, ok := stringField(f, "project_id")
 		project("body.project_id", p, ok)
+		if o, _ := Op(op); o.BodyAgent {
+			a, ok := stringField(f, "agent_id")
+			actor("body.agent_id", a, ok)
+		}
 	}
 	return vs
 }

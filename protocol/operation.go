@@ -61,6 +61,10 @@ type Operation struct {
 	AdminOnly bool
 	// OperatorAction says cgledger_operator_actions_total counts it.
 	OperatorAction bool
+	// BodyAgent says the body's agent_id is the caller's: the caller check
+	// holds it to the subject's actor, as it holds every body's project_id
+	// to the subject's project (CheckCaller).
+	BodyAgent bool
 	// Server answers it.
 	Server Server
 }
@@ -82,15 +86,15 @@ var Operations = []Operation{
 	{Name: OpCardPut, Write: true, Roles: workerTool, Server: ServerLedger},
 	{Name: OpCardGet, Roles: workerToolAuditor, Server: ServerLedger},
 	{Name: OpDispatch, Write: true, Roles: workerOnly, Server: ServerLedger},
-	{Name: OpRosterSet, Write: true, Roles: workerOnly, Server: ServerLedger},
+	{Name: OpRosterSet, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
 	{Name: OpRosterGet, Roles: workerAuditor, Server: ServerLedger},
 	{Name: OpCallGet, Roles: workerToolAuditor, Server: ServerLedger},
 	{Name: OpCancelGet, Roles: workerToolAuditor, Server: ServerLedger},
-	{Name: OpConsume, Write: true, Roles: workerOnly, Server: ServerLedger},
-	{Name: OpInboxList, Roles: workerOnly, Server: ServerViews},
-	{Name: OpCancel, Write: true, Roles: workerOnly, Server: ServerLedger},
-	{Name: OpCommit, Write: true, Roles: workerOnly, Server: ServerLedger},
-	{Name: OpAbort, Write: true, Roles: workerOnly, Server: ServerLedger},
+	{Name: OpConsume, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
+	{Name: OpInboxList, Roles: workerOnly, BodyAgent: true, Server: ServerViews},
+	{Name: OpCancel, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
+	{Name: OpCommit, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
+	{Name: OpAbort, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
 	{Name: OpReport, Write: true, Roles: toolOnly, Server: ServerLedger},
 	{Name: OpResume, Write: true, Roles: toolOnly, Server: ServerLedger},
 	{Name: OpCommandReject, Write: true, Roles: toolOnly, Server: ServerLedger},
