@@ -51,6 +51,14 @@ var requestParsers = map[string]func(td *datadriven.TestData, h nats.Header, bod
 	protocol.OpToolResume:         bodyParser(protocol.ParseToolPauseRequest),
 	protocol.OpConformanceCommand: bodyParser(protocol.ParseConformanceCommand),
 	protocol.OpConformanceObserve: bodyParser(protocol.ParseConformanceObserve),
+	// identity reads a call's identity headers (the whole input), as
+	// dispatch, report and a tool command do; require-call and require-step
+	// require CG-Tool-Call-Id and CG-Step-Id.
+	"identity": func(td *datadriven.TestData, _ nats.Header, _ []byte) (protocol.Violations, error) {
+		h, _ := splitRequest(td.Input + "\n\n")
+		_, vs := protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: td.HasArg("require-call"), RequireStepID: td.HasArg("require-step")})
+		return vs, nil
+	},
 	// request checks a request on an API subject before its operation
 	// reads it (CheckRequest): the subject's tokens, the reply, the header
 	// block and the body against the subject's project and actor.
