@@ -57,7 +57,7 @@ func (e *Executor) bind(ctx context.Context, b Binding, apis map[string]jetstrea
 	if len(toks) < 3 || !protocol.ValidVersion(toks[1]) {
 		return fmt.Errorf("tool consumer %s: filter subject %q has no protocol version", tc.Consumer, tc.FilterSubjects[0])
 	}
-	cancelSubject := protocol.Root + "." + toks[1] + "." + b.Project + ".*.ledger.cancel.>"
+	cancelSubject := protocol.CancelSubjectPattern(toks[1], b.Project)
 	if !cancels[cancelSubject] {
 		sub, err := e.nc.Subscribe(cancelSubject, e.onCancel)
 		if err != nil {

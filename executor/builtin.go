@@ -15,7 +15,7 @@ func builtinDefinition(name, description, parameters string, timeoutMS, timeoutM
 		ToolName:       name,
 		Description:    description,
 		Parameters:     json.RawMessage(parameters),
-		TargetSubject:  protocol.Root + "." + protocol.DefaultVersion + ".{project_id}.{channel_id}.cmd.tool." + name,
+		TargetSubject:  protocol.ToolTargetTemplate(name),
 		AfterExecution: protocol.AfterSuspend,
 		Limits:         protocol.ToolLimits{TimeoutMSDefault: timeoutMS, TimeoutMSMax: timeoutMaxMS, ConcurrencyMax: protocol.DefaultConcurrencyMax},
 		Determinism:    protocol.DeterminismPure,

@@ -270,7 +270,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	if len(e.cfg.Bindings) > 0 {
 		return e.startBound(ctx)
 	}
-	sub, err := e.nc.Subscribe(protocol.Root+".*.*.*.ledger.cancel.>", e.onCancel)
+	sub, err := e.nc.Subscribe(protocol.CancelSubjectPattern("*", "*"), e.onCancel)
 	if err != nil {
 		return fmt.Errorf("executor: subscribe to cancellations: %w", err)
 	}
@@ -298,7 +298,7 @@ func (e *Executor) createConsumer(ctx context.Context, im *impl) (jetstream.Cons
 		cons, err := e.js.CreateOrUpdateConsumer(ctx, e.cfg.Stream, jetstream.ConsumerConfig{
 			Durable:        e.cfg.DurablePrefix + im.name,
 			Description:    "cgledger executor: commands for implementation " + im.name,
-			FilterSubjects: []string{protocol.Root + ".*.*.*.cmd.tool." + im.name, protocol.Root + ".*.*.*.cmd.tool." + im.name + ".>"},
+			FilterSubjects: []string{protocol.ToolCommandSubject("*", "*", "*", im.name), protocol.ToolCommandSubject("*", "*", "*", im.name, ">")},
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        e.cfg.AckWait,
 			// Unlimited: a command whose outcome cannot be written yet

@@ -128,6 +128,14 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 			return l.toolPauseMsg(ctx, protocol.OpToolResume, m.Data)
 		},
 	}
+	ops := make([]string, 0, len(handlers))
+	for op := range handlers {
+		ops = append(ops, op)
+	}
+	if err := protocol.CheckServed(protocol.ServerLedger, ops); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("ledger api: %w", err)
+	}
 	for op, h := range handlers {
 		subj := protocol.APISubject("*", "*", op)
 		sub, err := l.nc.QueueSubscribe(subj, cfg.QueueGroup, s.handle(op, h))
@@ -157,23 +165,10 @@ func (s *APIServer) Stop() {
 	s.stop()
 }
 
-// validReply reports whether the ledger may answer on reply: a client inbox
-// (_INBOX. or a credential's _INBOX_<key>.), or the reply a cross-account
-// service import made for one (_R_.).
-func validReply(reply string) bool {
-	return strings.HasPrefix(reply, "_INBOX.") || strings.HasPrefix(reply, "_INBOX_") || strings.HasPrefix(reply, "_R_.")
-}
-
-// writeOps are the operations whose refusals are recorded as rejection
-// entries.
-var writeOps = map[string]bool{protocol.OpCardPut: true, protocol.OpDispatch: true, protocol.OpReport: true, protocol.OpRosterSet: true, protocol.OpConsume: true, protocol.OpCancel: true, protocol.OpToolRegister: true, protocol.OpResume: true, protocol.OpCommandReject: true, protocol.OpAttemptStart: true, protocol.OpPrepare: true, protocol.OpCommit: true, protocol.OpAbort: true, protocol.OpApprove: true, protocol.OpDeny: true,
-	protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true,
-	protocol.OpConformanceCommand: true}
-
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
-func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller, error) {
-	c, e, badReply := checkRequest(op, m)
+func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (protocol.Caller, error) {
+	c, e, badReply := protocol.CheckRequest(op, m)
 	if badReply {
 		// Answering would publish the reply wherever the requester chose,
 		// a ledger subject included: refuse, record, and send nothing.
@@ -182,11 +177,11 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	if e == nil {
 		return c, nil
 	}
-	if !writeOps[op] && m.Reply != "" {
+	if !protocol.IsWrite(op) && m.Reply != "" {
 		return c, e
 	}
 	err := s.l.RecordRefusal(ctx, op, c, m, e)
-	if operatorActions[op] {
+	if protocol.IsOperatorAction(op) {
 		// Refused before the op's own handler (another project's admin,
 		// a bad block of headers): still an operator action refused.
 		s.l.countOperatorAction(op, err)
@@ -194,81 +189,20 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (Caller,
 	return c, err
 }
 
-// operatorActions are the operations cgledger_operator_actions_total
-// counts.
-var operatorActions = map[string]bool{protocol.OpCallCancel: true, protocol.OpCallResolve: true, protocol.OpCallRedrive: true, protocol.OpToolPause: true, protocol.OpToolResume: true}
-
 // RecordRefusal writes the rejection entry of a request on an API subject
-// refused by its checks (CheckReadRequest's refusal), as the API server
+// refused by its checks (protocol.CheckReadRequest's refusal), as the API server
 // records its own: under the subject's project, the request as received.
 // The API server records every write's, and a read's that nobody can be told
 // of (no reply subject, or one that is not an inbox): another part of the
 // server that answers a read (the views answer inbox.list) calls it when
-// CheckReadRequest says answer=false with a refusal. It returns e with its
+// protocol.CheckReadRequest says answer=false with a refusal. It returns e with its
 // rejection_seq, or the failure to write it (wrapping e).
-func (l *Ledger) RecordRefusal(ctx context.Context, op string, c Caller, m *nats.Msg, e *protocol.Error) error {
+func (l *Ledger) RecordRefusal(ctx context.Context, op string, c protocol.Caller, m *nats.Msg, e *protocol.Error) error {
 	project := ""
 	if protocol.ValidIdentifier(c.Project) {
 		project = c.Project
 	}
 	return l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
-}
-
-// CheckReadRequest checks a read request that another part of the server
-// answers on an API subject (the views answer inbox.list) as the API server
-// checks its own: the subject's project and actor tokens, the reply subject,
-// the header block, and the body against the subject. It returns the caller,
-// or the refusal to answer with (EncodeReply). answer=false means there is no
-// reply subject or it is not an inbox: nothing may be sent there, and a
-// refusal is then recorded with RecordRefusal, as the API server records its
-// reads'. A refusal that is answered writes nothing: a read changes nothing.
-func CheckReadRequest(op string, m *nats.Msg) (c Caller, answer bool, err error) {
-	c, e, badReply := checkRequest(op, m)
-	if e != nil {
-		return c, !badReply && m.Reply != "", e
-	}
-	return c, m.Reply != "", nil
-}
-
-// checkRequest lists what is wrong with a request on an API subject, as one
-// refusal (nil when nothing is); badReply says the reply subject is not an
-// inbox.
-func checkRequest(op string, m *nats.Msg) (c Caller, e *protocol.Error, badReply bool) {
-	toks := strings.SplitN(m.Subject, ".", 5)
-	var vs protocol.Violations
-	if len(toks) == 5 {
-		c.Project, c.Actor = toks[2], toks[3]
-	}
-	global := op == protocol.OpProjectorSkip
-	switch {
-	case global && c.Project != auth.GlobalProject:
-		vs.Add("subject", protocol.VInvalidToken, "%s belongs to no project: its subject is %s", op, protocol.APISubject(auth.GlobalProject, "<actor>", op))
-	case !global && !protocol.ValidIdentifier(c.Project):
-		vs.Add("subject", protocol.VInvalidToken, "project token %q of %s is not an identifier", protocol.Clip(c.Project), protocol.APISubject("<project_id>", "<actor>", op))
-	}
-	if !protocol.ValidIdentifier(c.Actor) {
-		vs.Add("subject", protocol.VInvalidToken, "actor token %q of %s is not an identifier", protocol.Clip(c.Actor), protocol.APISubject("<project_id>", "<actor>", op))
-	}
-	code, msg := protocol.CodeBadRequest, "invalid API subject"
-	if m.Reply != "" && !validReply(m.Reply) {
-		vs.Add("reply", protocol.VInvalidValue, "reply subject %q is not an inbox (it must start with _INBOX)", protocol.Clip(m.Reply))
-		msg = "invalid reply subject"
-		badReply = true
-	}
-	if len(vs) == 0 && op != protocol.OpDispatch && op != protocol.OpReport {
-		// Dispatch and report check their headers with the identity; the
-		// others take none they read, but a bad block is refused all the same.
-		vs, _ = protocol.CheckHeaders(m.Header)
-		msg = "invalid request headers"
-	}
-	if len(vs) == 0 && !global {
-		vs = checkCaller(op, c, m.Header, m.Data)
-		code, msg = protocol.CodeForbidden, "request does not match the project or actor of its subject"
-	}
-	if len(vs) == 0 {
-		return c, nil, badReply
-	}
-	return c, protocol.NewError(code, vs, "%s: %s", op, msg), badReply
 }
 
 func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
@@ -308,38 +242,11 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 			if m.Reply == "" {
 				return
 			}
-			if rerr := m.Respond(EncodeReply(res, err)); rerr != nil {
+			if rerr := m.Respond(protocol.EncodeReply(res, err)); rerr != nil {
 				s.l.log.Warn("api reply not sent", "subject", m.Subject, "err", rerr)
 			}
 		}()
 	}
-}
-
-// EncodeReply builds the body of an API reply (protocol.APIReply): res on
-// success, else err. Errors that are not protocol refusals become code
-// "internal": nothing was rejected, the client may retry.
-func EncodeReply(res any, err error) []byte {
-	var r protocol.APIReply
-	if err != nil {
-		e, ok := protocol.AsError(err)
-		if !ok {
-			e = &protocol.Error{Code: protocol.CodeInternal, Message: err.Error()}
-		}
-		r.Error = e
-	} else {
-		b, merr := json.Marshal(res)
-		if merr != nil {
-			r.Error = &protocol.Error{Code: protocol.CodeInternal, Message: "encode result: " + merr.Error()}
-		} else {
-			r.OK, r.Result = true, b
-		}
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		// Never an empty reply: say what failed in a body that always encodes.
-		b, _ = json.Marshal(protocol.APIReply{Error: &protocol.Error{Code: protocol.CodeInternal, Message: "encode reply: " + protocol.ClipHead(err.Error(), protocol.MaxViolationText)}})
-	}
-	return b
 }
 
 func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
@@ -560,11 +467,10 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 		}
 	}
 	if !registered {
-		vs.Add("subject", protocol.VNotFound, "no tool registered in project %s has target %q (cg.v1.{project_id}.{channel_id}.cmd.tool.%s...): register it first", project, tool, tool)
+		vs.Add("subject", protocol.VNotFound, "no tool registered in project %s has target %q (%s...): register it first", project, tool, protocol.ToolTargetTemplate(tool))
 		return protocol.ToolConsumer{}, protocol.NewError(protocol.CodeNotFound, vs, "no registered tool with target %s", tool)
 	}
-	base := protocol.Root + "." + l.version + "." + project + ".*.cmd.tool." + tool
-	return l.ensureConsumer(ctx, project, tool, base, base+".>")
+	return l.ensureConsumer(ctx, project, tool, protocol.ToolCommandSubject(l.version, project, "*", tool), protocol.ToolCommandSubject(l.version, project, "*", tool, ">"))
 }
 
 // ensureConsumer creates (or finds) the durable consumer of a tool's

@@ -150,8 +150,8 @@ func (c *caches) watch(nc *nats.Conn, version string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, subj := range []string{
-		"cg." + version + ".*.roster.*",
-		"cg." + version + ".*.tool.*",
+		protocol.RosterSubject(version, "*", "*"),
+		protocol.Subject{Kind: protocol.SubjectTool, Version: version, Project: "*", Tool: "*"}.String(),
 	} {
 		s, err := nc.Subscribe(subj, func(m *nats.Msg) {
 			c.changed(m.Subject)

@@ -146,9 +146,11 @@ func newMetrics(reg prometheus.Registerer, labels *toollabels.Labels) (*metrics,
 	}
 	// Every operator action's series exists from the start, at 0, so a
 	// rate or an alert on it has a series before the first action.
-	for op := range operatorActions {
-		m.operatorActions.WithLabelValues(op, "ok")
-		m.operatorActions.WithLabelValues(op, "refused")
+	for _, o := range protocol.Operations {
+		if o.OperatorAction {
+			m.operatorActions.WithLabelValues(o.Name, "ok")
+			m.operatorActions.WithLabelValues(o.Name, "refused")
+		}
 	}
 	if reg == nil {
 		return m, nil

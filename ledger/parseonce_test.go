@@ -87,14 +87,14 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 
 	typed := newEnv(t)
 	ctx := ctxT(t)
-	worker := ledger.WithCaller(ctx, ledger.Caller{Project: project, Actor: agent})
-	tool := ledger.WithCaller(ctx, ledger.Caller{Project: project, Actor: toolFn})
+	worker := ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: agent})
+	tool := ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: toolFn})
 	run(t,
 		func(r protocol.DispatchRequest) error { _, err := typed.l.Dispatch(worker, r); return err },
 		func(card protocol.Card) error { _, err := typed.l.PutCard(tool, card); return err },
 		func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err },
 		func(r protocol.ConsumeRequest) error {
-			_, err := typed.l.Consume(ledger.WithCaller(ctx, ledger.Caller{Project: project, Actor: r.AgentID}), r)
+			_, err := typed.l.Consume(ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: r.AgentID}), r)
 			return err
 		})
 

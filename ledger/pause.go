@@ -266,8 +266,8 @@ func (l *Ledger) ToolPauseOp(ctx context.Context, op, actor string, body []byte)
 		return protocol.ToolPauseResult{}, fmt.Errorf("ToolPauseOp: %q is not %s or %s", op, protocol.OpToolPause, protocol.OpToolResume)
 	}
 	if _, ok := CallerFrom(ctx); !ok {
-		p, _ := stringField(topLevel(body), "project_id")
-		ctx = WithCaller(ctx, Caller{Project: p, Actor: actor})
+		p, _ := protocol.TopLevelString(body, "project_id")
+		ctx = WithCaller(ctx, protocol.Caller{Project: p, Actor: actor})
 	}
 	return l.toolPauseJSON(ctx, op, actor, body)
 }

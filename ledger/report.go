@@ -30,7 +30,7 @@ type reportInput struct {
 	// caller's WithCaller): the report must come from the tool its call was
 	// dispatched to (callerOwnsCall). Nil for the ledger's own reports and
 	// in-process ones, which that check does not apply to.
-	caller *Caller
+	caller *protocol.Caller
 	// deadline marks the ledger's own timeout report (deadline.go): it is
 	// never late, and a refusal of it (a report won the race) is not
 	// recorded, nor a duplicate of it (another process recorded it).
@@ -119,7 +119,7 @@ func printableASCII(s string) bool {
 // JSON payload) once into the core's input; caller is who sent it (nil in
 // process). A report that does not parse is refused with the bytes as
 // received.
-func (l *Ledger) reportMsg(ctx context.Context, caller *Caller, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+func (l *Ledger) reportMsg(ctx context.Context, caller *protocol.Caller, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 	req, vs := protocol.ParseReport(h, data)
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
 		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID), caller: caller}

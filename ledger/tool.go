@@ -33,7 +33,7 @@ func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []by
 // registerToolMsg serves tool.register: RegisterToolYAML, with the
 // request's CG-Project-Id header held to the rule of every project id a
 // request names. One naming another project was refused before (forbidden,
-// checkCaller); one that is not an identifier names none and is a
+// protocol.CheckCaller); one that is not an identifier names none and is a
 // bad_request, listed with the definition's own violations.
 func (l *Ledger) registerToolMsg(ctx context.Context, project string, h nats.Header, body []byte) (protocol.RegisterResult, error) {
 	hp := protocol.HeaderGet(h, protocol.HeaderProjectID)

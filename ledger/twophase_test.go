@@ -92,7 +92,7 @@ func TestTwoPhaseCommit(t *testing.T) {
 	requireRefused(t, err, protocol.CodeConflict, protocol.VConflict)
 	require.Equal(t, protocol.PhasePrepared, mustTwoPhase(t, e.l, c).State)
 
-	wctx := ledger.WithCaller(ctx, ledger.Caller{Project: project, Actor: agent})
+	wctx := ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: agent})
 	res, err := e.l.Commit(wctx, decisionReq(c, "tok-1"))
 	require.NoError(t, err)
 	require.Equal(t, protocol.DecisionCommit, res.Decision)

@@ -455,7 +455,7 @@ func (s *server) definition(t *mcp.Tool, name, version string) (*protocol.ToolDe
 	}
 	d := &protocol.ToolDefinition{
 		ProjectID: s.b.cfg.Project, ToolName: name, Description: desc, Parameters: params,
-		TargetSubject:  "cg.v1.{project_id}.{channel_id}.cmd.tool." + s.cfg.Target,
+		TargetSubject:  protocol.ToolTargetTemplate(s.cfg.Target),
 		AfterExecution: protocol.AfterSuspend, Determinism: det, Limits: s.cfg.Limits,
 		Owner: "mcp:" + s.cfg.Name,
 	}

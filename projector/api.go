@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -34,13 +33,20 @@ type APIConfig struct {
 	MaxWait time.Duration
 }
 
-// viewOps are the API operations the views answer.
+// viewOps are the API operations handle answers; ServeAPI checks them
+// against the operation table's.
 var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet}
+
+// RefusalRecorder records the refusal of a request nobody can be told of
+// (the ledger's RecordRefusal): the views write nothing themselves.
+type RefusalRecorder interface {
+	RecordRefusal(ctx context.Context, op string, c protocol.Caller, m *nats.Msg, e *protocol.Error) error
+}
 
 // APIServer answers inbox.list, approval.list and approval.get until Stop.
 type APIServer struct {
 	p    *Projector
-	l    *ledger.Ledger
+	l    RefusalRecorder
 	q    *Queries
 	cfg  APIConfig
 	subs []*nats.Subscription
@@ -61,7 +67,7 @@ type APIServer struct {
 // operations; it is required. Who may call which is NATS permissions'
 // (internal/auth: inbox.list a worker's, the approval reads an approver's,
 // auditor's or admin's); the body's project must be the subject's. ctx bounds the server's life as Stop does.
-func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledger, cfg APIConfig) (*APIServer, error) {
+func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l RefusalRecorder, cfg APIConfig) (*APIServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("projector api: %w", err)
 	}
@@ -82,6 +88,10 @@ func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l *ledger.Ledge
 	}
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{p: p, l: l, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
+	if err := protocol.CheckServed(protocol.ServerViews, viewOps); err != nil {
+		stop()
+		return nil, fmt.Errorf("projector api: %w", err)
+	}
 	for _, op := range viewOps {
 		subj := protocol.APISubject("*", "*", op)
 		sub, err := nc.QueueSubscribe(subj, cfg.QueueGroup, func(m *nats.Msg) { s.handle(op, m) })
@@ -129,7 +139,7 @@ func (s *APIServer) handle(op string, m *nats.Msg) {
 		defer func() { <-s.sem; s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 		defer cancel()
-		c, answer, err := ledger.CheckReadRequest(op, m)
+		c, answer, err := protocol.CheckReadRequest(op, m)
 		if err == nil && !answer {
 			// Nobody to answer: a read without a reply changes nothing.
 			return
@@ -173,7 +183,7 @@ func (s *APIServer) handle(op string, m *nats.Msg) {
 			// Answering would publish wherever the requester chose.
 			return
 		}
-		if rerr := m.Respond(ledger.EncodeReply(res, err)); rerr != nil {
+		if rerr := m.Respond(protocol.EncodeReply(res, err)); rerr != nil {
 			s.p.log.Warn("projector api: reply not sent", "subject", m.Subject, "err", rerr)
 		}
 	}()
@@ -232,7 +242,7 @@ func bodyLimit(o protocol.JSONObject, vs *protocol.Violations) int {
 // inboxList answers one page of the caller's pending results, once the views
 // have applied what the ledger held when the request arrived (or MaxWait
 // has passed).
-func (s *APIServer) inboxList(ctx context.Context, c ledger.Caller, body []byte) (protocol.InboxListResult, error) {
+func (s *APIServer) inboxList(ctx context.Context, c protocol.Caller, body []byte) (protocol.InboxListResult, error) {
 	req, err := parseInboxList(body)
 	if err != nil {
 		return protocol.InboxListResult{}, err

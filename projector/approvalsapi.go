@@ -3,7 +3,6 @@ package projector
 import (
 	"context"
 
-	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -44,7 +43,7 @@ func parseApprovalGet(body []byte) (protocol.ApprovalGetRequest, error) {
 // approvalList answers one page of the caller's project's held calls once
 // the views have applied what the ledger held when the request arrived (or
 // MaxWait has passed), as inbox.list does.
-func (s *APIServer) approvalList(ctx context.Context, c ledger.Caller, body []byte) (protocol.ApprovalListResult, error) {
+func (s *APIServer) approvalList(ctx context.Context, c protocol.Caller, body []byte) (protocol.ApprovalListResult, error) {
 	req, err := parseApprovalList(body)
 	if err != nil {
 		return protocol.ApprovalListResult{}, err
@@ -63,7 +62,7 @@ func (s *APIServer) approvalList(ctx context.Context, c ledger.Caller, body []by
 
 // approvalGet answers one held call of the caller's project, as
 // approvalList waits for the views.
-func (s *APIServer) approvalGet(ctx context.Context, c ledger.Caller, body []byte) (protocol.ApprovalGetResult, error) {
+func (s *APIServer) approvalGet(ctx context.Context, c protocol.Caller, body []byte) (protocol.ApprovalGetResult, error) {
 	req, err := parseApprovalGet(body)
 	if err != nil {
 		return protocol.ApprovalGetResult{}, err

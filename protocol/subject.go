@@ -408,3 +408,24 @@ func CommandFilterTool(filter string) (tool string, anyTool, ok bool) {
 		return t, false, true
 	}
 }
+
+// CancelSubjectPattern is the NATS pattern of every cancel entry of project
+// in version's grammar, on any channel: cg.<ver>.<project>.*.ledger.cancel.>.
+// A tool credential subscribes it to learn of cancelled calls.
+func CancelSubjectPattern(version, project string) string {
+	return strings.Join([]string{Root, version, project, "*", "ledger", "cancel", ">"}, ".")
+}
+
+// CommandSubjectPattern is the NATS pattern of every command of project in
+// version's grammar (tool and PMO commands, wakeups), on any channel:
+// cg.<ver>.<project>.*.cmd.>. Either may be "*".
+func CommandSubjectPattern(version, project string) string {
+	return strings.Join([]string{Root, version, project, "*", "cmd", ">"}, ".")
+}
+
+// ToolTargetTemplate is the target_subject of a tool definition whose
+// commands go to target: cg.v1.{project_id}.{channel_id}.cmd.tool.<target...>,
+// the placeholders filled per call by the dispatch.
+func ToolTargetTemplate(target ...string) string {
+	return ToolCommandSubject(DefaultVersion, "{project_id}", "{channel_id}", target...)
+}

@@ -429,7 +429,7 @@ func (e *benchEnv) setup(ctx context.Context) error {
 	if _, err := e.cl.SetRoster(ctx, protocol.RosterEntry{ProjectID: "bench", AgentID: "agent", WorkerTarget: "bench-worker"}); err != nil {
 		return fmt.Errorf("roster: %w", err)
 	}
-	_, err := e.worker.Subscribe("cg.v1.bench.*.cmd.agent.bench-worker.wakeup", func(m *nats.Msg) {
+	_, err := e.worker.Subscribe(protocol.WakeupSubject(protocol.DefaultVersion, "bench", "*", "bench-worker"), func(m *nats.Msg) {
 		id := m.Header.Get(protocol.HeaderToolCallID)
 		e.mu.Lock()
 		ch := e.waiters[id]

@@ -54,12 +54,12 @@ type benchTools struct {
 func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*nats.Conn, error)) (*benchTools, error) {
 	admin := client.New(e.admin)
 	for _, name := range []string{benchExtTool, benchReportTool} {
-		def := fmt.Sprintf(`{"tool_name":%q,"parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.%s","after_execution":"suspend"}`, name, name)
+		def := fmt.Sprintf(`{"tool_name":%q,"parameters":{"type":"object"},"target_subject":%q,"after_execution":"suspend"}`, name, protocol.ToolTargetTemplate(name))
 		if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(def)); err != nil {
 			return nil, fmt.Errorf("register %s: %w", name, err)
 		}
 	}
-	se := `{"tool_name":"` + benchSideEffectTool + `","parameters":{"type":"object"},"target_subject":"cg.v1.{project_id}.{channel_id}.cmd.tool.echo.se","after_execution":"suspend","determinism":"side_effectful"}`
+	se := `{"tool_name":"` + benchSideEffectTool + `","parameters":{"type":"object"},"target_subject":"` + protocol.ToolTargetTemplate("echo", "se") + `","after_execution":"suspend","determinism":"side_effectful"}`
 	if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(se)); err != nil {
 		return nil, fmt.Errorf("register %s: %w", benchSideEffectTool, err)
 	}

@@ -10,21 +10,22 @@ import (
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// Role is what a credential may do.
-type Role string
+// Role is what a credential may do: a client role of the API
+// (protocol.Role), or RoleLedger.
+type Role = protocol.Role
 
 // Roles. Every role but RoleLedger is a client of the ledger's API; only
 // RoleLedger may write the ledger's stream and bucket or touch the
 // JetStream API beyond pulling a tool's own consumer.
 const (
-	RoleWorker  Role = "worker"
-	RoleTool    Role = "tool"
-	RoleAuditor Role = "auditor"
-	RoleAdmin   Role = "admin"
+	RoleWorker       = protocol.RoleWorker
+	RoleTool         = protocol.RoleTool
+	RoleAuditor      = protocol.RoleAuditor
+	RoleAdmin        = protocol.RoleAdmin
 	RoleLedger  Role = "ledger"
 	// RoleApprover decides held calls (approve, deny) and reads them, as
 	// one named approver (Grant.Approver) of one project.
-	RoleApprover Role = "approver"
+	RoleApprover = protocol.RoleApprover
 )
 
 // APIPrefix starts every API subject: cgledger.v1.<project>.<actor>.<op>.
@@ -47,21 +48,22 @@ const ToolJSAPIPrefix = "cgledger.js.API"
 // DefaultStream is the ledger stream whose consumers tool credentials pull.
 const DefaultStream = "CG_LEDGER"
 
-// API operation names (the <op> of an API subject), by role.
+// API operation names (the <op> of an API subject), by role: the
+// operation table's (protocol.Operations), in its order.
 var (
-	WorkerOps  = []string{"card.put", "card.get", "dispatch", "roster.set", "roster.get", "call.get", "cancel.get", "inbox.consume", "inbox.list", "cancel", "commit", "abort", "tool.get", "tool.list"}
-	ToolOps    = []string{"card.put", "card.get", "call.get", "cancel.get", "report", "report.resume", "command.reject", "attempt.start", "prepare", "tool.get", "tool.consumer"}
-	AuditorOps = []string{"card.get", "call.get", "cancel.get", "roster.get", "tool.get", "tool.list", protocol.OpApprovalList, protocol.OpApprovalGet}
+	WorkerOps  = protocol.OpsOf(protocol.RoleWorker)
+	ToolOps    = protocol.OpsOf(protocol.RoleTool)
+	AuditorOps = protocol.OpsOf(protocol.RoleAuditor)
 	// ApproverOps are an approver's, under its own name as actor.
-	ApproverOps = []string{protocol.OpApprove, protocol.OpDeny, protocol.OpApprovalList, protocol.OpApprovalGet}
+	ApproverOps = protocol.OpsOf(protocol.RoleApprover)
 	// AdminOps are the operations only an admin of the project may call
 	// (its wildcard covers every op; no other role lists them): the
-	// operator actions, recorded with the admin's actor token.
-	AdminOps = []string{protocol.OpCallCancel, protocol.OpCallResolve, protocol.OpCallRedrive, protocol.OpToolPause, protocol.OpToolResume,
-		protocol.OpConformanceCommand, protocol.OpConformanceObserve}
+	// operator actions and conformance runs, recorded with the admin's
+	// actor token.
+	AdminOps = protocol.OpsOf(protocol.RoleAdmin)
 	// GlobalOps are admin operations outside any project; only an admin of
 	// every project may call them.
-	GlobalOps = []string{"projector.skip"}
+	GlobalOps = protocol.GlobalOps()
 )
 
 // Grant says what one credential may do. Empty Agent, Tool and Target mean
@@ -181,16 +183,16 @@ func (g Grant) Permissions(userPublicKey string) (pub, sub []string) {
 		if target == "" {
 			target = g.Agent
 		}
-		sub = append(sub, "cg.v1."+proj+".*.cmd.agent."+any(target)+".wakeup")
+		sub = append(sub, protocol.WakeupSubject(protocol.DefaultVersion, proj, "*", any(target)))
 	case RoleTool:
 		tool := any(g.Tool)
 		for _, op := range ToolOps {
 			pub = append(pub, APISubject(proj, tool, op))
 		}
 		if protocol.IsPMOTool(g.Tool) {
-			sub = append(sub, "cg.v1."+proj+".*.cmd.sys.pmo.internal."+g.Tool, "cg.v1."+proj+".*.ledger.cancel.>")
+			sub = append(sub, protocol.PMOCommandSubject(protocol.DefaultVersion, proj, "*", g.Tool), protocol.CancelSubjectPattern(protocol.DefaultVersion, proj))
 		} else {
-			sub = append(sub, "cg.v1."+proj+".*.cmd.tool."+tool, "cg.v1."+proj+".*.cmd.tool."+tool+".>", "cg.v1."+proj+".*.ledger.cancel.>")
+			sub = append(sub, protocol.ToolCommandSubject(protocol.DefaultVersion, proj, "*", tool), protocol.ToolCommandSubject(protocol.DefaultVersion, proj, "*", tool, ">"), protocol.CancelSubjectPattern(protocol.DefaultVersion, proj))
 		}
 		if g.Tool != "" {
 			c := ToolConsumerName(g.Project, g.Tool)

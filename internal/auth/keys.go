@@ -25,6 +25,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Key file names in the auth directory. Seeds are secrets: the files are
@@ -235,8 +237,8 @@ func ledgerExports() []*jwt.Export {
 		svc("tool consumer pull", "$JS.API.CONSUMER.MSG.NEXT."+stream+".*", jwt.ResponseTypeStream),
 		svc("tool consumer info", "$JS.API.CONSUMER.INFO."+stream+".*", jwt.ResponseTypeSingleton),
 		svc("tool consumer ack", "$JS.ACK."+stream+".>", jwt.ResponseTypeSingleton),
-		str("commands and wakeups", "cg.*.*.*.cmd.>"),
-		str("cancel entries", "cg.*.*.*.ledger.cancel.>"),
+		str("commands and wakeups", protocol.CommandSubjectPattern("*", "*")),
+		str("cancel entries", protocol.CancelSubjectPattern("*", "*")),
 	}
 }
 

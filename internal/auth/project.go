@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/cgledger/cgledger/protocol"
 )
 
 // Every project has an account of its own, so that nothing a client does,
@@ -79,8 +81,10 @@ func clientImports(ledgerPub, project string) []*jwt.Import {
 			switch {
 			case subj == APIPrefix+".>":
 				subj = APIPrefix + "." + project + ".>"
-			case strings.HasPrefix(subj, "cg.*.*.*."):
-				subj = "cg.*." + project + ".*." + strings.TrimPrefix(subj, "cg.*.*.*.")
+			case subj == protocol.CommandSubjectPattern("*", "*"):
+				subj = protocol.CommandSubjectPattern("*", project)
+			case subj == protocol.CancelSubjectPattern("*", "*"):
+				subj = protocol.CancelSubjectPattern("*", project)
 			}
 		}
 		im := &jwt.Import{Name: e.Name, Subject: jwt.Subject(subj), Account: ledgerPub, Type: e.Type}

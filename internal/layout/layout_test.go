@@ -97,6 +97,7 @@ var rules = []rule{
 	{from: "archive", to: "ledger/...", why: "the archive reads the stream's format and history (package stream), not the writer"},
 	{from: "replay", to: "ledger/...", why: "replay imports an export with package stream, not the writer"},
 	{from: "executor", to: "ledger/...", why: "the executor reaches the ledger through executor.Ledger; stream names and tool labels are in stream and internal/toollabels"},
+	{from: "projector", to: "ledger/...", why: "the views read the stream (package stream) and check their one API operation with protocol; a refusal is recorded through projector.RefusalRecorder"},
 	{from: "httpclient", to: "ledger/...", why: "the HTTP client speaks HTTP: its answers are the types of the views, the registry and the protocol, not the writer's"},
 	{from: "httpclient", to: "archive", why: "the HTTP client reads history through the server"},
 	{from: "httpclient", to: "replay", why: "the HTTP client reads history through the server"},

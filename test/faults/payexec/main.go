@@ -112,7 +112,7 @@ func main() {
 		tool = reconcilingPay{&pay{effects: *effects, crash: *crash}}
 	}
 	def := &protocol.ToolDefinition{
-		ToolName: "pay", Parameters: []byte(`{"type":"object"}`), TargetSubject: "cg.v1.{project_id}.{channel_id}.cmd.tool.pay",
+		ToolName: "pay", Parameters: []byte(`{"type":"object"}`), TargetSubject: protocol.ToolTargetTemplate("pay"),
 		AfterExecution: protocol.AfterSuspend, Determinism: protocol.DeterminismSideEffectful,
 		Limits: protocol.ToolLimits{TimeoutMSDefault: 60_000, TimeoutMSMax: 60_000, ConcurrencyMax: 4},
 		Retry:  protocol.RetryPolicy{MaxAttempts: 3, BaseMS: 10, CapMS: 100},

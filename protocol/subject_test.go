@@ -1,4 +1,4 @@
-package ledger_test
+package protocol_test
 
 import (
 	"errors"
