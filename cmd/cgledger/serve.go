@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +23,7 @@ import (
 	"github.com/cgledger/cgledger/internal/backoff"
 
 	"github.com/cgledger/cgledger/executor/jina"
+	"github.com/cgledger/cgledger/httpapi"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -34,12 +33,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cgledger/cgledger/archive"
-	"github.com/cgledger/cgledger/auditweb"
 	"github.com/cgledger/cgledger/client"
-	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
 	"github.com/cgledger/cgledger/internal/diskspace"
-	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/mcpfront"
@@ -411,7 +407,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	}
 	var ready0, shuttingDown atomic.Bool
 	var projErr atomic.Value
-	mux := http.NewServeMux()
+	// The routes serve answers, filled in as each role starts (httpapi.New
+	// builds the router from it once they have).
+	var httpCfg httpapi.Config
 	// The parts that serve work live until the shutdown sequence at the end
 	// ends them, in order, not at the signal: a call in flight is finished,
 	// reported and visible before HTTP and the API stop.
@@ -469,7 +467,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer papi.Stop()
-		mux.Handle("/v1/", projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
+		httpCfg.Audit = projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)
 			},
@@ -480,9 +478,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			// call cancel and resolve likewise, as the admin's request.
 			Operate:  operatorActions(nc),
 			Operator: httpOperator(sa != nil),
-		}))
-		mux.Handle("GET /ui/", http.StripPrefix("/ui", auditweb.Handler()))
-		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+		})
 	} else {
 		ready0.Store(true)
 	}
@@ -492,7 +488,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer api.Stop()
-		mux.Handle("/projects/", executor.NewRegistryHandler(l, executor.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition))
+		httpCfg.Registry = executor.NewRegistryHandler(l, executor.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition)
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").
@@ -572,51 +568,18 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 	// ledger API over NATS as the path's agent, as the agent's own
 	// dispatch would, wherever the API is served; the HTTP policy checks
 	// the bearer's project and agent first.
-	mux.Handle("/mcp/", mcpfront.Handler(mcpfront.HTTPConfig{
+	httpCfg.MCP = mcpfront.Handler(mcpfront.HTTPConfig{
 		Ledger:    func(_, agent string) mcpfront.Ledger { return client.New(nc, client.WithActor(agent)) },
 		Subscribe: natsSubscribe(nc),
 		Builtins:  mcpBuiltins(), Logger: log, Version: version, CloseStreamAfter: s.mcpStreamPollAfter(),
-	}))
-	mux.HandleFunc("GET /v1/export", httpjson.SingleValued(func(w http.ResponseWriter, r *http.Request) {
-		from := uint64(1)
-		if v := r.URL.Query().Get("from_seq"); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || n == 0 {
-				httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "from_seq must be a positive integer",
-					Violations: []protocol.Violation{{Field: "from_seq", Code: protocol.VInvalidValue, Message: fmt.Sprintf("want a sequence >= 1, got %q", v)}}})
-				return
-			}
-			from = n
-		}
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		sw := &startedWriter{w: w}
-		if _, err := ledger.ExportHistory(r.Context(), hist, l.StreamName(), sw, from); err != nil {
-			if !sw.started {
-				w.Header().Del("Content-Type")
-				if errors.Is(err, ledger.ErrHistoryLost) || errors.Is(err, ledger.ErrHistoryCorrupt) {
-					// Kept nowhere, or not intact: retrying cannot help.
-					err = &protocol.Error{Code: protocol.CodeNotFound, Message: err.Error()}
-				}
-				httpjson.Error(w, err)
-				return
-			}
-			// Mid-stream: abort the connection so the client sees a failed
-			// transfer, never a short file that ends like a complete one.
-			log.Error("export aborted", "err", err)
-			panic(http.ErrAbortHandler)
-		}
-	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if !nc.IsConnected() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"nats disconnected"}` + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	httpCfg.Export = func(ctx context.Context, w io.Writer, from uint64) error {
+		_, err := ledger.ExportHistory(ctx, hist, l.StreamName(), w, from)
+		return err
+	}
+	httpCfg.Logger = log
+	httpCfg.Healthy = nc.IsConnected
+	httpCfg.Readiness = func(r *http.Request) (map[string]any, bool) {
 		body := map[string]any{"status": "ready", "roles": s.Roles}
 		if proj != nil {
 			body["applied_seq"] = proj.Applied()
@@ -641,8 +604,9 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		cancel()
 		if shuttingDown.Load() {
 			body["status"], body["reason"] = "not ready", "shutting down"
-			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if !ready0.Load() || !nc.IsConnected() {
+			return body, false
+		}
+		if !ready0.Load() || !nc.IsConnected() {
 			reason, _ := projErr.Load().(string)
 			if reason == "" {
 				reason = "projector catching up"
@@ -651,25 +615,28 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 				reason = "nats disconnected"
 			}
 			body["status"], body["reason"] = "not ready", reason
-			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if err := storageTrouble(guard, embeddedSrv, storageLog); err != nil {
+			return body, false
+		}
+		if err := storageTrouble(guard, embeddedSrv, storageLog); err != nil {
 			body["status"], body["reason"] = "not ready", err.Error()
-			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if err := l.StorageFault(); err != nil {
+			return body, false
+		}
+		if err := l.StorageFault(); err != nil {
 			// Free space is not the whole story: the server itself refused
 			// the last write. Ready again once a write goes through.
 			body["status"], body["reason"] = "not ready", err.Error()
-			w.WriteHeader(http.StatusServiceUnavailable)
-		} else if storeBroken.Load() {
+			return body, false
+		}
+		if storeBroken.Load() {
 			// Pebble cannot be trusted after a failed write, even if a later
 			// commit went through: not ready until serve has restarted.
 			body["status"], body["reason"] = "not ready", "view store broken by a failed write: serve restarts itself in place once the disk has room"
-			w.WriteHeader(http.StatusServiceUnavailable)
+			return body, false
 		}
-		_ = json.NewEncoder(w).Encode(body)
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", docs.Handler(mux)) // GET /v1/openapi.json; 404/405 problem details for what no route serves
+		return body, true
+	}
+	httpCfg.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	router := httpapi.New(httpCfg)
 	if s.PProf != "" {
 		stopPprof, err := servePprof(s.PProf, log)
 		if err != nil {
@@ -682,12 +649,12 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 		ln = tls.NewListener(ln, serverTLS)
 		httpScheme = "https://"
 	}
-	var handler http.Handler = mux
+	var handler http.Handler = router
 	if sa != nil {
-		handler = sa.policy.Wrap(mux)
+		handler = sa.policy.Wrap(router)
 	}
 	handler = mcpfront.OriginGuard(handler)
-	handler = instrumentHTTP(reg, mux, handler)
+	handler = instrumentHTTP(reg, router.Mux(), handler)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -746,17 +713,6 @@ func catchUp(js jetstream.JetStream, stream string, proj *projector.Projector, l
 		case <-tick.C:
 		}
 	}
-}
-
-// startedWriter remembers whether a response body was begun.
-type startedWriter struct {
-	w       io.Writer
-	started bool
-}
-
-func (s *startedWriter) Write(p []byte) (int, error) {
-	s.started = s.started || len(p) > 0
-	return s.w.Write(p)
 }
 
 // runProjector keeps the projector following the ledger: ready means caught
@@ -833,13 +789,7 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("pprof %q: %w", addr, err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: httpapi.Pprof(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("pprof server", "err", err)
