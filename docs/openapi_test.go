@@ -27,9 +27,9 @@ import (
 
 	"github.com/cgledger/cgledger/client"
 	"github.com/cgledger/cgledger/docs"
-	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/httpapi"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -235,8 +235,8 @@ var notAPI = map[string]string{
 // operation is one of them.
 func TestOpenAPIRoutesAreDocumented(t *testing.T) {
 	var code []string
-	code = append(code, projector.Routes()...)
-	code = append(code, executor.RegistryRoutes()...)
+	code = append(code, httpapi.AuditRoutes()...)
+	code = append(code, httpapi.RegistryRoutes()...)
 	for _, p := range serveMounts(t) {
 		if _, ok := notAPI[p]; ok {
 			continue

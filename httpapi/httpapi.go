@@ -18,8 +18,6 @@ import (
 	"strconv"
 
 	"github.com/cgledger/cgledger/auditweb"
-	"github.com/cgledger/cgledger/docs"
-	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 )
@@ -65,7 +63,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // /projects/).
 func (h *Handler) Mux() *http.ServeMux { return h.mux }
 
-type route struct {
+type muxRoute struct {
 	pattern string
 	serve   http.Handler
 }
@@ -79,19 +77,19 @@ func New(cfg Config) *Handler {
 		}
 	}
 	// GET /v1/openapi.json; 404/405 problem details for what no route serves.
-	mux.Handle("/", docs.Handler(mux))
+	mux.Handle("/", fallback(mux))
 	return &Handler{mux: mux}
 }
 
 // routes is the route table: a nil handler is a route not served here.
-func routes(cfg Config) []route {
+func routes(cfg Config) []muxRoute {
 	var ui, home, export, health, ready, metrics http.Handler
 	if cfg.Audit != nil {
 		ui = http.StripPrefix("/ui", auditweb.Handler())
 		home = http.RedirectHandler("/ui/", http.StatusFound)
 	}
 	if cfg.Export != nil {
-		export = httpjson.SingleValued(exportHandler(cfg.Export, cfg.Logger))
+		export = SingleValued(exportHandler(cfg.Export, cfg.Logger))
 	}
 	if cfg.Healthy != nil {
 		health = healthz(cfg.Healthy)
@@ -102,7 +100,7 @@ func routes(cfg Config) []route {
 	if cfg.Metrics != nil {
 		metrics = cfg.Metrics
 	}
-	return []route{
+	return []muxRoute{
 		{"/v1/", cfg.Audit},
 		{"GET /ui/", ui},
 		{"GET /{$}", home},
@@ -124,7 +122,7 @@ func exportHandler(export func(ctx context.Context, w io.Writer, from uint64) er
 		if v := r.URL.Query().Get("from_seq"); v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
-				httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "from_seq must be a positive integer",
+				Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "from_seq must be a positive integer",
 					Violations: []protocol.Violation{{Field: "from_seq", Code: protocol.VInvalidValue, Message: fmt.Sprintf("want a sequence >= 1, got %q", v)}}})
 				return
 			}
@@ -139,7 +137,7 @@ func exportHandler(export func(ctx context.Context, w io.Writer, from uint64) er
 					// Kept nowhere, or not intact: retrying cannot help.
 					err = &protocol.Error{Code: protocol.CodeNotFound, Message: err.Error()}
 				}
-				httpjson.Error(w, err)
+				Error(w, err)
 				return
 			}
 			// Mid-stream: abort the connection so the client sees a failed

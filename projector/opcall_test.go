@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -104,7 +105,7 @@ func TestOperatorHTTPWithoutCredentials(t *testing.T) {
 	defer s.Close()
 	var gotActor string
 	var gotReq any
-	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: func(_ context.Context, op, actor string, req any) (any, error) {
 			gotActor, gotReq = actor, req
 			return protocol.ResolveResult{Seq: 7, Effect: protocol.EffectApplied}, nil

@@ -467,7 +467,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer papi.Stop()
-		httpCfg.Audit = projector.Handler(projector.NewQueries(store), projector.HTTPConfig{
+		httpCfg.Audit = httpapi.Audit(projector.NewQueries(store), httpapi.AuditConfig{
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)
 			},
@@ -488,7 +488,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer api.Stop()
-		httpCfg.Registry = executor.NewRegistryHandler(l, executor.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition)
+		httpCfg.Registry = httpapi.NewRegistry(l, httpapi.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition)
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
 )
 
 // HTTPPolicy guards cgledger's HTTP API with the same credentials NATS
@@ -219,7 +219,7 @@ func hasDotSegment(escapedPath string) bool {
 	return false
 }
 
-// writeError answers a refusal as problem details (internal/httpjson/problem),
+// writeError answers a refusal as problem details (httpapi/problem),
 // the shape of every other error of the HTTP API.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	problem.Write(w, problem.New(status, code, msg, nil))
