@@ -81,6 +81,18 @@ func New(cfg Config) *Handler {
 	return &Handler{mux: mux}
 }
 
+// Routes are the patterns of the top-level route table (the catch-all
+// aside): the audit API and the tool registry are mounted at /v1/ and
+// /projects/ (their own patterns are AuditRoutes and RegistryRoutes). The
+// OpenAPI document's tests check each is documented.
+func Routes() []string {
+	var out []string
+	for _, rt := range routes(Config{}) {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
 // routes is the route table: a nil handler is a route not served here.
 func routes(cfg Config) []muxRoute {
 	var ui, home, export, health, ready, metrics http.Handler

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/httpapi/problem"
+	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/protocol"
 )
 
