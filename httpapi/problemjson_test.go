@@ -122,7 +122,7 @@ func TestAuthRefusalsAreProblems(t *testing.T) {
 	v, err := k.Verifier()
 	require.NoError(t, err)
 	now := time.Now()
-	pol := &auth.HTTPPolicy{Verifier: v, Now: func() time.Time { return now }}
+	pol := &httpapi.Policy{Verifier: v, Now: func() time.Time { return now }}
 	h := pol.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	tok := func(g auth.Grant) string {
 		c, err := is.Issue(g, time.Hour, now)

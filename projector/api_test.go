@@ -62,7 +62,7 @@ func newInboxRig(t *testing.T) *inboxRig {
 		_, ok := auth.GrantFrom(r.Context())
 		return "", ok
 	}
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{Approver: approver})))
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{Approver: approver})))
 	t.Cleanup(func() {
 		hs.Close()
 		papi.Stop()

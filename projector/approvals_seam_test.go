@@ -58,7 +58,7 @@ func TestApprovalSeamWithTheLedger(t *testing.T) {
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
 	cl := client.New(e.NC)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Decide: func(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
 			if op == protocol.OpDeny {
 				return cl.Deny(ctx, approver, req)

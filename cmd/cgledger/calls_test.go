@@ -76,7 +76,7 @@ func TestCallsOperatorActionsOverHTTP(t *testing.T) {
 	defer s.Close()
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: operatorActions(e.NC), Operator: httpOperator(true),
 	})))
 	defer hs.Close()
@@ -161,7 +161,7 @@ func TestCallsRedriveOverHTTP(t *testing.T) {
 	defer s.Close()
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: operatorActions(e.NC), Operator: httpOperator(true),
 	})))
 	defer hs.Close()
