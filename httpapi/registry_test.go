@@ -1,4 +1,4 @@
-package executor_test
+package httpapi_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package projector_test
+package httpapi_test
 
 import (
 	"context"
