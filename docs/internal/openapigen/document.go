@@ -1,10 +1,8 @@
-package docs_test
+package main
 
-// The generator of openapi.json: the operations are described here, the
-// schemas of their answers are derived from the Go types that encode them
-// (json tags; a field without omitempty is required). go test ./docs -run
-// TestOpenAPIDocument -update rewrites the file; without -update the test
-// fails when the file differs from what this generates.
+// The document: the operations are described here, the schemas of their
+// answers are derived from the Go types that encode them (json tags; a
+// field without omitempty is required).
 
 import (
 	"bytes"
@@ -199,7 +197,7 @@ func buildDocument() obj {
 	}
 	sch := func(v any) obj { return s.of(reflect.TypeOf(v)) }
 
-	// The problem body, as internal/httpjson/problem writes it.
+	// The problem body, as httpapi/problem writes it.
 	sch(problem.Details{})
 	s.defs["Problem"] = s.defs["Details"]
 	delete(s.defs, "Details")
