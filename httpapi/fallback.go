@@ -9,7 +9,7 @@ import (
 )
 
 // serveOpenAPI answers the document. It holds no data, so it is open (no
-// credential; internal/auth).
+// credential; Policy).
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(docs.OpenAPI)

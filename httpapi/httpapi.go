@@ -19,6 +19,7 @@ import (
 
 	"github.com/cgledger/cgledger/auditweb"
 	"github.com/cgledger/cgledger/ledger"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -26,12 +27,24 @@ import (
 // routes out: a request for them is then answered by the fallback (404 with
 // the "not served" violation when the OpenAPI document lists the route).
 type Config struct {
-	// Audit serves the audit API under /v1/ (docs/audit-api.md); with it
-	// the web page is served at /ui/ and / redirects there.
-	Audit http.Handler
-	// Registry serves the tool registry under /projects/.
-	Registry http.Handler
-	// MCP serves the ledger as an MCP server under /mcp/ (docs/mcp.md).
+	// Views are the projector's queries the audit API answers from, under
+	// /v1/ (docs/audit-api.md); with them the web page is served at /ui/
+	// and / redirects there. Nil leaves both out (serve without the
+	// projector role).
+	Views *projector.Queries
+	// Audit wires the audit API's verification, approvals and operator
+	// actions (with Views).
+	Audit AuditConfig
+	// Registry is the ledger the tool registry reads and writes, under
+	// /projects/; nil leaves it out (serve without the api role).
+	Registry Registry
+	// Tools configures the tool registry (with Registry).
+	Tools RegistryConfig
+	// Builtins are the built-in tools the registry lists for a project
+	// that did not register its own of the same name.
+	Builtins []*protocol.ToolDefinition
+	// MCP serves the ledger as an MCP server under /mcp/ (docs/mcp.md):
+	// mcpfront's handler, mounted here.
 	MCP http.Handler
 	// Export writes the ledger's export lines from seq from on (GET
 	// /v1/export). An error before the first byte is answered as a
@@ -95,10 +108,14 @@ func Routes() []string {
 
 // routes is the route table: a nil handler is a route not served here.
 func routes(cfg Config) []muxRoute {
-	var ui, home, export, health, ready, metrics http.Handler
-	if cfg.Audit != nil {
+	var audit, ui, home, registry, export, health, ready, metrics http.Handler
+	if cfg.Views != nil {
+		audit = Audit(cfg.Views, cfg.Audit)
 		ui = http.StripPrefix("/ui", auditweb.Handler())
 		home = http.RedirectHandler("/ui/", http.StatusFound)
+	}
+	if cfg.Registry != nil {
+		registry = NewRegistry(cfg.Registry, cfg.Tools, cfg.Builtins...)
 	}
 	if cfg.Export != nil {
 		export = SingleValued(exportHandler(cfg.Export, cfg.Logger))
@@ -113,10 +130,10 @@ func routes(cfg Config) []muxRoute {
 		metrics = cfg.Metrics
 	}
 	return []muxRoute{
-		{"/v1/", cfg.Audit},
+		{"/v1/", audit},
 		{"GET /ui/", ui},
 		{"GET /{$}", home},
-		{"/projects/", cfg.Registry},
+		{"/projects/", registry},
 		{"/mcp/", cfg.MCP},
 		{"GET /v1/export", export},
 		{"GET /healthz", health},

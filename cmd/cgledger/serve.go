@@ -467,7 +467,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer papi.Stop()
-		httpCfg.Audit = httpapi.Audit(projector.NewQueries(store), httpapi.AuditConfig{
+		httpCfg.Views = projector.NewQueries(store)
+		httpCfg.Audit = httpapi.AuditConfig{
 			Verify: func(ctx context.Context) (ledger.VerifyReport, error) {
 				return store.VerifyHistory(ctx, hist)
 			},
@@ -478,7 +479,7 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			// call cancel and resolve likewise, as the admin's request.
 			Operate:  operatorActions(nc),
 			Operator: httpOperator(sa != nil),
-		})
+		}
 	} else {
 		ready0.Store(true)
 	}
@@ -488,7 +489,8 @@ func runServe(ctx context.Context, s Settings, log *slog.Logger, ready func(serv
 			return err
 		}
 		defer api.Stop()
-		httpCfg.Registry = httpapi.NewRegistry(l, httpapi.RegistryConfig{Actor: httpAdminActor}, executor.EchoDefinition, executor.SleepDefinition)
+		httpCfg.Registry, httpCfg.Tools = l, httpapi.RegistryConfig{Actor: httpAdminActor}
+		httpCfg.Builtins = []*protocol.ToolDefinition{executor.EchoDefinition, executor.SleepDefinition}
 		// Every call's deadline, whoever serves its tool: one durable
 		// consumer shared by every serve process (docs/protocol.md,
 		// "Deadlines").
