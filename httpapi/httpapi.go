@@ -183,6 +183,7 @@ type startedWriter struct {
 	started bool
 }
 
+// Write implements io.Writer.
 func (s *startedWriter) Write(p []byte) (int, error) {
 	s.started = s.started || len(p) > 0
 	return s.w.Write(p)
