@@ -20,7 +20,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
 )
 
 //go:embed assets

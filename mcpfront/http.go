@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/internal/lru"
 	"github.com/cgledger/cgledger/protocol"
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -61,7 +62,7 @@ func newInboxRig(t *testing.T) *inboxRig {
 		_, ok := auth.GrantFrom(r.Context())
 		return "", ok
 	}
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{Approver: approver})))
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{Approver: approver})))
 	t.Cleanup(func() {
 		hs.Close()
 		papi.Stop()

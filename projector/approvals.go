@@ -140,11 +140,11 @@ func (a *applier) approval(ev event) error {
 // query), decided, or all ("" is pending). Each item carries its card's
 // arguments.
 func (q *Queries) Approvals(project, state string, at AsOf, cursor string, limit int) (*Page[ApprovalItem], error) {
-	vs := idViolations("project_id", project)
+	vs := IDViolations("project_id", project)
 	if state == "" {
 		state = protocol.ApprovalPending
 	}
-	if !validApprovalState(state) {
+	if !ValidApprovalState(state) {
 		vs.Add("state", protocol.VInvalidValue, "must be pending, decided or all, got %q", protocol.Clip(state))
 	}
 	if len(vs) > 0 {
@@ -322,7 +322,9 @@ func (v *view) cardArguments(project, cardID string, seq uint64) (json.RawMessag
 	return c.Content.Arguments, nil
 }
 
-func validApprovalState(s string) bool {
+// ValidApprovalState reports whether s is an approvals listing's state
+// (pending, decided or all).
+func ValidApprovalState(s string) bool {
 	switch s {
 	case protocol.ApprovalPending, protocol.ApprovalListDecided, protocol.ApprovalListAll:
 		return true
@@ -338,8 +340,8 @@ func approvalsScope(project, state string) string {
 	return "approvals\x00" + project + "\x00" + state
 }
 
-// approvalsCursor checks cursors of an approvals listing.
-func approvalsCursor(project, state string) cursorCheck {
+// ApprovalsCursor checks cursors of an approvals listing.
+func ApprovalsCursor(project, state string) CursorCheck {
 	return seqCursor(approvalsScope(project, state))
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -57,7 +58,7 @@ func TestApprovalSeamWithTheLedger(t *testing.T) {
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
 	cl := client.New(e.NC)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Decide: func(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
 			if op == protocol.OpDeny {
 				return cl.Deny(ctx, approver, req)

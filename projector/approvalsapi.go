@@ -14,7 +14,7 @@ func parseApprovalList(body []byte) (protocol.ApprovalListRequest, error) {
 	if o, ok := protocol.ParseObject("body", body, &vs); ok {
 		req.ProjectID = o.Ident("project_id", true)
 		req.State = o.Str("state", false)
-		stateOK := req.State == "" || validApprovalState(req.State)
+		stateOK := req.State == "" || ValidApprovalState(req.State)
 		if !stateOK {
 			vs.Add("body.state", protocol.VInvalidValue, "must be pending, decided or all (none: pending), got %q", protocol.Clip(req.State))
 		}

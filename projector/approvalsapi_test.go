@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
@@ -146,7 +147,7 @@ func TestApprovalsHTTPDecide(t *testing.T) {
 		return protocol.ApprovalResult{Seq: 42, Decision: protocol.ApprovalApproved, CommandSeq: 43}, nil
 	}
 	approver := "carol"
-	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Decide:   decide,
 		Approver: func(*http.Request) (string, bool) { return approver, true },
 	}))
@@ -180,7 +181,7 @@ func TestApprovalsHTTPDecide(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, status, "a credential without an approver name: %v", out)
 	require.Len(t, calls, 2)
 
-	open := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{Decide: decide}))
+	open := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{Decide: decide}))
 	defer open.Close()
 	status, _ = send(t, http.MethodPost, open.URL+"/v1/projects/proj/approvals/t1/c3/approve", "", `{"tool_call_card_id":"cc-t1-c3","arguments_digest":"`+digest+`","approver":"dave"}`)
 	require.Equal(t, http.StatusOK, status)
@@ -202,7 +203,7 @@ func TestApprovalsHTTPDecide(t *testing.T) {
 	status, _ = send(t, http.MethodGet, hs.URL+"/v1/projects/proj/approvals/t1/nope", "", "")
 	require.Equal(t, http.StatusNotFound, status)
 
-	none := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{}))
+	none := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{}))
 	defer none.Close()
 	status, _ = send(t, http.MethodPost, none.URL+"/v1/projects/proj/approvals/t1/c3/approve", "", `{"tool_call_card_id":"cc-t1-c3","arguments_digest":"`+digest+`","approver":"dave"}`)
 	require.Equal(t, http.StatusNotFound, status, "a server that reaches no ledger API decides nothing")

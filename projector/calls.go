@@ -35,7 +35,7 @@ func (q *Queries) Calls(project string, f CallFilter, at AsOf, cursor string, li
 	if !protocol.ValidIdentifier(project) {
 		vs.Add("project_id", protocol.VInvalidToken, "must be an identifier, got %q", project)
 	}
-	vs = append(vs, f.violations()...)
+	vs = append(vs, f.Violations()...)
 	if len(vs) > 0 {
 		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid calls query", Violations: vs}
 	}
@@ -124,13 +124,14 @@ func callsIndex(project string, f CallFilter) keyBuf {
 	return idx
 }
 
-// callsCursor checks cursors of a calls query (a cursor belongs to the
+// CallsCursor checks cursors of a calls query (a cursor belongs to the
 // index its filter walks).
-func callsCursor(project string, f CallFilter) cursorCheck {
+func CallsCursor(project string, f CallFilter) CursorCheck {
 	return prefixCursor(callsIndex(project, f).prefix())
 }
 
-func (f CallFilter) violations() protocol.Violations {
+// Violations lists every problem of the filter's fields.
+func (f CallFilter) Violations() protocol.Violations {
 	var vs protocol.Violations
 	if f.Status != "" && !protocol.ValidStatus(f.Status) {
 		vs.Add("status", protocol.VInvalidValue, "must be one of success, failed, canceled, timeout, partial; got %q", f.Status)

@@ -1,10 +1,7 @@
 package projector_test
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 
@@ -94,47 +91,4 @@ func TestRedriveInTheViews(t *testing.T) {
 	un, err := q.Unrecognized(projector.AsOf{}, "", 100)
 	require.NoError(t, err)
 	require.Empty(t, un.Items)
-}
-
-// TestOperatorHTTPWithoutCredentials: a serve without credentials names
-// the operator from the body's actor (required, an identifier); the path
-// names the call; the op's parser lists every other violation.
-func TestOperatorHTTPWithoutCredentials(t *testing.T) {
-	s := openStore(t, filepath.Join(t.TempDir(), "v"))
-	defer s.Close()
-	var gotActor string
-	var gotReq any
-	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
-		Operate: func(_ context.Context, op, actor string, req any) (any, error) {
-			gotActor, gotReq = actor, req
-			return protocol.ResolveResult{Seq: 7, Effect: protocol.EffectApplied}, nil
-		},
-	}))
-	defer hs.Close()
-	url := hs.URL + "/v1/projects/proj/turns/t1/calls/c1/resolve"
-	status, out := send(t, http.MethodPost, url, "", `{"effect":"applied","reason":"seen upstream","actor":"ops"}`)
-	require.Equal(t, http.StatusOK, status, "%v", out)
-	require.Equal(t, "ops", gotActor)
-	require.Equal(t, protocol.ResolveRequest{ProjectID: "proj", AgentTurnID: "t1", ToolCallID: "c1", Effect: protocol.EffectApplied, Reason: "seen upstream"}, gotReq)
-
-	gotReq = nil
-	status, out = send(t, http.MethodPost, hs.URL+"/v1/projects/proj/turns/t1/calls/c1/cancel", "", `{"agent_id":"a"}`)
-	require.Equal(t, http.StatusBadRequest, status, "%v", out)
-	var fields []string
-	for _, v := range out["violations"].([]any) {
-		fields = append(fields, v.(map[string]any)["field"].(string))
-	}
-	require.ElementsMatch(t, []string{"body.actor", "body.reason", "body.agent_id"}, fields)
-	require.Nil(t, gotReq, "nothing was sent")
-	// The unknown member's violation names what an HTTP body takes: the
-	// path's ids are refused in it.
-	for _, v := range out["violations"].([]any) {
-		if m := v.(map[string]any); m["field"] == "body.agent_id" {
-			require.Equal(t, "is not a member of a call.cancel body over HTTP (reason, actor; the path names the call)", m["message"])
-		}
-	}
-	status, out = send(t, http.MethodPost, hs.URL+"/v1/projects/proj/turns/t1/calls/c1/resolve", "", `{"effect":"applied","reason":"r","actor":"ops","why":1}`)
-	require.Equal(t, http.StatusBadRequest, status, "%v", out)
-	require.Len(t, out["violations"], 1)
-	require.Equal(t, "is not a member of a call.resolve body over HTTP (effect, reason, actor; the path names the call)", out["violations"].([]any)[0].(map[string]any)["message"])
 }

@@ -92,7 +92,8 @@ type OverviewQuery struct {
 	Buckets  int
 }
 
-func (oq OverviewQuery) violations() protocol.Violations {
+// Violations lists every problem of the query's range and buckets.
+func (oq OverviewQuery) Violations() protocol.Violations {
 	var vs protocol.Violations
 	if !oq.From.IsZero() && !oq.To.IsZero() && oq.To.Before(oq.From) {
 		vs.Add("to", protocol.VInvalidValue, "must not be before from")
@@ -120,7 +121,7 @@ func (q *Queries) Overview(project string, oq OverviewQuery, at AsOf) (*Overview
 	if !protocol.ValidIdentifier(project) {
 		vs.Add("project_id", protocol.VInvalidToken, "must be an identifier, got %q", project)
 	}
-	vs = append(vs, oq.violations()...)
+	vs = append(vs, oq.Violations()...)
 	if len(vs) > 0 {
 		return nil, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid overview query", Violations: vs}
 	}

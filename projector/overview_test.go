@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/projector"
 )
 
@@ -18,7 +19,7 @@ import (
 // the bound with where to continue; and a bad query with every violation.
 func TestHTTPOverview(t *testing.T) {
 	_, _, q := scenarioViews(t)
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{}))
 	t.Cleanup(srv.Close)
 	base := srv.URL + "/v1/projects/proj"
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -36,10 +35,12 @@ type Queries struct {
 // NewQueries returns the query API over store.
 func NewQueries(store *Store) *Queries { return &Queries{store: store} }
 
-// Query limits (every list of the HTTP API shares them).
+// Query limits (every list of the HTTP API shares them: httpapi's limit
+// parameter reads them): a limit absent or 0 is DefaultLimit, and above
+// MaxLimit is refused.
 const (
-	DefaultLimit = httpjson.DefaultLimit
-	MaxLimit     = httpjson.MaxLimit
+	DefaultLimit = 100
+	MaxLimit     = 1000
 )
 
 // view is one query's consistent read of the store at sequence seq.
@@ -121,15 +122,15 @@ func badQuery(field, code, format string, args ...any) error {
 }
 
 func checkIDs(pairs ...string) error {
-	if vs := idViolations(pairs...); len(vs) > 0 {
+	if vs := IDViolations(pairs...); len(vs) > 0 {
 		return &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query", Violations: vs}
 	}
 	return nil
 }
 
-// idViolations lists the ids (field, value pairs) that are not
+// IDViolations lists the ids (field, value pairs) that are not
 // identifiers.
-func idViolations(pairs ...string) protocol.Violations {
+func IDViolations(pairs ...string) protocol.Violations {
 	var vs protocol.Violations
 	for i := 0; i+1 < len(pairs); i += 2 {
 		if !protocol.ValidIdentifier(pairs[i+1]) {
@@ -414,18 +415,18 @@ func encodeCursor(k []byte) string { return base64.RawURLEncoding.EncodeToString
 // only decodes loosely, whichever list it is offered to.
 var cursorEncoding = base64.RawURLEncoding.Strict()
 
-// cursorCheck reports whether a cursor belongs to one query, without
+// CursorCheck reports whether a cursor belongs to one query, without
 // running it: the HTTP API lists a foreign cursor with the other parameter
 // problems.
-type cursorCheck func(c string) error
+type CursorCheck func(c string) error
 
 // prefixCursor checks cursors of key-ordered lists under prefix p.
-func prefixCursor(p []byte) cursorCheck {
+func prefixCursor(p []byte) CursorCheck {
 	return func(c string) error { _, err := decodeCursor(c, p); return err }
 }
 
 // seqCursor checks sequence cursors of scope.
-func seqCursor(scope string) cursorCheck {
+func seqCursor(scope string) CursorCheck {
 	return func(c string) error { _, err := decodeSeqCursor(c, scope); return err }
 }
 
@@ -544,13 +545,13 @@ func decodeSeqCursor(c, scope string) (uint64, error) {
 	return binary.BigEndian.Uint64(b[1:9]), nil
 }
 
-// inboxCursor checks cursors of an Inbox listing.
-func inboxCursor(project, agent, state string) cursorCheck {
+// InboxCursor checks cursors of an Inbox listing.
+func InboxCursor(project, agent, state string) CursorCheck {
 	return seqCursor(inboxScope(project, agent, state))
 }
 
-// turnCardsCursor checks cursors of a turn's cards.
-func turnCardsCursor(project, turn string) cursorCheck {
+// TurnCardsCursor checks cursors of a turn's cards.
+func TurnCardsCursor(project, turn string) CursorCheck {
 	return prefixCursor(key(tagTurnCard, project, turn).prefix())
 }
 

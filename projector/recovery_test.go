@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -182,7 +183,7 @@ func TestUnrecognizedEntriesDoNotStopTheProjector(t *testing.T) {
 	require.Equal(t, last, res.AppliedSeq)
 
 	// The audit API lists them.
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{}))
 	t.Cleanup(srv.Close)
 	var hp projector.Page[projector.UnrecognizedEntry]
 	require.Equal(t, 200, getJSON(t, srv.URL+"/v1/unrecognized?limit=3", &hp))

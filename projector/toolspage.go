@@ -63,8 +63,8 @@ func (q *Queries) ToolsPage(project string, at AsOf, cursor string, limit int) (
 	return out, nil
 }
 
-// toolsCursor checks cursors of a project's tools.
-func toolsCursor(project string) cursorCheck {
+// ToolsCursor checks cursors of a project's tools.
+func ToolsCursor(project string) CursorCheck {
 	return func(c string) error { _, err := toolsLower(key(tagTool, project).prefix(), c); return err }
 }
 

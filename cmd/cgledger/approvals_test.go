@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
@@ -75,7 +76,7 @@ func TestApprovalsCLI(t *testing.T) {
 	require.NoError(t, p.CatchUp(ctx))
 	var sent []protocol.ApprovalRequest
 	var ops []string
-	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Decide: func(_ context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
 			require.Equal(t, "carol", approver)
 			sent, ops = append(sent, req), append(ops, op)

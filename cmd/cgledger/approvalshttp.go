@@ -7,15 +7,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
 
 // approvalDecider sends the audit HTTP API's approve and deny to the ledger
 // API over nc, as the approver: the ledger checks and records them as it
 // does an approver's own request (docs/approvals.md).
-func approvalDecider(nc *nats.Conn) projector.DecideFunc {
+func approvalDecider(nc *nats.Conn) httpapi.DecideFunc {
 	c := client.New(nc)
 	return func(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
 		if op == protocol.OpDeny {

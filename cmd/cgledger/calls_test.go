@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
@@ -76,7 +77,7 @@ func TestCallsOperatorActionsOverHTTP(t *testing.T) {
 	defer s.Close()
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: operatorActions(e.NC), Operator: httpOperator(true),
 	})))
 	defer hs.Close()
@@ -161,7 +162,7 @@ func TestCallsRedriveOverHTTP(t *testing.T) {
 	defer s.Close()
 	v, err := e.Srv.Keys().Verifier()
 	require.NoError(t, err)
-	hs := httptest.NewServer((&auth.HTTPPolicy{Verifier: v}).Wrap(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer((&httpapi.Policy{Verifier: v}).Wrap(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: operatorActions(e.NC), Operator: httpOperator(true),
 	})))
 	defer hs.Close()
@@ -226,7 +227,7 @@ func TestCallsActorWithoutCredentials(t *testing.T) {
 	s, err := projector.OpenStore(filepath.Join(t.TempDir(), "views"), projector.StoreOptions{})
 	require.NoError(t, err)
 	defer s.Close()
-	hs := httptest.NewServer(projector.Handler(projector.NewQueries(s), projector.HTTPConfig{
+	hs := httptest.NewServer(httpapi.Audit(projector.NewQueries(s), httpapi.AuditConfig{
 		Operate: operatorActions(e.NC), Operator: httpOperator(false),
 	}))
 	defer hs.Close()

@@ -8,15 +8,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cgledger/cgledger/client"
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
 
 // operatorActions sends the audit HTTP API's call cancel and resolve to the
 // ledger API over nc, as the admin: the ledger checks and records them as
 // it does an admin's own request (docs/operations.md, "Operator actions").
-func operatorActions(nc *nats.Conn) projector.OperateFunc {
+func operatorActions(nc *nats.Conn) httpapi.OperateFunc {
 	c := client.New(nc)
 	return func(ctx context.Context, op, actor string, req any) (any, error) {
 		switch r := req.(type) {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/mcpfront"
 	"github.com/cgledger/cgledger/protocol"
@@ -37,7 +38,7 @@ func mcpServeGrantProblem(credsPath, project, agent string) string {
 	if json.Unmarshal([]byte(uc.Name), &g) != nil || g.Role == "" {
 		return ""
 	}
-	return auth.MCPProblem(g, project, agent)
+	return httpapi.MCPProblem(g, project, agent)
 }
 
 // refusingLedger ends a ledger operation at once when NATS refuses one of

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 )
 
@@ -26,7 +27,7 @@ type serveAuth struct {
 	keys   *auth.Keys
 	trust  *auth.ServerTrust
 	ledger *auth.Credential
-	policy *auth.HTTPPolicy
+	policy *httpapi.Policy
 }
 
 func authDir(data string) string { return filepath.Join(data, "auth") }
@@ -72,7 +73,7 @@ func setupAuth(data string, embedded bool, log *slog.Logger) (*serveAuth, error)
 	if err != nil {
 		return nil, err
 	}
-	sa.policy = &auth.HTTPPolicy{Verifier: v}
+	sa.policy = &httpapi.Policy{Verifier: v}
 	log.Info("authentication on", "admin_creds", path, "admin_expires", admin.Expires.Format(time.RFC3339))
 	return sa, nil
 }

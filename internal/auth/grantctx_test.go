@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/internal/auth"
 )
 
@@ -29,7 +30,7 @@ func TestGrantFromTheVerifiedBearer(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	srv := httptest.NewServer((&auth.HTTPPolicy{Verifier: v, Now: func() time.Time { return now }}).Wrap(h))
+	srv := httptest.NewServer((&httpapi.Policy{Verifier: v, Now: func() time.Time { return now }}).Wrap(h))
 	defer srv.Close()
 	want := auth.Grant{Role: auth.RoleAuditor, Project: "A", Label: "ops"}
 	c, err := is.Issue(want, time.Hour, now)

@@ -104,6 +104,7 @@ var rules = []rule{
 	{from: "httpclient", to: "client", why: "the HTTP client speaks HTTP, the client NATS: neither builds on the other"},
 	{from: "httpclient", to: "mcpbridge", why: "only the binary runs the MCP bridge"},
 	{from: "httpclient", to: "mcpfront", why: "only the binary wires the MCP front door"},
+	{from: "httpclient", to: "httpapi/...", why: "the HTTP client speaks the documented API, not the server's code"},
 	{from: "httpclient", to: "internal/...", why: "the HTTP client is for other modules too: nothing internal in its API"},
 	{from: "ledger/...", to: "httpclient", why: "the server never calls itself over HTTP"},
 	{from: "projector/...", to: "httpclient", why: "the server never calls itself over HTTP"},
@@ -232,6 +233,35 @@ func TestRulesMatchPackages(t *testing.T) {
 	for _, h := range harnesses {
 		if !exists(h) {
 			t.Errorf("harness %s names no package", h)
+		}
+	}
+}
+
+// noHTTP are the packages that do not serve HTTP and so do not import
+// net/http outside their tests: their routes are httpapi's, over their
+// exported queries and operations.
+var noHTTP = []string{"projector", "executor", "docs", "ledger"}
+
+// httpapiUsers are the only packages that import httpapi (the router):
+// the binary wires it. httpapi/problem, problem+json alone, is for every
+// layer that answers HTTP errors (auditweb's file server, mcpfront's MCP
+// transport).
+var httpapiUsers = []string{"cmd/...", "httpapi/..."}
+
+// TestOnlyHTTPAPIServes fails naming every package of noHTTP that imports
+// net/http (or under it) in its code, and every package but httpapiUsers
+// that imports httpapi in its code.
+func TestOnlyHTTPAPIServes(t *testing.T) {
+	for _, p := range list(t) {
+		from, _ := rel(p.ImportPath)
+		for _, imp := range p.Imports {
+			if slices.Contains(noHTTP, from) && (imp == "net/http" || strings.HasPrefix(imp, "net/http/")) {
+				t.Errorf("%s imports %s: only httpapi serves HTTP", from, imp)
+			}
+			if to, ours := rel(imp); ours && to == "httpapi" &&
+				!slices.ContainsFunc(httpapiUsers, func(u string) bool { return match(u, from) }) {
+				t.Errorf("%s imports httpapi: only the binary wires the router", from)
+			}
 		}
 	}
 }

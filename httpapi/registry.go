@@ -1,4 +1,4 @@
-package executor
+package httpapi
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"sort"
 
-	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/executor"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// Registry is what the management API needs from the ledger.
+// Registry is what the tool registry's routes need from the ledger.
 type Registry interface {
 	RegisterToolYAML(ctx context.Context, project string, body []byte) (protocol.RegisterResult, error)
 	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
@@ -27,17 +27,11 @@ type ToolPauser interface {
 	ToolPauseOp(ctx context.Context, op, actor string, body []byte) (protocol.ToolPauseResult, error)
 }
 
-// RegistryConfig configures NewRegistryHandler.
+// RegistryConfig configures NewRegistry.
 type RegistryConfig struct {
 	// Actor names the admin making a request (the CG-Actor of its pause
 	// or resume entry); nil, or an empty answer, means "admin".
 	Actor func(*http.Request) string
-}
-
-// ToolPauseBody is the body of POST /projects/{project}/tools/{tool}/pause
-// and /resume: the operator's reason (project and tool are the path's).
-type ToolPauseBody struct {
-	Reason string `json:"reason"`
 }
 
 // maxPauseBodyBytes bounds a pause or resume request body (the reason is
@@ -47,27 +41,7 @@ const maxPauseBodyBytes = 16 << 10
 // maxDefinitionBytes bounds a registration request body.
 const maxDefinitionBytes = 256 << 10
 
-// RegistryTool is a tool as the registry answers it: the definition in
-// force and the entry that wrote it, or a built-in (Seq 0, Builtin true)
-// the project did not override.
-type RegistryTool struct {
-	protocol.StoredTool
-	Builtin bool `json:"builtin"`
-}
-
-// RegistryPage is one page of GET /projects/{project_id}/tools: the
-// registered tools by name, then the built-ins the project did not
-// override, by name. NextCursor continues it (absent on the last page).
-type RegistryPage struct {
-	ProjectID  string         `json:"project_id"`
-	Items      []RegistryTool `json:"items"`
-	NextCursor string         `json:"next_cursor,omitempty"`
-	// Tools repeats Items. Deprecated: read items; tools goes away in a
-	// later release.
-	Tools []RegistryTool `json:"tools"`
-}
-
-// RegistryRoutes are the patterns RegistryHandler serves (its catch-all
+// RegistryRoutes are the patterns NewRegistry serves (its catch-all
 // aside); the OpenAPI document's tests check each is documented.
 func RegistryRoutes() []string {
 	var out []string
@@ -82,26 +56,22 @@ type registryRoute struct {
 	serve   http.HandlerFunc
 }
 
-// RegistryHandler serves the tool registry management API:
+// NewRegistry serves the tool registry management API:
 // POST /projects/{project_id}/tools (YAML or JSON body), GET
 // /projects/{project_id}/tools (paged: limit, cursor) and GET
 // /projects/{project_id}/tools/{tool_name}. builtins are listed for
 // projects that did not register their own. Errors are RFC 9457 problem
-// details (internal/httpjson); a request no route serves is 404, or 405 with
+// details; a request no route serves is 404, or 405 with
 // Allow.
-func RegistryHandler(r Registry, builtins ...*protocol.ToolDefinition) http.Handler {
-	return NewRegistryHandler(r, RegistryConfig{}, builtins...)
-}
-
-// NewRegistryHandler is RegistryHandler with cfg. When r is a ToolPauser
-// it also serves POST /projects/{project_id}/tools/{tool_name}/pause and
+//
+// When r is a ToolPauser it also serves POST /projects/{project_id}/tools/{tool_name}/pause and
 // /resume (body ToolPauseBody; an admin's, by the HTTP policy).
-func NewRegistryHandler(r Registry, cfg RegistryConfig, builtins ...*protocol.ToolDefinition) http.Handler {
+func NewRegistry(r Registry, cfg RegistryConfig, builtins ...*protocol.ToolDefinition) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range registryRoutes(&registry{r: r, builtins: builtins, cfg: cfg}) {
 		mux.HandleFunc(rt.pattern, rt.serve)
 	}
-	mux.HandleFunc("/projects/", httpjson.Fallback(mux, "/projects/"))
+	mux.HandleFunc("/projects/", Fallback(mux, "/projects/"))
 	return mux
 }
 
@@ -131,12 +101,12 @@ func (g *registry) pauseOp(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		pauser, ok := g.r.(ToolPauser)
 		if !ok {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "this server does not pause tools"})
+			Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "this server does not pause tools"})
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, maxPauseBodyBytes+1))
 		if err != nil {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+			Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
 			return
 		}
 		project, tool := req.PathValue("project"), req.PathValue("tool")
@@ -159,7 +129,7 @@ func (g *registry) pauseOp(op string) http.HandlerFunc {
 			members["project_id"], _ = json.Marshal(project)
 			members["tool_name"], _ = json.Marshal(tool)
 			if full, err = json.Marshal(members); err != nil {
-				httpjson.Error(w, err)
+				Error(w, err)
 				return
 			}
 		}
@@ -171,7 +141,7 @@ func (g *registry) pauseOp(op string) http.HandlerFunc {
 				_, rvs := protocol.ParseToolPauseRequest(full)
 				vs = append(vs, rvs...)
 			}
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
+			Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
 			return
 		}
 		actor := ""
@@ -186,37 +156,37 @@ func (g *registry) pauseOp(op string) http.HandlerFunc {
 			pauseError(w, err)
 			return
 		}
-		httpjson.Write(w, http.StatusOK, res)
+		Write(w, http.StatusOK, res)
 	}
 }
 
 func (g *registry) register(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxDefinitionBytes+1))
 	if err != nil {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
 		return
 	}
 	if len(body) > maxDefinitionBytes {
 		var vs protocol.Violations
 		vs.Add("body", protocol.VTooLarge, "a tool definition is at most %d bytes", maxDefinitionBytes)
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "definition too large", Violations: vs})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "definition too large", Violations: vs})
 		return
 	}
 	res, err := g.r.RegisterToolYAML(req.Context(), req.PathValue("project"), body)
 	if err != nil {
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
 	status := http.StatusCreated
 	if res.Unchanged {
 		status = http.StatusOK
 	}
-	httpjson.Write(w, status, res)
+	Write(w, status, res)
 }
 
 // registryCursor names the last tool of a page: whether it is a built-in,
 // and its name.
-func registryCursor(t RegistryTool) string {
+func registryCursor(t executor.RegistryTool) string {
 	flag := byte('r')
 	if t.Builtin {
 		flag = 'b'
@@ -226,7 +196,7 @@ func registryCursor(t RegistryTool) string {
 
 func (g *registry) list(w http.ResponseWriter, req *http.Request) {
 	var vs protocol.Violations
-	limit := httpjson.Limit(req, &vs)
+	limit := Limit(req, &vs)
 	cursor := req.URL.Query().Get("cursor")
 	var after []byte
 	if cursor != "" {
@@ -237,29 +207,29 @@ func (g *registry) list(w http.ResponseWriter, req *http.Request) {
 		after = b
 	}
 	if len(vs) > 0 {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs})
 		return
 	}
 	project := req.PathValue("project")
 	tools, err := g.r.ListTools(req.Context(), project)
 	if err != nil {
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
 	// Registered tools by name, then the built-ins not overridden, by name.
-	all := []RegistryTool{}
+	all := []executor.RegistryTool{}
 	seen := map[string]bool{}
 	for _, t := range tools {
 		seen[t.Definition.ToolName] = true
-		all = append(all, RegistryTool{StoredTool: t})
+		all = append(all, executor.RegistryTool{StoredTool: t})
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].Definition.ToolName < all[j].Definition.ToolName })
-	var bs []RegistryTool
+	var bs []executor.RegistryTool
 	for _, b := range g.builtins {
 		if !seen[b.ToolName] {
 			d := *b
 			d.ProjectID = project
-			bs = append(bs, RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
+			bs = append(bs, executor.RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
 		}
 	}
 	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Definition.ToolName < bs[j].Definition.ToolName })
@@ -272,18 +242,18 @@ func (g *registry) list(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	page := all[start:]
-	out := RegistryPage{ProjectID: project}
+	out := executor.RegistryPage{ProjectID: project}
 	if len(page) > limit {
 		page = page[:limit]
 		out.NextCursor = registryCursor(page[len(page)-1])
 	}
 	out.Items, out.Tools = page, page
-	httpjson.Write(w, http.StatusOK, out)
+	Write(w, http.StatusOK, out)
 }
 
 // registryAfter reports whether t comes after the tool a cursor names in
 // the listing's order (registered tools, then built-ins; each by name).
-func registryAfter(t RegistryTool, builtin bool, name string) bool {
+func registryAfter(t executor.RegistryTool, builtin bool, name string) bool {
 	if t.Builtin != builtin {
 		return t.Builtin
 	}
@@ -299,15 +269,15 @@ func (g *registry) get(w http.ResponseWriter, req *http.Request) {
 				if b.ToolName == name {
 					d := *b
 					d.ProjectID = project
-					httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
+					Write(w, http.StatusOK, executor.RegistryTool{StoredTool: protocol.StoredTool{Definition: d}, Builtin: true})
 					return
 				}
 			}
 		}
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, RegistryTool{StoredTool: *t})
+	Write(w, http.StatusOK, executor.RegistryTool{StoredTool: *t})
 }
 
 func isNotFound(err error) bool {
@@ -318,7 +288,7 @@ func isNotFound(err error) bool {
 // pauseError answers a refused pause or resume: its problem details, a
 // conflict (paused already, running already) with status 409.
 func pauseError(w http.ResponseWriter, err error) {
-	d := httpjson.Problem(err)
+	d := Problem(err)
 	if protocol.Code(d.Code) == protocol.CodeConflict {
 		d = problem.New(http.StatusConflict, d.Code, d.Detail, d.Violations).WithRejection(d.RejectionSeq)
 	}

@@ -1,22 +1,21 @@
-package projector
+package httpapi
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/cgledger/cgledger/docs"
-	"github.com/cgledger/cgledger/internal/httpjson"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
 )
 
-// HTTPConfig wires the audit HTTP API.
-type HTTPConfig struct {
+// AuditConfig wires the audit HTTP API.
+type AuditConfig struct {
 	// Verify, when set, serves GET /v1/verify (chain check against the live
 	// stream).
 	Verify func(ctx context.Context) (stream.VerifyReport, error)
@@ -39,26 +38,26 @@ type HTTPConfig struct {
 	Operator func(r *http.Request) (actor string, ok bool)
 }
 
-// Handler serves the audit API under /v1/ (docs/audit-api.md). Answers are
-// JSON; errors are RFC 9457 problem details (internal/httpjson). A request
+// Audit serves the audit API under /v1/ (docs/audit-api.md). Answers are
+// JSON; errors are RFC 9457 problem details. A request
 // no route serves is 404, or 405 with Allow when the path is served (here or,
 // per the OpenAPI document, next to this handler: /v1/export) for other
 // methods.
-func Handler(q *Queries, cfg HTTPConfig) http.Handler {
+func Audit(q *projector.Queries, cfg AuditConfig) http.Handler {
 	mux := http.NewServeMux()
 	h := &handler{q: q, cfg: cfg}
 	for _, rt := range h.routes() {
-		mux.HandleFunc(rt.pattern, httpjson.SingleValued(rt.serve))
+		mux.HandleFunc(rt.pattern, SingleValued(rt.serve))
 	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		docs.NoRoute(w, r, append(httpjson.AllowedMethods(mux, r, "/v1/"), docs.Methods(r.URL.EscapedPath())...))
+		noRouteDocumented(w, r, append(AllowedMethods(mux, r, "/v1/"), docs.Methods(r.URL.EscapedPath())...))
 	})
 	return mux
 }
 
-// Routes are the patterns Handler serves (its catch-all aside); the
+// AuditRoutes are the patterns Audit serves (its catch-all aside); the
 // OpenAPI document's tests check each is documented.
-func Routes() []string {
+func AuditRoutes() []string {
 	var out []string
 	for _, rt := range (&handler{}).routes() {
 		out = append(out, rt.pattern)
@@ -73,7 +72,7 @@ type route struct {
 
 func (h *handler) routes() []route {
 	return []route{
-		{"GET /v1/projects", listing(h.projects, prefixCursor(key(tagProject).prefix()))},
+		{"GET /v1/projects", listing(h.projects, projector.ProjectsCursor())},
 		{"GET /v1/projects/{project}/turns/{turn}/timeline", h.timeline},
 		{"GET /v1/projects/{project}/turns/{turn}/cards", h.turnCards},
 		{"GET /v1/projects/{project}/turns/{turn}/calls/{call}", h.callState},
@@ -92,55 +91,36 @@ func (h *handler) routes() []route {
 		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/cancel", h.operate(protocol.OpCallCancel)},
 		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/resolve", h.operate(protocol.OpCallResolve)},
 		{"POST /v1/projects/{project}/turns/{turn}/calls/{call}/redrive", h.operate(protocol.OpCallRedrive)},
-		{"GET /v1/unrecognized", listing(h.unrecognized, seqCursor(tagUnrec))},
-		{"GET /v1/skipped", listing(h.skipped, seqCursor(tagSkipped))},
-		{"GET /v1/skips", listing(h.skips, seqCursor(tagSkip))},
+		{"GET /v1/unrecognized", listing(h.unrecognized, projector.UnrecognizedCursor())},
+		{"GET /v1/skipped", listing(h.skipped, projector.SkippedCursor())},
+		{"GET /v1/skips", listing(h.skips, projector.SkipsCursor())},
 		{"GET /v1/digest", h.digest},
 		{"GET /v1/verify", h.verify},
 		{"GET /v1/chain/{seq}", h.chainLink},
-		{"GET " + docs.OpenAPIPath, docs.ServeOpenAPI},
+		{"GET " + docs.OpenAPIPath, serveOpenAPI},
 	}
 }
 
 // The global listings, bound late: Routes lists patterns without a store.
-func (h *handler) projects(at AsOf, cursor string, limit int) (*Page[ProjectInfo], error) {
+func (h *handler) projects(at projector.AsOf, cursor string, limit int) (*projector.Page[projector.ProjectInfo], error) {
 	return h.q.Projects(at, cursor, limit)
 }
 
-func (h *handler) unrecognized(at AsOf, cursor string, limit int) (*Page[UnrecognizedEntry], error) {
+func (h *handler) unrecognized(at projector.AsOf, cursor string, limit int) (*projector.Page[projector.UnrecognizedEntry], error) {
 	return h.q.Unrecognized(at, cursor, limit)
 }
 
-func (h *handler) skipped(at AsOf, cursor string, limit int) (*Page[SkippedEntry], error) {
+func (h *handler) skipped(at projector.AsOf, cursor string, limit int) (*projector.Page[projector.SkippedEntry], error) {
 	return h.q.Skipped(at, cursor, limit)
 }
 
-func (h *handler) skips(at AsOf, cursor string, limit int) (*Page[SkipItem], error) {
+func (h *handler) skips(at projector.AsOf, cursor string, limit int) (*projector.Page[projector.SkipItem], error) {
 	return h.q.Skips(at, cursor, limit)
 }
 
-// CallStateAnswer is the body of GET .../turns/{turn}/calls/{call}.
-type CallStateAnswer struct {
-	AsOfSeq uint64     `json:"as_of_seq"`
-	Call    *CallState `json:"call"`
-}
-
-// RosterAnswer is the body of GET .../agents/{agent}/roster.
-type RosterAnswer struct {
-	AsOfSeq uint64 `json:"as_of_seq"`
-	protocol.RosterResult
-}
-
-// ChainLink is the body of GET /v1/chain/{seq}: the chain link (hex) the
-// views recorded after applying seq.
-type ChainLink struct {
-	Seq  uint64 `json:"seq"`
-	Link string `json:"link"`
-}
-
 type handler struct {
-	q   *Queries
-	cfg HTTPConfig
+	q   *projector.Queries
+	cfg AuditConfig
 }
 
 // params parses the query string (and the path's ids), collecting every
@@ -190,48 +170,48 @@ var (
 	maxIndexTime = time.Unix(0, math.MaxInt64).UTC().Truncate(time.Second)
 )
 
-func (p *params) asOf() AsOf {
+func (p *params) asOf() projector.AsOf {
 	seq := p.uint("as_of_seq")
 	if seq == 0 && p.r.URL.Query().Has("as_of_seq") && p.str("as_of_seq") != "" {
 		if _, err := strconv.ParseUint(p.str("as_of_seq"), 10, 64); err == nil {
 			p.vs.Add("as_of_seq", protocol.VInvalidValue, "must be a ledger sequence, 1 or more (leave it out for the latest)")
 		}
 	}
-	return AsOf{Seq: seq, Time: p.time("as_of")}
+	return projector.AsOf{Seq: seq, Time: p.time("as_of")}
 }
 
 // ids lists the path's ids (field, value pairs) that are not identifiers.
-func (p *params) ids(pairs ...string) { p.vs = append(p.vs, idViolations(pairs...)...) }
+func (p *params) ids(pairs ...string) { p.vs = append(p.vs, projector.IDViolations(pairs...)...) }
 
 // cursor returns the cursor parameter, listing one that is not a cursor of
 // the query belongs checks. belongs is nil when the query is unknown (a
 // parameter it depends on is wrong): then only a string that is no cursor
 // of any list is listed.
-func (p *params) cursor(belongs cursorCheck) string {
+func (p *params) cursor(belongs projector.CursorCheck) string {
 	c := p.str("cursor")
 	if c == "" {
 		return c
 	}
-	if _, err := cursorEncoding.DecodeString(c); err != nil || belongs != nil && belongs(c) != nil {
+	if !projector.IsCursor(c) || belongs != nil && belongs(c) != nil {
 		p.vs.Add("cursor", protocol.VInvalidValue, "is not a cursor of this query")
 	}
 	return c
 }
 
-func (p *params) limit() int { return httpjson.Limit(p.r, &p.vs) }
+func (p *params) limit() int { return Limit(p.r, &p.vs) }
 
 // done writes a 400 with every violation when there are any.
 func (p *params) done(w http.ResponseWriter) bool {
 	if len(p.vs) == 0 {
 		return false
 	}
-	httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
+	Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: p.vs})
 	return true
 }
 
 // asOfOnly parses the as-of parameters of an endpoint that takes nothing
 // else; ok=false means a 400 was written.
-func asOfOnly(w http.ResponseWriter, r *http.Request) (AsOf, bool) {
+func asOfOnly(w http.ResponseWriter, r *http.Request) (projector.AsOf, bool) {
 	p := &params{r: r}
 	at := p.asOf()
 	return at, !p.done(w)
@@ -239,10 +219,10 @@ func asOfOnly(w http.ResponseWriter, r *http.Request) (AsOf, bool) {
 
 func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, v)
+	Write(w, http.StatusOK, v)
 }
 
 func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
@@ -256,7 +236,7 @@ func (h *handler) timeline(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) turnCards(w http.ResponseWriter, r *http.Request) {
 	project, turn := r.PathValue("project"), r.PathValue("turn")
-	at, cursor, limit, ok := pageParams(w, r, turnCardsCursor(project, turn), "project_id", project, "agent_turn_id", turn)
+	at, cursor, limit, ok := pageParams(w, r, projector.TurnCardsCursor(project, turn), "project_id", project, "agent_turn_id", turn)
 	if !ok {
 		return
 	}
@@ -270,7 +250,7 @@ func (h *handler) callState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, seq, err := h.q.CallState(r.PathValue("project"), r.PathValue("turn"), r.PathValue("call"), at)
-	reply(w, CallStateAnswer{AsOfSeq: seq, Call: st}, err)
+	reply(w, projector.CallStateAnswer{AsOfSeq: seq, Call: st}, err)
 }
 
 func (h *handler) callStory(w http.ResponseWriter, r *http.Request) {
@@ -289,13 +269,13 @@ func (h *handler) calls(w http.ResponseWriter, r *http.Request) {
 	project := r.PathValue("project")
 	p.ids("project_id", project)
 	at := p.asOf()
-	f := CallFilter{Tool: p.str("tool"), Status: p.str("status"), State: p.str("state"), Agent: p.str("agent"),
+	f := projector.CallFilter{Tool: p.str("tool"), Status: p.str("status"), State: p.str("state"), Agent: p.str("agent"),
 		Channel: p.str("channel"), From: p.time("from"), To: p.time("to")}
 	limit := p.limit()
-	fvs := f.violations()
-	var belongs cursorCheck
+	fvs := f.Violations()
+	var belongs projector.CursorCheck
 	if len(fvs) == 0 {
-		belongs = callsCursor(project, f)
+		belongs = projector.CallsCursor(project, f)
 	}
 	cursor := p.cursor(belongs)
 	p.vs = append(p.vs, fvs...)
@@ -311,16 +291,16 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	project := r.PathValue("project")
 	p.ids("project_id", project)
 	at := p.asOf()
-	oq := OverviewQuery{From: p.time("from"), To: p.time("to")}
+	oq := projector.OverviewQuery{From: p.time("from"), To: p.time("to")}
 	if s := p.str("buckets"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			// Listed once: the range check below would name it again.
-			p.vs.Add("buckets", protocol.VInvalidValue, "must be an integer between 1 and %d, got %q", MaxOverviewBuckets, s)
+			p.vs.Add("buckets", protocol.VInvalidValue, "must be an integer between 1 and %d, got %q", projector.MaxOverviewBuckets, s)
 		}
 		oq.Buckets = n
 	}
-	p.vs = append(p.vs, oq.violations()...)
+	p.vs = append(p.vs, oq.Violations()...)
 	if p.done(w) {
 		return
 	}
@@ -334,9 +314,9 @@ func (h *handler) inbox(w http.ResponseWriter, r *http.Request) {
 	p.ids("project_id", project, "agent_id", agent)
 	at := p.asOf()
 	limit := p.limit()
-	belongs := inboxCursor(project, agent, st)
+	belongs := projector.InboxCursor(project, agent, st)
 	switch st {
-	case "", "all", InboxPending, InboxConsumed:
+	case "", "all", projector.InboxPending, projector.InboxConsumed:
 	default:
 		p.vs.Add("state", protocol.VInvalidValue, "must be pending, consumed or all, got %q", st)
 		belongs = nil
@@ -355,7 +335,7 @@ func (h *handler) roster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, seq, err := h.q.Roster(r.PathValue("project"), r.PathValue("agent"), at)
-	reply(w, RosterAnswer{AsOfSeq: seq, RosterResult: res}, err)
+	reply(w, projector.RosterAnswer{AsOfSeq: seq, RosterResult: res}, err)
 }
 
 func (h *handler) card(w http.ResponseWriter, r *http.Request) {
@@ -369,7 +349,7 @@ func (h *handler) card(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) tools(w http.ResponseWriter, r *http.Request) {
 	project := r.PathValue("project")
-	at, cursor, limit, ok := pageParams(w, r, toolsCursor(project), "project_id", project)
+	at, cursor, limit, ok := pageParams(w, r, projector.ToolsCursor(project), "project_id", project)
 	if !ok {
 		return
 	}
@@ -389,7 +369,7 @@ func (h *handler) tool(w http.ResponseWriter, r *http.Request) {
 // pageParams parses the path's ids (field, value pairs), as-of, cursor
 // (of the list belongs checks) and limit, the parameters of a list without
 // filters; ok=false means a 400 was written.
-func pageParams(w http.ResponseWriter, r *http.Request, belongs cursorCheck, ids ...string) (at AsOf, cursor string, limit int, ok bool) {
+func pageParams(w http.ResponseWriter, r *http.Request, belongs projector.CursorCheck, ids ...string) (at projector.AsOf, cursor string, limit int, ok bool) {
 	p := &params{r: r}
 	p.ids(ids...)
 	at, cursor, limit = p.asOf(), p.cursor(belongs), p.limit()
@@ -397,7 +377,7 @@ func pageParams(w http.ResponseWriter, r *http.Request, belongs cursorCheck, ids
 }
 
 // listing serves one of the global paged listings (as-of, cursor, limit).
-func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], error), belongs cursorCheck) http.HandlerFunc {
+func listing[T any](list func(at projector.AsOf, cursor string, limit int) (*projector.Page[T], error), belongs projector.CursorCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		at, cursor, limit, ok := pageParams(w, r, belongs)
 		if !ok {
@@ -409,7 +389,7 @@ func listing[T any](list func(at AsOf, cursor string, limit int) (*Page[T], erro
 }
 
 func (h *handler) digest(w http.ResponseWriter, r *http.Request) {
-	res, err := h.q.store.DigestNow()
+	res, err := h.q.Digest()
 	reply(w, res, err)
 }
 
@@ -420,36 +400,21 @@ func (h *handler) chainLink(w http.ResponseWriter, r *http.Request) {
 	if err != nil || seq == 0 {
 		var vs protocol.Violations
 		vs.Add("seq", protocol.VInvalidValue, "must be a ledger sequence (a positive integer), got %q", r.PathValue("seq"))
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid sequence", Violations: vs})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid sequence", Violations: vs})
 		return
 	}
-	link, ok, err := h.q.store.LinkAt(seq)
-	if err != nil {
-		httpjson.Error(w, err)
-		return
-	}
-	if !ok {
-		msg := fmt.Sprintf("no chain link at seq %d", seq)
-		applied, _, _ := h.q.store.ChainHead()
-		if first, last, lost, _ := h.q.store.LostAt(seq); lost {
-			msg += fmt.Sprintf(": entries %d-%d expired before they were archived", first, last)
-		} else if seq > applied {
-			msg += fmt.Sprintf(": the views have applied through seq %d", applied)
-		}
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: msg})
-		return
-	}
-	reply(w, ChainLink{Seq: seq, Link: link.String()}, nil)
+	res, err := h.q.ChainLinkAt(seq)
+	reply(w, res, err)
 }
 
 func (h *handler) verify(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Verify == nil {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "verification against the live stream is not configured here"})
+		Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: "verification against the live stream is not configured here"})
 		return
 	}
 	rep, err := h.cfg.Verify(r.Context())
 	if err != nil && !errors.Is(err, context.Canceled) {
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
 	reply(w, rep, err)

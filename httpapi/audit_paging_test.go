@@ -1,4 +1,4 @@
-package projector_test
+package httpapi_test
 
 import (
 	"encoding/json"
@@ -13,7 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/projector"
 )
@@ -87,7 +88,7 @@ func TestHTTPListsPageAlike(t *testing.T) {
 	defer s.Close()
 	require.NoError(t, newProjector(t, e, s, 16).CatchUp(ctx))
 	q := projector.NewQueries(s)
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{}))
 	t.Cleanup(srv.Close)
 	base := srv.URL + "/v1/projects/proj"
 
@@ -142,7 +143,7 @@ func TestHTTPListsPageAlike(t *testing.T) {
 // request no route serves is 404, or 405 with Allow.
 func TestHTTPErrorsAreProblems(t *testing.T) {
 	_, _, q := scenarioViews(t)
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{}))
 	t.Cleanup(srv.Close)
 
 	_, p := problemOf(t, "GET", srv.URL+"/v1/projects/proj/calls?as_of_seq=abc&status=meh", http.StatusBadRequest)
@@ -192,7 +193,7 @@ func TestHTTPErrorsAreProblems(t *testing.T) {
 // the list's included, whichever other parameter is wrong too.
 func TestHTTPListsListEveryParameterViolation(t *testing.T) {
 	_, _, q := scenarioViews(t)
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{}))
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{}))
 	t.Cleanup(srv.Close)
 	lists := []string{"/v1/projects?", "/v1/projects/proj/turns/t1/cards?", "/v1/projects/proj/calls?",
 		"/v1/projects/proj/calls?status=success&", "/v1/projects/proj/agents/a1/inbox?",

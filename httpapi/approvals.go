@@ -1,19 +1,13 @@
-package projector
+package httpapi
 
 import (
 	"context"
 	"net/http"
 
-	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
-
-// ApprovalAnswer is the body of GET .../approvals/{turn}/{call}.
-type ApprovalAnswer struct {
-	AsOfSeq  uint64       `json:"as_of_seq"`
-	Approval ApprovalItem `json:"approval"`
-}
 
 // DecideFunc sends an approve or deny request (op protocol.OpApprove or
 // OpDeny) to the ledger as approver and returns its answer; serve sends it
@@ -27,9 +21,9 @@ func (h *handler) approvals(w http.ResponseWriter, r *http.Request) {
 	p.ids("project_id", project)
 	at := p.asOf()
 	limit := p.limit()
-	var belongs cursorCheck
-	if state == "" || validApprovalState(state) {
-		belongs = approvalsCursor(project, state)
+	var belongs projector.CursorCheck
+	if state == "" || projector.ValidApprovalState(state) {
+		belongs = projector.ApprovalsCursor(project, state)
 	} else {
 		p.vs.Add("state", protocol.VInvalidValue, "must be pending, decided or all (none: pending), got %q", protocol.Clip(state))
 	}
@@ -51,10 +45,10 @@ func (h *handler) approval(w http.ResponseWriter, r *http.Request) {
 	}
 	item, seq, err := h.q.Approval(project, turn, call, at)
 	if err != nil {
-		httpjson.Error(w, err)
+		Error(w, err)
 		return
 	}
-	reply(w, ApprovalAnswer{AsOfSeq: seq, Approval: *item}, nil)
+	reply(w, projector.ApprovalAnswer{AsOfSeq: seq, Approval: *item}, nil)
 }
 
 // decide serves POST .../approve and .../deny: the body names the card and
@@ -64,7 +58,7 @@ func (h *handler) decide(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		approver, fromBody := bearerName(h.cfg.Approver, r)
 		if !fromBody && !protocol.ValidIdentifier(approver) {
-			httpjson.Error(w, &protocol.Error{Code: protocol.CodeForbidden, Message: "the bearer credential names no approver: " + op + " needs an approver credential of the project (cgledger creds issue --role approver --approver NAME)"})
+			Error(w, &protocol.Error{Code: protocol.CodeForbidden, Message: "the bearer credential names no approver: " + op + " needs an approver credential of the project (cgledger creds issue --role approver --approver NAME)"})
 			return
 		}
 		var req protocol.ApprovalRequest
@@ -103,7 +97,7 @@ func parseDecisionBody(r *http.Request, op string, body []byte, fromBody bool, a
 // conflicts: 409; the card or digest not the call's: 409 too; an unknown
 // call: 404).
 func decisionError(w http.ResponseWriter, err error) {
-	d := httpjson.Problem(err)
+	d := Problem(err)
 	status := d.Status
 	switch protocol.Code(d.Code) {
 	case protocol.CodeConflict, protocol.CodeMismatch:

@@ -1,10 +1,8 @@
-package docs_test
+package main
 
-// The generator of openapi.json: the operations are described here, the
-// schemas of their answers are derived from the Go types that encode them
-// (json tags; a field without omitempty is required). go test ./docs -run
-// TestOpenAPIDocument -update rewrites the file; without -update the test
-// fails when the file differs from what this generates.
+// The document: the operations are described here, the schemas of their
+// answers are derived from the Go types that encode them (json tags; a
+// field without omitempty is required).
 
 import (
 	"bytes"
@@ -17,8 +15,7 @@ import (
 
 	"github.com/cgledger/cgledger/docs"
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
@@ -199,7 +196,7 @@ func buildDocument() obj {
 	}
 	sch := func(v any) obj { return s.of(reflect.TypeOf(v)) }
 
-	// The problem body, as internal/httpjson/problem writes it.
+	// The problem body, as httpapi/problem writes it.
 	sch(problem.Details{})
 	s.defs["Problem"] = s.defs["Details"]
 	delete(s.defs, "Details")
@@ -466,8 +463,8 @@ func buildDocument() obj {
 			"title":   "cgledger HTTP API",
 			"version": "1",
 			"description": "The audit API (/v1), the ledger export, the tool registry (/projects) and the operational endpoints of `cgledger serve` " +
-				"(docs/audit-api.md, docs/executor.md#tool-definitions). Lists take limit (default " + fmt.Sprint(httpjson.DefaultLimit) +
-				", at most " + fmt.Sprint(httpjson.MaxLimit) + ") and cursor, and answer items and next_cursor (absent on the last page). " +
+				"(docs/audit-api.md, docs/executor.md#tool-definitions). Lists take limit (default " + fmt.Sprint(projector.DefaultLimit) +
+				", at most " + fmt.Sprint(projector.MaxLimit) + ") and cursor, and answer items and next_cursor (absent on the last page). " +
 				"Errors are RFC 9457 problem details (application/problem+json): a request no route serves is 404, or 405 with Allow " +
 				"when its path is served for other methods.",
 		},
@@ -488,7 +485,7 @@ func buildDocument() obj {
 			"parameters": obj{
 				"as_of_seq": param("as_of_seq", "query", "Answer as the views stood right after this sequence (wins over as_of; above the applied sequence answers for it).", obj{"type": "integer", "minimum": 0}),
 				"as_of":     param("as_of", "query", "Answer as of the last entry at or before this time (RFC 3339, 1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z).", obj{"type": "string", "format": "date-time"}),
-				"limit":     param("limit", "query", fmt.Sprintf("Items per page: absent or 0 means %d; above %d is a 400.", httpjson.DefaultLimit, httpjson.MaxLimit), obj{"type": "integer", "minimum": 0, "maximum": httpjson.MaxLimit}),
+				"limit":     param("limit", "query", fmt.Sprintf("Items per page: absent or 0 means %d; above %d is a 400.", projector.DefaultLimit, projector.MaxLimit), obj{"type": "integer", "minimum": 0, "maximum": projector.MaxLimit}),
 				"cursor":    param("cursor", "query", "The next_cursor of the previous page.", obj{"type": "string"}),
 				"project":   param("project", "path", "Project id.", identifier),
 				"turn":      param("turn", "path", "agent_turn_id.", identifier),

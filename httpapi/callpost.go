@@ -1,4 +1,4 @@
-package projector
+package httpapi
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cgledger/cgledger/internal/httpjson"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -37,15 +36,15 @@ func bearerName(name func(*http.Request) (string, bool), r *http.Request) (n str
 func postOnCall(w http.ResponseWriter, r *http.Request, op string, parse func(body []byte) protocol.Violations, send func(ctx context.Context) (any, error), unavailable string) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxCallBody+1))
 	if err != nil {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "cannot read body: " + err.Error()})
 		return
 	}
 	if vs := parse(body); len(vs) > 0 {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
+		Error(w, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid " + op + " request", Violations: vs})
 		return
 	}
 	if send == nil {
-		httpjson.Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: unavailable})
+		Error(w, &protocol.Error{Code: protocol.CodeNotFound, Message: unavailable})
 		return
 	}
 	res, err := send(r.Context())
@@ -53,7 +52,7 @@ func postOnCall(w http.ResponseWriter, r *http.Request, op string, parse func(bo
 		decisionError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, res)
+	Write(w, http.StatusOK, res)
 }
 
 // callBody is a POST on one call's body: the JSON object its op's parser

@@ -1,4 +1,4 @@
-package auth
+package httpapi
 
 import (
 	"errors"
@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
+	"github.com/cgledger/cgledger/internal/auth"
 )
 
-// HTTPPolicy guards cgledger's HTTP API with the same credentials NATS
+// Policy guards cgledger's HTTP API with the same credentials NATS
 // takes: the user JWT of a .creds file as a bearer token, scoped like its
 // NATS permissions.
 //
@@ -30,14 +31,14 @@ import (
 //   - GET /projects/{project}/tools...: any credential of the project.
 //   - /mcp/{project}/{agent} (the MCP front door): a worker of the project
 //     bound to that agent or to none, or an admin of the project.
-type HTTPPolicy struct {
-	Verifier *Verifier
+type Policy struct {
+	Verifier *auth.Verifier
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // Wrap returns next behind the policy.
-func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
+func (p *Policy) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/healthz", "/readyz", "/metrics", "/v1/openapi.json":
@@ -69,7 +70,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cgledger"`)
 			msg := "a bearer token is required: the user JWT of a credential from `cgledger creds issue`"
-			if !errors.Is(err, ErrNoCredential) {
+			if !errors.Is(err, auth.ErrNoCredential) {
 				msg = err.Error()
 			}
 			writeError(w, http.StatusUnauthorized, "unauthenticated", msg)
@@ -79,7 +80,7 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "forbidden", why)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withGrant(r.Context(), g)))
+		next.ServeHTTP(w, r.WithContext(auth.WithGrant(r.Context(), g)))
 	})
 }
 
@@ -87,8 +88,8 @@ func (p *HTTPPolicy) Wrap(next http.Handler) http.Handler {
 // escaped path, as the router does, and unescapes each segment: splitting
 // the decoded path would read /v1/projects/B%2Fx/... as project "B" while
 // the router serves project "B/x".
-func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string {
-	if g.Role == RoleLedger {
+func authorizeHTTP(g auth.Grant, method, escapedPath string, query url.Values) string {
+	if g.Role == auth.RoleLedger {
 		return ""
 	}
 	parts := strings.Split(strings.Trim(escapedPath, "/"), "/")
@@ -99,37 +100,37 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 		}
 		parts[i] = u
 	}
-	readRole := g.Role == RoleAuditor || g.Role == RoleAdmin
+	readRole := g.Role == auth.RoleAuditor || g.Role == auth.RoleAdmin
 	switch {
 	case len(parts) >= 1 && parts[0] == "mcp":
 		return authorizeMCP(g, parts)
 	case isOperatorAction(method, parts):
-		if g.Role != RoleAdmin || !g.Allows(parts[2]) {
+		if g.Role != auth.RoleAdmin || !g.Allows(parts[2]) {
 			return "an operator action (cancel, resolve, redrive) needs an admin credential of project " + parts[2]
 		}
-	case g.Role == RoleApprover:
+	case g.Role == auth.RoleApprover:
 		return authorizeApprover(g, method, parts)
 	case isApprovalDecision(method, parts):
 		return "deciding a held call (approve, deny) needs an approver credential of the project"
-	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == RoleWorker:
+	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects" && g.Role == auth.RoleWorker:
 		return authorizeWorkerInbox(g, parts, query)
 	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "projects":
 		if !readRole || !g.Allows(parts[2]) {
 			return "the audit API of project " + parts[2] + " needs an auditor or admin credential of that project"
 		}
 	case len(parts) >= 1 && parts[0] == "v1":
-		if !readRole || g.Project != AllProjects {
+		if !readRole || g.Project != auth.AllProjects {
 			return "this endpoint covers every project: it needs an auditor or admin credential of project \"*\""
 		}
 	case len(parts) >= 2 && parts[0] == "projects":
 		if !g.Allows(parts[1]) {
 			return "credential is for project " + g.Project + ", not " + parts[1]
 		}
-		if method != http.MethodGet && method != http.MethodHead && g.Role != RoleAdmin {
+		if method != http.MethodGet && method != http.MethodHead && g.Role != auth.RoleAdmin {
 			return "registering, pausing or resuming tools needs an admin credential of the project"
 		}
 	default:
-		if g.Role != RoleAdmin {
+		if g.Role != auth.RoleAdmin {
 			return "needs an admin credential"
 		}
 	}
@@ -140,16 +141,16 @@ func authorizeHTTP(g Grant, method, escapedPath string, query url.Values) string
 // to none, or an admin of the project, use the MCP front door
 // /mcp/{project}/{agent}: its calls are dispatches as that agent, which
 // only those may make.
-func authorizeMCP(g Grant, parts []string) string {
+func authorizeMCP(g auth.Grant, parts []string) string {
 	const only = "the MCP front door /mcp/{project}/{agent} needs a worker credential of the project (bound to that agent or to none) or an admin credential of it"
 	switch {
 	case len(parts) != 3:
 		return only
 	case !g.Allows(parts[1]):
 		return "credential is for project " + g.Project + ", not " + parts[1] + ": " + only
-	case g.Role == RoleAdmin:
+	case g.Role == auth.RoleAdmin:
 		return ""
-	case g.Role != RoleWorker:
+	case g.Role != auth.RoleWorker:
 		return "a " + string(g.Role) + " credential may not dispatch: " + only
 	case g.Agent != "" && g.Agent != parts[2]:
 		return "credential is bound to agent " + g.Agent + ", not " + parts[2] + ": " + only
@@ -171,7 +172,7 @@ func isOperatorAction(method string, parts []string) bool {
 
 // authorizeApprover lets an approver use its project's approvals and
 // nothing else: list and read them, approve and deny.
-func authorizeApprover(g Grant, method string, parts []string) string {
+func authorizeApprover(g auth.Grant, method string, parts []string) string {
 	const only = "an approver credential may use only its project's approvals: GET /v1/projects/{project}/approvals, GET /v1/projects/{project}/approvals/{turn}/{call}, POST /v1/projects/{project}/approvals/{turn}/{call}/approve or /deny"
 	if len(parts) < 4 || parts[0] != "v1" || parts[1] != "projects" || parts[3] != "approvals" {
 		return only
@@ -189,7 +190,7 @@ func authorizeApprover(g Grant, method string, parts []string) string {
 // authorizeWorkerInbox lets a worker read one thing of the audit API: the
 // pending results of its own agent (any agent of its project when it is
 // bound to none, as on NATS), the same page inbox.list answers.
-func authorizeWorkerInbox(g Grant, parts []string, query url.Values) string {
+func authorizeWorkerInbox(g auth.Grant, parts []string, query url.Values) string {
 	const only = "a worker credential may read only its agent's pending results, GET /v1/projects/{project}/agents/{agent}/inbox?state=pending; the rest of the audit API needs an auditor or admin credential"
 	switch {
 	case !g.Allows(parts[2]):
@@ -219,7 +220,7 @@ func hasDotSegment(escapedPath string) bool {
 	return false
 }
 
-// writeError answers a refusal as problem details (internal/httpjson/problem),
+// writeError answers a refusal as problem details (httpapi/problem),
 // the shape of every other error of the HTTP API.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	problem.Write(w, problem.New(status, code, msg, nil))
@@ -228,6 +229,6 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // MCPProblem says why g may not use the MCP front door of project and
 // agent, or "": the rule of /mcp/{project}/{agent}, which `cgledger mcp
 // serve` checks at start against its own credential.
-func MCPProblem(g Grant, project, agent string) string {
+func MCPProblem(g auth.Grant, project, agent string) string {
 	return authorizeMCP(g, []string{"mcp", project, agent})
 }

@@ -1,4 +1,4 @@
-package executor_test
+package httpapi_test
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -46,7 +47,7 @@ func registryServer(t *testing.T, registered ...string) *httptest.Server {
 	for i, n := range registered {
 		f.tools = append(f.tools, protocol.StoredTool{Seq: uint64(10 + i), Definition: protocol.ToolDefinition{ProjectID: "p", ToolName: n}})
 	}
-	srv := httptest.NewServer(executor.RegistryHandler(f, executor.EchoDefinition, executor.SleepDefinition))
+	srv := httptest.NewServer(httpapi.NewRegistry(f, httpapi.RegistryConfig{}, executor.EchoDefinition, executor.SleepDefinition))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -168,7 +169,7 @@ func TestRegistryErrorsAreProblems(t *testing.T) {
 	require.Equal(t, 404, fetch(t, "GET", srv.URL+"/projects/p/other", &p).StatusCode)
 	require.Equal(t, "no such endpoint: GET /projects/p/other", p.Detail)
 	require.ElementsMatch(t, []string{"POST /projects/{project}/tools", "GET /projects/{project}/tools", "GET /projects/{project}/tools/{tool}",
-		"POST /projects/{project}/tools/{tool}/pause", "POST /projects/{project}/tools/{tool}/resume"}, executor.RegistryRoutes())
+		"POST /projects/{project}/tools/{tool}/pause", "POST /projects/{project}/tools/{tool}/resume"}, httpapi.RegistryRoutes())
 }
 
 func mustJSON(t *testing.T, v any) []byte {

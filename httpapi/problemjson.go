@@ -1,10 +1,11 @@
-// Package httpjson writes the JSON bodies of cgledger's HTTP APIs: results as
+// The JSON bodies of cgledger's HTTP APIs: results as
 // application/json, and errors as RFC 9457 problem details
 // (application/problem+json, package problem) with the status that matches
 // the protocol code. It also holds what every HTTP list shares (the limit
 // parameter) and what every router answers for a request no route serves
 // (404, or 405 with Allow).
-package httpjson
+
+package httpapi
 
 import (
 	"encoding/json"
@@ -13,7 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi/problem"
+	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -65,8 +67,8 @@ func Error(w http.ResponseWriter, err error) {
 // DefaultLimit, above MaxLimit is a 400) and cursor, and answers items and
 // next_cursor (absent on the last page).
 const (
-	DefaultLimit = 100
-	MaxLimit     = 1000
+	DefaultLimit = projector.DefaultLimit
+	MaxLimit     = projector.MaxLimit
 )
 
 // Limit reads the limit query parameter, adding a violation to vs when it

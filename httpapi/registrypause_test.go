@@ -1,4 +1,4 @@
-package executor_test
+package httpapi_test
 
 import (
 	"encoding/json"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/executor"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
+	"github.com/cgledger/cgledger/httpapi"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/ledger/ledgertest"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
@@ -49,7 +49,7 @@ func TestRegistryPauseResume(t *testing.T) {
 	ctx := ledgertest.Ctx(t)
 	_, err := e.L.RegisterToolYAML(ctx, "p", []byte("tool_name: wire\nparameters: {type: object}\ntarget_subject: cg.v1.{project_id}.{channel_id}.cmd.tool.wire\nafter_execution: suspend\n"))
 	require.NoError(t, err)
-	srv := httptest.NewServer(executor.NewRegistryHandler(e.L, executor.RegistryConfig{Actor: func(*http.Request) string { return "ops" }}))
+	srv := httptest.NewServer(httpapi.NewRegistry(e.L, httpapi.RegistryConfig{Actor: func(*http.Request) string { return "ops" }}))
 	t.Cleanup(srv.Close)
 
 	var res protocol.ToolPauseResult

@@ -1,4 +1,4 @@
-package httpjson_test
+package httpapi_test
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
+	"github.com/cgledger/cgledger/httpapi/problem"
 	"github.com/cgledger/cgledger/internal/auth"
-	"github.com/cgledger/cgledger/internal/httpjson"
-	"github.com/cgledger/cgledger/internal/httpjson/problem"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -31,7 +31,7 @@ func TestErrorIsAProblem(t *testing.T) {
 	rec := httptest.NewRecorder()
 	var vs protocol.Violations
 	vs.Add("limit", protocol.VInvalidValue, "must be at most %d", 1000)
-	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs, Seq: 7})
+	httpapi.Error(rec, &protocol.Error{Code: protocol.CodeBadRequest, Message: "invalid query parameters", Violations: vs, Seq: 7})
 	require.Equal(t, 400, rec.Code)
 	require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
 	require.JSONEq(t, `{
@@ -44,12 +44,12 @@ func TestErrorIsAProblem(t *testing.T) {
 	}`, rec.Body.String())
 
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeNotFound, Message: "turn t has no entries"})
+	httpapi.Error(rec, &protocol.Error{Code: protocol.CodeNotFound, Message: "turn t has no entries"})
 	require.JSONEq(t, `{"type": "https://cgledger.dev/problems/not_found", "title": "Not found", "status": 404,
 		"detail": "turn t has no entries", "code": "not_found", "error": {"code": "not_found", "message": "turn t has no entries"}}`, rec.Body.String())
 
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, errors.New("disk on fire"))
+	httpapi.Error(rec, errors.New("disk on fire"))
 	require.Equal(t, 500, rec.Code)
 	m := decode(t, rec)
 	require.Equal(t, "internal", m["code"])
@@ -59,13 +59,13 @@ func TestErrorIsAProblem(t *testing.T) {
 	// A request naming another project than its URL's is the caller's
 	// fault, as forbidden is over NATS.
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeForbidden, Message: "tool definition names another project"})
+	httpapi.Error(rec, &protocol.Error{Code: protocol.CodeForbidden, Message: "tool definition names another project"})
 	require.Equal(t, 403, rec.Code)
 	require.Equal(t, "Forbidden", decode(t, rec)["title"])
 
 	// Codes the audit API has no status for stay 500, as before.
 	rec = httptest.NewRecorder()
-	httpjson.Error(rec, &protocol.Error{Code: protocol.CodeConflict, Message: "x"})
+	httpapi.Error(rec, &protocol.Error{Code: protocol.CodeConflict, Message: "x"})
 	require.Equal(t, 500, rec.Code)
 	require.Equal(t, "Conflict", decode(t, rec)["title"])
 }
@@ -74,7 +74,7 @@ func TestNoRouteAndLimit(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /a/{x}", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("POST /a/{x}", func(http.ResponseWriter, *http.Request) {})
-	mux.HandleFunc("/a/", httpjson.Fallback(mux, "/a/"))
+	mux.HandleFunc("/a/", httpapi.Fallback(mux, "/a/"))
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -105,7 +105,7 @@ func TestNoRouteAndLimit(t *testing.T) {
 		"limit=1001": {1000, true}, "limit=-1": {100, true}, "limit=x": {100, true},
 	} {
 		var vs protocol.Violations
-		got := httpjson.Limit(httptest.NewRequest("GET", "/?"+q, nil), &vs)
+		got := httpapi.Limit(httptest.NewRequest("GET", "/?"+q, nil), &vs)
 		require.Equal(t, want.limit, got, q)
 		require.Equal(t, want.bad, len(vs) == 1, q)
 	}
@@ -122,7 +122,7 @@ func TestAuthRefusalsAreProblems(t *testing.T) {
 	v, err := k.Verifier()
 	require.NoError(t, err)
 	now := time.Now()
-	pol := &auth.HTTPPolicy{Verifier: v, Now: func() time.Time { return now }}
+	pol := &httpapi.Policy{Verifier: v, Now: func() time.Time { return now }}
 	h := pol.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	tok := func(g auth.Grant) string {
 		c, err := is.Issue(g, time.Hour, now)

@@ -1,4 +1,4 @@
-package projector_test
+package httpapi_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/httpapi"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/stream"
 )
@@ -44,7 +45,7 @@ type errBody struct {
 
 func TestHTTPAuditAPI(t *testing.T) {
 	e, s, q := scenarioViews(t)
-	srv := httptest.NewServer(projector.Handler(q, projector.HTTPConfig{
+	srv := httptest.NewServer(httpapi.Audit(q, httpapi.AuditConfig{
 		Verify: func(ctx context.Context) (stream.VerifyReport, error) { return s.VerifyStream(ctx, e.JS, "") },
 	}))
 	t.Cleanup(srv.Close)
