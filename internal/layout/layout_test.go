@@ -99,6 +99,11 @@ var rules = []rule{
 // import them.
 var harnesses = []string{"ledger/ledgertest", "internal/natstest", "internal/servetest", "internal/testenv", "internal/violationtest", "test/..."}
 
+// importedOnlyBy maps a package to the only packages that may import it.
+var importedOnlyBy = map[string]struct{ by, why string }{
+	"bench": {by: "cmd/...", why: "the bench is run by the binary's bench verb only"},
+}
+
 func list(t *testing.T) []pkg {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-json", module+"/...")
@@ -150,6 +155,9 @@ func TestDependencyRules(t *testing.T) {
 					t.Errorf("%s imports %s: %s", from, to, r.why)
 				}
 			}
+			if only, ok := importedOnlyBy[to]; ok && !match(only.by, from) && from != to {
+				t.Errorf("%s imports %s: %s", from, to, only.why)
+			}
 			if !isHarness && slices.ContainsFunc(harnesses, func(h string) bool { return match(h, to) }) {
 				t.Errorf("%s imports the test harness %s outside its tests", from, to)
 			}
@@ -171,6 +179,11 @@ func TestRulesMatchPackages(t *testing.T) {
 	for _, r := range rules {
 		if !exists(r.from) || !exists(r.to) {
 			t.Errorf("rule %s -> %s names no package", r.from, r.to)
+		}
+	}
+	for to, only := range importedOnlyBy {
+		if !exists(to) || !exists(only.by) {
+			t.Errorf("rule %s only by %s names no package", to, only.by)
 		}
 	}
 	for _, h := range harnesses {
