@@ -26,6 +26,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/cgledger/cgledger/internal/configcheck"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -138,8 +139,8 @@ func (cfg Config) Validate() error {
 	if cfg.Channel != "" && !protocol.ValidIdentifier(cfg.Channel) {
 		vs = append(vs, protocol.Violation{Field: "channel", Code: protocol.VInvalidToken, Message: "must be an identifier"})
 	}
-	nonNegative(&vs, "ProgressInterval", cfg.ProgressInterval)
-	nonNegative(&vs, "CloseStreamAfter", cfg.CloseStreamAfter)
+	configcheck.NonNegative(&vs, "ProgressInterval", cfg.ProgressInterval)
+	configcheck.NonNegative(&vs, "CloseStreamAfter", cfg.CloseStreamAfter)
 	return protocol.BadRequest("MCP front door settings", vs)
 }
 
