@@ -95,8 +95,12 @@ type Archiver struct {
 	lostTotal prometheus.Counter
 }
 
-// New returns an Archiver writing into arch.
+// New returns an Archiver writing into arch. A configuration Validate
+// refuses is refused with its every problem.
 func New(arch *Archive, js jetstream.JetStream, cfg Config) (*Archiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
 	cfg = cfg.withDefaults()
 	a := &Archiver{arch: arch, js: js, cfg: cfg, log: cfg.Logger, firstPass: make(chan struct{})}
 	last, _, err := arch.Last()

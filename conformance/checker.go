@@ -143,6 +143,9 @@ type runner struct {
 // returns the table. An error means the run itself could not go on (the
 // ledger unreachable, the credential refused); a case that fails is a row.
 func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, fmt.Errorf("conformance: %w", err)
+	}
 	if cfg.Actor == "" {
 		cfg.Actor = defaultConformanceActor
 	}

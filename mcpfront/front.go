@@ -26,6 +26,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/cgledger/cgledger/internal/configcheck"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -123,8 +124,11 @@ type Front struct {
 	wake  waker
 }
 
-// New checks cfg and returns the front door.
-func New(cfg Config) (*Front, error) {
+// Validate returns a bad_request *protocol.Error listing every problem of
+// the configuration (a project, agent or channel that is not an identifier,
+// a negative interval), or nil. Zero values are the defaults and pass; New
+// calls it.
+func (cfg Config) Validate() error {
 	var vs protocol.Violations
 	if !protocol.ValidIdentifier(cfg.Project) {
 		vs = append(vs, protocol.Violation{Field: "project", Code: protocol.VInvalidToken, Message: "must be an identifier"})
@@ -132,14 +136,23 @@ func New(cfg Config) (*Front, error) {
 	if !protocol.ValidIdentifier(cfg.Agent) {
 		vs = append(vs, protocol.Violation{Field: "agent", Code: protocol.VInvalidToken, Message: "must be an identifier"})
 	}
-	if cfg.Channel == "" {
-		cfg.Channel = DefaultChannel
-	}
-	if !protocol.ValidIdentifier(cfg.Channel) {
+	if cfg.Channel != "" && !protocol.ValidIdentifier(cfg.Channel) {
 		vs = append(vs, protocol.Violation{Field: "channel", Code: protocol.VInvalidToken, Message: "must be an identifier"})
 	}
-	if err := protocol.BadRequest("MCP front door settings", vs); err != nil {
+	configcheck.NonNegative(&vs, "ProgressInterval", cfg.ProgressInterval)
+	configcheck.NonNegative(&vs, "CloseStreamAfter", cfg.CloseStreamAfter)
+	return protocol.BadRequest("MCP front door settings", vs)
+}
+
+// New checks cfg and returns the front door.
+func New(cfg Config) (*Front, error) {
+	// Unwrapped: the refusal names the front door's settings already, and
+	// `cgledger mcp serve` prints it as it is.
+	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = DefaultChannel
 	}
 	if cfg.Ledger == nil {
 		return nil, errors.New("mcpfront: no ledger")

@@ -58,3 +58,9 @@ func TestStoreOptionsValidate(t *testing.T) {
 	require.Nil(t, s)
 	require.Equal(t, []string{"CacheBytes"}, violationtest.ConfigFields(t, err))
 }
+
+func TestWaitingConfigValidate(t *testing.T) {
+	require.NoError(t, projector.WaitingConfig{}.Validate(), "zero values are the defaults")
+	err := projector.WaitingConfig{Grace: -1, CacheFor: -1}.Validate()
+	require.Equal(t, []string{"Grace", "CacheFor"}, violationtest.ConfigFields(t, err))
+}

@@ -40,3 +40,14 @@ func nonNegative[T ~int | ~int64](vs *protocol.Violations, field string, v T) {
 		vs.Add(field, protocol.VInvalidValue, "must not be negative (zero means the default), got %v", v)
 	}
 }
+
+// Validate returns a bad_request *protocol.Error listing every problem of
+// the configuration, or nil. Zero values are the defaults and pass.
+// NewWaitingCollector and NewApprovalsCollector return no error and do
+// not call it; a caller that builds the config from input checks it.
+func (c WaitingConfig) Validate() error {
+	var vs protocol.Violations
+	nonNegative(&vs, "Grace", c.Grace)
+	nonNegative(&vs, "CacheFor", c.CacheFor)
+	return protocol.BadRequest("waiting-call gauges config", vs)
+}

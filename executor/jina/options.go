@@ -70,6 +70,10 @@ func OptionsOf(d *protocol.ToolDefinition) (*Options, error) {
 // Register registers the tool with e under implementation name "http":
 // register tools with target_subject
 // cg.v1.{project_id}.{channel_id}.cmd.tool.http.<anything> and options.jina.
+// A configuration Validate refuses is refused with its every problem.
 func Register(e *executor.Executor, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("jina: %w", err)
+	}
 	return e.Register("http", New(cfg), nil)
 }

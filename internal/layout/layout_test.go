@@ -126,6 +126,11 @@ var onlyImports = []struct {
 // import them.
 var harnesses = []string{"ledger/ledgertest", "internal/natstest", "internal/servetest", "internal/testenv", "internal/violationtest", "test/..."}
 
+// importedOnlyBy maps a package to the only packages that may import it.
+var importedOnlyBy = map[string]struct{ by, why string }{
+	"bench": {by: "cmd/...", why: "the bench is run by the binary's bench verb only"},
+}
+
 func list(t *testing.T) []pkg {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-json", module+"/...")
@@ -176,6 +181,9 @@ func TestDependencyRules(t *testing.T) {
 				if match(r.from, from) && match(r.to, to) && from != to {
 					t.Errorf("%s imports %s: %s", from, to, r.why)
 				}
+			}
+			if only, ok := importedOnlyBy[to]; ok && !match(only.by, from) && from != to {
+				t.Errorf("%s imports %s: %s", from, to, only.why)
 			}
 			if !isHarness && slices.ContainsFunc(harnesses, func(h string) bool { return match(h, to) }) {
 				t.Errorf("%s imports the test harness %s outside its tests", from, to)
@@ -228,6 +236,11 @@ func TestRulesMatchPackages(t *testing.T) {
 			if !exists(a) {
 				t.Errorf("import limit of %s allows %s, which names no package", o.from, a)
 			}
+		}
+	}
+	for to, only := range importedOnlyBy {
+		if !exists(to) || !exists(only.by) {
+			t.Errorf("rule %s only by %s names no package", to, only.by)
 		}
 	}
 	for _, h := range harnesses {

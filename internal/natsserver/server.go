@@ -68,10 +68,11 @@ const NoStoreLimit int64 = 1 << 60
 var ErrNotReady = errors.New("natsserver: server not ready for connections")
 
 // Start starts an embedded nats-server with JetStream and waits until it
-// accepts client connections.
+// accepts client connections. A configuration Validate refuses is refused
+// with its every problem.
 func Start(cfg Config) (*server.Server, error) {
-	if cfg.StoreDir == "" {
-		return nil, errors.New("natsserver: StoreDir is required")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("natsserver: %w", err)
 	}
 	// Creating the store up front turns an unusable path into an immediate,
 	// clear error instead of a server that never becomes ready.

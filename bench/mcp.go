@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,28 +14,28 @@ import (
 	"github.com/cgledger/cgledger/internal/auth"
 )
 
-// benchMCPAgent is the agent the MCP front door's calls are dispatched as.
+// mcpAgent is the agent the MCP front door's calls are dispatched as.
 // It has no roster entry: its wakeups are recorded as skipped, and the MCP
 // client is answered from the report (docs/mcp.md).
-const benchMCPAgent = "mcp"
+const mcpAgent = "mcp"
 
-// benchMCPTurnCalls is how many calls an MCP session (a turn) carries
+// mcpTurnCalls is how many calls an MCP session (a turn) carries
 // before the workload opens the next one, as the other workloads start a
 // turn every hundred calls.
-const benchMCPTurnCalls = 100
+const mcpTurnCalls = 100
 
-// benchMCP is the front door's workload: an MCP tools/call of echo
+// mcpWorkload is the front door's workload: an MCP tools/call of echo
 // through serve's /mcp (dispatch, the built-in echo, result card, report,
 // the answer), beside its baseline, the same tools/call of an echo MCP
 // server (Go SDK, in this process, streamable HTTP on loopback). Both go
 // through the Go SDK's client.
-type benchMCP struct {
+type mcpWorkload struct {
 	front, direct *mcpSessions
 	srv           *http.Server
 }
 
-func newBenchMCP(ctx context.Context, httpURL string, issue func(auth.Grant) (string, error)) (*benchMCP, error) {
-	tok, err := issue(auth.Grant{Role: auth.RoleWorker, Project: "bench", Agent: benchMCPAgent})
+func newMCPWorkload(ctx context.Context, httpURL string, issue func(auth.Grant) (string, error)) (*mcpWorkload, error) {
+	tok, err := issue(auth.Grant{Role: auth.RoleWorker, Project: "bench", Agent: mcpAgent})
 	if err != nil {
 		return nil, fmt.Errorf("mcp credential: %w", err)
 	}
@@ -50,8 +50,8 @@ func newBenchMCP(ctx context.Context, httpURL string, issue func(auth.Grant) (st
 		})
 	srv := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return echo }, nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	b := &benchMCP{srv: srv,
-		front:  &mcpSessions{endpoint: httpURL + "/mcp/bench/" + benchMCPAgent, http: &http.Client{Transport: bearerTransport(tok)}},
+	b := &mcpWorkload{srv: srv,
+		front:  &mcpSessions{endpoint: httpURL + "/mcp/bench/" + mcpAgent, http: &http.Client{Transport: bearerTransport(tok)}},
 		direct: &mcpSessions{endpoint: "http://" + ln.Addr().String() + "/", http: &http.Client{}},
 	}
 	// One call each before measuring: the session and echo's definition
@@ -67,7 +67,7 @@ func newBenchMCP(ctx context.Context, httpURL string, issue func(auth.Grant) (st
 	return b, nil
 }
 
-func (b *benchMCP) close() {
+func (b *mcpWorkload) close() {
 	b.front.close()
 	b.direct.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -76,7 +76,7 @@ func (b *benchMCP) close() {
 }
 
 // mcpSessions calls echo on one MCP endpoint from any number of callers,
-// in a session that is replaced every benchMCPTurnCalls calls.
+// in a session that is replaced every mcpTurnCalls calls.
 type mcpSessions struct {
 	endpoint string
 	http     *http.Client
@@ -90,7 +90,7 @@ type mcpSessions struct {
 func (m *mcpSessions) session(ctx context.Context) (*mcp.ClientSession, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cur == nil || m.used >= benchMCPTurnCalls {
+	if m.cur == nil || m.used >= mcpTurnCalls {
 		if m.cur != nil {
 			// Closed at the end: callers may still be waiting in it.
 			m.older = append(m.older, m.cur)

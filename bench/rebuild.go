@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -18,11 +18,12 @@ import (
 	"github.com/cgledger/cgledger/stream"
 )
 
-// benchRebuild records calls calls (dispatch, result card, report: about
+// measureRebuild records cfg.Rebuild calls (dispatch, result card, report: about
 // five entries each) and then, round after round, measures a raw ordered
 // read of the whole ledger stream against the projector rebuilding fresh
 // views from it. Both read the same stream on the same server.
-func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, rounds int) ([]benchRow, error) {
+func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config) ([]Row, error) {
+	calls, rounds := cfg.Rebuild, cfg.Rounds
 	// The process's resident memory as the history grows (serve and the
 	// load generator share it; the generator holds at most one chunk).
 	start := time.Now()
@@ -30,7 +31,7 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 	memory := func(done int) {
 		if done >= nextReport || done == calls {
 			rss, heap := residentMB()
-			fmt.Fprintf(os.Stderr, "bench --rebuild: %d calls recorded in %s, RSS %.0f MB, Go heap in use %.0f MB\n", done, time.Since(start).Round(time.Second), rss, heap)
+			fmt.Fprintf(cfg.Progress, "bench --rebuild: %d calls recorded in %s, RSS %.0f MB, Go heap in use %.0f MB\n", done, time.Since(start).Round(time.Second), rss, heap)
 			nextReport += max(calls/10, 1)
 		}
 	}
@@ -70,8 +71,8 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 		done += n
 		memory(done)
 	}
-	if benchMemProfile != "" {
-		if err := writeHeapProfile(benchMemProfile); err != nil {
+	if cfg.MemProfile != "" {
+		if err := writeHeapProfile(cfg.MemProfile); err != nil {
 			return nil, fmt.Errorf("--memprofile: %w", err)
 		}
 	}
@@ -80,7 +81,7 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 		return nil, err
 	}
 	last := s.CachedInfo().State.LastSeq
-	var cg, rw []benchResult
+	var cg, rw []Result
 	for range rounds {
 		r, err := measureOnce(last, func() error { return rawRead(ctx, e.js, last) })
 		if err != nil {
@@ -98,19 +99,19 @@ func benchRebuild(ctx context.Context, e *benchEnv, tools *benchTools, calls, ro
 		}
 		cg = append(cg, r)
 	}
-	return []benchRow{row(fmt.Sprintf("rebuild %d entries", last), 0, cg, rw)}, nil
+	return []Row{row(fmt.Sprintf("rebuild %d entries", last), 0, cg, rw)}, nil
 }
 
 // measureOnce times op, which handles n entries.
-func measureOnce(n uint64, op func() error) (benchResult, error) {
+func measureOnce(n uint64, op func() error) (Result, error) {
 	cpu0 := cpuTime()
 	start := time.Now()
 	if err := op(); err != nil {
-		return benchResult{}, err
+		return Result{}, err
 	}
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
-	return benchResult{Calls: int(n), PerSecond: float64(n) / elapsed.Seconds(),
+	return Result{Calls: int(n), PerSecond: float64(n) / elapsed.Seconds(),
 		P50Ms: float64(elapsed.Microseconds()) / 1000, P99Ms: float64(elapsed.Microseconds()) / 1000,
 		CPUMicros: float64(cpu.Microseconds()) / float64(n)}, nil
 }
@@ -183,9 +184,7 @@ func residentMB() (rss, heap float64) {
 	return 0, heap
 }
 
-// benchMemProfile is where --memprofile writes the heap profile.
-var benchMemProfile string
-
+// writeHeapProfile writes a heap profile, after a collection, to path.
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {

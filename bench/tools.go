@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -24,21 +24,21 @@ import (
 // served by the executor: "bext" by a service in the load generator speaking
 // the wire protocol, "brep" by nobody (its calls are reported directly).
 const (
-	benchExtTool    = "bext"
-	benchReportTool = "brep"
-	// benchSideEffectTool is echo registered as side_effectful: the
+	extTool    = "bext"
+	reportTool = "brep"
+	// sideEffectTool is echo registered as side_effectful: the
 	// built-in echo runs it, after recording its attempt (attempt.start),
 	// so its row beside e2e echo is the price of the intent entry.
-	benchSideEffectTool = "echo_se"
+	sideEffectTool = "echo_se"
 )
 
 // errPoolEmpty ends a caller of the report workload: every prepared call has
 // been reported.
 var errPoolEmpty = errors.New("bench: prepared calls used up")
 
-// benchTools is the external tool service and the report-only workload.
-type benchTools struct {
-	e      *benchEnv
+// toolWorkload is the external tool service and the report-only workload.
+type toolWorkload struct {
+	e      *env
 	ext    *client.Client // the service's tool credential (target bext)
 	rep    *client.Client // tool credential of target brep
 	cc     jetstream.ConsumeContext
@@ -47,37 +47,37 @@ type benchTools struct {
 	closer []func()
 }
 
-// newBenchTools registers both tools, connects their credentials and starts
+// newToolWorkload registers both tools, connects their credentials and starts
 // the external service: pull the durable consumer tool.consumer names, read
 // the tool.call card, put the result card, report, ack (protocol.md, "A tool
 // service, step by step").
-func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*nats.Conn, error)) (*benchTools, error) {
+func newToolWorkload(ctx context.Context, e *env, connect func(auth.Grant) (*nats.Conn, error)) (*toolWorkload, error) {
 	admin := client.New(e.admin)
-	for _, name := range []string{benchExtTool, benchReportTool} {
+	for _, name := range []string{extTool, reportTool} {
 		def := fmt.Sprintf(`{"tool_name":%q,"parameters":{"type":"object"},"target_subject":%q,"after_execution":"suspend"}`, name, protocol.ToolTargetTemplate(name))
 		if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(def)); err != nil {
 			return nil, fmt.Errorf("register %s: %w", name, err)
 		}
 	}
-	se := `{"tool_name":"` + benchSideEffectTool + `","parameters":{"type":"object"},"target_subject":"` + protocol.ToolTargetTemplate("echo", "se") + `","after_execution":"suspend","determinism":"side_effectful"}`
+	se := `{"tool_name":"` + sideEffectTool + `","parameters":{"type":"object"},"target_subject":"` + protocol.ToolTargetTemplate("echo", "se") + `","after_execution":"suspend","determinism":"side_effectful"}`
 	if _, err := admin.RegisterToolYAML(ctx, "bench", []byte(se)); err != nil {
-		return nil, fmt.Errorf("register %s: %w", benchSideEffectTool, err)
+		return nil, fmt.Errorf("register %s: %w", sideEffectTool, err)
 	}
-	t := &benchTools{e: e}
-	svc, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: benchExtTool})
+	t := &toolWorkload{e: e}
+	svc, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: extTool})
 	if err != nil {
 		return nil, fmt.Errorf("connect the tool service: %w", err)
 	}
 	t.closer = append(t.closer, svc.Close)
-	rep, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: benchReportTool})
+	rep, err := connect(auth.Grant{Role: auth.RoleTool, Project: "bench", Tool: reportTool})
 	if err != nil {
 		t.close()
 		return nil, fmt.Errorf("connect the report caller: %w", err)
 	}
 	t.closer = append(t.closer, rep.Close)
-	t.ext = client.New(svc, client.WithActor(benchExtTool))
-	t.rep = client.New(rep, client.WithActor(benchReportTool))
-	ci, err := t.ext.EnsureToolConsumer(ctx, "bench", benchExtTool)
+	t.ext = client.New(svc, client.WithActor(extTool))
+	t.rep = client.New(rep, client.WithActor(reportTool))
+	ci, err := t.ext.EnsureToolConsumer(ctx, "bench", extTool)
 	if err != nil {
 		t.close()
 		return nil, fmt.Errorf("tool.consumer: %w", err)
@@ -100,14 +100,14 @@ func newBenchTools(ctx context.Context, e *benchEnv, connect func(auth.Grant) (*
 	return t, nil
 }
 
-func (t *benchTools) close() {
+func (t *toolWorkload) close() {
 	for i := len(t.closer) - 1; i >= 0; i-- {
 		t.closer[i]()
 	}
 }
 
 // serve runs one command as a tool service in another language would.
-func (t *benchTools) serve(m jetstream.Msg) {
+func (t *toolWorkload) serve(m jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var cmd protocol.ToolCommandPayload
@@ -126,7 +126,7 @@ func (t *benchTools) serve(m jetstream.Msg) {
 	call := cards[0].Card
 	id := protocol.Identity{AgentID: h.Get(protocol.HeaderAgentID), AgentTurnID: h.Get(protocol.HeaderAgentTurnID), ToolCallID: h.Get(protocol.HeaderToolCallID)}
 	id.TurnEpoch, _ = strconv.ParseUint(h.Get(protocol.HeaderTurnEpoch), 10, 64)
-	req, err := t.result(ctx, t.ext, benchExtTool, project, channel, id, call)
+	req, err := t.result(ctx, t.ext, extTool, project, channel, id, call)
 	if err != nil {
 		_ = m.Nak()
 		return
@@ -140,7 +140,7 @@ func (t *benchTools) serve(m jetstream.Msg) {
 
 // result puts the tool.result card for call and returns the report that
 // goes with it.
-func (t *benchTools) result(ctx context.Context, cl *client.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
+func (t *toolWorkload) result(ctx context.Context, cl *client.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
 	card := protocol.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: protocol.CardToolResult, AuthorID: "svc." + tool,
 		FunctionName: tool, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
 		Content: json.RawMessage(`{"status":"success","result":{"text":"bench"}}`), Metadata: call.Metadata}
@@ -154,7 +154,7 @@ func (t *benchTools) result(ctx context.Context, cl *client.Client, tool, projec
 // prepare dispatches n calls to the report-only tool and puts their result
 // cards, n at a time in flight, so the report workload measures the report
 // alone.
-func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
+func (t *toolWorkload) prepare(ctx context.Context, n, inflight int) error {
 	reqs := make([]protocol.ReportRequest, n)
 	errs := make(chan error, inflight)
 	sem := make(chan struct{}, inflight)
@@ -165,9 +165,9 @@ func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			turn, id := t.e.nextCall()
-			card, err := t.e.dispatch(ctx, benchReportTool, turn, id)
+			card, err := t.e.dispatch(ctx, reportTool, turn, id)
 			if err == nil {
-				reqs[i], err = t.result(ctx, t.rep, benchReportTool, "bench", "main",
+				reqs[i], err = t.result(ctx, t.rep, reportTool, "bench", "main",
 					protocol.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id}, card)
 			}
 			if err != nil {
@@ -191,7 +191,7 @@ func (t *benchTools) prepare(ctx context.Context, n, inflight int) error {
 }
 
 // report sends the next prepared report.
-func (t *benchTools) report(ctx context.Context) error {
+func (t *toolWorkload) report(ctx context.Context) error {
 	t.mu.Lock()
 	if len(t.pool) == 0 {
 		t.mu.Unlock()
@@ -208,20 +208,20 @@ func (t *benchTools) report(ctx context.Context) error {
 }
 
 // nextCall names a new call: its turn and tool call id.
-func (e *benchEnv) nextCall() (string, string) {
+func (e *env) nextCall() (string, string) {
 	n := e.seq.Add(1)
 	return "turn-" + strconv.FormatInt(n/100, 10), "call-" + strconv.FormatInt(n, 10)
 }
 
 // dispatch dispatches call id of turn to tool as a worker does and returns
 // its tool.call card.
-func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (protocol.Card, error) {
+func (e *env) dispatch(ctx context.Context, tool, turn, id string) (protocol.Card, error) {
 	sum := sha256.Sum256([]byte(turn + id))
 	card := protocol.Card{CardID: "cc-" + id, ProjectID: "bench", Type: protocol.CardToolCall, AuthorID: "agent",
 		AgentTurnID: turn, ToolCallID: id, Content: json.RawMessage(`{"tool_name":"` + tool + `","arguments":{"text":"bench"}}`),
 		Metadata: protocol.CardMetadata{TraceID: hex.EncodeToString(sum[:16])}}
 	_, err := e.cl.Dispatch(ctx, protocol.DispatchRequest{
-		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "bench", "main", benchTarget(tool)...),
+		Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "bench", "main", target(tool)...),
 		Identity: protocol.Identity{AgentID: "agent", AgentTurnID: turn, TurnEpoch: 1, ToolCallID: id},
 		Card:     card,
 		Payload:  protocol.ToolCommandPayload{ToolCallCardID: card.CardID, ToolName: tool, AfterExecution: protocol.AfterSuspend},
@@ -229,11 +229,11 @@ func (e *benchEnv) dispatch(ctx context.Context, tool, turn, id string) (protoco
 	return card, err
 }
 
-// benchTarget is the command subject's target tokens of a bench tool: its
+// target is the command subject's target tokens of a bench tool: its
 // name, except the side_effectful echo, which the echo implementation
 // serves under cmd.tool.echo.se.
-func benchTarget(tool string) []string {
-	if tool == benchSideEffectTool {
+func target(tool string) []string {
+	if tool == sideEffectTool {
 		return []string{"echo", "se"}
 	}
 	return []string{tool}

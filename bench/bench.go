@@ -1,0 +1,186 @@
+// Package bench measures what a tool call costs against raw JetStream on
+// the same machine, in one run: the full serve stack (started by the
+// caller's ServeFunc, with credentials on) in a temporary directory, and a
+// load generator in this process speaking the wire protocol. The
+// `cgledger bench` verb parses its flags into a Config and calls Run; see
+// BENCHMARKS.md for what the figures mean.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// MaxInFlight is the largest in-flight level a run accepts.
+const MaxInFlight = 4096
+
+// Config is one bench run. Zero values are the defaults, except Serve,
+// which is required.
+type Config struct {
+	// Duration is the length of each measured run; zero means 2s.
+	Duration time.Duration
+	// Rounds is the number of rounds per in-flight level (medians are
+	// reported); zero means 3.
+	Rounds int
+	// InFlight is the in-flight levels, each from 1 to MaxInFlight; empty
+	// means 1, 16 and 256.
+	InFlight []int
+	// SyncAlways runs the server with every JetStream write fsynced.
+	SyncAlways bool
+	// Retention is the serve retention setting (e.g. "1h"), passed to Serve
+	// as it is and checked there; empty means none.
+	Retention string
+	// Rebuild, when above zero, measures the views instead of the call
+	// workloads: it records this many calls (about five entries each),
+	// then times the projector rebuilding its views from the stream
+	// against a raw ordered read of it.
+	Rebuild int
+	// CPUProfile, when set, is the file a CPU profile of the whole run
+	// (server and load generator) is written to.
+	CPUProfile string
+	// MemProfile, when set with Rebuild, is the file a heap profile is
+	// written to once the calls are recorded.
+	MemProfile string
+	// Progress receives the rebuild's progress lines; nil discards them.
+	Progress io.Writer
+	// Serve runs the stack under test. Required.
+	Serve ServeFunc
+}
+
+// ServeFunc runs the full serve stack as opts asks until ctx ends, and
+// calls ready once it serves. It returns what serve returns.
+type ServeFunc func(ctx context.Context, opts ServeOptions, ready func(Server)) error
+
+// ServeOptions is what a run asks of the stack it measures: data in Dir,
+// NATS and HTTP on loopback ports of the system's choosing, credentials
+// on.
+type ServeOptions struct {
+	Dir        string
+	SyncAlways bool
+	Retention  string
+}
+
+// Server is where the stack under test serves.
+type Server struct {
+	// NATS and HTTP are the client URL and the HTTP base URL.
+	NATS, HTTP string
+	// Embedded is the embedded nats-server, whose account statistics count
+	// the ledger's messages; nil leaves that figure out.
+	Embedded *server.Server
+}
+
+// Validate returns a bad_request *protocol.Error listing every problem of
+// the configuration, or nil. Zero values are the defaults and pass; Run
+// calls it.
+func (c Config) Validate() error {
+	var vs protocol.Violations
+	if c.Duration < 0 {
+		vs.Add("Duration", protocol.VInvalidValue, "must not be negative (zero means the default), got %v", c.Duration)
+	}
+	if c.Rounds < 0 {
+		vs.Add("Rounds", protocol.VInvalidValue, "must not be negative (zero means the default), got %d", c.Rounds)
+	}
+	for i, n := range c.InFlight {
+		if n < 1 || n > MaxInFlight {
+			vs.Add(fmt.Sprintf("InFlight[%d]", i), protocol.VInvalidValue, "must be from 1 to %d, got %d", MaxInFlight, n)
+		}
+	}
+	if c.Rebuild < 0 {
+		vs.Add("Rebuild", protocol.VInvalidValue, "must be a number of calls, got %d", c.Rebuild)
+	}
+	if c.Serve == nil {
+		vs.Add("Serve", protocol.VInvalidValue, "is required")
+	}
+	return protocol.BadRequest("bench config", vs)
+}
+
+// withDefaults fills the zero values.
+func (c Config) withDefaults() Config {
+	if c.Duration == 0 {
+		c.Duration = 2 * time.Second
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 3
+	}
+	if len(c.InFlight) == 0 {
+		c.InFlight = []int{1, 16, 256}
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+// Report is a run's settings and its rows. Its JSON is what
+// `cgledger bench --json` prints.
+type Report struct {
+	Duration   string `json:"duration"`
+	Retention  string `json:"retention"`
+	Rounds     int    `json:"rounds"`
+	Rows       []Row  `json:"rows"`
+	SyncAlways bool   `json:"sync_always"`
+}
+
+// WriteText writes the report as the table `cgledger bench` prints.
+func (r Report) WriteText(w io.Writer) error {
+	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %10s %8s %8s %9s | %7s %7s %9s\n",
+		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us",
+		"limit/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x", "ratio lim"); err != nil {
+		return err
+	}
+	for _, r := range r.Rows {
+		limit, limitRatio := fmt.Sprintf("%10s %8s %8s %9s", "-", "-", "-", "-"), fmt.Sprintf("%9s", "-")
+		if r.Limit != nil {
+			limit = fmt.Sprintf("%10.0f %8.2f %8.2f %9.0f", r.Limit.PerSecond, r.Limit.P50Ms, r.Limit.P99Ms, r.Limit.CPUMicros)
+			limitRatio = fmt.Sprintf("%9.3f", r.LimitRatio)
+		}
+		if _, err := fmt.Fprintf(w, "%-16s %6d | %10.0f %8.2f %8.2f %9.0f %7.1f %7.2f | %10.0f %8.2f %8.2f %9.0f | %s | %7.3f %7.1f %s\n",
+			r.Workload, r.InFlight, r.CgLedger.PerSecond, r.CgLedger.P50Ms, r.CgLedger.P99Ms, r.CgLedger.CPUMicros, r.CgLedger.LedgerMsgs, r.CgLedger.CommitsPer,
+			r.Raw.PerSecond, r.Raw.P50Ms, r.Raw.P99Ms, r.Raw.CPUMicros, limit, r.Ratio, r.P99Ratio, limitRatio); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Result is one measured run.
+type Result struct {
+	Calls      int     `json:"calls"`
+	PerSecond  float64 `json:"per_second"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	CPUMicros  float64 `json:"cpu_us_per_call"`
+	LedgerMsgs float64 `json:"ledger_msgs_per_call,omitempty"`
+	CommitsPer float64 `json:"projector_commits_per_call,omitempty"`
+	Errors     int     `json:"errors"`
+	// ResultsInFlight is, for the raw round trip, the most results its
+	// service had published and not yet seen acknowledged at once (the
+	// largest over the rounds): above 1, the baseline is pipelined. It can
+	// pass the in-flight level: a caller moves on when its result arrives,
+	// which can be before the service has seen the result's ack.
+	ResultsInFlight int `json:"max_results_in_flight,omitempty"`
+}
+
+// Row is the medians of one workload at one in-flight level.
+type Row struct {
+	Workload string  `json:"workload"`
+	InFlight int     `json:"in_flight"`
+	CgLedger Result  `json:"cgledger"`
+	Raw      Result  `json:"raw"`
+	Ratio    float64 `json:"ratio_per_second"`
+	P99Ratio float64 `json:"ratio_p99"`
+	// Limit is the protocol's own limit, a conformant call on raw
+	// JetStream alone, for the workloads that are whole calls.
+	Limit         *Result `json:"protocol_limit,omitempty"`
+	LimitRatio    float64 `json:"ratio_protocol_limit,omitempty"`
+	LimitP99Ratio float64 `json:"ratio_p99_protocol_limit,omitempty"`
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/internal/violationtest"
+)
+
+func noServe(context.Context, ServeOptions, func(Server)) error { return nil }
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{Serve: noServe}.Validate(), "zero values are the defaults")
+	err := Config{Duration: -1, Rounds: -1, InFlight: []int{1, 0, MaxInFlight + 1}, Rebuild: -1}.Validate()
+	require.Equal(t, []string{"Duration", "Rounds", "InFlight[1]", "InFlight[2]", "Rebuild", "Serve"}, violationtest.ConfigFields(t, err))
+}
+
+func TestRunRefusesAnInvalidConfig(t *testing.T) {
+	_, err := Run(context.Background(), Config{Rounds: -1, Serve: noServe})
+	require.Equal(t, []string{"Rounds"}, violationtest.ConfigFields(t, err))
+}
+
+func TestDefaults(t *testing.T) {
+	c := Config{}.withDefaults()
+	require.Equal(t, "2s", c.Duration.String())
+	require.Equal(t, 3, c.Rounds)
+	require.Equal(t, []int{1, 16, 256}, c.InFlight)
+	require.NotNil(t, c.Progress)
+}
+
+func TestMedianAndRatios(t *testing.T) {
+	cg := []Result{{Calls: 10, PerSecond: 100, P99Ms: 4, Errors: 1}, {Calls: 20, PerSecond: 300, P99Ms: 2}, {Calls: 30, PerSecond: 200, P99Ms: 6}}
+	rw := []Result{{Calls: 5, PerSecond: 400, P99Ms: 1, ResultsInFlight: 3}, {Calls: 5, PerSecond: 800, P99Ms: 2, ResultsInFlight: 7}, {Calls: 5, PerSecond: 1000, P99Ms: 3}}
+	r := row("e2e echo", 16, cg, rw)
+	require.Equal(t, 60, r.CgLedger.Calls, "calls add up over the rounds")
+	require.Equal(t, 1, r.CgLedger.Errors)
+	require.Equal(t, 200.0, r.CgLedger.PerSecond, "the median")
+	require.Equal(t, 7, r.Raw.ResultsInFlight, "the most over the rounds")
+	require.InDelta(t, 0.25, r.Ratio, 1e-12)
+	require.InDelta(t, 2.0, r.P99Ratio, 1e-12)
+	require.Nil(t, r.Limit)
+	r = withLimit(r, []Result{{PerSecond: 400, P99Ms: 8}})
+	require.NotNil(t, r.Limit)
+	require.InDelta(t, 0.5, r.LimitRatio, 1e-12)
+	require.InDelta(t, 0.5, r.LimitP99Ratio, 1e-12)
+	// A zero baseline leaves the ratio out rather than dividing by it.
+	require.Zero(t, row("x", 1, cg, []Result{{}}).Ratio)
+}
+
+func TestWriteText(t *testing.T) {
+	r := Report{Duration: "2s", Rounds: 3, Rows: []Row{
+		withLimit(row("e2e echo", 16, []Result{{PerSecond: 1000, P50Ms: 1, P99Ms: 2, CPUMicros: 300, LedgerMsgs: 9, CommitsPer: 0.5}}, []Result{{PerSecond: 4000, P50Ms: 0.5, P99Ms: 1, CPUMicros: 50}}), []Result{{PerSecond: 2000, P99Ms: 1}}),
+		row("report", 16, []Result{{PerSecond: 10}}, []Result{{PerSecond: 20}}),
+	}}
+	var b bytes.Buffer
+	require.NoError(t, r.WriteText(&b))
+	lines := strings.Split(b.String(), "\n")
+	require.Equal(t, `cgledger bench: 3 rounds of 2s, sync_always=false retention="" (medians; raw = the workload's raw baseline, limit = the protocol's own limit;`, lines[0])
+	require.Equal(t, "workload         flight |       cg/s   p50 ms   p99 ms    cpu us    msgs commits |      raw/s   p50 ms   p99 ms    cpu us |    limit/s   p50 ms   p99 ms    cpu us |   ratio   p99 x ratio lim", lines[3])
+	require.Equal(t, "e2e echo             16 |       1000     1.00     2.00       300     9.0    0.50 |       4000     0.50     1.00        50 |       2000     0.00     1.00         0 |   0.250     2.0     0.500", lines[4])
+	require.Equal(t, "report               16 |         10     0.00     0.00         0     0.0    0.00 |         20     0.00     0.00         0 |          -        -        -         - |   0.500     0.0         -", lines[5])
+}
