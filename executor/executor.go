@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cgledger/cgledger/internal/configcheck"
 	"github.com/cgledger/cgledger/internal/schemacache"
 	"github.com/cgledger/cgledger/internal/toollabels"
 	"github.com/cgledger/cgledger/protocol"
@@ -166,19 +167,11 @@ var (
 // the implementations registered by then.
 func (c Config) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "AckWait", c.AckWait)
-	nonNegative(&vs, "MaxDeliver", c.MaxDeliver)
-	nonNegative(&vs, "MaxInFlight", c.MaxInFlight)
-	nonNegative(&vs, "DrainTimeout", c.DrainTimeout)
+	configcheck.NonNegative(&vs, "AckWait", c.AckWait)
+	configcheck.NonNegative(&vs, "MaxDeliver", c.MaxDeliver)
+	configcheck.NonNegative(&vs, "MaxInFlight", c.MaxInFlight)
+	configcheck.NonNegative(&vs, "DrainTimeout", c.DrainTimeout)
 	return protocol.BadRequest("executor config", vs)
-}
-
-// nonNegative adds a violation for a negative count or duration, which
-// has no meaning where zero already means the default.
-func nonNegative[T ~int | ~int64](vs *protocol.Violations, field string, v T) {
-	if v < 0 {
-		vs.Add(field, protocol.VInvalidValue, "must not be negative (zero means the default), got %v", v)
-	}
 }
 
 // New returns an executor; register tools, then Start it. A configuration

@@ -3,6 +3,7 @@ package ledger
 import (
 	"time"
 
+	"github.com/cgledger/cgledger/internal/configcheck"
 	"github.com/cgledger/cgledger/protocol"
 )
 
@@ -16,9 +17,9 @@ func (c Config) Validate() error {
 		vs.Add("Version", protocol.VInvalidValue, "invalid protocol version %q", c.Version)
 	}
 	c.Streams.Check(&vs, "Streams.")
-	nonNegative(&vs, "ReportLease", c.ReportLease)
-	nonNegative(&vs, "ToolAckWait", c.ToolAckWait)
-	nonNegative(&vs, "Retention", c.Retention)
+	configcheck.NonNegative(&vs, "ReportLease", c.ReportLease)
+	configcheck.NonNegative(&vs, "ToolAckWait", c.ToolAckWait)
+	configcheck.NonNegative(&vs, "Retention", c.Retention)
 	if c.Retention > 0 && c.Retention < time.Second {
 		vs.Add("Retention", protocol.VInvalidValue, "%s is below JetStream's 1s minimum TTL", c.Retention)
 	}
@@ -30,8 +31,8 @@ func (c Config) Validate() error {
 // ServeAPI calls it.
 func (c APIConfig) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "RequestTimeout", c.RequestTimeout)
-	nonNegative(&vs, "MaxInFlight", c.MaxInFlight)
+	configcheck.NonNegative(&vs, "RequestTimeout", c.RequestTimeout)
+	configcheck.NonNegative(&vs, "MaxInFlight", c.MaxInFlight)
 	return protocol.BadRequest("ledger API config", vs)
 }
 
@@ -40,9 +41,9 @@ func (c APIConfig) Validate() error {
 // StartApprovalKeeper calls it.
 func (c ApprovalKeeperConfig) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "AckWait", c.AckWait)
-	nonNegative(&vs, "Workers", c.Workers)
-	nonNegative(&vs, "FinishAfter", c.FinishAfter)
+	configcheck.NonNegative(&vs, "AckWait", c.AckWait)
+	configcheck.NonNegative(&vs, "Workers", c.Workers)
+	configcheck.NonNegative(&vs, "FinishAfter", c.FinishAfter)
 	return protocol.BadRequest("approval keeper config", vs)
 }
 
@@ -51,15 +52,7 @@ func (c ApprovalKeeperConfig) Validate() error {
 // StartDeadlineKeeper calls it.
 func (c DeadlineKeeperConfig) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "AckWait", c.AckWait)
-	nonNegative(&vs, "Workers", c.Workers)
+	configcheck.NonNegative(&vs, "AckWait", c.AckWait)
+	configcheck.NonNegative(&vs, "Workers", c.Workers)
 	return protocol.BadRequest("deadline keeper config", vs)
-}
-
-// nonNegative adds a violation for a negative count, size or duration,
-// which has no meaning where zero already means the default.
-func nonNegative[T ~int | ~int32 | ~int64](vs *protocol.Violations, field string, v T) {
-	if v < 0 {
-		vs.Add(field, protocol.VInvalidValue, "must not be negative (zero means the default), got %v", v)
-	}
 }

@@ -1,6 +1,9 @@
 package projector
 
-import "github.com/cgledger/cgledger/protocol"
+import (
+	"github.com/cgledger/cgledger/internal/configcheck"
+	"github.com/cgledger/cgledger/protocol"
+)
 
 // Validate returns a bad_request *protocol.Error listing every problem of
 // the configuration, or nil. Zero values are the defaults and pass, and so
@@ -8,9 +11,9 @@ import "github.com/cgledger/cgledger/protocol"
 // New calls it.
 func (c Config) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "BatchSize", c.BatchSize)
-	nonNegative(&vs, "SyncEvery", c.SyncEvery)
-	nonNegative(&vs, "SkipPollInterval", c.SkipPollInterval)
+	configcheck.NonNegative(&vs, "BatchSize", c.BatchSize)
+	configcheck.NonNegative(&vs, "SyncEvery", c.SyncEvery)
+	configcheck.NonNegative(&vs, "SkipPollInterval", c.SkipPollInterval)
 	return protocol.BadRequest("projector config", vs)
 }
 
@@ -19,9 +22,9 @@ func (c Config) Validate() error {
 // ServeAPI calls it.
 func (c APIConfig) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "RequestTimeout", c.RequestTimeout)
-	nonNegative(&vs, "MaxInFlight", c.MaxInFlight)
-	nonNegative(&vs, "MaxWait", c.MaxWait)
+	configcheck.NonNegative(&vs, "RequestTimeout", c.RequestTimeout)
+	configcheck.NonNegative(&vs, "MaxInFlight", c.MaxInFlight)
+	configcheck.NonNegative(&vs, "MaxWait", c.MaxWait)
 	return protocol.BadRequest("projector API config", vs)
 }
 
@@ -29,16 +32,8 @@ func (c APIConfig) Validate() error {
 // the options, or nil. The zero value passes; OpenStore calls it.
 func (o StoreOptions) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "CacheBytes", o.CacheBytes)
+	configcheck.NonNegative(&vs, "CacheBytes", o.CacheBytes)
 	return protocol.BadRequest("store options", vs)
-}
-
-// nonNegative adds a violation for a negative count, size or duration,
-// which has no meaning where zero already means the default.
-func nonNegative[T ~int | ~int64](vs *protocol.Violations, field string, v T) {
-	if v < 0 {
-		vs.Add(field, protocol.VInvalidValue, "must not be negative (zero means the default), got %v", v)
-	}
 }
 
 // Validate returns a bad_request *protocol.Error listing every problem of
@@ -47,7 +42,7 @@ func nonNegative[T ~int | ~int64](vs *protocol.Violations, field string, v T) {
 // not call it; a caller that builds the config from input checks it.
 func (c WaitingConfig) Validate() error {
 	var vs protocol.Violations
-	nonNegative(&vs, "Grace", c.Grace)
-	nonNegative(&vs, "CacheFor", c.CacheFor)
+	configcheck.NonNegative(&vs, "Grace", c.Grace)
+	configcheck.NonNegative(&vs, "CacheFor", c.CacheFor)
 	return protocol.BadRequest("waiting-call gauges config", vs)
 }
