@@ -450,7 +450,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 	if protocol.IsPMOTool(tool) {
 		// A PMO built-in is served in every project without a
 		// registration; only a credential issued for it asks.
-		return l.ensureConsumer(ctx, project, tool, protocol.Root+"."+l.version+"."+project+".*.cmd.sys.pmo.internal."+tool)
+		return l.ensureConsumer(ctx, project, tool, protocol.PMOCommandsFilter(l.version, project, tool))
 	}
 	// Only tools an admin registered get a consumer: each one is a resource
 	// of the stream (which caps consumers), not something any tool

@@ -68,8 +68,8 @@ func (l *Ledger) ConformanceObserve(ctx context.Context, req protocol.Conformanc
 		}
 		res.Consumers = cs
 	}
-	mine := protocol.Root + "." + l.version + "." + req.ProjectID + "."
-	unrouted := protocol.Root + "." + l.version + "._._."
+	mine := protocol.ProjectEntryPrefix(l.version, req.ProjectID)
+	unrouted := protocol.UnroutedEntryPrefix(l.version)
 	info, err := l.stream.Info(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%s: read the stream's state: %w", protocol.OpConformanceObserve, err)
