@@ -358,12 +358,7 @@ func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
 // recorded like any write's; the outcomes of Resume itself (not_reported,
 // unknown_call, or a report refused on the way) are its own.
 func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var r protocol.CallRef
-	if ok {
-		r = protocol.CallRef{ProjectID: o.Ident("project_id", true), AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
-	}
+	r, vs := protocol.ParseResumeRequest(m.Data)
 	if len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.resume request: %d violation(s)", len(vs))
 		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))

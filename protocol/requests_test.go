@@ -51,6 +51,10 @@ var requestParsers = map[string]func(td *datadriven.TestData, h nats.Header, bod
 	protocol.OpToolResume:         bodyParser(protocol.ParseToolPauseRequest),
 	protocol.OpConformanceCommand: bodyParser(protocol.ParseConformanceCommand),
 	protocol.OpConformanceObserve: bodyParser(protocol.ParseConformanceObserve),
+	protocol.OpRosterSet:          bodyParser(protocol.ParseRosterEntry),
+	protocol.OpConsume:            bodyParser(protocol.ParseConsumeRequest),
+	protocol.OpCancel:             bodyParser(protocol.ParseCancelRequest),
+	protocol.OpResume:             bodyParser(protocol.ParseResumeRequest),
 	// identity reads a call's identity headers (the whole input), as
 	// dispatch, report and a tool command do; require-call and require-step
 	// require CG-Tool-Call-Id and CG-Step-Id.
@@ -157,12 +161,8 @@ func TestRequests(t *testing.T) {
 // so protocol has no parser of theirs to run the cases through yet; "card"
 // is card.put's.
 var parsedInLedger = map[string]string{
-	protocol.OpCardPut:   "card",
-	protocol.OpDispatch:  "",
-	protocol.OpRosterSet: "",
-	protocol.OpConsume:   "",
-	protocol.OpCancel:    "",
-	protocol.OpResume:    "",
+	protocol.OpCardPut:  "card",
+	protocol.OpDispatch: "",
 }
 
 // TestEveryWriteHasCases: every write operation of the table has request
