@@ -80,3 +80,68 @@ func ToolEntryName(subject string) string {
 	}
 	return toks[4]
 }
+
+// FilterMatches reports whether a NATS filter (with * and >) matches a
+// literal subject.
+func FilterMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (f != "*" && f != st[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
+
+// SubjectVersion is the protocol version token of a subject or a filter
+// of the grammar (cg.<ver>.…); ok is false when it has none that is valid.
+func SubjectVersion(s string) (version string, ok bool) {
+	toks := strings.SplitN(s, ".", 3)
+	if len(toks) < 3 || !ValidVersion(toks[1]) {
+		return "", false
+	}
+	return toks[1], true
+}
+
+// SubjectProject is the project token of a subject of the grammar
+// (cg.<ver>.<project>.…), read without checking it, or "" when the subject
+// has too few tokens to name one.
+func SubjectProject(subject string) string {
+	toks := strings.SplitN(subject, ".", 4)
+	if len(toks) < 4 {
+		return ""
+	}
+	return toks[2]
+}
+
+// CommandTarget is the first target token of a tool command subject
+// (cg.<ver>.<project>.<channel>.cmd.tool.<target>…), read without checking
+// it, or "" when the subject is not shaped as one.
+func CommandTarget(subject string) string {
+	toks := strings.SplitN(subject, ".", 8)
+	if len(toks) < 7 || toks[4] != "cmd" || toks[5] != "tool" {
+		return ""
+	}
+	return toks[6]
+}
+
+// ServesTool reports whether a consumer with these filters serves the tool
+// of a command subject (cg.<ver>.<project>.<channel>.cmd.tool.<target>...):
+// one of its filters takes the subject and names the target itself. A
+// consumer that takes every tool's commands (the ledger's deadline keeper,
+// cmd.tool.>), or the whole stream (the views, an auditor's reader), is
+// always pulling and serves none of them: counted, it would keep every tool
+// "available" for ever (found from outside).
+func ServesTool(filters []string, subject string) bool {
+	const target = 6
+	for _, f := range filters {
+		ft := strings.Split(f, ".")
+		if len(ft) > target && ft[target] != "*" && ft[target] != ">" && FilterMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}

@@ -44,3 +44,41 @@ func TestToolEntryName(t *testing.T) {
 		require.Equal(t, want, protocol.ToolEntryName(subject), subject)
 	}
 }
+
+// TestFilterMatchesAsNATSDoes: the filters of the consumers that serve a
+// tool (an executor's, a tool credential's) match its command subjects, and
+// nothing else does (moved from the ledger's TestSubjectMatchesAsNATSDoes).
+func TestFilterMatchesAsNATSDoes(t *testing.T) {
+	subj := "cg.v1.proj.main.cmd.tool.pay"
+	for _, f := range []string{subj, "cg.*.*.*.cmd.tool.pay", "cg.v1.proj.*.cmd.tool.pay", "cg.>", "cg.v1.proj.main.cmd.>", ">"} {
+		require.True(t, protocol.FilterMatches(f, subj), f)
+	}
+	for _, f := range []string{"cg.*.*.*.cmd.tool.pay.>", "cg.v1.proj.*.cmd.tool.payroll", "cg.v1.other.*.cmd.tool.pay", "cg.*.*.*.cmd.tool", "cg.v1.proj.main.cmd.tool.pay.x"} {
+		require.False(t, protocol.FilterMatches(f, subj), f)
+	}
+	require.True(t, protocol.FilterMatches("cg.*.*.*.cmd.tool.pay.>", "cg.v1.proj.main.cmd.tool.pay.refund"))
+	require.False(t, protocol.ServesTool(nil, subj), "a consumer of the whole stream serves no tool")
+	require.False(t, protocol.ServesTool([]string{"cg.*.*.*.cmd.tool.>"}, subj), "the deadline keeper takes every tool's commands and serves none")
+	require.False(t, protocol.ServesTool([]string{"cg.v1.*.*.cmd.tool.*"}, subj))
+	require.False(t, protocol.ServesTool([]string{"cg.*.*.*.cmd.tool.echo"}, subj))
+	require.True(t, protocol.ServesTool([]string{"cg.*.*.*.cmd.tool.echo", "cg.v1.proj.*.cmd.tool.pay"}, subj))
+	require.True(t, protocol.ServesTool([]string{"cg.*.*.*.cmd.tool.pay.>"}, "cg.v1.proj.main.cmd.tool.pay.refund"))
+}
+
+func TestSubjectTokens(t *testing.T) {
+	v, ok := protocol.SubjectVersion("cg.v1.p1.*.cmd.tool.echo")
+	require.True(t, ok)
+	require.Equal(t, "v1", v)
+	for _, s := range []string{"cg.v1", "cg.V1.p", "cg..p", ""} {
+		_, ok := protocol.SubjectVersion(s)
+		require.False(t, ok, s)
+	}
+	require.Equal(t, "p1", protocol.SubjectProject("cg.v1.p1.c1.cmd.tool.echo"))
+	require.Equal(t, "p1", protocol.SubjectProject("cg.v1.p1.c1"))
+	require.Empty(t, protocol.SubjectProject("cg.v1.p1"))
+	require.Equal(t, "echo", protocol.CommandTarget("cg.v1.p1.c1.cmd.tool.echo"))
+	require.Equal(t, "pay", protocol.CommandTarget("cg.v1.p1.c1.cmd.tool.pay.refund.x"))
+	for _, s := range []string{"cg.v1.p1.c1.cmd.sys.pmo.internal.sleep", "cg.v1.p1.c1.cmd.tool", "cg.v1.p1.tool.echo"} {
+		require.Empty(t, protocol.CommandTarget(s), s)
+	}
+}
