@@ -14,7 +14,7 @@ import (
 )
 
 // maxCardIDs bounds one GetCards call.
-const maxCardIDs = 256
+const maxCardIDs = protocol.MaxCardIDs
 
 // PutCard validates and stores a card. Cards are immutable: putting an
 // identical card again returns the original (Duplicate), a different card

@@ -53,6 +53,16 @@ var requestParsers = map[string]func(td *datadriven.TestData, h nats.Header, bod
 	protocol.OpConformanceObserve: bodyParser(protocol.ParseConformanceObserve),
 	protocol.OpRosterSet:          bodyParser(protocol.ParseRosterEntry),
 	protocol.OpCardPut:            bodyParser(protocol.ParseCardPut),
+	protocol.OpCardGet:            bodyParser(protocol.ParseCardGetRequest),
+	protocol.OpRosterGet:          bodyParser(protocol.ParseRosterGetRequest),
+	protocol.OpCallGet:            bodyParser(protocol.ParseCallGetRequest),
+	protocol.OpCancelGet:          bodyParser(protocol.ParseCancelGetRequest),
+	protocol.OpToolGet:            bodyParser(protocol.ParseToolGetRequest),
+	protocol.OpToolList:           bodyParser(protocol.ParseToolListRequest),
+	protocol.OpProjectorSkip:      bodyParser(protocol.ParseSkipRequest),
+	protocol.OpToolConsumer: func(_ *datadriven.TestData, _ nats.Header, body []byte) (protocol.Violations, error) {
+		return protocol.ParseToolConsumerRequest(body), nil
+	},
 	// dispatch reads a dispatch as a ledger serving v1 does: what the
 	// ledger's state answers (the checks asked for) is not run.
 	protocol.OpDispatch: func(_ *datadriven.TestData, h nats.Header, body []byte) (protocol.Violations, error) {
@@ -164,8 +174,9 @@ func TestRequests(t *testing.T) {
 	})
 }
 
-// TestEveryWriteHasCases: every write operation of the table has request
-// cases in testdata/requests, run through its protocol parser.
+// TestEveryWriteHasCases: every write operation of the table, and every
+// read the ledger serves, has request cases in testdata/requests, run
+// through its protocol parser.
 func TestEveryWriteHasCases(t *testing.T) {
 	files, err := filepath.Glob("testdata/requests/*.txt")
 	require.NoError(t, err)
@@ -183,10 +194,11 @@ func TestEveryWriteHasCases(t *testing.T) {
 		}
 	}
 	for _, o := range protocol.Operations {
-		if !o.Write {
+		if !o.Write && o.Server != protocol.ServerLedger {
+			// The views' reads parse their own requests.
 			continue
 		}
 		require.Contains(t, requestParsers, o.Name)
-		require.True(t, cmds[o.Name], "write %s has no case in testdata/requests", o.Name)
+		require.True(t, cmds[o.Name], "%s has no case in testdata/requests", o.Name)
 	}
 }
