@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -158,7 +157,7 @@ func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	if err != nil {
 		return out, fmt.Errorf("ledger client: encode payload: %w", err)
 	}
-	msg, err := jsonMsg(c.subject(subjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), protocol.DispatchBody{Subject: req.Subject, Card: card, Payload: payload, Approval: req.Approval, Checks: req.Checks})
+	msg, err := jsonMsg(c.subject(protocol.SubjectProject(req.Subject), req.Identity.AgentID, protocol.OpDispatch), protocol.DispatchBody{Subject: req.Subject, Card: card, Payload: payload, Approval: req.Approval, Checks: req.Checks})
 	if err != nil {
 		return out, err
 	}
@@ -334,16 +333,6 @@ func identOr(s string) string {
 		return s
 	}
 	return ""
-}
-
-// subjectProject is the project of a command subject, or "" when it does not
-// parse (the ledger then refuses the request with every violation).
-func subjectProject(subject string) string {
-	toks := strings.SplitN(subject, ".", 4)
-	if len(toks) < 4 {
-		return ""
-	}
-	return toks[2]
 }
 
 // Skip asks the ledger to record an operator's skip of the entry at seq

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +66,7 @@ func (c *Client) Resume(ctx context.Context, project, turnID, callID string) (pr
 // command unacked).
 func (c *Client) RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error {
 	var out protocol.RejectionResult
-	project := subjectProject(subject)
+	project := protocol.SubjectProject(subject)
 	msg, err := jsonMsg(c.subject(project, commandTool(subject), protocol.OpCommandReject),
 		protocol.CommandRejection{Subject: subject, Headers: h, Data: data, Error: e})
 	if err != nil {
@@ -107,11 +106,7 @@ func (c *Client) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQu
 // (cg.<ver>.<project>.<channel>.cmd.tool.<target>...), or "" (the client's
 // own actor) when the subject has none that can be an actor token.
 func commandTool(subject string) string {
-	toks := strings.SplitN(subject, ".", 8)
-	if len(toks) < 7 || toks[4] != "cmd" || toks[5] != "tool" {
-		return ""
-	}
-	return identOr(toks[6])
+	return identOr(protocol.CommandTarget(subject))
 }
 
 // callTool is the actor a tool operation on a call goes out as: the

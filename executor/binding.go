@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,11 +52,11 @@ func (e *Executor) bind(ctx context.Context, b Binding, apis map[string]jetstrea
 	}
 	// The version token comes from the ledger's answer: a tool credential
 	// may subscribe to its project's cancellations of that version only.
-	toks := strings.SplitN(tc.FilterSubjects[0], ".", 3)
-	if len(toks) < 3 || !protocol.ValidVersion(toks[1]) {
+	version, ok := protocol.SubjectVersion(tc.FilterSubjects[0])
+	if !ok {
 		return fmt.Errorf("tool consumer %s: filter subject %q has no protocol version", tc.Consumer, tc.FilterSubjects[0])
 	}
-	cancelSubject := protocol.CancelSubjectPattern(toks[1], b.Project)
+	cancelSubject := protocol.CancelSubjectPattern(version, b.Project)
 	if !cancels[cancelSubject] {
 		sub, err := e.nc.Subscribe(cancelSubject, e.onCancel)
 		if err != nil {

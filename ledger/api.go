@@ -1,9 +1,7 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -250,27 +248,8 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 }
 
 func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var ids []string
-	project := ""
-	if ok {
-		project = o.Ident("project_id", true)
-		if r := o.Raw("card_ids"); r == nil {
-			vs.Add("body.card_ids", protocol.VRequired, "is required")
-		} else if err := json.Unmarshal(r, &ids); err != nil {
-			vs.Add("body.card_ids", protocol.VInvalidType, "must be an array of strings")
-		}
-		for i, id := range ids {
-			protocol.CheckIdent(&vs, fmt.Sprintf("body.card_ids[%d]", i), id, true)
-		}
-		if r := o.Raw("card_ids"); r != nil && len(ids) == 0 && len(vs) == 0 {
-			vs.Add("body.card_ids", protocol.VEmpty, "at least one card id is required")
-		}
-		if len(ids) > maxCardIDs {
-			vs.Add("body.card_ids", protocol.VTooLarge, "at most %d card ids per request, got %d", maxCardIDs, len(ids))
-		}
-	}
+	r, vs := protocol.ParseCardGetRequest(m.Data)
+	project, ids := r.ProjectID, r.CardIDs
 	if err := protocol.BadRequest("card.get request", vs); err != nil {
 		return nil, err
 	}
@@ -291,12 +270,8 @@ func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
 }
 
 func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var project, agent string
-	if ok {
-		project, agent = o.Ident("project_id", true), o.Ident("agent_id", true)
-	}
+	r, vs := protocol.ParseRosterGetRequest(m.Data)
+	project, agent := r.ProjectID, r.AgentID
 	if err := protocol.BadRequest("roster.get request", vs); err != nil {
 		return nil, err
 	}
@@ -304,17 +279,8 @@ func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
 }
 
 func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var project, turn, call string
-	var twoPhase bool
-	if ok {
-		project, turn, call = o.Ident("project_id", true), o.Ident("agent_turn_id", true), o.Ident("tool_call_id", true)
-		twoPhase = string(o.Raw("two_phase")) == "true"
-		if r := o.Raw("two_phase"); r != nil && !twoPhase && string(r) != "false" {
-			vs.Add(o.Path("two_phase"), protocol.VInvalidType, "must be a boolean")
-		}
-	}
+	r, vs := protocol.ParseCallGetRequest(m.Data)
+	project, turn, call, twoPhase := r.ProjectID, r.AgentTurnID, r.ToolCallID, r.TwoPhase
 	if err := protocol.BadRequest("call.get request", vs); err != nil {
 		return nil, err
 	}
@@ -340,13 +306,7 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 }
 
 func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var r protocol.CallRef
-	if ok {
-		r = protocol.CallRef{ProjectID: o.Ident("project_id", true), ChannelID: o.Ident("channel_id", true),
-			AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
-	}
+	r, vs := protocol.ParseCancelGetRequest(m.Data)
 	if err := protocol.BadRequest("cancel.get request", vs); err != nil {
 		return nil, err
 	}
@@ -358,12 +318,7 @@ func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
 // recorded like any write's; the outcomes of Resume itself (not_reported,
 // unknown_call, or a report refused on the way) are its own.
 func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var r protocol.CallRef
-	if ok {
-		r = protocol.CallRef{ProjectID: o.Ident("project_id", true), AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
-	}
+	r, vs := protocol.ParseResumeRequest(m.Data)
 	if len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.resume request: %d violation(s)", len(vs))
 		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
@@ -397,18 +352,8 @@ func (s *APIServer) commandReject(ctx context.Context, m *nats.Msg) (any, error)
 }
 
 func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var project, tool string
-	var seq uint64
-	if ok {
-		project, tool = o.Ident("project_id", true), o.Ident("tool_name", true)
-		if r := o.Raw("seq"); r != nil {
-			if err := json.Unmarshal(r, &seq); err != nil || seq == 0 {
-				vs.Add(o.Path("seq"), protocol.VInvalidType, "must be a positive integer (the sequence of the tool's definition entry)")
-			}
-		}
-	}
+	r, vs := protocol.ParseToolGetRequest(m.Data)
+	project, tool, seq := r.ProjectID, r.ToolName, r.Seq
 	if err := protocol.BadRequest("tool.get request", vs); err != nil {
 		return nil, err
 	}
@@ -419,12 +364,7 @@ func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
 }
 
 func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var project string
-	if ok {
-		project = o.Ident("project_id", true)
-	}
+	project, vs := protocol.ParseToolListRequest(m.Data)
 	if err := protocol.BadRequest("tool.list request", vs); err != nil {
 		return nil, err
 	}
@@ -450,7 +390,7 @@ func (l *Ledger) EnsureToolConsumer(ctx context.Context, project, tool string) (
 	if protocol.IsPMOTool(tool) {
 		// A PMO built-in is served in every project without a
 		// registration; only a credential issued for it asks.
-		return l.ensureConsumer(ctx, project, tool, protocol.Root+"."+l.version+"."+project+".*.cmd.sys.pmo.internal."+tool)
+		return l.ensureConsumer(ctx, project, tool, protocol.PMOCommandsFilter(l.version, project, tool))
 	}
 	// Only tools an admin registered get a consumer: each one is a resource
 	// of the stream (which caps consumers), not something any tool
@@ -512,28 +452,14 @@ func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) 
 	c, _ := CallerFrom(ctx)
 	// The body names nothing (the subject does), but what is sent must be
 	// the documented object; an empty body is the same as {}.
-	if len(bytes.TrimSpace(m.Data)) > 0 {
-		var vs protocol.Violations
-		protocol.ParseObject("body", m.Data, &vs)
-		if err := protocol.BadRequest("tool.consumer request", vs); err != nil {
-			return nil, err
-		}
+	if err := protocol.BadRequest("tool.consumer request", protocol.ParseToolConsumerRequest(m.Data)); err != nil {
+		return nil, err
 	}
 	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
 }
 
 func (s *APIServer) projectorSkip(ctx context.Context, m *nats.Msg) (any, error) {
-	var vs protocol.Violations
-	o, ok := protocol.ParseObject("body", m.Data, &vs)
-	var req protocol.SkipRequest
-	if ok {
-		if r := o.Raw("seq"); r == nil {
-			vs.Add("body.seq", protocol.VRequired, "is required")
-		} else if err := json.Unmarshal(r, &req.Seq); err != nil {
-			vs.Add("body.seq", protocol.VInvalidType, "must be a positive integer")
-		}
-		req.Reason = o.Str("reason", true)
-	}
+	req, vs := protocol.ParseSkipRequest(m.Data)
 	if err := protocol.BadRequest("projector.skip request", vs); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,6 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 	if cfg.FinishAfter <= 0 {
 		cfg.FinishAfter = DefaultApprovalFinishAfter
 	}
-	base := protocol.Root + "." + l.version + ".*.*.ledger."
 	k := &ApprovalKeeper{l: l, cfg: cfg}
 	err := k.run.start(ctx, keeperSpec{
 		name:    "approval keeper",
@@ -81,8 +80,9 @@ func (l *Ledger) StartApprovalKeeper(ctx context.Context, cfg ApprovalKeeperConf
 			Description: "cgledger: held calls' expiry, decisions' and redrives' follow-up (serve's approval keeper)",
 			// Every held call stays pending until its decision or expiry
 			// (up to 7 days).
-			FilterSubjects: []string{base + "held.*.*", base + "approval.*.*", base + "redrive.*.*"},
-			AckWait:        cfg.AckWait,
+			FilterSubjects: []string{protocol.CallEntriesFilter(l.version, "*", protocol.SubjectHeld),
+				protocol.CallEntriesFilter(l.version, "*", protocol.SubjectApproval), protocol.CallEntriesFilter(l.version, "*", protocol.SubjectRedrive)},
+			AckWait: cfg.AckWait,
 		}),
 		retry:   cfg.Retry,
 		process: k.process,

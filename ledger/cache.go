@@ -174,7 +174,7 @@ func (c *caches) watch(nc *nats.Conn, version string) error {
 func (c *caches) changed(subject string) {
 	c.rosters.drop(subject)
 	c.tools.drop(subject)
-	if name := toolSubjectName(subject); name != "" {
+	if name := protocol.ToolEntryName(subject); name != "" {
 		c.labels.Add(name)
 	}
 }
@@ -182,7 +182,7 @@ func (c *caches) changed(subject string) {
 // learnVersion makes the version of a tool definition entry a label of its
 // own (ToolLabels.VersionLabel).
 func (c *caches) learnVersion(subject string, data []byte) {
-	name := toolSubjectName(subject)
+	name := protocol.ToolEntryName(subject)
 	if name == "" {
 		return
 	}

@@ -24,12 +24,7 @@ func (l *Ledger) Cancel(ctx context.Context, req protocol.CancelRequest) (protoc
 
 // cancelJSON is Cancel for a JSON body, as received over the API.
 func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelResult, error) {
-	var vs protocol.Violations
-	var req protocol.CancelRequest
-	if o, ok := protocol.ParseObject("body", body, &vs); ok {
-		req = protocol.CancelRequest{ProjectID: o.Ident("project_id", true), AgentID: o.Ident("agent_id", true),
-			AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true), Reason: o.Str("reason", false)}
-	}
+	req, vs := protocol.ParseCancelRequest(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
 	if len(vs) > 0 {
 		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid cancel: %d violation(s)", len(vs)), raw())

@@ -14,7 +14,7 @@ import (
 )
 
 // maxCardIDs bounds one GetCards call.
-const maxCardIDs = 256
+const maxCardIDs = protocol.MaxCardIDs
 
 // PutCard validates and stores a card. Cards are immutable: putting an
 // identical card again returns the original (Duplicate), a different card
@@ -30,30 +30,12 @@ func (l *Ledger) PutCard(ctx context.Context, card protocol.Card) (protocol.PutC
 
 // putCardJSON is PutCard for a card given as JSON, as received over the API.
 func (l *Ledger) putCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
-	var vs protocol.Violations
-	c, stored := protocol.DecodeCardStored("card", data, &vs)
-	if c != nil && c.Type == protocol.CardToolCall {
-		// The ids of a redrive's derived call: a tool.call card under them
-		// put by anyone but the redrive would take the derived call's card
-		// id, or name a call only the ledger may create. A tool.result
-		// card answers the derived call under its id, and stays allowed.
-		for _, f := range []struct{ field, id string }{{"card.card_id", c.CardID}, {"card.tool_call_id", c.ToolCallID}} {
-			if protocol.ReservedCallID(f.id) {
-				vs.Add(f.field, protocol.VInvalidToken, "%q ends in %s followed by a number, which is reserved for the derived calls of call.redrive (only the ledger writes their tool.call cards)", f.id, protocol.RedriveSeparator)
-			}
-		}
-	}
+	r, vs := protocol.ParseCardPut(data)
 	if err := protocol.BadRequest("card", vs); err != nil {
 		e, _ := protocol.AsError(err)
-		var project string
-		var probe struct {
-			ProjectID string `json:"project_id"`
-		}
-		if json.Unmarshal(data, &probe) == nil {
-			project = probe.ProjectID
-		}
-		return protocol.PutCardResult{}, l.reject(ctx, protocol.OpCardPut, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
+		return protocol.PutCardResult{}, l.reject(ctx, protocol.OpCardPut, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
 	}
+	c, stored := r.Card, r.Stored
 	return l.putCard(ctx, protocol.OpCardPut, c, stored, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
 }
 

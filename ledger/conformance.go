@@ -68,8 +68,8 @@ func (l *Ledger) ConformanceObserve(ctx context.Context, req protocol.Conformanc
 		}
 		res.Consumers = cs
 	}
-	mine := protocol.Root + "." + l.version + "." + req.ProjectID + "."
-	unrouted := protocol.Root + "." + l.version + "._._."
+	mine := protocol.ProjectEntryPrefix(l.version, req.ProjectID)
+	unrouted := protocol.UnroutedEntryPrefix(l.version)
 	info, err := l.stream.Info(ctx)
 	if err != nil {
 		return res, fmt.Errorf("%s: read the stream's state: %w", protocol.OpConformanceObserve, err)
@@ -159,22 +159,9 @@ func (l *Ledger) toolConsumers(ctx context.Context, project, tool string) ([]pro
 // anyMatch reports whether a filter (with NATS wildcards) takes subject.
 func anyMatch(filters []string, subject string) bool {
 	for _, f := range filters {
-		if subjectMatch(f, subject) {
+		if protocol.FilterMatches(f, subject) {
 			return true
 		}
 	}
 	return false
-}
-
-func subjectMatch(filter, subject string) bool {
-	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
-	for i, t := range ft {
-		if t == ">" {
-			return len(st) > i
-		}
-		if i >= len(st) || t != "*" && t != st[i] {
-			return false
-		}
-	}
-	return len(ft) == len(st)
 }

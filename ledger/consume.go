@@ -34,12 +34,7 @@ func (l *Ledger) Consume(ctx context.Context, req protocol.ConsumeRequest) (prot
 
 // consumeJSON parses a consume as received over the API, once, for the core.
 func (l *Ledger) consumeJSON(ctx context.Context, body []byte) (protocol.ConsumeResult, error) {
-	var vs protocol.Violations
-	var req protocol.ConsumeRequest
-	if o, ok := protocol.ParseObject("body", body, &vs); ok {
-		req = protocol.ConsumeRequest{ProjectID: o.Ident("project_id", true), AgentID: o.Ident("agent_id", true),
-			AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true)}
-	}
+	req, vs := protocol.ParseConsumeRequest(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
 	if len(vs) > 0 {
 		return protocol.ConsumeResult{}, l.reject(ctx, protocol.OpConsume, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid consume: %d violation(s)", len(vs)), raw())

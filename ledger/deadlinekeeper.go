@@ -58,8 +58,6 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
-	root := protocol.Root + "." + l.version
-	base := root + ".*.*.cmd."
 	k := &DeadlineKeeper{l: l}
 	err := k.run.start(ctx, keeperSpec{
 		name:    "deadline keeper",
@@ -74,8 +72,9 @@ func (l *Ledger) StartDeadlineKeeper(ctx context.Context, cfg DeadlineKeeperConf
 			// no command yet; and the pause subjects, whose resumes it
 			// finishes. Every call not yet reported stays pending until
 			// its deadline.
-			FilterSubjects: []string{base + "tool.>", base + "sys.pmo.internal.*", root + ".*.*.ledger.prepared.*.*",
-				root + ".*.*.ledger.held.*.*", root + ".*.pause.*"},
+			FilterSubjects: []string{protocol.ToolCommandsFilter(l.version), protocol.PMOCommandsFilter(l.version, "*", "*"),
+				protocol.CallEntriesFilter(l.version, "*", protocol.SubjectPrepared), protocol.CallEntriesFilter(l.version, "*", protocol.SubjectHeld),
+				protocol.PauseEntriesFilter(l.version)},
 			AckWait: cfg.AckWait,
 		}),
 		retry:   cfg.Retry,

@@ -77,10 +77,7 @@ func payloadCertain(p protocol.ToolCommandPayload) bool {
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
 // body {"subject", "card", "payload"}.
 func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
-	var vs protocol.Violations
-	// card and payload are checked as documents of their own below, so
-	// their violations carry the documented card.* and payload.* paths.
-	o, ok := protocol.ParseObject("body", body, &vs, "card", "payload")
+	b, vs, ok := protocol.ParseDispatchBody(body)
 	if !ok {
 		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, "", "", protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), protocol.NewRejectedRequest("", h, body))
 	}
@@ -91,17 +88,7 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 	if len(vs) > 0 {
 		asReceived = body
 	}
-	subject := o.Str("subject", true)
-	var card, payload []byte
-	if r := o.Raw("card"); r != nil {
-		card = r
-	}
-	if r := o.Raw("payload"); r != nil {
-		payload = r
-	}
-	approval := protocol.ParseDispatchApproval(o, &vs)
-	checks := protocol.ParseDispatchChecks(o, &vs)
-	return l.dispatch(ctx, dispatchInput{subject: subject, header: h, card: card, payload: payload, approval: approval, checks: checks, found: vs, asReceived: asReceived})
+	return l.dispatch(ctx, dispatchInput{subject: b.Subject, header: h, card: b.Card, payload: b.Payload, approval: b.Approval, checks: b.Checks, found: vs, asReceived: asReceived})
 }
 
 // dispatchInput is a dispatch as the ledger takes it, from a worker's
@@ -152,51 +139,9 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		b, _ := json.Marshal(protocol.DispatchBody{Subject: subject, Card: json.RawMessage(nonEmptyJSON(cardJSON)), Payload: json.RawMessage(nonEmptyJSON(payloadJSON)), Approval: approval, Checks: checks})
 		return protocol.NewRejectedRequest("", h, b)
 	}
-	sub := protocol.DecodeSubject(subject, &vs)
-	if sub.Kind != protocol.SubjectUnknown && !sub.IsCommand() {
-		vs.Add("subject", protocol.VInvalidSubject, "%q is a %s subject, not a tool or PMO command subject", protocol.Clip(subject), sub.Kind)
-	} else if protocol.IsDecisionSubject(sub) {
-		// The ledger's own: a prepared call's decision is stored there.
-		vs.Add("subject", protocol.VInvalidSubject, "%q has the shape of a two-phase decision (cmd.tool.<tool>.decision.<turn>.<call>), which only the ledger writes", protocol.Clip(subject))
-	}
-	if sub.Kind != protocol.SubjectUnknown && sub.Version != l.version {
-		vs.Add("subject", protocol.VInvalidSubject, "protocol version %q is not served here (this ledger serves %q)", sub.Version, l.version)
-	}
-	pmo := sub.Kind == protocol.SubjectPMOCommand
-	var id protocol.Identity
-	var hvs protocol.Violations
-	if in.id != nil && (!pmo || in.id.StepID != "") {
-		id = *in.id
-	} else {
-		id, hvs = protocol.ParseIdentity(h, protocol.IdentityRules{RequireToolCallID: true, RequireStepID: pmo})
-	}
-	vs = append(vs, hvs...)
-	if protocol.ReservedCallID(id.ToolCallID) && !in.redrive {
-		// <root>~r<n> is a redrive's derived call, which only the ledger
-		// creates: it shares the root's idempotency key.
-		vs.Add("header."+protocol.HeaderToolCallID, protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the derived calls of call.redrive", id.ToolCallID, protocol.RedriveSeparator)
-	}
-	var payload protocol.ToolCommandPayload
-	if p := in.typedPayload; p != nil && (!pmo || (p.ToolName != "" && (sub.Tool == "" || p.ToolName == sub.Tool))) {
-		payload = *p
-	} else {
-		if p != nil {
-			payloadJSON, _ = json.Marshal(p)
-		}
-		payload = protocol.DecodeCommandPayload(payloadJSON, sub, id, hvs, &vs)
-	}
-	card, cardBytes := protocol.DecodeCardStored("card", cardJSON, &vs)
-	if card != nil {
-		crossCheckDispatch(card, sub, id, &payload, &vs)
-		if protocol.ReservedCallID(card.CardID) && !in.redrive {
-			// A redrive names its derived call's card <card>~r<n>: a worker's
-			// card under such an id would stand in the redrive's way.
-			vs.Add("card.card_id", protocol.VInvalidToken, "%q ends in %s followed by digits, which is reserved for the tool.call cards of call.redrive's derived calls", card.CardID, protocol.RedriveSeparator)
-		}
-	}
-	if payload.DeadlineUnixMS != 0 {
-		vs.Add("payload.deadline_unix_ms", protocol.VForbidden, "the ledger sets the deadline at dispatch from timeout_ms (or the tool's timeout_ms_default); a dispatch must not carry one")
-	}
+	d := protocol.CheckDispatch(protocol.DispatchParts{Version: l.version, Subject: subject, Header: h, Card: cardJSON, Payload: payloadJSON,
+		Identity: in.id, TypedPayload: in.typedPayload, Redrive: in.redrive}, &vs)
+	sub, id, payload, card, cardBytes := d.Subject, d.Identity, d.Payload, d.Card, d.CardBytes
 	// The checks asked for run with the other rules, so a refusal lists
 	// every violation; a dispatch that asks for none pays nothing.
 	var cvs protocol.Violations
@@ -587,38 +532,6 @@ func (l *Ledger) recordSequences(ctx context.Context, key string, want *protocol
 		rec.CardSeq, rec.CommandSeq = want.CardSeq, want.CommandSeq
 	}
 	return fmt.Errorf("call record %s: too many concurrent updates", key)
-}
-
-// crossCheckDispatch checks that card, subject, identity and payload agree.
-func crossCheckDispatch(c *protocol.Card, sub protocol.Subject, id protocol.Identity, p *protocol.ToolCommandPayload, vs *protocol.Violations) {
-	if c.Type != "" && c.Type != protocol.CardToolCall {
-		vs.Add("card.type", protocol.VInvalidValue, "a dispatch needs a %s card, got %q", protocol.CardToolCall, c.Type)
-	}
-	if p.ToolCallCardID != "" && c.CardID != "" && p.ToolCallCardID != c.CardID {
-		vs.Add("payload.tool_call_card_id", protocol.VMismatch, "must equal card.card_id (%q), got %q", c.CardID, p.ToolCallCardID)
-	}
-	if sub.Project != "" && c.ProjectID != "" && sub.Project != c.ProjectID {
-		vs.Add("card.project_id", protocol.VMismatch, "must equal the subject's project_id (%q), got %q", sub.Project, c.ProjectID)
-	}
-	if id.AgentTurnID != "" && c.AgentTurnID != "" && id.AgentTurnID != c.AgentTurnID {
-		vs.Add("card.agent_turn_id", protocol.VMismatch, "must equal header %s (%q), got %q", protocol.HeaderAgentTurnID, id.AgentTurnID, c.AgentTurnID)
-	}
-	if id.ToolCallID != "" && c.ToolCallID != "" && id.ToolCallID != c.ToolCallID {
-		vs.Add("card.tool_call_id", protocol.VMismatch, "must equal header %s (%q), got %q", protocol.HeaderToolCallID, id.ToolCallID, c.ToolCallID)
-	}
-	if c.Type != protocol.CardToolCall || len(c.Content) == 0 {
-		return
-	}
-	tc, err := c.ToolCall()
-	if err != nil {
-		return
-	}
-	switch {
-	case p.ToolName == "":
-		p.ToolName = tc.ToolName
-	case tc.ToolName != "" && p.ToolName != tc.ToolName:
-		vs.Add("payload.tool_name", protocol.VMismatch, "must equal card.content.tool_name (%q), got %q", tc.ToolName, p.ToolName)
-	}
 }
 
 func nonEmptyJSON(b []byte) []byte {

@@ -140,7 +140,7 @@ func (l *Ledger) nearestTools(ctx context.Context, project, name string) []strin
 	}
 	names := map[string]bool{}
 	for subj := range info.State.Subjects {
-		names[subj[strings.LastIndexByte(subj, '.')+1:]] = true
+		names[protocol.ToolEntryName(subj)] = true
 	}
 	for n := range l.builtin {
 		names[n] = true

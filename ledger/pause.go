@@ -389,7 +389,7 @@ func (l *Ledger) resumeFinished(ctx context.Context, project, tool string, st pa
 // once per process; the tools ever paused are the pause subjects the
 // stream holds). Errors are logged: the keeper finishes a resume later.
 func (l *Ledger) finishResumes(ctx context.Context) {
-	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+l.version+".*.pause.*"))
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.PauseEntriesFilter(l.version)))
 	if err != nil {
 		l.log.Warn("finish resumes: list the paused tools", "err", err)
 		return
@@ -430,7 +430,7 @@ func (l *Ledger) finishResume(ctx context.Context, project, tool string, st paus
 func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseSeq, resumeSeq uint64) (int, error) {
 	// The ledger's own entries: no caller's actor on them.
 	ctx = asLedger(ctx)
-	filter := protocol.Root + "." + l.version + "." + project + ".*.ledger.held.*.*"
+	filter := protocol.CallEntriesFilter(l.version, project, protocol.SubjectHeld)
 	running := pauseState{seq: resumeSeq}
 	released := 0
 	for from := pauseSeq + 1; from < resumeSeq; {

@@ -12,10 +12,7 @@ import (
 // SetRoster records agent_id -> worker_target for a project. Wakeups for the
 // agent's calls go to the worker target current when the report is accepted.
 func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
-	var vs protocol.Violations
-	protocol.CheckIdent(&vs, "project_id", e.ProjectID, true)
-	protocol.CheckIdent(&vs, "agent_id", e.AgentID, true)
-	protocol.CheckIdent(&vs, "worker_target", e.WorkerTarget, true)
+	vs := protocol.CheckRosterEntry(e)
 	data, err := json.Marshal(e)
 	if err != nil {
 		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
@@ -29,11 +26,7 @@ func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protoco
 
 // setRosterJSON is SetRoster for a JSON body, as received over the API.
 func (l *Ledger) setRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
-	var vs protocol.Violations
-	var e protocol.RosterEntry
-	if o, ok := protocol.ParseObject("body", body, &vs); ok {
-		e = protocol.RosterEntry{ProjectID: o.Ident("project_id", true), AgentID: o.Ident("agent_id", true), WorkerTarget: o.Ident("worker_target", true)}
-	}
+	e, vs := protocol.ParseRosterEntry(body)
 	if err := protocol.BadRequest("roster entry", vs); err != nil {
 		ee, _ := protocol.AsError(err)
 		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))

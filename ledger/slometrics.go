@@ -61,7 +61,7 @@ func (c toolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+l.version+".*.tool.*"))
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(protocol.ToolEntriesFilter(l.version)))
 	if err == nil {
 		for subj := range info.State.Subjects {
 			sub, err := protocol.ParseSubject(subj)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -165,7 +164,7 @@ func (l *Ledger) ListTools(ctx context.Context, project string) ([]protocol.Stor
 	}
 	names := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
-		names = append(names, subj[strings.LastIndexByte(subj, '.')+1:])
+		names = append(names, protocol.ToolEntryName(subj))
 	}
 	sort.Strings(names)
 	out := make([]protocol.StoredTool, 0, len(names))

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +93,7 @@ func (l *Ledger) toolUnavailable(ctx context.Context, subject string, defSeq uin
 	last := reg
 	h.mu.Lock()
 	for _, c := range h.consumers {
-		if !servesTool(c.filters, subject) {
+		if !protocol.ServesTool(c.filters, subject) {
 			continue
 		}
 		if c.pulling {
@@ -176,39 +175,6 @@ func (l *Ledger) refreshToolHealth(ctx context.Context) error {
 	h.waiting = live
 	h.consumers, h.taken = acts, now
 	return nil
-}
-
-// servesTool reports whether a consumer with these filters serves the tool
-// of a command subject (cg.<ver>.<project>.<channel>.cmd.tool.<target>...):
-// one of its filters takes the subject and names the target itself. A
-// consumer that takes every tool's commands (the ledger's deadline keeper,
-// cmd.tool.>), or the whole stream (the views, an auditor's reader), is
-// always pulling and serves none of them: counted, it would keep every tool
-// "available" for ever (found from outside).
-func servesTool(filters []string, subject string) bool {
-	const target = 6
-	for _, f := range filters {
-		ft := strings.Split(f, ".")
-		if len(ft) > target && ft[target] != "*" && ft[target] != ">" && subjectMatches(f, subject) {
-			return true
-		}
-	}
-	return false
-}
-
-// subjectMatches reports whether a NATS filter (with * and >) matches a
-// literal subject.
-func subjectMatches(filter, subject string) bool {
-	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
-	for i, f := range ft {
-		if f == ">" {
-			return len(st) > i
-		}
-		if i >= len(st) || (f != "*" && f != st[i]) {
-			return false
-		}
-	}
-	return len(ft) == len(st)
 }
 
 // answerUnavailable records a call's outcome as failed with

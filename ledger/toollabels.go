@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -35,23 +34,13 @@ func (l *Ledger) ToolLabels() *toollabels.Labels { return l.labels }
 
 // registeredToolNames lists every tool name registered in any project.
 func registeredToolNames(ctx context.Context, s jetstream.Stream, version string) ([]string, error) {
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(protocol.Root+"."+version+".*.tool.*"))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(protocol.ToolEntriesFilter(version)))
 	if err != nil {
 		return nil, fmt.Errorf("list registered tool names: %w", err)
 	}
 	names := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
-		names = append(names, subj[strings.LastIndexByte(subj, '.')+1:])
+		names = append(names, protocol.ToolEntryName(subj))
 	}
 	return names, nil
-}
-
-// toolSubjectName is the tool name of a tool entry's subject
-// (cg.<ver>.<project>.tool.<name>), or "" for any other subject.
-func toolSubjectName(subject string) string {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 5 || toks[0] != protocol.Root || toks[3] != "tool" {
-		return ""
-	}
-	return toks[4]
 }

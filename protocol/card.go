@@ -293,3 +293,44 @@ func parseToolResultContent(o JSONObject, vs *Violations) (ToolResultContent, bo
 	}
 	return tr, len(*vs) == n
 }
+
+// CardPut is a card.put request as read.
+type CardPut struct {
+	// Card is nil when the card does not read; Stored is its stored
+	// encoding.
+	Card   *Card
+	Stored []byte
+	// ProjectID is the project the body names, read only for a refusal
+	// (a card that does not read may still name one): the refusal is the
+	// project's.
+	ProjectID string
+}
+
+// ParseCardPut reads a card.put body, the card, listing every violation:
+// the card's, and a tool.call card under the ids of a redrive's derived
+// call, which only the ledger writes.
+func ParseCardPut(body []byte) (CardPut, Violations) {
+	var vs Violations
+	c, stored := DecodeCardStored("card", body, &vs)
+	if c != nil && c.Type == CardToolCall {
+		// The ids of a redrive's derived call: a tool.call card under them
+		// put by anyone but the redrive would take the derived call's card
+		// id, or name a call only the ledger may create. A tool.result
+		// card answers the derived call under its id, and stays allowed.
+		for _, f := range []struct{ field, id string }{{"card.card_id", c.CardID}, {"card.tool_call_id", c.ToolCallID}} {
+			if ReservedCallID(f.id) {
+				vs.Add(f.field, VInvalidToken, "%q ends in %s followed by a number, which is reserved for the derived calls of call.redrive (only the ledger writes their tool.call cards)", f.id, RedriveSeparator)
+			}
+		}
+	}
+	r := CardPut{Card: c, Stored: stored}
+	if len(vs) > 0 {
+		var probe struct {
+			ProjectID string `json:"project_id"`
+		}
+		if json.Unmarshal(body, &probe) == nil {
+			r.ProjectID = probe.ProjectID
+		}
+	}
+	return r, vs
+}

@@ -91,7 +91,7 @@ func (c Config) ledgerStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              c.Stream,
 		Description:       "cgledger: append-only ledger of tool commands, cards, reports, wakeups and rejections",
-		Subjects:          []string{protocol.Root + ".>"},
+		Subjects:          []string{protocol.AllSubjectsFilter},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,

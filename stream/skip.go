@@ -4,17 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// skipFilter matches the skip subjects of seq in every protocol version, so
-// a projector finds a skip whatever version the ledger that wrote it used.
-func skipFilter(seq uint64) string {
-	return protocol.Root + ".*." + protocol.Unrouted + "." + protocol.Unrouted + ".ledger.skip." + strconv.FormatUint(seq, 10)
-}
 
 // FindSkip returns the first valid skip entry for seq in the ledger stream
 // s (protocol.ParseSkip), reading only the messages on seq's skip subjects. The first
@@ -22,7 +15,7 @@ func skipFilter(seq uint64) string {
 // answer never changes once there is one, and a rebuild or a replay of an
 // export finds the same skip as the live projector did.
 func FindSkip(ctx context.Context, s jetstream.Stream, seq uint64) (protocol.SkipRecord, bool, error) {
-	filter := skipFilter(seq)
+	filter := protocol.SkipFilter(seq)
 	for from := seq + 1; ; {
 		m, err := s.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -1,0 +1,46 @@
+package protocol_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// TestWorkerParsersRefuseRawBodies: the bodies a data-driven case cannot
+// hold (not UTF-8, over the size limit) are refused as a whole, under
+// "body", by each parser of a worker's request.
+func TestWorkerParsersRefuseRawBodies(t *testing.T) {
+	parsers := map[string]func([]byte) protocol.Violations{
+		protocol.OpRosterSet: func(b []byte) protocol.Violations { _, vs := protocol.ParseRosterEntry(b); return vs },
+		protocol.OpConsume:   func(b []byte) protocol.Violations { _, vs := protocol.ParseConsumeRequest(b); return vs },
+		protocol.OpCancel:    func(b []byte) protocol.Violations { _, vs := protocol.ParseCancelRequest(b); return vs },
+		protocol.OpResume:    func(b []byte) protocol.Violations { _, vs := protocol.ParseResumeRequest(b); return vs },
+	}
+	big := strings.Repeat("é", (protocol.MaxRequestBytes+1)/2)
+	for op, parse := range parsers {
+		for body, code := range map[string]string{
+			"{\"project_id\":\"\xff\xfe\"}": protocol.VInvalidUTF8,
+			"{\"reason\":\"\xff\xfe\"}":     protocol.VInvalidUTF8,
+			`{"project_id":"` + big + `"}`:  protocol.VTooLarge,
+		} {
+			vs := parse([]byte(body))
+			require.Len(t, vs, 1, op)
+			require.Equal(t, "body", vs[0].Field, op)
+			require.Equal(t, code, vs[0].Code, op)
+		}
+	}
+}
+
+// TestCheckRosterEntry: a typed roster entry is checked field by field,
+// by the fields' names (no body to name).
+func TestCheckRosterEntry(t *testing.T) {
+	require.Empty(t, protocol.CheckRosterEntry(protocol.RosterEntry{ProjectID: "p", AgentID: "a", WorkerTarget: "w"}))
+	vs := protocol.CheckRosterEntry(protocol.RosterEntry{ProjectID: "p.1", WorkerTarget: "w"})
+	require.Len(t, vs, 2)
+	require.Equal(t, "project_id", vs[0].Field)
+	require.Equal(t, protocol.VInvalidToken, vs[0].Code)
+	require.Equal(t, "agent_id", vs[1].Field)
+}
