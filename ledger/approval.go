@@ -512,11 +512,19 @@ func (l *Ledger) Deny(ctx context.Context, approver string, req protocol.Approva
 	return l.approvalReq(ctx, protocol.OpDeny, approver, req)
 }
 
-// approvalReq is Approve and Deny, through approvalJSON (asBody).
+// approvalReq is Approve and Deny: a certainly valid request goes to the
+// core as it is; any other takes the API's parser (approvalJSON).
 func (l *Ledger) approvalReq(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
-	return asBody(ctx, op, req.ProjectID, approver, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
-		return l.approvalJSON(ctx, op, approver, body)
-	})
+	ctx = atEdge(ctx, req.ProjectID, approver)
+	ident := protocol.ValidIdentifier
+	if !ident(approver) || !ident(req.ProjectID) || !ident(req.AgentTurnID) || !ident(req.ToolCallID) ||
+		!ident(req.ToolCallCardID) || !protocol.ValidArgumentsDigest(req.ArgumentsDigest) ||
+		!certainText(req.Reason, protocol.MaxApprovalReasonBytes, false) {
+		return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
+			return l.approvalJSON(ctx, op, approver, body)
+		})
+	}
+	return l.approval(ctx, op, approver, req, rawOf(req))
 }
 
 // approvalMsg is approve or deny as received over the API: the approver is
@@ -534,13 +542,20 @@ func (l *Ledger) approvalMsg(ctx context.Context, op string, body []byte) (proto
 // kinds the code is the first of conflict, forbidden, mismatch.
 func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []byte) (protocol.ApprovalResult, error) {
 	req, vs := protocol.ParseApprovalRequest(body)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
+	raw := rawBody(body)
 	if !protocol.ValidIdentifier(approver) {
 		vs.Add("approver", protocol.VInvalidToken, "approver name %q is not an identifier", protocol.Clip(approver))
 	}
 	if len(vs) > 0 {
 		return protocol.ApprovalResult{}, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
+	return l.approval(ctx, op, approver, req, raw)
+}
+
+// approval is the one core of approve and deny, typed or received: req is
+// valid, approver a valid name, raw the request a refusal records.
+func (l *Ledger) approval(ctx context.Context, op, approver string, req protocol.ApprovalRequest, raw func() protocol.RejectedRequest) (protocol.ApprovalResult, error) {
+	var vs protocol.Violations
 	key := callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	rec, _, err := l.getRecord(ctx, key)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 // while only the ledger writes the ledger. The command is not a dispatch: it
 // creates no call record and is never held by a pause.
 func (l *Ledger) ConformanceCommand(ctx context.Context, actor string, req protocol.ConformanceCommandRequest) (protocol.ConformanceCommandResult, error) {
-	return asBody(ctx, protocol.OpConformanceCommand, req.ProjectID, actor, req, l.conformanceCommandJSON)
+	// Its headers and payload are checked by the parser alone (header
+	// names, sizes, reserved headers): a typed request always takes it.
+	return viaWire(atEdge(ctx, req.ProjectID, actor), protocol.OpConformanceCommand, req, l.conformanceCommandJSON)
 }
 
 func (l *Ledger) conformanceCommandJSON(ctx context.Context, body []byte) (protocol.ConformanceCommandResult, error) {

@@ -250,11 +250,18 @@ func (l *Ledger) ResumeTool(ctx context.Context, actor string, req protocol.Tool
 	return l.toolPauseReq(ctx, protocol.OpToolResume, actor, req)
 }
 
-// toolPauseReq is PauseTool and ResumeTool, through toolPauseJSON (asBody).
-func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	return asBody(ctx, op, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
-		return l.toolPauseJSON(ctx, op, actor, body)
-	})
+// toolPauseReq is PauseTool and ResumeTool: a certainly valid request goes
+// to the core as it is; any other takes the API's parser (toolPauseJSON).
+func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (res protocol.ToolPauseResult, err error) {
+	ctx = atEdge(ctx, req.ProjectID, actor)
+	ident := protocol.ValidIdentifier
+	if !ident(actor) || !ident(req.ProjectID) || !ident(req.ToolName) || !certainText(req.Reason, protocol.MaxOperatorReasonBytes, true) {
+		return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
+			return l.toolPauseJSON(ctx, op, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(op, err) }()
+	return l.toolPause(ctx, op, actor, req, rawOf(req))
 }
 
 // ToolPauseOp runs tool.pause or tool.resume (op) for actor, an admin,
@@ -265,11 +272,8 @@ func (l *Ledger) ToolPauseOp(ctx context.Context, op, actor string, body []byte)
 	if op != protocol.OpToolPause && op != protocol.OpToolResume {
 		return protocol.ToolPauseResult{}, fmt.Errorf("ToolPauseOp: %q is not %s or %s", op, protocol.OpToolPause, protocol.OpToolResume)
 	}
-	if _, ok := CallerFrom(ctx); !ok {
-		p, _ := protocol.TopLevelString(body, "project_id")
-		ctx = WithCaller(ctx, protocol.Caller{Project: p, Actor: actor})
-	}
-	return l.toolPauseJSON(ctx, op, actor, body)
+	p, _ := protocol.TopLevelString(body, "project_id")
+	return l.toolPauseJSON(atEdge(ctx, p, actor), op, actor, body)
 }
 
 // toolPauseMsg is tool.pause or tool.resume as received over the API: the
@@ -286,11 +290,17 @@ func (l *Ledger) toolPauseMsg(ctx context.Context, op string, body []byte) (prot
 func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byte) (res protocol.ToolPauseResult, err error) {
 	defer func() { l.countOperatorAction(op, err) }()
 	req, vs := protocol.ParseToolPauseRequest(body)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	checkActor(&vs, actor)
-	if len(vs) > 0 {
-		return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, op, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
 	}
+	return l.toolPause(ctx, op, actor, req, raw)
+}
+
+// toolPause is the one core of tool.pause and tool.resume, typed or
+// received: req is valid, actor a valid token, raw the request a refusal
+// records.
+func (l *Ledger) toolPause(ctx context.Context, op, actor string, req protocol.ToolPauseRequest, raw func() protocol.RejectedRequest) (res protocol.ToolPauseResult, err error) {
 	registered, err := l.registeredTool(ctx, req.ProjectID, req.ToolName)
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w", op, req.ToolName, err)

@@ -24,10 +24,15 @@ import (
 // Redrive runs a failed or timed-out call again as a derived call
 // (call.redrive). actor is the admin's actor token, recorded as the entry's
 // CG-Actor and in the entry.
-func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (protocol.RedriveResult, error) {
-	return asBody(ctx, protocol.OpCallRedrive, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.RedriveResult, error) {
-		return l.redriveJSON(ctx, actor, body)
-	})
+func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (res protocol.RedriveResult, err error) {
+	ctx = atEdge(ctx, req.ProjectID, actor)
+	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) {
+		return viaWire(ctx, protocol.OpCallRedrive, req, func(ctx context.Context, body []byte) (protocol.RedriveResult, error) {
+			return l.redriveJSON(ctx, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(protocol.OpCallRedrive, err) }()
+	return l.redrive(ctx, actor, req, rawOf(req))
 }
 
 // redriveJSON redrives a call for actor, or refuses (and records) the
@@ -38,12 +43,23 @@ func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.Redrive
 // reason again answers the stored redrive, after finishing its dispatch.
 func (l *Ledger) redriveJSON(ctx context.Context, actor string, body []byte) (res protocol.RedriveResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallRedrive, err) }()
-	op := protocol.OpCallRedrive
 	req, vs := protocol.ParseRedriveRequest(body)
-	rec, raw, err := l.operatorCall(ctx, op, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, protocol.OpCallRedrive, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
+	}
+	return l.redrive(ctx, actor, req, raw)
+}
+
+// redrive is the one core of call.redrive, typed or received: req is
+// valid, actor is a valid token, raw is the request a refusal records.
+func (l *Ledger) redrive(ctx context.Context, actor string, req protocol.RedriveRequest, raw func() protocol.RejectedRequest) (res protocol.RedriveResult, err error) {
+	op := protocol.OpCallRedrive
+	rec, err := l.cancelTarget(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
+	var vs protocol.Violations
 	wrap := func(err error) error { return fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err) }
 	refuse := func(vs protocol.Violations) error {
 		return l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s cannot be redriven", rec.ToolCallID), raw())
