@@ -84,9 +84,11 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpResume:        s.resume,
 		protocol.OpCommandReject: s.commandReject,
 		protocol.OpAttemptStart: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.startAttemptJSON(ctx, m.Header, m.Data)
+			return l.startAttemptJSON(ctx, callerOf(ctx), m.Header, m.Data)
 		},
-		protocol.OpPrepare: func(ctx context.Context, m *nats.Msg) (any, error) { return l.prepareJSON(ctx, m.Header, m.Data) },
+		protocol.OpPrepare: func(ctx context.Context, m *nats.Msg) (any, error) {
+			return l.prepareJSON(ctx, callerOf(ctx), m.Header, m.Data)
+		},
 		protocol.OpCommit: func(ctx context.Context, m *nats.Msg) (any, error) {
 			return l.decideJSON(ctx, protocol.OpCommit, m.Header, m.Data)
 		},

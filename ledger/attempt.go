@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -28,21 +29,36 @@ import (
 // two concurrent starts one is stored and the other answered Started=false.
 // A call that already has a report is refused (conflict).
 func (l *Ledger) StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.AttemptStartResult{}, fmt.Errorf("attempt.start: encode: %w", err)
+	caller := callerOf(ctx)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && protocol.ValidName(req.ExecutorID) &&
+		req.DeadlineUnixMS >= 0 && req.NotDone <= math.MaxInt64 {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.startAttempt(ctx, caller, req, rawOf(req))
 	}
-	return l.startAttemptJSON(ctx, nil, body)
+	return viaWire(ctx, protocol.OpAttemptStart, req, func(ctx context.Context, body []byte) (protocol.AttemptStartResult, error) {
+		return l.startAttemptJSON(ctx, caller, nil, body)
+	})
 }
 
-// startAttemptJSON is StartAttempt for a JSON body, as received over the API.
-func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byte) (protocol.AttemptStartResult, error) {
-	var none protocol.AttemptStartResult
+// startAttemptJSON parses an attempt.start as received over the API, once,
+// for the core; caller is who sent it (nil in process).
+func (l *Ledger) startAttemptJSON(ctx context.Context, caller *protocol.Caller, h nats.Header, body []byte) (protocol.AttemptStartResult, error) {
 	req, vs := protocol.ParseAttemptStart(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid attempt.start: %d violation(s)", len(vs)), raw())
+		return protocol.AttemptStartResult{}, l.reject(ctx, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid attempt.start: %d violation(s)", len(vs)), raw())
 	}
+	return l.startAttempt(ctx, caller, req, raw)
+}
+
+// startAttempt is the one core of attempt.start, typed or received: req is
+// valid, caller is who sent it (its tool must be the call's; nil in
+// process), raw is the request a refusal records.
+func (l *Ledger) startAttempt(ctx context.Context, caller *protocol.Caller, req protocol.AttemptStartRequest, raw func() protocol.RejectedRequest) (protocol.AttemptStartResult, error) {
+	var none protocol.AttemptStartResult
+	var vs protocol.Violations
 	rec, err := l.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	if e, refused := protocol.AsError(err); refused && e.Code == protocol.CodeUnknownCall {
 		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s was dispatched through the ledger", req.ToolCallID, req.AgentTurnID)
@@ -51,7 +67,7 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 	if err != nil {
 		return none, fmt.Errorf("attempt.start %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
-	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
+	if vs := callerOwnsCall(caller, rec); len(vs) > 0 {
 		return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeForbidden, vs, "attempt.start of call %s by another tool", rec.ToolCallID), raw())
 	}
 	reportSubj := protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)

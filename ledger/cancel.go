@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -15,11 +16,13 @@ import (
 // executors that pick the command up later report canceled without running.
 // A call that already has a report cannot be canceled (conflict).
 func (l *Ledger) Cancel(ctx context.Context, req protocol.CancelRequest) (protocol.CancelResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.CancelResult{}, fmt.Errorf("cancel: encode: %w", err)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && utf8.ValidString(req.Reason) {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.cancel(ctx, req, rawOf(req))
 	}
-	return l.cancelJSON(ctx, body)
+	return viaWire(ctx, protocol.OpCancel, req, l.cancelJSON)
 }
 
 // cancelJSON is Cancel for a JSON body, as received over the API.
@@ -30,10 +33,17 @@ func (l *Ledger) cancelJSON(ctx context.Context, body []byte) (protocol.CancelRe
 		req = protocol.CancelRequest{ProjectID: o.Ident("project_id", true), AgentID: o.Ident("agent_id", true),
 			AgentTurnID: o.Ident("agent_turn_id", true), ToolCallID: o.Ident("tool_call_id", true), Reason: o.Str("reason", false)}
 	}
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
+	raw := rawBody(body)
 	if len(vs) > 0 {
 		return protocol.CancelResult{}, l.reject(ctx, protocol.OpCancel, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid cancel: %d violation(s)", len(vs)), raw())
 	}
+	return l.cancel(ctx, req, raw)
+}
+
+// cancel is the one core of a cancel, typed or received: req is valid, raw
+// is the request a refusal records.
+func (l *Ledger) cancel(ctx context.Context, req protocol.CancelRequest, raw func() protocol.RejectedRequest) (protocol.CancelResult, error) {
+	var vs protocol.Violations
 	rec, err := l.cancelTarget(ctx, protocol.OpCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return protocol.CancelResult{}, err

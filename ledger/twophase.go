@@ -19,20 +19,49 @@ import (
 // prepare (same token and deadline) is answered as a duplicate; any other
 // prepare of a prepared call, or a prepare of a reported call, is refused.
 func (l *Ledger) Prepare(ctx context.Context, req protocol.PrepareRequest) (protocol.PrepareResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.PrepareResult{}, fmt.Errorf("prepare: encode: %w", err)
+	caller := callerOf(ctx)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && certainCommitToken(req.CommitToken) && req.CommitDeadlineUnixMS > 0 {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.prepare(ctx, caller, req, rawOf(req))
 	}
-	return l.prepareJSON(ctx, nil, body)
+	return viaWire(ctx, protocol.OpPrepare, req, func(ctx context.Context, body []byte) (protocol.PrepareResult, error) {
+		return l.prepareJSON(ctx, caller, nil, body)
+	})
 }
 
-func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (protocol.PrepareResult, error) {
-	var none protocol.PrepareResult
+// certainCommitToken reports whether t is a commit token the parser
+// accepts: 1 to MaxCommitTokenLen printable ASCII characters, no spaces.
+func certainCommitToken(t string) bool {
+	if t == "" || len(t) > protocol.MaxCommitTokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// prepareJSON parses a prepare as received over the API, once, for the
+// core; caller is who sent it (nil in process).
+func (l *Ledger) prepareJSON(ctx context.Context, caller *protocol.Caller, h nats.Header, body []byte) (protocol.PrepareResult, error) {
 	req, vs := protocol.ParsePrepare(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, protocol.OpPrepare, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid prepare: %d violation(s)", len(vs)), raw())
+		return protocol.PrepareResult{}, l.reject(ctx, protocol.OpPrepare, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid prepare: %d violation(s)", len(vs)), raw())
 	}
+	return l.prepare(ctx, caller, req, raw)
+}
+
+// prepare is the one core of a prepare, typed or received: req is valid,
+// caller is who sent it (its tool must be the call's; nil in process), raw
+// is the request a refusal records.
+func (l *Ledger) prepare(ctx context.Context, caller *protocol.Caller, req protocol.PrepareRequest, raw func() protocol.RejectedRequest) (protocol.PrepareResult, error) {
+	var none protocol.PrepareResult
+	var vs protocol.Violations
 	rec, err := l.knownCall(ctx, protocol.OpPrepare, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return none, err
@@ -40,7 +69,7 @@ func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (p
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.PrepareResult, error) {
 		return none, l.reject(ctx, protocol.OpPrepare, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
 	}
-	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
+	if vs := callerOwnsCall(caller, rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "prepare of call %s by another tool", rec.ToolCallID)
 	}
 	if rec.State != protocol.StateDispatched {
@@ -136,11 +165,15 @@ func (l *Ledger) Abort(ctx context.Context, req protocol.DecisionRequest) (proto
 }
 
 func (l *Ledger) decideReq(ctx context.Context, op string, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.DecisionResult{}, fmt.Errorf("%s: encode: %w", op, err)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && certainCommitToken(req.CommitToken) {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.decideTwoPhase(ctx, op, req, rawOf(req))
 	}
-	return l.decideJSON(ctx, op, nil, body)
+	return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.DecisionResult, error) {
+		return l.decideJSON(ctx, op, nil, body)
+	})
 }
 
 // decideJSON is commit or abort (op) for a JSON body. Exactly one decision
@@ -151,12 +184,19 @@ func (l *Ledger) decideReq(ctx context.Context, op string, req protocol.Decision
 // call not prepared or already reported, by another agent, or after the
 // commit deadline (which records the ledger's abort if nobody has yet).
 func (l *Ledger) decideJSON(ctx context.Context, op string, h nats.Header, body []byte) (protocol.DecisionResult, error) {
-	var none protocol.DecisionResult
 	req, vs := protocol.ParseDecision(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+		return protocol.DecisionResult{}, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
+	return l.decideTwoPhase(ctx, op, req, raw)
+}
+
+// decideTwoPhase is the one core of commit and abort (op), typed or received: req
+// is valid, raw is the request a refusal records.
+func (l *Ledger) decideTwoPhase(ctx context.Context, op string, req protocol.DecisionRequest, raw func() protocol.RejectedRequest) (protocol.DecisionResult, error) {
+	var none protocol.DecisionResult
+	var vs protocol.Violations
 	rec, err := l.knownCall(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return none, err
