@@ -11,20 +11,24 @@ import (
 
 type callerKey struct{}
 
-// WithCaller marks ctx as serving a request from c: entries written under it
-// carry CG-Actor.
+// WithCaller marks ctx as serving a request from c, for the typed Go
+// methods (Dispatch, Report, Approve...): each reads it once, where the
+// request enters, and passes it down as the request's caller, whose actor
+// the entries it writes record as CG-Actor. The API server passes the
+// caller of a request's subject the same way, without ctx.
 func WithCaller(ctx context.Context, c protocol.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
-// atEdge is where a typed Go request (Approve, PauseTool, Cancel...)
-// enters: the caller it is made for is read once, here. A call from Go with
-// no caller in ctx is actor's, of project, as the API's request would be.
-func atEdge(ctx context.Context, project, actor string) context.Context {
-	if _, ok := CallerFrom(ctx); !ok {
-		ctx = WithCaller(ctx, protocol.Caller{Project: project, Actor: actor})
+// atEdge is where a typed operator request (Approve, PauseTool,
+// OperatorCancel...) enters: the caller it is made for is read once, here.
+// A call from Go with no caller in ctx is actor's, of project, as the API's
+// request would be.
+func atEdge(ctx context.Context, project, actor string) *protocol.Caller {
+	if c, ok := CallerFrom(ctx); ok {
+		return &c
 	}
-	return ctx
+	return &protocol.Caller{Project: project, Actor: actor}
 }
 
 // rawOf is a typed request as a refusal records it: the JSON body the API
@@ -68,20 +72,15 @@ func CallerFrom(ctx context.Context) (protocol.Caller, bool) {
 	return c, ok
 }
 
-// callerOf is CallerFrom as the explicit field of a parsed request: nil for
-// a request made in process, which no caller check applies to. It is read
-// once, where a request enters (the API handler, the typed Go method).
+// callerOf is CallerFrom as the explicit argument of a parsed request: nil
+// for a request made in process, which no caller check applies to and
+// whose entries name no actor. Only the typed Go methods read it, once,
+// where their request enters.
 func callerOf(ctx context.Context) *protocol.Caller {
 	if c, ok := CallerFrom(ctx); ok {
 		return &c
 	}
 	return nil
-}
-
-// asLedger marks ctx as the ledger's own work: entries written under it
-// carry no caller's CG-Actor, even when a caller's request set it off.
-func asLedger(ctx context.Context) context.Context {
-	return context.WithValue(ctx, callerKey{}, nil)
 }
 
 // callerOwnsCall checks that a report comes from the tool its call was

@@ -101,7 +101,6 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (protocol.ReportOutcome, error) {
 	// The ledger's own entries, also when a late report's request records
 	// them: no caller's actor on them, no caller check.
-	ctx = asLedger(ctx)
 	deadline := rec.Deadline()
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
@@ -128,7 +127,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, nil, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: result card: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	in := &reportInput{
@@ -138,7 +137,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		stepID:   rec.StepID,
 		deadline: true,
 	}
-	out, err := l.report(ctx, in, raw)
+	out, err := l.report(ctx, nil, in, raw)
 	if err != nil {
 		return out, err
 	}
@@ -146,7 +145,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		l.m.timeouts.WithLabelValues(l.callToolLabel(rec)).Inc()
 		l.log.Info("call timed out: no report by its deadline", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "tool", rec.ToolName, "deadline", deadline, "seq", out.Seq)
 	}
-	if err := l.cancelAfterTimeout(ctx, rec); err != nil {
+	if err := l.cancelAfterTimeout(ctx, nil, rec); err != nil {
 		return out, fmt.Errorf("timeout of %s/%s: cancel: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	return out, nil
@@ -156,7 +155,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 // timed-out call to stop. It follows the ledger's own timeout report, so,
 // unlike a worker's cancel, it does not expect the call to be unreported;
 // one per call, as for any cancel.
-func (l *Ledger) cancelAfterTimeout(ctx context.Context, rec *protocol.CallRecord) error {
+func (l *Ledger) cancelAfterTimeout(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord) error {
 	subj := protocol.CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	if prev, err := l.lastForSubject(ctx, subj); err != nil || prev != nil {
 		return err
@@ -170,6 +169,6 @@ func (l *Ledger) cancelAfterTimeout(ctx context.Context, rec *protocol.CallRecor
 	msg.Header.Set(protocol.HeaderProjectID, rec.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
 	msg.Header.Set(protocol.HeaderMsgID, "cancel."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	_, err = l.appendEntry(ctx, protocol.KindCancel, msg)
+	_, err = l.appendEntry(ctx, by, protocol.KindCancel, msg)
 	return err
 }

@@ -23,14 +23,14 @@ import (
 // canceled (with actor as its approver). actor is the admin's actor token,
 // recorded as the entry's CG-Actor. A reported call is refused conflict.
 func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (res protocol.OperatorCancelResult, err error) {
-	ctx = atEdge(ctx, req.ProjectID, actor)
+	by := atEdge(ctx, req.ProjectID, actor)
 	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) {
 		return viaWire(ctx, protocol.OpCallCancel, req, func(ctx context.Context, body []byte) (protocol.OperatorCancelResult, error) {
-			return l.operatorCancelJSON(ctx, actor, body)
+			return l.operatorCancelJSON(ctx, by, actor, body)
 		})
 	}
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
-	return l.operatorCancel(ctx, actor, req, rawOf(req))
+	return l.operatorCancel(ctx, by, actor, req, rawOf(req))
 }
 
 // Resolve records an operator's statement of what became of the side
@@ -39,15 +39,15 @@ func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.
 // actor is the admin's actor token, recorded as the entry's CG-Actor and
 // in the entry.
 func (l *Ledger) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (res protocol.ResolveResult, err error) {
-	ctx = atEdge(ctx, req.ProjectID, actor)
+	by := atEdge(ctx, req.ProjectID, actor)
 	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) ||
 		(req.Effect != protocol.EffectApplied && req.Effect != protocol.EffectNotApplied) {
 		return viaWire(ctx, protocol.OpCallResolve, req, func(ctx context.Context, body []byte) (protocol.ResolveResult, error) {
-			return l.resolveJSON(ctx, actor, body)
+			return l.resolveJSON(ctx, by, actor, body)
 		})
 	}
 	defer func() { l.countOperatorAction(protocol.OpCallResolve, err) }()
-	return l.resolve(ctx, actor, req, rawOf(req))
+	return l.resolve(ctx, by, actor, req, rawOf(req))
 }
 
 // operatorCertain reports whether an operator action on a call is
@@ -74,10 +74,10 @@ func (l *Ledger) countOperatorAction(op string, err error) {
 // refuseOperator finishes the check of a received operator action: the
 // actor token beside the body's violations vs, refused bad_request listing
 // them all (and recorded, raw being the request as received), or nil.
-func (l *Ledger) refuseOperator(ctx context.Context, op, actor, project string, vs protocol.Violations, raw func() protocol.RejectedRequest) error {
+func (l *Ledger) refuseOperator(ctx context.Context, by *protocol.Caller, op, actor, project string, vs protocol.Violations, raw func() protocol.RejectedRequest) error {
 	checkActor(&vs, actor)
 	if len(vs) > 0 {
-		return l.reject(ctx, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+		return l.reject(ctx, by, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
 	return nil
 }
@@ -92,24 +92,24 @@ func checkActor(vs *protocol.Violations, actor string) {
 // operatorCancelJSON cancels a call for actor, or refuses (and records)
 // the request listing every violation: bad_request, unknown_call, or
 // conflict (the call is reported already).
-func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
+func (l *Ledger) operatorCancelJSON(ctx context.Context, by *protocol.Caller, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
 	req, vs := protocol.ParseOperatorCancelRequest(body)
 	raw := rawBody(body)
-	if err := l.refuseOperator(ctx, protocol.OpCallCancel, actor, req.ProjectID, vs, raw); err != nil {
+	if err := l.refuseOperator(ctx, by, protocol.OpCallCancel, actor, req.ProjectID, vs, raw); err != nil {
 		return res, err
 	}
-	return l.operatorCancel(ctx, actor, req, raw)
+	return l.operatorCancel(ctx, by, actor, req, raw)
 }
 
 // operatorCancel is the one core of call.cancel, typed or received: req is
 // valid, actor is a valid token, raw is the request a refusal records.
-func (l *Ledger) operatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest, raw func() protocol.RejectedRequest) (res protocol.OperatorCancelResult, err error) {
-	rec, err := l.cancelTarget(ctx, protocol.OpCallCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+func (l *Ledger) operatorCancel(ctx context.Context, by *protocol.Caller, actor string, req protocol.OperatorCancelRequest, raw func() protocol.RejectedRequest) (res protocol.OperatorCancelResult, err error) {
+	rec, err := l.cancelTarget(ctx, by, protocol.OpCallCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
-	res, err = l.cancelCall(ctx, protocol.OpCallCancel, rec, actor, req.Reason, raw)
+	res, err = l.cancelCall(ctx, by, protocol.OpCallCancel, rec, actor, req.Reason, raw)
 	if err == nil && !res.Duplicate {
 		l.log.Info("operator canceled call", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "agent", rec.AgentID, "actor", actor, "entry", res.Entry, "seq", res.Seq)
 	}
@@ -122,28 +122,28 @@ func (l *Ledger) operatorCancel(ctx context.Context, actor string, req protocol.
 // S-TOOL-OUTCOME-UNKNOWN, or it is resolved already: the resolution named).
 // The same resolution sent again (same effect, actor and reason) is
 // answered with the stored one.
-func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (res protocol.ResolveResult, err error) {
+func (l *Ledger) resolveJSON(ctx context.Context, by *protocol.Caller, actor string, body []byte) (res protocol.ResolveResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallResolve, err) }()
 	req, vs := protocol.ParseResolveRequest(body)
 	raw := rawBody(body)
-	if err := l.refuseOperator(ctx, protocol.OpCallResolve, actor, req.ProjectID, vs, raw); err != nil {
+	if err := l.refuseOperator(ctx, by, protocol.OpCallResolve, actor, req.ProjectID, vs, raw); err != nil {
 		return res, err
 	}
-	return l.resolve(ctx, actor, req, raw)
+	return l.resolve(ctx, by, actor, req, raw)
 }
 
 // resolve is the one core of call.resolve, typed or received: req is
 // valid, actor is a valid token, raw is the request a refusal records.
-func (l *Ledger) resolve(ctx context.Context, actor string, req protocol.ResolveRequest, raw func() protocol.RejectedRequest) (res protocol.ResolveResult, err error) {
+func (l *Ledger) resolve(ctx context.Context, by *protocol.Caller, actor string, req protocol.ResolveRequest, raw func() protocol.RejectedRequest) (res protocol.ResolveResult, err error) {
 	op := protocol.OpCallResolve
-	rec, err := l.cancelTarget(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	rec, err := l.cancelTarget(ctx, by, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
 	var vs protocol.Violations
 	wrap := func(err error) error { return fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err) }
 	refuse := func(vs protocol.Violations, format string, args ...any) error {
-		return l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, format, args...), raw())
+		return l.reject(ctx, by, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, format, args...), raw())
 	}
 	subj := protocol.ResolutionSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	prior, err := l.resolutionOf(ctx, rec)
@@ -178,7 +178,7 @@ func (l *Ledger) resolve(ctx context.Context, actor string, req protocol.Resolve
 	// every resolution of the call would answer a racing, different one as
 	// a duplicate instead of refusing it.
 	msg.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("resolution.%s.%s.%s.%s.%s.%d", rec.ProjectID, rec.AgentTurnID, rec.ToolCallID, req.Effect, actor, e.ResolvedUnixMS))
-	ack, err := l.appendEntry(ctx, protocol.KindResolution, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindResolution, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
 		l.log.Info("operator resolved call", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "effect", req.Effect, "actor", actor, "seq", ack.Sequence)

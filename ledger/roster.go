@@ -12,6 +12,7 @@ import (
 // SetRoster records agent_id -> worker_target for a project. Wakeups for the
 // agent's calls go to the worker target current when the report is accepted.
 func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
+	by := callerOf(ctx)
 	var vs protocol.Violations
 	protocol.CheckIdent(&vs, "project_id", e.ProjectID, true)
 	protocol.CheckIdent(&vs, "agent_id", e.AgentID, true)
@@ -22,13 +23,13 @@ func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protoco
 	}
 	if err := protocol.BadRequest("roster entry", vs); err != nil {
 		ee, _ := protocol.AsError(err)
-		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, data))
+		return protocol.RosterResult{}, l.reject(ctx, by, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, data))
 	}
-	return l.setRoster(ctx, e, data)
+	return l.setRoster(ctx, by, e, data)
 }
 
 // setRosterJSON is SetRoster for a JSON body, as received over the API.
-func (l *Ledger) setRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+func (l *Ledger) setRosterJSON(ctx context.Context, by *protocol.Caller, body []byte) (protocol.RosterResult, error) {
 	var vs protocol.Violations
 	var e protocol.RosterEntry
 	if o, ok := protocol.ParseObject("body", body, &vs); ok {
@@ -36,20 +37,20 @@ func (l *Ledger) setRosterJSON(ctx context.Context, body []byte) (protocol.Roste
 	}
 	if err := protocol.BadRequest("roster entry", vs); err != nil {
 		ee, _ := protocol.AsError(err)
-		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))
+		return protocol.RosterResult{}, l.reject(ctx, by, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
-	return l.setRoster(ctx, e, data)
+	return l.setRoster(ctx, by, e, data)
 }
 
-func (l *Ledger) setRoster(ctx context.Context, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
+func (l *Ledger) setRoster(ctx context.Context, by *protocol.Caller, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
 	msg := &nats.Msg{Subject: protocol.RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(protocol.HeaderProjectID, e.ProjectID)
 	msg.Header.Set(protocol.HeaderAgentID, e.AgentID)
-	ack, err := l.appendEntry(ctx, protocol.KindRoster, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindRoster, msg)
 	// Read-your-writes in this process, whatever the watch's delay.
 	l.cache.changed(msg.Subject)
 	if err != nil {
