@@ -11,24 +11,25 @@ import (
 
 // SetRoster records agent_id -> worker_target for a project. Wakeups for the
 // agent's calls go to the worker target current when the report is accepted.
+// A request that is not certainly valid is read through the API's parser,
+// so its violations and its rejection entry are exactly a remote one's.
 func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
 	by := callerOf(ctx)
-	var vs protocol.Violations
-	protocol.CheckIdent(&vs, "project_id", e.ProjectID, true)
-	protocol.CheckIdent(&vs, "agent_id", e.AgentID, true)
-	protocol.CheckIdent(&vs, "worker_target", e.WorkerTarget, true)
+	ident := protocol.ValidIdentifier
+	if !ident(e.ProjectID) || !ident(e.AgentID) || !ident(e.WorkerTarget) {
+		return viaWire(ctx, protocol.OpRosterSet, e, func(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+			return l.setRosterJSON(ctx, by, body)
+		})
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
-	if err := protocol.BadRequest("roster entry", vs); err != nil {
-		ee, _ := protocol.AsError(err)
-		return protocol.RosterResult{}, l.reject(ctx, by, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, data))
-	}
 	return l.setRoster(ctx, by, e, data)
 }
 
-// setRosterJSON is SetRoster for a JSON body, as received over the API.
+// setRosterJSON parses a roster.set as received over the API, once, for
+// the core (setRoster).
 func (l *Ledger) setRosterJSON(ctx context.Context, by *protocol.Caller, body []byte) (protocol.RosterResult, error) {
 	var vs protocol.Violations
 	var e protocol.RosterEntry
@@ -46,6 +47,8 @@ func (l *Ledger) setRosterJSON(ctx context.Context, by *protocol.Caller, body []
 	return l.setRoster(ctx, by, e, data)
 }
 
+// setRoster is the one core of roster.set, typed or received: e is valid,
+// data its encoding (the entry stored).
 func (l *Ledger) setRoster(ctx context.Context, by *protocol.Caller, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
 	msg := &nats.Msg{Subject: protocol.RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(protocol.HeaderProjectID, e.ProjectID)
