@@ -265,9 +265,9 @@ type followUp struct {
 func (l *Ledger) finishDecision(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
 	// The ledger's own entries: no caller's actor on them, no caller check.
 	if e.Decision == protocol.ApprovalApproved {
-		return l.release(ctx, nil, rec, e, seq)
+		return l.release(ctx, rec, e, seq)
 	}
-	out, err := l.endHeld(ctx, nil, rec, e)
+	out, err := l.endHeld(ctx, rec, e)
 	if err != nil {
 		return followUp{}, fmt.Errorf("%s call %s/%s: %w", e.Decision, rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -278,7 +278,7 @@ func (l *Ledger) finishDecision(ctx context.Context, rec *protocol.CallRecord, e
 // have (same message id, the idempotency key, the deadline fixed at the
 // decision's time plus the budget), wakes the worker with phase approved,
 // and moves the record to dispatched.
-func (l *Ledger) release(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
+func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
 	key := callKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)
 	cur, rev, err := l.getRecord(ctx, key)
 	if err != nil {
@@ -308,12 +308,12 @@ func (l *Ledger) release(ctx context.Context, by *protocol.Caller, rec *protocol
 	msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(cur.ProjectID, cur.AgentTurnID, cur.ToolCallID))
 	// Held for approval first, then, approved, held by a pause of its
 	// tool: its command waits for the resume, its deadline running.
-	ack, held, err := l.commandOrHold(ctx, by, cur, msg, deadline)
+	ack, held, err := l.commandOrHold(ctx, nil, cur, msg, deadline)
 	if err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: publish command: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	if held != nil {
-		return l.holdApproved(ctx, by, key, cur, rev, held, deadline, seq)
+		return l.holdApproved(ctx, key, cur, rev, held, deadline, seq)
 	}
 	if !ack.Duplicate {
 		l.m.dispatches.WithLabelValues(l.callToolLabel(cur)).Inc()
@@ -321,7 +321,7 @@ func (l *Ledger) release(ctx context.Context, by *protocol.Caller, rec *protocol
 	if err := l.step(stepApprovalCommand); err != nil {
 		return followUp{}, err
 	}
-	if err := l.wakeApproved(ctx, by, cur, seq); err != nil {
+	if err := l.wakeApproved(ctx, nil, cur, seq); err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: wakeup: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	if err := l.step(stepApprovalWoken); err != nil {
@@ -354,8 +354,8 @@ func (l *Ledger) release(ctx context.Context, by *protocol.Caller, rec *protocol
 // holdApproved finishes the follow-up of an approval whose tool is paused:
 // the worker is woken (phase approved: the decision is made) and the
 // record moves from awaiting_approval to paused with its deadline.
-func (l *Ledger) holdApproved(ctx context.Context, by *protocol.Caller, key string, cur *protocol.CallRecord, rev uint64, held *protocol.PausedCall, deadline int64, approvalSeq uint64) (followUp, error) {
-	if err := l.wakeApproved(ctx, by, cur, approvalSeq); err != nil {
+func (l *Ledger) holdApproved(ctx context.Context, key string, cur *protocol.CallRecord, rev uint64, held *protocol.PausedCall, deadline int64, approvalSeq uint64) (followUp, error) {
+	if err := l.wakeApproved(ctx, nil, cur, approvalSeq); err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: wakeup: %w", cur.AgentTurnID, cur.ToolCallID, err)
 	}
 	next := cloneRecord(cur)
@@ -473,7 +473,7 @@ func approvalResult(rec *protocol.CallRecord, e *protocol.ApprovalEntry) (string
 // endHeld ends a held call its decision denied, expired or canceled: the
 // ledger's result card, then its report through the report path's claim
 // (which wakes the worker), as the deadline's timeout does.
-func (l *Ledger) endHeld(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, e *protocol.ApprovalEntry) (protocol.ReportOutcome, error) {
+func (l *Ledger) endHeld(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry) (protocol.ReportOutcome, error) {
 	status, content, err := approvalResult(rec, e)
 	if err != nil {
 		return protocol.ReportOutcome{}, err
@@ -485,7 +485,7 @@ func (l *Ledger) endHeld(ctx context.Context, by *protocol.Caller, rec *protocol
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, by, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, nil, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("result card: %w", err)
 	}
 	in := &reportInput{
@@ -495,7 +495,7 @@ func (l *Ledger) endHeld(ctx context.Context, by *protocol.Caller, rec *protocol
 		stepID:   rec.StepID,
 		approval: true,
 	}
-	return l.report(ctx, by, in, raw)
+	return l.report(ctx, nil, in, raw)
 }
 
 // Approve records an approver's approval of a held call (the approve op)

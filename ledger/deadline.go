@@ -145,7 +145,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		l.m.timeouts.WithLabelValues(l.callToolLabel(rec)).Inc()
 		l.log.Info("call timed out: no report by its deadline", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "tool", rec.ToolName, "deadline", deadline, "seq", out.Seq)
 	}
-	if err := l.cancelAfterTimeout(ctx, nil, rec); err != nil {
+	if err := l.cancelAfterTimeout(ctx, rec); err != nil {
 		return out, fmt.Errorf("timeout of %s/%s: cancel: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	return out, nil
@@ -155,7 +155,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 // timed-out call to stop. It follows the ledger's own timeout report, so,
 // unlike a worker's cancel, it does not expect the call to be unreported;
 // one per call, as for any cancel.
-func (l *Ledger) cancelAfterTimeout(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord) error {
+func (l *Ledger) cancelAfterTimeout(ctx context.Context, rec *protocol.CallRecord) error {
 	subj := protocol.CancelSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	if prev, err := l.lastForSubject(ctx, subj); err != nil || prev != nil {
 		return err
@@ -169,6 +169,6 @@ func (l *Ledger) cancelAfterTimeout(ctx context.Context, by *protocol.Caller, re
 	msg.Header.Set(protocol.HeaderProjectID, rec.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
 	msg.Header.Set(protocol.HeaderMsgID, "cancel."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	_, err = l.appendEntry(ctx, by, protocol.KindCancel, msg)
+	_, err = l.appendEntry(ctx, nil, protocol.KindCancel, msg)
 	return err
 }

@@ -163,7 +163,7 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		if rec.Claim != nil && rec.Claim.SourceID == protocol.DeadlineSourceID {
 			// Timed out by a process that may have stopped before its
 			// cancel: store it (once).
-			if err := l.cancelAfterTimeout(ctx, nil, rec); err != nil {
+			if err := l.cancelAfterTimeout(ctx, rec); err != nil {
 				k.run.later(msg, "cancel after timeout", err)
 				return
 			}

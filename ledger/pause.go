@@ -451,7 +451,7 @@ func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseS
 		if err := json.Unmarshal(m.Data, &e); err != nil || e.Reason != protocol.HeldPaused || e.ToolName != tool {
 			continue
 		}
-		out, err := l.releaseOne(ctx, nil, &e, m.Sequence, running)
+		out, err := l.releaseOne(ctx, &e, m.Sequence, running)
 		if err != nil {
 			return released, fmt.Errorf("release %s/%s: %w", e.AgentTurnID, e.ToolCallID, err)
 		}
@@ -479,7 +479,7 @@ const (
 
 // releaseOne publishes the command of one held call, unless it ended or
 // its deadline passed, and moves its record to dispatched.
-func (l *Ledger) releaseOne(ctx context.Context, by *protocol.Caller, e *pausedHeldEntry, heldSeq uint64, st pauseState) (releaseOutcome, error) {
+func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, heldSeq uint64, st pauseState) (releaseOutcome, error) {
 	key := callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)
 	rec, rev, err := l.getRecord(ctx, key)
 	if err != nil || rec == nil {
@@ -548,7 +548,7 @@ func (l *Ledger) releaseOne(ctx context.Context, by *protocol.Caller, e *pausedH
 	for k, v := range e.CommandHeader {
 		msg.Header[k] = slices.Clone(v)
 	}
-	ack, err := l.appendEntry(ctx, by, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, protocol.PauseSubject(l.version, e.ProjectID, e.ToolName)))
+	ack, err := l.appendEntry(ctx, nil, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, protocol.PauseSubject(l.version, e.ProjectID, e.ToolName)))
 	if isWrongLastSeq(err) {
 		// Paused again: that pause's op released this call before it was
 		// stored (toolPauseJSON), or the call waits for the next resume.
