@@ -39,7 +39,9 @@ type APIServer struct {
 	stopped bool
 }
 
-type apiHandler func(ctx context.Context, m *nats.Msg) (any, error)
+// apiHandler serves one operation's request m for by, the caller its API
+// subject names, checked once before (protocol.CheckRequest): never nil.
+type apiHandler func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error)
 
 // ServeAPI subscribes the API subjects (in a queue group) and serves them
 // with this ledger. ctx bounds the server's life as Stop does.
@@ -59,21 +61,30 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{l: l, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
 	handlers := map[string]apiHandler{
-		protocol.OpCardPut:  func(ctx context.Context, m *nats.Msg) (any, error) { return l.putCardJSON(ctx, m.Data) },
-		protocol.OpCardGet:  s.cardGet,
-		protocol.OpDispatch: func(ctx context.Context, m *nats.Msg) (any, error) { return l.dispatchMsg(ctx, m.Header, m.Data) },
-		protocol.OpReport: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.reportMsg(ctx, callerOf(ctx), m.Header, m.Data)
+		protocol.OpCardPut: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.putCardJSON(ctx, by, m.Data)
 		},
-		protocol.OpRosterSet: func(ctx context.Context, m *nats.Msg) (any, error) { return l.setRosterJSON(ctx, m.Data) },
+		protocol.OpCardGet: s.cardGet,
+		protocol.OpDispatch: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.dispatchMsg(ctx, by, m.Header, m.Data)
+		},
+		protocol.OpReport: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.reportMsg(ctx, by, m.Header, m.Data)
+		},
+		protocol.OpRosterSet: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.setRosterJSON(ctx, by, m.Data)
+		},
 		protocol.OpRosterGet: s.rosterGet,
 		protocol.OpCallGet:   s.callGet,
-		protocol.OpConsume:   func(ctx context.Context, m *nats.Msg) (any, error) { return l.consumeJSON(ctx, m.Data) },
-		protocol.OpToolRegister: func(ctx context.Context, m *nats.Msg) (any, error) {
-			c, _ := CallerFrom(ctx)
-			return l.registerToolMsg(ctx, c.Project, m.Header, m.Data)
+		protocol.OpConsume: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.consumeJSON(ctx, by, m.Data)
 		},
-		protocol.OpCancel:        func(ctx context.Context, m *nats.Msg) (any, error) { return l.cancelJSON(ctx, m.Data) },
+		protocol.OpToolRegister: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.registerToolMsg(ctx, by, by.Project, m.Header, m.Data)
+		},
+		protocol.OpCancel: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.cancelJSON(ctx, by, m.Data)
+		},
 		protocol.OpToolGet:       s.toolGet,
 		protocol.OpToolList:      s.toolList,
 		protocol.OpToolConsumer:  s.toolConsumer,
@@ -81,49 +92,48 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpCancelGet:     s.cancelGet,
 		protocol.OpResume:        s.resume,
 		protocol.OpCommandReject: s.commandReject,
-		protocol.OpAttemptStart: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.startAttemptJSON(ctx, m.Header, m.Data)
+		protocol.OpAttemptStart: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.startAttemptJSON(ctx, by, m.Header, m.Data)
 		},
-		protocol.OpPrepare: func(ctx context.Context, m *nats.Msg) (any, error) { return l.prepareJSON(ctx, m.Header, m.Data) },
-		protocol.OpCommit: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.decideJSON(ctx, protocol.OpCommit, m.Header, m.Data)
+		protocol.OpPrepare: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.prepareJSON(ctx, by, m.Header, m.Data)
 		},
-		protocol.OpAbort: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.decideJSON(ctx, protocol.OpAbort, m.Header, m.Data)
+		protocol.OpCommit: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.decideJSON(ctx, by, protocol.OpCommit, m.Header, m.Data)
 		},
-		protocol.OpApprove: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.approvalMsg(ctx, protocol.OpApprove, m.Data)
+		protocol.OpAbort: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.decideJSON(ctx, by, protocol.OpAbort, m.Header, m.Data)
 		},
-		protocol.OpDeny: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.approvalMsg(ctx, protocol.OpDeny, m.Data)
+		protocol.OpApprove: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.approvalJSON(ctx, by, protocol.OpApprove, by.Actor, m.Data)
 		},
-		protocol.OpCallCancel: func(ctx context.Context, m *nats.Msg) (any, error) {
-			c, _ := CallerFrom(ctx)
-			return l.operatorCancelJSON(ctx, c.Actor, m.Data)
+		protocol.OpDeny: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.approvalJSON(ctx, by, protocol.OpDeny, by.Actor, m.Data)
 		},
-		protocol.OpCallResolve: func(ctx context.Context, m *nats.Msg) (any, error) {
-			c, _ := CallerFrom(ctx)
-			return l.resolveJSON(ctx, c.Actor, m.Data)
+		protocol.OpCallCancel: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.operatorCancelJSON(ctx, by, by.Actor, m.Data)
 		},
-		protocol.OpCallRedrive: func(ctx context.Context, m *nats.Msg) (any, error) {
-			c, _ := CallerFrom(ctx)
-			return l.redriveJSON(ctx, c.Actor, m.Data)
+		protocol.OpCallResolve: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.resolveJSON(ctx, by, by.Actor, m.Data)
 		},
-		protocol.OpToolPause: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.toolPauseMsg(ctx, protocol.OpToolPause, m.Data)
+		protocol.OpCallRedrive: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.redriveJSON(ctx, by, by.Actor, m.Data)
 		},
-		protocol.OpConformanceCommand: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.conformanceCommandJSON(ctx, m.Data)
+		protocol.OpToolPause: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.toolPauseJSON(ctx, by, protocol.OpToolPause, by.Actor, m.Data)
 		},
-		protocol.OpConformanceObserve: func(ctx context.Context, m *nats.Msg) (any, error) {
+		protocol.OpConformanceCommand: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.conformanceCommandJSON(ctx, by, m.Data)
+		},
+		protocol.OpConformanceObserve: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 			req, vs := protocol.ParseConformanceObserve(m.Data)
 			if err := protocol.BadRequest(protocol.OpConformanceObserve+" request", vs); err != nil {
 				return nil, err
 			}
 			return l.ConformanceObserve(ctx, req)
 		},
-		protocol.OpToolResume: func(ctx context.Context, m *nats.Msg) (any, error) {
-			return l.toolPauseMsg(ctx, protocol.OpToolResume, m.Data)
+		protocol.OpToolResume: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.toolPauseJSON(ctx, by, protocol.OpToolResume, by.Actor, m.Data)
 		},
 	}
 	ops := make([]string, 0, len(handlers))
@@ -200,7 +210,7 @@ func (l *Ledger) RecordRefusal(ctx context.Context, op string, c protocol.Caller
 	if protocol.ValidIdentifier(c.Project) {
 		project = c.Project
 	}
-	return l.reject(WithCaller(ctx, c), op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
+	return l.reject(ctx, &c, op, project, "", e, protocol.NewRejectedRequest("", m.Header, m.Data))
 }
 
 func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
@@ -226,7 +236,7 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 			c, err := s.caller(ctx, op, m)
 			var res any
 			if err == nil {
-				res, err = h(WithCaller(ctx, c), m)
+				res, err = h(ctx, &c, m)
 			}
 			code := "ok"
 			if err != nil {
@@ -247,7 +257,7 @@ func (s *APIServer) handle(op string, h apiHandler) nats.MsgHandler {
 	}
 }
 
-func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) cardGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseCardGetRequest(m.Data)
 	project, ids := r.ProjectID, r.CardIDs
 	if err := protocol.BadRequest("card.get request", vs); err != nil {
@@ -269,7 +279,7 @@ func (s *APIServer) cardGet(ctx context.Context, m *nats.Msg) (any, error) {
 	}{cards, missing}, nil
 }
 
-func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) rosterGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseRosterGetRequest(m.Data)
 	project, agent := r.ProjectID, r.AgentID
 	if err := protocol.BadRequest("roster.get request", vs); err != nil {
@@ -278,7 +288,7 @@ func (s *APIServer) rosterGet(ctx context.Context, m *nats.Msg) (any, error) {
 	return s.l.GetRoster(ctx, project, agent)
 }
 
-func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) callGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseCallGetRequest(m.Data)
 	project, turn, call, twoPhase := r.ProjectID, r.AgentTurnID, r.ToolCallID, r.TwoPhase
 	if err := protocol.BadRequest("call.get request", vs); err != nil {
@@ -305,7 +315,7 @@ func (s *APIServer) callGet(ctx context.Context, m *nats.Msg) (any, error) {
 	return view, nil
 }
 
-func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) cancelGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseCancelGetRequest(m.Data)
 	if err := protocol.BadRequest("cancel.get request", vs); err != nil {
 		return nil, err
@@ -317,11 +327,11 @@ func (s *APIServer) cancelGet(ctx context.Context, m *nats.Msg) (any, error) {
 // resume serves report.resume. A body that does not read is refused and
 // recorded like any write's; the outcomes of Resume itself (not_reported,
 // unknown_call, or a report refused on the way) are its own.
-func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) resume(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseResumeRequest(m.Data)
 	if len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.resume request: %d violation(s)", len(vs))
-		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+		return nil, s.l.reject(ctx, by, protocol.OpResume, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}
 	// Checked here, before the stored report is replayed: a refusal then
 	// records this request, not the report it would have replayed.
@@ -329,29 +339,29 @@ func (s *APIServer) resume(ctx context.Context, m *nats.Msg) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
+	if vs := callerOwnsCall(by, rec); len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeForbidden, vs, "report.resume of call %s by another tool", r.ToolCallID)
-		return nil, s.l.reject(ctx, protocol.OpResume, r.ProjectID, rec.ChannelID, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+		return nil, s.l.reject(ctx, by, protocol.OpResume, r.ProjectID, rec.ChannelID, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}
-	return s.l.Resume(ctx, r.ProjectID, r.AgentTurnID, r.ToolCallID)
+	return s.l.resume(ctx, by, r.ProjectID, r.AgentTurnID, r.ToolCallID)
 }
 
 // commandReject serves command.reject: an executor in another process
 // records a command it refused, as RejectCommand does in process.
-func (s *APIServer) commandReject(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) commandReject(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseCommandRejection(m.Data)
 	if len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid command.reject request: %d violation(s)", len(vs))
-		return nil, s.l.reject(ctx, protocol.OpCommandReject, "", protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
+		return nil, s.l.reject(ctx, by, protocol.OpCommandReject, "", protocol.Unrouted, e, protocol.NewRejectedRequest("", m.Header, m.Data))
 	}
-	dup, err := s.l.rejectCommand(ctx, r.Subject, nats.Header(r.Headers), r.Data, r.Error)
+	dup, err := s.l.rejectCommand(ctx, by, r.Subject, nats.Header(r.Headers), r.Data, r.Error)
 	if err != nil {
 		return nil, err
 	}
 	return protocol.RejectionResult{Seq: r.Error.Seq, Duplicate: dup}, nil
 }
 
-func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) toolGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	r, vs := protocol.ParseToolGetRequest(m.Data)
 	project, tool, seq := r.ProjectID, r.ToolName, r.Seq
 	if err := protocol.BadRequest("tool.get request", vs); err != nil {
@@ -363,7 +373,7 @@ func (s *APIServer) toolGet(ctx context.Context, m *nats.Msg) (any, error) {
 	return s.l.GetTool(ctx, project, tool)
 }
 
-func (s *APIServer) toolList(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) toolList(ctx context.Context, _ *protocol.Caller, m *nats.Msg) (any, error) {
 	project, vs := protocol.ParseToolListRequest(m.Data)
 	if err := protocol.BadRequest("tool.list request", vs); err != nil {
 		return nil, err
@@ -448,22 +458,21 @@ func (l *Ledger) ensureConsumer(ctx context.Context, project, tool string, filte
 	return tc, nil
 }
 
-func (s *APIServer) toolConsumer(ctx context.Context, m *nats.Msg) (any, error) {
-	c, _ := CallerFrom(ctx)
+func (s *APIServer) toolConsumer(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 	// The body names nothing (the subject does), but what is sent must be
 	// the documented object; an empty body is the same as {}.
 	if err := protocol.BadRequest("tool.consumer request", protocol.ParseToolConsumerRequest(m.Data)); err != nil {
 		return nil, err
 	}
-	return s.l.EnsureToolConsumer(ctx, c.Project, c.Actor)
+	return s.l.EnsureToolConsumer(ctx, by.Project, by.Actor)
 }
 
-func (s *APIServer) projectorSkip(ctx context.Context, m *nats.Msg) (any, error) {
+func (s *APIServer) projectorSkip(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 	req, vs := protocol.ParseSkipRequest(m.Data)
 	if err := protocol.BadRequest("projector.skip request", vs); err != nil {
 		return nil, err
 	}
-	return s.l.Skip(ctx, req.Seq, req.Reason)
+	return s.l.skip(ctx, by, req.Seq, req.Reason)
 }
 
 // Tool consumer quotas. The server caps the consumers of an account, and

@@ -68,7 +68,7 @@ func storedArgumentsDigest(cardBytes []byte) (string, error) {
 // dispatch created its record) or answers a repeated one: it stores the
 // held entry once, and never the command, which only an approval
 // publishes.
-func (l *Ledger) dispatchHeld(ctx context.Context, rec *protocol.CallRecord, rev, cardSeq uint64, created bool) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchHeld(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, rev, cardSeq uint64, created bool) (protocol.DispatchResult, error) {
 	res := protocol.DispatchResult{Subject: rec.Subject, ToolCallCardID: rec.ToolCallCardID, CardSeq: cardSeq, Duplicate: !created,
 		ToolDefSeq: rec.ToolDefSeq, ToolVersion: rec.ToolVersion, ApprovalExpiresUnixMS: rec.Held.ExpiresUnixMS}
 	if !created {
@@ -93,7 +93,7 @@ func (l *Ledger) dispatchHeld(ctx context.Context, rec *protocol.CallRecord, rev
 	if rec.Held.HeldSeq != 0 {
 		return res, nil
 	}
-	seq, err := l.ensureHeld(ctx, rec)
+	seq, err := l.ensureHeld(ctx, by, rec)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -139,7 +139,7 @@ func approvalHeader(rec *protocol.CallRecord) nats.Header {
 
 // ensureHeld returns the sequence of the call's held entry, appending it
 // when a dispatch stopped before it did.
-func (l *Ledger) ensureHeld(ctx context.Context, rec *protocol.CallRecord) (uint64, error) {
+func (l *Ledger) ensureHeld(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord) (uint64, error) {
 	if rec.Held.HeldSeq != 0 {
 		return rec.Held.HeldSeq, nil
 	}
@@ -166,7 +166,7 @@ func (l *Ledger) ensureHeld(ctx context.Context, rec *protocol.CallRecord) (uint
 	}
 	msg := &nats.Msg{Subject: subj, Data: data, Header: approvalHeader(rec)}
 	msg.Header.Set(protocol.HeaderMsgID, "held."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	ack, err := l.appendEntry(ctx, protocol.KindHeld, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindHeld, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
 		return ack.Sequence, nil
@@ -196,8 +196,8 @@ func (l *Ledger) decisionOf(ctx context.Context, rec *protocol.CallRecord) (*pro
 
 // decide appends the held call's decision. won=false when another decision
 // was stored first: the entry and sequence returned are then the winner's.
-func (l *Ledger) decide(ctx context.Context, rec *protocol.CallRecord, decision, approver, reason string) (*protocol.ApprovalEntry, uint64, bool, error) {
-	heldSeq, err := l.ensureHeld(ctx, rec)
+func (l *Ledger) decide(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, decision, approver, reason string) (*protocol.ApprovalEntry, uint64, bool, error) {
+	heldSeq, err := l.ensureHeld(ctx, by, rec)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -215,7 +215,7 @@ func (l *Ledger) decide(ctx context.Context, rec *protocol.CallRecord, decision,
 	// one shared by every decision of the call would answer a racing,
 	// different decision as a duplicate instead of refusing it.
 	msg.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("approval.%s.%s.%s.%s.%s.%d", rec.ProjectID, rec.AgentTurnID, rec.ToolCallID, decision, approver, e.DecidedUnixMS))
-	ack, err := l.appendEntry(ctx, protocol.KindApproval, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindApproval, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
 		if !ack.Duplicate {
@@ -242,11 +242,11 @@ func (l *Ledger) decide(ctx context.Context, rec *protocol.CallRecord, decision,
 // the call's expiry with no decision stored, the expiry is the decision
 // (stored here, by the ledger, and returned as the winner), so no decision
 // is taken later than expires_unix_ms however late the keeper runs.
-func (l *Ledger) decideInTime(ctx context.Context, rec *protocol.CallRecord, decision, approver, reason string) (*protocol.ApprovalEntry, uint64, bool, error) {
+func (l *Ledger) decideInTime(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, decision, approver, reason string) (*protocol.ApprovalEntry, uint64, bool, error) {
 	if time.Now().UnixMilli() < rec.Held.ExpiresUnixMS {
-		return l.decide(ctx, rec, decision, approver, reason)
+		return l.decide(ctx, by, rec, decision, approver, reason)
 	}
-	e, seq, _, err := l.decide(asLedger(ctx), rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+	e, seq, _, err := l.decide(ctx, nil, rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
 	return e, seq, false, err
 }
 
@@ -264,7 +264,6 @@ type followUp struct {
 // it, at any time after the decision.
 func (l *Ledger) finishDecision(ctx context.Context, rec *protocol.CallRecord, e *protocol.ApprovalEntry, seq uint64) (followUp, error) {
 	// The ledger's own entries: no caller's actor on them, no caller check.
-	ctx = asLedger(ctx)
 	if e.Decision == protocol.ApprovalApproved {
 		return l.release(ctx, rec, e, seq)
 	}
@@ -309,7 +308,7 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 	msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(cur.ProjectID, cur.AgentTurnID, cur.ToolCallID))
 	// Held for approval first, then, approved, held by a pause of its
 	// tool: its command waits for the resume, its deadline running.
-	ack, held, err := l.commandOrHold(ctx, cur, msg, deadline)
+	ack, held, err := l.commandOrHold(ctx, nil, cur, msg, deadline)
 	if err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: publish command: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -322,7 +321,7 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 	if err := l.step(stepApprovalCommand); err != nil {
 		return followUp{}, err
 	}
-	if err := l.wakeApproved(ctx, cur, seq); err != nil {
+	if err := l.wakeApproved(ctx, nil, cur, seq); err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: wakeup: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	if err := l.step(stepApprovalWoken); err != nil {
@@ -356,7 +355,7 @@ func (l *Ledger) release(ctx context.Context, rec *protocol.CallRecord, e *proto
 // the worker is woken (phase approved: the decision is made) and the
 // record moves from awaiting_approval to paused with its deadline.
 func (l *Ledger) holdApproved(ctx context.Context, key string, cur *protocol.CallRecord, rev uint64, held *protocol.PausedCall, deadline int64, approvalSeq uint64) (followUp, error) {
-	if err := l.wakeApproved(ctx, cur, approvalSeq); err != nil {
+	if err := l.wakeApproved(ctx, nil, cur, approvalSeq); err != nil {
 		return followUp{}, fmt.Errorf("release %s/%s: wakeup: %w", cur.AgentTurnID, cur.ToolCallID, err)
 	}
 	next := cloneRecord(cur)
@@ -384,7 +383,7 @@ func (l *Ledger) holdApproved(ctx context.Context, key string, cur *protocol.Cal
 // wakeApproved tells the worker its held call was approved and its
 // command published (phase approved: not a result); nothing when the agent
 // has no roster entry.
-func (l *Ledger) wakeApproved(ctx context.Context, rec *protocol.CallRecord, approvalSeq uint64) error {
+func (l *Ledger) wakeApproved(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, approvalSeq uint64) error {
 	roster, err := l.rosterCached(ctx, rec.ProjectID, rec.AgentID)
 	if isCode(err, protocol.CodeNotFound) {
 		return nil
@@ -401,7 +400,7 @@ func (l *Ledger) wakeApproved(ctx context.Context, rec *protocol.CallRecord, app
 	msg := &nats.Msg{Subject: protocol.WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget), Data: data,
 		Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "wakeup.approved."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	ack, err := l.appendEntry(ctx, protocol.KindWakeup, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindWakeup, msg)
 	if err != nil {
 		return err
 	}
@@ -486,7 +485,7 @@ func (l *Ledger) endHeld(ctx context.Context, rec *protocol.CallRecord, e *proto
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, nil, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("result card: %w", err)
 	}
 	in := &reportInput{
@@ -496,7 +495,7 @@ func (l *Ledger) endHeld(ctx context.Context, rec *protocol.CallRecord, e *proto
 		stepID:   rec.StepID,
 		approval: true,
 	}
-	return l.report(ctx, in, raw)
+	return l.report(ctx, nil, in, raw)
 }
 
 // Approve records an approver's approval of a held call (the approve op)
@@ -512,18 +511,19 @@ func (l *Ledger) Deny(ctx context.Context, approver string, req protocol.Approva
 	return l.approvalReq(ctx, protocol.OpDeny, approver, req)
 }
 
-// approvalReq is Approve and Deny, through approvalJSON (asBody).
+// approvalReq is Approve and Deny: a certainly valid request goes to the
+// core as it is; any other takes the API's parser (approvalJSON).
 func (l *Ledger) approvalReq(ctx context.Context, op, approver string, req protocol.ApprovalRequest) (protocol.ApprovalResult, error) {
-	return asBody(ctx, op, req.ProjectID, approver, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
-		return l.approvalJSON(ctx, op, approver, body)
-	})
-}
-
-// approvalMsg is approve or deny as received over the API: the approver is
-// the actor of the request's subject.
-func (l *Ledger) approvalMsg(ctx context.Context, op string, body []byte) (protocol.ApprovalResult, error) {
-	c, _ := CallerFrom(ctx)
-	return l.approvalJSON(ctx, op, c.Actor, body)
+	by := atEdge(ctx, req.ProjectID, approver)
+	ident := protocol.ValidIdentifier
+	if !ident(approver) || !ident(req.ProjectID) || !ident(req.AgentTurnID) || !ident(req.ToolCallID) ||
+		!ident(req.ToolCallCardID) || !protocol.ValidArgumentsDigest(req.ArgumentsDigest) ||
+		!certainText(req.Reason, protocol.MaxApprovalReasonBytes, false) {
+		return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.ApprovalResult, error) {
+			return l.approvalJSON(ctx, by, op, approver, body)
+		})
+	}
+	return l.approval(ctx, by, op, approver, req, rawOf(req))
 }
 
 // approvalJSON decides a held call for approver, or refuses (and records)
@@ -532,15 +532,22 @@ func (l *Ledger) approvalMsg(ctx context.Context, op string, body []byte) (proto
 // does not list, or the call's own agent without allow_self_approval),
 // mismatch (another card, another digest). With violations of several
 // kinds the code is the first of conflict, forbidden, mismatch.
-func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []byte) (protocol.ApprovalResult, error) {
+func (l *Ledger) approvalJSON(ctx context.Context, by *protocol.Caller, op, approver string, body []byte) (protocol.ApprovalResult, error) {
 	req, vs := protocol.ParseApprovalRequest(body)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
+	raw := rawBody(body)
 	if !protocol.ValidIdentifier(approver) {
 		vs.Add("approver", protocol.VInvalidToken, "approver name %q is not an identifier", protocol.Clip(approver))
 	}
 	if len(vs) > 0 {
-		return protocol.ApprovalResult{}, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+		return protocol.ApprovalResult{}, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
+	return l.approval(ctx, by, op, approver, req, raw)
+}
+
+// approval is the one core of approve and deny, typed or received: req is
+// valid, approver a valid name, raw the request a refusal records.
+func (l *Ledger) approval(ctx context.Context, by *protocol.Caller, op, approver string, req protocol.ApprovalRequest, raw func() protocol.RejectedRequest) (protocol.ApprovalResult, error) {
+	var vs protocol.Violations
 	key := callKey(req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	rec, _, err := l.getRecord(ctx, key)
 	if err != nil {
@@ -557,10 +564,10 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 	}
 	if rec == nil {
 		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", req.ToolCallID, req.AgentTurnID, req.ProjectID)
-		return protocol.ApprovalResult{}, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())
+		return protocol.ApprovalResult{}, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())
 	}
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.ApprovalResult, error) {
-		return protocol.ApprovalResult{}, l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
+		return protocol.ApprovalResult{}, l.reject(ctx, by, op, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
 	}
 	if rec.Held == nil {
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s was not held for approval (state %s): there is nothing to decide", rec.ToolCallID, rec.State)
@@ -589,7 +596,7 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 		if op == protocol.OpDeny {
 			decision = protocol.ApprovalDenied
 		}
-		e, s, won, err := l.decideInTime(ctx, rec, decision, approver, req.Reason)
+		e, s, won, err := l.decideInTime(ctx, by, rec, decision, approver, req.Reason)
 		if err != nil {
 			return protocol.ApprovalResult{}, fmt.Errorf("%s %s/%s: %w", op, req.AgentTurnID, req.ToolCallID, err)
 		}
@@ -634,13 +641,13 @@ func (l *Ledger) approvalJSON(ctx context.Context, op, approver string, body []b
 // it: the caller refuses, already reported). decider is recorded as the
 // decision's approver: the agent for its own cancel, the admin's actor for
 // an operator's (call.cancel).
-func (l *Ledger) cancelHeld(ctx context.Context, rec *protocol.CallRecord, decider, reason string) (protocol.CancelResult, bool, error) {
+func (l *Ledger) cancelHeld(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, decider, reason string) (protocol.CancelResult, bool, error) {
 	var e *protocol.ApprovalEntry
 	var seq uint64
 	won := false
 	var err error
 	if rec.State == protocol.StateAwaitingApproval {
-		e, seq, won, err = l.decideInTime(ctx, rec, protocol.ApprovalCanceled, decider, reason)
+		e, seq, won, err = l.decideInTime(ctx, by, rec, protocol.ApprovalCanceled, decider, reason)
 	} else {
 		e, seq, err = l.decisionOf(ctx, rec)
 	}

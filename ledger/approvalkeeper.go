@@ -153,7 +153,7 @@ func (k *ApprovalKeeper) process(msg jetstream.Msg) {
 			return
 		}
 		won := false
-		decided, seq, won, err = l.decide(ctx, rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
+		decided, seq, won, err = l.decide(ctx, nil, rec, protocol.ApprovalExpired, protocol.ApprovalExpirySource, "")
 		if err != nil {
 			k.run.later(msg, "record expiry", err)
 			return

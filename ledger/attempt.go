@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -28,37 +29,52 @@ import (
 // two concurrent starts one is stored and the other answered Started=false.
 // A call that already has a report is refused (conflict).
 func (l *Ledger) StartAttempt(ctx context.Context, req protocol.AttemptStartRequest) (protocol.AttemptStartResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.AttemptStartResult{}, fmt.Errorf("attempt.start: encode: %w", err)
+	by := callerOf(ctx)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && protocol.ValidName(req.ExecutorID) &&
+		req.DeadlineUnixMS >= 0 && req.NotDone <= math.MaxInt64 {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.startAttempt(ctx, by, req, rawOf(req))
 	}
-	return l.startAttemptJSON(ctx, nil, body)
+	return viaWire(ctx, protocol.OpAttemptStart, req, func(ctx context.Context, body []byte) (protocol.AttemptStartResult, error) {
+		return l.startAttemptJSON(ctx, by, nil, body)
+	})
 }
 
-// startAttemptJSON is StartAttempt for a JSON body, as received over the API.
-func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byte) (protocol.AttemptStartResult, error) {
-	var none protocol.AttemptStartResult
+// startAttemptJSON parses an attempt.start as received over the API, once,
+// for the core; by is who sent it (nil in process).
+func (l *Ledger) startAttemptJSON(ctx context.Context, by *protocol.Caller, h nats.Header, body []byte) (protocol.AttemptStartResult, error) {
 	req, vs := protocol.ParseAttemptStart(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid attempt.start: %d violation(s)", len(vs)), raw())
+		return protocol.AttemptStartResult{}, l.reject(ctx, by, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid attempt.start: %d violation(s)", len(vs)), raw())
 	}
+	return l.startAttempt(ctx, by, req, raw)
+}
+
+// startAttempt is the one core of attempt.start, typed or received: req is
+// valid, by is who sent it (its tool must be the call's; nil in
+// process), raw is the request a refusal records.
+func (l *Ledger) startAttempt(ctx context.Context, by *protocol.Caller, req protocol.AttemptStartRequest, raw func() protocol.RejectedRequest) (protocol.AttemptStartResult, error) {
+	var none protocol.AttemptStartResult
+	var vs protocol.Violations
 	rec, err := l.GetCall(ctx, req.ProjectID, req.AgentTurnID, req.ToolCallID)
 	if e, refused := protocol.AsError(err); refused && e.Code == protocol.CodeUnknownCall {
 		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s was dispatched through the ledger", req.ToolCallID, req.AgentTurnID)
-		return none, l.reject(ctx, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())
+		return none, l.reject(ctx, by, protocol.OpAttemptStart, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", req.ToolCallID), raw())
 	}
 	if err != nil {
 		return none, fmt.Errorf("attempt.start %s/%s: %w", req.AgentTurnID, req.ToolCallID, err)
 	}
-	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
-		return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeForbidden, vs, "attempt.start of call %s by another tool", rec.ToolCallID), raw())
+	if vs := callerOwnsCall(by, rec); len(vs) > 0 {
+		return none, l.reject(ctx, by, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeForbidden, vs, "attempt.start of call %s by another tool", rec.ToolCallID), raw())
 	}
 	reportSubj := protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	alreadyReported := func() (protocol.AttemptStartResult, error) {
 		var vs protocol.Violations
 		vs.Add("body.tool_call_id", protocol.VConflict, "call %s already has a report: it has an outcome, no attempt may start", rec.ToolCallID)
-		return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
+		return none, l.reject(ctx, by, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s is already reported", rec.ToolCallID), raw())
 	}
 	if rec.State != protocol.StateDispatched {
 		return alreadyReported()
@@ -79,7 +95,7 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 		}
 		if st.Definition.Determinism != protocol.DeterminismSideEffectful {
 			vs.Add("body.tool_call_id", protocol.VConflict, "call %s is to tool %s, whose definition (seq %d) is %s: only a side_effectful tool records attempts", rec.ToolCallID, rec.ToolName, rec.ToolDefSeq, st.Definition.Determinism)
-			return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "tool %s is not side_effectful", rec.ToolName), raw())
+			return none, l.reject(ctx, by, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "tool %s is not side_effectful", rec.ToolName), raw())
 		}
 	}
 	subj := protocol.AttemptSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
@@ -95,7 +111,7 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 		switch {
 		case last == nil && req.NotDone != 0:
 			vs.Add("body.not_done", protocol.VNotFound, "call %s has no attempt %d on record", rec.ToolCallID, req.NotDone)
-			return none, l.reject(ctx, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeMismatch, vs, "no attempt %d of call %s to close", req.NotDone, rec.ToolCallID), raw())
+			return none, l.reject(ctx, by, protocol.OpAttemptStart, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeMismatch, vs, "no attempt %d of call %s to close", req.NotDone, rec.ToolCallID), raw())
 		case last != nil && req.NotDone != lastEntry.Attempt:
 			// Open (no report): reconcile it. A stale not_done (someone
 			// else already moved on) lands here too.
@@ -119,7 +135,7 @@ func (l *Ledger) startAttemptJSON(ctx context.Context, h nats.Header, body []byt
 		msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
 		msg.Header.Set(protocol.HeaderIdempotencyKey, key)
 		msg.Header.Set(protocol.HeaderMsgID, "attempt."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID+"."+strconv.FormatUint(next, 10))
-		ack, err := l.appendEntry(ctx, protocol.KindAttempt, msg, jetstream.WithExpectLastSequenceForSubject(lastSeq, subj))
+		ack, err := l.appendEntry(ctx, by, protocol.KindAttempt, msg, jetstream.WithExpectLastSequenceForSubject(lastSeq, subj))
 		switch {
 		case err == nil && !ack.Duplicate:
 			// Started only now that the report subject is known to be

@@ -21,28 +21,33 @@ const maxCardIDs = protocol.MaxCardIDs
 // under an existing id is a conflict. The card is readable by id as soon as
 // PutCard returns.
 func (l *Ledger) PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error) {
+	return l.putCardTyped(ctx, callerOf(ctx), card)
+}
+
+// putCardTyped is PutCard for by (nil: the ledger's own card).
+func (l *Ledger) putCardTyped(ctx context.Context, by *protocol.Caller, card protocol.Card) (protocol.PutCardResult, error) {
 	data, err := json.Marshal(card)
 	if err != nil {
 		return protocol.PutCardResult{}, fmt.Errorf("put card: encode: %w", err)
 	}
-	return l.putCardJSON(ctx, data)
+	return l.putCardJSON(ctx, by, data)
 }
 
 // putCardJSON is PutCard for a card given as JSON, as received over the API.
-func (l *Ledger) putCardJSON(ctx context.Context, data []byte) (protocol.PutCardResult, error) {
+func (l *Ledger) putCardJSON(ctx context.Context, by *protocol.Caller, data []byte) (protocol.PutCardResult, error) {
 	r, vs := protocol.ParseCardPut(data)
 	if err := protocol.BadRequest("card", vs); err != nil {
 		e, _ := protocol.AsError(err)
-		return protocol.PutCardResult{}, l.reject(ctx, protocol.OpCardPut, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
+		return protocol.PutCardResult{}, l.reject(ctx, by, protocol.OpCardPut, r.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
 	}
 	c, stored := r.Card, r.Stored
-	return l.putCard(ctx, protocol.OpCardPut, c, stored, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
+	return l.putCard(ctx, by, protocol.OpCardPut, c, stored, "", func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, data) })
 }
 
 // putCard stores a validated card. channel, when known, routes a rejection.
 // stored is the card's JSON encoding when the caller has it already
 // (protocol.DecodeCardStored), else nil: the card is encoded here.
-func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, stored []byte, channel string, req func() protocol.RejectedRequest) (protocol.PutCardResult, error) {
+func (l *Ledger) putCard(ctx context.Context, by *protocol.Caller, op string, c *protocol.Card, stored []byte, channel string, req func() protocol.RejectedRequest) (protocol.PutCardResult, error) {
 	data := stored
 	if data == nil {
 		var err error
@@ -53,13 +58,13 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, store
 	if len(data) > int(l.streams.MaxMsgSize)-4096 {
 		var vs protocol.Violations
 		vs.Add("card", protocol.VTooLarge, "card is %d bytes; the limit is %d", len(data), int(l.streams.MaxMsgSize)-4096)
-		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+		return protocol.PutCardResult{}, l.reject(ctx, by, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
 	}
 	msg := &nats.Msg{Subject: protocol.CardSubject(l.version, c.ProjectID, c.CardID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(protocol.HeaderProjectID, c.ProjectID)
 	msg.Header.Set(protocol.HeaderAgentTurnID, c.AgentTurnID)
 	msg.Header.Set(protocol.HeaderToolCallID, c.ToolCallID)
-	ack, err := l.appendEntry(ctx, protocol.KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
 		l.cache.cards.put(msg.Subject, &protocol.StoredCard{Card: *c, Seq: ack.Sequence})
@@ -82,18 +87,18 @@ func (l *Ledger) putCard(ctx context.Context, op string, c *protocol.Card, store
 		if _, ok := decodeCardEntry(existing, c.ProjectID, c.CardID); !ok {
 			var vs protocol.Violations
 			vs.Add("card.card_id", protocol.VConflict, "the subject of card %s holds a message that is not a card entry (ledger seq %d); choose another card_id", c.CardID, existing.Sequence)
-			return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card id %s is taken by a foreign message", c.CardID), req())
+			return protocol.PutCardResult{}, l.reject(ctx, by, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card id %s is taken by a foreign message", c.CardID), req())
 		}
 		if bytes.Equal(existing.Data, data) {
 			return protocol.PutCardResult{CardID: c.CardID, Seq: existing.Sequence, Duplicate: true}, nil
 		}
 		var vs protocol.Violations
 		vs.Add("card.card_id", protocol.VConflict, "card %s already exists at ledger seq %d with different content; cards are immutable", c.CardID, existing.Sequence)
-		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card %s already exists with different content", c.CardID), req())
+		return protocol.PutCardResult{}, l.reject(ctx, by, op, c.ProjectID, channel, protocol.NewError(protocol.CodeConflict, vs, "card %s already exists with different content", c.CardID), req())
 	case isTooLarge(err):
 		var vs protocol.Violations
 		vs.Add("card", protocol.VTooLarge, "card exceeds the stream's maximum message size (%d bytes)", l.streams.MaxMsgSize)
-		return protocol.PutCardResult{}, l.reject(ctx, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
+		return protocol.PutCardResult{}, l.reject(ctx, by, op, c.ProjectID, channel, protocol.NewError(protocol.CodeBadRequest, vs, "card %s is too large", c.CardID), req())
 	default:
 		return protocol.PutCardResult{}, fmt.Errorf("put card %s: %w", c.CardID, err)
 	}

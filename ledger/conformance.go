@@ -19,15 +19,20 @@ import (
 // while only the ledger writes the ledger. The command is not a dispatch: it
 // creates no call record and is never held by a pause.
 func (l *Ledger) ConformanceCommand(ctx context.Context, actor string, req protocol.ConformanceCommandRequest) (protocol.ConformanceCommandResult, error) {
-	return asBody(ctx, protocol.OpConformanceCommand, req.ProjectID, actor, req, l.conformanceCommandJSON)
+	// Its headers and payload are checked by the parser alone (header
+	// names, sizes, reserved headers): a typed request always takes it.
+	by := atEdge(ctx, req.ProjectID, actor)
+	return viaWire(ctx, protocol.OpConformanceCommand, req, func(ctx context.Context, body []byte) (protocol.ConformanceCommandResult, error) {
+		return l.conformanceCommandJSON(ctx, by, body)
+	})
 }
 
-func (l *Ledger) conformanceCommandJSON(ctx context.Context, body []byte) (protocol.ConformanceCommandResult, error) {
+func (l *Ledger) conformanceCommandJSON(ctx context.Context, by *protocol.Caller, body []byte) (protocol.ConformanceCommandResult, error) {
 	op := protocol.OpConformanceCommand
 	req, vs := protocol.ParseConformanceCommand(body)
 	if len(vs) > 0 {
 		e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs))
-		return protocol.ConformanceCommandResult{}, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, body))
+		return protocol.ConformanceCommandResult{}, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, body))
 	}
 	msg := &nats.Msg{Subject: req.Subject, Data: req.Payload, Header: nats.Header{}}
 	for k, v := range req.Headers {
@@ -42,7 +47,7 @@ func (l *Ledger) conformanceCommandJSON(ctx context.Context, body []byte) (proto
 		msg.Header.Set(protocol.HeaderIdempotencyKey, protocol.IdempotencyKey(req.ProjectID, turn, call))
 	}
 	msg.Header.Set(protocol.HeaderMsgID, protocol.ConformanceMsgID(req.ProjectID, req.Run, req.Case))
-	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindCommand, msg)
 	if err != nil {
 		return protocol.ConformanceCommandResult{}, fmt.Errorf("%s: append: %w", op, err)
 	}

@@ -101,7 +101,6 @@ func timeoutContent(rec *protocol.CallRecord, deadline time.Time, attempt uint64
 func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (protocol.ReportOutcome, error) {
 	// The ledger's own entries, also when a late report's request records
 	// them: no caller's actor on them, no caller check.
-	ctx = asLedger(ctx)
 	deadline := rec.Deadline()
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
@@ -128,7 +127,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		Content: content, Metadata: rec.CardMetadata,
 	}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, content) }
-	if _, err := l.putCard(ctx, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
+	if _, err := l.putCard(ctx, nil, protocol.OpReport, card, nil, rec.ChannelID, raw); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: result card: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
 	in := &reportInput{
@@ -138,7 +137,7 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 		stepID:   rec.StepID,
 		deadline: true,
 	}
-	out, err := l.report(ctx, in, raw)
+	out, err := l.report(ctx, nil, in, raw)
 	if err != nil {
 		return out, err
 	}
@@ -170,6 +169,6 @@ func (l *Ledger) cancelAfterTimeout(ctx context.Context, rec *protocol.CallRecor
 	msg.Header.Set(protocol.HeaderProjectID, rec.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, rec.ChannelID)
 	msg.Header.Set(protocol.HeaderMsgID, "cancel."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	_, err = l.appendEntry(ctx, protocol.KindCancel, msg)
+	_, err = l.appendEntry(ctx, nil, protocol.KindCancel, msg)
 	return err
 }

@@ -18,6 +18,7 @@ import (
 // command, in that order, so a crash never leaves a command whose card is
 // missing. Repeating the same dispatch returns the original outcome.
 func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (protocol.DispatchResult, error) {
+	by := callerOf(ctx)
 	// The card's content (any JSON as arguments) is validated on bytes, by
 	// the card decoder, whose encoding is then the one stored.
 	card, err := json.Marshal(req.Card)
@@ -43,7 +44,7 @@ func (l *Ledger) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 	} else if in.payload, err = json.Marshal(req.Payload); err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch: encode payload: %w", err)
 	}
-	return l.dispatch(ctx, in)
+	return l.dispatch(ctx, by, in)
 }
 
 // identityCertain reports whether id is one protocol.ParseIdentity reads
@@ -76,10 +77,10 @@ func payloadCertain(p protocol.ToolCommandPayload) bool {
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
 // body {"subject", "card", "payload"}.
-func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchMsg(ctx context.Context, by *protocol.Caller, h nats.Header, body []byte) (protocol.DispatchResult, error) {
 	b, vs, ok := protocol.ParseDispatchBody(body)
 	if !ok {
-		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, "", "", protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), protocol.NewRejectedRequest("", h, body))
+		return protocol.DispatchResult{}, l.reject(ctx, by, protocol.OpDispatch, "", "", protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), protocol.NewRejectedRequest("", h, body))
 	}
 	// A body that repeats a key is refused, but checked through like any
 	// other so that every problem is listed; its refusal keeps the body as
@@ -88,7 +89,7 @@ func (l *Ledger) dispatchMsg(ctx context.Context, h nats.Header, body []byte) (p
 	if len(vs) > 0 {
 		asReceived = body
 	}
-	return l.dispatch(ctx, dispatchInput{subject: b.Subject, header: h, card: b.Card, payload: b.Payload, approval: b.Approval, checks: b.Checks, found: vs, asReceived: asReceived})
+	return l.dispatch(ctx, by, dispatchInput{subject: b.Subject, header: h, card: b.Card, payload: b.Payload, approval: b.Approval, checks: b.Checks, found: vs, asReceived: asReceived})
 }
 
 // dispatchInput is a dispatch as the ledger takes it, from a worker's
@@ -116,14 +117,14 @@ type dispatchInput struct {
 }
 
 // dispatch validates and writes a dispatch.
-func (l *Ledger) dispatch(ctx context.Context, in dispatchInput) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatch(ctx context.Context, by *protocol.Caller, in dispatchInput) (protocol.DispatchResult, error) {
 	ctx, span := startRequestSpan(ctx, in.header, "cgledger.dispatch")
-	res, err := l.dispatchTraced(ctx, in)
+	res, err := l.dispatchTraced(ctx, by, in)
 	endSpan(span, err)
 	return res, err
 }
 
-func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol.DispatchResult, error) {
+func (l *Ledger) dispatchTraced(ctx context.Context, by *protocol.Caller, in dispatchInput) (protocol.DispatchResult, error) {
 	subject, h, cardJSON, payloadJSON := in.subject, in.header, in.card, in.payload
 	approval, checks, vs, asReceived := in.approval, in.checks, in.found, in.asReceived
 	rawReq := func() protocol.RejectedRequest {
@@ -154,7 +155,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	}
 	if len(vs) > 0 {
 		vs = append(vs, cvs...)
-		return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
+		return protocol.DispatchResult{}, l.reject(ctx, by, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch: %d violation(s)", len(vs)), rawReq())
 	}
 
 	payloadBytes, err := json.Marshal(payload)
@@ -214,7 +215,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 			if unknownTool {
 				code, what = protocol.CodeNotFound, "tool %s is neither registered nor built in (%d violation(s))"
 			}
-			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(code, cvs, what, payload.ToolName, len(cvs)), rawReq())
+			return protocol.DispatchResult{}, l.reject(ctx, by, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(code, cvs, what, payload.ToolName, len(cvs)), rawReq())
 		}
 	}
 	if hold, timeoutMS := holdTerms(registered, approval); hold != nil {
@@ -233,7 +234,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	putDone := make(chan struct{})
 	go func() {
 		defer close(putDone)
-		put, putErr = l.putCard(ctx, protocol.OpDispatch, card, cardBytes, sub.Channel, rawReq)
+		put, putErr = l.putCard(ctx, by, protocol.OpDispatch, card, cardBytes, sub.Channel, rawReq)
 	}()
 	pinned := l.pinTool(sub, registered, rec)
 	rev, created, existing, erev, err := l.createOrRead(ctx, key, rec)
@@ -264,7 +265,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		if existing.DispatchFingerprint != rec.DispatchFingerprint {
 			var cvs protocol.Violations
 			cvs.Add("header."+protocol.HeaderToolCallID, protocol.VConflict, "call %s of turn %s was already dispatched (epoch %d, card %s, subject %s) with different content", id.ToolCallID, id.AgentTurnID, existing.TurnEpoch, existing.ToolCallCardID, existing.Subject)
-			return protocol.DispatchResult{}, l.reject(ctx, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
+			return protocol.DispatchResult{}, l.reject(ctx, by, protocol.OpDispatch, sub.Project, sub.Channel, protocol.NewError(protocol.CodeConflict, cvs, "call %s already dispatched differently", id.ToolCallID), rawReq())
 		}
 		if existing.State == protocol.StatePaused {
 			// Held by a pause: only a resume publishes its command.
@@ -273,7 +274,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		}
 		if existing.Held != nil && existing.CommandSeq == 0 {
 			// Held: only an approval publishes its command.
-			return l.dispatchHeld(ctx, existing, erev, put.Seq, false)
+			return l.dispatchHeld(ctx, by, existing, erev, put.Seq, false)
 		}
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
@@ -285,7 +286,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 		rec, rev = existing, erev
 	}
 	if created && rec.Held != nil {
-		return l.dispatchHeld(ctx, rec, rev, put.Seq, true)
+		return l.dispatchHeld(ctx, by, rec, rev, put.Seq, true)
 	}
 	// Only the dispatch that created the call judges the tool's health: a
 	// repeat may find the tool idle while the first one's command runs.
@@ -312,7 +313,7 @@ func (l *Ledger) dispatchTraced(ctx context.Context, in dispatchInput) (protocol
 	// The append expects the tool's pause state it read: paused, the call
 	// is held instead (its held entry carries the command a resume
 	// publishes).
-	ack, held, err := l.commandOrHold(ctx, rec, msg, rec.DeadlineUnixMS)
+	ack, held, err := l.commandOrHold(ctx, by, rec, msg, rec.DeadlineUnixMS)
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: publish command: %w", id.AgentTurnID, id.ToolCallID, err)
 	}

@@ -39,15 +39,29 @@ func (l *Ledger) SetAfterStep(f func(Step) error) { l.afterStep.Store(&f) }
 func (l *Ledger) SetReportLease(d time.Duration) { l.lease = d }
 
 // The raw forms of the write operations, as the API server calls them with a
-// request's headers and body as received (tests of input validation).
+// request's headers and body as received (tests of input validation); the
+// caller is the one ctx carries (WithCaller), read here as the API handler
+// reads its subject's.
 var (
-	DispatchMsg = (*Ledger).dispatchMsg
-	ReportMsg   = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+	DispatchMsg = func(l *Ledger, ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
+		return l.dispatchMsg(ctx, callerOf(ctx), h, body)
+	}
+	ReportMsg = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 		return l.reportMsg(ctx, callerOf(ctx), h, data)
 	}
-	PutCardJSON   = (*Ledger).putCardJSON
-	CancelJSON    = (*Ledger).cancelJSON
-	ConsumeJSON   = (*Ledger).consumeJSON
-	SetRosterJSON = (*Ledger).setRosterJSON
-	ApprovalJSON  = (*Ledger).approvalJSON
+	PutCardJSON = func(l *Ledger, ctx context.Context, data []byte) (protocol.PutCardResult, error) {
+		return l.putCardJSON(ctx, callerOf(ctx), data)
+	}
+	CancelJSON = func(l *Ledger, ctx context.Context, body []byte) (protocol.CancelResult, error) {
+		return l.cancelJSON(ctx, callerOf(ctx), body)
+	}
+	ConsumeJSON = func(l *Ledger, ctx context.Context, body []byte) (protocol.ConsumeResult, error) {
+		return l.consumeJSON(ctx, callerOf(ctx), body)
+	}
+	SetRosterJSON = func(l *Ledger, ctx context.Context, body []byte) (protocol.RosterResult, error) {
+		return l.setRosterJSON(ctx, callerOf(ctx), body)
+	}
+	ApprovalJSON = func(l *Ledger, ctx context.Context, op, approver string, body []byte) (protocol.ApprovalResult, error) {
+		return l.approvalJSON(ctx, callerOf(ctx), op, approver, body)
+	}
 )

@@ -286,8 +286,10 @@ func (l *Ledger) step(s step) error {
 	return nil
 }
 
-// appendEntry publishes one entry and waits for the stream's acknowledgement.
-func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+// appendEntry publishes one entry and waits for the stream's
+// acknowledgement. by is the caller whose request wrote it, recorded as its
+// CG-Actor (a wakeup names none); nil for the ledger's own entries.
+func (l *Ledger) appendEntry(ctx context.Context, by *protocol.Caller, kind protocol.EntryKind, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if err := l.writable(); err != nil {
 		return nil, err
 	}
@@ -296,8 +298,8 @@ func (l *Ledger) appendEntry(ctx context.Context, kind protocol.EntryKind, msg *
 	}
 	msg.Header.Set(protocol.HeaderEntryKind, string(kind))
 	l.expire(kind, msg)
-	if c, ok := CallerFrom(ctx); ok && c.Actor != "" && kind != protocol.KindWakeup {
-		msg.Header.Set(protocol.HeaderActor, c.Actor)
+	if by != nil && by.Actor != "" && kind != protocol.KindWakeup {
+		msg.Header.Set(protocol.HeaderActor, by.Actor)
 	}
 	start := time.Now()
 	if msg.Header.Get(protocol.HeaderTime) == "" {

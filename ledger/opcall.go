@@ -22,10 +22,15 @@ import (
 // the call's cancel entry, or, for a call held for approval, the decision
 // canceled (with actor as its approver). actor is the admin's actor token,
 // recorded as the entry's CG-Actor. A reported call is refused conflict.
-func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (protocol.OperatorCancelResult, error) {
-	return asBody(ctx, protocol.OpCallCancel, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.OperatorCancelResult, error) {
-		return l.operatorCancelJSON(ctx, actor, body)
-	})
+func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.OperatorCancelRequest) (res protocol.OperatorCancelResult, err error) {
+	by := atEdge(ctx, req.ProjectID, actor)
+	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) {
+		return viaWire(ctx, protocol.OpCallCancel, req, func(ctx context.Context, body []byte) (protocol.OperatorCancelResult, error) {
+			return l.operatorCancelJSON(ctx, by, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
+	return l.operatorCancel(ctx, by, actor, req, rawOf(req))
 }
 
 // Resolve records an operator's statement of what became of the side
@@ -33,10 +38,25 @@ func (l *Ledger) OperatorCancel(ctx context.Context, actor string, req protocol.
 // (call.resolve): one resolution entry per call, which changes no report.
 // actor is the admin's actor token, recorded as the entry's CG-Actor and
 // in the entry.
-func (l *Ledger) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (protocol.ResolveResult, error) {
-	return asBody(ctx, protocol.OpCallResolve, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ResolveResult, error) {
-		return l.resolveJSON(ctx, actor, body)
-	})
+func (l *Ledger) Resolve(ctx context.Context, actor string, req protocol.ResolveRequest) (res protocol.ResolveResult, err error) {
+	by := atEdge(ctx, req.ProjectID, actor)
+	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) ||
+		(req.Effect != protocol.EffectApplied && req.Effect != protocol.EffectNotApplied) {
+		return viaWire(ctx, protocol.OpCallResolve, req, func(ctx context.Context, body []byte) (protocol.ResolveResult, error) {
+			return l.resolveJSON(ctx, by, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(protocol.OpCallResolve, err) }()
+	return l.resolve(ctx, by, actor, req, rawOf(req))
+}
+
+// operatorCertain reports whether an operator action on a call is
+// certainly valid: what the API's parser would read back from its JSON with
+// no violation, by an actor token checkActor accepts.
+func operatorCertain(actor, project, turn, call, reason string) bool {
+	ident := protocol.ValidIdentifier
+	return ident(actor) && ident(project) && ident(turn) && ident(call) &&
+		certainText(reason, protocol.MaxOperatorReasonBytes, true)
 }
 
 // countOperatorAction counts an answered operator action: ok, or refused
@@ -51,18 +71,15 @@ func (l *Ledger) countOperatorAction(op string, err error) {
 	}
 }
 
-// operatorCall finishes the check of an operator action on a call: the
-// actor token beside the body's violations vs (bad_request listing them
-// all), then the call it names; every refusal is recorded. raw gives the
-// request as received for a later refusal.
-func (l *Ledger) operatorCall(ctx context.Context, op, actor, project, turnID, callID string, vs protocol.Violations, body []byte) (*protocol.CallRecord, func() protocol.RejectedRequest, error) {
+// refuseOperator finishes the check of a received operator action: the
+// actor token beside the body's violations vs, refused bad_request listing
+// them all (and recorded, raw being the request as received), or nil.
+func (l *Ledger) refuseOperator(ctx context.Context, by *protocol.Caller, op, actor, project string, vs protocol.Violations, raw func() protocol.RejectedRequest) error {
 	checkActor(&vs, actor)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
 	if len(vs) > 0 {
-		return nil, raw, l.reject(ctx, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+		return l.reject(ctx, by, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
-	rec, err := l.cancelTarget(ctx, op, project, turnID, callID, raw)
-	return rec, raw, err
+	return nil
 }
 
 // checkActor lists the actor token's problem, if any.
@@ -75,14 +92,24 @@ func checkActor(vs *protocol.Violations, actor string) {
 // operatorCancelJSON cancels a call for actor, or refuses (and records)
 // the request listing every violation: bad_request, unknown_call, or
 // conflict (the call is reported already).
-func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
+func (l *Ledger) operatorCancelJSON(ctx context.Context, by *protocol.Caller, actor string, body []byte) (res protocol.OperatorCancelResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallCancel, err) }()
 	req, vs := protocol.ParseOperatorCancelRequest(body)
-	rec, raw, err := l.operatorCall(ctx, protocol.OpCallCancel, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, by, protocol.OpCallCancel, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
+	}
+	return l.operatorCancel(ctx, by, actor, req, raw)
+}
+
+// operatorCancel is the one core of call.cancel, typed or received: req is
+// valid, actor is a valid token, raw is the request a refusal records.
+func (l *Ledger) operatorCancel(ctx context.Context, by *protocol.Caller, actor string, req protocol.OperatorCancelRequest, raw func() protocol.RejectedRequest) (res protocol.OperatorCancelResult, err error) {
+	rec, err := l.cancelTarget(ctx, by, protocol.OpCallCancel, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
-	res, err = l.cancelCall(ctx, protocol.OpCallCancel, rec, actor, req.Reason, raw)
+	res, err = l.cancelCall(ctx, by, protocol.OpCallCancel, rec, actor, req.Reason, raw)
 	if err == nil && !res.Duplicate {
 		l.log.Info("operator canceled call", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "agent", rec.AgentID, "actor", actor, "entry", res.Entry, "seq", res.Seq)
 	}
@@ -95,17 +122,28 @@ func (l *Ledger) operatorCancelJSON(ctx context.Context, actor string, body []by
 // S-TOOL-OUTCOME-UNKNOWN, or it is resolved already: the resolution named).
 // The same resolution sent again (same effect, actor and reason) is
 // answered with the stored one.
-func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (res protocol.ResolveResult, err error) {
+func (l *Ledger) resolveJSON(ctx context.Context, by *protocol.Caller, actor string, body []byte) (res protocol.ResolveResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallResolve, err) }()
-	op := protocol.OpCallResolve
 	req, vs := protocol.ParseResolveRequest(body)
-	rec, raw, err := l.operatorCall(ctx, op, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, by, protocol.OpCallResolve, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
+	}
+	return l.resolve(ctx, by, actor, req, raw)
+}
+
+// resolve is the one core of call.resolve, typed or received: req is
+// valid, actor is a valid token, raw is the request a refusal records.
+func (l *Ledger) resolve(ctx context.Context, by *protocol.Caller, actor string, req protocol.ResolveRequest, raw func() protocol.RejectedRequest) (res protocol.ResolveResult, err error) {
+	op := protocol.OpCallResolve
+	rec, err := l.cancelTarget(ctx, by, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
+	var vs protocol.Violations
 	wrap := func(err error) error { return fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err) }
 	refuse := func(vs protocol.Violations, format string, args ...any) error {
-		return l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, format, args...), raw())
+		return l.reject(ctx, by, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, format, args...), raw())
 	}
 	subj := protocol.ResolutionSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	prior, err := l.resolutionOf(ctx, rec)
@@ -140,7 +178,7 @@ func (l *Ledger) resolveJSON(ctx context.Context, actor string, body []byte) (re
 	// every resolution of the call would answer a racing, different one as
 	// a duplicate instead of refusing it.
 	msg.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("resolution.%s.%s.%s.%s.%s.%d", rec.ProjectID, rec.AgentTurnID, rec.ToolCallID, req.Effect, actor, e.ResolvedUnixMS))
-	ack, err := l.appendEntry(ctx, protocol.KindResolution, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindResolution, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
 		l.log.Info("operator resolved call", "project", rec.ProjectID, "turn", rec.AgentTurnID, "call", rec.ToolCallID, "effect", req.Effect, "actor", actor, "seq", ack.Sequence)

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -30,14 +31,22 @@ func sameEntries(t *testing.T, msgs []*nats.Msg) []sameEntry {
 			h[k] = v
 		}
 		h.Del(protocol.HeaderTime)
+		if id := h.Get(protocol.HeaderMsgID); strings.HasPrefix(id, "approval.") {
+			// An approval entry's id ends in the decision's time.
+			h.Set(protocol.HeaderMsgID, id[:strings.LastIndexByte(id, '.')])
+		}
 		data := m.Data
 		if protocol.HeaderGet(m.Header, protocol.HeaderEntryKind) == string(protocol.KindCommand) {
 			var cmd map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(m.Data, &cmd))
 			require.Contains(t, cmd, "deadline_unix_ms")
-			delete(cmd, "deadline_unix_ms")
+		}
+		if len(data) > 0 && data[0] == '{' {
+			var v any
+			require.NoError(t, json.Unmarshal(data, &v))
+			dropClock(v)
 			var err error
-			data, err = json.Marshal(cmd)
+			data, err = json.Marshal(v)
 			require.NoError(t, err)
 		}
 		out = append(out, sameEntry{Subject: m.Subject, Header: h, Data: string(data)})
@@ -45,13 +54,54 @@ func sameEntries(t *testing.T, msgs []*nats.Msg) []sameEntry {
 	return out
 }
 
+// dropClock removes, at any depth, the members that come from the clock:
+// times in unix milliseconds (a command's deadline, a held call's expiry, a
+// decision's time), which differ between two ledgers run one after the
+// other.
+func dropClock(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if strings.HasSuffix(k, "_unix_ms") {
+				delete(v, k)
+				continue
+			}
+			dropClock(x)
+		}
+	case []any:
+		for _, x := range v {
+			dropClock(x)
+		}
+	}
+}
+
+// writes are the write operations of TestTypedAndAPIWritesStoreTheSameEntries,
+// each made as its caller: the typed Go API's or the NATS API's.
+type writes struct {
+	dispatch func(protocol.DispatchRequest) error
+	put      func(protocol.Card) error
+	report   func(protocol.ReportRequest) error
+	consume  func(protocol.ConsumeRequest) error
+	roster   func(protocol.RosterEntry) error
+	attempt  func(protocol.AttemptStartRequest) error
+	cancel   func(protocol.CancelRequest) error
+	approve  func(protocol.ApprovalRequest) error
+	deny     func(protocol.ApprovalRequest) error
+	pause    func(protocol.ToolPauseRequest) error
+	resume   func(protocol.ToolPauseRequest) error
+	opCancel func(protocol.OperatorCancelRequest) error
+}
+
 // TestTypedAndAPIWritesStoreTheSameEntries makes the same writes through the
 // typed Go API (as the same callers, WithCaller) and through the NATS API,
 // each on a ledger of its own: a dispatch, its result card, a report refused
 // after parsing (the wrong status), one refused by the parser (a bad
 // after_execution), the accepted report, a consume refused (another agent's)
-// and the consume. Both ledgers must hold the
-// same entries, byte for byte, the refusals' requests as received included.
+// and the consume; then a roster set, an attempt start, an agent's cancel,
+// an operator's cancel, an approval and a denial of held calls, a pause and
+// a resume, each also refused once (by the parser, or after it). Both
+// ledgers must hold the same entries, byte for byte (but for the clock's
+// fields), CG-Actor and the refusals' requests as received included.
 func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	c := newCall("turn-same", "call-same", 3)
 	c.card.Metadata = c.meta
@@ -66,47 +116,118 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	consumed := protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}
 	notTheirs := consumed
 	notTheirs.AgentID = "agent-other"
-	run := func(t *testing.T, dispatch func(protocol.DispatchRequest) error, put func(protocol.Card) error, report func(protocol.ReportRequest) error, consume func(protocol.ConsumeRequest) error) {
-		require.NoError(t, dispatch(c.dispatchReq()))
-		require.NoError(t, put(rc))
-		err := report(wrongStatus)
+	const gated, approver, denier = "gated", "alice", "carol"
+	att := newCall("turn-att", "call-att", 1)
+	agentCancel := newCall("turn-cx", "call-cx", 1)
+	opCancel := newCall("turn-ox", "call-ox", 1)
+	held1, heldReq1 := deadlineCall("turn-h1", "call-h1", gated, 0)
+	held2, heldReq2 := deadlineCall("turn-h2", "call-h2", gated, 0)
+	refused := func(t *testing.T, err error, code protocol.Code) {
+		t.Helper()
 		e, refused := protocol.AsError(err)
 		require.True(t, refused, "%v", err)
-		require.Equal(t, protocol.CodeMismatch, e.Code)
-		err = report(unparsable)
-		e, refused = protocol.AsError(err)
-		require.True(t, refused, "%v", err)
-		require.Equal(t, protocol.CodeBadRequest, e.Code)
-		require.NoError(t, report(ok))
-		err = consume(notTheirs)
-		e, refused = protocol.AsError(err)
-		require.True(t, refused, "%v", err)
-		require.Equal(t, protocol.CodeMismatch, e.Code)
-		require.NoError(t, consume(consumed))
+		require.Equal(t, code, e.Code, "%v", e)
+	}
+	run := func(t *testing.T, w writes) {
+		require.NoError(t, w.dispatch(c.dispatchReq()))
+		require.NoError(t, w.put(rc))
+		refused(t, w.report(wrongStatus), protocol.CodeMismatch)
+		refused(t, w.report(unparsable), protocol.CodeBadRequest)
+		require.NoError(t, w.report(ok))
+		refused(t, w.consume(notTheirs), protocol.CodeMismatch)
+		require.NoError(t, w.consume(consumed))
+
+		refused(t, w.roster(protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "not a token"}), protocol.CodeBadRequest)
+		require.NoError(t, w.roster(protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "worker-b"}))
+
+		require.NoError(t, w.dispatch(att.dispatchReq()))
+		start := protocol.AttemptStartRequest{ProjectID: project, AgentTurnID: att.turn, ToolCallID: att.id, ExecutorID: "exec-a", DeadlineUnixMS: 1_900_000_000_000}
+		badStart := start
+		badStart.ExecutorID = "exec a"
+		refused(t, w.attempt(badStart), protocol.CodeBadRequest)
+		require.NoError(t, w.attempt(start))
+
+		require.NoError(t, w.dispatch(agentCancel.dispatchReq()))
+		cx := protocol.CancelRequest{ProjectID: project, AgentID: agent, AgentTurnID: agentCancel.turn, ToolCallID: agentCancel.id, Reason: "not needed"}
+		wrongAgent := cx
+		wrongAgent.ToolCallID = "call-unknown"
+		refused(t, w.cancel(wrongAgent), protocol.CodeUnknownCall)
+		require.NoError(t, w.cancel(cx))
+
+		require.NoError(t, w.dispatch(opCancel.dispatchReq()))
+		ox := protocol.OperatorCancelRequest{ProjectID: project, AgentTurnID: opCancel.turn, ToolCallID: opCancel.id}
+		refused(t, w.opCancel(ox), protocol.CodeBadRequest)
+		ox.Reason = "runaway"
+		require.NoError(t, w.opCancel(ox))
+
+		require.NoError(t, w.dispatch(heldReq1))
+		require.NoError(t, w.dispatch(heldReq2))
+		wrongDigest := approvalOf(held1)
+		wrongDigest.ArgumentsDigest = protocol.ArgumentsDigest(json.RawMessage(`{"x":1}`))
+		refused(t, w.approve(wrongDigest), protocol.CodeMismatch)
+		require.NoError(t, w.approve(approvalOf(held1)))
+		require.NoError(t, w.deny(approvalOf(held2)))
+
+		pause := protocol.ToolPauseRequest{ProjectID: project, ToolName: gated}
+		refused(t, w.pause(pause), protocol.CodeBadRequest)
+		pause.Reason = "maintenance"
+		require.NoError(t, w.pause(pause))
+		refused(t, w.pause(pause), protocol.CodeConflict)
+		pause.Reason = "done"
+		require.NoError(t, w.resume(pause))
 	}
 
 	typed := newEnv(t)
 	ctx := ctxT(t)
+	registerGated(t, typed.l, gated, 60_000, "")
 	worker := ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: agent})
 	tool := ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: toolFn})
-	run(t,
-		func(r protocol.DispatchRequest) error { _, err := typed.l.Dispatch(worker, r); return err },
-		func(card protocol.Card) error { _, err := typed.l.PutCard(tool, card); return err },
-		func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err },
-		func(r protocol.ConsumeRequest) error {
+	run(t, writes{
+		dispatch: func(r protocol.DispatchRequest) error { _, err := typed.l.Dispatch(worker, r); return err },
+		put:      func(card protocol.Card) error { _, err := typed.l.PutCard(tool, card); return err },
+		report:   func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err },
+		consume: func(r protocol.ConsumeRequest) error {
 			_, err := typed.l.Consume(ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: r.AgentID}), r)
 			return err
-		})
+		},
+		roster:  func(r protocol.RosterEntry) error { _, err := typed.l.SetRoster(worker, r); return err },
+		attempt: func(r protocol.AttemptStartRequest) error { _, err := typed.l.StartAttempt(tool, r); return err },
+		cancel:  func(r protocol.CancelRequest) error { _, err := typed.l.Cancel(worker, r); return err },
+		// The operator's and approvers' typed methods take their actor
+		// as an argument, with no caller in ctx.
+		approve: func(r protocol.ApprovalRequest) error { _, err := typed.l.Approve(ctx, approver, r); return err },
+		deny:    func(r protocol.ApprovalRequest) error { _, err := typed.l.Deny(ctx, denier, r); return err },
+		pause:   func(r protocol.ToolPauseRequest) error { _, err := typed.l.PauseTool(ctx, opsActor, r); return err },
+		resume:  func(r protocol.ToolPauseRequest) error { _, err := typed.l.ResumeTool(ctx, opsActor, r); return err },
+		opCancel: func(r protocol.OperatorCancelRequest) error {
+			_, err := typed.l.OperatorCancel(ctx, opsActor, r)
+			return err
+		},
+	})
 
 	api := newEnv(t)
+	registerGated(t, api.l, gated, 60_000, "")
 	serveAPI(t, api)
 	wc := client.New(api.srv.Connect(t), client.WithActor(agent))
 	tc := client.New(api.srv.Connect(t), client.WithActor(toolFn))
-	run(t,
-		func(r protocol.DispatchRequest) error { _, err := wc.Dispatch(ctx, r); return err },
-		func(card protocol.Card) error { _, err := tc.PutCard(ctx, card); return err },
-		func(r protocol.ReportRequest) error { _, err := tc.Report(ctx, r); return err },
-		func(r protocol.ConsumeRequest) error { _, err := wc.Consume(ctx, r); return err })
+	oc := client.New(api.srv.Connect(t))
+	run(t, writes{
+		dispatch: func(r protocol.DispatchRequest) error { _, err := wc.Dispatch(ctx, r); return err },
+		put:      func(card protocol.Card) error { _, err := tc.PutCard(ctx, card); return err },
+		report:   func(r protocol.ReportRequest) error { _, err := tc.Report(ctx, r); return err },
+		consume:  func(r protocol.ConsumeRequest) error { _, err := wc.Consume(ctx, r); return err },
+		roster:   func(r protocol.RosterEntry) error { _, err := wc.SetRoster(ctx, r); return err },
+		attempt:  func(r protocol.AttemptStartRequest) error { _, err := tc.StartAttempt(ctx, r); return err },
+		cancel:   func(r protocol.CancelRequest) error { _, err := wc.Cancel(ctx, r); return err },
+		approve:  func(r protocol.ApprovalRequest) error { _, err := oc.Approve(ctx, approver, r); return err },
+		deny:     func(r protocol.ApprovalRequest) error { _, err := oc.Deny(ctx, denier, r); return err },
+		pause:    func(r protocol.ToolPauseRequest) error { _, err := oc.PauseTool(ctx, opsActor, r); return err },
+		resume:   func(r protocol.ToolPauseRequest) error { _, err := oc.ResumeTool(ctx, opsActor, r); return err },
+		opCancel: func(r protocol.OperatorCancelRequest) error {
+			_, err := oc.OperatorCancel(ctx, opsActor, r)
+			return err
+		},
+	})
 
 	want := sameEntries(t, api.subjectEntries(t, ">"))
 	got := sameEntries(t, typed.subjectEntries(t, ">"))
@@ -115,8 +236,18 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		kinds[protocol.HeaderGet(e.Header, protocol.HeaderEntryKind)]++
 	}
 	t.Logf("%d entries: %v", len(want), kinds)
-	require.Equal(t, 3, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
+	require.Equal(t, 10, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
+	for _, k := range []protocol.EntryKind{protocol.KindRoster, protocol.KindAttempt, protocol.KindCancel, protocol.KindApproval, protocol.KindToolPause} {
+		require.NotZero(t, kinds[string(k)], "%s: %v", k, kinds)
+	}
+	actors := map[string]int{}
+	for _, e := range want {
+		actors[protocol.HeaderGet(e.Header, protocol.HeaderActor)]++
+	}
+	for _, a := range []string{agent, toolFn, approver, denier, opsActor, ""} {
+		require.NotZero(t, actors[a], "entries with CG-Actor %q: %v", a, actors)
+	}
 	require.Equal(t, 1, kinds[string(protocol.KindConsumed)], "%v", kinds)
-	require.Equal(t, 1, kinds[string(protocol.KindReport)], "%v", kinds)
+	require.Equal(t, 2, kinds[string(protocol.KindReport)], "the tool's and the ledger's for the denial: %v", kinds)
 	require.Equal(t, want, got)
 }

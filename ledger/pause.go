@@ -82,7 +82,7 @@ func (l *Ledger) notePause(project, tool string, st pauseState) {
 // the call's tool is paused, in which case it appends the call's held
 // entry (reason paused) instead. Exactly one of ack and held is set. The
 // call record is the caller's to update.
-func (l *Ledger) commandOrHold(ctx context.Context, rec *protocol.CallRecord, msg *nats.Msg, deadline int64) (ack *jetstream.PubAck, held *protocol.PausedCall, err error) {
+func (l *Ledger) commandOrHold(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, msg *nats.Msg, deadline int64) (ack *jetstream.PubAck, held *protocol.PausedCall, err error) {
 	pauseSubj := protocol.PauseSubject(l.version, rec.ProjectID, rec.ToolName)
 	st, err := l.pauseOf(ctx, rec.ProjectID, rec.ToolName, true)
 	if err != nil {
@@ -93,7 +93,7 @@ func (l *Ledger) commandOrHold(ctx context.Context, rec *protocol.CallRecord, ms
 			if err := l.resumeFinished(ctx, rec.ProjectID, rec.ToolName, st); err != nil {
 				return nil, nil, err
 			}
-			ack, err := l.appendEntry(ctx, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, pauseSubj))
+			ack, err := l.appendEntry(ctx, by, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, pauseSubj))
 			if err == nil {
 				return ack, nil, nil
 			}
@@ -167,7 +167,7 @@ func (l *Ledger) appendPausedHeld(ctx context.Context, rec *protocol.CallRecord,
 	msg := &nats.Msg{Subject: subj, Data: data, Header: approvalHeader(rec)}
 	msg.Header.Set(protocol.HeaderMsgID, "held.paused."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
 	// The ledger's own entry: no caller's actor on it.
-	ack, err := l.appendEntry(asLedger(ctx), protocol.KindHeld, msg,
+	ack, err := l.appendEntry(ctx, nil, protocol.KindHeld, msg,
 		jetstream.WithExpectLastSequenceForSubject(pauseSeq, protocol.PauseSubject(l.version, rec.ProjectID, rec.ToolName)))
 	switch {
 	case err == nil:
@@ -250,11 +250,18 @@ func (l *Ledger) ResumeTool(ctx context.Context, actor string, req protocol.Tool
 	return l.toolPauseReq(ctx, protocol.OpToolResume, actor, req)
 }
 
-// toolPauseReq is PauseTool and ResumeTool, through toolPauseJSON (asBody).
-func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (protocol.ToolPauseResult, error) {
-	return asBody(ctx, op, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
-		return l.toolPauseJSON(ctx, op, actor, body)
-	})
+// toolPauseReq is PauseTool and ResumeTool: a certainly valid request goes
+// to the core as it is; any other takes the API's parser (toolPauseJSON).
+func (l *Ledger) toolPauseReq(ctx context.Context, op, actor string, req protocol.ToolPauseRequest) (res protocol.ToolPauseResult, err error) {
+	by := atEdge(ctx, req.ProjectID, actor)
+	ident := protocol.ValidIdentifier
+	if !ident(actor) || !ident(req.ProjectID) || !ident(req.ToolName) || !certainText(req.Reason, protocol.MaxOperatorReasonBytes, true) {
+		return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.ToolPauseResult, error) {
+			return l.toolPauseJSON(ctx, by, op, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(op, err) }()
+	return l.toolPause(ctx, by, op, actor, req, rawOf(req))
 }
 
 // ToolPauseOp runs tool.pause or tool.resume (op) for actor, an admin,
@@ -265,32 +272,28 @@ func (l *Ledger) ToolPauseOp(ctx context.Context, op, actor string, body []byte)
 	if op != protocol.OpToolPause && op != protocol.OpToolResume {
 		return protocol.ToolPauseResult{}, fmt.Errorf("ToolPauseOp: %q is not %s or %s", op, protocol.OpToolPause, protocol.OpToolResume)
 	}
-	if _, ok := CallerFrom(ctx); !ok {
-		p, _ := protocol.TopLevelString(body, "project_id")
-		ctx = WithCaller(ctx, protocol.Caller{Project: p, Actor: actor})
-	}
-	return l.toolPauseJSON(ctx, op, actor, body)
-}
-
-// toolPauseMsg is tool.pause or tool.resume as received over the API: the
-// actor is the request subject's.
-func (l *Ledger) toolPauseMsg(ctx context.Context, op string, body []byte) (protocol.ToolPauseResult, error) {
-	c, _ := CallerFrom(ctx)
-	return l.toolPauseJSON(ctx, op, c.Actor, body)
+	p, _ := protocol.TopLevelString(body, "project_id")
+	return l.toolPauseJSON(ctx, atEdge(ctx, p, actor), op, actor, body)
 }
 
 // toolPauseJSON pauses or resumes a tool, or refuses (and records) the
 // request listing every violation: bad_request (the body), not_found (a
 // tool neither registered in the project nor built in), conflict (a pause
 // of a paused tool, a resume of a running one).
-func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byte) (res protocol.ToolPauseResult, err error) {
+func (l *Ledger) toolPauseJSON(ctx context.Context, by *protocol.Caller, op, actor string, body []byte) (res protocol.ToolPauseResult, err error) {
 	defer func() { l.countOperatorAction(op, err) }()
 	req, vs := protocol.ParseToolPauseRequest(body)
-	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", nil, body) }
-	checkActor(&vs, actor)
-	if len(vs) > 0 {
-		return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, by, op, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
 	}
+	return l.toolPause(ctx, by, op, actor, req, raw)
+}
+
+// toolPause is the one core of tool.pause and tool.resume, typed or
+// received: req is valid, actor a valid token, raw the request a refusal
+// records.
+func (l *Ledger) toolPause(ctx context.Context, by *protocol.Caller, op, actor string, req protocol.ToolPauseRequest, raw func() protocol.RejectedRequest) (res protocol.ToolPauseResult, err error) {
 	registered, err := l.registeredTool(ctx, req.ProjectID, req.ToolName)
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w", op, req.ToolName, err)
@@ -324,9 +327,9 @@ func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byt
 		}
 		switch {
 		case len(missing) > 0:
-			return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeNotFound, all, "unknown tool %s", req.ToolName), raw())
+			return res, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeNotFound, all, "unknown tool %s", req.ToolName), raw())
 		case len(all) > 0:
-			return res, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeConflict, all, "tool %s is already %s", req.ToolName, map[bool]string{true: "paused", false: "running"}[st.paused]), raw())
+			return res, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeConflict, all, "tool %s is already %s", req.ToolName, map[bool]string{true: "paused", false: "running"}[st.paused]), raw())
 		}
 		e := protocol.ToolPauseEntry{ProjectID: req.ProjectID, ToolName: req.ToolName, Paused: pause, Actor: actor, Reason: req.Reason}
 		if !pause {
@@ -338,7 +341,7 @@ func (l *Ledger) toolPauseJSON(ctx context.Context, op, actor string, body []byt
 		}
 		msg := &nats.Msg{Subject: protocol.PauseSubject(l.version, req.ProjectID, req.ToolName), Data: data, Header: nats.Header{}}
 		msg.Header.Set(protocol.HeaderProjectID, req.ProjectID)
-		ack, err := l.appendEntry(ctx, protocol.KindToolPause, msg, jetstream.WithExpectLastSequencePerSubject(st.seq))
+		ack, err := l.appendEntry(ctx, by, protocol.KindToolPause, msg, jetstream.WithExpectLastSequencePerSubject(st.seq))
 		if isWrongLastSeq(err) {
 			// Another operator acted first: judge against their action.
 			continue
@@ -429,7 +432,6 @@ func (l *Ledger) finishResume(ctx context.Context, project, tool string, st paus
 // it again.
 func (l *Ledger) releasePaused(ctx context.Context, project, tool string, pauseSeq, resumeSeq uint64) (int, error) {
 	// The ledger's own entries: no caller's actor on them.
-	ctx = asLedger(ctx)
 	filter := protocol.CallEntriesFilter(l.version, project, protocol.SubjectHeld)
 	running := pauseState{seq: resumeSeq}
 	released := 0
@@ -546,7 +548,7 @@ func (l *Ledger) releaseOne(ctx context.Context, e *pausedHeldEntry, heldSeq uin
 	for k, v := range e.CommandHeader {
 		msg.Header[k] = slices.Clone(v)
 	}
-	ack, err := l.appendEntry(ctx, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, protocol.PauseSubject(l.version, e.ProjectID, e.ToolName)))
+	ack, err := l.appendEntry(ctx, nil, protocol.KindCommand, msg, jetstream.WithExpectLastSequenceForSubject(st.seq, protocol.PauseSubject(l.version, e.ProjectID, e.ToolName)))
 	if isWrongLastSeq(err) {
 		// Paused again: that pause's op released this call before it was
 		// stored (toolPauseJSON), or the call waits for the next resume.

@@ -24,10 +24,15 @@ import (
 // Redrive runs a failed or timed-out call again as a derived call
 // (call.redrive). actor is the admin's actor token, recorded as the entry's
 // CG-Actor and in the entry.
-func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (protocol.RedriveResult, error) {
-	return asBody(ctx, protocol.OpCallRedrive, req.ProjectID, actor, req, func(ctx context.Context, body []byte) (protocol.RedriveResult, error) {
-		return l.redriveJSON(ctx, actor, body)
-	})
+func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.RedriveRequest) (res protocol.RedriveResult, err error) {
+	by := atEdge(ctx, req.ProjectID, actor)
+	if !operatorCertain(actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, req.Reason) {
+		return viaWire(ctx, protocol.OpCallRedrive, req, func(ctx context.Context, body []byte) (protocol.RedriveResult, error) {
+			return l.redriveJSON(ctx, by, actor, body)
+		})
+	}
+	defer func() { l.countOperatorAction(protocol.OpCallRedrive, err) }()
+	return l.redrive(ctx, by, actor, req, rawOf(req))
 }
 
 // redriveJSON redrives a call for actor, or refuses (and records) the
@@ -36,17 +41,28 @@ func (l *Ledger) Redrive(ctx context.Context, actor string, req protocol.Redrive
 // side_effectful call whose effect may have applied, a derived id that
 // does not fit, or a redrive stored already: named). The same actor and
 // reason again answers the stored redrive, after finishing its dispatch.
-func (l *Ledger) redriveJSON(ctx context.Context, actor string, body []byte) (res protocol.RedriveResult, err error) {
+func (l *Ledger) redriveJSON(ctx context.Context, by *protocol.Caller, actor string, body []byte) (res protocol.RedriveResult, err error) {
 	defer func() { l.countOperatorAction(protocol.OpCallRedrive, err) }()
-	op := protocol.OpCallRedrive
 	req, vs := protocol.ParseRedriveRequest(body)
-	rec, raw, err := l.operatorCall(ctx, op, actor, req.ProjectID, req.AgentTurnID, req.ToolCallID, vs, body)
+	raw := rawBody(body)
+	if err := l.refuseOperator(ctx, by, protocol.OpCallRedrive, actor, req.ProjectID, vs, raw); err != nil {
+		return res, err
+	}
+	return l.redrive(ctx, by, actor, req, raw)
+}
+
+// redrive is the one core of call.redrive, typed or received: req is
+// valid, actor is a valid token, raw is the request a refusal records.
+func (l *Ledger) redrive(ctx context.Context, by *protocol.Caller, actor string, req protocol.RedriveRequest, raw func() protocol.RejectedRequest) (res protocol.RedriveResult, err error) {
+	op := protocol.OpCallRedrive
+	rec, err := l.cancelTarget(ctx, by, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return res, err
 	}
+	var vs protocol.Violations
 	wrap := func(err error) error { return fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err) }
 	refuse := func(vs protocol.Violations) error {
-		return l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s cannot be redriven", rec.ToolCallID), raw())
+		return l.reject(ctx, by, op, rec.ProjectID, rec.ChannelID, protocol.NewError(protocol.CodeConflict, vs, "call %s cannot be redriven", rec.ToolCallID), raw())
 	}
 	prior, err := l.redriveOf(ctx, rec)
 	if err != nil {
@@ -75,7 +91,7 @@ func (l *Ledger) redriveJSON(ctx context.Context, actor string, body []byte) (re
 	// every redrive of the call would answer a racing, different one as a
 	// duplicate instead of refusing it.
 	msg.Header.Set(protocol.HeaderMsgID, fmt.Sprintf("redrive.%s.%s.%s.%s.%d", rec.ProjectID, rec.AgentTurnID, rec.ToolCallID, actor, e.RedrivenUnixMS))
-	ack, err := l.appendEntry(ctx, protocol.KindRedrive, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindRedrive, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil && !ack.Duplicate:
 		e.Seq = ack.Sequence
@@ -127,7 +143,6 @@ func (l *Ledger) finishRedrive(ctx context.Context, e *protocol.RedriveEntry, du
 // dispatchRedrive runs the dispatch a redrive entry stores, as the ledger's
 // own (no caller's actor on its entries), which alone may use a reserved id.
 func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) (protocol.DispatchResult, error) {
-	ctx = asLedger(ctx)
 	d := e.Dispatch
 	card, err := json.Marshal(d.Card)
 	if err != nil {
@@ -137,7 +152,7 @@ func (l *Ledger) dispatchRedrive(ctx context.Context, e *protocol.RedriveEntry) 
 	if err != nil {
 		return protocol.DispatchResult{}, fmt.Errorf("redrive %s/%s: encode payload: %w", e.AgentTurnID, e.RedriveCallID, err)
 	}
-	res, err := l.dispatch(ctx, dispatchInput{subject: d.Subject, header: nats.Header(d.Header), card: card, payload: payload, approval: d.Approval, redrive: true})
+	res, err := l.dispatch(ctx, nil, dispatchInput{subject: d.Subject, header: nats.Header(d.Header), card: card, payload: payload, approval: d.Approval, redrive: true})
 	if err != nil {
 		return res, fmt.Errorf("redrive %s/%s: dispatch the derived call %s: %w", e.AgentTurnID, e.ToolCallID, e.RedriveCallID, err)
 	}

@@ -17,15 +17,15 @@ import (
 // A command refused again (redelivered because its ack was lost after the
 // entry was written) is recorded once: e.Seq is then the first entry's.
 func (l *Ledger) RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error {
-	_, err := l.rejectCommand(ctx, subject, h, data, e)
+	_, err := l.rejectCommand(ctx, callerOf(ctx), subject, h, data, e)
 	return err
 }
 
 // rejectCommand is RejectCommand that also tells whether the command's
 // rejection was already on record.
-func (l *Ledger) rejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) (bool, error) {
+func (l *Ledger) rejectCommand(ctx context.Context, by *protocol.Caller, subject string, h nats.Header, data []byte, e *protocol.Error) (bool, error) {
 	sub, _ := protocol.ParseSubject(subject)
-	dup, err := l.recordRejection(ctx, protocol.OpCommand, sub.Project, sub.Channel, e, protocol.NewRejectedRequest(subject, h, data), commandRejectionID(subject, h, data))
+	dup, err := l.recordRejection(ctx, by, protocol.OpCommand, sub.Project, sub.Channel, e, protocol.NewRejectedRequest(subject, h, data), commandRejectionID(subject, h, data))
 	if e.Seq != 0 {
 		return dup, nil
 	}
@@ -58,23 +58,23 @@ func commandRejectionID(subject string, h nats.Header, data []byte) string {
 // reject records e as a rejection entry and returns e with the entry's
 // sequence. When the entry cannot be written the returned error says so and
 // still wraps e, so callers can branch on the refusal either way.
-func (l *Ledger) reject(ctx context.Context, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest) error {
-	_, err := l.recordRejection(ctx, op, project, channel, e, req, "")
+func (l *Ledger) reject(ctx context.Context, by *protocol.Caller, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest) error {
+	_, err := l.recordRejection(ctx, by, op, project, channel, e, req, "")
 	return err
 }
 
 // recordRejection is reject with a Nats-Msg-Id (none when msgID is empty),
 // reporting whether the stream already held that id's entry (e.Seq is then
 // the stored entry's).
-func (l *Ledger) recordRejection(ctx context.Context, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest, msgID string) (bool, error) {
+func (l *Ledger) recordRejection(ctx context.Context, by *protocol.Caller, op, project, channel string, e *protocol.Error, req protocol.RejectedRequest, msgID string) (bool, error) {
 	l.m.rejections.WithLabelValues(string(e.Code), op).Inc()
 	// An API request came on the subject of one project, which NATS
 	// permissions scope: its refusal belongs to that project's views, even
 	// when the body names no project (not an object) or another one (a
 	// repeated project_id whose last copy names someone else's project,
 	// which must not put entries into that project's views).
-	if c, ok := CallerFrom(ctx); ok && protocol.ValidIdentifier(c.Project) && c.Project != project {
-		project, channel = c.Project, protocol.Unrouted
+	if by != nil && protocol.ValidIdentifier(by.Project) && by.Project != project {
+		project, channel = by.Project, protocol.Unrouted
 	}
 	// A forbidden request is one whose credential is not entitled to what
 	// it names, so no channel it names (or its call's) is trusted to file
@@ -99,7 +99,7 @@ func (l *Ledger) recordRejection(ctx context.Context, op, project, channel strin
 	if msgID != "" {
 		msg.Header.Set(protocol.HeaderMsgID, msgID)
 	}
-	ack, err := l.appendEntry(ctx, protocol.KindRejection, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindRejection, msg)
 	if err != nil {
 		l.log.Error("rejection entry not written", "op", op, "code", e.Code, "err", err)
 		return false, fmt.Errorf("record rejection: %v: %w", err, e)

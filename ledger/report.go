@@ -26,11 +26,6 @@ type reportInput struct {
 	sourceFunction   string
 	payload          protocol.ReportPayload
 	stepID           string
-	// caller is who sent the report, read from its API subject (or the Go
-	// caller's WithCaller): the report must come from the tool its call was
-	// dispatched to (callerOwnsCall). Nil for the ledger's own reports and
-	// in-process ones, which that check does not apply to.
-	caller *protocol.Caller
 	// deadline marks the ledger's own timeout report (deadline.go): it is
 	// never late, and a refusal of it (a report won the race) is not
 	// recorded, nor a duplicate of it (another process recorded it).
@@ -51,17 +46,22 @@ type reportInput struct {
 // been sent as, so its violations and its rejection entry are exactly a
 // remote report's.
 func (l *Ledger) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
-	caller := callerOf(ctx)
+	return l.reportTyped(ctx, callerOf(ctx), req)
+}
+
+// reportTyped is Report for by: the caller it serves (its tool must be the
+// call's), nil for the ledger's own reports and in-process ones, which that
+// check does not apply to.
+func (l *Ledger) reportTyped(ctx context.Context, by *protocol.Caller, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
 	if in, ok := reportFromRequest(req); ok {
-		in.caller = caller
 		raw := func() protocol.RejectedRequest {
 			h, data := reportWire(req)
 			return protocol.NewRejectedRequest("", h, data)
 		}
-		return l.serveReport(ctx, in, raw)
+		return l.serveReport(ctx, by, in, raw)
 	}
 	h, data := reportWire(req)
-	return l.reportMsg(ctx, caller, h, data)
+	return l.reportMsg(ctx, by, h, data)
 }
 
 // reportWire is a typed report as the API receives it: CG-* headers and the
@@ -116,25 +116,25 @@ func printableASCII(s string) bool {
 }
 
 // reportMsg parses a report as received over the API (CG-* headers and the
-// JSON payload) once into the core's input; caller is who sent it (nil in
+// JSON payload) once into the core's input; by is who sent it (nil in
 // process). A report that does not parse is refused with the bytes as
 // received.
-func (l *Ledger) reportMsg(ctx context.Context, caller *protocol.Caller, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
+func (l *Ledger) reportMsg(ctx context.Context, by *protocol.Caller, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 	req, vs := protocol.ParseReport(h, data)
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
-		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID), caller: caller}
+		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID)}
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, data) }
 	if len(vs) > 0 {
-		return protocol.ReportOutcome{}, l.reject(ctx, protocol.OpReport, in.project, in.channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
+		return protocol.ReportOutcome{}, l.reject(ctx, by, protocol.OpReport, in.project, in.channel, protocol.NewError(protocol.CodeBadRequest, vs, "invalid report: %d violation(s)", len(vs)), raw())
 	}
-	return l.serveReport(ctx, in, raw)
+	return l.serveReport(ctx, by, in, raw)
 }
 
 // serveReport runs the core for a request's report, in the request's span
 // (continuing the trace its identity names).
-func (l *Ledger) serveReport(ctx context.Context, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
+func (l *Ledger) serveReport(ctx context.Context, by *protocol.Caller, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
 	ctx, span := startTraceSpan(ctx, in.id.Traceparent, in.id.Tracestate, "cgledger.report")
-	out, err := l.report(ctx, in, raw)
+	out, err := l.report(ctx, by, in, raw)
 	endSpan(span, err)
 	return out, err
 }
@@ -176,13 +176,13 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 	return p
 }
 
-func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
+func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
 	// Close waits for reports in flight too: one it let go between the
 	// append and the mark would leave the record unmarked.
 	l.bg.start()
 	defer l.bg.done()
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.ReportOutcome, error) {
-		return protocol.ReportOutcome{}, l.refuseReport(ctx, in, protocol.NewError(code, vs, format, args...), raw)
+		return protocol.ReportOutcome{}, l.refuseReport(ctx, by, in, protocol.NewError(code, vs, format, args...), raw)
 	}
 	key := callKey(in.project, in.id.AgentTurnID, in.id.ToolCallID)
 	pre := l.prefetch(ctx, key, in)
@@ -204,7 +204,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		vs.Add("header."+protocol.HeaderToolCallID, protocol.VNotFound, "no call %s in turn %s of project %s was dispatched through the ledger", in.id.ToolCallID, in.id.AgentTurnID, in.project)
 		return refuse(protocol.CodeUnknownCall, vs, "unknown call %s", in.id.ToolCallID)
 	}
-	if vs := callerOwnsCall(in.caller, rec); len(vs) > 0 {
+	if vs := callerOwnsCall(by, rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "report for call %s from another tool", rec.ToolCallID)
 	}
 	if in.payload.AttemptOutcome != "" {
@@ -272,7 +272,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := protocol.AsError(rerr); ok {
-					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, by, in, e, raw)
 				}
 				return protocol.ReportOutcome{}, rerr
 			}
@@ -287,7 +287,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := protocol.AsError(rerr); ok {
-					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, by, in, e, raw)
 				}
 				return protocol.ReportOutcome{}, rerr
 			}
@@ -314,7 +314,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			c, rerr := l.buildClaim(rec, in, fp, pre.card, pre.cardErr)
 			if rerr != nil {
 				if e, ok := protocol.AsError(rerr); ok {
-					return protocol.ReportOutcome{}, l.refuseReport(ctx, in, e, raw)
+					return protocol.ReportOutcome{}, l.refuseReport(ctx, by, in, e, raw)
 				}
 				return protocol.ReportOutcome{}, rerr
 			}
@@ -324,7 +324,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		case rec.Claim.Fingerprint != fp:
 			return conflict(rec.Claim, rec.State)
 		case rec.State == protocol.StateWoken:
-			return l.finishReport(ctx, rec, in, true)
+			return l.finishReport(ctx, by, rec, in, true)
 		default:
 			// A claim written by an earlier version of the ledger, before
 			// the report entry itself became the claim: append its bytes.
@@ -341,7 +341,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 		// The append is the claim: the subject is the call's own and must be
 		// empty, so of any number of concurrent reports exactly one stores
 		// its entry, through any number of ledger processes.
-		seq, stored, err := l.appendReport(ctx, l.callToolLabel(rec), claim)
+		seq, stored, err := l.appendReport(ctx, by, l.callToolLabel(rec), claim)
 		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -381,7 +381,7 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 		}
 		appended := time.Now()
-		if err := l.wake(ctx, next, pre.roster); err != nil {
+		if err := l.wake(ctx, by, next, pre.roster); err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		if err := l.step(stepWoken); err != nil {
@@ -412,12 +412,12 @@ func (l *Ledger) report(ctx context.Context, in *reportInput, raw func() protoco
 					l.log.Warn("report: mark call woken", "key", key, "err", err)
 				}
 			}()
-			return l.finishReport(ctx, next, in, false)
+			return l.finishReport(ctx, by, next, in, false)
 		}
 		if err := l.markWoken(ctx, key, next, rev); err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
-		return l.finishReport(ctx, next, in, true)
+		return l.finishReport(ctx, by, next, in, true)
 	}
 	return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
 }
@@ -617,13 +617,13 @@ func resultErrorCode(sc *protocol.StoredCard, err error) (string, error) {
 // process that stored the entry, so every source of reports (tool services,
 // executors, the deadline keeper, fail-fast) is counted exactly once, under
 // toolLabel (the call's, callToolLabel).
-func (l *Ledger) appendReport(ctx context.Context, toolLabel string, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
+func (l *Ledger) appendReport(ctx context.Context, by *protocol.Caller, toolLabel string, c *protocol.Claim) (seq uint64, stored *protocol.Claim, err error) {
 	msg := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		msg.Header[k] = append([]string(nil), v...)
 	}
 	msg.Header.Set(protocol.HeaderMsgID, c.MsgID)
-	ack, err := l.appendEntry(ctx, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindReport, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil && !ack.Duplicate {
 		l.m.reports.WithLabelValues(c.Status).Inc()
 		l.m.toolCalls.WithLabelValues(toolLabel, c.Status, ErrorCodeLabel(c.ErrorCode)).Inc()
@@ -678,7 +678,7 @@ func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, err
 // wake publishes the wakeup to the agent's worker target (read when the
 // report arrived), or records that the agent has none. It fills the claim's
 // wakeup fields.
-func (l *Ledger) wake(ctx context.Context, rec *protocol.CallRecord, roster *protocol.RosterResult) error {
+func (l *Ledger) wake(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, roster *protocol.RosterResult) error {
 	c := rec.Claim
 	if roster == nil {
 		data, merr := json.Marshal(protocol.WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
@@ -693,7 +693,7 @@ func (l *Ledger) wake(ctx context.Context, rec *protocol.CallRecord, roster *pro
 		msg.Header.Set(protocol.HeaderAgentID, rec.AgentID)
 		msg.Header.Set(protocol.HeaderAgentTurnID, rec.AgentTurnID)
 		msg.Header.Set(protocol.HeaderToolCallID, rec.ToolCallID)
-		ack, err := l.appendEntry(ctx, protocol.KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		ack, err := l.appendEntry(ctx, by, protocol.KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
 		switch {
 		case err == nil:
 			if !ack.Duplicate {
@@ -715,7 +715,7 @@ func (l *Ledger) wake(ctx context.Context, rec *protocol.CallRecord, roster *pro
 	subj := protocol.WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget)
 	msg := &nats.Msg{Subject: subj, Data: data, Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "wakeup."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	ack, err := l.appendEntry(ctx, protocol.KindWakeup, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindWakeup, msg)
 	if err != nil {
 		return err
 	}
@@ -727,7 +727,7 @@ func (l *Ledger) wake(ctx context.Context, rec *protocol.CallRecord, roster *pro
 }
 
 // finishReport builds the outcome and, for a duplicate, records it.
-func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in *reportInput, duplicate bool) (protocol.ReportOutcome, error) {
+func (l *Ledger) finishReport(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, in *reportInput, duplicate bool) (protocol.ReportOutcome, error) {
 	c := rec.Claim
 	out := protocol.ReportOutcome{
 		Seq: c.Seq, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ToolResultCardID: c.ToolResultCardID,
@@ -751,7 +751,7 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 	msg.Header.Set(protocol.HeaderProjectID, in.project)
 	msg.Header.Set(protocol.HeaderChannelID, in.channel)
 	msg.Header.Set(protocol.HeaderSourceID, in.sourceID)
-	ack, err := l.appendEntry(ctx, protocol.KindDuplicate, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindDuplicate, msg)
 	if err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("report: record duplicate of seq %s: %w", strconv.FormatUint(c.Seq, 10), err)
 	}
@@ -767,6 +767,11 @@ func (l *Ledger) finishReport(ctx context.Context, rec *protocol.CallRecord, in 
 // (nor a claim written by an earlier version) is an error matching
 // ErrNotReported.
 func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error) {
+	return l.resume(ctx, callerOf(ctx), project, turnID, callID)
+}
+
+// resume is Resume for by, the caller whose report.resume replays it.
+func (l *Ledger) resume(ctx context.Context, by *protocol.Caller, project, turnID, callID string) (protocol.ReportOutcome, error) {
 	rec, err := l.GetCall(ctx, project, turnID, callID)
 	if err != nil {
 		return protocol.ReportOutcome{}, err
@@ -788,7 +793,7 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (pr
 	if err := json.Unmarshal(data, &e); err != nil {
 		return protocol.ReportOutcome{}, fmt.Errorf("resume %s/%s: decode report entry: %w", turnID, callID, err)
 	}
-	return l.Report(ctx, protocol.ReportRequest{
+	return l.reportTyped(ctx, by, protocol.ReportRequest{
 		ProjectID: e.ProjectID, ChannelID: e.ChannelID, SourceID: e.SourceID, SourceFunction: e.SourceFunction,
 		Identity: protocol.Identity{AgentID: e.AgentID, AgentTurnID: e.AgentTurnID, TurnEpoch: e.TurnEpoch, ToolCallID: e.ToolCallID, StepID: e.StepID},
 		Payload:  protocol.ReportPayload{Status: e.Status, AfterExecution: e.AfterExecution, ToolResultCardID: e.ToolResultCardID, StepID: e.StepID, AttemptOutcome: e.AttemptOutcome},
@@ -797,9 +802,9 @@ func (l *Ledger) Resume(ctx context.Context, project, turnID, callID string) (pr
 
 // refuseReport records a refused report and returns the refusal; the
 // ledger's own timeout report is refused without a record (deadline.go).
-func (l *Ledger) refuseReport(ctx context.Context, in *reportInput, e *protocol.Error, raw func() protocol.RejectedRequest) error {
+func (l *Ledger) refuseReport(ctx context.Context, by *protocol.Caller, in *reportInput, e *protocol.Error, raw func() protocol.RejectedRequest) error {
 	if in.deadline || in.approval {
 		return e
 	}
-	return l.reject(ctx, protocol.OpReport, in.project, in.channel, e, raw())
+	return l.reject(ctx, by, protocol.OpReport, in.project, in.channel, e, raw())
 }

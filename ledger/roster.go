@@ -11,38 +11,45 @@ import (
 
 // SetRoster records agent_id -> worker_target for a project. Wakeups for the
 // agent's calls go to the worker target current when the report is accepted.
+// A request that is not certainly valid is read through the API's parser,
+// so its violations and its rejection entry are exactly a remote one's.
 func (l *Ledger) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
-	vs := protocol.CheckRosterEntry(e)
+	by := callerOf(ctx)
+	ident := protocol.ValidIdentifier
+	if !ident(e.ProjectID) || !ident(e.AgentID) || !ident(e.WorkerTarget) {
+		return viaWire(ctx, protocol.OpRosterSet, e, func(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+			return l.setRosterJSON(ctx, by, body)
+		})
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
-	if err := protocol.BadRequest("roster entry", vs); err != nil {
-		ee, _ := protocol.AsError(err)
-		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, data))
-	}
-	return l.setRoster(ctx, e, data)
+	return l.setRoster(ctx, by, e, data)
 }
 
-// setRosterJSON is SetRoster for a JSON body, as received over the API.
-func (l *Ledger) setRosterJSON(ctx context.Context, body []byte) (protocol.RosterResult, error) {
+// setRosterJSON parses a roster.set as received over the API, once, for
+// the core (setRoster).
+func (l *Ledger) setRosterJSON(ctx context.Context, by *protocol.Caller, body []byte) (protocol.RosterResult, error) {
 	e, vs := protocol.ParseRosterEntry(body)
 	if err := protocol.BadRequest("roster entry", vs); err != nil {
 		ee, _ := protocol.AsError(err)
-		return protocol.RosterResult{}, l.reject(ctx, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))
+		return protocol.RosterResult{}, l.reject(ctx, by, protocol.OpRosterSet, e.ProjectID, protocol.Unrouted, ee, protocol.NewRejectedRequest("", nil, body))
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return protocol.RosterResult{}, fmt.Errorf("set roster: encode: %w", err)
 	}
-	return l.setRoster(ctx, e, data)
+	return l.setRoster(ctx, by, e, data)
 }
 
-func (l *Ledger) setRoster(ctx context.Context, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
+// setRoster is the one core of roster.set, typed or received: e is valid,
+// data its encoding (the entry stored).
+func (l *Ledger) setRoster(ctx context.Context, by *protocol.Caller, e protocol.RosterEntry, data []byte) (protocol.RosterResult, error) {
 	msg := &nats.Msg{Subject: protocol.RosterSubject(l.version, e.ProjectID, e.AgentID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(protocol.HeaderProjectID, e.ProjectID)
 	msg.Header.Set(protocol.HeaderAgentID, e.AgentID)
-	ack, err := l.appendEntry(ctx, protocol.KindRoster, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindRoster, msg)
 	// Read-your-writes in this process, whatever the watch's delay.
 	l.cache.changed(msg.Subject)
 	if err != nil {

@@ -23,6 +23,11 @@ import (
 // there to skip, and a skip written ahead would silently apply to whatever
 // arrives later.
 func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (protocol.SkipResult, error) {
+	return l.skip(ctx, callerOf(ctx), seq, reason)
+}
+
+// skip is Skip for by, the caller (an admin) whose request writes it.
+func (l *Ledger) skip(ctx context.Context, by *protocol.Caller, seq uint64, reason string) (protocol.SkipResult, error) {
 	var vs protocol.Violations
 	switch {
 	case strings.TrimSpace(reason) == "":
@@ -87,7 +92,7 @@ func (l *Ledger) Skip(ctx context.Context, seq uint64, reason string) (protocol.
 			return res, protocol.NewError(protocol.CodeConflict, nil, "sequence %d is already skipped by entry %d with reason %q", seq, existing.SkipSeq, protocol.Clip(existing.Reason))
 		}
 		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		ack, err := l.appendEntry(ctx, protocol.KindSkip, msg, jetstream.WithExpectLastSequencePerSubject(lastOnSubject))
+		ack, err := l.appendEntry(ctx, by, protocol.KindSkip, msg, jetstream.WithExpectLastSequencePerSubject(lastOnSubject))
 		if isWrongLastSeq(err) && attempt < 100 {
 			continue
 		}

@@ -17,16 +17,21 @@ import (
 // same definition again writes nothing; a changed one is a new version
 // entry. It is readable with GetTool as soon as this returns.
 func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []byte) (protocol.RegisterResult, error) {
+	return l.registerToolYAML(ctx, callerOf(ctx), project, body)
+}
+
+// registerToolYAML is RegisterToolYAML for by, the caller registering.
+func (l *Ledger) registerToolYAML(ctx context.Context, by *protocol.Caller, project string, body []byte) (protocol.RegisterResult, error) {
 	d, err := protocol.ParseToolYAML(project, body)
 	if err != nil {
 		e, _ := protocol.AsError(err)
-		return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", nats.Header{protocol.HeaderProjectID: {project}}, body))
+		return protocol.RegisterResult{}, l.reject(ctx, by, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", nats.Header{protocol.HeaderProjectID: {project}}, body))
 	}
 	data, err := json.Marshal(d)
 	if err != nil {
 		return protocol.RegisterResult{}, fmt.Errorf("register tool: encode: %w", err)
 	}
-	return l.registerTool(ctx, d, data)
+	return l.registerTool(ctx, by, d, data)
 }
 
 // registerToolMsg serves tool.register: RegisterToolYAML, with the
@@ -34,28 +39,29 @@ func (l *Ledger) RegisterToolYAML(ctx context.Context, project string, body []by
 // request names. One naming another project was refused before (forbidden,
 // protocol.CheckCaller); one that is not an identifier names none and is a
 // bad_request, listed with the definition's own violations.
-func (l *Ledger) registerToolMsg(ctx context.Context, project string, h nats.Header, body []byte) (protocol.RegisterResult, error) {
+func (l *Ledger) registerToolMsg(ctx context.Context, by *protocol.Caller, project string, h nats.Header, body []byte) (protocol.RegisterResult, error) {
 	hp := protocol.HeaderGet(h, protocol.HeaderProjectID)
 	if hp == "" || protocol.ValidIdentifier(hp) {
-		return l.RegisterToolYAML(ctx, project, body)
+		return l.registerToolYAML(ctx, by, project, body)
 	}
 	var vs protocol.Violations
 	vs.Add("header."+protocol.HeaderProjectID, protocol.VInvalidToken, "%q is not an identifier (when present it must be the request subject's project, %q)", protocol.Clip(hp), project)
 	_, err := protocol.ParseToolYAML(project, body)
 	if e, ok := protocol.AsError(err); ok {
 		if e.Code == protocol.CodeForbidden {
-			return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
+			return protocol.RegisterResult{}, l.reject(ctx, by, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
 		}
 		vs = append(vs, e.Violations...)
 	}
 	e := protocol.NewError(protocol.CodeBadRequest, vs, "invalid tool definition: %d violation(s)", len(vs))
-	return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
+	return protocol.RegisterResult{}, l.reject(ctx, by, protocol.OpToolRegister, project, protocol.Unrouted, e, protocol.NewRejectedRequest("", h, body))
 }
 
 // RegisterTool validates and records a definition built in Go (see
 // RegisterToolYAML); its zero limits, retry fields and determinism take
 // their defaults first (ToolDefinition.WithDefaults).
 func (l *Ledger) RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (protocol.RegisterResult, error) {
+	by := callerOf(ctx)
 	d = d.WithDefaults()
 	data, err := json.Marshal(d)
 	if err != nil {
@@ -63,13 +69,13 @@ func (l *Ledger) RegisterTool(ctx context.Context, d *protocol.ToolDefinition) (
 	}
 	if _, err := protocol.ParseToolJSON(d.ProjectID, data); err != nil {
 		e, _ := protocol.AsError(err)
-		return protocol.RegisterResult{}, l.reject(ctx, protocol.OpToolRegister, d.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
+		return protocol.RegisterResult{}, l.reject(ctx, by, protocol.OpToolRegister, d.ProjectID, protocol.Unrouted, e, protocol.NewRejectedRequest("", nil, data))
 	}
-	return l.registerTool(ctx, d, data)
+	return l.registerTool(ctx, by, d, data)
 }
 
 // registerTool writes a validated definition unless it is already in force.
-func (l *Ledger) registerTool(ctx context.Context, d *protocol.ToolDefinition, data []byte) (protocol.RegisterResult, error) {
+func (l *Ledger) registerTool(ctx context.Context, by *protocol.Caller, d *protocol.ToolDefinition, data []byte) (protocol.RegisterResult, error) {
 	subj := protocol.ToolSubject(l.version, d.ProjectID, d.ToolName)
 	for range 8 {
 		cur, err := l.lastForSubject(ctx, subj)
@@ -85,7 +91,7 @@ func (l *Ledger) registerTool(ctx context.Context, d *protocol.ToolDefinition, d
 		}
 		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
 		msg.Header.Set(protocol.HeaderProjectID, d.ProjectID)
-		ack, err := l.appendEntry(ctx, protocol.KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		ack, err := l.appendEntry(ctx, by, protocol.KindTool, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		// Read-your-writes in this process, whatever the watch's delay.
 		l.cache.changed(subj)
 		l.labels.AddVersion(d.ToolName, d.Version)

@@ -183,7 +183,6 @@ func (l *Ledger) refreshToolHealth(ctx context.Context) error {
 func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord, failFast time.Duration) error {
 	// Not as the dispatching caller: the report is the ledger's own, which
 	// no caller check applies to.
-	ctx = asLedger(ctx)
 	msg := fmt.Sprintf("no tool service pulled the commands of tool %s for %d ms (its health.fail_fast_after_ms)", rec.ToolName, failFast.Milliseconds())
 	content, err := json.Marshal(map[string]any{
 		"status": protocol.StatusFailed,
@@ -202,11 +201,11 @@ func (l *Ledger) answerUnavailable(ctx context.Context, rec *protocol.CallRecord
 		AuthorID: protocol.LedgerSourceID, FunctionName: rec.ToolName, AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID,
 		Content: content, Metadata: rec.CardMetadata,
 	}
-	if _, err := l.PutCard(ctx, card); err != nil {
+	if _, err := l.putCardTyped(ctx, nil, card); err != nil {
 		return fmt.Errorf("tool unavailable: result card: %w", err)
 	}
 	id := protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}
-	_, err = l.Report(ctx, protocol.ReportRequest{
+	_, err = l.reportTyped(ctx, nil, protocol.ReportRequest{
 		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: protocol.LedgerSourceID, SourceFunction: rec.ToolName,
 		Payload: protocol.ReportPayload{Status: protocol.StatusFailed, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID},
 	})

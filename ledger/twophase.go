@@ -19,28 +19,57 @@ import (
 // prepare (same token and deadline) is answered as a duplicate; any other
 // prepare of a prepared call, or a prepare of a reported call, is refused.
 func (l *Ledger) Prepare(ctx context.Context, req protocol.PrepareRequest) (protocol.PrepareResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.PrepareResult{}, fmt.Errorf("prepare: encode: %w", err)
+	by := callerOf(ctx)
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && certainCommitToken(req.CommitToken) && req.CommitDeadlineUnixMS > 0 {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.prepare(ctx, by, req, rawOf(req))
 	}
-	return l.prepareJSON(ctx, nil, body)
+	return viaWire(ctx, protocol.OpPrepare, req, func(ctx context.Context, body []byte) (protocol.PrepareResult, error) {
+		return l.prepareJSON(ctx, by, nil, body)
+	})
 }
 
-func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (protocol.PrepareResult, error) {
-	var none protocol.PrepareResult
+// certainCommitToken reports whether t is a commit token the parser
+// accepts: 1 to MaxCommitTokenLen printable ASCII characters, no spaces.
+func certainCommitToken(t string) bool {
+	if t == "" || len(t) > protocol.MaxCommitTokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// prepareJSON parses a prepare as received over the API, once, for the
+// core; by is who sent it (nil in process).
+func (l *Ledger) prepareJSON(ctx context.Context, by *protocol.Caller, h nats.Header, body []byte) (protocol.PrepareResult, error) {
 	req, vs := protocol.ParsePrepare(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, protocol.OpPrepare, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid prepare: %d violation(s)", len(vs)), raw())
+		return protocol.PrepareResult{}, l.reject(ctx, by, protocol.OpPrepare, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid prepare: %d violation(s)", len(vs)), raw())
 	}
-	rec, err := l.knownCall(ctx, protocol.OpPrepare, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	return l.prepare(ctx, by, req, raw)
+}
+
+// prepare is the one core of a prepare, typed or received: req is valid,
+// by is who sent it (its tool must be the call's; nil in process), raw
+// is the request a refusal records.
+func (l *Ledger) prepare(ctx context.Context, by *protocol.Caller, req protocol.PrepareRequest, raw func() protocol.RejectedRequest) (protocol.PrepareResult, error) {
+	var none protocol.PrepareResult
+	var vs protocol.Violations
+	rec, err := l.knownCall(ctx, by, protocol.OpPrepare, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return none, err
 	}
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.PrepareResult, error) {
-		return none, l.reject(ctx, protocol.OpPrepare, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
+		return none, l.reject(ctx, by, protocol.OpPrepare, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
 	}
-	if vs := callerOwnsCall(callerOf(ctx), rec); len(vs) > 0 {
+	if vs := callerOwnsCall(by, rec); len(vs) > 0 {
 		return refuse(protocol.CodeForbidden, vs, "prepare of call %s by another tool", rec.ToolCallID)
 	}
 	if rec.State != protocol.StateDispatched {
@@ -69,7 +98,7 @@ func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (p
 	}
 	subj := protocol.PreparedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 	msg := &nats.Msg{Subject: subj, Data: data, Header: callHeader(rec)}
-	ack, err := l.appendEntry(ctx, protocol.KindPrepared, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindPrepared, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	out := protocol.PrepareResult{}
 	switch {
 	case err == nil:
@@ -89,7 +118,7 @@ func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (p
 	}
 	// The wakeup follows the entry: a prepare retried after a crash
 	// between the two publishes it then (deduplicated by its message id).
-	seq, err := l.wakePrepared(ctx, rec, out.Seq)
+	seq, err := l.wakePrepared(ctx, by, rec, out.Seq)
 	if err != nil {
 		return none, fmt.Errorf("prepare %s/%s: wakeup: %w", rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -99,7 +128,7 @@ func (l *Ledger) prepareJSON(ctx context.Context, h nats.Header, body []byte) (p
 
 // wakePrepared publishes the prepared call's wakeup to its agent's worker
 // target (0: the agent has no roster entry).
-func (l *Ledger) wakePrepared(ctx context.Context, rec *protocol.CallRecord, preparedSeq uint64) (uint64, error) {
+func (l *Ledger) wakePrepared(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, preparedSeq uint64) (uint64, error) {
 	roster, err := l.rosterCached(ctx, rec.ProjectID, rec.AgentID)
 	if isCode(err, protocol.CodeNotFound) {
 		return 0, nil
@@ -116,7 +145,7 @@ func (l *Ledger) wakePrepared(ctx context.Context, rec *protocol.CallRecord, pre
 	msg := &nats.Msg{Subject: protocol.WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget), Data: data,
 		Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "wakeup.prepared."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
-	ack, err := l.appendEntry(ctx, protocol.KindWakeup, msg)
+	ack, err := l.appendEntry(ctx, by, protocol.KindWakeup, msg)
 	if err != nil {
 		return 0, err
 	}
@@ -126,21 +155,27 @@ func (l *Ledger) wakePrepared(ctx context.Context, rec *protocol.CallRecord, pre
 // Commit records the worker's commit of a prepared call and routes it to
 // the call's tool. See decide.
 func (l *Ledger) Commit(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
-	return l.decideReq(ctx, protocol.OpCommit, req)
+	by := callerOf(ctx)
+	return l.decideReq(ctx, by, protocol.OpCommit, req)
 }
 
 // Abort records the worker's abort of a prepared call and routes the
 // rollback to the call's tool. See decide.
 func (l *Ledger) Abort(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
-	return l.decideReq(ctx, protocol.OpAbort, req)
+	by := callerOf(ctx)
+	return l.decideReq(ctx, by, protocol.OpAbort, req)
 }
 
-func (l *Ledger) decideReq(ctx context.Context, op string, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return protocol.DecisionResult{}, fmt.Errorf("%s: encode: %w", op, err)
+func (l *Ledger) decideReq(ctx context.Context, by *protocol.Caller, op string, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
+	ident := protocol.ValidIdentifier
+	if ident(req.ProjectID) && ident(req.AgentID) && ident(req.AgentTurnID) && ident(req.ToolCallID) && certainCommitToken(req.CommitToken) {
+		// Certainly valid: what the API's parser would read back from its
+		// JSON, with no violation.
+		return l.decideTwoPhase(ctx, by, op, req, rawOf(req))
 	}
-	return l.decideJSON(ctx, op, nil, body)
+	return viaWire(ctx, op, req, func(ctx context.Context, body []byte) (protocol.DecisionResult, error) {
+		return l.decideJSON(ctx, by, op, nil, body)
+	})
 }
 
 // decideJSON is commit or abort (op) for a JSON body. Exactly one decision
@@ -150,19 +185,26 @@ func (l *Ledger) decideReq(ctx context.Context, op string, req protocol.Decision
 // listed and recorded. So is a decision with another commit token, for a
 // call not prepared or already reported, by another agent, or after the
 // commit deadline (which records the ledger's abort if nobody has yet).
-func (l *Ledger) decideJSON(ctx context.Context, op string, h nats.Header, body []byte) (protocol.DecisionResult, error) {
-	var none protocol.DecisionResult
+func (l *Ledger) decideJSON(ctx context.Context, by *protocol.Caller, op string, h nats.Header, body []byte) (protocol.DecisionResult, error) {
 	req, vs := protocol.ParseDecision(body)
 	raw := func() protocol.RejectedRequest { return protocol.NewRejectedRequest("", h, body) }
 	if len(vs) > 0 {
-		return none, l.reject(ctx, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
+		return protocol.DecisionResult{}, l.reject(ctx, by, op, req.ProjectID, protocol.Unrouted, protocol.NewError(protocol.CodeBadRequest, vs, "invalid %s: %d violation(s)", op, len(vs)), raw())
 	}
-	rec, err := l.knownCall(ctx, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
+	return l.decideTwoPhase(ctx, by, op, req, raw)
+}
+
+// decideTwoPhase is the one core of commit and abort (op), typed or received: req
+// is valid, raw is the request a refusal records.
+func (l *Ledger) decideTwoPhase(ctx context.Context, by *protocol.Caller, op string, req protocol.DecisionRequest, raw func() protocol.RejectedRequest) (protocol.DecisionResult, error) {
+	var none protocol.DecisionResult
+	var vs protocol.Violations
+	rec, err := l.knownCall(ctx, by, op, req.ProjectID, req.AgentTurnID, req.ToolCallID, raw)
 	if err != nil {
 		return none, err
 	}
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.DecisionResult, error) {
-		return none, l.reject(ctx, op, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
+		return none, l.reject(ctx, by, op, rec.ProjectID, rec.ChannelID, protocol.NewError(code, vs, format, args...), raw())
 	}
 	if rec.AgentID != req.AgentID {
 		vs.Add("body.agent_id", protocol.VMismatch, "call %s belongs to agent %q, not %q", rec.ToolCallID, rec.AgentID, req.AgentID)
@@ -211,7 +253,7 @@ func (l *Ledger) decideJSON(ctx context.Context, op string, h nats.Header, body 
 	if op == protocol.OpAbort {
 		decision = protocol.DecisionAbort
 	}
-	seq, stored, err := l.appendDecision(ctx, pm.Sequence, prep, decision, protocol.DecidedByWorker)
+	seq, stored, err := l.appendDecision(ctx, by, pm.Sequence, prep, decision, protocol.DecidedByWorker)
 	if err != nil {
 		return none, fmt.Errorf("%s %s/%s: %w", op, rec.AgentTurnID, rec.ToolCallID, err)
 	}
@@ -225,8 +267,7 @@ func (l *Ledger) decideJSON(ctx context.Context, op string, h nats.Header, body 
 // deadline passed, unless a decision is stored; it returns the stored one.
 func (l *Ledger) autoAbort(ctx context.Context, preparedSeq uint64, prep *protocol.PreparedEntry) (*jetstream.RawStreamMsg, *protocol.DecisionEntry, error) {
 	// The ledger's own entry: no caller's actor on it.
-	ctx = asLedger(ctx)
-	_, stored, err := l.appendDecision(ctx, preparedSeq, prep, protocol.DecisionAbort, protocol.DecidedByCommitDeadline)
+	_, stored, err := l.appendDecision(ctx, nil, preparedSeq, prep, protocol.DecisionAbort, protocol.DecidedByCommitDeadline)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -239,10 +280,10 @@ func (l *Ledger) autoAbort(ctx context.Context, preparedSeq uint64, prep *protoc
 // appendDecision stores a call's one decision on its decision subject,
 // which must be empty. stored is the decision already there when it was
 // not (its data decodes: storedDecision).
-func (l *Ledger) appendDecision(ctx context.Context, preparedSeq uint64, prep *protocol.PreparedEntry, decision, by string) (uint64, *jetstream.RawStreamMsg, error) {
+func (l *Ledger) appendDecision(ctx context.Context, by *protocol.Caller, preparedSeq uint64, prep *protocol.PreparedEntry, decision, decidedBy string) (uint64, *jetstream.RawStreamMsg, error) {
 	data, err := json.Marshal(protocol.DecisionEntry{ProjectID: prep.ProjectID, ChannelID: prep.ChannelID, AgentID: prep.AgentID,
 		AgentTurnID: prep.AgentTurnID, TurnEpoch: prep.TurnEpoch, ToolCallID: prep.ToolCallID, ToolName: prep.ToolName,
-		Decision: decision, DecidedBy: by, CommitToken: prep.CommitToken, PreparedSeq: preparedSeq})
+		Decision: decision, DecidedBy: decidedBy, CommitToken: prep.CommitToken, PreparedSeq: preparedSeq})
 	if err != nil {
 		return 0, nil, fmt.Errorf("encode decision: %w", err)
 	}
@@ -250,9 +291,9 @@ func (l *Ledger) appendDecision(ctx context.Context, preparedSeq uint64, prep *p
 	msg := &nats.Msg{Subject: subj, Data: data, Header: protocol.Identity{AgentID: prep.AgentID, AgentTurnID: prep.AgentTurnID, TurnEpoch: prep.TurnEpoch, ToolCallID: prep.ToolCallID}.Header()}
 	msg.Header.Set(protocol.HeaderProjectID, prep.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, prep.ChannelID)
-	ack, err := l.appendEntry(ctx, protocol.KindDecision, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	ack, err := l.appendEntry(ctx, by, protocol.KindDecision, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if err == nil {
-		l.m.decisions.WithLabelValues(decision, by).Inc()
+		l.m.decisions.WithLabelValues(decision, decidedBy).Inc()
 		return ack.Sequence, nil, nil
 	}
 	if !isWrongLastSeq(err) {
@@ -325,12 +366,12 @@ func (l *Ledger) twoPhase(ctx context.Context, rec *protocol.CallRecord) (*proto
 }
 
 // knownCall reads a dispatched call for op, refusing (recorded) an unknown one.
-func (l *Ledger) knownCall(ctx context.Context, op, project, turnID, callID string, raw func() protocol.RejectedRequest) (*protocol.CallRecord, error) {
+func (l *Ledger) knownCall(ctx context.Context, by *protocol.Caller, op, project, turnID, callID string, raw func() protocol.RejectedRequest) (*protocol.CallRecord, error) {
 	rec, err := l.GetCall(ctx, project, turnID, callID)
 	if e, refused := protocol.AsError(err); refused && e.Code == protocol.CodeUnknownCall {
 		var vs protocol.Violations
 		vs.Add("body.tool_call_id", protocol.VNotFound, "no call %s in turn %s was dispatched through the ledger", callID, turnID)
-		return nil, l.reject(ctx, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", callID), raw())
+		return nil, l.reject(ctx, by, op, project, protocol.Unrouted, protocol.NewError(protocol.CodeUnknownCall, vs, "unknown call %s", callID), raw())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", op, turnID, callID, err)

@@ -299,6 +299,11 @@ func ParseApprovalRequest(body []byte) (ApprovalRequest, Violations) {
 	return r, vs
 }
 
+// ValidArgumentsDigest reports whether d has the form of an
+// ArgumentsDigest ("sha256:" and 64 lowercase hex digits), as
+// ParseApprovalRequest requires.
+func ValidArgumentsDigest(d string) bool { return validDigest(d) }
+
 // validDigest reports whether d has the form of an ArgumentsDigest.
 func validDigest(d string) bool {
 	const prefix = "sha256:"

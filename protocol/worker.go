@@ -14,16 +14,6 @@ func ParseRosterEntry(body []byte) (RosterEntry, Violations) {
 	return e, vs
 }
 
-// CheckRosterEntry lists the violations of a roster entry given typed (by
-// a process that embeds the ledger), by field name.
-func CheckRosterEntry(e RosterEntry) Violations {
-	var vs Violations
-	CheckIdent(&vs, "project_id", e.ProjectID, true)
-	CheckIdent(&vs, "agent_id", e.AgentID, true)
-	CheckIdent(&vs, "worker_target", e.WorkerTarget, true)
-	return vs
-}
-
 // ParseConsumeRequest reads an inbox.consume body, listing every
 // violation.
 func ParseConsumeRequest(body []byte) (ConsumeRequest, Violations) {

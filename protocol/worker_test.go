@@ -33,14 +33,3 @@ func TestWorkerParsersRefuseRawBodies(t *testing.T) {
 		}
 	}
 }
-
-// TestCheckRosterEntry: a typed roster entry is checked field by field,
-// by the fields' names (no body to name).
-func TestCheckRosterEntry(t *testing.T) {
-	require.Empty(t, protocol.CheckRosterEntry(protocol.RosterEntry{ProjectID: "p", AgentID: "a", WorkerTarget: "w"}))
-	vs := protocol.CheckRosterEntry(protocol.RosterEntry{ProjectID: "p.1", WorkerTarget: "w"})
-	require.Len(t, vs, 2)
-	require.Equal(t, "project_id", vs[0].Field)
-	require.Equal(t, protocol.VInvalidToken, vs[0].Code)
-	require.Equal(t, "agent_id", vs[1].Field)
-}
