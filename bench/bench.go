@@ -10,12 +10,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cgledger/cgledger/protocol"
 )
+
+// Workloads are the names Config.Workloads selects from: the e2e calls
+// (built-in echo, echo as side_effectful, an external tool service), the
+// MCP front door, the report alone and duplicate reports.
+var Workloads = []string{"echo", "echo_se", "external", "mcp", "report", "duplicate"}
 
 // MaxInFlight is the largest in-flight level a run accepts.
 const MaxInFlight = 4096
@@ -41,6 +48,10 @@ type Config struct {
 	// then times the projector rebuilding its views from the stream
 	// against a raw ordered read of it.
 	Rebuild int
+	// Workloads selects what is measured, by name (Workloads lists them);
+	// empty means every workload. The raw round trip and the protocol
+	// limit are measured whenever an e2e workload is selected.
+	Workloads []string
 	// CPUProfile, when set, is the file a CPU profile of the whole run
 	// (server and load generator) is written to.
 	CPUProfile string
@@ -94,6 +105,11 @@ func (c Config) Validate() error {
 	if c.Rebuild < 0 {
 		vs.Add("Rebuild", protocol.VInvalidValue, "must be a number of calls, got %d", c.Rebuild)
 	}
+	for i, w := range c.Workloads {
+		if !slices.Contains(Workloads, w) {
+			vs.Add(fmt.Sprintf("Workloads[%d]", i), protocol.VInvalidValue, "must be one of %s, got %q", strings.Join(Workloads, ", "), w)
+		}
+	}
 	if c.Serve == nil {
 		vs.Add("Serve", protocol.VInvalidValue, "is required")
 	}
@@ -110,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.InFlight) == 0 {
 		c.InFlight = []int{1, 16, 256}
+	}
+	if len(c.Workloads) == 0 {
+		c.Workloads = Workloads
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -132,16 +151,16 @@ func (r Report) WriteText(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %10s %8s %8s %9s | %7s %7s %9s\n",
+	if _, err := fmt.Fprintf(w, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %10s %8s %8s %9s | %7s %7s %9s %9s %9s\n",
 		"workload", "flight", "cg/s", "p50 ms", "p99 ms", "cpu us", "msgs", "commits", "raw/s", "p50 ms", "p99 ms", "cpu us",
-		"limit/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x", "ratio lim"); err != nil {
+		"limit/s", "p50 ms", "p99 ms", "cpu us", "ratio", "p99 x", "ratio lim", "p99 x lim", "cpu x lim"); err != nil {
 		return err
 	}
 	for _, r := range r.Rows {
-		limit, limitRatio := fmt.Sprintf("%10s %8s %8s %9s", "-", "-", "-", "-"), fmt.Sprintf("%9s", "-")
+		limit, limitRatio := fmt.Sprintf("%10s %8s %8s %9s", "-", "-", "-", "-"), fmt.Sprintf("%9s %9s %9s", "-", "-", "-")
 		if r.Limit != nil {
 			limit = fmt.Sprintf("%10.0f %8.2f %8.2f %9.0f", r.Limit.PerSecond, r.Limit.P50Ms, r.Limit.P99Ms, r.Limit.CPUMicros)
-			limitRatio = fmt.Sprintf("%9.3f", r.LimitRatio)
+			limitRatio = fmt.Sprintf("%9.3f %9.1f %9.1f", r.LimitRatio, r.LimitP99Ratio, r.LimitCPURatio)
 		}
 		if _, err := fmt.Fprintf(w, "%-16s %6d | %10.0f %8.2f %8.2f %9.0f %7.1f %7.2f | %10.0f %8.2f %8.2f %9.0f | %s | %7.3f %7.1f %s\n",
 			r.Workload, r.InFlight, r.CgLedger.PerSecond, r.CgLedger.P50Ms, r.CgLedger.P99Ms, r.CgLedger.CPUMicros, r.CgLedger.LedgerMsgs, r.CgLedger.CommitsPer,
@@ -183,4 +202,6 @@ type Row struct {
 	Limit         *Result `json:"protocol_limit,omitempty"`
 	LimitRatio    float64 `json:"ratio_protocol_limit,omitempty"`
 	LimitP99Ratio float64 `json:"ratio_p99_protocol_limit,omitempty"`
+	// LimitCPURatio is the CPU per call against the protocol limit's.
+	LimitCPURatio float64 `json:"ratio_cpu_protocol_limit,omitempty"`
 }

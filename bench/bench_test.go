@@ -15,8 +15,8 @@ func noServe(context.Context, ServeOptions, func(Server)) error { return nil }
 
 func TestConfigValidate(t *testing.T) {
 	require.NoError(t, Config{Serve: noServe}.Validate(), "zero values are the defaults")
-	err := Config{Duration: -1, Rounds: -1, InFlight: []int{1, 0, MaxInFlight + 1}, Rebuild: -1}.Validate()
-	require.Equal(t, []string{"Duration", "Rounds", "InFlight[1]", "InFlight[2]", "Rebuild", "Serve"}, violationtest.ConfigFields(t, err))
+	err := Config{Duration: -1, Rounds: -1, InFlight: []int{1, 0, MaxInFlight + 1}, Rebuild: -1, Workloads: []string{"echo", "nope", ""}}.Validate()
+	require.Equal(t, []string{"Duration", "Rounds", "InFlight[1]", "InFlight[2]", "Rebuild", "Workloads[1]", "Workloads[2]", "Serve"}, violationtest.ConfigFields(t, err))
 }
 
 func TestRunRefusesAnInvalidConfig(t *testing.T) {
@@ -30,6 +30,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 3, c.Rounds)
 	require.Equal(t, []int{1, 16, 256}, c.InFlight)
 	require.NotNil(t, c.Progress)
+	require.Equal(t, Workloads, c.Workloads, "every workload")
 }
 
 func TestMedianAndRatios(t *testing.T) {
@@ -43,24 +44,26 @@ func TestMedianAndRatios(t *testing.T) {
 	require.InDelta(t, 0.25, r.Ratio, 1e-12)
 	require.InDelta(t, 2.0, r.P99Ratio, 1e-12)
 	require.Nil(t, r.Limit)
-	r = withLimit(r, []Result{{PerSecond: 400, P99Ms: 8}})
+	r.CgLedger.CPUMicros = 600
+	r = withLimit(r, []Result{{PerSecond: 400, P99Ms: 8, CPUMicros: 200}})
 	require.NotNil(t, r.Limit)
 	require.InDelta(t, 0.5, r.LimitRatio, 1e-12)
 	require.InDelta(t, 0.5, r.LimitP99Ratio, 1e-12)
+	require.InDelta(t, 3.0, r.LimitCPURatio, 1e-12)
 	// A zero baseline leaves the ratio out rather than dividing by it.
 	require.Zero(t, row("x", 1, cg, []Result{{}}).Ratio)
 }
 
 func TestWriteText(t *testing.T) {
 	r := Report{Duration: "2s", Rounds: 3, Rows: []Row{
-		withLimit(row("e2e echo", 16, []Result{{PerSecond: 1000, P50Ms: 1, P99Ms: 2, CPUMicros: 300, LedgerMsgs: 9, CommitsPer: 0.5}}, []Result{{PerSecond: 4000, P50Ms: 0.5, P99Ms: 1, CPUMicros: 50}}), []Result{{PerSecond: 2000, P99Ms: 1}}),
+		withLimit(row("e2e echo", 16, []Result{{PerSecond: 1000, P50Ms: 1, P99Ms: 2, CPUMicros: 300, LedgerMsgs: 9, CommitsPer: 0.5}}, []Result{{PerSecond: 4000, P50Ms: 0.5, P99Ms: 1, CPUMicros: 50}}), []Result{{PerSecond: 2000, P99Ms: 1, CPUMicros: 100}}),
 		row("report", 16, []Result{{PerSecond: 10}}, []Result{{PerSecond: 20}}),
 	}}
 	var b bytes.Buffer
 	require.NoError(t, r.WriteText(&b))
 	lines := strings.Split(b.String(), "\n")
 	require.Equal(t, `cgledger bench: 3 rounds of 2s, sync_always=false retention="" (medians; raw = the workload's raw baseline, limit = the protocol's own limit;`, lines[0])
-	require.Equal(t, "workload         flight |       cg/s   p50 ms   p99 ms    cpu us    msgs commits |      raw/s   p50 ms   p99 ms    cpu us |    limit/s   p50 ms   p99 ms    cpu us |   ratio   p99 x ratio lim", lines[3])
-	require.Equal(t, "e2e echo             16 |       1000     1.00     2.00       300     9.0    0.50 |       4000     0.50     1.00        50 |       2000     0.00     1.00         0 |   0.250     2.0     0.500", lines[4])
-	require.Equal(t, "report               16 |         10     0.00     0.00         0     0.0    0.00 |         20     0.00     0.00         0 |          -        -        -         - |   0.500     0.0         -", lines[5])
+	require.Equal(t, "workload         flight |       cg/s   p50 ms   p99 ms    cpu us    msgs commits |      raw/s   p50 ms   p99 ms    cpu us |    limit/s   p50 ms   p99 ms    cpu us |   ratio   p99 x ratio lim p99 x lim cpu x lim", lines[3])
+	require.Equal(t, "e2e echo             16 |       1000     1.00     2.00       300     9.0    0.50 |       4000     0.50     1.00        50 |       2000     0.00     1.00       100 |   0.250     2.0     0.500       2.0       3.0", lines[4])
+	require.Equal(t, "report               16 |         10     0.00     0.00         0     0.0    0.00 |         20     0.00     0.00         0 |          -        -        -         - |   0.500     0.0         -         -         -", lines[5])
 }

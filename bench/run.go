@@ -165,12 +165,23 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 	}
 	external := func(ctx context.Context) error { return e.callTool(ctx, extTool) }
 	sideEffect := func(ctx context.Context) error { return e.callTool(ctx, sideEffectTool) }
+	want := func(w string) bool { return slices.Contains(cfg.Workloads, w) }
 	// Whole calls: per level and round, the raw round trip, the protocol
-	// limit and both call workloads by turns; both workloads are compared
-	// with the same two baselines.
-	var echoRows, seRows, extRows []Row
+	// limit and the selected call workloads by turns; every call workload
+	// is compared with the same two baselines.
+	type callWorkload struct {
+		name, label string
+		op          func(context.Context) error
+	}
+	calls := slices.DeleteFunc([]callWorkload{{"echo", "e2e echo", e.call}, {"echo_se", "e2e echo se", sideEffect}, {"external", "e2e external", external}},
+		func(c callWorkload) bool { return !want(c.name) })
+	callRows := make([][]Row, len(calls))
 	for _, n := range inflight {
-		var rw, lim, echo, se, ext []Result
+		if len(calls) == 0 {
+			break
+		}
+		var rw, lim []Result
+		got := make([][]Result, len(calls))
 		for range rounds {
 			raw.resultsInFlight()
 			r, err := e.measure(ctx, d, n, raw.call, false)
@@ -183,73 +194,77 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 				return nil, fmt.Errorf("protocol limit: %w", err)
 			}
 			lim = append(lim, r)
-			if r, err = e.measure(ctx, d, n, e.call, true); err != nil {
-				return nil, fmt.Errorf("e2e echo: %w", err)
+			for i, c := range calls {
+				if r, err = e.measure(ctx, d, n, c.op, true); err != nil {
+					return nil, fmt.Errorf("%s: %w", c.label, err)
+				}
+				got[i] = append(got[i], r)
 			}
-			echo = append(echo, r)
-			if r, err = e.measure(ctx, d, n, sideEffect, true); err != nil {
-				return nil, fmt.Errorf("e2e echo side_effectful: %w", err)
-			}
-			se = append(se, r)
-			if r, err = e.measure(ctx, d, n, external, true); err != nil {
-				return nil, fmt.Errorf("e2e external: %w", err)
-			}
-			ext = append(ext, r)
 		}
-		echoRows = append(echoRows, withLimit(row("e2e echo", n, echo, rw), lim))
-		seRows = append(seRows, withLimit(row("e2e echo se", n, se, rw), lim))
-		extRows = append(extRows, withLimit(row("e2e external", n, ext, rw), lim))
+		for i, c := range calls {
+			callRows[i] = append(callRows[i], withLimit(row(c.label, n, got[i], rw), lim))
+		}
 	}
-	rows := append(append(echoRows, seRows...), extRows...)
-	// The MCP front door: a tools/call of echo through /mcp beside the
-	// same call of an echo MCP server in this process.
-	mb, err := newMCPWorkload(ctx, a.HTTP, func(g auth.Grant) (string, error) {
-		c, err := is.Issue(g, time.Hour, time.Now())
-		return c.JWT, err
-	})
-	if err != nil {
-		return nil, err
+	var rows []Row
+	for _, rs := range callRows {
+		rows = append(rows, rs...)
 	}
-	defer mb.close()
-	for _, n := range inflight {
-		r, err := alternate("mcp echo", n, mb.direct.call, mb.front.call)
+	if want("mcp") {
+		// The MCP front door: a tools/call of echo through /mcp beside the
+		// same call of an echo MCP server in this process.
+		mb, err := newMCPWorkload(ctx, a.HTTP, func(g auth.Grant) (string, error) {
+			c, err := is.Issue(g, time.Hour, time.Now())
+			return c.JWT, err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("mcp echo: %w", err)
+			return nil, err
+		}
+		defer mb.close()
+		for _, n := range inflight {
+			r, err := alternate("mcp echo", n, mb.direct.call, mb.front.call)
+			if err != nil {
+				return nil, fmt.Errorf("mcp echo: %w", err)
+			}
+			rows = append(rows, r)
+		}
+	}
+	if want("report") {
+		// The report alone, on calls dispatched and given their result card
+		// beforehand, against its protocol floor: an append with
+		// expected-last-subject-sequence 0 and a core NATS wakeup.
+		var reports []Result
+		var rawReports []Result
+		for range rounds {
+			r, err := e.measure(ctx, d, 16, raw.report, false)
+			if err != nil {
+				return nil, err
+			}
+			rawReports = append(rawReports, r)
+			// Enough prepared calls for the round at the raw side's rate
+			// (the ledger's is lower), within memory.
+			if err := tools.prepare(ctx, min(20000, max(200, int(r.PerSecond*d.Seconds()/4))), 64); err != nil {
+				return nil, err
+			}
+			if r, err = e.measure(ctx, d, 16, tools.report, true); err != nil {
+				return nil, err
+			}
+			reports = append(reports, r)
+		}
+		rows = append(rows, row("report", 16, reports, rawReports))
+	}
+	if want("duplicate") {
+		// Duplicates: a repeated report against a KV create of an existing key.
+		dup, err := e.duplicateReport(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r, err := alternate("duplicate report", 16, raw.failingCreate, dup)
+		if err != nil {
+			return nil, err
 		}
 		rows = append(rows, r)
 	}
-	// The report alone, on calls dispatched and given their result card
-	// beforehand, against its protocol floor: an append with
-	// expected-last-subject-sequence 0 and a core NATS wakeup.
-	var reports []Result
-	var rawReports []Result
-	for range rounds {
-		r, err := e.measure(ctx, d, 16, raw.report, false)
-		if err != nil {
-			return nil, err
-		}
-		rawReports = append(rawReports, r)
-		// Enough prepared calls for the round at the raw side's rate
-		// (the ledger's is lower), within memory.
-		if err := tools.prepare(ctx, min(20000, max(200, int(r.PerSecond*d.Seconds()/4))), 64); err != nil {
-			return nil, err
-		}
-		if r, err = e.measure(ctx, d, 16, tools.report, true); err != nil {
-			return nil, err
-		}
-		reports = append(reports, r)
-	}
-	rows = append(rows, row("report", 16, reports, rawReports))
-	// Duplicates: a repeated report against a KV create of an existing key.
-	dup, err := e.duplicateReport(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := alternate("duplicate report", 16, raw.failingCreate, dup)
-	if err != nil {
-		return nil, err
-	}
-	return append(rows, r), nil
+	return rows, nil
 }
 
 func row(workload string, n int, cg, rw []Result) Row {
@@ -272,6 +287,9 @@ func withLimit(r Row, lim []Result) Row {
 	}
 	if l.P99Ms > 0 {
 		r.LimitP99Ratio = r.CgLedger.P99Ms / l.P99Ms
+	}
+	if l.CPUMicros > 0 {
+		r.LimitCPURatio = r.CgLedger.CPUMicros / l.CPUMicros
 	}
 	return r
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,8 +44,10 @@ Then, at 16 in flight: the report alone (on calls dispatched and given their res
 beforehand) against its floor, an append with expected-last-subject-sequence 0 plus a
 core NATS wakeup; and duplicate reports against failing KV creates (the raw cost of
 "already there").
+--workloads picks some of them by name: echo, echo_se, external, mcp, report, duplicate
+(the raw round trip and the protocol limit run with any of the first three).
 It prints medians over the rounds and the ratios (cgledger / raw, and for the e2e workloads
-cgledger / limit too), with process CPU per call (server and load generator share this
+cgledger / limit too: calls/s, p99 and CPU per call), with process CPU per call (server and load generator share this
 process), messages the ledger's own connections sent the server per call (JetStream
 publishes, KV operations, reads, replies, acks; the server's account statistics) and
 projector batch commits per call. See BENCHMARKS.md.
@@ -56,12 +59,13 @@ removed), printing entries per second (cg/s, raw/s), the time of each (p50 ms) a
 per entry.`
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--workloads LIST] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
 	syncAlways := fs.Bool("sync-always", false, "fsync every JetStream write (the embedded server's --sync-always)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	workloads := fs.String("workloads", "", "comma-separated workloads to measure, of "+strings.Join(benchpkg.Workloads, ",")+" (default all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded")
 	retention := fs.String("retention", "", "run serve with this retention window (e.g. 1h): the archiver copies every entry beside the calls, as with serve --retention")
@@ -77,6 +81,16 @@ func bench(args []string) int {
 		}
 		inflight = append(inflight, n)
 	}
+	var selected []string
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.TrimSpace(w); w == "" {
+			continue
+		}
+		if !slices.Contains(benchpkg.Workloads, w) {
+			return failf(exitUsage, "bench: --workloads: %q is not one of %s", w, strings.Join(benchpkg.Workloads, ", "))
+		}
+		selected = append(selected, w)
+	}
 	if *rounds < 1 || *duration <= 0 {
 		return failf(exitUsage, "bench: --rounds and --duration must be positive")
 	}
@@ -87,7 +101,7 @@ func bench(args []string) int {
 		return failf(exitUsage, "bench: --retention: %q is not a duration of at least 1s", *retention)
 	}
 	report, err := benchpkg.Run(context.Background(), benchpkg.Config{
-		Duration: *duration, Rounds: *rounds, InFlight: inflight, SyncAlways: *syncAlways, Retention: *retention,
+		Duration: *duration, Rounds: *rounds, InFlight: inflight, Workloads: selected, SyncAlways: *syncAlways, Retention: *retention,
 		Rebuild: *rebuild, CPUProfile: *cpuProfile, MemProfile: *memProfile, Progress: os.Stderr, Serve: benchServe,
 	})
 	if err != nil {

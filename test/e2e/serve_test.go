@@ -380,9 +380,14 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 		// after the last one's ack never has two in flight.
 		require.Greater(t, r.Raw.ResultsInFlight, 1, "the raw round trip's results are pipelined")
 	}
-	// The text form prints both ratios.
-	out, code = s.run(t, "bench", "--duration", "100ms", "--rounds", "1", "--inflight", "2")
+	// The text form prints the ratios; --workloads measures only those named.
+	out, code = s.run(t, "bench", "--duration", "100ms", "--rounds", "1", "--inflight", "2", "--workloads", "echo,report")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "limit/s")
 	require.Contains(t, out, "ratio lim")
+	require.Contains(t, out, "cpu x lim")
+	require.Contains(t, out, "e2e echo")
+	require.Contains(t, out, "report ")
+	require.NotContains(t, out, "mcp echo")
+	require.NotContains(t, out, "e2e external")
 }
