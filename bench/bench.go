@@ -55,6 +55,10 @@ type Config struct {
 	// CPUProfile, when set, is the file a CPU profile of the whole run
 	// (server and load generator) is written to.
 	CPUProfile string
+	// CPUProfileEach, when set, is a directory that receives one CPU
+	// profile per measured cgledger run (not the baselines'), named
+	// <workload>-<in flight>-<n>.prof; `go tool pprof` merges several.
+	CPUProfileEach string
 	// MemProfile, when set with Rebuild, is the file a heap profile is
 	// written to once the calls are recorded.
 	MemProfile string

@@ -35,6 +35,9 @@ type env struct {
 	admin         *nats.Conn
 	js            jetstream.JetStream // the ledger account (raw baselines, counters)
 	cl            *client.Client
+	// profileDir is Config.CPUProfileEach; profiles counts its files.
+	profileDir string
+	profiles   int
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
@@ -48,6 +51,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("config: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	if cfg.CPUProfile != "" && cfg.CPUProfileEach != "" {
+		return Report{}, errors.New("--cpuprofile and --cpuprofile-each: one profile at a time")
+	}
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {
@@ -108,7 +114,7 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		return nats.Connect(a.NATS, opts...)
 	}
-	e := &env{httpURL: a.HTTP, srv: a.Embedded, waiters: map[string]chan struct{}{}}
+	e := &env{httpURL: a.HTTP, srv: a.Embedded, waiters: map[string]chan struct{}{}, profileDir: cfg.CPUProfileEach}
 	if e.worker, err = connect(auth.Grant{Role: auth.RoleWorker, Project: "bench"}); err != nil {
 		return nil, err
 	}
@@ -143,12 +149,12 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 	alternate := func(workload string, n int, rawOp, cgOp func(context.Context) error) (Row, error) {
 		var cg, rw []Result
 		for range rounds {
-			r, err := e.measure(ctx, d, n, rawOp, false)
+			r, err := e.measure(ctx, workload, d, n, rawOp, false)
 			if err != nil {
 				return Row{}, err
 			}
 			rw = append(rw, r)
-			if r, err = e.measure(ctx, d, n, cgOp, true); err != nil {
+			if r, err = e.measure(ctx, workload, d, n, cgOp, true); err != nil {
 				return Row{}, err
 			}
 			cg = append(cg, r)
@@ -184,18 +190,18 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 		got := make([][]Result, len(calls))
 		for range rounds {
 			raw.resultsInFlight()
-			r, err := e.measure(ctx, d, n, raw.call, false)
+			r, err := e.measure(ctx, "raw", d, n, raw.call, false)
 			if err != nil {
 				return nil, fmt.Errorf("raw round trip: %w", err)
 			}
 			r.ResultsInFlight = raw.resultsInFlight()
 			rw = append(rw, r)
-			if r, err = e.measure(ctx, d, n, raw.protocolLimit, false); err != nil {
+			if r, err = e.measure(ctx, "limit", d, n, raw.protocolLimit, false); err != nil {
 				return nil, fmt.Errorf("protocol limit: %w", err)
 			}
 			lim = append(lim, r)
 			for i, c := range calls {
-				if r, err = e.measure(ctx, d, n, c.op, true); err != nil {
+				if r, err = e.measure(ctx, c.name, d, n, c.op, true); err != nil {
 					return nil, fmt.Errorf("%s: %w", c.label, err)
 				}
 				got[i] = append(got[i], r)
@@ -235,7 +241,7 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 		var reports []Result
 		var rawReports []Result
 		for range rounds {
-			r, err := e.measure(ctx, d, 16, raw.report, false)
+			r, err := e.measure(ctx, "report", d, 16, raw.report, false)
 			if err != nil {
 				return nil, err
 			}
@@ -245,7 +251,7 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 			if err := tools.prepare(ctx, min(20000, max(200, int(r.PerSecond*d.Seconds()/4))), 64); err != nil {
 				return nil, err
 			}
-			if r, err = e.measure(ctx, d, 16, tools.report, true); err != nil {
+			if r, err = e.measure(ctx, "report", d, 16, tools.report, true); err != nil {
 				return nil, err
 			}
 			reports = append(reports, r)
@@ -396,11 +402,18 @@ func (e *env) duplicateReport(ctx context.Context) (func(context.Context) error,
 	}, nil
 }
 
-// measure runs op with n callers for d and collects the figures.
-func (e *env) measure(ctx context.Context, d time.Duration, n int, op func(context.Context) error, counters bool) (Result, error) {
+// measure runs op with n callers for d and collects the figures. counters
+// marks the cgledger side, whose runs are profiled one by one when asked
+// (Config.CPUProfileEach).
+func (e *env) measure(ctx context.Context, workload string, d time.Duration, n int, op func(context.Context) error, counters bool) (Result, error) {
 	var api0, commits0 float64
 	if counters {
 		api0, commits0 = e.counters(ctx)
+		stop, err := e.profileRun(workload, n)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
 	}
 	cpu0 := cpuTime()
 	start := time.Now()
@@ -475,6 +488,27 @@ func (e *env) counters(ctx context.Context) (msgs, commits float64) {
 		}
 	}
 	return msgs, commits
+}
+
+// profileRun starts a CPU profile of one cgledger run into its own file
+// of Config.CPUProfileEach, and returns what stops it.
+func (e *env) profileRun(workload string, n int) (func(), error) {
+	if e.profileDir == "" {
+		return func() {}, nil
+	}
+	e.profiles++
+	f, err := os.Create(filepath.Join(e.profileDir, fmt.Sprintf("%s-%d-%03d.prof", workload, n, e.profiles)))
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile-each: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile-each: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func cpuTime() time.Duration {

@@ -59,7 +59,7 @@ removed), printing entries per second (cg/s, raw/s), the time of each (p50 ms) a
 per entry.`
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--workloads LIST] [--cpuprofile FILE] [--rebuild CALLS]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--workloads LIST] [--cpuprofile FILE | --cpuprofile-each DIR] [--rebuild CALLS]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
@@ -67,6 +67,7 @@ func bench(args []string) int {
 	asJSON := fs.Bool("json", false, "print JSON")
 	workloads := fs.String("workloads", "", "comma-separated workloads to measure, of "+strings.Join(benchpkg.Workloads, ",")+" (default all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
+	cpuProfileEach := fs.String("cpuprofile-each", "", "write one CPU profile per measured cgledger run (not the baselines') into this directory")
 	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded")
 	retention := fs.String("retention", "", "run serve with this retention window (e.g. 1h): the archiver copies every entry beside the calls, as with serve --retention")
 	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
@@ -102,7 +103,7 @@ func bench(args []string) int {
 	}
 	report, err := benchpkg.Run(context.Background(), benchpkg.Config{
 		Duration: *duration, Rounds: *rounds, InFlight: inflight, Workloads: selected, SyncAlways: *syncAlways, Retention: *retention,
-		Rebuild: *rebuild, CPUProfile: *cpuProfile, MemProfile: *memProfile, Progress: os.Stderr, Serve: benchServe,
+		Rebuild: *rebuild, CPUProfile: *cpuProfile, CPUProfileEach: *cpuProfileEach, MemProfile: *memProfile, Progress: os.Stderr, Serve: benchServe,
 	})
 	if err != nil {
 		return failf(exitFailed, "bench: %v", err)
