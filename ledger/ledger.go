@@ -91,6 +91,9 @@ const (
 	stepAppended    step = "appended"     // report entry acknowledged by the stream (the claim)
 	stepWoken       step = "woken"        // wakeup (or wakeup_skipped) acknowledged
 	stepMarkedWoken step = "marked_woken" // KV record marked woken (after the answer, for the writer)
+	// stepResultChecked: a report.result checked, before its atomic batch
+	// (card and report) is published.
+	stepResultChecked step = "result_checked"
 
 	stepDispatchCard   step = "dispatch_card"   // tool.call card acknowledged
 	stepDispatchRecord step = "dispatch_record" // call record created in KV
