@@ -237,7 +237,18 @@ func (l *Ledger) appendResult(ctx context.Context, by *protocol.Caller, in *repo
 				return 0, nil, err
 			}
 			// The card is held: the report alone, whose append finds the
-			// stored report if there is one.
+			// stored report if there is one. The ledger knows the card's
+			// sequence now, so the entry carries it, as a report's does.
+			var re protocol.ReportEntry
+			if err := json.Unmarshal(c.Data, &re); err != nil {
+				return 0, nil, fmt.Errorf("report.result: decode own entry: %w", err)
+			}
+			re.ToolResultCardSeq = rc.seq
+			data, err := json.Marshal(re)
+			if err != nil {
+				return 0, nil, fmt.Errorf("report.result: encode entry: %w", err)
+			}
+			c.Data = data
 			return l.appendReport(ctx, by, toolLabel, c)
 		}
 		if gerr == nil {
