@@ -138,6 +138,8 @@ type Ledger struct {
 	// checks.arguments.
 	schemas *schemacache.Cache
 	cache   *caches
+	// results groups concurrent report.result batches (result.go).
+	results resultBatcher
 	labels  *toollabels.Labels
 	guard   func() error
 	fault   storageFault

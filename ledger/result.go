@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -335,7 +336,7 @@ func (l *Ledger) appendBatch(ctx context.Context, by *protocol.Caller, rc *resul
 	var seq uint64
 	err := func() error {
 		for wait := backoff.New(time.Millisecond, 50*time.Millisecond); ; {
-			s, err := untilDecided(ctx, func() (uint64, error) { return l.publishBatch(ctx, card, report) })
+			s, err := untilDecided(ctx, func() (uint64, error) { return l.results.submit(ctx, l, card, report) })
 			switch jsCode(err) {
 			case jsBatchIncomplete, jsBatchTooManyInflight:
 				if werr := wait.Wait(ctx); werr != nil {
@@ -358,22 +359,124 @@ func (l *Ledger) appendBatch(ctx context.Context, by *protocol.Caller, rc *resul
 	return seq, nil
 }
 
-// publishBatch sends card then report as one atomic batch under a new
-// batch id: the card without a reply (its staging needs no answer; a lost
-// one fails the commit as incomplete), the report as the commit, whose
-// acknowledgement is the batch's.
-func (l *Ledger) publishBatch(ctx context.Context, card, report *nats.Msg) (uint64, error) {
-	id := nuid.Next()
-	card.Header.Set(batchIDHeader, id)
-	card.Header.Set(batchSeqHeader, "1")
-	report.Header.Set(batchIDHeader, id)
-	report.Header.Set(batchSeqHeader, "2")
-	report.Header.Set(batchCommitHeader, "1")
-	nc := l.js.Conn()
-	if err := nc.PublishMsg(card); err != nil {
-		return 0, fmt.Errorf("atomic batch: publish card: %w", err)
+// resultBatcher groups the atomic batches of concurrent report.results
+// into one: nats-server stages an R1 file-stored batch in a file store of
+// its own and syncs it before the commit, so a batch costs a disk sync, and
+// one batch of many calls' cards and reports costs one. While a batch is in
+// flight the next ones wait and go together. A group refused for any reason
+// (one call's lost race refuses all of it) is sent again one call at a
+// time, so each call gets its own answer, as if it had been alone.
+type resultBatcher struct {
+	mu      sync.Mutex
+	pending []*batchItem
+	running bool
+}
+
+// batchItem is one call's card and report waiting for a batch.
+type batchItem struct {
+	card, report *nats.Msg
+	done         chan batchDone
+}
+
+type batchDone struct {
+	seq uint64
+	err error
+}
+
+// maxGroup bounds the calls of one grouped batch (two messages each; the
+// server's default limit is 1000 messages).
+const maxGroup = 64
+
+// submit sends card and report in an atomic batch, grouped with others
+// waiting, and returns the report's sequence.
+func (b *resultBatcher) submit(ctx context.Context, l *Ledger, card, report *nats.Msg) (uint64, error) {
+	it := &batchItem{card: card, report: report, done: make(chan batchDone, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, it)
+	if !b.running {
+		b.running = true
+		go b.run(l)
 	}
-	resp, err := nc.RequestMsgWithContext(ctx, report)
+	b.mu.Unlock()
+	select {
+	case d := <-it.done:
+		return d.seq, d.err
+	case <-ctx.Done():
+		// The batch may still be stored: a retry finds it (appendResult).
+		return 0, fmt.Errorf("atomic batch: %w", ctx.Err())
+	}
+}
+
+// run sends the waiting items, a group at a time, until none wait.
+func (b *resultBatcher) run(l *Ledger) {
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), maxGroup)
+		if n == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		group := b.pending[:n:n]
+		b.pending = b.pending[n:]
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b.send(ctx, l, group)
+		cancel()
+	}
+}
+
+// send publishes group as one atomic batch and answers each item; a
+// refused group of more than one is sent again an item at a time.
+func (b *resultBatcher) send(ctx context.Context, l *Ledger, group []*batchItem) {
+	msgs := make([]*nats.Msg, 0, 2*len(group))
+	for _, it := range group {
+		msgs = append(msgs, it.card, it.report)
+	}
+	last, err := l.publishBatch(ctx, msgs)
+	if err == nil {
+		for i, it := range group {
+			it.done <- batchDone{seq: last - 2*uint64(len(group)-1-i)}
+		}
+		return
+	}
+	if len(group) == 1 {
+		group[0].done <- batchDone{err: err}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, it := range group {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := l.publishBatch(ctx, []*nats.Msg{it.card, it.report})
+			it.done <- batchDone{seq: s, err: err}
+		}()
+	}
+	wg.Wait()
+}
+
+// publishBatch sends msgs as one atomic batch under a new batch id: every
+// message but the last without a reply (its staging needs no answer; a lost
+// one fails the commit as incomplete), the last as the commit, whose
+// acknowledgement is the batch's. It returns the last message's sequence (a
+// batch is stored contiguously).
+func (l *Ledger) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	id := nuid.Next()
+	nc := l.js.Conn()
+	for i, m := range msgs {
+		m.Header.Set(batchIDHeader, id)
+		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		m.Header.Del(batchCommitHeader)
+		if i < len(msgs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return 0, fmt.Errorf("atomic batch: publish: %w", err)
+			}
+		}
+	}
+	commit := msgs[len(msgs)-1]
+	commit.Header.Set(batchCommitHeader, "1")
+	resp, err := nc.RequestMsgWithContext(ctx, commit)
 	if err != nil {
 		return 0, fmt.Errorf("atomic batch: commit: %w", err)
 	}
@@ -387,7 +490,7 @@ func (l *Ledger) publishBatch(ctx context.Context, card, report *nats.Msg) (uint
 	if ack.Error != nil {
 		return 0, ack.Error
 	}
-	if ack.Sequence < 2 {
+	if ack.Sequence < uint64(len(msgs)) {
 		return 0, fmt.Errorf("atomic batch: acknowledgement without a sequence: %s", strconv.Quote(string(resp.Data)))
 	}
 	return ack.Sequence, nil
