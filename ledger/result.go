@@ -213,6 +213,9 @@ func (l *Ledger) appendResult(ctx context.Context, by *protocol.Caller, in *repo
 	if err := l.step(stepResultChecked); err != nil {
 		return 0, nil, err
 	}
+	if l.sequentialResults {
+		return l.appendSequential(ctx, by, in, toolLabel, c, raw)
+	}
 	seq, err := l.appendBatch(ctx, by, rc, c)
 	if err == nil {
 		rc.seq = seq - 1
@@ -238,19 +241,8 @@ func (l *Ledger) appendResult(ctx context.Context, by *protocol.Caller, in *repo
 				return 0, nil, err
 			}
 			// The card is held: the report alone, whose append finds the
-			// stored report if there is one. The ledger knows the card's
-			// sequence now, so the entry carries it, as a report's does.
-			var re protocol.ReportEntry
-			if err := json.Unmarshal(c.Data, &re); err != nil {
-				return 0, nil, fmt.Errorf("report.result: decode own entry: %w", err)
-			}
-			re.ToolResultCardSeq = rc.seq
-			data, err := json.Marshal(re)
-			if err != nil {
-				return 0, nil, fmt.Errorf("report.result: encode entry: %w", err)
-			}
-			c.Data = data
-			return l.appendReport(ctx, by, toolLabel, c)
+			// stored report if there is one.
+			return l.appendHeld(ctx, by, rc, toolLabel, c)
 		}
 		if gerr == nil {
 			existing, rerr := l.lastForSubject(ctx, c.Subject)
@@ -267,6 +259,55 @@ func (l *Ledger) appendResult(ctx context.Context, by *protocol.Caller, in *repo
 			return 0, nil, fmt.Errorf("%w (a refused atomic batch (%v) whose card and report no read found; last read: %v)", werr, err, gerr)
 		}
 	}
+}
+
+// appendHeld appends the report entry alone, its card stored (rc.seq):
+// the ledger knows the card's sequence now, so the entry carries it, as a
+// report's does.
+func (l *Ledger) appendHeld(ctx context.Context, by *protocol.Caller, rc *resultCard, toolLabel string, c *protocol.Claim) (uint64, *protocol.Claim, error) {
+	var re protocol.ReportEntry
+	if err := json.Unmarshal(c.Data, &re); err != nil {
+		return 0, nil, fmt.Errorf("report.result: decode own entry: %w", err)
+	}
+	re.ToolResultCardSeq = rc.seq
+	data, err := json.Marshal(re)
+	if err != nil {
+		return 0, nil, fmt.Errorf("report.result: encode entry: %w", err)
+	}
+	c.Data = data
+	return l.appendReport(ctx, by, toolLabel, c)
+}
+
+// appendSequential is appendResult under Config.SequentialResults: the
+// card's append (expected-last-subject-sequence 0, as card.put's), then the
+// report's. A card id already holding a card is compared as after a
+// refused batch: identical, it is held; different, the request is refused.
+func (l *Ledger) appendSequential(ctx context.Context, by *protocol.Caller, in *reportInput, toolLabel string, c *protocol.Claim, raw func() protocol.RejectedRequest) (uint64, *protocol.Claim, error) {
+	rc := in.result
+	msg := &nats.Msg{Subject: protocol.CardSubject(l.version, rc.card.ProjectID, rc.card.CardID), Data: rc.stored, Header: nats.Header{}}
+	msg.Header.Set(protocol.HeaderProjectID, rc.card.ProjectID)
+	msg.Header.Set(protocol.HeaderAgentTurnID, rc.card.AgentTurnID)
+	msg.Header.Set(protocol.HeaderToolCallID, rc.card.ToolCallID)
+	ack, err := l.appendEntry(ctx, by, protocol.KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case err == nil:
+		rc.seq = ack.Sequence
+		l.cache.cards.put(msg.Subject, &protocol.StoredCard{Card: *rc.card, Seq: ack.Sequence})
+	case isWrongLastSeq(err):
+		m, gerr := l.storedEntry(ctx, msg.Subject)
+		if gerr != nil {
+			return 0, nil, fmt.Errorf("report.result: card %s exists but cannot be read: %w", rc.card.CardID, gerr)
+		}
+		if err := l.compareStoredCard(ctx, by, in, m, raw); err != nil {
+			if _, ok := protocol.AsError(err); ok {
+				return 0, nil, &resultRefusal{err: err}
+			}
+			return 0, nil, err
+		}
+	default:
+		return 0, nil, fmt.Errorf("report.result: append card %s: %w", rc.card.CardID, err)
+	}
+	return l.appendHeld(ctx, by, rc, toolLabel, c)
 }
 
 // countReport counts an accepted report, as appendReport does for the one

@@ -367,3 +367,54 @@ func TestReportResultBatchHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestReportResultSequential: under Config.SequentialResults the card and
+// the report are two appends; the answers, the retries after a crash
+// between them, and a different card's refusal are the batch's.
+func TestReportResultSequential(t *testing.T) {
+	srv := newEnv(t).srv
+	nc := srv.Connect(t)
+	l, err := ledger.Open(ctxT(t), nc, ledger.Config{SequentialResults: true, ReportLease: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	e := &env{srv: srv, nc: nc, l: l}
+	ctx := ctxT(t)
+	_, err = l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
+	require.NoError(t, err)
+	for i, step := range []ledger.Step{"", ledger.StepResultChecked, ledger.StepAppended} {
+		c := newCall("turn-seq", fmt.Sprintf("call-%d", i), 1)
+		_, err := l.Dispatch(ctx, c.dispatchReq())
+		require.NoError(t, err)
+		rc := c.resultCard(protocol.StatusSuccess)
+		req := c.reportReq(protocol.StatusSuccess, "")
+		if step != "" {
+			l.SetAfterStep(crashOnce(step, nil))
+			_, err = l.ReportResult(ctx, rc, req)
+			require.ErrorIs(t, err, errCrash)
+			l.SetAfterStep(nil)
+		}
+		var out protocol.ReportResultOutcome
+		require.Eventually(t, func() bool {
+			out, err = l.ReportResult(ctx, rc, req)
+			_, refused := protocol.AsError(err)
+			require.False(t, refused, "%v", err)
+			return err == nil
+		}, time.Minute, 10*time.Millisecond)
+		require.Equal(t, step == ledger.StepAppended, out.Duplicate)
+		require.Equal(t, step == ledger.StepAppended, out.CardDuplicate)
+		require.Less(t, out.CardSeq, out.Seq)
+		reports := e.subjectEntries(t, protocol.ReportSubject("v1", project, channel, c.turn, c.id))
+		require.Len(t, reports, 1)
+		var re protocol.ReportEntry
+		require.NoError(t, json.Unmarshal(reports[0].Data, &re))
+		require.Equal(t, out.CardSeq, re.ToolResultCardSeq, "the card was appended first: its sequence is known")
+		require.Equal(t, resultCounts{reports: 1, cards: 1, wakeups: 1, rejections: i}, e.resultCounts(t, c, rc.CardID))
+
+		other := rc
+		other.Content = json.RawMessage(`{"status":"success","result":{"text":"other"}}`)
+		_, err = l.ReportResult(ctx, other, req)
+		le, refused := protocol.AsError(err)
+		require.True(t, refused, "%v", err)
+		require.Equal(t, protocol.CodeConflict, le.Code)
+	}
+}
