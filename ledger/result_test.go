@@ -418,3 +418,38 @@ func TestReportResultSequential(t *testing.T) {
 		require.Equal(t, protocol.CodeConflict, le.Code)
 	}
 }
+
+// TestClusterRacingReportResults: identical report.results racing through
+// three ledgers of an R3 ledger on three nodes (batches staged in memory,
+// one Raft proposal each): exactly one stores card and report, every other
+// caller is answered duplicate, none gets an error; one card, one report.
+func TestClusterRacingReportResults(t *testing.T) {
+	ls := clusterLedgers(t)
+	const rounds, callers = 6, 30
+	for round := range rounds {
+		c := newCall("turn-clr", fmt.Sprintf("call-%d", round), 1)
+		_, err := ls[0].Dispatch(ctxT(t), c.dispatchReq())
+		require.NoError(t, err)
+		rc := c.resultCard(protocol.StatusSuccess)
+		firsts, refusals, undefined := raceOutcomes(callers, ls, func(l *ledger.Ledger) (bool, error) {
+			res, err := l.ReportResult(ctxT(t), rc, c.reportReq(protocol.StatusSuccess, ""))
+			return !res.Duplicate, err
+		})
+		require.Empty(t, undefined, "round %d: every racing caller gets a definite answer", round)
+		require.Empty(t, refusals, "round %d: identical report.results are never refused", round)
+		require.Equal(t, 1, firsts, "round %d: exactly one caller's report was accepted", round)
+		for _, l := range ls {
+			sc, err := l.GetCard(ctxT(t), project, rc.CardID)
+			require.NoError(t, err)
+			require.Equal(t, rc.Content, sc.Card.Content)
+		}
+		counts := map[string]int{}
+		_, err = ls[1].ReadEntries(ctxT(t), 1, func(m protocol.Entry) error {
+			counts[m.Subject]++
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, counts[protocol.CardSubject("v1", project, rc.CardID)], "round %d: one card", round)
+		require.Equal(t, 1, counts[protocol.ReportSubject("v1", project, channel, c.turn, c.id)], "round %d: one report", round)
+	}
+}
