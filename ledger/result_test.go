@@ -47,7 +47,7 @@ func (e *env) resultCounts(t *testing.T, c call, cardID string) resultCounts {
 	return n
 }
 
-func resultEnv(t *testing.T) *env {
+func resultEnv(t testing.TB) *env {
 	t.Helper()
 	e := newEnv(t)
 	_, err := e.l.SetRoster(ctxT(t), protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
@@ -451,5 +451,41 @@ func TestClusterRacingReportResults(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, counts[protocol.CardSubject("v1", project, rc.CardID)], "round %d: one card", round)
 		require.Equal(t, 1, counts[protocol.ReportSubject("v1", project, channel, c.turn, c.id)], "round %d: one report", round)
+	}
+}
+
+// BenchmarkReportResult answers calls one at a time (each dispatched
+// first, outside the timer): report.result as one atomic batch, as two
+// appends (Config.SequentialResults), and card.put + report. On R1 file
+// storage the batch's cost is the server's disk sync of its staging store.
+func BenchmarkReportResult(b *testing.B) {
+	for _, mode := range []string{"batch", "sequential", "put_report"} {
+		b.Run(mode, func(b *testing.B) {
+			e := resultEnv(b)
+			ctx := ctxT(b)
+			l := e.l
+			if mode == "sequential" {
+				var err error
+				l, err = ledger.Open(ctx, e.nc, ledger.Config{SequentialResults: true})
+				require.NoError(b, err)
+				b.Cleanup(l.Close)
+			}
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				c := newCall("turn-bench", fmt.Sprintf("call-%d", i), 1)
+				_, err := l.Dispatch(ctx, c.dispatchReq())
+				require.NoError(b, err)
+				rc := c.resultCard(protocol.StatusSuccess)
+				b.StartTimer()
+				if mode == "put_report" {
+					_, err = l.PutCard(ctx, rc)
+					require.NoError(b, err)
+					_, err = l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
+				} else {
+					_, err = l.ReportResult(ctx, rc, c.reportReq(protocol.StatusSuccess, ""))
+				}
+				require.NoError(b, err)
+			}
+		})
 	}
 }
