@@ -301,45 +301,65 @@ func TestReportResultRace(t *testing.T) {
 func TestReportResultCrashBetweenStepsThenRetry(t *testing.T) {
 	e := resultEnv(t)
 	e.l.SetReportLease(100 * time.Millisecond)
-	ctx := ctxT(t)
 	for i, step := range []ledger.Step{ledger.StepResultChecked, ledger.StepAppended, ledger.StepWoken} {
-		t.Run(string(step), func(t *testing.T) {
-			c := newCall("turn-rcrash", fmt.Sprintf("call-%d", i), 1)
-			_, err := e.l.Dispatch(ctx, c.dispatchReq())
-			require.NoError(t, err)
-			rc := c.resultCard(protocol.StatusSuccess)
-			req := c.reportReq(protocol.StatusSuccess, rc.CardID)
-			e.l.SetAfterStep(crashOnce(step, nil))
-			_, err = e.l.ReportResult(ctx, rc, req)
-			require.ErrorIs(t, err, errCrash)
-			e.l.SetAfterStep(nil)
-			if step == ledger.StepResultChecked {
-				require.Equal(t, resultCounts{}, e.resultCounts(t, c, rc.CardID), "nothing published before the batch")
+		for _, restart := range []bool{false, true} {
+			name := string(step)
+			if restart {
+				name += "_server_restart"
 			}
-
-			var out protocol.ReportResultOutcome
-			deadline := time.Now().Add(time.Minute)
-			for {
-				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				out, err = e.l.ReportResult(rctx, rc, req)
-				cancel()
-				if err == nil {
-					break
-				}
-				_, refused := protocol.AsError(err)
-				require.False(t, refused, "retry refused: %v", err)
-				require.True(t, time.Now().Before(deadline), "never finished: %v", err)
-			}
-			require.Equal(t, step != ledger.StepResultChecked, out.Duplicate)
-			require.Equal(t, step != ledger.StepResultChecked, out.CardDuplicate)
-			require.Equal(t, resultCounts{reports: 1, cards: 1, wakeups: 1}, e.resultCounts(t, c, rc.CardID))
-			e.l.Flush()
-			rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
-			require.NoError(t, err)
-			require.Equal(t, protocol.StateWoken, rec.State)
-			require.Equal(t, out.Seq, rec.Claim.Seq)
-		})
+			t.Run(name, func(t *testing.T) {
+				e.resultCrashThenRetry(t, fmt.Sprintf("call-%d-%v", i, restart), step, restart)
+			})
+		}
 	}
+}
+
+// resultCrashThenRetry crashes a report.result at step (restarting the
+// NATS server there too, with restart) and retries it to its end.
+func (e *env) resultCrashThenRetry(t *testing.T, id string, step ledger.Step, restart bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	c := newCall("turn-rcrash", id, 1)
+	_, err := e.l.Dispatch(ctx, c.dispatchReq())
+	require.NoError(t, err)
+	rc := c.resultCard(protocol.StatusSuccess)
+	req := c.reportReq(protocol.StatusSuccess, rc.CardID)
+	var before func()
+	if restart {
+		before = func() { e.srv.Restart(t) }
+	}
+	e.l.SetAfterStep(crashOnce(step, before))
+	_, err = e.l.ReportResult(ctx, rc, req)
+	require.ErrorIs(t, err, errCrash)
+	e.l.SetAfterStep(nil)
+	if restart {
+		waitConnected(t, e.nc)
+	}
+	if step == ledger.StepResultChecked {
+		require.Equal(t, resultCounts{}, e.resultCounts(t, c, rc.CardID), "nothing published before the batch")
+	}
+
+	var out protocol.ReportResultOutcome
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		out, err = e.l.ReportResult(rctx, rc, req)
+		cancel()
+		if err == nil {
+			break
+		}
+		_, refused := protocol.AsError(err)
+		require.False(t, refused, "retry refused: %v", err)
+		require.True(t, time.Now().Before(deadline), "never finished: %v", err)
+	}
+	require.Equal(t, step != ledger.StepResultChecked, out.Duplicate)
+	require.Equal(t, step != ledger.StepResultChecked, out.CardDuplicate)
+	require.Equal(t, resultCounts{reports: 1, cards: 1, wakeups: 1}, e.resultCounts(t, c, rc.CardID))
+	e.l.Flush()
+	rec, err := e.l.GetCall(ctx, project, c.turn, c.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateWoken, rec.State)
+	require.Equal(t, out.Seq, rec.Claim.Seq)
 }
 
 // TestReportResultBatchHeaders: the entries of a batch hold what a card.put
