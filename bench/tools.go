@@ -49,8 +49,8 @@ type toolWorkload struct {
 
 // newToolWorkload registers both tools, connects their credentials and starts
 // the external service: pull the durable consumer tool.consumer names, read
-// the tool.call card, put the result card, report, ack (protocol.md, "A tool
-// service, step by step").
+// the tool.call card, store the result card and the report with one
+// report.result, ack (protocol.md, "A tool service, step by step").
 func newToolWorkload(ctx context.Context, e *env, connect func(auth.Grant) (*nats.Conn, error)) (*toolWorkload, error) {
 	admin := client.New(e.admin)
 	for _, name := range []string{extTool, reportTool} {
@@ -126,29 +126,32 @@ func (t *toolWorkload) serve(m jetstream.Msg) {
 	call := cards[0].Card
 	id := protocol.Identity{AgentID: h.Get(protocol.HeaderAgentID), AgentTurnID: h.Get(protocol.HeaderAgentTurnID), ToolCallID: h.Get(protocol.HeaderToolCallID)}
 	id.TurnEpoch, _ = strconv.ParseUint(h.Get(protocol.HeaderTurnEpoch), 10, 64)
-	req, err := t.result(ctx, t.ext, extTool, project, channel, id, call)
-	if err != nil {
-		_ = m.Nak()
-		return
-	}
-	if _, err := t.ext.Report(ctx, req); err != nil {
+	// One request for the card and the report (report.result).
+	card, req := resultOf(extTool, project, channel, id, call)
+	if _, err := t.ext.ReportResult(ctx, card, req); err != nil {
 		_ = m.Nak()
 		return
 	}
 	_ = m.Ack()
 }
 
-// result puts the tool.result card for call and returns the report that
-// goes with it.
-func (t *toolWorkload) result(ctx context.Context, cl *client.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
+// resultOf is the tool.result card for call and the report that goes with it.
+func resultOf(tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.Card, protocol.ReportRequest) {
 	card := protocol.Card{CardID: "rc-" + call.ToolCallID, ProjectID: project, Type: protocol.CardToolResult, AuthorID: "svc." + tool,
 		FunctionName: tool, AgentTurnID: call.AgentTurnID, ToolCallID: call.ToolCallID,
 		Content: json.RawMessage(`{"status":"success","result":{"text":"bench"}}`), Metadata: call.Metadata}
+	return card, protocol.ReportRequest{ProjectID: project, ChannelID: channel, SourceID: "svc." + tool, SourceFunction: tool, Identity: id,
+		Payload: protocol.ReportPayload{Status: protocol.StatusSuccess, AfterExecution: protocol.AfterSuspend, ToolResultCardID: card.CardID}}
+}
+
+// result puts the tool.result card for call (card.put) and returns the
+// report that goes with it: the report workload measures the report alone.
+func (t *toolWorkload) result(ctx context.Context, cl *client.Client, tool, project, channel string, id protocol.Identity, call protocol.Card) (protocol.ReportRequest, error) {
+	card, req := resultOf(tool, project, channel, id, call)
 	if _, err := cl.PutCard(ctx, card); err != nil {
 		return protocol.ReportRequest{}, fmt.Errorf("result card: %w", err)
 	}
-	return protocol.ReportRequest{ProjectID: project, ChannelID: channel, SourceID: "svc." + tool, SourceFunction: tool, Identity: id,
-		Payload: protocol.ReportPayload{Status: protocol.StatusSuccess, AfterExecution: protocol.AfterSuspend, ToolResultCardID: card.CardID}}, nil
+	return req, nil
 }
 
 // prepare dispatches n calls to the report-only tool and puts their result

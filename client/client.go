@@ -184,6 +184,26 @@ func (c *Client) Report(ctx context.Context, req protocol.ReportRequest) (protoc
 	return out, c.call(ctx, msg, &out)
 }
 
+// ReportResult stores a call's tool.result card and its report in one
+// request (see Ledger.ReportResult): the report.result operation.
+func (c *Client) ReportResult(ctx context.Context, card protocol.Card, req protocol.ReportRequest) (protocol.ReportResultOutcome, error) {
+	var out protocol.ReportResultOutcome
+	actor := identOr(req.SourceFunction)
+	if c.actorSet {
+		actor = c.actor
+	}
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpReportResult), protocol.ReportResultBody{Card: card, Report: req.Payload})
+	if err != nil {
+		return out, err
+	}
+	req.Identity.Apply(msg.Header)
+	msg.Header.Set(protocol.HeaderProjectID, req.ProjectID)
+	msg.Header.Set(protocol.HeaderChannelID, req.ChannelID)
+	msg.Header.Set(protocol.HeaderSourceID, req.SourceID)
+	msg.Header.Set(protocol.HeaderSourceFunction, req.SourceFunction)
+	return out, c.call(ctx, msg, &out)
+}
+
 // SetRoster records an agent's worker target (see Ledger.SetRoster).
 func (c *Client) SetRoster(ctx context.Context, e protocol.RosterEntry) (protocol.RosterResult, error) {
 	var out protocol.RosterResult

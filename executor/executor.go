@@ -32,6 +32,9 @@ type Ledger interface {
 	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
 	PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error)
 	Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error)
+	// ReportResult stores a result card and its report together (the
+	// report.result operation): how the executor answers a call.
+	ReportResult(ctx context.Context, card protocol.Card, req protocol.ReportRequest) (protocol.ReportResultOutcome, error)
 	Resume(ctx context.Context, project, turnID, callID string) (protocol.ReportOutcome, error)
 	RejectCommand(ctx context.Context, subject string, h nats.Header, data []byte, e *protocol.Error) error
 	// StartAttempt is only called for side_effectful tools.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,42 +65,48 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	}
 	ctx, cancel := e.opCtx()
 	defer cancel()
-	if _, err := e.l.PutCard(ctx, card); err != nil {
-		if le, refused := protocol.AsError(err); refused && le.Code == protocol.CodeBadRequest {
-			// The result itself is unacceptable (too large...): answer with
-			// that instead, which always fits.
-			msg := "the tool's result was refused by the ledger: " + le.Message
-			// The refusal's count alone says nothing: name each problem
-			// (the card's field, its size and the limit).
-			for i, v := range le.Violations {
-				sep := "; "
-				if i == 0 {
-					sep = ": "
-				}
-				msg += fmt.Sprintf("%s%s: %s (%s)", sep, v.Field, v.Message, v.Code)
-			}
-			o = Terminal("S-TOOL-RESULT", msg, "return a smaller result")
-			o.Violations = le.Violations
-			content, status, _ = resultContent(o, attempts, reconciled)
-			card.Content = content
-			card.CardID += "-r"
-			_, err = e.l.PutCard(ctx, card)
-		}
-		if err != nil {
-			e.retryLater(msg, "put result card", err)
-			return
-		}
-	}
 	traceparent, tracestate := injectTrace(ans.trace)
 	id := protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
 		StepID: rec.StepID, Traceparent: traceparent, Tracestate: tracestate}
-	_, err = e.l.Report(ctx, protocol.ReportRequest{
+	req := protocol.ReportRequest{
 		ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, Identity: id, SourceID: e.cfg.SourceID, SourceFunction: ans.toolName,
 		Payload: protocol.ReportPayload{Status: status, AfterExecution: rec.AfterExecution, ToolResultCardID: card.CardID, StepID: rec.StepID, AttemptOutcome: ans.attemptOutcome},
-	})
+	}
+	// One request for the card and the report (report.result): the ledger
+	// checks both and stores them together, or neither.
+	_, err = e.l.ReportResult(ctx, card, req)
+	if le, refused := protocol.AsError(err); refused && le.Code == protocol.CodeBadRequest && cardRefused(le) {
+		// The result itself is unacceptable (too large...): answer with
+		// that instead, which always fits.
+		msg := "the tool's result was refused by the ledger: " + le.Message
+		// The refusal's count alone says nothing: name each problem (the
+		// card's field, its size and the limit), as card.put names them.
+		vs := make(protocol.Violations, 0, len(le.Violations))
+		for _, v := range le.Violations {
+			v.Field = strings.TrimPrefix(v.Field, "body.")
+			vs = append(vs, v)
+		}
+		for i, v := range vs {
+			sep := "; "
+			if i == 0 {
+				sep = ": "
+			}
+			msg += fmt.Sprintf("%s%s: %s (%s)", sep, v.Field, v.Message, v.Code)
+		}
+		o = Terminal("S-TOOL-RESULT", msg, "return a smaller result")
+		o.Violations = vs
+		content, status, _ = resultContent(o, attempts, reconciled)
+		card.Content = content
+		card.CardID += "-r"
+		req.Payload.Status, req.Payload.ToolResultCardID = status, card.CardID
+		_, err = e.l.ReportResult(ctx, card, req)
+	}
 	if err != nil {
-		if _, refused := protocol.AsError(err); !refused {
-			e.retryLater(msg, "report", err)
+		le, refused := protocol.AsError(err)
+		if !refused || (le.Code == protocol.CodeConflict && len(le.Violations) > 0 && le.Violations[0].Field == "body.card.card_id") {
+			// Not answered, or the card's id holds another card (as a
+			// refused card.put was): the command is delivered again.
+			e.retryLater(msg, "report result", err)
 			return
 		}
 		// Refused (stale epoch, a different result already reported...):
@@ -111,6 +118,17 @@ func (e *Executor) finish(msg jetstream.Msg, ans *answer, o Outcome, attempts in
 	e.m.calls.WithLabelValues(tool, status, errorClass(o), e.labels.VersionLabel(ans.toolName, rec.ToolVersion)).Inc()
 	e.m.duration.WithLabelValues(tool).Observe(time.Since(start).Seconds())
 	e.log.Info("call resolved", "tool", ans.toolName, "call", rec.ToolCallID, "status", status, "code", o.Code, "attempts", attempts, "duration_ms", time.Since(start).Milliseconds())
+}
+
+// cardRefused says a report.result was refused for its card (its body, or
+// a field of body.card): the result itself is what the ledger cannot take.
+func cardRefused(le *protocol.Error) bool {
+	for _, v := range le.Violations {
+		if v.Field == "body" || v.Field == "body.card" || strings.HasPrefix(v.Field, "body.card.") {
+			return true
+		}
+	}
+	return false
 }
 
 // errorClass is the error_class label of an outcome: "none" on success,

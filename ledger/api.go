@@ -71,6 +71,9 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		protocol.OpReport: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 			return l.reportMsg(ctx, by, m.Header, m.Data)
 		},
+		protocol.OpReportResult: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
+			return l.reportResultMsg(ctx, by, m.Header, m.Data)
+		},
 		protocol.OpRosterSet: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 			return l.setRosterJSON(ctx, by, m.Data)
 		},

@@ -17,6 +17,7 @@ const (
 	StepAppended             = stepAppended
 	StepWoken                = stepWoken
 	StepMarkedWoken          = stepMarkedWoken
+	StepResultChecked        = stepResultChecked
 	StepDispatchCard         = stepDispatchCard
 	StepDispatchRecord       = stepDispatchRecord
 	StepDispatchRecordExists = stepDispatchRecordExists

@@ -80,6 +80,15 @@ type Config struct {
 	// a tool service that stopped waits before it is delivered again.
 	// Zero means 30s.
 	ToolAckWait time.Duration
+	// SequentialResults makes report.result append the card, then the
+	// report entry (two appends, as card.put and report make, in one
+	// request), instead of one atomic batch of both: nats-server syncs an
+	// R1 file-stored batch to disk before committing it, which on slow
+	// disks costs more than the second append (docs/performance.md, "One
+	// request for a result"). Safe either way: every check is made before
+	// the card is stored, and a card left without its report is found,
+	// identical, by the retry.
+	SequentialResults bool
 }
 
 // step names a point in the report path, for fault-injection tests
@@ -91,6 +100,9 @@ const (
 	stepAppended    step = "appended"     // report entry acknowledged by the stream (the claim)
 	stepWoken       step = "woken"        // wakeup (or wakeup_skipped) acknowledged
 	stepMarkedWoken step = "marked_woken" // KV record marked woken (after the answer, for the writer)
+	// stepResultChecked: a report.result checked, before its atomic batch
+	// (card and report) is published.
+	stepResultChecked step = "result_checked"
 
 	stepDispatchCard   step = "dispatch_card"   // tool.call card acknowledged
 	stepDispatchRecord step = "dispatch_record" // call record created in KV
@@ -135,11 +147,15 @@ type Ledger struct {
 	// checks.arguments.
 	schemas *schemacache.Cache
 	cache   *caches
-	labels  *toollabels.Labels
-	guard   func() error
-	fault   storageFault
-	bg      background
-	seqs    pendingSequences
+	// results groups concurrent report.result batches (result.go).
+	results resultBatcher
+	// sequentialResults: Config.SequentialResults.
+	sequentialResults bool
+	labels            *toollabels.Labels
+	guard             func() error
+	fault             storageFault
+	bg                background
+	seqs              pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
 	ttl string
 	// health is who pulls tool commands, for health.fail_fast_after_ms.
@@ -253,7 +269,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait}, nil
+	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.SequentialResults}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

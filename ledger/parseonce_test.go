@@ -31,6 +31,8 @@ func sameEntries(t *testing.T, msgs []*nats.Msg) []sameEntry {
 			h[k] = v
 		}
 		h.Del(protocol.HeaderTime)
+		// An atomic batch's id is random.
+		h.Del("Nats-Batch-Id")
 		if id := h.Get(protocol.HeaderMsgID); strings.HasPrefix(id, "approval.") {
 			// An approval entry's id ends in the decision's time.
 			h.Set(protocol.HeaderMsgID, id[:strings.LastIndexByte(id, '.')])
@@ -81,6 +83,7 @@ type writes struct {
 	dispatch func(protocol.DispatchRequest) error
 	put      func(protocol.Card) error
 	report   func(protocol.ReportRequest) error
+	result   func(protocol.Card, protocol.ReportRequest) error
 	consume  func(protocol.ConsumeRequest) error
 	roster   func(protocol.RosterEntry) error
 	attempt  func(protocol.AttemptStartRequest) error
@@ -113,6 +116,11 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	unparsable := ok
 	unparsable.Payload.AfterExecution = "later"
 
+	res := newCall("turn-same", "call-res", 3)
+	res.card.Metadata = res.meta
+	resCard := res.resultCard(protocol.StatusSuccess)
+	resReq := res.reportReq(protocol.StatusSuccess, "")
+
 	consumed := protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}
 	notTheirs := consumed
 	notTheirs.AgentID = "agent-other"
@@ -134,6 +142,17 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		refused(t, w.report(wrongStatus), protocol.CodeMismatch)
 		refused(t, w.report(unparsable), protocol.CodeBadRequest)
 		require.NoError(t, w.report(ok))
+		// report.result: refused after parsing (its card's metadata not
+		// the call's), by the parser (the card's status not the report's),
+		// then stored with its card.
+		require.NoError(t, w.dispatch(res.dispatchReq()))
+		badMeta := resCard
+		badMeta.Metadata.TraceID = "another-trace"
+		refused(t, w.result(badMeta, resReq), protocol.CodeMismatch)
+		wrongResStatus := resReq
+		wrongResStatus.Payload.Status = protocol.StatusFailed
+		refused(t, w.result(resCard, wrongResStatus), protocol.CodeBadRequest)
+		require.NoError(t, w.result(resCard, resReq))
 		refused(t, w.consume(notTheirs), protocol.CodeMismatch)
 		require.NoError(t, w.consume(consumed))
 
@@ -186,6 +205,10 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		dispatch: func(r protocol.DispatchRequest) error { _, err := typed.l.Dispatch(worker, r); return err },
 		put:      func(card protocol.Card) error { _, err := typed.l.PutCard(tool, card); return err },
 		report:   func(r protocol.ReportRequest) error { _, err := typed.l.Report(tool, r); return err },
+		result: func(card protocol.Card, r protocol.ReportRequest) error {
+			_, err := typed.l.ReportResult(tool, card, r)
+			return err
+		},
 		consume: func(r protocol.ConsumeRequest) error {
 			_, err := typed.l.Consume(ledger.WithCaller(ctx, protocol.Caller{Project: project, Actor: r.AgentID}), r)
 			return err
@@ -215,14 +238,18 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		dispatch: func(r protocol.DispatchRequest) error { _, err := wc.Dispatch(ctx, r); return err },
 		put:      func(card protocol.Card) error { _, err := tc.PutCard(ctx, card); return err },
 		report:   func(r protocol.ReportRequest) error { _, err := tc.Report(ctx, r); return err },
-		consume:  func(r protocol.ConsumeRequest) error { _, err := wc.Consume(ctx, r); return err },
-		roster:   func(r protocol.RosterEntry) error { _, err := wc.SetRoster(ctx, r); return err },
-		attempt:  func(r protocol.AttemptStartRequest) error { _, err := tc.StartAttempt(ctx, r); return err },
-		cancel:   func(r protocol.CancelRequest) error { _, err := wc.Cancel(ctx, r); return err },
-		approve:  func(r protocol.ApprovalRequest) error { _, err := oc.Approve(ctx, approver, r); return err },
-		deny:     func(r protocol.ApprovalRequest) error { _, err := oc.Deny(ctx, denier, r); return err },
-		pause:    func(r protocol.ToolPauseRequest) error { _, err := oc.PauseTool(ctx, opsActor, r); return err },
-		resume:   func(r protocol.ToolPauseRequest) error { _, err := oc.ResumeTool(ctx, opsActor, r); return err },
+		result: func(card protocol.Card, r protocol.ReportRequest) error {
+			_, err := tc.ReportResult(ctx, card, r)
+			return err
+		},
+		consume: func(r protocol.ConsumeRequest) error { _, err := wc.Consume(ctx, r); return err },
+		roster:  func(r protocol.RosterEntry) error { _, err := wc.SetRoster(ctx, r); return err },
+		attempt: func(r protocol.AttemptStartRequest) error { _, err := tc.StartAttempt(ctx, r); return err },
+		cancel:  func(r protocol.CancelRequest) error { _, err := wc.Cancel(ctx, r); return err },
+		approve: func(r protocol.ApprovalRequest) error { _, err := oc.Approve(ctx, approver, r); return err },
+		deny:    func(r protocol.ApprovalRequest) error { _, err := oc.Deny(ctx, denier, r); return err },
+		pause:   func(r protocol.ToolPauseRequest) error { _, err := oc.PauseTool(ctx, opsActor, r); return err },
+		resume:  func(r protocol.ToolPauseRequest) error { _, err := oc.ResumeTool(ctx, opsActor, r); return err },
 		opCancel: func(r protocol.OperatorCancelRequest) error {
 			_, err := oc.OperatorCancel(ctx, opsActor, r)
 			return err
@@ -236,7 +263,7 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		kinds[protocol.HeaderGet(e.Header, protocol.HeaderEntryKind)]++
 	}
 	t.Logf("%d entries: %v", len(want), kinds)
-	require.Equal(t, 10, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
+	require.Equal(t, 12, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
 	for _, k := range []protocol.EntryKind{protocol.KindRoster, protocol.KindAttempt, protocol.KindCancel, protocol.KindApproval, protocol.KindToolPause} {
 		require.NotZero(t, kinds[string(k)], "%s: %v", k, kinds)
 	}
@@ -248,6 +275,6 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		require.NotZero(t, actors[a], "entries with CG-Actor %q: %v", a, actors)
 	}
 	require.Equal(t, 1, kinds[string(protocol.KindConsumed)], "%v", kinds)
-	require.Equal(t, 2, kinds[string(protocol.KindReport)], "the tool's and the ledger's for the denial: %v", kinds)
+	require.Equal(t, 3, kinds[string(protocol.KindReport)], "the tool's two (report, report.result) and the ledger's for the denial: %v", kinds)
 	require.Equal(t, want, got)
 }

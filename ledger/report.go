@@ -35,6 +35,12 @@ type reportInput struct {
 	// held call accepts; its refusals and duplicates are not recorded, as
 	// the timeout's are not.
 	approval bool
+	// op is the operation refusals are recorded under: report (empty) or
+	// report.result.
+	op string
+	// result is the tool.result card of a report.result (result.go), stored
+	// with the report entry; nil for a report.
+	result *resultCard
 }
 
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
@@ -160,6 +166,12 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		if in.result != nil {
+			// A report.result's card is the request's own, checked from
+			// its bytes before anything is published.
+			p.card = &protocol.StoredCard{Card: *in.result.card, Seq: in.result.seq}
+			return
+		}
 		p.card, p.cardErr = l.cardCached(ctx, in.project, in.payload.ToolResultCardID)
 	}()
 	go func() {
@@ -341,7 +353,7 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 		// The append is the claim: the subject is the call's own and must be
 		// empty, so of any number of concurrent reports exactly one stores
 		// its entry, through any number of ledger processes.
-		seq, stored, err := l.appendReport(ctx, by, l.callToolLabel(rec), claim)
+		seq, stored, err := l.appendResult(ctx, by, in, l.callToolLabel(rec), claim, raw)
 		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -806,5 +818,8 @@ func (l *Ledger) refuseReport(ctx context.Context, by *protocol.Caller, in *repo
 	if in.deadline || in.approval {
 		return e
 	}
-	return l.reject(ctx, by, protocol.OpReport, in.project, in.channel, e, raw())
+	if in.result != nil {
+		e = resultPaths(e)
+	}
+	return l.reject(ctx, by, cmp.Or(in.op, protocol.OpReport), in.project, in.channel, e, raw())
 }

@@ -50,7 +50,7 @@ func CheckRequest(op string, m *nats.Msg) (c Caller, e *Error, badReply bool) {
 		msg = "invalid reply subject"
 		badReply = true
 	}
-	if len(vs) == 0 && op != OpDispatch && op != OpReport {
+	if len(vs) == 0 && op != OpDispatch && op != OpReport && op != OpReportResult {
 		// Dispatch and report check their headers with the identity; the
 		// others take none they read, but a bad block is refused all the same.
 		vs, _ = CheckHeaders(m.Header)
@@ -190,6 +190,11 @@ func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	case OpReport:
 		p := HeaderGet(h, HeaderProjectID)
 		project("header."+HeaderProjectID, p, p != "")
+	case OpReportResult:
+		p := HeaderGet(h, HeaderProjectID)
+		project("header."+HeaderProjectID, p, p != "")
+		cp, ok := stringField(topLevel(topLevel(body)["card"]), "project_id")
+		project("body.card.project_id", cp, ok)
 	case OpToolRegister:
 		p := HeaderGet(h, HeaderProjectID)
 		project("header."+HeaderProjectID, p, p != "")

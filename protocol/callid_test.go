@@ -22,7 +22,7 @@ func TestCallIDEncodesInPlace(t *testing.T) {
 		{protocol.CallRecord{State: protocol.StateDispatched, CallID: id, StepID: "s", Subject: "sub"},
 			`{"state":"dispatched",` + spelled + `,"step_id":"s","subject":"sub","after_execution":"","tool_call_card_id":"","card_seq":0,"card_metadata":{"trace_id":"","parent_step_id":"","step_id":""},"dispatch_fingerprint":""}`},
 		{protocol.ReportEntry{CallID: id, Status: "success"},
-			`{` + spelled + `,"status":"success","after_execution":"","effective_after_execution":"","tool_result_card_id":"","tool_result_card_seq":0,"tool_call_card_id":"","source_id":"","source_function":""}`},
+			`{` + spelled + `,"status":"success","after_execution":"","effective_after_execution":"","tool_result_card_id":"","tool_call_card_id":"","source_id":"","source_function":""}`},
 		{protocol.DuplicateEntry{CallID: id, Status: "success", OriginalSeq: 3},
 			`{` + spelled + `,"status":"success","tool_result_card_id":"","source_id":"","original_seq":3}`},
 	}

@@ -79,12 +79,15 @@ type ReportEntry struct {
 	AfterExecution          string `json:"after_execution"`
 	EffectiveAfterExecution string `json:"effective_after_execution"`
 	ToolResultCardID        string `json:"tool_result_card_id"`
-	ToolResultCardSeq       uint64 `json:"tool_result_card_seq"`
-	ToolCallCardID          string `json:"tool_call_card_id"`
-	ToolName                string `json:"tool_name,omitempty"`
-	SourceID                string `json:"source_id"`
-	SourceFunction          string `json:"source_function"`
-	CommandSeq              uint64 `json:"command_seq,omitempty"`
+	// ToolResultCardSeq is the result card's sequence when the ledger knew
+	// it as it wrote the entry; absent from a report stored together with
+	// its card (report.result): readers find the card by its id.
+	ToolResultCardSeq uint64 `json:"tool_result_card_seq,omitempty"`
+	ToolCallCardID    string `json:"tool_call_card_id"`
+	ToolName          string `json:"tool_name,omitempty"`
+	SourceID          string `json:"source_id"`
+	SourceFunction    string `json:"source_function"`
+	CommandSeq        uint64 `json:"command_seq,omitempty"`
 	// AttemptOutcome is the report's attempt_outcome: how an attempt of a
 	// side_effectful tool left open by a crash was resolved (empty for a
 	// report of an attempt that ran to its end).

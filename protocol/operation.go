@@ -96,6 +96,7 @@ var Operations = []Operation{
 	{Name: OpCommit, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
 	{Name: OpAbort, Write: true, Roles: workerOnly, BodyAgent: true, Server: ServerLedger},
 	{Name: OpReport, Write: true, Roles: toolOnly, Server: ServerLedger},
+	{Name: OpReportResult, Write: true, Roles: toolOnly, Server: ServerLedger},
 	{Name: OpResume, Write: true, Roles: toolOnly, Server: ServerLedger},
 	{Name: OpCommandReject, Write: true, Roles: toolOnly, Server: ServerLedger},
 	{Name: OpAttemptStart, Write: true, Roles: toolOnly, Server: ServerLedger},

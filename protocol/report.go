@@ -12,9 +12,21 @@ import (
 // none. The call's step is the header's CG-Step-Id, or else the payload's
 // step_id.
 func ParseReport(h nats.Header, data []byte) (ReportRequest, Violations) {
-	var in ReportRequest
+	in, id, hvs, vs := parseReportHeaders(h)
+	o, ok := ParseObject("payload", data, &vs)
+	if !ok {
+		return in, vs
+	}
+	in.Payload = parseReportPayload(o, id, hvs, &vs, true)
+	return in, vs
+}
+
+// parseReportHeaders reads the CG-* headers of a report (and of a
+// report.result): the request without its payload, the identity, the
+// identity's own violations and every violation of the headers.
+func parseReportHeaders(h nats.Header) (in ReportRequest, id Identity, hvs, vs Violations) {
 	id, vs, bad := ParseIdentityHeaders(h, IdentityRules{RequireToolCallID: true})
-	hvs := append(Violations(nil), vs...)
+	hvs = append(Violations(nil), vs...)
 	hdr := func(name string) string {
 		if bad[strings.ToLower(name)] {
 			return ""
@@ -45,10 +57,13 @@ func ParseReport(h nats.Header, data []byte) (ReportRequest, Violations) {
 	if in.SourceFunction != "" {
 		CheckName(&vs, "header."+HeaderSourceFunction, in.SourceFunction, true)
 	}
-	o, ok := ParseObject("payload", data, &vs)
-	if !ok {
-		return in, vs
-	}
+	return in, id, hvs, vs
+}
+
+// parseReportPayload reads a report's outcome from o (a report's payload,
+// or the report member of a report.result, whose tool_result_card_id is
+// optional: cardIDRequired false).
+func parseReportPayload(o JSONObject, id Identity, hvs Violations, vs *Violations, cardIDRequired bool) ReportPayload {
 	for _, f := range InlineForbidden {
 		if o.Has(f) {
 			vs.Add(o.Path(f), VForbidden, "inline %s are not allowed in a report: write it to the tool.result card", f)
@@ -57,7 +72,7 @@ func ParseReport(h nats.Header, data []byte) (ReportRequest, Violations) {
 	p := ReportPayload{
 		Status:           o.Str("status", true),
 		AfterExecution:   o.Str("after_execution", true),
-		ToolResultCardID: o.Ident("tool_result_card_id", true),
+		ToolResultCardID: o.Ident("tool_result_card_id", cardIDRequired),
 		StepID:           o.Ident("step_id", false),
 		AttemptOutcome:   o.Str("attempt_outcome", false),
 	}
@@ -73,7 +88,6 @@ func ParseReport(h nats.Header, data []byte) (ReportRequest, Violations) {
 	if p.AfterExecution != "" && !ValidAfterExecution(p.AfterExecution) {
 		vs.Add(o.Path("after_execution"), VInvalidValue, "must be %q or %q, got %q", AfterSuspend, AfterTerminate, Clip(p.AfterExecution))
 	}
-	CheckPayloadIdentity(o, id, hvs, &vs)
-	in.Payload = p
-	return in, vs
+	CheckPayloadIdentity(o, id, hvs, vs)
+	return p
 }

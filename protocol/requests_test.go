@@ -24,6 +24,10 @@ var requestParsers = map[string]func(td *datadriven.TestData, h nats.Header, bod
 		_, vs := protocol.ParseReport(h, body)
 		return vs, nil
 	},
+	protocol.OpReportResult: func(_ *datadriven.TestData, h nats.Header, body []byte) (protocol.Violations, error) {
+		_, vs := protocol.ParseReportResult(h, body)
+		return vs, nil
+	},
 	"card": func(_ *datadriven.TestData, _ nats.Header, body []byte) (protocol.Violations, error) {
 		var vs protocol.Violations
 		protocol.DecodeCard("card", body, &vs)

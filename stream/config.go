@@ -110,6 +110,9 @@ func (c Config) ledgerStreamConfig() jetstream.StreamConfig {
 		// Only the ledger writes to the stream, so no one else can give an
 		// entry a shorter life.
 		AllowMsgTTL: true,
+		// report.result stores a result card and its report together, as
+		// one atomic batch (ledger/result.go).
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -147,6 +150,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		cfg.MaxAge, cfg.CallRecordTTL = 0, 0
 	}
 	if err := ensureStream(ctx, js, cfg.ledgerStreamConfig(), cfg.ManagedRetention); err != nil {
+		return err
+	}
+	if err := enableAtomicPublish(ctx, js, cfg.Stream); err != nil {
 		return err
 	}
 	return ensureStream(ctx, js, cfg.bucketStreamConfig(), cfg.ManagedRetention)
@@ -247,4 +253,23 @@ func diffStreamConfig(want, got jetstream.StreamConfig) []string {
 	check("allow_rollup", want.AllowRollup, got.AllowRollup)
 	check("allow_direct", want.AllowDirect, got.AllowDirect)
 	return d
+}
+
+// enableAtomicPublish turns on atomic batch publish on a ledger stream
+// created before report.result used it, in place: it changes nothing stored
+// and no other setting.
+func enableAtomicPublish(ctx context.Context, js jetstream.JetStream, name string) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("provision: look up stream %s: %w", name, err)
+	}
+	sc := s.CachedInfo().Config
+	if sc.AllowAtomicPublish {
+		return nil
+	}
+	sc.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("provision: turn on atomic batch publish on stream %s (nats-server 2.12 or later): %w", name, err)
+	}
+	return nil
 }

@@ -76,3 +76,33 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestProvisionTurnsOnAtomicPublishInPlace: a ledger stream created before
+// report.result (no atomic batch publish) is updated in place on start,
+// keeping what it holds and every other setting.
+func TestProvisionTurnsOnAtomicPublishInPlace(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	require.NoError(t, stream.Provision(ctx, js, stream.Config{}))
+	s, err := js.Stream(ctx, stream.DefaultName)
+	require.NoError(t, err)
+	old := s.CachedInfo().Config
+	require.True(t, old.AllowAtomicPublish)
+	old.AllowAtomicPublish = false
+	_, err = js.UpdateStream(ctx, old)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "cg.v1.p.card.c1", []byte(`{}`))
+	require.NoError(t, err)
+
+	require.NoError(t, stream.Provision(ctx, js, stream.Config{}))
+	s, err = js.Stream(ctx, stream.DefaultName)
+	require.NoError(t, err)
+	got := s.CachedInfo()
+	require.True(t, got.Config.AllowAtomicPublish)
+	got.Config.AllowAtomicPublish = false
+	require.Equal(t, old, got.Config, "no other setting changed")
+	require.EqualValues(t, 1, got.State.Msgs, "what it holds is kept")
+}

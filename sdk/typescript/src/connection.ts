@@ -3,6 +3,7 @@ import { connect as natsConnect, credsAuthenticator, errors as natsErrors, heade
 import type { MsgHdrs, NatsConnection, NodeConnectionOptions } from "@nats-io/transport-node";
 import { LedgerError, PermissionDeniedError, ProtocolError, UnavailableError, UnknownOpError } from "./errors.js";
 import { OPS, apiSubject, isIdentifier } from "./protocol.js";
+import type { ReportResultBody, ReportResultReply } from "./protocol.js";
 import type { ErrorBody } from "./protocol.js";
 
 /** How to reach the ledger's NATS server. */
@@ -109,6 +110,16 @@ export class LedgerConnection {
     if (env.ok === true) return env.result as T;
     if (env.ok === false && env.error && typeof env.error.code === "string") throw new LedgerError(op, env.error);
     throw new ProtocolError(`${op}: the reply is not the {"ok":...} envelope`);
+  }
+
+  /**
+   * Stores a call's tool.result card and its report in one request (`report.result`), as the
+   * tool target `actor`: `hdrs` are the report's headers (the command's identity unchanged,
+   * CG-Project-Id, CG-Channel-Id, CG-Source-Id, CG-Source-Function). The ledger stores both or
+   * neither; a retry with the same card and body answers `duplicate` (and `card_duplicate`).
+   */
+  reportResult(actor: string, body: ReportResultBody, hdrs: Record<string, string>, timeoutMs?: number): Promise<ReportResultReply> {
+    return this.request<ReportResultReply>(actor, "report.result", body, hdrs, timeoutMs);
   }
 
   /** Drains and closes the connection. */

@@ -262,6 +262,24 @@ export const reportResultKeys = keyList<ReportResult>()([
   "wakeup",
 ]);
 
+/** report.result's body: the tool.result card (as card.put takes it) and the report, whose `tool_result_card_id` is optional (the card's). */
+export interface ReportResultBody {
+  card: Card<ToolResultContent>;
+  report: Omit<ReportBody, "tool_result_card_id"> & { tool_result_card_id?: string };
+}
+export const reportResultBodyKeys = keyList<ReportResultBody>()(["card", "report"]);
+
+/** report.result's result: report's, plus where the card is stored. */
+export interface ReportResultReply extends ReportResult {
+  card_seq: number;
+  card_duplicate?: boolean;
+}
+export const reportResultReplyKeys = keyList<ReportResultReply>()([
+  ...reportResultKeys,
+  "card_seq",
+  "card_duplicate",
+]);
+
 /** roster.set's and roster.get's result. */
 export interface RosterEntry {
   project_id: string;
@@ -616,6 +634,7 @@ export const OPS: readonly string[] = Object.freeze([
   "prepare",
   "projector.skip",
   "report",
+  "report.result",
   "report.resume",
   "roster.get",
   "roster.set",

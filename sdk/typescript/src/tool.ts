@@ -14,12 +14,12 @@ import type {
   Card,
   CardGetResult,
   CardMetadata,
-  CardPutResult,
   CommandRejectBody,
   CommandRejectResult,
   DecisionEntry,
   PrepareResult,
   ReportBody,
+  ReportResultBody,
   ReportResult,
   Status,
   ToolCallContent,
@@ -709,7 +709,7 @@ class Service implements ToolService {
     return this.finish(m, command, call, outcome, `decision-${d.decision}`);
   }
 
-  /** Steps 5-7: the result card (metadata copied verbatim), the report, retried until it lands, then the ack. */
+  /** Steps 5-7: the result card (metadata copied verbatim) and the report in one report.result, retried until it lands, then the ack. */
   private async finish(
     m: JsMsg,
     command: ValidCommand,
@@ -732,14 +732,6 @@ class Service implements ToolService {
       content,
       metadata: call.card.metadata as CardMetadata,
     };
-    try {
-      await this.withRetry(() => this.req<CardPutResult>("card.put", card));
-    } catch (err) {
-      if (!(err instanceof LedgerError && err.code === "conflict")) throw err;
-      // Another card holds the derived id (a run that died with other content): take a fresh one.
-      card.card_id = "res-" + randomBytes(16).toString("hex");
-      await this.withRetry(() => this.req<CardPutResult>("card.put", card));
-    }
     const hdrs: Record<string, string> = {
       [H.agentId]: command.agentId,
       [H.turnId]: command.turnId,
@@ -753,15 +745,23 @@ class Service implements ToolService {
     if (command.stepId !== undefined) hdrs[H.stepId] = command.stepId;
     const tp = childTraceparent(command.traceparent);
     if (tp) hdrs[H.traceparent] = tp;
-    const body: ReportBody = {
+    const report: ReportResultBody["report"] = {
       status: status as Status,
       after_execution: command.payload.after_execution as AfterExecution,
-      tool_result_card_id: card.card_id,
     };
-    if (command.stepId !== undefined) body.step_id = command.stepId;
-    if (attemptOutcome) body.attempt_outcome = attemptOutcome;
+    if (command.stepId !== undefined) report.step_id = command.stepId;
+    if (attemptOutcome) report.attempt_outcome = attemptOutcome;
+    // One request for the card and the report (report.result): stored together or not at all.
+    const send = () => this.withRetry(() => this.conn.reportResult(this.tool, { card, report }, hdrs));
     try {
-      await this.withRetry(() => this.req<ReportResult>("report", body, hdrs));
+      try {
+        await send();
+      } catch (err) {
+        if (!(err instanceof LedgerError && err.code === "conflict" && err.violations.some((v) => v.field === "body.card.card_id"))) throw err;
+        // Another card holds the derived id (a run that died with other content): take a fresh one.
+        card.card_id = "res-" + randomBytes(16).toString("hex");
+        await send();
+      }
     } catch (err) {
       if (err instanceof LedgerError && err.code !== "internal") {
         // A refused report will not pass on a redelivery either (late: the ledger's timeout

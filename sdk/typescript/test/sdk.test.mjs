@@ -65,6 +65,7 @@ before(async () => {
     ["ts_echo", "idempotent"],
     ["ts_slow", "idempotent"],
     ["ts_redeliver", "idempotent"],
+    ["ts_result", "idempotent"],
     ["ts_pay", "side_effectful"],
     ["ts_2pc", "idempotent"],
     ["ts_conc", "pure"],
@@ -245,6 +246,59 @@ describe("worker and tool service", () => {
     assert.deepEqual(r.card.content.result, { by: "first" });
     assert.equal(runs, 0);
     await svc.stop();
+  });
+});
+
+describe("report.result", () => {
+  test("one request stores the card and the report together; a retry is a duplicate; refusals name body.card and body.report", async () => {
+    const conn = await toolConn("ts_result");
+    const w = await worker("agent-result");
+    await w.dispatch({ tool: "ts_result", turnId: "t-rr", callId: "rr1", metadata: { trace_id: "tr-rr1" } });
+    const info = await conn.request("ts_result", "tool.consumer", {});
+    const js = jetstream(conn.nc, { apiPrefix: info.api_prefix });
+    const consumer = await js.consumers.get(info.stream, info.consumer);
+    const m = await consumer.next({ expires: 10_000 });
+    assert.ok(m, "the command was delivered");
+    const call = await conn.request("ts_result", "call.get", { project_id: P, agent_turn_id: "t-rr", tool_call_id: "rr1" });
+    const hdrs = { "CG-Project-Id": P, "CG-Channel-Id": "main", "CG-Source-Id": "svc", "CG-Source-Function": "ts_result" };
+    for (const [k, v] of m.headers) if (k.startsWith("CG-Agent") || k === "CG-Turn-Epoch" || k === "CG-Tool-Call-Id") hdrs[k] = v[0];
+    const card = {
+      card_id: "res-rr1", project_id: P, type: "tool.result", author_id: "svc", function_name: "ts_result",
+      agent_turn_id: "t-rr", tool_call_id: "rr1", content: { status: "success", result: { n: 1 } }, metadata: call.card_metadata,
+    };
+    const report = { status: "success", after_execution: "suspend" };
+
+    const bad = await conn
+      .reportResult("ts_result", { card: { ...card, author_id: "other" }, report: { ...report, after_execution: "later" } }, hdrs)
+      .then(() => assert.fail("report.result was accepted"), (e) => e);
+    assert.ok(bad instanceof LedgerError, String(bad));
+    assert.equal(bad.code, "bad_request");
+    assert.ok(bad.has("mismatch", "body.card.author_id"), JSON.stringify(bad.violations));
+    assert.ok(bad.has("invalid_value", "body.report.after_execution"), JSON.stringify(bad.violations));
+
+    const r = await conn.reportResult("ts_result", { card, report }, hdrs);
+    assert.equal(r.duplicate, false);
+    assert.equal(r.card_seq, r.seq - 1, "the card and the report are stored together");
+    assert.equal(r.tool_result_card_id, "res-rr1");
+    assert.equal(r.card_duplicate, undefined);
+    m.ack();
+
+    const again = await conn.reportResult("ts_result", { card, report: { ...report, tool_result_card_id: "res-rr1" } }, hdrs);
+    assert.equal(again.duplicate, true);
+    assert.equal(again.card_duplicate, true);
+    assert.equal(again.seq, r.seq);
+    assert.equal(again.card_seq, r.card_seq);
+
+    const other = await conn
+      .reportResult("ts_result", { card: { ...card, content: { status: "success", result: { n: 2 } } }, report }, hdrs)
+      .then(() => assert.fail("a different card under the id was accepted"), (e) => e);
+    assert.ok(other instanceof LedgerError, String(other));
+    assert.equal(other.code, "conflict");
+    assert.ok(other.has("conflict", "body.card.card_id"), JSON.stringify(other.violations));
+
+    const res = await w.awaitResult({ turnId: "t-rr", callId: "rr1" }, { timeoutMs: 30_000 });
+    assert.equal(res.record.claim.seq, r.seq);
+    assert.deepEqual(res.card.content.result, { n: 1 });
   });
 });
 

@@ -78,6 +78,8 @@ test("protocol.md's shapes match the SDK's types", () => {
   assert.ok(checkShape("DispatchResult", sdk.dispatchResultKeys, "### dispatch", byKey("card_seq")) >= 3);
   assert.equal(checkShape("ReportBody", sdk.reportBodyKeys, "### report", (exs) => exs.filter((o) => !("seq" in o))), 1);
   assert.equal(checkShape("ReportResult", sdk.reportResultKeys, "### report", byKey("seq")), 1);
+  assert.equal(checkShape("ReportResultBody", sdk.reportResultBodyKeys, "### report.result", (exs) => exs.filter((o) => o.card)), 1);
+  assert.equal(checkShape("ReportResultReply", sdk.reportResultReplyKeys, "### report.result", byKey("seq")), 1);
   assert.equal(checkShape("ReportWakeup", sdk.reportWakeupKeys, "### report", (exs) => exs.filter((o) => o.wakeup).map((o) => o.wakeup)), 1);
   checkShape("RosterEntry", sdk.rosterEntryKeys, "### roster.get");
   assert.equal(checkShape("CallRecord", sdk.callRecordKeys, "### call.get"), 1);
