@@ -20,6 +20,11 @@ func (c Config) Validate() error {
 	configcheck.NonNegative(&vs, "ReportLease", c.ReportLease)
 	configcheck.NonNegative(&vs, "ToolAckWait", c.ToolAckWait)
 	configcheck.NonNegative(&vs, "Retention", c.Retention)
+	switch c.ResultWrites {
+	case ResultWritesAuto, ResultWritesBatch, ResultWritesSequential:
+	default:
+		vs.Add("ResultWrites", protocol.VInvalidValue, "must be %q, %q or empty (auto), got %q", ResultWritesBatch, ResultWritesSequential, c.ResultWrites)
+	}
 	if c.Retention > 0 && c.Retention < time.Second {
 		vs.Add("Retention", protocol.VInvalidValue, "%s is below JetStream's 1s minimum TTL", c.Retention)
 	}

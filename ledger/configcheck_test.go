@@ -29,10 +29,10 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 				Version: "v 1",
 				Streams: stream.Config{Stream: "CG_REFUSED", Replicas: -1, DuplicateWindow: -time.Second, MaxMsgSize: -1,
 					MaxBytes: -2, MaxAge: -time.Hour, CallRecordTTL: -time.Minute},
-				ReportLease: -time.Second, ToolAckWait: -1, Retention: -time.Hour,
+				ReportLease: -time.Second, ToolAckWait: -1, ResultWrites: "pipelined", Retention: -time.Hour,
 			},
 			fields: []string{"Version", "Streams.Replicas", "Streams.DuplicateWindow", "Streams.MaxMsgSize", "Streams.MaxBytes",
-				"Streams.MaxAge", "Streams.CallRecordTTL", "ReportLease", "ToolAckWait", "Retention"},
+				"Streams.MaxAge", "Streams.CallRecordTTL", "ReportLease", "ToolAckWait", "Retention", "ResultWrites"},
 		},
 		{
 			name:   "retention below the minimum TTL",

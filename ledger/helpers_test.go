@@ -40,10 +40,18 @@ func ctxT(t testing.TB) context.Context {
 
 func newEnv(t testing.TB, opts ...natstest.Option) *env {
 	t.Helper()
+	return newEnvWith(t, ledger.Config{}, opts...)
+}
+
+// newEnvWith is newEnv with the ledger opened with cfg (its Registerer
+// set here).
+func newEnvWith(t testing.TB, cfg ledger.Config, opts ...natstest.Option) *env {
+	t.Helper()
 	srv := natstest.Start(t, opts...)
 	nc := srv.Connect(t)
 	reg := prometheus.NewRegistry()
-	l, err := ledger.Open(ctxT(t), nc, ledger.Config{Registerer: reg})
+	cfg.Registerer = reg
+	l, err := ledger.Open(ctxT(t), nc, cfg)
 	require.NoError(t, err)
 	return &env{srv: srv, nc: nc, l: l, reg: reg}
 }

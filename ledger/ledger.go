@@ -80,15 +80,43 @@ type Config struct {
 	// a tool service that stopped waits before it is delivered again.
 	// Zero means 30s.
 	ToolAckWait time.Duration
-	// SequentialResults makes report.result append the card, then the
-	// report entry (two appends, as card.put and report make, in one
-	// request), instead of one atomic batch of both: nats-server syncs an
-	// R1 file-stored batch to disk before committing it, which on slow
-	// disks costs more than the second append (docs/performance.md, "One
-	// request for a result"). Safe either way: every check is made before
-	// the card is stored, and a card left without its report is found,
-	// identical, by the retry.
-	SequentialResults bool
+	// ResultWrites says how report.result stores its card and report
+	// entry. The zero value (ResultWritesAuto) is one atomic batch of both
+	// on a replicated stream (Streams.Replicas above 1: one proposal for
+	// both) and two appends, the card's then the report's, on a single
+	// replica: nats-server syncs an R1 file-stored batch to disk before
+	// committing it, which costs far more than the second append
+	// (docs/performance.md, "One request for a result"). Safe either way:
+	// every check is made before the card is stored, and a card left
+	// without its report is found, identical, by the retry.
+	ResultWrites ResultWrites
+}
+
+// ResultWrites is how report.result stores a result card and its report
+// entry (Config.ResultWrites).
+type ResultWrites string
+
+// The ways report.result may store its two entries.
+const (
+	// ResultWritesAuto batches on a replicated stream, appends one after
+	// the other on a single replica.
+	ResultWritesAuto ResultWrites = ""
+	// ResultWritesBatch always stores both as one atomic batch.
+	ResultWritesBatch ResultWrites = "batch"
+	// ResultWritesSequential always appends the card, then the report.
+	ResultWritesSequential ResultWrites = "sequential"
+)
+
+// sequential resolves w for a stream of the given replica count.
+func (w ResultWrites) sequential(replicas int) bool {
+	switch w {
+	case ResultWritesBatch:
+		return false
+	case ResultWritesSequential:
+		return true
+	default:
+		return replicas <= 1
+	}
 }
 
 // step names a point in the report path, for fault-injection tests
@@ -149,7 +177,8 @@ type Ledger struct {
 	cache   *caches
 	// results groups concurrent report.result batches (result.go).
 	results resultBatcher
-	// sequentialResults: Config.SequentialResults.
+	// sequentialResults: report.result appends the card, then the report
+	// (Config.ResultWrites resolved).
 	sequentialResults bool
 	labels            *toollabels.Labels
 	guard             func() error
@@ -269,7 +298,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.SequentialResults}, nil
+	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.ResultWrites.sequential(streams.Replicas)}, nil
 }
 
 // Close stops the cache watch and waits for work the ledger finishes after

@@ -278,7 +278,7 @@ func (l *Ledger) appendHeld(ctx context.Context, by *protocol.Caller, rc *result
 	return l.appendReport(ctx, by, toolLabel, c)
 }
 
-// appendSequential is appendResult under Config.SequentialResults: the
+// appendSequential is appendResult when Config.ResultWrites resolves to sequential: the
 // card's append (expected-last-subject-sequence 0, as card.put's), then the
 // report's. A card id already holding a card is compared as after a
 // refused batch: identical, it is held; different, the request is refused.

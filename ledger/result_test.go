@@ -47,9 +47,12 @@ func (e *env) resultCounts(t *testing.T, c call, cardID string) resultCounts {
 	return n
 }
 
+// resultEnv's ledger stores a report.result as one atomic batch, whatever
+// the replica count (the default on R1 is two appends: the tests that
+// open their own ledger with a zero Config cover that).
 func resultEnv(t testing.TB) *env {
 	t.Helper()
-	e := newEnv(t)
+	e := newEnvWith(t, ledger.Config{ResultWrites: ledger.ResultWritesBatch})
 	_, err := e.l.SetRoster(ctxT(t), protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w1"})
 	require.NoError(t, err)
 	return e
@@ -241,7 +244,7 @@ func TestReportResultOverNATS(t *testing.T) {
 func TestReportResultRace(t *testing.T) {
 	e := resultEnv(t)
 	ctx := ctxT(t)
-	l2, err := ledger.Open(ctx, e.srv.Connect(t), ledger.Config{})
+	l2, err := ledger.Open(ctx, e.srv.Connect(t), ledger.Config{ResultWrites: ledger.ResultWritesBatch})
 	require.NoError(t, err)
 	t.Cleanup(l2.Close)
 	for round := range 3 {
@@ -388,13 +391,13 @@ func TestReportResultBatchHeaders(t *testing.T) {
 	}
 }
 
-// TestReportResultSequential: under Config.SequentialResults the card and
+// TestReportResultSequential: under Config.ResultWrites sequential the card and
 // the report are two appends; the answers, the retries after a crash
 // between them, and a different card's refusal are the batch's.
 func TestReportResultSequential(t *testing.T) {
 	srv := newEnv(t).srv
 	nc := srv.Connect(t)
-	l, err := ledger.Open(ctxT(t), nc, ledger.Config{SequentialResults: true, ReportLease: 100 * time.Millisecond})
+	l, err := ledger.Open(ctxT(t), nc, ledger.Config{ResultWrites: ledger.ResultWritesSequential, ReportLease: 100 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	e := &env{srv: srv, nc: nc, l: l}
@@ -476,7 +479,7 @@ func TestClusterRacingReportResults(t *testing.T) {
 
 // BenchmarkReportResult answers calls one at a time (each dispatched
 // first, outside the timer): report.result as one atomic batch, as two
-// appends (Config.SequentialResults), and card.put + report. On R1 file
+// appends (Config.ResultWrites sequential), and card.put + report. On R1 file
 // storage the batch's cost is the server's disk sync of its staging store.
 func BenchmarkReportResult(b *testing.B) {
 	for _, mode := range []string{"batch", "sequential", "put_report"} {
@@ -486,7 +489,7 @@ func BenchmarkReportResult(b *testing.B) {
 			l := e.l
 			if mode == "sequential" {
 				var err error
-				l, err = ledger.Open(ctx, e.nc, ledger.Config{SequentialResults: true})
+				l, err = ledger.Open(ctx, e.nc, ledger.Config{ResultWrites: ledger.ResultWritesSequential})
 				require.NoError(b, err)
 				b.Cleanup(l.Close)
 			}
