@@ -145,3 +145,22 @@ func ServesTool(filters []string, subject string) bool {
 	}
 	return false
 }
+
+// ChannelWakeupsFilter matches the wakeups of every worker target of one
+// channel: cg.<ver>.<project>.<channel>.cmd.agent.*.wakeup. The ledger
+// reads a call's wakeup forward from its report's sequence on it (the
+// wakeup entry is the mark that a report is finished).
+func ChannelWakeupsFilter(version, project, channel string) string {
+	return WakeupSubject(version, project, channel, "*")
+}
+
+// ReportSweepFilters are the subjects the ledger's sweep reads, in every
+// project and channel: reports, wakeups and skipped wakeups. A report with
+// neither wakeup after its lease is finished by the sweep.
+func ReportSweepFilters(version string) []string {
+	return []string{
+		CallEntriesFilter(version, "*", SubjectReport),
+		WakeupSubject(version, "*", "*", "*"),
+		CallEntriesFilter(version, "*", SubjectWakeupSkip),
+	}
+}

@@ -25,10 +25,12 @@ func TestFilters(t *testing.T) {
 		protocol.SkipFilter(42):                                         "cg.*._._.ledger.skip.42",
 		protocol.ProjectEntryPrefix("v1", "p1"):                         "cg.v1.p1.",
 		protocol.UnroutedEntryPrefix("v1"):                              "cg.v1._._.",
+		protocol.ChannelWakeupsFilter("v1", "p1", "c1"):                 "cg.v1.p1.c1.cmd.agent.*.wakeup",
 	} {
 		require.Equal(t, want, got)
 	}
 	require.Empty(t, protocol.CallEntriesFilter("v1", "*", protocol.SubjectTool), "not a call entry")
+	require.Equal(t, []string{"cg.v1.*.*.ledger.report.*.*", "cg.v1.*.*.cmd.agent.*.wakeup", "cg.v1.*.*.ledger.wakeup_skipped.*.*"}, protocol.ReportSweepFilters("v1"))
 }
 
 func TestToolEntryName(t *testing.T) {

@@ -1,0 +1,215 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/protocol"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A call is woken when its wakeup (or wakeup_skipped) entry is stored: the
+// entry is the mark (issue 30). The report path writes no record after the
+// dispatch's create; readers find the wakeup in the stream (wakeupOf), and
+// the process that published it keeps the woken record in memory.
+
+// wakeupFound is a call's wakeup as the stream holds it.
+type wakeupFound struct {
+	seq     uint64
+	subject string
+	target  string
+	skipped bool
+}
+
+// wakeupScanCheck is how many entries of the channel's wakeup subjects a
+// search reads before it bounds itself by the stream's last sequence: a
+// call's wakeup is normally among the first few after its report, and a
+// search that has not found it by then stops at the end as it began.
+const wakeupScanCheck = 8
+
+// wakeupOf finds the wakeup of a call's report (stored at reportSeq): its
+// wakeup_skipped entry by the call's own subject, or its result wakeup on
+// the channel's wakeup subjects (shared by the calls of all agents) read
+// forward from reportSeq+1 up to the stream's last sequence when the read
+// began, the entry naming the call whose report_seq is reportSeq (not a
+// prepared call's phase wakeup). Nil when there is none (yet).
+func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportSeq uint64) (*wakeupFound, error) {
+	sk, err := l.lastForSubject(ctx, protocol.WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
+	if err != nil {
+		return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+	}
+	if sk != nil {
+		return &wakeupFound{seq: sk.Sequence, skipped: true}, nil
+	}
+	filter := protocol.ChannelWakeupsFilter(l.version, rec.ProjectID, rec.ChannelID)
+	var last uint64
+	from := reportSeq + 1
+	for n := 0; ; n++ {
+		if n == wakeupScanCheck {
+			info, err := l.stream.Info(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+			}
+			last = info.State.LastSeq
+		}
+		if last != 0 && from > last {
+			return nil, nil
+		}
+		m, err := l.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+		}
+		if last != 0 && m.Sequence > last {
+			return nil, nil
+		}
+		if w, ok := resultWakeup(m, rec.AgentTurnID, rec.ToolCallID, reportSeq); ok {
+			return w, nil
+		}
+		from = m.Sequence + 1
+	}
+}
+
+// resultWakeup reads m as the result wakeup of call turnID/callID's report
+// at reportSeq.
+func resultWakeup(m *jetstream.RawStreamMsg, turnID, callID string, reportSeq uint64) (*wakeupFound, bool) {
+	if protocol.HeaderGet(m.Header, protocol.HeaderAgentTurnID) != turnID || protocol.HeaderGet(m.Header, protocol.HeaderToolCallID) != callID {
+		return nil, false
+	}
+	var e protocol.WakeupEntry
+	if json.Unmarshal(m.Data, &e) != nil || e.Phase != "" || e.ReportSeq != reportSeq {
+		return nil, false
+	}
+	return &wakeupFound{seq: m.Sequence, subject: m.Subject, target: e.WorkerTarget}, true
+}
+
+// withWakeup fills c's wakeup fields from w.
+func withWakeup(c *protocol.Claim, w *wakeupFound) {
+	c.WakeupSubject, c.WorkerTarget, c.WakeupSeq, c.WakeupSkipped = w.subject, w.target, w.seq, w.skipped
+	if w.skipped {
+		c.WakeupSubject, c.WorkerTarget, c.WakeupSeq = "", "", 0
+	}
+}
+
+// takeoverMark reports a record a takeover has locked (takeOver): claimed,
+// with the stored report's sequence. A claim written by an earlier version
+// before its append has no sequence.
+func takeoverMark(rec *protocol.CallRecord) bool {
+	return rec.State == protocol.StateClaimed && rec.Claim != nil && rec.Claim.Seq != 0
+}
+
+// reportable reports a record state a stored report may stand behind: the
+// bucket keeps what dispatch (or an approval, a pause) wrote, and the stream
+// says whether the call is reported and woken.
+func reportable(rec *protocol.CallRecord) bool {
+	switch rec.State {
+	case protocol.StateDispatched, protocol.StatePaused, protocol.StateAwaitingApproval:
+		return true
+	}
+	return takeoverMark(rec)
+}
+
+// streamView is rec as the stream tells it: for a record whose state the
+// bucket cannot tell (reportable), a stored report makes it claimed with the
+// report's claim and, when wake is set and the wakeup is stored, woken with
+// the wakeup's sequence. A record already woken (this process's memory, or a
+// mark of an earlier version) is returned as it is.
+func (l *Ledger) streamView(ctx context.Context, rec *protocol.CallRecord, wake bool) (*protocol.CallRecord, error) {
+	if !reportable(rec) {
+		return rec, nil
+	}
+	if c, ok := l.cache.records.get(callKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)); ok && c.rec.State == protocol.StateWoken {
+		// Woken is final: this process stored the wakeup, or read it.
+		return cloneRecord(c.rec), nil
+	}
+	m, err := l.lastForSubject(ctx, protocol.ReportSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
+	if err != nil || m == nil {
+		return rec, err
+	}
+	c, err := l.claimFromEntry(m)
+	if err != nil {
+		return nil, err
+	}
+	c.LeaseUntil = time.Time{}
+	view := cloneRecord(rec)
+	view.State, view.Claim = protocol.StateClaimed, c
+	if !wake {
+		return view, nil
+	}
+	w, err := l.wakeupOf(ctx, rec, m.Sequence)
+	if err != nil || w == nil {
+		return view, err
+	}
+	withWakeup(c, w)
+	view.State = protocol.StateWoken
+	return view, nil
+}
+
+// wokenRecord is next (the record with the accepted claim) woken by w.
+func wokenRecord(next *protocol.CallRecord, w *wakeupFound) *protocol.CallRecord {
+	r := cloneRecord(next)
+	withWakeup(r.Claim, w)
+	r.State = protocol.StateWoken
+	r.Claim.Header, r.Claim.Data, r.Claim.LeaseUntil = nil, nil, time.Time{}
+	return r
+}
+
+// awaitWoken waits for the wakeup of the report stored at claim.Seq, which
+// another caller stored and so publishes: true with the woken record once
+// the stream holds it; false once the lease has passed without it (the
+// entry's lease, or a takeover's, whichever ends later: its writer crashed
+// or stalled). rec is the record as last read. Polling, rather than a
+// watch, because it only runs for concurrent identical reports.
+func (l *Ledger) awaitWoken(ctx context.Context, rec *protocol.CallRecord, claim *protocol.Claim) (bool, *protocol.CallRecord, error) {
+	leaseUntil := claim.LeaseUntil
+	if takeoverMark(rec) && rec.Claim.LeaseUntil.After(leaseUntil) {
+		leaseUntil = rec.Claim.LeaseUntil
+	}
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
+		w, err := l.wakeupOf(ctx, rec, claim.Seq)
+		if err != nil {
+			return false, nil, err
+		}
+		if w != nil {
+			next := cloneRecord(rec)
+			next.Claim = claim
+			return true, wokenRecord(next, w), nil
+		}
+		if !time.Now().Before(leaseUntil) {
+			return false, nil, nil
+		}
+		if err := wait.WaitUntil(ctx, leaseUntil); err != nil {
+			return false, nil, fmt.Errorf("waiting for the report being finished: %w", err)
+		}
+	}
+}
+
+// lockTakeover is the lock of a takeover: a compare-and-set of the call
+// record at revision rev (as read, behind the wait for the wakeup) to
+// claimed with the stored report's claim and a lease of its own. Of any
+// number of callers taking over one report, through any number of
+// processes, one wins (ok) and publishes the wakeup; the others re-read and
+// find the mark, whose lease they wait out before another takeover. It is
+// the only bucket write of the report path, and only for a report whose
+// writer crashed or stalled.
+func (l *Ledger) lockTakeover(ctx context.Context, key string, rec *protocol.CallRecord, rev uint64, claim *protocol.Claim) (uint64, bool, error) {
+	mark := cloneRecord(rec)
+	c := *claim
+	c.Header, c.Data, c.ErrorCode = nil, nil, ""
+	c.LeaseUntil = time.Now().Add(l.lease)
+	mark.State, mark.Claim = protocol.StateClaimed, &c
+	nrev, ok, err := l.updateRecord(ctx, key, mark, rev)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if err := l.step(stepMarkedWoken); err != nil {
+		return 0, false, err
+	}
+	return nrev, true, nil
+}
