@@ -213,3 +213,35 @@ func (l *Ledger) lockTakeover(ctx context.Context, key string, rec *protocol.Cal
 	}
 	return nrev, true, nil
 }
+
+// callSequences fills a call view's card and command sequences, which the
+// bucket does not hold (the record is not written after its create, issue
+// 30): from this process's memory (its dispatch), else from the stream: the
+// tool.call card by its id, and the command after it on the call's command
+// subject (commandEntry). Only call.get pays the reads; a held call (paused
+// or awaiting approval) has no command yet.
+func (l *Ledger) callSequences(ctx context.Context, rec *protocol.CallRecord) error {
+	if rec.CardSeq != 0 && rec.CommandSeq != 0 {
+		return nil
+	}
+	if c, ok := l.cache.records.get(callKey(rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)); ok && c.rec.CommandSeq != 0 && c.rec.CardSeq != 0 {
+		rec.CardSeq, rec.CommandSeq = c.rec.CardSeq, c.rec.CommandSeq
+		return nil
+	}
+	if rec.CardSeq == 0 {
+		sc, err := l.cardCached(ctx, rec.ProjectID, rec.ToolCallCardID)
+		if err != nil {
+			return fmt.Errorf("read the tool.call card of call %s: %w", rec.ToolCallID, err)
+		}
+		rec.CardSeq = sc.Seq
+	}
+	if rec.CommandSeq != 0 || rec.State == protocol.StatePaused || rec.State == protocol.StateAwaitingApproval {
+		return nil
+	}
+	m, err := l.commandEntry(ctx, rec, 0)
+	if err != nil || m == nil {
+		return err
+	}
+	rec.CommandSeq = m.Sequence
+	return nil
+}

@@ -212,6 +212,25 @@ func TestWokenCallGetShowsWakeupSeq(t *testing.T) {
 	require.Equal(t, out.Wakeup.Subject, rec.Claim.WakeupSubject)
 	require.Equal(t, "w-get", rec.Claim.WorkerTarget)
 
+	// call.get over the API of a process that never saw the call: woken,
+	// and the dispatch's sequences, read from the stream.
+	fresh := wokenOpen(t, e)
+	api, err := fresh.ServeAPI(ctx, ledger.APIConfig{})
+	require.NoError(t, err)
+	defer api.Stop()
+	d, err := e.l.Dispatch(ctx, c.dispatchReq())
+	require.NoError(t, err)
+	require.True(t, d.Duplicate)
+	r := request(t, e.srv.Connect(t), protocol.APISubject(project, agent, protocol.OpCallGet), nil,
+		fmt.Sprintf(`{"project_id":%q,"agent_turn_id":%q,"tool_call_id":%q}`, project, c.turn, c.id))
+	require.True(t, r.OK, "%+v", r.Error)
+	var view protocol.CallRecord
+	require.NoError(t, json.Unmarshal(r.Result, &view))
+	require.Equal(t, protocol.StateWoken, view.State)
+	require.Equal(t, out.Wakeup.Seq, view.Claim.WakeupSeq)
+	require.Equal(t, d.CardSeq, view.CardSeq)
+	require.Equal(t, d.CommandSeq, view.CommandSeq)
+
 	c2 := newCall("turn-woken-get", "call-2", 1)
 	rc2 := e.dispatchAndResult(t, c2, protocol.StatusSuccess)
 	crashAfterAppend(t, e.l, c2, rc2.CardID)
