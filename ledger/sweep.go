@@ -82,12 +82,18 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 		return res, nil
 	}
 	type report struct {
-		seq   uint64
-		at    time.Time
-		entry protocol.ReportEntry
+		seq  uint64
+		at   time.Time
+		key  string
+		data []byte
 	}
 	var reports []report
-	settled := map[string]bool{}
+	// woke is the last wakeup (or wakeup_skipped) sequence read per call: a
+	// report is settled by one stored after it. A prepared call's or an
+	// approval's phase wakeup comes before its report, so the entries'
+	// subjects and headers are enough; no entry is decoded but the few
+	// reports left unsettled.
+	woke := map[string]uint64{}
 	err = l.readFiltered(ctx, from, last, protocol.ReportSweepFilters(l.version), func(m jetstream.Msg, seq uint64, at time.Time) {
 		sub, err := protocol.ParseSubject(m.Subject())
 		if err != nil {
@@ -95,24 +101,15 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		switch sub.Kind {
 		case protocol.SubjectReport:
-			var e protocol.ReportEntry
-			if json.Unmarshal(m.Data(), &e) != nil {
-				return
-			}
 			if t, ok := protocol.EntryTime(m.Headers()); ok {
 				at = t
 			}
-			reports = append(reports, report{seq: seq, at: at, entry: e})
+			reports = append(reports, report{seq: seq, at: at, key: callKey(sub.Project, sub.AgentTurnID, sub.ToolCallID), data: m.Data()})
 		case protocol.SubjectWakeup:
-			var e protocol.WakeupEntry
-			if json.Unmarshal(m.Data(), &e) == nil && e.Phase == "" {
-				settled[callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)] = true
-			}
+			h := m.Headers()
+			woke[callKey(sub.Project, protocol.HeaderGet(h, protocol.HeaderAgentTurnID), protocol.HeaderGet(h, protocol.HeaderToolCallID))] = seq
 		case protocol.SubjectWakeupSkip:
-			var e protocol.WakeupSkippedEntry
-			if json.Unmarshal(m.Data(), &e) == nil {
-				settled[callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)] = true
-			}
+			woke[callKey(sub.Project, sub.AgentTurnID, sub.ToolCallID)] = seq
 		}
 	})
 	if err != nil {
@@ -123,8 +120,7 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 	keep := last + 1
 	now := time.Now()
 	for _, r := range reports {
-		e := &r.entry
-		if settled[callKey(e.ProjectID, e.AgentTurnID, e.ToolCallID)] {
+		if woke[r.key] > r.seq {
 			continue
 		}
 		if now.Before(r.at.Add(l.lease)) {
@@ -133,7 +129,12 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 			keep = min(keep, r.seq)
 			continue
 		}
-		finished, err := l.sweepOne(ctx, e)
+		var e protocol.ReportEntry
+		if err := json.Unmarshal(r.data, &e); err != nil {
+			l.log.Warn("sweep: a report entry that does not decode", "seq", r.seq, "err", err)
+			continue
+		}
+		finished, err := l.sweepOne(ctx, &e)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("sweep: %w", ctx.Err())
