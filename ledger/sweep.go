@@ -82,34 +82,31 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 		return res, nil
 	}
 	type report struct {
-		seq  uint64
-		at   time.Time
-		key  string
-		data []byte
+		seq uint64
+		at  time.Time
+		key string
 	}
 	var reports []report
 	// woke is the last wakeup (or wakeup_skipped) sequence read per call: a
 	// report is settled by one stored after it. A prepared call's or an
 	// approval's phase wakeup comes before its report, so the entries'
-	// subjects and headers are enough; no entry is decoded but the few
-	// reports left unsettled.
+	// subjects and headers are enough: the read takes headers only, and
+	// decodes nothing but the few reports left unsettled.
 	woke := map[string]uint64{}
-	err = l.readFiltered(ctx, from, last, protocol.ReportSweepFilters(l.version), func(m jetstream.Msg, seq uint64, at time.Time) {
-		sub, err := protocol.ParseSubject(m.Subject())
-		if err != nil {
-			return
-		}
-		switch sub.Kind {
+	key := func(project, turn, call string) string { return project + " " + turn + " " + call }
+	err = l.readHeaders(ctx, from, last, func(m jetstream.Msg, seq uint64, at time.Time) {
+		kind, project, turn, call := protocol.ReportSweepEntry(m.Subject())
+		switch kind {
 		case protocol.SubjectReport:
 			if t, ok := protocol.EntryTime(m.Headers()); ok {
 				at = t
 			}
-			reports = append(reports, report{seq: seq, at: at, key: callKey(sub.Project, sub.AgentTurnID, sub.ToolCallID), data: m.Data()})
+			reports = append(reports, report{seq: seq, at: at, key: key(project, turn, call)})
 		case protocol.SubjectWakeup:
 			h := m.Headers()
-			woke[callKey(sub.Project, protocol.HeaderGet(h, protocol.HeaderAgentTurnID), protocol.HeaderGet(h, protocol.HeaderToolCallID))] = seq
+			woke[key(project, protocol.HeaderGet(h, protocol.HeaderAgentTurnID), protocol.HeaderGet(h, protocol.HeaderToolCallID))] = seq
 		case protocol.SubjectWakeupSkip:
-			woke[callKey(sub.Project, sub.AgentTurnID, sub.ToolCallID)] = seq
+			woke[key(project, turn, call)] = seq
 		}
 	})
 	if err != nil {
@@ -129,8 +126,18 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 			keep = min(keep, r.seq)
 			continue
 		}
+		m, err := l.stream.GetMsg(ctx, r.seq)
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, fmt.Errorf("sweep: %w", ctx.Err())
+			}
+			l.log.Warn("sweep: read a report entry", "seq", r.seq, "err", err)
+			res.Pending++
+			keep = min(keep, r.seq)
+			continue
+		}
 		var e protocol.ReportEntry
-		if err := json.Unmarshal(r.data, &e); err != nil {
+		if err := json.Unmarshal(m.Data, &e); err != nil {
 			l.log.Warn("sweep: a report entry that does not decode", "seq", r.seq, "err", err)
 			continue
 		}
@@ -188,16 +195,18 @@ func (l *Ledger) sweepOne(ctx context.Context, e *protocol.ReportEntry) (bool, e
 	return in.tookOver, nil
 }
 
-// readFiltered calls fn for every entry on filters from from to last, in
-// order, with an ordered consumer (one server-side read, not a round trip
-// per entry).
-func (l *Ledger) readFiltered(ctx context.Context, from, last uint64, filters []string, fn func(m jetstream.Msg, seq uint64, at time.Time)) error {
+// readHeaders calls fn for every entry from from to last, in order, with
+// the headers only (an ordered consumer taking the whole stream: a
+// consumer filtered on the sweep's subjects would make the server match
+// every subject of each block for each entry, the calls' subjects being
+// nearly all different).
+func (l *Ledger) readHeaders(ctx context.Context, from, last uint64, fn func(m jetstream.Msg, seq uint64, at time.Time)) error {
 	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
-		InactiveThreshold: 10 * time.Second,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		HeadersOnly: true, InactiveThreshold: 10 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("read %v: consumer: %w", filters, err)
+		return fmt.Errorf("read the stream: consumer: %w", err)
 	}
 	defer func() {
 		if info := cons.CachedInfo(); info != nil {
@@ -210,16 +219,18 @@ func (l *Ledger) readFiltered(ctx context.Context, from, last uint64, filters []
 		return nil
 	}
 	for {
-		batch, err := cons.FetchNoWait(256)
+		// Entries are pending (above, and NumPending of the last one
+		// read): a fetch that waits returns them as they come.
+		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return fmt.Errorf("read %v: %w", filters, err)
+			return fmt.Errorf("read the stream: %w", err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			meta, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("read %v: metadata: %w", filters, err)
+				return fmt.Errorf("read the stream: metadata: %w", err)
 			}
 			seq := meta.Sequence.Stream
 			if seq > last {
@@ -231,7 +242,7 @@ func (l *Ledger) readFiltered(ctx context.Context, from, last uint64, filters []
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("read %v: %w", filters, err)
+			return fmt.Errorf("read the stream: %w", err)
 		}
 		if n == 0 {
 			return nil
@@ -240,6 +251,13 @@ func (l *Ledger) readFiltered(ctx context.Context, from, last uint64, filters []
 			return err
 		}
 	}
+}
+
+// sweptWithin reports whether the watermark was stored less than d ago (by
+// any process). A failed read says no: the sweep then reads it again.
+func (l *Ledger) sweptWithin(ctx context.Context, d time.Duration) bool {
+	e, err := l.kv.Get(ctx, l.sweepKey())
+	return err == nil && time.Since(e.Created()) < d
 }
 
 func (l *Ledger) readSweepMark(ctx context.Context) (uint64, uint64, error) {
@@ -305,12 +323,21 @@ func (l *Ledger) StartSweeper(ctx context.Context, cfg SweepConfig) (*Sweeper, e
 		defer close(s.done)
 		t := time.NewTimer(0)
 		defer t.Stop()
+		first := true
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			if !first && l.sweptWithin(ctx, cfg.Interval/2) {
+				// Another process swept a moment ago: every process
+				// sweeping each interval would read each entry once per
+				// process.
+				t.Reset(cfg.Interval)
+				continue
+			}
+			first = false
 			res, err := l.Sweep(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:

@@ -247,3 +247,35 @@ func assertNoErr(t *testing.T, err error) {
 		t.Errorf("unexpected error: %v", err)
 	}
 }
+
+// TestWokenSweepLeavesFinishedReportsAlone: reports answered normally
+// (their wakeup, or wakeup_skipped, stored) are settled for the sweep: it
+// finishes none of them, replays nothing, and moves its watermark past them.
+func TestWokenSweepLeavesFinishedReportsAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	for i := range 6 {
+		if i == 3 {
+			_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-settled"})
+			require.NoError(t, err)
+		}
+		c := newCall("turn-settled", fmt.Sprintf("call-%d", i), 1)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		_, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
+		require.NoError(t, err)
+	}
+	sweeper := wokenOpen(t, e)
+	reports := 0
+	hpWaitFor(t, "a sweep with nothing pending", func() bool {
+		res, err := sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Finished, "no finished report is taken over")
+		reports += res.Reports
+		return res.Pending == 0 && res.Watermark == res.To
+	})
+	require.GreaterOrEqual(t, reports, 6)
+	for i := range 6 {
+		c := newCall("turn-settled", fmt.Sprintf("call-%d", i), 1)
+		require.Len(t, e.subjectEntries(t, protocol.DuplicateSubject("v1", project, channel, c.turn, c.id)), 0, "no replay recorded")
+	}
+}

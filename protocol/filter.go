@@ -154,13 +154,26 @@ func ChannelWakeupsFilter(version, project, channel string) string {
 	return WakeupSubject(version, project, channel, "*")
 }
 
-// ReportSweepFilters are the subjects the ledger's sweep reads, in every
-// project and channel: reports, wakeups and skipped wakeups. A report with
-// neither wakeup after its lease is finished by the sweep.
-func ReportSweepFilters(version string) []string {
-	return []string{
-		CallEntriesFilter(version, "*", SubjectReport),
-		WakeupSubject(version, "*", "*", "*"),
-		CallEntriesFilter(version, "*", SubjectWakeupSkip),
+// ReportSweepEntry reads an entry's subject for the ledger's sweep: its
+// kind when it is one the sweep reads (SubjectReport, SubjectWakeup,
+// SubjectWakeupSkip; SubjectUnknown for any other), its project, and for a
+// report or a skipped wakeup the call's turn and id (a wakeup's are in its
+// headers). It reads the tokens only, without checking them, for a reader of
+// the whole stream (which only the ledger writes): the sweep reads every
+// entry in order, which costs the server far less than a consumer filtered
+// on subjects that are nearly all different.
+func ReportSweepEntry(subject string) (kind SubjectKind, project, turnID, callID string) {
+	toks := strings.Split(subject, ".")
+	if len(toks) != 8 || toks[0] != Root {
+		return SubjectUnknown, "", "", ""
 	}
+	switch {
+	case toks[4] == "ledger" && toks[5] == callEntryTokens[SubjectReport]:
+		return SubjectReport, toks[2], toks[6], toks[7]
+	case toks[4] == "ledger" && toks[5] == callEntryTokens[SubjectWakeupSkip]:
+		return SubjectWakeupSkip, toks[2], toks[6], toks[7]
+	case toks[4] == "cmd" && toks[5] == "agent" && toks[7] == "wakeup":
+		return SubjectWakeup, toks[2], "", ""
+	}
+	return SubjectUnknown, "", "", ""
 }

@@ -30,7 +30,17 @@ func TestFilters(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 	require.Empty(t, protocol.CallEntriesFilter("v1", "*", protocol.SubjectTool), "not a call entry")
-	require.Equal(t, []string{"cg.v1.*.*.ledger.report.*.*", "cg.v1.*.*.cmd.agent.*.wakeup", "cg.v1.*.*.ledger.wakeup_skipped.*.*"}, protocol.ReportSweepFilters("v1"))
+	for subject, want := range map[string][4]string{
+		protocol.ReportSubject("v1", "p1", "c1", "t1", "k1"):        {"report", "p1", "t1", "k1"},
+		protocol.WakeupSkippedSubject("v1", "p1", "c1", "t1", "k1"): {"wakeup_skipped", "p1", "t1", "k1"},
+		protocol.WakeupSubject("v1", "p1", "c1", "w1"):              {"wakeup", "p1", "", ""},
+		protocol.DuplicateSubject("v1", "p1", "c1", "t1", "k1"):     {"", "", "", ""},
+		protocol.CardSubject("v1", "p1", "cc"):                      {"", "", "", ""},
+	} {
+		kind, p, turn, call := protocol.ReportSweepEntry(subject)
+		name := map[protocol.SubjectKind]string{protocol.SubjectReport: "report", protocol.SubjectWakeupSkip: "wakeup_skipped", protocol.SubjectWakeup: "wakeup"}[kind]
+		require.Equal(t, want, [4]string{name, p, turn, call}, subject)
+	}
 }
 
 func TestToolEntryName(t *testing.T) {
