@@ -94,7 +94,7 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 	// decodes nothing but the few reports left unsettled.
 	woke := map[string]uint64{}
 	key := func(project, turn, call string) string { return project + " " + turn + " " + call }
-	err = l.readHeaders(ctx, from, last, func(m jetstream.Msg, seq uint64, at time.Time) {
+	err = l.readOrdered(ctx, from, last, true, func(m jetstream.Msg, seq uint64, at time.Time) bool {
 		kind, project, turn, call := protocol.ReportSweepEntry(m.Subject())
 		switch kind {
 		case protocol.SubjectReport:
@@ -108,6 +108,7 @@ func (l *Ledger) Sweep(ctx context.Context) (SweepResult, error) {
 		case protocol.SubjectWakeupSkip:
 			woke[key(project, turn, call)] = seq
 		}
+		return false
 	})
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
@@ -195,15 +196,15 @@ func (l *Ledger) sweepOne(ctx context.Context, e *protocol.ReportEntry) (bool, e
 	return in.tookOver, nil
 }
 
-// readHeaders calls fn for every entry from from to last, in order, with
-// the headers only (an ordered consumer taking the whole stream: a
-// consumer filtered on the sweep's subjects would make the server match
-// every subject of each block for each entry, the calls' subjects being
-// nearly all different).
-func (l *Ledger) readHeaders(ctx context.Context, from, last uint64, fn func(m jetstream.Msg, seq uint64, at time.Time)) error {
+// readOrdered calls fn for every entry from from to last, in order, until
+// it returns true; with the headers only when headersOnly. It is an ordered
+// consumer taking the whole stream: one filtered on a few kinds of
+// subject would make the server match every subject of each block for
+// each entry, the calls' subjects being nearly all different.
+func (l *Ledger) readOrdered(ctx context.Context, from, last uint64, headersOnly bool, fn func(m jetstream.Msg, seq uint64, at time.Time) bool) error {
 	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
-		HeadersOnly: true, InactiveThreshold: 10 * time.Second,
+		HeadersOnly: headersOnly, InactiveThreshold: 10 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("read the stream: consumer: %w", err)
@@ -236,8 +237,7 @@ func (l *Ledger) readHeaders(ctx context.Context, from, last uint64, fn func(m j
 			if seq > last {
 				return nil
 			}
-			fn(m, seq, meta.Timestamp)
-			if seq == last || meta.NumPending == 0 {
+			if fn(m, seq, meta.Timestamp) || seq == last || meta.NumPending == 0 {
 				return nil
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
@@ -25,18 +26,23 @@ type wakeupFound struct {
 	skipped bool
 }
 
-// wakeupScanCheck is how many entries of the channel's wakeup subjects a
-// search reads before it bounds itself by the stream's last sequence: a
-// call's wakeup is normally among the first few after its report, and a
-// search that has not found it by then stops at the end as it began.
-const wakeupScanCheck = 8
+// wakeupNear is how many entries after its report a call's wakeup is looked
+// for by sequence, all at once: its writer publishes it right after the
+// report, so it is normally among them.
+const wakeupNear = 8
 
 // wakeupOf finds the wakeup of a call's report (stored at reportSeq): its
-// wakeup_skipped entry by the call's own subject, or its result wakeup on
-// the channel's wakeup subjects (shared by the calls of all agents) read
-// forward from reportSeq+1 up to the stream's last sequence when the read
-// began, the entry naming the call whose report_seq is reportSeq (not a
-// prepared call's phase wakeup). Nil when there is none (yet).
+// wakeup_skipped entry by the call's own subject, or its result wakeup
+// after the report: among the next wakeupNear entries (read by sequence,
+// concurrently), else reading the stream on from there up to its last
+// sequence when the read began. The result wakeup is the entry on the
+// channel's wakeup subjects naming the call whose report_seq is reportSeq
+// (not a prepared call's phase wakeup). Nil when there is none (yet).
+//
+// Not a direct get with next-by-subject on the channel's wakeup subjects:
+// with a wildcard the server matches every subject of a block for each get,
+// and the calls' subjects are nearly all different (measured: milliseconds
+// of server CPU per get once the stream holds some thousands of calls).
 func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportSeq uint64) (*wakeupFound, error) {
 	sk, err := l.lastForSubject(ctx, protocol.WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID))
 	if err != nil {
@@ -45,40 +51,58 @@ func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportS
 	if sk != nil {
 		return &wakeupFound{seq: sk.Sequence, skipped: true}, nil
 	}
-	filter := protocol.ChannelWakeupsFilter(l.version, rec.ProjectID, rec.ChannelID)
-	var last uint64
-	from := reportSeq + 1
-	for n := 0; ; n++ {
-		if n == wakeupScanCheck {
-			info, err := l.stream.Info(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
-			}
-			last = info.State.LastSeq
+	var msgs [wakeupNear]*jetstream.RawStreamMsg
+	var errs [wakeupNear]error
+	var wg sync.WaitGroup
+	for i := range wakeupNear {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msgs[i], errs[i] = l.stream.GetMsg(ctx, reportSeq+1+uint64(i))
+		}()
+	}
+	wg.Wait()
+	for i := range wakeupNear {
+		if errors.Is(errs[i], jetstream.ErrMsgNotFound) {
+			continue
 		}
-		if last != 0 && from > last {
-			return nil, nil
+		if errs[i] != nil {
+			return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, errs[i])
 		}
-		m, err := l.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
-		}
-		if last != 0 && m.Sequence > last {
-			return nil, nil
-		}
-		if w, ok := resultWakeup(m, rec.AgentTurnID, rec.ToolCallID, reportSeq); ok {
+		if w, ok := resultWakeup(msgs[i], rec.AgentTurnID, rec.ToolCallID, reportSeq); ok {
 			return w, nil
 		}
-		from = m.Sequence + 1
 	}
+	from := reportSeq + 1 + wakeupNear
+	info, err := l.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+	}
+	last := info.State.LastSeq
+	if from > last {
+		return nil, nil
+	}
+	var found *wakeupFound
+	err = l.readOrdered(ctx, max(from, info.State.FirstSeq), last, false, func(m jetstream.Msg, seq uint64, _ time.Time) bool {
+		raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
+		if w, ok := resultWakeup(raw, rec.AgentTurnID, rec.ToolCallID, reportSeq); ok {
+			found = w
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+	}
+	return found, nil
 }
 
 // resultWakeup reads m as the result wakeup of call turnID/callID's report
 // at reportSeq.
 func resultWakeup(m *jetstream.RawStreamMsg, turnID, callID string, reportSeq uint64) (*wakeupFound, bool) {
+	if kind, _, _, _ := protocol.ReportSweepEntry(m.Subject); kind != protocol.SubjectWakeup {
+		return nil, false
+	}
 	if protocol.HeaderGet(m.Header, protocol.HeaderAgentTurnID) != turnID || protocol.HeaderGet(m.Header, protocol.HeaderToolCallID) != callID {
 		return nil, false
 	}

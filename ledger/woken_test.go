@@ -12,6 +12,8 @@ import (
 
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/cgledger/cgledger/stream"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Issue 30: the wakeup entry is the mark that a report is finished. These
@@ -278,4 +280,37 @@ func TestWokenSweepLeavesFinishedReportsAlone(t *testing.T) {
 		c := newCall("turn-settled", fmt.Sprintf("call-%d", i), 1)
 		require.Len(t, e.subjectEntries(t, protocol.DuplicateSubject("v1", project, channel, c.turn, c.id)), 0, "no replay recorded")
 	}
+}
+
+// TestWokenOneBucketWritePerCall: a call's path (dispatch, result card,
+// report, duplicate report, consume) writes the call-record bucket once,
+// the dispatch's create: the woken mark and the sequences' write are gone
+// (issue 30), so the bucket's stream holds one message per call.
+func TestWokenOneBucketWritePerCall(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-writes"})
+	require.NoError(t, err)
+	js, err := jetstream.New(e.nc)
+	require.NoError(t, err)
+	bucket, err := js.Stream(ctx, "KV_"+stream.DefaultBucket)
+	require.NoError(t, err)
+	before, err := bucket.Info(ctx)
+	require.NoError(t, err)
+	const n = 20
+	for i := range n {
+		c := newCall("turn-writes", fmt.Sprintf("call-%d", i), 1)
+		rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+		_, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
+		require.NoError(t, err)
+		dup, err := e.l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
+		require.NoError(t, err)
+		require.True(t, dup.Duplicate)
+		_, err = e.l.Consume(ctx, protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id})
+		require.NoError(t, err)
+	}
+	e.l.Flush()
+	after, err := bucket.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, n, after.State.LastSeq-before.State.LastSeq, "one bucket write per call")
 }
