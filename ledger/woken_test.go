@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cgledger/cgledger/internal/natstest"
 	"github.com/cgledger/cgledger/ledger"
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
@@ -313,4 +314,62 @@ func TestWokenOneBucketWritePerCall(t *testing.T) {
 	after, err := bucket.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, n, after.State.LastSeq-before.State.LastSeq, "one bucket write per call")
+}
+
+// TestWokenClusterSweepsRacingGiveOneWakeup: the racing sweeps on an R3
+// ledger, three processes on three nodes (no direct gets: the reads go to
+// the stream's leader). Reports whose writer stopped after the append get
+// one wakeup each, and a duplicate through another node then reads it.
+func TestWokenClusterSweepsRacingGiveOneWakeup(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	var ls []*ledger.Ledger
+	for i := range c.Size() {
+		l, err := ledger.Open(ctxT(t), c.Connect(t, i), ledger.Config{Streams: stream.Config{Replicas: 3}, ReportLease: wokenLease})
+		require.NoError(t, err)
+		t.Cleanup(l.Close)
+		ls = append(ls, l)
+	}
+	ctx := ctxT(t)
+	_, err := ls[0].SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-cluster"})
+	require.NoError(t, err)
+	calls := make([]call, 4)
+	cards := make([]string, len(calls))
+	for i := range calls {
+		calls[i] = newCall("turn-cluster-sweep", fmt.Sprintf("call-%d", i), 1)
+		_, err := ls[0].Dispatch(ctx, calls[i].dispatchReq())
+		require.NoError(t, err)
+		rc := calls[i].resultCard(protocol.StatusSuccess)
+		_, err = ls[0].PutCard(ctx, rc)
+		require.NoError(t, err)
+		cards[i] = rc.CardID
+		crashAfterAppend(t, ls[0], calls[i], rc.CardID)
+	}
+	finished := 0
+	hpWaitFor(t, "the sweeps to finish every report", func() bool {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := l.Sweep(ctx)
+				assertNoErr(t, err)
+				mu.Lock()
+				finished += res.Finished
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return finished >= len(calls)
+	})
+	require.Equal(t, len(calls), finished, "one takeover per report")
+	for i, cl := range calls {
+		rec, err := ls[2].GetCall(ctx, project, cl.turn, cl.id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateWoken, rec.State, cl.id)
+		out, err := ls[1].Report(ctx, cl.reportReq(protocol.StatusSuccess, cards[i]))
+		require.NoError(t, err)
+		require.True(t, out.Duplicate)
+		require.Equal(t, rec.Claim.WakeupSeq, out.Wakeup.Seq, cl.id)
+	}
 }
