@@ -33,9 +33,9 @@ const wakeupNear = 8
 
 // wakeupOf finds the wakeup of a call's report (stored at reportSeq): its
 // wakeup_skipped entry by the call's own subject, or its result wakeup
-// after the report: among the next wakeupNear entries (read by sequence,
-// concurrently), else reading the stream on from there up to its last
-// sequence when the read began. The result wakeup is the entry on the
+// after the report, reading the entries by sequence, wakeupNear at once,
+// up to the stream's last sequence when the read went past the first ones
+// (it is normally among them). The result wakeup is the entry on the
 // channel's wakeup subjects naming the call whose report_seq is reportSeq
 // (not a prepared call's phase wakeup). Nil when there is none (yet).
 //
@@ -51,6 +51,32 @@ func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportS
 	if sk != nil {
 		return &wakeupFound{seq: sk.Sequence, skipped: true}, nil
 	}
+	var last uint64
+	for from := reportSeq + 1; ; from += wakeupNear {
+		w, err := l.wakeupIn(ctx, rec, reportSeq, from)
+		if err != nil || w != nil {
+			return w, err
+		}
+		if last == 0 {
+			// Not right after the report: bound the read by the stream's
+			// last sequence now, so a missing wakeup does not chase the
+			// tail.
+			info, err := l.stream.Info(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
+			}
+			last = info.State.LastSeq
+		}
+		if from+wakeupNear > last {
+			return nil, nil
+		}
+	}
+}
+
+// wakeupIn looks for the wakeup of the report at reportSeq among the
+// wakeupNear entries from from, read by sequence, concurrently (one round
+// trip of latency).
+func (l *Ledger) wakeupIn(ctx context.Context, rec *protocol.CallRecord, reportSeq, from uint64) (*wakeupFound, error) {
 	var msgs [wakeupNear]*jetstream.RawStreamMsg
 	var errs [wakeupNear]error
 	var wg sync.WaitGroup
@@ -58,7 +84,7 @@ func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportS
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			msgs[i], errs[i] = l.stream.GetMsg(ctx, reportSeq+1+uint64(i))
+			msgs[i], errs[i] = l.stream.GetMsg(ctx, from+uint64(i))
 		}()
 	}
 	wg.Wait()
@@ -73,28 +99,7 @@ func (l *Ledger) wakeupOf(ctx context.Context, rec *protocol.CallRecord, reportS
 			return w, nil
 		}
 	}
-	from := reportSeq + 1 + wakeupNear
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
-	}
-	last := info.State.LastSeq
-	if from > last {
-		return nil, nil
-	}
-	var found *wakeupFound
-	err = l.readOrdered(ctx, max(from, info.State.FirstSeq), last, false, func(m jetstream.Msg, seq uint64, _ time.Time) bool {
-		raw := &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
-		if w, ok := resultWakeup(raw, rec.AgentTurnID, rec.ToolCallID, reportSeq); ok {
-			found = w
-			return true
-		}
-		return false
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find the wakeup of call %s: %w", rec.ToolCallID, err)
-	}
-	return found, nil
+	return nil, nil
 }
 
 // resultWakeup reads m as the result wakeup of call turnID/callID's report
