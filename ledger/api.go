@@ -298,9 +298,6 @@ func (s *APIServer) callGet(ctx context.Context, _ *protocol.Caller, m *nats.Msg
 	if err != nil {
 		return rec, err
 	}
-	if err := s.l.callSequences(ctx, rec); err != nil {
-		return nil, err
-	}
 	view := protocol.CallView{CallRecord: *rec}
 	if view.Resolution, err = s.l.callResolution(ctx, rec); err != nil {
 		return nil, err

@@ -156,7 +156,8 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 // shows as StateClaimed with its claim (sequence and outcome) read from the
 // entry, and as StateWoken, with the wakeup's sequence, once its wakeup (or
 // wakeup_skipped) entry is stored. A record marked woken by an earlier
-// version is read as it is.
+// version is read as it is. The card's and the command's sequences are
+// filled in from memory or the stream (callSequences).
 func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error) {
 	rec, err := l.getCall(ctx, project, turnID, callID, false)
 	if err != nil {
@@ -172,6 +173,9 @@ func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*
 		}
 	}
 	if rec, err = l.streamView(ctx, rec, true); err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
+	if err := l.callSequences(ctx, rec); err != nil {
 		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 	}
 	if rec.Claim != nil {

@@ -247,8 +247,9 @@ func (l *Ledger) lockTakeover(ctx context.Context, key string, rec *protocol.Cal
 // bucket does not hold (the record is not written after its create, issue
 // 30): from this process's memory (its dispatch), else from the stream: the
 // tool.call card by its id, and the command after it on the call's command
-// subject (commandEntry). Only call.get pays the reads; a held call (paused
-// or awaiting approval) has no command yet.
+// subject (commandEntry). Only GetCall (call.get) and an executor's read of
+// a redelivered command pay the reads; a held call (paused or awaiting
+// approval) has no command yet.
 func (l *Ledger) callSequences(ctx context.Context, rec *protocol.CallRecord) error {
 	if rec.CardSeq != 0 && rec.CommandSeq != 0 {
 		return nil
