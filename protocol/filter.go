@@ -147,9 +147,11 @@ func ServesTool(filters []string, subject string) bool {
 }
 
 // ChannelWakeupsFilter matches the wakeups of every worker target of one
-// channel: cg.<ver>.<project>.<channel>.cmd.agent.*.wakeup. The ledger
-// reads a call's wakeup forward from its report's sequence on it (the
-// wakeup entry is the mark that a report is finished).
+// channel: cg.<ver>.<project>.<channel>.cmd.agent.*.wakeup, for a reader
+// of a channel's wakeups (the wakeup entry is the mark that a report is
+// finished). The ledger itself finds a call's wakeup by sequence after its
+// report, not by this filter: a wildcard get makes the server match every
+// subject of a block.
 func ChannelWakeupsFilter(version, project, channel string) string {
 	return WakeupSubject(version, project, channel, "*")
 }
