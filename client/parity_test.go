@@ -42,6 +42,8 @@ var inProcessOnly = map[string]string{
 	"RecordRefusal":       "records what this process's own API subscribers refused (the views' inbox.list), as the API server does",
 	"StartDeadlineKeeper": "runs the ledger's own deadline keeper (serve starts it beside the API)",
 	"StartApprovalKeeper": "runs the ledger's own approval keeper (serve starts it beside the API)",
+	"StartSweeper":        "runs the ledger's own report sweep (serve starts it beside the API)",
+	"Sweep":               "one pass of the ledger's own report sweep, which serve runs",
 	"ToolPauseOp":         "takes a request body as received over HTTP (serve's POST /projects/{p}/tools/{tool}/pause|resume); a client calls PauseTool and ResumeTool",
 	"StorageFault":        "the in-process ledger's health (serve's /readyz and metrics)",
 	"DeadlineGrace":       "the in-process deadline keeper's configuration (serve's overdue gauge)",

@@ -140,16 +140,18 @@ func TestAPIRawProtocolRoundTrip(t *testing.T) {
 	require.True(t, dup.Duplicate)
 	require.Equal(t, out.Seq, dup.Seq)
 
-	// The woken mark follows the wakeup (protocol.md: a call is briefly
-	// claimed after its report is answered), so the record is read until
-	// it shows it.
+	// The wakeup is the mark (issue 30): stored before the report's answer,
+	// so call.get shows the call woken at once, with the wakeup's sequence
+	// and the dispatch's, which the bucket's record does not hold.
 	var rec protocol.CallRecord
-	require.Eventually(t, func() bool {
-		r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
-		require.True(t, r.OK, "%+v", r.Error)
-		require.NoError(t, json.Unmarshal(r.Result, &rec))
-		return rec.State == protocol.StateWoken
-	}, time.Minute, 10*time.Millisecond, "the call's record never showed woken")
+	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpCallGet), nil, `{"project_id":"p1","agent_turn_id":"t1","tool_call_id":"k1"}`)
+	require.True(t, r.OK, "%+v", r.Error)
+	require.NoError(t, json.Unmarshal(r.Result, &rec))
+	require.Equal(t, protocol.StateWoken, rec.State)
+	require.Equal(t, out.Seq, rec.Claim.Seq)
+	require.Equal(t, out.Wakeup.Seq, rec.Claim.WakeupSeq)
+	require.NotZero(t, rec.CardSeq)
+	require.NotZero(t, rec.CommandSeq)
 
 	r = request(t, nc, protocol.APISubject("p1", "a1", protocol.OpRosterGet), nil, `{"project_id":"p1","agent_id":"a1"}`)
 	require.True(t, r.OK, "%+v", r.Error)

@@ -38,12 +38,9 @@ func (b *background) wait() {
 	}
 }
 
-// Flush does now, and waits for, the work this ledger finishes after
-// answering: every call it dispatched has its sequences in the call-record
-// bucket and every call whose report it accepted is marked woken (or the
-// write has failed and been logged; the next report or redelivery of the
-// call finishes it). Reads of the stream never need it.
+// Flush waits for the reports this ledger has in flight. The report path
+// writes nothing after its answer (the wakeup is the mark, issue 30), so
+// reads never need it; it stays for callers written when they did.
 func (l *Ledger) Flush() {
-	l.flushSequences(false)
 	l.bg.wait()
 }

@@ -76,6 +76,17 @@ func (c *boundedCache[V]) drop(key string) {
 	c.gen++
 }
 
+// dropUnless forgets key unless keep holds for the value it has.
+func (c *boundedCache[V]) dropUnless(key string, keep func(cur V) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.items[key]; ok && keep(cur) {
+		return
+	}
+	delete(c.items, key)
+	c.gen++
+}
+
 // clear forgets everything.
 func (c *boundedCache[V]) clear() {
 	c.mu.Lock()

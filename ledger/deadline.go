@@ -105,6 +105,16 @@ func (l *Ledger) recordTimeout(ctx context.Context, rec *protocol.CallRecord) (p
 	if deadline.IsZero() {
 		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: the call record has no deadline", rec.AgentTurnID, rec.ToolCallID)
 	}
+	// The bucket does not say whether the call is reported (the wakeup is
+	// the mark, issue 30): a report stored by anyone but the deadline wins
+	// here, before the timeout's card is written for nothing.
+	if view, err := l.streamView(ctx, rec, false); err != nil {
+		return protocol.ReportOutcome{}, fmt.Errorf("timeout of %s/%s: %w", rec.AgentTurnID, rec.ToolCallID, err)
+	} else if view.Claim != nil && view.State != rec.State && view.Claim.SourceID != protocol.DeadlineSourceID {
+		var vs protocol.Violations
+		vs.Add("payload", protocol.VConflict, "call %s was already reported by %s: status %s (seq %d)", rec.ToolCallID, view.Claim.SourceID, view.Claim.Status, view.Claim.Seq)
+		return protocol.ReportOutcome{}, protocol.NewError(protocol.CodeConflict, vs, "call %s already has a report", rec.ToolCallID)
+	}
 	// An attempt on record is read only here, on the deadline's path: the
 	// hot path of a call reported in time never pays for it.
 	var attempt uint64

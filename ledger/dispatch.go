@@ -276,6 +276,19 @@ func (l *Ledger) dispatchTraced(ctx context.Context, by *protocol.Caller, in dis
 			// Held: only an approval publishes its command.
 			return l.dispatchHeld(ctx, by, existing, erev, put.Seq, false)
 		}
+		if existing.CommandSeq == 0 && existing.State == protocol.StateDispatched && existing.Paused == nil {
+			// The bucket does not hold the command's sequence (issue 30):
+			// the stream does, after the card, when it was published.
+			withCard := cloneRecord(existing)
+			withCard.CardSeq = put.Seq
+			cmd, err := l.commandEntry(ctx, withCard, 0)
+			if err != nil {
+				return protocol.DispatchResult{}, fmt.Errorf("dispatch %s/%s: %w", id.AgentTurnID, id.ToolCallID, err)
+			}
+			if cmd != nil {
+				existing.CardSeq, existing.CommandSeq = put.Seq, cmd.Sequence
+			}
+		}
 		if existing.CommandSeq != 0 {
 			l.m.dupDispatches.Inc()
 			return protocol.DispatchResult{Subject: existing.Subject, ToolCallCardID: existing.ToolCallCardID, CardSeq: existing.CardSeq, CommandSeq: existing.CommandSeq, Duplicate: true,
@@ -337,14 +350,13 @@ func (l *Ledger) dispatchTraced(ctx context.Context, by *protocol.Caller, in dis
 	if err := l.step(stepDispatchCommand); err != nil {
 		return protocol.DispatchResult{}, err
 	}
-	// The answer does not wait for the record to hold the sequences: this
-	// process's executor and report read them from memory (and the report's
-	// mark usually writes them), and a repeated dispatch before the record
-	// has them publishes again, which Nats-Msg-Id answers with the same
-	// sequence.
+	// The record is not written again to hold the sequences (issue 30):
+	// this process's executor and report read them from memory, a repeated
+	// dispatch finds the command after its card in the stream
+	// (commandEntry), and the report entry names the command when its
+	// writer knows it.
 	rec.CardSeq, rec.CommandSeq = put.Seq, ack.Sequence
 	l.cacheRecord(key, rec, rev)
-	l.deferSequences(key, rec, rev)
 	if unavailable > 0 {
 		// The command is in the ledger (the call's story reads as any
 		// other's), and the call is answered at once: whoever pulls the

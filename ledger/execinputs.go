@@ -45,6 +45,15 @@ func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQu
 		}()
 	}
 	in.Record, in.RecordErr = l.getCall(ctx, q.Project, q.AgentTurnID, q.ToolCallID, !q.Fresh)
+	if q.Fresh && in.RecordErr == nil {
+		// A redelivery: whether the call is reported and woken is the
+		// stream's to tell (the bucket is not written after dispatch).
+		// As GetCall answers (the call.get a remote executor reads).
+		in.Record, in.RecordErr = l.streamView(ctx, in.Record, true)
+		if in.RecordErr == nil {
+			in.RecordErr = l.callSequences(ctx, in.Record)
+		}
+	}
 	wg.Wait()
 	// The definition the call pinned at dispatch, when a new one was
 	// registered since (or the cached one is not it): one more read, only

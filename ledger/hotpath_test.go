@@ -73,6 +73,18 @@ func hpRecordState(t *testing.T, kv jetstream.KeyValue, c call) string {
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
+// hpStreamView is a call as a ledger process that never saw it reads it:
+// the bucket's record, and the report and wakeup in the stream (the wakeup
+// is the mark, issue 30).
+func hpStreamView(t *testing.T, e *env, c call) *protocol.CallRecord {
+	t.Helper()
+	l := hpOpen(t, e.srv.Connect(t))
+	defer l.Close()
+	rec, err := l.GetCall(ctxT(t), project, c.turn, c.id)
+	require.NoError(t, err)
+	return rec
+}
+
 // hpOpen opens a ledger on a connection of its own.
 func hpOpen(t *testing.T, nc *nats.Conn) *ledger.Ledger {
 	t.Helper()
@@ -287,12 +299,10 @@ func TestHotpathCloseRacesInFlightReports(t *testing.T) {
 	}
 }
 
-// TestHotpathCloseReturnsBeforeInFlightReportIsMarked: Close promises to
-// wait for the marks of answered reports, but a report that has not reached
-// bg.start() yet is invisible to it. Close returns, the caller drains its
-// connection as serve does, and the report is then answered "accepted" with
-// its record never marked woken: a retry waits out the lease and wakes the
-// agent a second time.
+// TestHotpathCloseReturnsBeforeInFlightReportIsMarked: Close waits for the
+// reports in flight: one held after its wakeup is answered before Close
+// returns, and the stream holds its wakeup (the mark, issue 30; the record
+// in the bucket is not written), so no retry wakes the agent again.
 func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
 	e := newEnv(t)
 	ncA := e.srv.Connect(t)
@@ -330,9 +340,10 @@ func TestHotpathCloseReturnsBeforeInFlightReportIsMarked(t *testing.T) {
 	r := <-done
 	require.NoError(t, r.err)
 	require.False(t, r.out.Duplicate)
-	kv := hpKV(t, e.nc)
-	require.Equal(t, protocol.StateWoken, hpRecordState(t, kv, c),
-		"Close returned before the report in flight had its record marked woken")
+	rec := hpStreamView(t, e, c)
+	require.Equal(t, protocol.StateWoken, rec.State, "Close returned before the report in flight had its wakeup stored")
+	require.Equal(t, r.out.Wakeup.Seq, rec.Claim.WakeupSeq)
+	require.Equal(t, protocol.StateDispatched, hpRecordState(t, hpKV(t, e.nc), c), "no record write after dispatch's create")
 }
 
 // refusedDispatch is a dispatch of c whose tool.call card reuses c's card id
@@ -567,7 +578,8 @@ func TestHotpathStaleRecordCacheNeverAnswersWrong(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, orig.Duplicate)
 	b.Flush()
-	require.Equal(t, protocol.StateWoken, hpRecordState(t, hpKV(t, e.nc), c))
+	require.Equal(t, protocol.StateDispatched, hpRecordState(t, hpKV(t, e.nc), c), "no record write after dispatch's create")
+	require.Equal(t, protocol.StateWoken, hpStreamView(t, e, c).State)
 
 	dup, err := a.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
 	require.NoError(t, err)
@@ -626,8 +638,10 @@ func TestHotpathStaleRecordCacheClaimedNotMarked(t *testing.T) {
 }
 
 // TestHotpathRacingDispatchesAcrossProcessesRecordSequences: identical
-// dispatches through three processes: one first, all the same sequences,
-// and after Flush the record holds them whichever process wrote them.
+// dispatches through three processes: one first, all the same sequences;
+// the record is not written to hold them (issue 30), and a repeat through
+// a process that never saw the call finds the command in the stream and
+// answers the same sequences, publishing nothing.
 func TestHotpathRacingDispatchesAcrossProcessesRecordSequences(t *testing.T) {
 	e := newEnv(t)
 	ls := e.ledgers(t, 3)
@@ -655,16 +669,31 @@ func TestHotpathRacingDispatchesAcrossProcessesRecordSequences(t *testing.T) {
 		require.NoError(t, err)
 		var rec protocol.CallRecord
 		require.NoError(t, jsonUnmarshal(e2.Value(), &rec))
+		require.Zero(t, rec.CommandSeq, "the record is not written after its create")
+		fresh := hpOpen(t, e.srv.Connect(t))
+		again, err := fresh.Dispatch(ctxT(t), c.dispatchReq())
+		fresh.Close()
+		require.NoError(t, err)
+		require.True(t, again.Duplicate)
 		for seq := range seqs {
-			require.Equal(t, seq, rec.CommandSeq)
+			require.Equal(t, seq, again.CommandSeq, "round %d: the command found in the stream", round)
 		}
-		require.NotZero(t, rec.CardSeq)
+		require.NotZero(t, again.CardSeq)
+		commands := 0
+		for _, m := range e.subjectEntries(t, c.dispatchReq().Subject) {
+			if m.Header.Get(protocol.HeaderToolCallID) == c.id && m.Header.Get(protocol.HeaderAgentTurnID) == c.turn {
+				commands++
+			}
+		}
+		require.Equal(t, 1, commands, "round %d: one command", round)
 	}
 }
 
-// TestHotpathReportRacesRecordSequences: the report lands (through another
-// process) before the dispatching process has written the sequences into
-// the record: after both flush, the record is woken and holds them.
+// TestHotpathReportRacesRecordSequences: the report lands through another
+// process than the dispatch's: no record write follows either (issue 30);
+// a process that never saw the call reads it woken with the report's and
+// the wakeup's sequences from the stream, and a repeated dispatch through
+// the reporting process answers the dispatch's sequences.
 func TestHotpathReportRacesRecordSequences(t *testing.T) {
 	e := newEnv(t)
 	ls := e.ledgers(t, 2)
@@ -683,14 +712,16 @@ func TestHotpathReportRacesRecordSequences(t *testing.T) {
 		require.False(t, out.Duplicate)
 		a.Flush()
 		b.Flush()
-		en, err := kv.Get(ctx, hpCallKey(project, c.turn, c.id))
-		require.NoError(t, err)
-		var rec protocol.CallRecord
-		require.NoError(t, jsonUnmarshal(en.Value(), &rec))
+		require.Equal(t, protocol.StateDispatched, hpRecordState(t, kv, c))
+		rec := hpStreamView(t, e, c)
 		require.Equal(t, protocol.StateWoken, rec.State)
-		require.Equal(t, res.CommandSeq, rec.CommandSeq)
-		require.Equal(t, res.CardSeq, rec.CardSeq)
 		require.Equal(t, out.Seq, rec.Claim.Seq)
+		require.Equal(t, out.Wakeup.Seq, rec.Claim.WakeupSeq)
+		again, err := b.Dispatch(ctx, c.dispatchReq())
+		require.NoError(t, err)
+		require.True(t, again.Duplicate)
+		require.Equal(t, res.CommandSeq, again.CommandSeq)
+		require.Equal(t, res.CardSeq, again.CardSeq)
 	}
 }
 
@@ -800,8 +831,9 @@ func TestHotpathCorrectedDispatchAfterRefusedCard(t *testing.T) {
 	require.False(t, out.Duplicate)
 }
 
-// TestHotpathFlushWaitsForMarks: after Flush, every report this ledger
-// answered is marked woken in the bucket; the reports ran concurrently.
+// TestHotpathFlushWaitsForMarks: every report this ledger answered,
+// concurrently, has its wakeup in the stream (the mark, issue 30), which a
+// process that never saw the calls reads; the bucket is not written.
 func TestHotpathFlushWaitsForMarks(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
@@ -829,7 +861,8 @@ func TestHotpathFlushWaitsForMarks(t *testing.T) {
 	require.EqualValues(t, len(calls), accepted.Load())
 	e.l.Flush()
 	for _, c := range calls {
-		require.Equal(t, protocol.StateWoken, hpRecordState(t, kv, c), c.id)
+		require.Equal(t, protocol.StateDispatched, hpRecordState(t, kv, c), c.id)
+		require.Equal(t, protocol.StateWoken, hpStreamView(t, e, c).State, c.id)
 	}
 }
 

@@ -127,7 +127,7 @@ type step string
 const (
 	stepAppended    step = "appended"     // report entry acknowledged by the stream (the claim)
 	stepWoken       step = "woken"        // wakeup (or wakeup_skipped) acknowledged
-	stepMarkedWoken step = "marked_woken" // KV record marked woken (after the answer, for the writer)
+	stepMarkedWoken step = "marked_woken" // a takeover's lock written on the call record (woken.go; the writer's path writes none)
 	// stepResultChecked: a report.result checked, before its atomic batch
 	// (card and report) is published.
 	stepResultChecked step = "result_checked"
@@ -184,7 +184,6 @@ type Ledger struct {
 	guard             func() error
 	fault             storageFault
 	bg                background
-	seqs              pendingSequences
 	// ttl is the Nats-TTL written on entries that expire, empty for none.
 	ttl string
 	// health is who pulls tool commands, for health.fail_fast_after_ms.
@@ -301,11 +300,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.ResultWrites.sequential(streams.Replicas)}, nil
 }
 
-// Close stops the cache watch and waits for work the ledger finishes after
-// answering (marking reported calls woken). It does not close the NATS
-// connection, which the caller owns.
+// Close stops the cache watch and waits for the reports in flight (a report
+// let go between its append and its wakeup is left for a sweep). It does not
+// close the NATS connection, which the caller owns.
 func (l *Ledger) Close() {
-	l.flushSequences(true)
 	l.cache.close()
 	l.bg.wait()
 }

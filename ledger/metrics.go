@@ -24,6 +24,7 @@ type metrics struct {
 	wakeupLatency   *prometheus.HistogramVec
 	wakeups         prometheus.Counter
 	wakeupsSkipped  prometheus.Counter
+	sweptReports    prometheus.Counter
 	reports         *prometheus.CounterVec
 	attemptOutcome  *prometheus.CounterVec
 	decisions       *prometheus.CounterVec
@@ -103,6 +104,10 @@ func newMetrics(reg prometheus.Registerer, labels *toollabels.Labels) (*metrics,
 			Name: "cgledger_ledger_wakeups_skipped_total",
 			Help: "Accepted reports whose agent had no roster entry, so no wakeup could be routed.",
 		}),
+		sweptReports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cgledger_ledger_reports_swept_total",
+			Help: "Stored reports whose writer stopped before their wakeup, finished by the ledger's sweep (at start or on its timer).",
+		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cgledger_ledger_reports_accepted_total",
 			Help: "Reports appended to the ledger (exactly one per call), by status.",
@@ -155,7 +160,7 @@ func newMetrics(reg prometheus.Registerer, labels *toollabels.Labels) (*metrics,
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.reports, m.attemptOutcome, m.decisions, m.approvals, m.operatorActions, m.toolPaused,
+	for _, c := range []prometheus.Collector{m.appends, m.appendLatency, m.rejections, m.writesRefused, m.duplicates, m.dupDispatches, m.apiRequests, m.apiDuration, m.callLatency, m.wakeupLatency, m.wakeups, m.wakeupsSkipped, m.sweptReports, m.reports, m.attemptOutcome, m.decisions, m.approvals, m.operatorActions, m.toolPaused,
 		everyToolCallOutcome{labels: labels, vec: m.toolCalls},
 		everyKnownTool{labels: labels, vecs: []*prometheus.CounterVec{m.toolUnavailable, m.timeouts, m.lateReports, m.dispatches}}} {
 		if err := reg.Register(c); err != nil {

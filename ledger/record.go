@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,19 +58,28 @@ func (l *Ledger) recordCached(ctx context.Context, key string) (*protocol.CallRe
 }
 
 // cacheRecord remembers a record at a revision, unless a later revision is
-// already remembered (a read can answer after a newer write). Only a record
-// whose command is published is remembered: until then its dispatch can
-// still be refused and the record taken back and written anew, and no
-// process may keep the first version.
+// already remembered (a read can answer after a newer write), or the same
+// revision with more than the bucket holds: the command's sequence from
+// this process's publish, the wakeup from its report (the bucket holds
+// neither, issue 30). Only a record whose command is published is
+// remembered: until then its dispatch can still be refused and the record
+// taken back and written anew, and no process may keep the first version.
 func (l *Ledger) cacheRecord(key string, rec *protocol.CallRecord, rev uint64) {
+	knowsMore := func(cur cachedRecord) bool {
+		if cur.rev != rev {
+			return cur.rev > rev
+		}
+		return (cur.rec.State == protocol.StateWoken && rec.State != protocol.StateWoken) ||
+			(cur.rec.CommandSeq != 0 && rec.CommandSeq == 0)
+	}
 	if rec.CommandSeq == 0 && (rec.State == protocol.StateDispatched || rec.State == protocol.StateAwaitingApproval || rec.State == protocol.StatePaused) {
 		// Nor one held: a resume moves it on without a command first, and
 		// an earlier version remembered must not outlive that move.
-		l.cache.records.drop(key)
+		l.cache.records.dropUnless(key, knowsMore)
 		return
 	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
-		func(cur, v cachedRecord) bool { return cur.rev > v.rev })
+		func(cur, _ cachedRecord) bool { return knowsMore(cur) })
 }
 
 // cloneRecord copies a record deeply enough that the copy's state and claim
@@ -143,40 +151,35 @@ func (l *Ledger) updateRecord(ctx context.Context, key string, rec *protocol.Cal
 
 // GetCall returns the record of a call dispatched through the ledger, or an
 // error matching ErrUnknownCall. Executors use it to skip calls already
-// reported. The bucket marks a call woken only after its report is answered,
-// so for a record still dispatched GetCall also looks at the report's own
-// subject: a stored report shows as StateClaimed with its claim (sequence
-// and outcome) read from the entry.
+// reported. The bucket keeps what dispatch fixed; whether the call is
+// reported and woken is the stream's to tell (issue 30): a stored report
+// shows as StateClaimed with its claim (sequence and outcome) read from the
+// entry, and as StateWoken, with the wakeup's sequence, once its wakeup (or
+// wakeup_skipped) entry is stored. A record marked woken by an earlier
+// version is read as it is. The card's and the command's sequences are
+// filled in from memory or the stream (callSequences).
 func (l *Ledger) GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error) {
 	rec, err := l.getCall(ctx, project, turnID, callID, false)
 	if err != nil {
 		return rec, err
 	}
-	if rec.State != protocol.StateDispatched {
-		if rec.Claim != nil {
-			rec.Outcome = rec.Claim.AttemptOutcome
-		}
-		return rec, nil
-	}
-	confirmed, _, err := l.dispatchConfirmed(ctx, rec)
-	if err != nil {
-		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
-	}
-	if !confirmed {
-		return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
-	}
-	m, err := l.lastForSubject(ctx, protocol.ReportSubject(l.version, project, rec.ChannelID, turnID, callID))
-	if err != nil {
-		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
-	}
-	if m != nil {
-		c, err := l.claimFromEntry(m)
+	if rec.State == protocol.StateDispatched {
+		confirmed, _, err := l.dispatchConfirmed(ctx, rec)
 		if err != nil {
 			return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
 		}
-		c.LeaseUntil = time.Time{}
-		rec.State, rec.Claim = protocol.StateClaimed, c
-		rec.Outcome = c.AttemptOutcome
+		if !confirmed {
+			return nil, protocol.NewError(protocol.CodeUnknownCall, nil, "no call %s in turn %s of project %s was dispatched through the ledger", callID, turnID, project)
+		}
+	}
+	if rec, err = l.streamView(ctx, rec, true); err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
+	if err := l.callSequences(ctx, rec); err != nil {
+		return nil, fmt.Errorf("get call %s/%s: %w", turnID, callID, err)
+	}
+	if rec.Claim != nil {
+		rec.Outcome = rec.Claim.AttemptOutcome
 	}
 	return rec, nil
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cgledger/cgledger/internal/backoff"
-
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,6 +39,13 @@ type reportInput struct {
 	// result is the tool.result card of a report.result (result.go), stored
 	// with the report entry; nil for a report.
 	result *resultCard
+	// swept marks a stored report the ledger's sweep replays to finish it
+	// (sweep.go): like a Resume, but its answer goes to no one, so it is
+	// not recorded as a duplicate, and a deadline passed since does not
+	// make it late.
+	swept bool
+	// tookOver is set on a swept report whose wakeup its replay published.
+	tookOver bool
 }
 
 // Report validates a tool result report, deduplicates it on (agent_turn_id,
@@ -190,7 +195,7 @@ func (l *Ledger) prefetch(ctx context.Context, key string, in *reportInput) *pre
 
 func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportOutcome, error) {
 	// Close waits for reports in flight too: one it let go between the
-	// append and the mark would leave the record unmarked.
+	// append and the wakeup would leave the report for a sweep to finish.
 	l.bg.start()
 	defer l.bg.done()
 	refuse := func(code protocol.Code, vs protocol.Violations, format string, args ...any) (protocol.ReportOutcome, error) {
@@ -245,7 +250,7 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 			rec.ToolCallID, c.SourceID, c.Status, c.ToolResultCardID, c.AfterExecution, state, c.Seq)
 		return refuse(protocol.CodeConflict, vs, "call %s already has a different result", rec.ToolCallID)
 	}
-	deadlineChecked := in.deadline
+	deadlineChecked := in.deadline || in.swept
 	for range 64 {
 		if in.id.TurnEpoch != rec.TurnEpoch {
 			var vs protocol.Violations
@@ -337,6 +342,10 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 			return conflict(rec.Claim, rec.State)
 		case rec.State == protocol.StateWoken:
 			return l.finishReport(ctx, by, rec, in, true)
+		case takeoverMark(rec):
+			// A takeover has locked the record (woken.go): the entry is
+			// stored; its wakeup is the taker's to publish.
+			claim = nil
 		default:
 			// A claim written by an earlier version of the ledger, before
 			// the report entry itself became the claim: append its bytes.
@@ -353,7 +362,14 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 		// The append is the claim: the subject is the call's own and must be
 		// empty, so of any number of concurrent reports exactly one stores
 		// its entry, through any number of ledger processes.
-		seq, stored, err := l.appendResult(ctx, by, in, l.callToolLabel(rec), claim, raw)
+		var seq uint64
+		var stored *protocol.Claim
+		var err error
+		if claim == nil {
+			seq, stored, err = l.readReport(ctx, rec.Claim.Subject)
+		} else {
+			seq, stored, err = l.appendResult(ctx, by, in, l.callToolLabel(rec), claim, raw)
+		}
 		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: append: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
@@ -370,24 +386,36 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 		}
 		if !here {
 			// Another report stored the entry: it publishes the one wakeup.
-			// Wait for it to finish; take over only once the entry is older
-			// than the lease (its writer crashed or stalled).
-			woken, wrec, wrev, err := l.awaitWoken(ctx, key, claim.LeaseUntil)
+			// Wait for the stream to hold it; take over only once the entry
+			// (and any takeover's mark) is older than the lease (its writer
+			// crashed or stalled), behind the record's compare-and-set.
+			woken, wrec, err := l.awaitWoken(ctx, rec, claim)
 			if err != nil {
 				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
 			if woken {
-				rec, rev = wrec, wrev
+				l.cacheRecord(key, wrec, rev)
+				rec = wrec
 				continue
 			}
-			if rec, rev, err = l.reread(ctx, key); err != nil {
-				return protocol.ReportOutcome{}, err
+			nrev, won, err := l.lockTakeover(ctx, key, rec, rev, claim)
+			if err != nil {
+				return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: take over: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 			}
-			if rec.State == protocol.StateWoken {
+			if !won {
+				if rec, rev, err = l.reread(ctx, key); err != nil {
+					return protocol.ReportOutcome{}, err
+				}
 				continue
 			}
+			rev = nrev
 		}
 		next := cloneRecord(rec)
+		if takeoverMark(next) {
+			// The record keeps what dispatch fixed; the state is the
+			// stream's to tell.
+			next.State = protocol.StateDispatched
+		}
 		next.Claim = claim
 		if pre.rostErr != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
@@ -399,91 +427,44 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 		if err := l.step(stepWoken); err != nil {
 			return protocol.ReportOutcome{}, err
 		}
-		next.State = protocol.StateWoken
+		// The wakeup is the mark (woken.go): no record is written. This
+		// process keeps the woken record, at the revision it read (the
+		// bucket's), so its duplicates, the agent's consume and call.get
+		// need no read; any other reader finds the wakeup in the stream.
 		// The record keeps the outcome, not the entry's bytes: the stream
 		// holds those.
+		next.State = protocol.StateWoken
 		next.Claim.Header, next.Claim.Data, next.Claim.LeaseUntil = nil, nil, time.Time{}
+		l.cacheRecord(key, next, rev)
 		if here {
-			// The answer does not wait for the record: the entry and the
-			// wakeup are stored, and until the mark lands a duplicate finds
-			// the entry and waits for it. This process knows the outcome
-			// now (at the old revision, which the mark's compare-and-set
-			// replaces): its duplicates and the agent's consume need no read.
-			l.cacheRecord(key, next, rev)
 			tool := l.callToolLabel(rec)
 			l.m.wakeupLatency.WithLabelValues(tool).Observe(time.Since(appended).Seconds())
 			if !rec.DispatchedAt.IsZero() {
 				l.m.callLatency.WithLabelValues(tool, l.labels.VersionLabel(rec.ToolName, rec.ToolVersion)).Observe(appended.Sub(rec.DispatchedAt).Seconds())
 			}
-			l.bg.start()
-			go func() {
-				defer l.bg.done()
-				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				if err := l.markWoken(mctx, key, next, rev); err != nil {
-					l.log.Warn("report: mark call woken", "key", key, "err", err)
-				}
-			}()
 			return l.finishReport(ctx, by, next, in, false)
 		}
-		if err := l.markWoken(ctx, key, next, rev); err != nil {
-			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: mark woken: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
+		if in.swept {
+			in.tookOver = true
+			l.m.sweptReports.Inc()
 		}
 		return l.finishReport(ctx, by, next, in, true)
 	}
 	return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: too many concurrent updates to the call record", in.id.AgentTurnID, in.id.ToolCallID)
 }
 
-// markWoken compare-and-sets the record to woken with the accepted report's
-// outcome, starting from revision rev (which may be behind: a lost
-// compare-and-set re-reads and tries again, and a record already woken is
-// left as it is).
-func (l *Ledger) markWoken(ctx context.Context, key string, next *protocol.CallRecord, rev uint64) error {
-	cur := next
-	for range 16 {
-		_, ok, err := l.updateRecord(ctx, key, cur, rev)
-		if err != nil {
-			return err
-		}
-		if ok {
-			if err := l.step(stepMarkedWoken); err != nil {
-				return err
-			}
-			return nil
-		}
-		rec, nrev, err := l.reread(ctx, key)
-		if err != nil {
-			return err
-		}
-		if rec.State == protocol.StateWoken {
-			return nil
-		}
-		cur = cloneRecord(rec)
-		cur.State, cur.Claim = protocol.StateWoken, next.Claim
-		rev = nrev
+// readReport reads the stored report entry of a call a takeover has
+// locked, as appendReport answers for an entry already there.
+func (l *Ledger) readReport(ctx context.Context, subject string) (uint64, *protocol.Claim, error) {
+	m, err := l.storedEntry(ctx, subject)
+	if err != nil {
+		return 0, nil, err
 	}
-	return fmt.Errorf("call record %s: too many concurrent updates", key)
-}
-
-// awaitWoken polls the call record until it is woken (true, with the
-// record) or the lease has passed (false). Polling, rather than a KV watch,
-// because it only runs for concurrent identical reports.
-func (l *Ledger) awaitWoken(ctx context.Context, key string, leaseUntil time.Time) (bool, *protocol.CallRecord, uint64, error) {
-	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
-		rec, rev, err := l.getRecord(ctx, key)
-		if err != nil {
-			return false, nil, 0, err
-		}
-		if rec != nil && rec.State == protocol.StateWoken {
-			return true, rec, rev, nil
-		}
-		if !time.Now().Before(leaseUntil) {
-			return false, nil, 0, nil
-		}
-		if err := wait.WaitUntil(ctx, leaseUntil); err != nil {
-			return false, nil, 0, fmt.Errorf("waiting for the report being finished: %w", err)
-		}
+	c, err := l.claimFromEntry(m)
+	if err != nil {
+		return 0, nil, err
 	}
+	return m.Sequence, c, nil
 }
 
 // withClaim copies a record deeply enough to change its claim.
@@ -750,7 +731,7 @@ func (l *Ledger) finishReport(ctx context.Context, by *protocol.Caller, rec *pro
 	if c.WakeupSkipped {
 		out.Wakeup.Reason = protocol.NoRosterEntry
 	}
-	if !duplicate || in.deadline || in.approval {
+	if !duplicate || in.deadline || in.approval || in.swept {
 		return out, nil
 	}
 	l.m.duplicates.Inc()
@@ -815,7 +796,7 @@ func (l *Ledger) resume(ctx context.Context, by *protocol.Caller, project, turnI
 // refuseReport records a refused report and returns the refusal; the
 // ledger's own timeout report is refused without a record (deadline.go).
 func (l *Ledger) refuseReport(ctx context.Context, by *protocol.Caller, in *reportInput, e *protocol.Error, raw func() protocol.RejectedRequest) error {
-	if in.deadline || in.approval {
+	if in.deadline || in.approval || in.swept {
 		return e
 	}
 	if in.result != nil {

@@ -340,7 +340,9 @@ func findCall(r *rig, id string) (*protocol.CallRecord, error) {
 		}
 		var rec protocol.CallRecord
 		if json.Unmarshal(e.Value(), &rec) == nil && rec.ToolCallID == id {
-			return &rec, nil
+			// The bucket holds what dispatch wrote; the report and its
+			// wakeup are the stream's to tell (GetCall reads them).
+			return r.L.GetCall(ctx, rec.ProjectID, rec.AgentTurnID, rec.ToolCallID)
 		}
 	}
 	return nil, errors.New("not found")

@@ -145,3 +145,37 @@ func ServesTool(filters []string, subject string) bool {
 	}
 	return false
 }
+
+// ChannelWakeupsFilter matches the wakeups of every worker target of one
+// channel: cg.<ver>.<project>.<channel>.cmd.agent.*.wakeup, for a reader
+// of a channel's wakeups (the wakeup entry is the mark that a report is
+// finished). The ledger itself finds a call's wakeup by sequence after its
+// report, not by this filter: a wildcard get makes the server match every
+// subject of a block.
+func ChannelWakeupsFilter(version, project, channel string) string {
+	return WakeupSubject(version, project, channel, "*")
+}
+
+// ReportSweepEntry reads an entry's subject for the ledger's sweep: its
+// kind when it is one the sweep reads (SubjectReport, SubjectWakeup,
+// SubjectWakeupSkip; SubjectUnknown for any other), its project, and for a
+// report or a skipped wakeup the call's turn and id (a wakeup's are in its
+// headers). It reads the tokens only, without checking them, for a reader of
+// the whole stream (which only the ledger writes): the sweep reads every
+// entry in order, which costs the server far less than a consumer filtered
+// on subjects that are nearly all different.
+func ReportSweepEntry(subject string) (kind SubjectKind, project, turnID, callID string) {
+	toks := strings.Split(subject, ".")
+	if len(toks) != 8 || toks[0] != Root {
+		return SubjectUnknown, "", "", ""
+	}
+	switch {
+	case toks[4] == "ledger" && toks[5] == callEntryTokens[SubjectReport]:
+		return SubjectReport, toks[2], toks[6], toks[7]
+	case toks[4] == "ledger" && toks[5] == callEntryTokens[SubjectWakeupSkip]:
+		return SubjectWakeupSkip, toks[2], toks[6], toks[7]
+	case toks[4] == "cmd" && toks[5] == "agent" && toks[7] == "wakeup":
+		return SubjectWakeup, toks[2], "", ""
+	}
+	return SubjectUnknown, "", "", ""
+}

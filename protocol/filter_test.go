@@ -25,10 +25,22 @@ func TestFilters(t *testing.T) {
 		protocol.SkipFilter(42):                                         "cg.*._._.ledger.skip.42",
 		protocol.ProjectEntryPrefix("v1", "p1"):                         "cg.v1.p1.",
 		protocol.UnroutedEntryPrefix("v1"):                              "cg.v1._._.",
+		protocol.ChannelWakeupsFilter("v1", "p1", "c1"):                 "cg.v1.p1.c1.cmd.agent.*.wakeup",
 	} {
 		require.Equal(t, want, got)
 	}
 	require.Empty(t, protocol.CallEntriesFilter("v1", "*", protocol.SubjectTool), "not a call entry")
+	for subject, want := range map[string][4]string{
+		protocol.ReportSubject("v1", "p1", "c1", "t1", "k1"):        {"report", "p1", "t1", "k1"},
+		protocol.WakeupSkippedSubject("v1", "p1", "c1", "t1", "k1"): {"wakeup_skipped", "p1", "t1", "k1"},
+		protocol.WakeupSubject("v1", "p1", "c1", "w1"):              {"wakeup", "p1", "", ""},
+		protocol.DuplicateSubject("v1", "p1", "c1", "t1", "k1"):     {"", "", "", ""},
+		protocol.CardSubject("v1", "p1", "cc"):                      {"", "", "", ""},
+	} {
+		kind, p, turn, call := protocol.ReportSweepEntry(subject)
+		name := map[protocol.SubjectKind]string{protocol.SubjectReport: "report", protocol.SubjectWakeupSkip: "wakeup_skipped", protocol.SubjectWakeup: "wakeup"}[kind]
+		require.Equal(t, want, [4]string{name, p, turn, call}, subject)
+	}
 }
 
 func TestToolEntryName(t *testing.T) {

@@ -125,6 +125,7 @@ func serveComponents(st *serveState) *group {
 		g.add("ledger API", &apiComponent{st: st})
 		g.add("deadline keeper", &deadlineKeeperComponent{st: st})
 		g.add("approval keeper", &approvalKeeperComponent{st: st})
+		g.add("report sweeper", &sweeperComponent{st: st})
 	}
 	if s.PProf != "" {
 		g.add("pprof", &pprofComponent{st: st})
@@ -694,6 +695,34 @@ func (c *approvalKeeperComponent) Stop(ctx context.Context) error {
 	defer cancel()
 	if err := c.keeper.Stop(sctx); err != nil {
 		c.st.log.Warn("stop approval keeper", "err", err)
+	}
+	return nil
+}
+
+// sweeperComponent finishes reports whose wakeup is missing (their writer
+// stopped after the append): at start, then every minute (ledger.Sweep).
+// Every serve process runs one; sweeps racing on one ledger stay exact.
+type sweeperComponent struct {
+	st      *serveState
+	sweeper *ledger.Sweeper
+}
+
+// Start starts the sweeper; its first sweep runs at once, in the background.
+func (c *sweeperComponent) Start(context.Context) error {
+	sw, err := c.st.l.StartSweeper(c.st.life, ledger.SweepConfig{})
+	if err != nil {
+		return err
+	}
+	c.sweeper = sw
+	return nil
+}
+
+// Stop stops it, as deadlineKeeperComponent.Stop does.
+func (c *sweeperComponent) Stop(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, keeperStopTimeout)
+	defer cancel()
+	if err := c.sweeper.Stop(sctx); err != nil {
+		c.st.log.Warn("stop report sweeper", "err", err)
 	}
 	return nil
 }
