@@ -85,9 +85,11 @@ func (c *Client) RejectCommand(ctx context.Context, subject string, h nats.Heade
 func (c *Client) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs {
 	var in protocol.ExecutionInputs
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		in.Canceled, in.CancelErr = c.Canceled(ctx, q.Project, q.Channel, q.AgentTurnID, q.ToolCallID)
-	})
+	if !q.SkipCancel {
+		wg.Go(func() {
+			in.Canceled, in.CancelErr = c.Canceled(ctx, q.Project, q.Channel, q.AgentTurnID, q.ToolCallID)
+		})
+	}
 	wg.Go(func() { in.Card, in.CardErr = c.GetCard(ctx, q.Project, q.ToolCallCardID) })
 	if protocol.ValidIdentifier(q.ToolName) {
 		wg.Go(func() { in.Tool, in.ToolErr = c.GetTool(ctx, q.Project, q.ToolName) })

@@ -29,6 +29,8 @@ import (
 type Ledger interface {
 	ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs
 	GetCall(ctx context.Context, project, turnID, callID string) (*protocol.CallRecord, error)
+	// Canceled reads whether a call was canceled, always from the server.
+	Canceled(ctx context.Context, project, channel, turnID, callID string) (bool, error)
 	GetTool(ctx context.Context, project, tool string) (*protocol.StoredTool, error)
 	PutCard(ctx context.Context, card protocol.Card) (protocol.PutCardResult, error)
 	Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error)

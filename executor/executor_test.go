@@ -269,6 +269,34 @@ func TestCancelInFlightAndBeforePickup(t *testing.T) {
 	require.NoError(t, err, "cancelling again is idempotent")
 }
 
+// TestPureToolCanceledBeforePickup: a pure tool may run while its
+// cancellation is read (it changes nothing), but a cancel recorded before
+// the pick-up still decides the answer: canceled, whatever the run returned.
+func TestPureToolCanceledBeforePickup(t *testing.T) {
+	var runs atomic.Int32
+	pure := executor.ToolFunc(func(ctx context.Context, call *executor.Call) executor.Outcome {
+		runs.Add(1)
+		return executor.Success(map[string]any{"ran": true})
+	})
+	tools := map[string]impl{"pure": {pure, def("pure", protocol.DeterminismPure, protocol.RetryPolicy{}, 4)}}
+	r := newRig(t, executor.Config{}, tools)
+	ctx := ledgertest.Ctx(t)
+	r.ex.Stop(context.Background())
+	c := r.dispatch(t, callOpts{tool: "pure"})
+	_, err := r.L.Cancel(ctx, protocol.CancelRequest{ProjectID: c.Project, AgentID: c.Agent, AgentTurnID: c.Turn, ToolCallID: c.ID})
+	require.NoError(t, err)
+	r.start(t, executor.Config{Registerer: prometheusNoop()}, tools)
+	_, tr, _ := r.result(t, c)
+	require.Equal(t, protocol.StatusCanceled, tr.Status)
+	require.Equal(t, "canceled", tr.Error.Code)
+	require.LessOrEqual(t, runs.Load(), int32(1), "run at most once, its result discarded")
+
+	// Not canceled: the same tool answers with its own result.
+	c2 := r.dispatch(t, callOpts{tool: "pure"})
+	_, tr, _ = r.result(t, c2)
+	require.Equal(t, protocol.StatusSuccess, tr.Status)
+}
+
 func TestBadCommandsAreAnsweredNotDropped(t *testing.T) {
 	r := newRig(t, executor.Config{}, nil)
 	js, err := r.NC.JetStream()

@@ -113,23 +113,16 @@ func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 		ans.toolName = im.name
 	}
 
-	canceled, err := pre.canceled, pre.cancelErr
-	if err != nil {
-		e.retryLater(msg, "read cancellation", err)
-		return
-	}
-	if canceled {
-		e.finish(msg, ans, canceledOutcome(), 0, nil, start)
-		return
-	}
 	if int(meta.NumDelivered) >= e.cfg.MaxDeliver {
 		o := Terminal(CodeRedelivered, fmt.Sprintf("the command was delivered %d times without an outcome (executor crashes or timeouts)", meta.NumDelivered), "look for executor crashes while running this tool")
-		e.finish(msg, ans, o, 0, nil, start)
+		e.finishChecked(msg, ans, pre.cancel, o, 0, nil, start)
 		return
 	}
 	call, schema, secrets, bad, err := e.prepare(im, cmd, pre)
 	if err != nil {
-		e.retryLater(msg, "prepare call", err)
+		if !e.stopIfCanceled(msg, ans, pre.cancel, start) {
+			e.retryLater(msg, "prepare call", err)
+		}
 		return
 	}
 	if call != nil {
@@ -138,11 +131,11 @@ func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 		ans.progress = call.progress
 	}
 	if bad != nil {
-		e.finish(msg, ans, *bad, 0, secrets, start)
+		e.finishChecked(msg, ans, pre.cancel, *bad, 0, secrets, start)
 		return
 	}
 	if vs := validateArgs(schema, call.Arguments); len(vs) > 0 {
-		e.finish(msg, ans, Invalid("arguments do not match the tool's parameters schema", vs...), 0, secrets, start)
+		e.finishChecked(msg, ans, pre.cancel, Invalid("arguments do not match the tool's parameters schema", vs...), 0, secrets, start)
 		return
 	}
 
@@ -150,6 +143,9 @@ func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 	call.Deadline, call.Timeout = deadline, budget
 	if !time.Now().Before(deadline) {
 		// Picked up after its deadline (a queue, a crash): never started.
+		if e.stopIfCanceled(msg, ans, pre.cancel, start) {
+			return
+		}
 		e.m.deadlines.WithLabelValues(e.labels.Label(call.ToolName)).Inc()
 		e.finish(msg, ans, timeoutOutcome(call), 0, secrets, start)
 		return
@@ -161,6 +157,16 @@ func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 	defer close(hbDone)
 
 	pr, twoPhase := im.tool.(Preparer)
+	// A pure tool runs while its cancellation is read (one round trip
+	// less before the run): running it changes nothing, and the answer
+	// waits for the read, so a cancel recorded before the delivery still
+	// decides the outcome. Any other tool may have an effect: it runs only
+	// once the read says it was not canceled.
+	if call.Definition.Determinism != protocol.DeterminismPure || twoPhase || meta.NumDelivered > 1 {
+		if e.stopIfCanceled(msg, ans, pre.cancel, start) {
+			return
+		}
+	}
 	if twoPhase {
 		// A redelivery after the prepare was recorded: the decision comes
 		// on the tool's subject, and phase 1 never runs again.
@@ -203,21 +209,74 @@ func (e *Executor) process(im *impl, msg jetstream.Msg, ackWait time.Duration) {
 		return
 	}
 	o = checkResult(call, o)
+	e.finishChecked(msg, ans, pre.cancel, o, attempts, secrets, start)
+}
+
+// cancelRead is a call's cancellation, read from the ledger concurrently
+// with the executor's other work; wait gives its answer.
+type cancelRead struct {
+	done     chan struct{}
+	canceled bool
+	err      error
+}
+
+// readCancel starts reading the cancellation of cmd's call.
+func (e *Executor) readCancel(cmd *protocol.ToolCommand) *cancelRead {
+	r := &cancelRead{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		ctx, cancel := e.opCtx()
+		defer cancel()
+		sub, id := cmd.Subject, cmd.Identity
+		r.canceled, r.err = e.l.Canceled(ctx, sub.Project, sub.Channel, id.AgentTurnID, id.ToolCallID)
+	}()
+	return r
+}
+
+// wait returns the cancellation once read.
+func (r *cancelRead) wait() (bool, error) {
+	<-r.done
+	return r.canceled, r.err
+}
+
+// stopIfCanceled waits for the cancellation and, when the call was
+// canceled (answered canceled) or the read failed (left for a redelivery),
+// reports true: the caller stops there.
+func (e *Executor) stopIfCanceled(msg jetstream.Msg, ans *answer, cr *cancelRead, start time.Time) bool {
+	canceled, err := cr.wait()
+	if err != nil {
+		e.retryLater(msg, "read cancellation", err)
+		return true
+	}
+	if canceled {
+		e.finish(msg, ans, canceledOutcome(), 0, nil, start)
+		return true
+	}
+	return false
+}
+
+// finishChecked answers the call with o unless its cancellation, read
+// concurrently, says it was canceled: a cancel recorded before the
+// command's delivery decides the outcome whatever ran meanwhile.
+func (e *Executor) finishChecked(msg jetstream.Msg, ans *answer, cr *cancelRead, o Outcome, attempts int, secrets []string, start time.Time) {
+	if e.stopIfCanceled(msg, ans, cr, start) {
+		return
+	}
 	e.finish(msg, ans, o, attempts, secrets, start)
 }
 
 // prefetched holds what running a command needs to read from the ledger,
 // read concurrently: one round trip instead of four.
 type prefetched struct {
-	rec       *protocol.CallRecord
-	recErr    error
-	canceled  bool
-	cancelErr error
-	card      *protocol.StoredCard
-	cardErr   error
-	toolName  string // the tool read ahead (the payload's); "" when none
-	tool      *protocol.StoredTool
-	toolErr   error
+	rec    *protocol.CallRecord
+	recErr error
+	// cancel is the cancellation, read concurrently (readCancel).
+	cancel   *cancelRead
+	card     *protocol.StoredCard
+	cardErr  error
+	toolName string // the tool read ahead (the payload's); "" when none
+	tool     *protocol.StoredTool
+	toolErr  error
 }
 
 // prefetch reads the call record, the cancellation, the tool.call card and
@@ -227,11 +286,12 @@ func (e *Executor) prefetch(cmd *protocol.ToolCommand, redelivered bool) *prefet
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	sub, id := cmd.Subject, cmd.Identity
+	cr := e.readCancel(cmd)
 	in := e.l.ReadExecutionInputs(ctx, protocol.ExecutionQuery{
 		Project: sub.Project, Channel: sub.Channel, AgentTurnID: id.AgentTurnID, ToolCallID: id.ToolCallID,
-		ToolCallCardID: cmd.Payload.ToolCallCardID, ToolName: cmd.Payload.ToolName, Fresh: redelivered,
+		ToolCallCardID: cmd.Payload.ToolCallCardID, ToolName: cmd.Payload.ToolName, Fresh: redelivered, SkipCancel: true,
 	})
-	p := &prefetched{rec: in.Record, recErr: in.RecordErr, canceled: in.Canceled, cancelErr: in.CancelErr,
+	p := &prefetched{rec: in.Record, recErr: in.RecordErr, cancel: cr,
 		card: in.Card, cardErr: in.CardErr, tool: in.Tool, toolErr: in.ToolErr}
 	if protocol.ValidIdentifier(cmd.Payload.ToolName) {
 		p.toolName = cmd.Payload.ToolName

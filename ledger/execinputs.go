@@ -20,11 +20,14 @@ import (
 func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs {
 	var in protocol.ExecutionInputs
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		in.Canceled, in.CancelErr = l.Canceled(ctx, q.Project, q.Channel, q.AgentTurnID, q.ToolCallID)
-	}()
+	if !q.SkipCancel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in.Canceled, in.CancelErr = l.Canceled(ctx, q.Project, q.Channel, q.AgentTurnID, q.ToolCallID)
+		}()
+	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if q.Fresh {

@@ -11,6 +11,10 @@ type ExecutionQuery struct {
 	// Fresh reads everything from the server. Executors set it for a
 	// redelivered command, whose call another process may have moved on.
 	Fresh bool
+	// SkipCancel leaves the cancellation unread (Canceled false, CancelErr
+	// nil): the executor reads it itself, concurrently with the rest and
+	// with running a pure tool, and waits for it before any answer.
+	SkipCancel bool
 }
 
 // ExecutionInputs is what an executor reads before running a call. Each
