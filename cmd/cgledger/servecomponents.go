@@ -212,6 +212,15 @@ func (st *serveState) setupSecurity(context.Context) error {
 		limit, _ := diskspace.ParseSize(s.MemoryLimit) // validated
 		debug.SetMemoryLimit(int64(limit))
 	}
+	// Most of what a tool call allocates is garbage by the time it is
+	// answered while the live heap stays small, so at Go's default target
+	// the collector runs often for little: a larger target trades memory
+	// (capped by the limit above) for CPU.
+	if os.Getenv("GOGC") == "" {
+		if pct, _ := parseGCPercent(s.GCPercent); pct != 0 { // validated
+			debug.SetGCPercent(pct)
+		}
+	}
 	return nil
 }
 
