@@ -41,25 +41,25 @@ type Settings struct {
 	ToolAckWait string `json:"tool_ack_wait" yaml:"tool_ack_wait"`
 	// MCPStreamPollAfter ends the SSE stream of an MCP tools/call still
 	// waiting this long, for the client to resume it (docs/mcp.md).
-	MCPStreamPollAfter string   `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
-	DiskReserve        string   `json:"disk_reserve" yaml:"disk_reserve"`
-	MemoryLimit        string   `json:"memory_limit" yaml:"memory_limit"`
+	MCPStreamPollAfter string `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
+	DiskReserve        string `json:"disk_reserve" yaml:"disk_reserve"`
+	MemoryLimit        string `json:"memory_limit" yaml:"memory_limit"`
 	// GCPercent is the garbage collector's target (runtime/debug.SetGCPercent):
 	// empty keeps the Go runtime's own (100, or GOGC), off collects only near
 	// MemoryLimit.
-	GCPercent string `json:"gc_percent" yaml:"gc_percent"`
-	LogFormat          string   `json:"log_format" yaml:"log_format"`
-	LogLevel           string   `json:"log_level" yaml:"log_level"`
-	Roles              []string `json:"roles" yaml:"roles"`
-	SourceID           string   `json:"source_id" yaml:"source_id"`
-	NoAuth             bool     `json:"no_auth" yaml:"no_auth"`
-	TLSCert            string   `json:"tls_cert" yaml:"tls_cert"`
-	TLSKey             string   `json:"tls_key" yaml:"tls_key"`
-	TLSCA              string   `json:"tls_ca" yaml:"tls_ca"`
-	PProf              string   `json:"pprof" yaml:"pprof"`
-	Retention          string   `json:"retention" yaml:"retention"`
-	ArchiveSeal        string   `json:"archive_seal_age" yaml:"archive_seal_age"`
-	MCPBridge          string   `json:"mcp_bridge" yaml:"mcp_bridge"`
+	GCPercent   string   `json:"gc_percent" yaml:"gc_percent"`
+	LogFormat   string   `json:"log_format" yaml:"log_format"`
+	LogLevel    string   `json:"log_level" yaml:"log_level"`
+	Roles       []string `json:"roles" yaml:"roles"`
+	SourceID    string   `json:"source_id" yaml:"source_id"`
+	NoAuth      bool     `json:"no_auth" yaml:"no_auth"`
+	TLSCert     string   `json:"tls_cert" yaml:"tls_cert"`
+	TLSKey      string   `json:"tls_key" yaml:"tls_key"`
+	TLSCA       string   `json:"tls_ca" yaml:"tls_ca"`
+	PProf       string   `json:"pprof" yaml:"pprof"`
+	Retention   string   `json:"retention" yaml:"retention"`
+	ArchiveSeal string   `json:"archive_seal_age" yaml:"archive_seal_age"`
+	MCPBridge   string   `json:"mcp_bridge" yaml:"mcp_bridge"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
