@@ -287,22 +287,22 @@ func ParseIdentityHeaders(h nats.Header, rules IdentityRules) (Identity, Violati
 			return ""
 		}
 		v, ok := HeaderValue(h, name)
+		if ok && v != "" && ValidIdentifier(v) {
+			return v
+		}
+		// The field name is built only for a violation.
 		field := "header." + name
-		if !ok {
+		switch {
+		case !ok:
 			if required {
 				vs.Add(field, VRequired, "header is required")
 			}
-			return ""
-		}
-		if v == "" {
+		case v == "":
 			vs.Add(field, VEmpty, "header must not be empty")
-			return ""
-		}
-		if !ValidIdentifier(v) {
+		default:
 			CheckIdent(&vs, field, v, required)
-			return ""
 		}
-		return v
+		return ""
 	}
 	id.AgentID = get(HeaderAgentID, true)
 	id.AgentTurnID = get(HeaderAgentTurnID, true)

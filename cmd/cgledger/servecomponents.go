@@ -187,7 +187,8 @@ func (c *listenerComponent) Stop(context.Context) error {
 }
 
 // setupSecurity loads the keys and the TLS configuration, and sets the
-// memory limit.
+// memory limit and the collector's target (bench runs serve through here,
+// so it measures the same).
 func (st *serveState) setupSecurity(context.Context) error {
 	s, log := st.s, st.log
 	var err error
