@@ -119,20 +119,22 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		k.processPause(msg)
 		return
 	}
+	now := time.Now()
+	if d := commandDeadline(msg.Data()); d > 0 {
+		// The command carries the deadline: no read, and no validation,
+		// until it is due. Every command is delivered here once at
+		// dispatch, long before its deadline, so this is the common case.
+		if due := time.UnixMilli(d).Add(l.grace); now.Before(due) {
+			_ = msg.NakWithDelay(due.Sub(now))
+			return
+		}
+	}
 	cmd, err := protocol.ParseToolCommand(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
 		// Not a command the ledger dispatched (dispatch validates its
 		// own); the tool's service answers it.
 		_ = msg.Ack()
 		return
-	}
-	now := time.Now()
-	if d := cmd.Payload.DeadlineUnixMS; d > 0 {
-		// The command carries the deadline: no read until it is due.
-		if due := time.UnixMilli(d).Add(l.grace); now.Before(due) {
-			_ = msg.NakWithDelay(due.Sub(now))
-			return
-		}
 	}
 	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
@@ -201,6 +203,22 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// commandDeadline reads only a command's deadline_unix_ms, 0 when the
+// payload has none that the full parse could accept. The keeper delays
+// every command to its deadline before anything else and validates it
+// fully (protocol.ParseToolCommand) only once due, where it acts: a
+// malformed command is still acked unacted on, at its deadline rather than
+// at once (docs/decisions.md).
+func commandDeadline(data []byte) int64 {
+	var p struct {
+		DeadlineUnixMS int64 `json:"deadline_unix_ms"`
+	}
+	if json.Unmarshal(data, &p) != nil || p.DeadlineUnixMS < 1 || p.DeadlineUnixMS > protocol.MaxDeadlineUnixMS {
+		return 0
+	}
+	return p.DeadlineUnixMS
 }
 
 // processPrepared keeps a prepared call's commit deadline: at it, with no

@@ -7,7 +7,8 @@ import (
 
 // Validate returns a bad_request *protocol.Error listing every problem of
 // the configuration, or nil. Zero values are the defaults and pass, and so
-// does a negative TailSyncInterval (documented: fsync every tail batch);
+// does a negative TailSyncInterval (documented: fsync every tail batch)
+// and a negative FollowLinger (commit every tail batch at once);
 // New calls it.
 func (c Config) Validate() error {
 	var vs protocol.Violations

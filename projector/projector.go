@@ -16,6 +16,7 @@ import (
 	"github.com/cgledger/cgledger/stream"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,6 +43,14 @@ type Config struct {
 	// only roll the views back by that much, and they are re-applied. Zero
 	// means 1s; a negative value fsyncs every tail batch.
 	TailSyncInterval time.Duration
+	// FollowLinger is how long Run, following the ledger, holds a batch
+	// that reached the stream's tail open for the entries that arrive
+	// right after (a tool call writes several within a millisecond), so
+	// that they share one Pebble commit; BatchSize still ends a batch at
+	// once. It delays the views by at most that much. Zero means 1ms; a
+	// negative value commits every batch at the tail at once. CatchUp never
+	// lingers.
+	FollowLinger time.Duration
 	// Registerer receives the projector's metrics. Nil keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Logger receives operational logs. Nil discards them.
@@ -111,6 +120,9 @@ func New(store *Store, js jetstream.JetStream, cfg Config) (*Projector, error) {
 	}
 	if cfg.TailSyncInterval == 0 {
 		cfg.TailSyncInterval = time.Second
+	}
+	if cfg.FollowLinger == 0 {
+		cfg.FollowLinger = time.Millisecond
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -501,13 +513,37 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 	}
 	defer it.Stop()
 
+	// Following the tail (until == 0), a batch that reached it is held open
+	// until lingerUntil for the entries that arrive right after: a call
+	// writes several entries together, and each commit costs a Pebble
+	// write (and a memtable insert) whatever its size.
+	linger := until == 0 && p.cfg.FollowLinger > 0
+	var lingerUntil time.Time
 	for {
 		// Checked here too: Next returns an entry already pulled even when
 		// ctx is done, and it would be applied first.
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m, err := it.Next(jetstream.NextContext(ctx))
+		var m jetstream.Msg
+		if !lingerUntil.IsZero() {
+			// NextMaxWait excludes NextContext: ctx is checked above, at
+			// most one linger later.
+			if wait := time.Until(lingerUntil); wait > 0 {
+				m, err = it.Next(jetstream.NextMaxWait(wait))
+			} else {
+				err = nats.ErrTimeout
+			}
+			if errors.Is(err, nats.ErrTimeout) {
+				lingerUntil = time.Time{}
+				if done, err := commitNow(0); done || err != nil {
+					return err
+				}
+				continue
+			}
+		} else {
+			m, err = it.Next(jetstream.NextContext(ctx))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -526,8 +562,20 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 				return err
 			}
 		}
-		if done, err := handle(e, meta.NumPending, false); done || err != nil {
+		numPending := meta.NumPending
+		hold := linger && numPending == 0
+		if hold {
+			// Not committed at the tail: the linger above commits it.
+			numPending = 1
+		}
+		if done, err := handle(e, numPending, false); done || err != nil {
 			return err
+		}
+		switch {
+		case len(pending) == 0:
+			lingerUntil = time.Time{}
+		case hold && lingerUntil.IsZero():
+			lingerUntil = time.Now().Add(p.cfg.FollowLinger)
 		}
 	}
 }

@@ -74,6 +74,23 @@ func HeaderValue(h nats.Header, name string) (string, bool) {
 	if v, ok := h[name]; ok && len(v) > 0 {
 		return v[0], true
 	}
+	// Most lookups that miss the exact name miss altogether (an optional
+	// header not sent): one pass without allocating finds whether more
+	// than one case variant matches, and only then are they sorted.
+	var match string
+	matches := 0
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, name) {
+			match = k
+			matches++
+		}
+	}
+	switch matches {
+	case 0:
+		return "", false
+	case 1:
+		return h[match][0], true
+	}
 	// Sorted, so a header sent in two case variants resolves the same way
 	// every time.
 	keys := make([]string, 0, len(h))
@@ -144,6 +161,16 @@ func singleValued(lower string) bool {
 // lower-cased names of the headers they name, so that per-header checks
 // skip those rather than pile more violations on the same header.
 func CheckHeaders(h nats.Header) (Violations, map[string]bool) {
+	if headersClean(h) {
+		// Nothing to refuse: the common case, without the maps and the
+		// sort that name violations in a stable order.
+		return nil, noBadHeaders
+	}
+	return checkHeadersFull(h)
+}
+
+// checkHeadersFull is CheckHeaders' walk of every header.
+func checkHeadersFull(h nats.Header) (Violations, map[string]bool) {
 	var vs Violations
 	bad := map[string]bool{}
 	keys := make([]string, 0, len(h))
@@ -201,6 +228,46 @@ func CheckHeaders(h nats.Header) (Violations, map[string]bool) {
 	return vs, bad
 }
 
+// noBadHeaders is CheckHeaders' answer for a block with no violation;
+// callers only read it.
+var noBadHeaders = map[string]bool{}
+
+// headersClean reports, without allocating, whether CheckHeaders would find
+// nothing: every name ASCII and every value UTF-8, no single-valued header sent twice
+// in any case variants, and the block within MaxHeaderBytes. Any doubt
+// leaves the verdict to CheckHeaders' full walk.
+func headersClean(h nats.Header) bool {
+	size := 0
+	for k, vals := range h {
+		// Names outside ASCII, where strings.EqualFold and the full walk's
+		// strings.ToLower grouping can differ, take the full walk.
+		for i := 0; i < len(k); i++ {
+			if k[i] >= utf8.RuneSelf {
+				return false
+			}
+		}
+		for _, v := range vals {
+			size += len(k) + len(v) + 4
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+		single := len(k) >= 3 && strings.EqualFold(k[:3], "cg-") || strings.EqualFold(k, HeaderTraceparent)
+		if !single {
+			continue
+		}
+		if len(vals) > 1 {
+			return false
+		}
+		for k2 := range h {
+			if k2 != k && strings.EqualFold(k2, k) {
+				return false
+			}
+		}
+	}
+	return size <= MaxHeaderBytes
+}
+
 // ParseIdentity reads the identity headers, collecting every violation. It
 // also checks the header block as a whole (UTF-8, repeated CG-* headers,
 // size; see checkHeaders).
@@ -214,28 +281,28 @@ func ParseIdentity(h nats.Header, rules IdentityRules) (Identity, Violations) {
 func ParseIdentityHeaders(h nats.Header, rules IdentityRules) (Identity, Violations, map[string]bool) {
 	vs, bad := CheckHeaders(h)
 	var id Identity
-	skip := func(name string) bool { return bad[strings.ToLower(name)] }
+	skip := func(name string) bool { return len(bad) > 0 && bad[strings.ToLower(name)] }
 	get := func(name string, required bool) string {
 		if skip(name) {
 			return ""
 		}
 		v, ok := HeaderValue(h, name)
+		if ok && v != "" && ValidIdentifier(v) {
+			return v
+		}
+		// The field name is built only for a violation.
 		field := "header." + name
-		if !ok {
+		switch {
+		case !ok:
 			if required {
 				vs.Add(field, VRequired, "header is required")
 			}
-			return ""
-		}
-		if v == "" {
+		case v == "":
 			vs.Add(field, VEmpty, "header must not be empty")
-			return ""
-		}
-		if !ValidIdentifier(v) {
+		default:
 			CheckIdent(&vs, field, v, required)
-			return ""
 		}
-		return v
+		return ""
 	}
 	id.AgentID = get(HeaderAgentID, true)
 	id.AgentTurnID = get(HeaderAgentTurnID, true)

@@ -41,21 +41,25 @@ type Settings struct {
 	ToolAckWait string `json:"tool_ack_wait" yaml:"tool_ack_wait"`
 	// MCPStreamPollAfter ends the SSE stream of an MCP tools/call still
 	// waiting this long, for the client to resume it (docs/mcp.md).
-	MCPStreamPollAfter string   `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
-	DiskReserve        string   `json:"disk_reserve" yaml:"disk_reserve"`
-	MemoryLimit        string   `json:"memory_limit" yaml:"memory_limit"`
-	LogFormat          string   `json:"log_format" yaml:"log_format"`
-	LogLevel           string   `json:"log_level" yaml:"log_level"`
-	Roles              []string `json:"roles" yaml:"roles"`
-	SourceID           string   `json:"source_id" yaml:"source_id"`
-	NoAuth             bool     `json:"no_auth" yaml:"no_auth"`
-	TLSCert            string   `json:"tls_cert" yaml:"tls_cert"`
-	TLSKey             string   `json:"tls_key" yaml:"tls_key"`
-	TLSCA              string   `json:"tls_ca" yaml:"tls_ca"`
-	PProf              string   `json:"pprof" yaml:"pprof"`
-	Retention          string   `json:"retention" yaml:"retention"`
-	ArchiveSeal        string   `json:"archive_seal_age" yaml:"archive_seal_age"`
-	MCPBridge          string   `json:"mcp_bridge" yaml:"mcp_bridge"`
+	MCPStreamPollAfter string `json:"mcp_stream_poll_after" yaml:"mcp_stream_poll_after"`
+	DiskReserve        string `json:"disk_reserve" yaml:"disk_reserve"`
+	MemoryLimit        string `json:"memory_limit" yaml:"memory_limit"`
+	// GCPercent is the garbage collector's target (runtime/debug.SetGCPercent):
+	// empty keeps the Go runtime's own (100, or GOGC), off collects only near
+	// MemoryLimit.
+	GCPercent   string   `json:"gc_percent" yaml:"gc_percent"`
+	LogFormat   string   `json:"log_format" yaml:"log_format"`
+	LogLevel    string   `json:"log_level" yaml:"log_level"`
+	Roles       []string `json:"roles" yaml:"roles"`
+	SourceID    string   `json:"source_id" yaml:"source_id"`
+	NoAuth      bool     `json:"no_auth" yaml:"no_auth"`
+	TLSCert     string   `json:"tls_cert" yaml:"tls_cert"`
+	TLSKey      string   `json:"tls_key" yaml:"tls_key"`
+	TLSCA       string   `json:"tls_ca" yaml:"tls_ca"`
+	PProf       string   `json:"pprof" yaml:"pprof"`
+	Retention   string   `json:"retention" yaml:"retention"`
+	ArchiveSeal string   `json:"archive_seal_age" yaml:"archive_seal_age"`
+	MCPBridge   string   `json:"mcp_bridge" yaml:"mcp_bridge"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
@@ -94,6 +98,7 @@ var settings = func() []setting {
 		mk("mcp_stream_poll_after", "mcp-stream-poll-after", "end the SSE stream of an MCP tools/call on /mcp still waiting this long, the client resuming it (SEP-1699 polling) and getting the answer when it comes; empty or off keeps streams open", func(s *Settings) *string { return &s.MCPStreamPollAfter }),
 		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
 		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 2GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
+		mk("gc_percent", "gc-percent", "garbage collector target: the heap grows this many percent over what it holds before a collection (higher spends less CPU on collecting and more memory, memory_limit still caps it; empty keeps the Go runtime's 100; off collects only near memory_limit; GOGC in the environment wins)", func(s *Settings) *string { return &s.GCPercent }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
 		mk("source_id", "source-id", "author_id of the executor's result cards", func(s *Settings) *string { return &s.SourceID }),
@@ -148,8 +153,34 @@ var settings = func() []setting {
 	return list
 }()
 
+// defaultGCPercent is the collector's default target. Measured with
+// cgledger bench (docs/performance.md, "CPU cuts (issue 30)"): at Go's 100 the
+// collector took about 30% of the CPU of a tool call, the heap the ledger
+// holds being small next to what a call allocates; memory_limit bounds the
+// memory the larger target lets the heap take.
+const defaultGCPercent = "400"
+
+// parseGCPercent reads gc_percent: -1 for off, 0 for empty (keep the
+// runtime's own), else the percentage.
+func parseGCPercent(v string) (int, error) {
+	switch v {
+	case "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("gc_percent %q: %w", v, err)
+	}
+	if n < 10 || n > 10000 {
+		return 0, fmt.Errorf("gc_percent %d: out of range 10..10000", n)
+	}
+	return n, nil
+}
+
 func defaultSettings() Settings {
-	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: "1GiB",
+	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: "1GiB", GCPercent: defaultGCPercent,
 		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor"}
 }
 
@@ -338,6 +369,11 @@ func (s Settings) validate() protocol.Violations {
 		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
 			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
 		}
+	}
+	if _, err := parseGCPercent(s.GCPercent); err != nil {
+		vs.Add("gc_percent", protocol.VInvalidValue, "must be a whole number from 10 to 10000 such as 400, off, or empty for the Go runtime's 100; got %q", s.GCPercent)
+	} else if s.GCPercent == "off" && (s.MemoryLimit == "" || s.MemoryLimit == "off") {
+		vs.Add("gc_percent", protocol.VInvalidValue, "off needs a memory_limit: without one the heap would grow without bound")
 	}
 	if s.DiskReserve != "" && s.DiskReserve != "off" {
 		if _, err := diskspace.ParseSize(s.DiskReserve); err != nil {

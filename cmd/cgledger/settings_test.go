@@ -49,6 +49,7 @@ func TestValidateListsEveryViolation(t *testing.T) {
 	s.Retention = "-1s"
 	s.ArchiveSeal = "1ms"
 	s.MemoryLimit = "1MiB"
+	s.GCPercent = "5"
 	s.DiskReserve = "lots"
 	s.LogFormat = "xml"
 	s.LogLevel = "loud"
@@ -59,7 +60,7 @@ func TestValidateListsEveryViolation(t *testing.T) {
 	s.TLSCA = missing
 	s.SourceID = "has space"
 	require.Equal(t, []string{
-		"ack_wait", "archive_seal_age", "data", "disk_reserve", "http_listen", "log_format", "log_level",
+		"ack_wait", "archive_seal_age", "data", "disk_reserve", "gc_percent", "http_listen", "log_format", "log_level",
 		"mcp_bridge", "mcp_stream_poll_after", "memory_limit", "nats_listen", "pprof", "replicas",
 		"retention", "roles", "source_id", "sync_interval", "tls_ca", "tls_cert", "tool_ack_wait",
 	}, fields(s.validate()))
@@ -109,6 +110,41 @@ func TestValidateArchiveSealAgainstRetention(t *testing.T) {
 		s.Retention, s.ArchiveSeal = c.retention, c.seal
 		require.Equal(t, !c.ok, len(s.validate()) > 0, "retention %q, archive_seal_age %q", c.retention, c.seal)
 	}
+}
+
+// TestValidateGCPercent: gc_percent is a percentage from 10 to 10000,
+// empty (the runtime's own) or off, and off only with a memory limit to
+// bound the heap; the flag and the environment set it like the others.
+func TestValidateGCPercent(t *testing.T) {
+	for _, c := range []struct {
+		pct, limit string
+		ok         bool
+	}{
+		{"400", "1GiB", true}, {"", "1GiB", true}, {"100", "off", true}, {"off", "1GiB", true},
+		{"off", "off", false}, {"off", "", false}, {"0", "1GiB", false}, {"9", "1GiB", false},
+		{"10001", "1GiB", false}, {"-1", "1GiB", false}, {"lots", "1GiB", false},
+	} {
+		s := defaultSettings()
+		s.GCPercent, s.MemoryLimit = c.pct, c.limit
+		got := fields(s.validate())
+		if c.ok {
+			require.Empty(t, got, "gc_percent %q, memory_limit %q", c.pct, c.limit)
+		} else {
+			require.Equal(t, []string{"gc_percent"}, got, "gc_percent %q, memory_limit %q", c.pct, c.limit)
+		}
+	}
+	require.Equal(t, defaultGCPercent, defaultSettings().GCPercent)
+
+	clearEnv(t)
+	t.Setenv("CGLEDGER_GC_PERCENT", "200")
+	s, src, err := loadWith(t)
+	require.NoError(t, err)
+	require.Equal(t, "200", s.GCPercent)
+	require.Equal(t, "env CGLEDGER_GC_PERCENT", src["gc_percent"])
+	s, src, err = loadWith(t, "--gc-percent", "off")
+	require.NoError(t, err)
+	require.Equal(t, "off", s.GCPercent)
+	require.Equal(t, "flag --gc-percent", src["gc_percent"])
 }
 
 // loadWith runs loadSettings as serve does, over the given flags.
