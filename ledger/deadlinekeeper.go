@@ -139,7 +139,15 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(k.run.ctx, 30*time.Second)
 	defer cancel()
 	id := cmd.Identity
-	rec, _, err := l.getRecord(ctx, callKey(cmd.Subject.Project, id.AgentTurnID, id.ToolCallID))
+	key := callKey(cmd.Subject.Project, id.AgentTurnID, id.ToolCallID)
+	if c, ok := l.cache.records.get(key); ok && c.rec.State == protocol.StateWoken && c.rec.Claim != nil && c.rec.Claim.SourceID != protocol.DeadlineSourceID {
+		// This process stored the call's report and its wakeup (its memory
+		// says so only then, and a report is never taken back): nothing to
+		// keep, and no read. The usual case with one serve process.
+		_ = msg.Ack()
+		return
+	}
+	rec, _, err := l.getRecord(ctx, key)
 	if err != nil {
 		k.run.later(msg, "read call record", err)
 		return
