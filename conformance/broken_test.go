@@ -150,6 +150,13 @@ func (s *toolService) serve(ctx context.Context, msg jetstream.Msg) error {
 		if err != nil {
 			return err
 		}
+		if canceled && s.flaw == dropsCanceledRun && rec.Paused == nil {
+			// Canceled after its command was published (a call held by a
+			// pause is the checker's canceled-before-delivery case): on a
+			// loaded machine the checker's cancel of a running call can land
+			// before this look, and the flaw must not depend on where.
+			return nil
+		}
 		if canceled {
 			return s.answer(ctx, sub, id, p, rec.CardMetadata, protocol.StatusCanceled, "")
 		}

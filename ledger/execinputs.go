@@ -16,7 +16,9 @@ import (
 // the card as stored (cards never change), the definition as last seen
 // (dropped when any ledger process writes a new one). The cancellation is
 // always read from the server, so a cancel recorded by any process before
-// the read is never missed.
+// the read is never missed. A record not in memory, or any on a redelivery,
+// is overlaid with the stream's report and wakeup (the bucket is not
+// written after dispatch), so a reported call is never taken for one to run.
 func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQuery) protocol.ExecutionInputs {
 	var in protocol.ExecutionInputs
 	var wg sync.WaitGroup
@@ -47,11 +49,18 @@ func (l *Ledger) ReadExecutionInputs(ctx context.Context, q protocol.ExecutionQu
 			}
 		}()
 	}
+	// A record this process remembers is as dispatch left it or newer (it
+	// wrote or read it); one read from the bucket is only as dispatch left
+	// it, however far the call went since.
+	_, remembered := l.cache.records.get(callKey(q.Project, q.AgentTurnID, q.ToolCallID))
 	in.Record, in.RecordErr = l.getCall(ctx, q.Project, q.AgentTurnID, q.ToolCallID, !q.Fresh)
-	if q.Fresh && in.RecordErr == nil {
-		// A redelivery: whether the call is reported and woken is the
-		// stream's to tell (the bucket is not written after dispatch).
-		// As GetCall answers (the call.get a remote executor reads).
+	if (q.Fresh || !remembered) && in.RecordErr == nil {
+		// A redelivery, or a call this process does not remember (another
+		// process dispatched it, or this one restarted; after a crash of
+		// the server too a redelivery can come back as a first delivery):
+		// whether the call is reported and woken is the stream's to tell
+		// (the bucket is not written after dispatch). As GetCall answers
+		// (the call.get a remote executor reads).
 		in.Record, in.RecordErr = l.streamView(ctx, in.Record, true)
 		if in.RecordErr == nil {
 			in.RecordErr = l.callSequences(ctx, in.Record)

@@ -83,7 +83,8 @@ func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, h nat
 	if err := l.resultCardStored(ctx, by, in, raw); err != nil {
 		return protocol.ReportResultOutcome{}, err
 	}
-	ctx, span := startTraceSpan(ctx, in.id.Traceparent, in.id.Tracestate, "cgledger.report.result")
+	// The report's span, as for a report: its result card is part of it.
+	ctx, span := startTraceSpan(ctx, in.id.Traceparent, in.id.Tracestate, "cgledger.report")
 	out, err := l.report(ctx, by, in, raw)
 	endSpan(span, err)
 	if err != nil {
@@ -288,6 +289,9 @@ func (l *Ledger) appendSequential(ctx context.Context, by *protocol.Caller, in *
 	msg.Header.Set(protocol.HeaderProjectID, rc.card.ProjectID)
 	msg.Header.Set(protocol.HeaderAgentTurnID, rc.card.AgentTurnID)
 	msg.Header.Set(protocol.HeaderToolCallID, rc.card.ToolCallID)
+	// The card takes the report's time (fixed by its claim, before either
+	// is appended): the report is never older than its card.
+	msg.Header.Set(protocol.HeaderTime, protocol.HeaderGet(c.Header, protocol.HeaderTime))
 	ack, err := l.appendEntry(ctx, by, protocol.KindCard, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	switch {
 	case err == nil:
@@ -353,6 +357,9 @@ func (l *Ledger) appendBatch(ctx context.Context, by *protocol.Caller, rc *resul
 	card.Header.Set(protocol.HeaderProjectID, rc.card.ProjectID)
 	card.Header.Set(protocol.HeaderAgentTurnID, rc.card.AgentTurnID)
 	card.Header.Set(protocol.HeaderToolCallID, rc.card.ToolCallID)
+	// The card takes the report's time (fixed by its claim, before
+	// either is stored): the report is never older than its card.
+	card.Header.Set(protocol.HeaderTime, protocol.HeaderGet(c.Header, protocol.HeaderTime))
 	report := &nats.Msg{Subject: c.Subject, Data: c.Data, Header: nats.Header{}}
 	for k, v := range c.Header {
 		report.Header[k] = append([]string(nil), v...)
