@@ -164,14 +164,26 @@ func TestResultFromRequestAgreesWithTheParser(t *testing.T) {
 	}
 	deep := strings.Repeat("[", protocol.MaxJSONDepth) + strings.Repeat("]", protocol.MaxJSONDepth)
 	cases := map[string]pair{
-		"plain":             {card, req},
-		"card id given":     edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.ToolResultCardID = "rc1" }),
-		"other card id":     edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.ToolResultCardID = "rc2" }),
-		"status mismatch":   edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusPartial }),
-		"partial":           edit(func(c *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusPartial; c.Content = json.RawMessage(`{"status":"partial","result":[1,2]}`) }),
-		"canceled":          edit(func(c *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusCanceled; c.Content = json.RawMessage(`{"status":"canceled","result":null}`) }),
-		"failed, no error":  edit(func(c *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusFailed; c.Content = json.RawMessage(`{"status":"failed","result":null}`) }),
-		"with error":        edit(func(c *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusFailed; c.Content = json.RawMessage(`{"status":"failed","result":null,"error":{"code":"x","message":"m"}}`) }),
+		"plain":           {card, req},
+		"card id given":   edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.ToolResultCardID = "rc1" }),
+		"other card id":   edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.ToolResultCardID = "rc2" }),
+		"status mismatch": edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.Status = protocol.StatusPartial }),
+		"partial": edit(func(c *protocol.Card, r *protocol.ReportRequest) {
+			r.Payload.Status = protocol.StatusPartial
+			c.Content = json.RawMessage(`{"status":"partial","result":[1,2]}`)
+		}),
+		"canceled": edit(func(c *protocol.Card, r *protocol.ReportRequest) {
+			r.Payload.Status = protocol.StatusCanceled
+			c.Content = json.RawMessage(`{"status":"canceled","result":null}`)
+		}),
+		"failed, no error": edit(func(c *protocol.Card, r *protocol.ReportRequest) {
+			r.Payload.Status = protocol.StatusFailed
+			c.Content = json.RawMessage(`{"status":"failed","result":null}`)
+		}),
+		"with error": edit(func(c *protocol.Card, r *protocol.ReportRequest) {
+			r.Payload.Status = protocol.StatusFailed
+			c.Content = json.RawMessage(`{"status":"failed","result":null,"error":{"code":"x","message":"m"}}`)
+		}),
 		"string result":     content(`{"status":"success","result":"a b \"c\" \\ \u00e9 \ud83d\ude00"}`),
 		"escaped html":      content(`{"status":"success","result":"\u003cb\u003e \u0026"}`),
 		"html":              content(`{"status":"success","result":"<b> &"}`),
@@ -198,9 +210,11 @@ func TestResultFromRequestAgreesWithTheParser(t *testing.T) {
 		"bad card id":       edit(func(c *protocol.Card, _ *protocol.ReportRequest) { c.CardID = "rc 1" }),
 		"bad utf8 metadata": edit(func(c *protocol.Card, _ *protocol.ReportRequest) { c.Metadata.TraceID = "a\xffb" }),
 		"unicode metadata":  edit(func(c *protocol.Card, _ *protocol.ReportRequest) { c.Metadata.TraceID = "é<&>\u2028" }),
-		"unicode function":  edit(func(c *protocol.Card, r *protocol.ReportRequest) { c.FunctionName, r.SourceFunction = "écho<>", "écho<>" }),
-		"bad report":        edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.AfterExecution = "later" }),
-		"steps":             edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Identity.StepID, r.Payload.StepID = "s1", "s1" }),
+		"unicode function": edit(func(c *protocol.Card, r *protocol.ReportRequest) {
+			c.FunctionName, r.SourceFunction = "écho<>", "écho<>"
+		}),
+		"bad report": edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Payload.AfterExecution = "later" }),
+		"steps":      edit(func(_ *protocol.Card, r *protocol.ReportRequest) { r.Identity.StepID, r.Payload.StepID = "s1", "s1" }),
 		"trace": edit(func(_ *protocol.Card, r *protocol.ReportRequest) {
 			r.Identity.Traceparent, r.Identity.Tracestate = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "k=v"
 		}),
