@@ -58,7 +58,7 @@ func (l *Ledger) ReportResult(ctx context.Context, card protocol.Card, req proto
 		return l.serveResult(ctx, by, in, raw)
 	}
 	h, data := reportResultWire(card, req)
-	return l.reportResultMsg(ctx, by, h, data)
+	return l.reportResultMsg(ctx, by, nil, h, data)
 }
 
 // resultFromRequest is a typed report.result as the core's input, when it
@@ -106,9 +106,19 @@ func reportResultWire(card protocol.Card, req protocol.ReportRequest) (nats.Head
 }
 
 // reportResultMsg serves a report.result as received (h, data); by is who
-// sent it (nil in process).
-func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, h nats.Header, data []byte) (protocol.ReportResultOutcome, error) {
+// sent it (nil in process). api, when set, is the request on an API
+// subject whose caller check this runs first (callerChecked): on what the
+// parse read when it read everything, else on the bytes.
+func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, api *apiRequest, h nats.Header, data []byte) (protocol.ReportResultOutcome, error) {
 	r, vs := protocol.ParseReportResult(h, data)
+	if err := l.callerChecked(ctx, api, func() protocol.Violations {
+		if len(vs) > 0 {
+			return api.bytesCaller()
+		}
+		return protocol.CheckReportResultCaller(api.c, r.Report.ProjectID, r.Card.ProjectID)
+	}); err != nil {
+		return protocol.ReportResultOutcome{}, err
+	}
 	req := r.Report
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
 		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID),
