@@ -66,13 +66,13 @@ func (l *Ledger) ServeAPI(ctx context.Context, cfg APIConfig) (*APIServer, error
 		},
 		protocol.OpCardGet: s.cardGet,
 		protocol.OpDispatch: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
-			return l.dispatchMsg(ctx, by, m.Header, m.Data)
+			return l.dispatchMsg(ctx, by, &apiRequest{op: protocol.OpDispatch, c: *by, m: m}, m.Header, m.Data)
 		},
 		protocol.OpReport: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 			return l.reportMsg(ctx, by, m.Header, m.Data)
 		},
 		protocol.OpReportResult: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
-			return l.reportResultMsg(ctx, by, m.Header, m.Data)
+			return l.reportResultMsg(ctx, by, &apiRequest{op: protocol.OpReportResult, c: *by, m: m}, m.Header, m.Data)
 		},
 		protocol.OpRosterSet: func(ctx context.Context, by *protocol.Caller, m *nats.Msg) (any, error) {
 			return l.setRosterJSON(ctx, by, m.Data)
@@ -178,8 +178,12 @@ func (s *APIServer) Stop() {
 
 // caller reads the project and actor from an API subject and checks the
 // request against them. A refusal of a write is recorded like any other.
+//
+// The caller check of dispatch and report.result waits for their parse
+// (protocol.CheckRequestBeforeParse): their handler runs it
+// (Ledger.callerChecked), so that the body is decoded once.
 func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (protocol.Caller, error) {
-	c, e, badReply := protocol.CheckRequest(op, m)
+	c, e, badReply := protocol.CheckRequestBeforeParse(op, m)
 	if badReply {
 		// Answering would publish the reply wherever the requester chose,
 		// a ledger subject included: refuse, record, and send nothing.
@@ -198,6 +202,35 @@ func (s *APIServer) caller(ctx context.Context, op string, m *nats.Msg) (protoco
 		s.l.countOperatorAction(op, err)
 	}
 	return c, err
+}
+
+// apiRequest is a request on an API subject whose caller check waits for
+// the operation's parse (protocol.CallerAfterParse): its caller and the
+// message as received.
+type apiRequest struct {
+	op string
+	c  protocol.Caller
+	m  *nats.Msg
+}
+
+// callerChecked refuses r when vs (its caller check's violations, over
+// the values its parse found or, when the parse failed, over its bytes)
+// is not empty, exactly as APIServer.caller refuses a request whose check
+// runs first; nil r (a request not on an API subject) is not checked.
+func (l *Ledger) callerChecked(ctx context.Context, r *apiRequest, vs func() protocol.Violations) error {
+	if r == nil {
+		return nil
+	}
+	if v := vs(); len(v) > 0 {
+		return l.RecordRefusal(ctx, r.op, r.c, r.m, protocol.CallerRefusal(r.op, v))
+	}
+	return nil
+}
+
+// bytesCaller is r's caller check over its bytes (protocol.CheckCaller),
+// for a request whose parse failed.
+func (r *apiRequest) bytesCaller() protocol.Violations {
+	return protocol.CheckCaller(r.op, r.c, r.m.Header, r.m.Data)
 }
 
 // RecordRefusal writes the rejection entry of a request on an API subject

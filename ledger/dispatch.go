@@ -77,9 +77,18 @@ func payloadCertain(p protocol.ToolCommandPayload) bool {
 
 // dispatchMsg is Dispatch for an API request: CG-* identity in h, and a JSON
 // body {"subject", "card", "payload"}.
-func (l *Ledger) dispatchMsg(ctx context.Context, by *protocol.Caller, h nats.Header, body []byte) (protocol.DispatchResult, error) {
+//
+// api is the request on an API subject whose caller check this runs
+// (callerChecked): first, over the bytes, when the body does not read;
+// else once the parts are read (dispatchTraced).
+func (l *Ledger) dispatchMsg(ctx context.Context, by *protocol.Caller, api *apiRequest, h nats.Header, body []byte) (protocol.DispatchResult, error) {
 	b, vs, ok := protocol.ParseDispatchBody(body)
 	if !ok {
+		if api != nil {
+			if err := l.callerChecked(ctx, api, api.bytesCaller); err != nil {
+				return protocol.DispatchResult{}, err
+			}
+		}
 		return protocol.DispatchResult{}, l.reject(ctx, by, protocol.OpDispatch, "", "", protocol.NewError(protocol.CodeBadRequest, vs, "invalid dispatch request: %d violation(s)", len(vs)), protocol.NewRejectedRequest("", h, body))
 	}
 	// A body that repeats a key is refused, but checked through like any
@@ -89,7 +98,7 @@ func (l *Ledger) dispatchMsg(ctx context.Context, by *protocol.Caller, h nats.He
 	if len(vs) > 0 {
 		asReceived = body
 	}
-	return l.dispatch(ctx, by, dispatchInput{subject: b.Subject, header: h, card: b.Card, payload: b.Payload, approval: b.Approval, checks: b.Checks, found: vs, asReceived: asReceived})
+	return l.dispatch(ctx, by, dispatchInput{subject: b.Subject, header: h, card: b.Card, payload: b.Payload, approval: b.Approval, checks: b.Checks, found: vs, asReceived: asReceived, api: api})
 }
 
 // dispatchInput is a dispatch as the ledger takes it, from a worker's
@@ -114,6 +123,9 @@ type dispatchInput struct {
 	// redrive: the ledger's own dispatch of a redrive's derived call, the
 	// only one that may use a reserved id (protocol.ReservedCallID).
 	redrive bool
+	// api, when set, is the request on an API subject whose caller check
+	// runs once the parts are read, before any other refusal.
+	api *apiRequest
 }
 
 // dispatch validates and writes a dispatch.
@@ -143,6 +155,16 @@ func (l *Ledger) dispatchTraced(ctx context.Context, by *protocol.Caller, in dis
 	d := protocol.CheckDispatch(protocol.DispatchParts{Version: l.version, Subject: subject, Header: h, Card: cardJSON, Payload: payloadJSON,
 		Identity: in.id, TypedPayload: in.typedPayload, Redrive: in.redrive}, &vs)
 	sub, id, payload, card, cardBytes := d.Subject, d.Identity, d.Payload, d.Card, d.CardBytes
+	// The caller check comes first, as it would before the parse: on what
+	// the parse read when it read everything, else on the bytes.
+	if err := l.callerChecked(ctx, in.api, func() protocol.Violations {
+		if len(vs) > 0 {
+			return in.api.bytesCaller()
+		}
+		return protocol.CheckDispatchCaller(in.api.c, sub.Project, card.ProjectID, id.AgentID)
+	}); err != nil {
+		return protocol.DispatchResult{}, err
+	}
 	// The checks asked for run with the other rules, so a refusal lists
 	// every violation; a dispatch that asks for none pays nothing.
 	var cvs protocol.Violations

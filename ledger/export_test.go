@@ -45,7 +45,7 @@ func (l *Ledger) SetReportLease(d time.Duration) { l.lease = d }
 // reads its subject's.
 var (
 	DispatchMsg = func(l *Ledger, ctx context.Context, h nats.Header, body []byte) (protocol.DispatchResult, error) {
-		return l.dispatchMsg(ctx, callerOf(ctx), h, body)
+		return l.dispatchMsg(ctx, callerOf(ctx), nil, h, body)
 	}
 	ReportMsg = func(l *Ledger, ctx context.Context, h nats.Header, data []byte) (protocol.ReportOutcome, error) {
 		return l.reportMsg(ctx, callerOf(ctx), h, data)

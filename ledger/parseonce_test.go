@@ -120,6 +120,17 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 	res.card.Metadata = res.meta
 	resCard := res.resultCard(protocol.StatusSuccess)
 	resReq := res.reportReq(protocol.StatusSuccess, "")
+	// A second report.result: its card first under the first one's id (a
+	// conflict found after parsing), then under its own id with a result
+	// the parser rewrites (spaces, <): the typed call takes the parser's
+	// way there, and stores what it stores.
+	res2 := newCall("turn-same", "call-res2", 3)
+	res2.card.Metadata = res2.meta
+	res2Card := res2.resultCard(protocol.StatusSuccess)
+	takenID := res2Card
+	takenID.CardID = resCard.CardID
+	res2Card.Content = json.RawMessage(`{"status":"success", "result":{"html":"<b>", "n":1}}`)
+	res2Req := res2.reportReq(protocol.StatusSuccess, res2Card.CardID)
 
 	consumed := protocol.ConsumeRequest{ProjectID: project, AgentID: agent, AgentTurnID: c.turn, ToolCallID: c.id}
 	notTheirs := consumed
@@ -144,7 +155,7 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		require.NoError(t, w.report(ok))
 		// report.result: refused after parsing (its card's metadata not
 		// the call's), by the parser (the card's status not the report's),
-		// then stored with its card.
+		// then stored with its card, and sent again.
 		require.NoError(t, w.dispatch(res.dispatchReq()))
 		badMeta := resCard
 		badMeta.Metadata.TraceID = "another-trace"
@@ -153,6 +164,11 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		wrongResStatus.Payload.Status = protocol.StatusFailed
 		refused(t, w.result(resCard, wrongResStatus), protocol.CodeBadRequest)
 		require.NoError(t, w.result(resCard, resReq))
+		// Sent again: the card is held, the report a duplicate.
+		require.NoError(t, w.result(resCard, resReq))
+		require.NoError(t, w.dispatch(res2.dispatchReq()))
+		refused(t, w.result(takenID, res2.reportReq(protocol.StatusSuccess, "")), protocol.CodeConflict)
+		require.NoError(t, w.result(res2Card, res2Req))
 		refused(t, w.consume(notTheirs), protocol.CodeMismatch)
 		require.NoError(t, w.consume(consumed))
 
@@ -263,7 +279,7 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		kinds[protocol.HeaderGet(e.Header, protocol.HeaderEntryKind)]++
 	}
 	t.Logf("%d entries: %v", len(want), kinds)
-	require.Equal(t, 12, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
+	require.Equal(t, 13, kinds[string(protocol.KindRejection)], "every refusal recorded: %v", kinds)
 	for _, k := range []protocol.EntryKind{protocol.KindRoster, protocol.KindAttempt, protocol.KindCancel, protocol.KindApproval, protocol.KindToolPause} {
 		require.NotZero(t, kinds[string(k)], "%s: %v", k, kinds)
 	}
@@ -275,6 +291,6 @@ func TestTypedAndAPIWritesStoreTheSameEntries(t *testing.T) {
 		require.NotZero(t, actors[a], "entries with CG-Actor %q: %v", a, actors)
 	}
 	require.Equal(t, 1, kinds[string(protocol.KindConsumed)], "%v", kinds)
-	require.Equal(t, 3, kinds[string(protocol.KindReport)], "the tool's two (report, report.result) and the ledger's for the denial: %v", kinds)
+	require.Equal(t, 4, kinds[string(protocol.KindReport)], "the tool's three (report, two report.results) and the ledger's for the denial: %v", kinds)
 	require.Equal(t, want, got)
 }

@@ -43,9 +43,51 @@ type resultCard struct {
 // to be appended alone, and the answer says CardDuplicate; a different card
 // under that id is refused as PutCard refuses it. Every refusal is recorded
 // as a rejection entry and returned as *Error.
+//
+// A card and report that are certainly valid go to the core as they are
+// (resultFromRequest); any other pair is read through the API's parser,
+// over the headers and body it would have been sent as, so its violations
+// and its rejection entry are exactly a remote report.result's.
 func (l *Ledger) ReportResult(ctx context.Context, card protocol.Card, req protocol.ReportRequest) (protocol.ReportResultOutcome, error) {
+	by := callerOf(ctx)
+	if in, ok := resultFromRequest(card, req, int(l.streams.MaxMsgSize)-4096); ok {
+		raw := func() protocol.RejectedRequest {
+			h, data := reportResultWire(card, req)
+			return protocol.NewRejectedRequest("", h, data)
+		}
+		return l.serveResult(ctx, by, in, raw)
+	}
 	h, data := reportResultWire(card, req)
-	return l.reportResultMsg(ctx, callerOf(ctx), h, data)
+	return l.reportResultMsg(ctx, by, nil, h, data)
+}
+
+// resultFromRequest is a typed report.result as the core's input, when it
+// is certainly valid: when protocol.ParseReportResult would find no
+// violation in its reportResultWire form and read back the same report,
+// the same card and the same stored bytes, and the card fits maxStored
+// (the stream's room for it). Anything else (false) is left to that
+// parser, which names every problem.
+func resultFromRequest(card protocol.Card, req protocol.ReportRequest, maxStored int) (*reportInput, bool) {
+	stored, status, ok := protocol.ResultCardCertain(&card)
+	if !ok || len(stored) > maxStored || status != req.Payload.Status {
+		return nil, false
+	}
+	// The parser's checks of the card against the report: the same call,
+	// project and author; the report's card id, when given, the card's.
+	id := req.Identity
+	if card.ProjectID != req.ProjectID || card.AgentTurnID != id.AgentTurnID || card.ToolCallID != id.ToolCallID ||
+		card.AuthorID != req.SourceID || card.FunctionName != req.SourceFunction ||
+		(req.Payload.ToolResultCardID != "" && req.Payload.ToolResultCardID != card.CardID) {
+		return nil, false
+	}
+	req.Payload.ToolResultCardID = card.CardID
+	in, ok := reportFromRequest(req)
+	if !ok {
+		return nil, false
+	}
+	in.op = protocol.OpReportResult
+	in.result = &resultCard{card: &card, stored: stored}
+	return in, true
 }
 
 // reportResultWire is a typed report.result as the API receives it: the
@@ -64,9 +106,19 @@ func reportResultWire(card protocol.Card, req protocol.ReportRequest) (nats.Head
 }
 
 // reportResultMsg serves a report.result as received (h, data); by is who
-// sent it (nil in process).
-func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, h nats.Header, data []byte) (protocol.ReportResultOutcome, error) {
+// sent it (nil in process). api, when set, is the request on an API
+// subject whose caller check this runs first (callerChecked): on what the
+// parse read when it read everything, else on the bytes.
+func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, api *apiRequest, h nats.Header, data []byte) (protocol.ReportResultOutcome, error) {
 	r, vs := protocol.ParseReportResult(h, data)
+	if err := l.callerChecked(ctx, api, func() protocol.Violations {
+		if len(vs) > 0 {
+			return api.bytesCaller()
+		}
+		return protocol.CheckReportResultCaller(api.c, r.Report.ProjectID, r.Card.ProjectID)
+	}); err != nil {
+		return protocol.ReportResultOutcome{}, err
+	}
 	req := r.Report
 	in := &reportInput{project: req.ProjectID, channel: req.ChannelID, id: req.Identity, sourceID: req.SourceID,
 		sourceFunction: req.SourceFunction, payload: req.Payload, stepID: cmp.Or(req.Identity.StepID, req.Payload.StepID),
@@ -80,6 +132,12 @@ func (l *Ledger) reportResultMsg(ctx context.Context, by *protocol.Caller, h nat
 			protocol.NewError(protocol.CodeBadRequest, vs, "invalid report.result: %d violation(s)", len(vs)), raw())
 	}
 	in.result = &resultCard{card: r.Card, stored: r.Stored}
+	return l.serveResult(ctx, by, in, raw)
+}
+
+// serveResult runs the core for a request's report.result (in.result its
+// card), in the request's span.
+func (l *Ledger) serveResult(ctx context.Context, by *protocol.Caller, in *reportInput, raw func() protocol.RejectedRequest) (protocol.ReportResultOutcome, error) {
 	if err := l.resultCardStored(ctx, by, in, raw); err != nil {
 		return protocol.ReportResultOutcome{}, err
 	}

@@ -29,6 +29,34 @@ func ValidReply(reply string) bool {
 // (CheckCaller). It returns the caller the subject names; badReply says the
 // reply subject is not an inbox, so nothing may be sent there.
 func CheckRequest(op string, m *nats.Msg) (c Caller, e *Error, badReply bool) {
+	return checkRequest(op, m, false)
+}
+
+// CallerAfterParse says whether op's caller check may wait for the
+// operation's own parse (CheckRequestBeforeParse): dispatch and
+// report.result, whose parse reads every value the check compares.
+func CallerAfterParse(op string) bool { return op == OpDispatch || op == OpReportResult }
+
+// CheckRequestBeforeParse is CheckRequest without the caller check of an
+// operation that CallerAfterParse names, so that its body is decoded once:
+// its handler runs the check on the values its parse found when the parse
+// succeeds (CheckDispatchCaller, CheckReportResultCaller), which are the
+// ones CheckCaller would read, and on the bytes (CheckCaller) when it
+// fails, before refusing the request as malformed: a refusal is then
+// CheckRequest's, byte for byte (CallerRefusal), and comes first.
+func CheckRequestBeforeParse(op string, m *nats.Msg) (c Caller, e *Error, badReply bool) {
+	return checkRequest(op, m, CallerAfterParse(op))
+}
+
+// CallerRefusal is CheckRequest's refusal of a request that contradicts
+// its caller (vs, CheckCaller's violations).
+func CallerRefusal(op string, vs Violations) *Error {
+	return NewError(CodeForbidden, vs, "%s: %s", op, callerMismatch)
+}
+
+const callerMismatch = "request does not match the project or actor of its subject"
+
+func checkRequest(op string, m *nats.Msg, deferCaller bool) (c Caller, e *Error, badReply bool) {
 	toks := strings.SplitN(m.Subject, ".", 5)
 	var vs Violations
 	if len(toks) == 5 {
@@ -56,9 +84,9 @@ func CheckRequest(op string, m *nats.Msg) (c Caller, e *Error, badReply bool) {
 		vs, _ = CheckHeaders(m.Header)
 		msg = "invalid request headers"
 	}
-	if len(vs) == 0 && !o.Global {
+	if len(vs) == 0 && !o.Global && !deferCaller {
 		vs = CheckCaller(op, c, m.Header, m.Data)
-		code, msg = CodeForbidden, "request does not match the project or actor of its subject"
+		code, msg = CodeForbidden, callerMismatch
 	}
 	if len(vs) == 0 {
 		return c, nil, badReply
@@ -160,13 +188,7 @@ func topLevel(b []byte) map[string]json.RawMessage {
 // is read (the ledger's), which this cannot do.
 func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 	var vs Violations
-	project := func(field, v string, ok bool) {
-		// An id that is not an identifier is left to the operation's own
-		// validation, which names the precise problem.
-		if ok && ValidIdentifier(v) && v != c.Project {
-			vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", Clip(v), c.Project)
-		}
-	}
+	project := func(field, v string, ok bool) { callerProject(&vs, c, field, v, ok) }
 	actor := func(field, v string, ok bool) {
 		if ok && ValidIdentifier(v) && v != c.Actor {
 			vs.Add(field, VForbidden, "%q is not the actor of the request subject (%q)", v, c.Actor)
@@ -178,23 +200,20 @@ func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 		project("card.project_id", p, ok)
 	case OpDispatch:
 		f := topLevel(body)
+		subProject, subOK := "", false
 		if s, ok := stringField(f, "subject"); ok {
-			if sub, err := ParseSubject(s); err == nil && sub.Project != c.Project {
-				vs.Add("subject", VForbidden, "subject project %q is not the project of the request subject (%q)", Clip(sub.Project), c.Project)
+			if sub, err := ParseSubject(s); err == nil {
+				subProject, subOK = sub.Project, true
 			}
 		}
 		p, ok := stringField(topLevel(f["card"]), "project_id")
-		project("card.project_id", p, ok)
-		a := HeaderGet(h, HeaderAgentID)
-		actor("header."+HeaderAgentID, a, a != "")
+		return dispatchCaller(c, subProject, subOK, p, ok, HeaderGet(h, HeaderAgentID))
 	case OpReport:
 		p := HeaderGet(h, HeaderProjectID)
 		project("header."+HeaderProjectID, p, p != "")
 	case OpReportResult:
-		p := HeaderGet(h, HeaderProjectID)
-		project("header."+HeaderProjectID, p, p != "")
 		cp, ok := stringField(topLevel(topLevel(body)["card"]), "project_id")
-		project("body.card.project_id", cp, ok)
+		return reportResultCaller(c, HeaderGet(h, HeaderProjectID), cp, ok)
 	case OpToolRegister:
 		p := HeaderGet(h, HeaderProjectID)
 		project("header."+HeaderProjectID, p, p != "")
@@ -236,4 +255,50 @@ func CheckCaller(op string, c Caller, h nats.Header, body []byte) Violations {
 		}
 	}
 	return vs
+}
+
+// CheckDispatchCaller is CheckCaller's check of a dispatch over the values
+// its parse found (the subject's project, the card's project_id, the
+// CG-Agent-ID header), for a dispatch that parsed without a violation.
+func CheckDispatchCaller(c Caller, subjectProject, cardProject, agentID string) Violations {
+	return dispatchCaller(c, subjectProject, true, cardProject, true, agentID)
+}
+
+// CheckReportResultCaller is CheckCaller's check of a report.result over
+// the values its parse found (the CG-Project-ID header, the card's
+// project_id), for a report.result that parsed without a violation.
+func CheckReportResultCaller(c Caller, headerProject, cardProject string) Violations {
+	return reportResultCaller(c, headerProject, cardProject, true)
+}
+
+// dispatchCaller is the dispatch case of CheckCaller: subOK and cardOK say
+// the subject parsed and the card names a project_id.
+func dispatchCaller(c Caller, subProject string, subOK bool, cardProject string, cardOK bool, agentID string) Violations {
+	var vs Violations
+	if subOK && subProject != c.Project {
+		vs.Add("subject", VForbidden, "subject project %q is not the project of the request subject (%q)", Clip(subProject), c.Project)
+	}
+	callerProject(&vs, c, "card.project_id", cardProject, cardOK)
+	if agentID != "" && ValidIdentifier(agentID) && agentID != c.Actor {
+		vs.Add("header."+HeaderAgentID, VForbidden, "%q is not the actor of the request subject (%q)", agentID, c.Actor)
+	}
+	return vs
+}
+
+// reportResultCaller is the report.result case of CheckCaller: cardOK says
+// the card names a project_id.
+func reportResultCaller(c Caller, headerProject, cardProject string, cardOK bool) Violations {
+	var vs Violations
+	callerProject(&vs, c, "header."+HeaderProjectID, headerProject, headerProject != "")
+	callerProject(&vs, c, "body.card.project_id", cardProject, cardOK)
+	return vs
+}
+
+// callerProject is CheckCaller's project check: an id that is not an
+// identifier is left to the operation's own validation, which names the
+// precise problem.
+func callerProject(vs *Violations, c Caller, field, v string, ok bool) {
+	if ok && ValidIdentifier(v) && v != c.Project {
+		vs.Add(field, VForbidden, "project %q is not the project of the request subject (%q)", Clip(v), c.Project)
+	}
 }

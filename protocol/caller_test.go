@@ -1,7 +1,11 @@
 package protocol_test
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -39,4 +43,70 @@ func TestCheckReadRequestChecksAsTheAPIServerDoes(t *testing.T) {
 	_, answer, err = protocol.CheckReadRequest(op, msg("cgledger.v1.p1.a1.inbox.list", "", `{}`))
 	require.NoError(t, err)
 	require.False(t, answer, "no reply subject: nothing to answer")
+}
+
+// TestCallerAfterParseAgreesWithCheckRequest: for the operations whose
+// caller check waits for their parse (dispatch, report.result), the API
+// server's answer (CheckRequestBeforeParse, then the check on what the
+// parse read, or on the bytes when it fails) is CheckRequest's, for every
+// dispatch and report.result of the request cases, sent as their own
+// project and actor and as others'.
+func TestCallerAfterParseAgreesWithCheckRequest(t *testing.T) {
+	deferred := func(op string, m *nats.Msg) *protocol.Error {
+		c, e, _ := protocol.CheckRequestBeforeParse(op, m)
+		if e != nil {
+			return e
+		}
+		var vs protocol.Violations
+		switch op {
+		case protocol.OpDispatch:
+			_, d, pvs := protocol.ParseDispatch(protocol.DefaultVersion, m.Header, m.Data)
+			if len(pvs) == 0 {
+				vs = protocol.CheckDispatchCaller(c, d.Subject.Project, d.Card.ProjectID, d.Identity.AgentID)
+			} else {
+				vs = protocol.CheckCaller(op, c, m.Header, m.Data)
+			}
+		case protocol.OpReportResult:
+			r, pvs := protocol.ParseReportResult(m.Header, m.Data)
+			if len(pvs) == 0 {
+				vs = protocol.CheckReportResultCaller(c, r.Report.ProjectID, r.Card.ProjectID)
+			} else {
+				vs = protocol.CheckCaller(op, c, m.Header, m.Data)
+			}
+		}
+		if len(vs) > 0 {
+			return protocol.CallerRefusal(op, vs)
+		}
+		return nil
+	}
+	seen := map[string]int{}
+	for _, file := range []string{"dispatch.txt", "report_result.txt", "request.txt"} {
+		datadriven.RunTest(t, filepath.Join("testdata", "requests", file), func(t *testing.T, td *datadriven.TestData) string {
+			op := td.Cmd
+			if op == "request" {
+				s := arg(td, "subject")
+				op = s[strings.LastIndex(s, ".")+1:]
+			}
+			if !protocol.CallerAfterParse(op) {
+				return td.Expected
+			}
+			h, body := splitRequest(td.Input)
+			for _, p := range []string{"p1", "proj-1", "p2"} {
+				for _, a := range []string{"a1", "agent-1", "a2", "bad.actor"} {
+					m := &nats.Msg{Subject: "cgledger.v1." + p + "." + a + "." + op, Header: h, Data: body}
+					_, want, _ := protocol.CheckRequest(op, m)
+					require.Equal(t, want, deferred(op, m), "%s as %s/%s", td.Pos, p, a)
+					if want != nil {
+						seen[string(want.Code)]++
+					} else {
+						seen["ok"]++
+					}
+				}
+			}
+			return td.Expected
+		})
+	}
+	t.Logf("answers: %v", seen)
+	require.NotZero(t, seen["ok"])
+	require.NotZero(t, seen[string(protocol.CodeForbidden)])
 }
