@@ -152,7 +152,7 @@ type Report struct {
 
 // WriteText writes the report as the table `cgledger bench` prints.
 func (r Report) WriteText(w io.Writer) error {
-	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
+	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit,\np99 x lim / cpu x lim = cgledger p99 / CPU per call against the limit's)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(w, "%-16s %6s | %10s %8s %8s %9s %7s %7s | %10s %8s %8s %9s | %10s %8s %8s %9s | %7s %7s %9s %9s %9s\n",

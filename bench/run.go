@@ -54,6 +54,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.CPUProfile != "" && cfg.CPUProfileEach != "" {
 		return Report{}, errors.New("--cpuprofile and --cpuprofile-each: one profile at a time")
 	}
+	if cfg.CPUProfileEach != "" {
+		// Made (or refused) before anything runs, not at the first profile.
+		if err := os.MkdirAll(cfg.CPUProfileEach, 0o755); err != nil {
+			return Report{}, fmt.Errorf("--cpuprofile-each: %w", err)
+		}
+	}
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {

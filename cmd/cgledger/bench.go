@@ -82,15 +82,19 @@ func bench(args []string) int {
 		}
 		inflight = append(inflight, n)
 	}
-	var selected []string
+	var selected, unknown []string
 	for _, w := range strings.Split(*workloads, ",") {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
 		}
 		if !slices.Contains(benchpkg.Workloads, w) {
-			return failf(exitUsage, "bench: --workloads: %q is not one of %s", w, strings.Join(benchpkg.Workloads, ", "))
+			unknown = append(unknown, strconv.Quote(w))
+			continue
 		}
 		selected = append(selected, w)
+	}
+	if len(unknown) > 0 {
+		return failf(exitUsage, "bench: --workloads: %s not one of %s", strings.Join(unknown, ", "), strings.Join(benchpkg.Workloads, ", "))
 	}
 	if *rounds < 1 || *duration <= 0 {
 		return failf(exitUsage, "bench: --rounds and --duration must be positive")
