@@ -168,39 +168,40 @@ func (c *Client) Dispatch(ctx context.Context, req protocol.DispatchRequest) (pr
 // Report submits a tool result report (see Ledger.Report).
 func (c *Client) Report(ctx context.Context, req protocol.ReportRequest) (protocol.ReportOutcome, error) {
 	var out protocol.ReportOutcome
+	msg, err := c.reportMsg(protocol.OpReport, req, req.Payload)
+	if err != nil {
+		return out, err
+	}
+	return out, c.call(ctx, msg, &out)
+}
+
+// reportMsg is a report's request for op (report or report.result): body
+// on the subject of the reporting tool, with the report's headers.
+func (c *Client) reportMsg(op string, req protocol.ReportRequest, body any) (*nats.Msg, error) {
 	actor := identOr(req.SourceFunction)
 	if c.actorSet {
 		actor = c.actor
 	}
-	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpReport), req.Payload)
+	msg, err := jsonMsg(c.subject(req.ProjectID, actor, op), body)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	req.Identity.Apply(msg.Header)
 	msg.Header.Set(protocol.HeaderProjectID, req.ProjectID)
 	msg.Header.Set(protocol.HeaderChannelID, req.ChannelID)
 	msg.Header.Set(protocol.HeaderSourceID, req.SourceID)
 	msg.Header.Set(protocol.HeaderSourceFunction, req.SourceFunction)
-	return out, c.call(ctx, msg, &out)
+	return msg, nil
 }
 
 // ReportResult stores a call's tool.result card and its report in one
 // request (see Ledger.ReportResult): the report.result operation.
 func (c *Client) ReportResult(ctx context.Context, card protocol.Card, req protocol.ReportRequest) (protocol.ReportResultOutcome, error) {
 	var out protocol.ReportResultOutcome
-	actor := identOr(req.SourceFunction)
-	if c.actorSet {
-		actor = c.actor
-	}
-	msg, err := jsonMsg(c.subject(req.ProjectID, actor, protocol.OpReportResult), protocol.ReportResultBody{Card: card, Report: req.Payload})
+	msg, err := c.reportMsg(protocol.OpReportResult, req, protocol.ReportResultBody{Card: card, Report: req.Payload})
 	if err != nil {
 		return out, err
 	}
-	req.Identity.Apply(msg.Header)
-	msg.Header.Set(protocol.HeaderProjectID, req.ProjectID)
-	msg.Header.Set(protocol.HeaderChannelID, req.ChannelID)
-	msg.Header.Set(protocol.HeaderSourceID, req.SourceID)
-	msg.Header.Set(protocol.HeaderSourceFunction, req.SourceFunction)
 	return out, c.call(ctx, msg, &out)
 }
 

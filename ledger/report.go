@@ -573,6 +573,9 @@ func (l *Ledger) buildClaim(rec *protocol.CallRecord, in *reportInput, fp string
 	if err != nil {
 		return nil, fmt.Errorf("report: encode entry: %w", err)
 	}
+	if in.result != nil {
+		in.result.entry = &entry
+	}
 	h := in.id.Header()
 	h.Set(protocol.HeaderProjectID, in.project)
 	h.Set(protocol.HeaderChannelID, in.channel)

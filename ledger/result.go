@@ -31,6 +31,10 @@ type resultCard struct {
 	// held says the card is stored already, identical: the report entry is
 	// appended alone (appendReport), with the card's sequence.
 	held bool
+	// entry is the report entry its claim encodes (buildClaim), kept so
+	// that adding the card's sequence once known is one encoding, not a
+	// decode of the claim's bytes and a second encoding.
+	entry *protocol.ReportEntry
 }
 
 // ReportResult stores a call's tool.result card and its report together
@@ -325,7 +329,10 @@ func (l *Ledger) appendResult(ctx context.Context, by *protocol.Caller, in *repo
 // report's does.
 func (l *Ledger) appendHeld(ctx context.Context, by *protocol.Caller, rc *resultCard, toolLabel string, c *protocol.Claim) (uint64, *protocol.Claim, error) {
 	var re protocol.ReportEntry
-	if err := json.Unmarshal(c.Data, &re); err != nil {
+	if rc.entry != nil {
+		re = *rc.entry
+	} else if err := json.Unmarshal(c.Data, &re); err != nil {
+		// A claim not built here (an earlier version's, from the record).
 		return 0, nil, fmt.Errorf("report.result: decode own entry: %w", err)
 	}
 	re.ToolResultCardSeq = rc.seq

@@ -163,25 +163,7 @@ func TestWokenSweepsRacingGiveOneWakeup(t *testing.T) {
 		crashAfterAppend(t, e.l, calls[i], rc.CardID)
 	}
 	sweepers := []*ledger.Ledger{wokenOpen(t, e), wokenOpen(t, e), wokenOpen(t, e)}
-	finished := 0
-	hpWaitFor(t, "the sweeps to finish every report", func() bool {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for _, l := range sweepers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := l.Sweep(ctx)
-				assertNoErr(t, err)
-				mu.Lock()
-				finished += res.Finished
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		return finished >= len(calls)
-	})
-	require.Equal(t, len(calls), finished, "one takeover per report")
+	require.Equal(t, len(calls), sweepConcurrently(t, ctx, sweepers, len(calls)), "one takeover per report")
 	got := drainWakeups(t, e.nc, sub)
 	for _, c := range calls {
 		require.Len(t, wakeupEntries(t, e, c), 1, c.id)
@@ -349,6 +331,23 @@ func TestWokenClusterSweepsRacingGiveOneWakeup(t *testing.T) {
 		cards[i] = rc.CardID
 		crashAfterAppend(t, ls[0], calls[i], rc.CardID)
 	}
+	require.Equal(t, len(calls), sweepConcurrently(t, ctx, ls, len(calls)), "one takeover per report")
+	for i, cl := range calls {
+		rec, err := ls[2].GetCall(ctx, project, cl.turn, cl.id)
+		require.NoError(t, err)
+		require.Equal(t, protocol.StateWoken, rec.State, cl.id)
+		out, err := ls[1].Report(ctx, cl.reportReq(protocol.StatusSuccess, cards[i]))
+		require.NoError(t, err)
+		require.True(t, out.Duplicate)
+		require.Equal(t, rec.Claim.WakeupSeq, out.Wakeup.Seq, cl.id)
+	}
+}
+
+// sweepConcurrently runs a sweep in each ledger at once, round after round,
+// until they have finished want reports between them, and returns how many
+// they finished.
+func sweepConcurrently(t *testing.T, ctx context.Context, ls []*ledger.Ledger, want int) int {
+	t.Helper()
 	finished := 0
 	hpWaitFor(t, "the sweeps to finish every report", func() bool {
 		var wg sync.WaitGroup
@@ -365,16 +364,7 @@ func TestWokenClusterSweepsRacingGiveOneWakeup(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		return finished >= len(calls)
+		return finished >= want
 	})
-	require.Equal(t, len(calls), finished, "one takeover per report")
-	for i, cl := range calls {
-		rec, err := ls[2].GetCall(ctx, project, cl.turn, cl.id)
-		require.NoError(t, err)
-		require.Equal(t, protocol.StateWoken, rec.State, cl.id)
-		out, err := ls[1].Report(ctx, cl.reportReq(protocol.StatusSuccess, cards[i]))
-		require.NoError(t, err)
-		require.True(t, out.Duplicate)
-		require.Equal(t, rec.Claim.WakeupSeq, out.Wakeup.Seq, cl.id)
-	}
+	return finished
 }
