@@ -428,3 +428,67 @@ func TestDeadlineWithAnOpenAttemptIsOutcomeUnknown(t *testing.T) {
 	requireLedgerTimeout(t, e, l, never)
 	require.Equal(t, 1.0, counterSum(t, reg, "cgledger_ledger_attempt_outcomes_total"))
 }
+
+// TestKeeperAcksAReportedCallAtItsReport: a call this process reports
+// leaves the deadline keeper's pending set at its report, not at its
+// deadline (an hour away here), whether the keeper had its command first
+// (before the report) or the report came first (before the keeper started).
+// A call nobody reports stays pending for its deadline.
+func TestKeeperAcksAReportedCallAtItsReport(t *testing.T) {
+	e := newEnv(t)
+	l, _ := openLedger(t, e.srv)
+	ctx := ctxT(t)
+	js, err := jetstream.New(e.nc)
+	require.NoError(t, err)
+	pending := func() int {
+		cons, err := js.Consumer(ctx, stream.DefaultName, ledger.DefaultDeadlineDurable+"v1")
+		if err != nil {
+			return -1
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return -1
+		}
+		return info.NumAckPending + int(info.NumPending)
+	}
+	report := func(c call) {
+		t.Helper()
+		rc := c.resultCard(protocol.StatusSuccess)
+		_, err := l.PutCard(ctx, rc)
+		require.NoError(t, err)
+		_, err = l.Report(ctx, c.reportReq(protocol.StatusSuccess, rc.CardID))
+		require.NoError(t, err)
+	}
+	const hour = int64(time.Hour / time.Millisecond)
+
+	// Reported before the keeper runs: its first delivery finds it woken.
+	early, req := deadlineCall("turn-ack", "early", "echo", hour)
+	_, err = l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	report(early)
+	waiting, req := deadlineCall("turn-ack", "waiting", "echo", hour)
+	_, err = l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	startKeeper(t, l, 5*time.Second)
+	require.Eventually(t, func() bool { return pending() == 1 }, time.Minute, 20*time.Millisecond,
+		"the reported call is acknowledged, the waiting one is pending")
+
+	// Reported after the keeper handed its command back.
+	late, req := deadlineCall("turn-ack", "late", "echo", hour)
+	_, err = l.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		cons, err := js.Consumer(ctx, stream.DefaultName, ledger.DefaultDeadlineDurable+"v1")
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 2
+	}, time.Minute, 20*time.Millisecond, "the keeper holds both commands")
+	report(late)
+	require.Eventually(t, func() bool { return pending() == 1 }, time.Minute, 20*time.Millisecond,
+		"the call reported after the keeper took its command is acknowledged at its report")
+	rec, err := l.GetCall(ctx, project, waiting.turn, waiting.id)
+	require.NoError(t, err)
+	require.Equal(t, protocol.StateDispatched, rec.State, "the unreported call still waits for its deadline")
+}

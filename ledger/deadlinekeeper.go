@@ -126,6 +126,7 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		// dispatch, long before its deadline, so this is the common case.
 		if due := time.UnixMilli(d).Add(l.grace); now.Before(due) {
 			_ = msg.NakWithDelay(due.Sub(now))
+			k.ackWhenReported(msg, due)
 			return
 		}
 	}
@@ -140,7 +141,8 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 	defer cancel()
 	id := cmd.Identity
 	key := callKey(cmd.Subject.Project, id.AgentTurnID, id.ToolCallID)
-	if c, ok := l.cache.records.get(key); ok && c.rec.State == protocol.StateWoken && c.rec.Claim != nil && c.rec.Claim.SourceID != protocol.DeadlineSourceID {
+	l.keeperAcks.forget(key)
+	if l.reportedHere(key) {
 		// This process stored the call's report and its wakeup (its memory
 		// says so only then, and a report is never taken back): nothing to
 		// keep, and no read. The usual case with one serve process.
@@ -211,6 +213,35 @@ func (k *DeadlineKeeper) process(msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// ackWhenReported has the command handed back until due acknowledged as
+// soon as this process stores its call's report and wakeup (keeperacks.go),
+// or at once when it already has: the delivery at due would only find the
+// call reported.
+func (k *DeadlineKeeper) ackWhenReported(msg jetstream.Msg, due time.Time) {
+	l := k.l
+	project := protocol.SubjectProject(msg.Subject())
+	h := msg.Headers()
+	turn, call := protocol.HeaderGet(h, protocol.HeaderAgentTurnID), protocol.HeaderGet(h, protocol.HeaderToolCallID)
+	if project == "" || turn == "" || call == "" {
+		return
+	}
+	key := callKey(project, turn, call)
+	if !l.keeperAcks.register(key, msg.Reply(), due) {
+		return
+	}
+	if l.reportedHere(key) {
+		l.keeperAcks.done(key)
+	}
+}
+
+// reportedHere reports whether this process's memory holds key's call as
+// woken by a report (not by its deadline): its report and wakeup are
+// stored, and a report is never taken back.
+func (l *Ledger) reportedHere(key string) bool {
+	c, ok := l.cache.records.get(key)
+	return ok && c.rec.State == protocol.StateWoken && c.rec.Claim != nil && c.rec.Claim.SourceID != protocol.DeadlineSourceID
 }
 
 // commandDeadline reads only a command's deadline_unix_ms, 0 when the

@@ -175,6 +175,9 @@ type Ledger struct {
 	// checks.arguments.
 	schemas *schemacache.Cache
 	cache   *caches
+	// keeperAcks are the commands the deadline keeper acknowledges once
+	// this process has reported their calls (keeperacks.go).
+	keeperAcks *keeperAcks
 	// results groups concurrent report.result batches (result.go).
 	results resultBatcher
 	// sequentialResults: report.result appends the card, then the report
@@ -297,7 +300,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		c.close()
 		return nil, fmt.Errorf("ledger: open: register metrics: %w", err)
 	}
-	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.ResultWrites.sequential(streams.Replicas)}, nil
+	return &Ledger{nc: nc, js: js, stream: st, kv: kv, version: version, streams: streams, m: m, log: log, lease: lease, grace: grace, approvalLease: approvalLease, builtin: builtin, schemas: schemacache.New(maxCachedSchemas), cache: c, keeperAcks: newKeeperAcks(nc), labels: c.labels, guard: cfg.WriteGuard, ttl: ttl, toolAckWait: toolAckWait, sequentialResults: cfg.ResultWrites.sequential(streams.Replicas)}, nil
 }
 
 // Close stops the cache watch and waits for the reports in flight (a report

@@ -80,6 +80,9 @@ func (l *Ledger) cacheRecord(key string, rec *protocol.CallRecord, rev uint64) {
 	}
 	l.cache.records.putUnlessNewer(key, cachedRecord{rec: cloneRecord(rec), rev: rev},
 		func(cur, _ cachedRecord) bool { return knowsMore(cur) })
+	if rec.State == protocol.StateWoken && rec.Claim != nil && rec.Claim.SourceID != protocol.DeadlineSourceID {
+		l.keeperAcks.done(key)
+	}
 }
 
 // cloneRecord copies a record deeply enough that the copy's state and claim
