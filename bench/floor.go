@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,11 +65,13 @@ type floorWorkload struct {
 
 // floorTemplates are the bytes of one real external call.
 type floorTemplates struct {
+	// id is the copied call's tool call id.
+	id                                                  string
 	card, command, resultCard, report, wakeup, consumed *nats.Msg
-	record                                             []byte
-	dispatchReq, cardGetReq, resultReq, consumeReq     *nats.Msg
-	dispatchReply, resultReply, consumeReply           []byte
-	cardGetReplyHead                                   []byte
+	record                                              []byte
+	dispatchReq, cardGetReq, resultReq, consumeReq      *nats.Msg
+	dispatchReply, resultReply, consumeReply            []byte
+	cardGetReplyHead                                    []byte
 }
 
 // The floor's stream, bucket and subjects. The stream is configured as the
@@ -76,11 +79,11 @@ type floorTemplates struct {
 // message: file storage, direct gets, a duplicate window (the command
 // carries a Nats-Msg-Id), per-message TTLs allowed.
 const (
-	floorStream      = "BENCH_FLOOR"
-	floorBucket      = "BENCH_FLOOR_CALLS"
-	floorAPI         = "floorapi."
-	floorCmdFilter   = "floor.cmd.>"
-	floorWakeFilter  = "floor.wake.*"
+	floorStream     = "BENCH_FLOOR"
+	floorBucket     = "BENCH_FLOOR_CALLS"
+	floorAPI        = "floorapi."
+	floorCmdFilter  = "floor.cmd.>"
+	floorWakeFilter = "floor.wake.*"
 	// floorKeeperDelay is the keeper's hand-back delay. The ledger's is the
 	// call's deadline plus grace (35 s by default), so its second delivery
 	// and ack land in later runs; the floor's land in its own run, so its
@@ -262,7 +265,7 @@ func (f *floorWorkload) serve(m jetstream.Msg) {
 
 // request sends a copy of tmpl for call id and waits for an ok reply.
 func (f *floorWorkload) request(ctx context.Context, nc *nats.Conn, tmpl *nats.Msg, id string) error {
-	resp, err := nc.RequestMsgWithContext(ctx, withID(tmpl, tmpl.Subject, id))
+	resp, err := nc.RequestMsgWithContext(ctx, f.withID(tmpl, tmpl.Subject, id))
 	if err != nil {
 		return err
 	}
@@ -272,37 +275,52 @@ func (f *floorWorkload) request(ctx context.Context, nc *nats.Conn, tmpl *nats.M
 	return nil
 }
 
-// withID is a copy of tmpl on subject for call id: its headers copied, the
-// call id header (where tmpl has one) set to id; the data is shared.
-func withID(tmpl *nats.Msg, subject, id string) *nats.Msg {
-	h := make(nats.Header, len(tmpl.Header)+1)
+// withID is a copy of tmpl on subject for call id: every header value that
+// names the copied call (its CG-Tool-Call-Id, its Nats-Msg-Id, which the
+// stream deduplicates on) names id instead; the data is shared.
+func (f *floorWorkload) withID(tmpl *nats.Msg, subject, id string) *nats.Msg {
+	h := make(nats.Header, len(tmpl.Header))
 	for k, v := range tmpl.Header {
+		if len(v) == 1 && strings.Contains(v[0], f.t.id) {
+			v = []string{strings.Replace(v[0], f.t.id, id, 1)}
+		}
 		h[k] = v
-	}
-	if _, ok := h[protocol.HeaderToolCallID]; ok {
-		h[protocol.HeaderToolCallID] = []string{id}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: tmpl.Data}
 }
 
 func (f *floorWorkload) dispatch(ctx context.Context, m *nats.Msg) error {
 	id := m.Header.Get(protocol.HeaderToolCallID)
-	card, err := f.js.PublishMsgAsync(withID(f.t.card, "floor.card."+id, id), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(floorStream))
+	card, err := f.js.PublishMsgAsync(f.withID(f.t.card, "floor.card."+id, id), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(floorStream))
 	if err != nil {
 		return err
 	}
 	if _, err := f.kv.Create(ctx, id, f.t.record); err != nil {
 		return err
 	}
-	if err := ack(ctx, card); err != nil {
+	select {
+	case a := <-card.Ok():
+		if err := stored(a, nil); err != nil {
+			return err
+		}
+	case err := <-card.Err():
 		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	cmd := withID(f.t.command, "floor.cmd."+id, id)
-	cmd.Header[protocol.HeaderMsgID] = []string{"cmd." + id}
-	if _, err := f.js.PublishMsg(ctx, cmd, jetstream.WithExpectStream(floorStream)); err != nil {
+	if err := stored(f.js.PublishMsg(ctx, f.withID(f.t.command, "floor.cmd."+id, id), jetstream.WithExpectStream(floorStream))); err != nil {
 		return err
 	}
 	return m.Respond(f.t.dispatchReply)
+}
+
+// stored refuses an append the stream took as a duplicate (a Nats-Msg-Id
+// seen before): the floor must store every entry of every call.
+func stored(a *jetstream.PubAck, err error) error {
+	if err == nil && a.Duplicate {
+		return errors.New("an entry was taken as a duplicate")
+	}
+	return err
 }
 
 func (f *floorWorkload) cardGet(ctx context.Context, m *nats.Msg) error {
@@ -327,7 +345,7 @@ func (f *floorWorkload) reportResult(ctx context.Context, m *nats.Msg) error {
 		if e.first {
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(0))
 		}
-		if _, err := f.js.PublishMsg(ctx, withID(e.tmpl, e.subject, id), opts...); err != nil {
+		if err := stored(f.js.PublishMsg(ctx, f.withID(e.tmpl, e.subject, id), opts...)); err != nil {
 			return err
 		}
 	}
@@ -336,7 +354,7 @@ func (f *floorWorkload) reportResult(ctx context.Context, m *nats.Msg) error {
 
 func (f *floorWorkload) consume(ctx context.Context, m *nats.Msg) error {
 	id := m.Header.Get(protocol.HeaderToolCallID)
-	if _, err := f.js.PublishMsg(ctx, withID(f.t.consumed, "floor.consumed."+id, id), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(floorStream)); err != nil {
+	if err := stored(f.js.PublishMsg(ctx, f.withID(f.t.consumed, "floor.consumed."+id, id), jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(floorStream))); err != nil {
 		return err
 	}
 	return m.Respond(f.t.consumeReply)
@@ -352,6 +370,7 @@ func floorTemplatesOf(ctx context.Context, e *env) (floorTemplates, error) {
 	}
 	n := e.seq.Load()
 	turn, id := "turn-"+strconv.FormatInt(n/100, 10), "call-"+strconv.FormatInt(n, 10)
+	t.id = id
 	st, err := e.js.Stream(ctx, stream.DefaultName)
 	if err != nil {
 		return t, err
@@ -367,7 +386,7 @@ func floorTemplatesOf(ctx context.Context, e *env) (floorTemplates, error) {
 			continue
 		}
 		k := protocol.EntryKind(m.Header.Get(protocol.HeaderEntryKind))
-		byKind[k] = append([]*nats.Msg{{Header: m.Header, Data: m.Data}}, byKind[k]...)
+		byKind[k] = append([]*nats.Msg{{Header: storedHeaders(m.Header), Data: m.Data}}, byKind[k]...)
 	}
 	one := func(k protocol.EntryKind, i int) (*nats.Msg, error) {
 		if len(byKind[k]) <= i {
@@ -462,4 +481,21 @@ func floorTemplatesOf(ctx context.Context, e *env) (floorTemplates, error) {
 	}
 	t.cardGetReplyHead = []byte(`{"ok":true,"result":{"cards":[{"time":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","card":`)
 	return t, nil
+}
+
+// storedHeaders is h as the entry was stored: without the headers a read
+// adds (its stream, sequence, subject and time), and with the command's
+// check that its tool is not paused made on the floor's stream.
+func storedHeaders(h nats.Header) nats.Header {
+	out := nats.Header{}
+	for k, v := range h {
+		switch k {
+		case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp":
+			continue
+		case "Nats-Expected-Last-Subject-Sequence-Subject":
+			v = []string{"floor.pause"}
+		}
+		out[k] = v
+	}
+	return out
 }
