@@ -21,8 +21,10 @@ import (
 
 // Workloads are the names Config.Workloads selects from: the e2e calls
 // (built-in echo, echo as side_effectful, an external tool service), the
-// MCP front door, the report alone and duplicate reports.
-var Workloads = []string{"echo", "echo_se", "external", "mcp", "report", "duplicate"}
+// ledger's message floor (the messages of an e2e external call on raw
+// JetStream alone, floor.go), the MCP front door, the report alone and
+// duplicate reports.
+var Workloads = []string{"echo", "echo_se", "external", "floor", "mcp", "report", "duplicate"}
 
 // MaxInFlight is the largest in-flight level a run accepts.
 const MaxInFlight = 4096
@@ -50,7 +52,7 @@ type Config struct {
 	Rebuild int
 	// Workloads selects what is measured, by name (Workloads lists them);
 	// empty means every workload. The raw round trip and the protocol
-	// limit are measured whenever an e2e workload is selected.
+	// limit are measured whenever an e2e workload or the floor is selected.
 	Workloads []string
 	// CPUProfile, when set, is the file a CPU profile of the whole run
 	// (server and load generator) is written to.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/violationtest"
@@ -66,4 +67,21 @@ func TestWriteText(t *testing.T) {
 	require.Equal(t, "workload         flight |       cg/s   p50 ms   p99 ms    cpu us    msgs commits |      raw/s   p50 ms   p99 ms    cpu us |    limit/s   p50 ms   p99 ms    cpu us |   ratio   p99 x ratio lim p99 x lim cpu x lim", lines[4])
 	require.Equal(t, "e2e echo             16 |       1000     1.00     2.00       300     9.0    0.50 |       4000     0.50     1.00        50 |       2000     0.00     1.00       100 |   0.250     2.0     0.500       2.0       3.0", lines[5])
 	require.Equal(t, "report               16 |         10     0.00     0.00         0     0.0    0.00 |         20     0.00     0.00         0 |          -        -        -         - |   0.500     0.0         -         -         -", lines[6])
+}
+
+func TestFloorCopiesAnEntryForAnotherCall(t *testing.T) {
+	read := nats.Header{"CG-Tool-Call-Id": {"call-7"}, "Nats-Msg-Id": {"report.bench.turn-0.call-7"}, "CG-Time": {"2026-11-27T01:45:08Z"},
+		"Nats-Expected-Last-Subject-Sequence-Subject": {"cg.v1.bench.pause.bext"},
+		"Nats-Stream": {"CG_LEDGER"}, "Nats-Sequence": {"8"}, "Nats-Subject": {"cg.v1.x"}, "Nats-Time-Stamp": {"t"}}
+	tmpl := &nats.Msg{Header: storedHeaders(read), Data: []byte(`{"tool_call_id":"call-7"}`)}
+	require.Equal(t, nats.Header{"CG-Tool-Call-Id": {"call-7"}, "Nats-Msg-Id": {"report.bench.turn-0.call-7"}, "CG-Time": {"2026-11-27T01:45:08Z"},
+		"Nats-Expected-Last-Subject-Sequence-Subject": {"floor.pause"}}, tmpl.Header, "as stored, the pause check on the floor's stream")
+	f := &floorWorkload{t: floorTemplates{id: "call-7"}}
+	m := f.withID(tmpl, "floor.rep.call-12", "call-12")
+	require.Equal(t, "floor.rep.call-12", m.Subject)
+	require.Equal(t, "call-12", m.Header.Get("CG-Tool-Call-Id"))
+	require.Equal(t, "report.bench.turn-0.call-12", m.Header.Get("Nats-Msg-Id"), "a message id of its own, or the stream drops it as a duplicate")
+	require.Equal(t, "2026-11-27T01:45:08Z", m.Header.Get("CG-Time"))
+	require.Equal(t, "call-7", tmpl.Header.Get("CG-Tool-Call-Id"), "the template is unchanged")
+	require.Equal(t, tmpl.Data, m.Data)
 }

@@ -179,8 +179,9 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 	sideEffect := func(ctx context.Context) error { return e.callTool(ctx, sideEffectTool) }
 	want := func(w string) bool { return slices.Contains(cfg.Workloads, w) }
 	// Whole calls: per level and round, the raw round trip, the protocol
-	// limit and the selected call workloads by turns; every call workload
-	// is compared with the same two baselines.
+	// limit, the ledger's message floor and the selected call workloads by
+	// turns; every call workload (and the floor) is compared with the same
+	// two baselines.
 	type callWorkload struct {
 		name, label string
 		op          func(context.Context) error
@@ -188,11 +189,19 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 	calls := slices.DeleteFunc([]callWorkload{{"echo", "e2e echo", e.call}, {"echo_se", "e2e echo se", sideEffect}, {"external", "e2e external", external}},
 		func(c callWorkload) bool { return !want(c.name) })
 	callRows := make([][]Row, len(calls))
+	var floor *floorWorkload
+	var floorRows []Row
+	if want("floor") {
+		if floor, err = newFloorWorkload(ctx, e, connect); err != nil {
+			return nil, fmt.Errorf("message floor: %w", err)
+		}
+		defer floor.close()
+	}
 	for _, n := range inflight {
-		if len(calls) == 0 {
+		if len(calls) == 0 && floor == nil {
 			break
 		}
-		var rw, lim []Result
+		var rw, lim, fl []Result
 		got := make([][]Result, len(calls))
 		for range rounds {
 			raw.resultsInFlight()
@@ -206,6 +215,14 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 				return nil, fmt.Errorf("protocol limit: %w", err)
 			}
 			lim = append(lim, r)
+			if floor != nil {
+				sent := floor.sent()
+				if r, err = e.measure(ctx, "floor", d, n, floor.call, false); err != nil {
+					return nil, fmt.Errorf("message floor: %w", err)
+				}
+				r.LedgerMsgs = float64(floor.sent()-sent) / float64(r.Calls)
+				fl = append(fl, r)
+			}
 			for i, c := range calls {
 				if r, err = e.measure(ctx, c.name, d, n, c.op, true); err != nil {
 					return nil, fmt.Errorf("%s: %w", c.label, err)
@@ -213,11 +230,14 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 				got[i] = append(got[i], r)
 			}
 		}
+		if floor != nil {
+			floorRows = append(floorRows, withLimit(row("floor", n, fl, rw), lim))
+		}
 		for i, c := range calls {
 			callRows[i] = append(callRows[i], withLimit(row(c.label, n, got[i], rw), lim))
 		}
 	}
-	var rows []Row
+	rows := floorRows
 	for _, rs := range callRows {
 		rows = append(rows, rs...)
 	}

@@ -39,13 +39,17 @@ protocol with a worker credential. For each in-flight level and round it alterna
                 -> report -> the answer), against the same tools/call of an echo MCP
                 server (Go SDK) in this process on loopback: raw is the direct MCP call,
                 the ratio the price of the ledger between an MCP client and its tool.
+  floor         the ledger's message floor: the messages of one e2e external call
+                (requests and replies, appends, KV create, direct get, the keeper's
+                hand-back and ack, the projector's deliveries) on raw JetStream alone,
+                no parsing or Pebble; msgs counts its ledger side's (docs/performance.md).
 
 Then, at 16 in flight: the report alone (on calls dispatched and given their result card
 beforehand) against its floor, an append with expected-last-subject-sequence 0 plus a
 core NATS wakeup; and duplicate reports against failing KV creates (the raw cost of
 "already there").
---workloads picks some of them by name: echo, echo_se, external, mcp, report, duplicate
-(the raw round trip and the protocol limit run with any of the first three).
+--workloads picks some of them by name: echo, echo_se, external, floor, mcp, report,
+duplicate (the raw round trip and the protocol limit run with any of the first four).
 It prints medians over the rounds and the ratios (cgledger / raw, and for the e2e workloads
 cgledger / limit too: calls/s, p99 and CPU per call), with process CPU per call (server and load generator share this
 process), messages the ledger's own connections sent the server per call (JetStream
