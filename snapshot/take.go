@@ -32,6 +32,12 @@ type TakeOptions struct {
 // checkpoint, packed as a tar streamed to t.Put. A Take that fails or is
 // killed leaves nothing t lists.
 func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Manifest, error) {
+	return take(ctx, s, t, o, nil)
+}
+
+// take is Take; alter, when set, changes the manifest before the body is
+// written (tests make snapshots that Restore must refuse).
+func take(ctx context.Context, s *projector.Store, t Target, o TakeOptions, alter func(*Manifest)) (Manifest, error) {
 	if s == nil || t == nil {
 		return Manifest{}, errors.New("snapshot: take: a store and a target are required")
 	}
@@ -55,6 +61,10 @@ func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Man
 		ViewsFormat: projector.ViewsFormat, Stream: o.Stream, AppliedSeq: res.AppliedSeq,
 		ChainHead: res.ChainHead, Digest: res.Digest, Created: created, Host: o.Host, Files: files,
 	}
+	if alter != nil {
+		alter(&m)
+	}
+	stepHook("checkpointed")
 	if err := setBodySize(&m); err != nil {
 		return Manifest{}, err
 	}
