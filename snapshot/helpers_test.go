@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -61,7 +62,7 @@ func targets(t *testing.T, ctx context.Context, e *ledgertest.Env, bucket string
 
 // restoreOpts are the options of a restore against e's stream.
 func restoreOpts(e *ledgertest.Env) RestoreOptions {
-	return RestoreOptions{Stream: ledgerStream, JS: e.JS}
+	return RestoreOptions{Stream: ledgerStream, JS: e.JS, Log: slog.New(slog.DiscardHandler)}
 }
 
 func names(ms []Manifest) []string {

@@ -41,7 +41,8 @@ func take(ctx context.Context, s *projector.Store, t Target, o TakeOptions, alte
 	if s == nil || t == nil {
 		return Manifest{}, errors.New("snapshot: take: a store and a target are required")
 	}
-	tmp, err := os.MkdirTemp(o.TempDir, "cgledger-snapshot-")
+	removeStaleCheckpoints(o.TempDir)
+	tmp, err := os.MkdirTemp(o.TempDir, checkpointPrefix)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: take: %w", err)
 	}
@@ -86,4 +87,28 @@ func take(ctx context.Context, s *projector.Store, t Target, o TakeOptions, alte
 		return Manifest{}, fmt.Errorf("snapshot: take: %w", werr)
 	}
 	return m, nil
+}
+
+// checkpointPrefix starts the name of the directory Take makes its
+// checkpoint in.
+const checkpointPrefix = "cgledger-snapshot-"
+
+// staleCheckpointAge is how old a checkpoint directory a killed Take left
+// must be before the next Take removes it: a younger one may be another
+// Take's, still running. Its sstables are hard links to the views', which
+// would hold disk space forever.
+const staleCheckpointAge = time.Hour
+
+// removeStaleCheckpoints removes the checkpoint directories killed Takes
+// left in dir ("" is os.TempDir).
+func removeStaleCheckpoints(dir string) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, checkpointPrefix+"*"))
+	for _, p := range matches {
+		if st, err := os.Stat(p); err == nil && st.IsDir() && time.Since(st.ModTime()) > staleCheckpointAge {
+			_ = os.RemoveAll(p)
+		}
+	}
 }
