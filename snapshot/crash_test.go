@@ -75,7 +75,11 @@ func runCrashJob(raw string) error {
 	if job.Target == "dir" {
 		tg, err = NewDir(job.TargetDir)
 	} else {
-		tg, err = NewObjectStore(ctx, js, job.Bucket, 1)
+		var o *ObjectStore
+		o, err = NewObjectStore(ctx, js, job.Bucket, 1)
+		if o != nil {
+			o.chunkSize, tg = 1024, o
+		}
 	}
 	if err != nil {
 		return err
@@ -179,10 +183,8 @@ func TestKillAtEveryStep(t *testing.T) {
 				left, err := filepath.Glob(filepath.Join(job.TempDir, checkpointPrefix+"*"))
 				require.NoError(t, err)
 				require.Len(t, left, 1, "the killed take's checkpoint")
-				if d, ok := tg.(*Dir); ok && step == "uploading" {
-					tmp, err := filepath.Glob(filepath.Join(d.path, tempPrefix+"*.tmp"))
-					require.NoError(t, err)
-					require.Len(t, tmp, 1, "the killed Put's temporary body")
+				if step == "uploading" {
+					requireUploadLeftover(t, ctx, e, tg)
 				}
 				listed, err := tg.List(ctx)
 				require.NoError(t, err)
@@ -244,5 +246,24 @@ func requireOnlyGood(t *testing.T, ctx context.Context, e *ledgertest.Env, tg Ta
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+tg.bucket+".C.>"))
 		require.NoError(t, err)
 		require.Len(t, info.State.Subjects, 1, "the good object's chunks only")
+	}
+}
+
+// requireUploadLeftover checks that a killed upload left something for
+// Prune to remove: a temporary body (directory), chunks no object names
+// (object store).
+func requireUploadLeftover(t *testing.T, ctx context.Context, e *ledgertest.Env, tg Target) {
+	t.Helper()
+	switch tg := tg.(type) {
+	case *Dir:
+		tmp, err := filepath.Glob(filepath.Join(tg.path, tempPrefix+"*.tmp"))
+		require.NoError(t, err)
+		require.Len(t, tmp, 1, "the killed Put's temporary body")
+	case *ObjectStore:
+		st, err := e.JS.Stream(ctx, "OBJ_"+tg.bucket)
+		require.NoError(t, err)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+tg.bucket+".C.>"))
+		require.NoError(t, err)
+		require.Len(t, info.State.Subjects, 2, "the good object's chunks and the killed upload's")
 	}
 }
