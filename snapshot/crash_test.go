@@ -88,9 +88,14 @@ func runCrashJob(raw string) error {
 		if step != job.Step {
 			return
 		}
-		// Publishes are asynchronous: what was sent reaches the server
-		// before the kill.
-		_ = nc.Flush()
+		// Publishes are asynchronous: the kill comes once the server has
+		// stored chunks of this upload (beside the good object's).
+		if job.Target == "objectstore" && step == "uploading" {
+			if err := waitChunkSubjects(ctx, js, job.Bucket, 2); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+		}
 		fmt.Println(crashLine(step))
 		_ = os.Stdout.Sync()
 		select {}
@@ -265,5 +270,30 @@ func requireUploadLeftover(t *testing.T, ctx context.Context, e *ledgertest.Env,
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+tg.bucket+".C.>"))
 		require.NoError(t, err)
 		require.Len(t, info.State.Subjects, 2, "the good object's chunks and the killed upload's")
+	}
+}
+
+// waitChunkSubjects waits until the bucket's stream holds chunks on n
+// subjects (n objects' worth), or ctx ends.
+func waitChunkSubjects(ctx context.Context, js jetstream.JetStream, bucket string, n int) error {
+	st, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$O."+bucket+".C.>"))
+		if err != nil {
+			return err
+		}
+		if len(info.State.Subjects) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chunks on %d subjects, waited for %d: %w", len(info.State.Subjects), n, ctx.Err())
+		case <-tick.C:
+		}
 	}
 }
