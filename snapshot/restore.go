@@ -223,6 +223,12 @@ func install(unpacked, viewsDir string) error {
 	if err := os.MkdirAll(filepath.Dir(viewsDir), 0o755); err != nil {
 		return fmt.Errorf("snapshot: restore: %w", err)
 	}
+	// An empty directory is removed first (os.Remove refuses a non-empty
+	// one): rename does not replace a directory. A crash between the two
+	// leaves no views, which the next start restores again.
+	if err := os.Remove(viewsDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("snapshot: restore: %w", err)
+	}
 	if err := os.Rename(unpacked, viewsDir); err != nil {
 		return fmt.Errorf("snapshot: restore: move the views into place: %w", err)
 	}
