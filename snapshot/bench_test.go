@@ -1,7 +1,9 @@
 package snapshot
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,10 +18,17 @@ import (
 // replica's time to views of the whole ledger by a rebuild from sequence 1
 // and by a restore (every check) of a snapshot of them from each target
 // then a catch-up, and reports each restore as a ratio of the rebuild.
+// CGLEDGER_SNAPSHOT_BENCH_CALLS sets the number of calls (3000).
 func BenchmarkRestoreAgainstRebuild(b *testing.B) {
 	e := ledgertest.New(b)
 	ctx := ledgertest.Ctx(b)
-	e.WriteCalls(b, ctx, 3000, 4)
+	calls := 3000
+	if v := os.Getenv("CGLEDGER_SNAPSHOT_BENCH_CALLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err)
+		calls = n
+	}
+	e.WriteCalls(b, ctx, calls, 4)
 	src := openViewsB(b, filepath.Join(b.TempDir(), "views"))
 	catchUpB(b, e, src)
 	d, err := NewDir(filepath.Join(b.TempDir(), "snapshots"))
