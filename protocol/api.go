@@ -44,6 +44,10 @@ const (
 	// projector) answer it, not the ledger, whose call records are keyed
 	// by call, not by agent (docs/decisions.md, "Recovering missed wakeups").
 	OpInboxList = "inbox.list"
+	// OpViewsSnapshot takes a snapshot of the views of the serve process
+	// that answers it (docs/protocol.md#viewssnapshot). It is global, like
+	// projector.skip: its subject's project token is "_".
+	OpViewsSnapshot = "views.snapshot"
 )
 
 // Writes an executor in another process makes besides its reports: finishing

@@ -117,6 +117,7 @@ var Operations = []Operation{
 	{Name: OpConformanceCommand, Write: true, Roles: adminOnly, AdminOnly: true, Server: ServerLedger},
 	{Name: OpConformanceObserve, Roles: adminOnly, AdminOnly: true, Server: ServerLedger},
 	{Name: OpProjectorSkip, Global: true, Roles: adminOnly, Server: ServerLedger},
+	{Name: OpViewsSnapshot, Global: true, Roles: adminOnly, Server: ServerViews},
 }
 
 var opByName = func() map[string]Operation {
