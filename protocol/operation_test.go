@@ -43,7 +43,7 @@ func TestOperationsTable(t *testing.T) {
 // handler that is no operation of its.
 func TestCheckServed(t *testing.T) {
 	require.NoError(t, protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet, protocol.OpViewsSnapshot}))
-	err := protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalGet, protocol.OpDispatch, "nope"})
+	err := protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalGet, protocol.OpViewsSnapshot, protocol.OpDispatch, "nope"})
 	require.EqualError(t, err, "views API: approval.list has no handler; dispatch is not an operation the views answers; nope is not an operation the views answers")
 	require.NoError(t, protocol.CheckServed(protocol.ServerLedger, protocol.OpsServedBy(protocol.ServerLedger)))
 }
