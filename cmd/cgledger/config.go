@@ -62,7 +62,7 @@ type Settings struct {
 	ArchiveSeal string   `json:"archive_seal_age" yaml:"archive_seal_age"`
 	MCPBridge   string   `json:"mcp_bridge" yaml:"mcp_bridge"`
 	// ViewsSnapshotEvery is how often the projector role snapshots its
-	// views (docs/views.md#snapshots): a duration of at least 1m, or 0 or
+	// views (docs/views.md#snapshots): a duration of at least 10s, or 0 or
 	// off for never; empty is defaultViewsSnapshotEvery.
 	ViewsSnapshotEvery string `json:"views_snapshot_every" yaml:"views_snapshot_every"`
 	// ViewsSnapshotKeep is how many snapshots pruning keeps, 1 to 1000.
@@ -122,7 +122,7 @@ var settings = func() []setting {
 		mk("retention", "retention", "how long the ledger stream keeps entries (e.g. 30d or 720h; empty or 0 keeps everything): older entries live on in sealed segments under <data>/archive, copied before they expire (docs/durability.md)", func(s *Settings) *string { return &s.Retention }),
 		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); at least 100ms and at most half of retention", func(s *Settings) *string { return &s.ArchiveSeal }),
 		mk("mcp_bridge", "mcp-bridge", "MCP bridge configuration file (docs/mcp.md) the mcp role serves", func(s *Settings) *string { return &s.MCPBridge }),
-		mk("views_snapshot_every", "views-snapshot-every", "how often the projector role takes a snapshot of its views, which a serve without views restores (docs/views.md#snapshots): a duration of at least 1m such as 1h; 0 or off for never", func(s *Settings) *string { return &s.ViewsSnapshotEvery }),
+		mk("views_snapshot_every", "views-snapshot-every", "how often the projector role takes a snapshot of its views, which a serve without views restores (docs/views.md#snapshots): a duration of at least 10s such as 1h; 0 or off for never", func(s *Settings) *string { return &s.ViewsSnapshotEvery }),
 		mk("views_snapshot_dir", "views-snapshot-dir", "keep view snapshots in this directory instead of the JetStream Object Store bucket cgledger_views_<stream> of the ledger's account", func(s *Settings) *string { return &s.ViewsSnapshotDir }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
@@ -420,7 +420,7 @@ func (s Settings) validate() protocol.Violations {
 		}
 	}
 	if _, err := parseSnapshotEvery(s.ViewsSnapshotEvery); err != nil {
-		vs.Add("views_snapshot_every", protocol.VInvalidValue, "must be a duration of at least 1m such as 1h, or 0 or off for never; got %q", s.ViewsSnapshotEvery)
+		vs.Add("views_snapshot_every", protocol.VInvalidValue, "must be a duration of at least 10s such as 1h, or 0 or off for never; got %q", s.ViewsSnapshotEvery)
 	}
 	if s.ViewsSnapshotKeep < 1 || s.ViewsSnapshotKeep > 1000 {
 		vs.Add("views_snapshot_keep", protocol.VInvalidValue, "must be between 1 and 1000, got %d", s.ViewsSnapshotKeep)

@@ -17,7 +17,7 @@ const defaultViewsSnapshotEvery = "1h"
 
 // minViewsSnapshotEvery is the shortest schedule: each snapshot reads and
 // uploads the whole store.
-const minViewsSnapshotEvery = time.Minute
+const minViewsSnapshotEvery = 10 * time.Second
 
 // parseSnapshotEvery reads views_snapshot_every: 0 for never ("0", "off"),
 // else a duration of at least minViewsSnapshotEvery; empty is the default.

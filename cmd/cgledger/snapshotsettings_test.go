@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestValidateViewsSnapshotSettings: the schedule is off or at least a
-// minute, the count 1 to 1000, the directory outside the views a restore
+// TestValidateViewsSnapshotSettings: the schedule is off or at least
+// 10s, the count 1 to 1000, the directory outside the views a restore
 // replaces; every problem is listed at once.
 func TestValidateViewsSnapshotSettings(t *testing.T) {
 	for _, c := range []struct {
@@ -18,8 +18,8 @@ func TestValidateViewsSnapshotSettings(t *testing.T) {
 		want  time.Duration
 		ok    bool
 	}{
-		{"", time.Hour, true}, {"1h", time.Hour, true}, {"1m", time.Minute, true}, {"0", 0, true}, {"off", 0, true},
-		{"59s", 0, false}, {"-1h", 0, false}, {"hourly", 0, false}, {"1d", 0, false},
+		{"", time.Hour, true}, {"1h", time.Hour, true}, {"10s", 10 * time.Second, true}, {"0", 0, true}, {"off", 0, true},
+		{"9s", 0, false}, {"-1h", 0, false}, {"hourly", 0, false}, {"1d", 0, false},
 	} {
 		s := defaultSettings()
 		s.ViewsSnapshotEvery = c.every
@@ -35,7 +35,7 @@ func TestValidateViewsSnapshotSettings(t *testing.T) {
 	}
 	s := defaultSettings()
 	s.Data = t.TempDir()
-	s.ViewsSnapshotEvery, s.ViewsSnapshotKeep, s.ViewsSnapshotDir = "10s", 0, filepath.Join(s.Data, "views", "snaps")
+	s.ViewsSnapshotEvery, s.ViewsSnapshotKeep, s.ViewsSnapshotDir = "1s", 0, filepath.Join(s.Data, "views", "snaps")
 	require.Equal(t, []string{"views_snapshot_dir", "views_snapshot_every", "views_snapshot_keep"}, fields(s.validate()))
 	s.ViewsSnapshotKeep, s.ViewsSnapshotDir = 1001, filepath.Join(s.Data, "views")
 	require.Equal(t, []string{"views_snapshot_dir", "views_snapshot_every", "views_snapshot_keep"}, fields(s.validate()))
