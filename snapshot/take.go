@@ -3,22 +3,77 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/cgledger/cgledger/projector"
 )
 
 // TakeOptions configures Take. The zero value takes a snapshot of no named
-// stream in os.TempDir.
+// stream, without a host, with the checkpoint made in os.TempDir.
 type TakeOptions struct {
-	// Stream is the ledger stream the views were built from.
+	// Stream is the ledger stream the views were built from; Restore only
+	// uses a snapshot of the stream it restores for.
 	Stream string
 	// Host names the taker in the manifest; empty leaves it out.
 	Host string
-	// TempDir is where the checkpoint is made; "" means os.TempDir.
+	// TempDir is where the checkpoint is made; "" means os.TempDir. On the
+	// views' filesystem Pebble hard-links the sstables instead of copying
+	// them.
 	TempDir string
 }
 
-// Take writes a consistent snapshot of s to t and returns its manifest.
+// Take writes a consistent snapshot of s to t and returns its manifest:
+// a Pebble checkpoint of the views (made in a temporary directory removed
+// afterwards), its digest, sequence and head read back from the
+// checkpoint, packed as a tar streamed to t.Put. A Take that fails or is
+// killed leaves nothing t lists.
 func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Manifest, error) {
-	return Manifest{}, errors.New("snapshot: not implemented")
+	if s == nil || t == nil {
+		return Manifest{}, errors.New("snapshot: take: a store and a target are required")
+	}
+	tmp, err := os.MkdirTemp(o.TempDir, "cgledger-snapshot-")
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: take: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	cpDir := filepath.Join(tmp, "views")
+	res, err := s.Checkpoint(cpDir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: take: %w", err)
+	}
+	files, err := checkpointFiles(cpDir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: take: %w", err)
+	}
+	created := time.Now().UTC().Truncate(time.Millisecond)
+	m := Manifest{
+		Name: snapshotName(projector.ViewsFormat, res.AppliedSeq, created), Version: Version,
+		ViewsFormat: projector.ViewsFormat, Stream: o.Stream, AppliedSeq: res.AppliedSeq,
+		ChainHead: res.ChainHead, Digest: res.Digest, Created: created, Host: o.Host, Files: files,
+	}
+	if err := setBodySize(&m); err != nil {
+		return Manifest{}, err
+	}
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		err := writeBody(ctx, pw, m, cpDir)
+		pw.CloseWithError(err)
+		wrote <- err
+	}()
+	err = t.Put(ctx, m, pr)
+	// A Put that stopped reading early must not leave the writer blocked.
+	pr.CloseWithError(errors.New("snapshot: the target stopped reading the body"))
+	werr := <-wrote
+	if err != nil {
+		return Manifest{}, fmt.Errorf("snapshot: take: put %s to %s: %w", m.Name, t, err)
+	}
+	if werr != nil {
+		return Manifest{}, fmt.Errorf("snapshot: take: %w", werr)
+	}
+	return m, nil
 }

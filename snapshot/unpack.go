@@ -1,0 +1,142 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"time"
+)
+
+// unpack reads the body r of the snapshot listed with m into dir (which
+// exists and is empty) and checks it against m: the manifest inside equals
+// the listed one, every member is a file m lists with its size and SHA-256,
+// none is missing and the body is m.Size bytes. Every file and directory
+// written is fsynced. The error says which check failed.
+func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
+	cr := &countingReader{r: r}
+	tr := tar.NewReader(cr)
+	hdr, err := tr.Next()
+	if err != nil {
+		return fmt.Errorf("body: first member: %w", err)
+	}
+	if hdr.Name != manifestMember {
+		return fmt.Errorf("body: first member is %q, not %s", hdr.Name, manifestMember)
+	}
+	var inner Manifest
+	if err := json.NewDecoder(io.LimitReader(tr, 64<<20)).Decode(&inner); err != nil {
+		return fmt.Errorf("body: manifest: %w", err)
+	}
+	if !sameManifest(inner, m) {
+		return errors.New("body: the manifest inside differs from the one listed beside it")
+	}
+	want := make(map[string]File, len(m.Files))
+	for _, f := range m.Files {
+		want[f.Name] = f
+	}
+	dirs := map[string]bool{dir: true}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("body: %w", err)
+		}
+		rel, err := memberName(hdr.Name)
+		if err != nil {
+			return fmt.Errorf("body: %w", err)
+		}
+		f, ok := want[rel]
+		if !ok {
+			return fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
+		}
+		delete(want, rel)
+		if hdr.Typeflag != tar.TypeReg || hdr.Size != f.Size {
+			return fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("unpack: %w", err)
+		}
+		dirs[filepath.Dir(p)] = true
+		if err := writeChecked(tr, p, f); err != nil {
+			return err
+		}
+	}
+	for name := range want {
+		return fmt.Errorf("body: file %s of the manifest is missing", name)
+	}
+	if _, err := io.Copy(io.Discard, cr); err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	if cr.n != m.Size {
+		return fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return fmt.Errorf("unpack: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeChecked writes r to a new file at p, fsyncs it, and fails unless
+// its bytes have f's SHA-256.
+func writeChecked(r io.Reader, p string, f File) error {
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(out, h), r)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("body: file %s: %w", f.Name, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("body: file %s: sha256 %s, the manifest says %s", f.Name, got, f.SHA256)
+	}
+	return nil
+}
+
+// sameManifest reports whether two manifests say the same thing (times
+// compared as instants).
+func sameManifest(a, b Manifest) bool {
+	if !a.Created.Equal(b.Created) {
+		return false
+	}
+	a.Created, b.Created = time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+// syncDir fsyncs a directory, so the names in it survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
