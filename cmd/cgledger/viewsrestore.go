@@ -142,9 +142,13 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	}
 	log.Info("views: restoring the newest snapshot that passes its checks", "why", why, "from", target.String())
 	start := time.Now()
+	tmp := filepath.Join(data, viewsRestoreTmp)
 	m, err := snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
-		Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: filepath.Join(data, viewsRestoreTmp),
+		Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
 	})
+	if rerr := os.RemoveAll(tmp); rerr != nil {
+		log.Warn("views: remove the directory snapshots were unpacked in", "dir", tmp, "err", rerr)
+	}
 	if err == nil {
 		log.Info("views restored from a snapshot: catching up from its sequence", "snapshot", m.Name, "applied_seq", m.AppliedSeq,
 			"digest", m.Digest, "created", m.Created, "host", m.Host, "size", m.Size, "duration", time.Since(start).Round(time.Millisecond))
