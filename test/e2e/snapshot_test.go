@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +204,49 @@ func TestViewsSnapshotNeedsAnAdminOfEveryProject(t *testing.T) {
 	require.Contains(t, strings.ToLower(errOut), "authorization")
 	require.Equal(t, 0.0, metricValue(t, s, `cgledger_views_snapshots_total{result="ok"}`))
 	require.Equal(t, 0.0, metricValue(t, s, `cgledger_views_snapshots_total{result="failed"}`))
+}
+
+// setViewsFormat stamps the (closed) views in data with another views
+// format, as a store written by another release would be: Pebble opened
+// with a comparer of the views' name (the format row is not split).
+func setViewsFormat(t *testing.T, data string, format int) {
+	t.Helper()
+	cmp := *pebble.DefaultComparer
+	cmp.Name = "cgledger.views.v2"
+	db, err := pebble.Open(filepath.Join(data, "views"), &pebble.Options{Comparer: &cmp, ErrorIfNotExists: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte("meta\x00format"), []byte(fmt.Sprint(format)), pebble.Sync))
+	require.NoError(t, db.Close())
+}
+
+// TestViewsOfAnotherFormatRestoreASnapshot: views of another views format
+// are replaced by the snapshot, restored and caught up to the digest they
+// would have; with no snapshot to restore (an empty views_snapshot_dir)
+// they are moved aside, put back and rebuilt from the ledger, to the same
+// digest.
+func TestViewsOfAnotherFormatRestoreASnapshot(t *testing.T) {
+	data, np, hp := t.TempDir(), servetest.FreePort(t), servetest.FreePort(t)
+	s := startServer(t, data, np, hp)
+	snapshotCalls(t, s, "a", 3)
+	_, code := s.run(t, "views", "snapshot")
+	require.Equal(t, 0, code)
+	snapshotCalls(t, s, "b", 2)
+	before := caughtUpDigest(t, s)
+	s.kill(t)
+
+	setViewsFormat(t, data, projector.ViewsFormat-1)
+	s = startServer(t, data, np, hp)
+	require.Equal(t, before, caughtUpDigest(t, s))
+	require.Contains(t, s.Log.String(), fmt.Sprintf(`"why":"views of format %d`, projector.ViewsFormat-1))
+	require.Contains(t, s.Log.String(), "views restored from a snapshot")
+	require.NotContains(t, s.Log.String(), "views format changed: rebuilding")
+	_, err := os.Stat(filepath.Join(data, "views.replaced"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the replaced views are removed")
+	s.kill(t)
+
+	setViewsFormat(t, data, projector.ViewsFormat-1)
+	s = startServer(t, data, np, hp, "--views-snapshot-dir", t.TempDir())
+	require.Equal(t, before, caughtUpDigest(t, s))
+	require.Contains(t, s.Log.String(), "views: no snapshot passes its checks", "moved aside, tried, put back")
+	require.Contains(t, s.Log.String(), "views format changed: rebuilding")
 }
