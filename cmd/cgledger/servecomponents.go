@@ -76,7 +76,10 @@ type serveState struct {
 	// snapshotNow takes a snapshot of the views now (views.snapshot); nil
 	// until the views snapshotter starts.
 	snapshotNow func(context.Context) (protocol.ViewsSnapshotResult, error)
-	hs          *http.Server
+	// stopSnapshots abandons a snapshot of the views in progress at the
+	// shutdown's first step, so that it does not hold the shutdown.
+	stopSnapshots context.CancelFunc
+	hs            *http.Server
 	// stopPprof closes pprof once it serves (--pprof).
 	stopPprof func()
 
@@ -941,6 +944,9 @@ func (c *servingComponent) Start(context.Context) error {
 // up until the calls in flight are reported.
 func (c *servingComponent) Stop(context.Context) error {
 	c.st.shuttingDown.Store(true)
+	if c.st.stopSnapshots != nil {
+		c.st.stopSnapshots()
+	}
 	c.st.log.Info("shutting down: finishing calls in flight; HTTP and the API stay up until they are reported")
 	return nil
 }

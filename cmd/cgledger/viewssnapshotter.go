@@ -47,6 +47,10 @@ type viewsSnapshotter struct {
 	lastSize prometheus.Gauge
 	duration prometheus.Histogram
 
+	// ctx ends at the shutdown's first step (serveState.stopSnapshots):
+	// a snapshot in progress, scheduled or asked for, is abandoned rather
+	// than holding the shutdown.
+	ctx  context.Context
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -82,12 +86,13 @@ func (c *viewsSnapshotter) Start(context.Context) error {
 		return fmt.Errorf("remove the checkpoint of a snapshot that did not finish: %w", err)
 	}
 	st.snapshotNow = func(ctx context.Context) (protocol.ViewsSnapshotResult, error) { return c.take(ctx, "asked") }
-	ctx, stop := context.WithCancel(st.life)
-	c.stop, c.done = stop, make(chan struct{})
+	c.ctx, c.stop = context.WithCancel(st.life)
+	c.done = make(chan struct{})
+	st.stopSnapshots = c.stop
 	go func() {
 		defer close(c.done)
 		if c.every > 0 {
-			c.schedule(ctx)
+			c.schedule(c.ctx)
 		}
 	}()
 	return nil
@@ -186,6 +191,9 @@ func (c *viewsSnapshotter) refusal() string {
 // its manifest; why ("scheduled", "asked") is logged.
 func (c *viewsSnapshotter) take(ctx context.Context, why string) (protocol.ViewsSnapshotResult, error) {
 	log := c.st.log
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
 	select {
 	case c.busy <- struct{}{}:
 		defer func() { <-c.busy }()
