@@ -106,9 +106,12 @@ func writeBody(ctx context.Context, w io.Writer, m Manifest, dir string) error {
 	if _, err := tw.Write(raw); err != nil {
 		return fmt.Errorf("snapshot: write body: %w", err)
 	}
-	for _, f := range m.Files {
+	for i, f := range m.Files {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("snapshot: write body: %w", err)
+		}
+		if i == len(m.Files)/2 {
+			stepHook("uploading")
 		}
 		if err := tw.WriteHeader(hdr(viewsPrefix+f.Name, f.Size)); err != nil {
 			return fmt.Errorf("snapshot: write body: %w", err)

@@ -24,6 +24,9 @@ type ObjectStore struct {
 	// orphanAfter is how long chunks without an object are left alone: an
 	// upload from another replica may still be sending them.
 	orphanAfter time.Duration
+	// chunkSize is the object store's chunk size; 0 is its default
+	// (128 KiB). Tests make it small so a killed upload leaves chunks.
+	chunkSize uint32
 }
 
 // metadataKey is the object metadata entry holding the manifest.
@@ -64,7 +67,11 @@ func (o *ObjectStore) Put(ctx context.Context, m Manifest, body io.Reader) error
 		return fmt.Errorf("snapshot: put %s: %w", m.Name, err)
 	}
 	cr := &countingReader{r: body}
-	info, err := o.obs.Put(ctx, jetstream.ObjectMeta{Name: m.Name, Metadata: map[string]string{metadataKey: string(raw)}}, cr)
+	meta := jetstream.ObjectMeta{Name: m.Name, Metadata: map[string]string{metadataKey: string(raw)}}
+	if o.chunkSize > 0 {
+		meta.Opts = &jetstream.ObjectMetaOptions{ChunkSize: o.chunkSize}
+	}
+	info, err := o.obs.Put(ctx, meta, cr)
 	if err != nil {
 		return fmt.Errorf("snapshot: put %s to %s: %w", m.Name, o, err)
 	}

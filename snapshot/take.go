@@ -32,10 +32,17 @@ type TakeOptions struct {
 // checkpoint, packed as a tar streamed to t.Put. A Take that fails or is
 // killed leaves nothing t lists.
 func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Manifest, error) {
+	return take(ctx, s, t, o, nil)
+}
+
+// take is Take; alter, when set, changes the manifest before the body is
+// written (tests make snapshots that Restore must refuse).
+func take(ctx context.Context, s *projector.Store, t Target, o TakeOptions, alter func(*Manifest)) (Manifest, error) {
 	if s == nil || t == nil {
 		return Manifest{}, errors.New("snapshot: take: a store and a target are required")
 	}
-	tmp, err := os.MkdirTemp(o.TempDir, "cgledger-snapshot-")
+	removeStaleCheckpoints(o.TempDir)
+	tmp, err := os.MkdirTemp(o.TempDir, checkpointPrefix)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("snapshot: take: %w", err)
 	}
@@ -55,6 +62,10 @@ func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Man
 		ViewsFormat: projector.ViewsFormat, Stream: o.Stream, AppliedSeq: res.AppliedSeq,
 		ChainHead: res.ChainHead, Digest: res.Digest, Created: created, Host: o.Host, Files: files,
 	}
+	if alter != nil {
+		alter(&m)
+	}
+	stepHook("checkpointed")
 	if err := setBodySize(&m); err != nil {
 		return Manifest{}, err
 	}
@@ -76,4 +87,28 @@ func Take(ctx context.Context, s *projector.Store, t Target, o TakeOptions) (Man
 		return Manifest{}, fmt.Errorf("snapshot: take: %w", werr)
 	}
 	return m, nil
+}
+
+// checkpointPrefix starts the name of the directory Take makes its
+// checkpoint in.
+const checkpointPrefix = "cgledger-snapshot-"
+
+// staleCheckpointAge is how old a checkpoint directory a killed Take left
+// must be before the next Take removes it: a younger one may be another
+// Take's, still running. Its sstables are hard links to the views', which
+// would hold disk space forever.
+const staleCheckpointAge = time.Hour
+
+// removeStaleCheckpoints removes the checkpoint directories killed Takes
+// left in dir ("" is os.TempDir).
+func removeStaleCheckpoints(dir string) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, checkpointPrefix+"*"))
+	for _, p := range matches {
+		if st, err := os.Stat(p); err == nil && st.IsDir() && time.Since(st.ModTime()) > staleCheckpointAge {
+			_ = os.RemoveAll(p)
+		}
+	}
 }

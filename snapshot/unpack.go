@@ -73,6 +73,7 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
 		if err := writeChecked(tr, p, f); err != nil {
 			return err
 		}
+		stepHook("unpacking")
 	}
 	for name := range want {
 		return fmt.Errorf("body: file %s of the manifest is missing", name)
@@ -88,6 +89,7 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
 			return fmt.Errorf("unpack: %w", err)
 		}
 	}
+	stepHook("unpacked")
 	return nil
 }
 

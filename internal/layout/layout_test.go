@@ -109,6 +109,9 @@ var rules = []rule{
 	{from: "ledger/...", to: "httpclient", why: "the server never calls itself over HTTP"},
 	{from: "projector/...", to: "httpclient", why: "the server never calls itself over HTTP"},
 	{from: "executor/...", to: "httpclient", why: "the server never calls itself over HTTP"},
+	{from: "ledger/...", to: "snapshot", why: "snapshots sit above the views: the binary wires them"},
+	{from: "projector/...", to: "snapshot", why: "snapshots sit above the views: the binary wires them"},
+	{from: "executor/...", to: "snapshot", why: "snapshots sit above the views: the binary wires them"},
 	{from: "client", to: "httpclient", why: "the client speaks NATS, the HTTP client HTTP: neither builds on the other"},
 }
 
@@ -120,6 +123,7 @@ var onlyImports = []struct {
 	why     string
 }{
 	{from: "stream", allowed: []string{"protocol", "internal/..."}, why: "the stream's format and history are read by every side: they need only the protocol and leaf helpers"},
+	{from: "snapshot", allowed: []string{"projector", "protocol", "stream", "internal/..."}, why: "views snapshots are the views' files and the stream's chain: nothing of the writer or the tools"},
 }
 
 // harnesses are test harness packages: only tests and other harnesses

@@ -1,0 +1,177 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
+)
+
+// tamper replaces the body of m in t with one whose largest file has a
+// byte flipped in the middle, under the same manifest.
+func tamper(t *testing.T, ctx context.Context, tg Target, m Manifest) {
+	t.Helper()
+	r, err := tg.Open(ctx, m.Name)
+	require.NoError(t, err)
+	body, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	raw, err := json.Marshal(m)
+	require.NoError(t, err)
+	off := memberSize(int64(len(raw)))
+	big, bigOff := File{}, int64(0)
+	for _, f := range m.Files {
+		if f.Size > big.Size {
+			big, bigOff = f, off+tarBlock
+		}
+		off += memberSize(f.Size)
+	}
+	require.Positive(t, big.Size)
+	body[bigOff+big.Size/2] ^= 0x20
+	require.NoError(t, tg.Delete(ctx, m.Name))
+	require.NoError(t, tg.Put(ctx, m, bytes.NewReader(body)))
+}
+
+// later makes a manifest change give a distinct, newer name.
+func later(ms int64, change func(*Manifest)) func(*Manifest) {
+	return func(m *Manifest) {
+		change(m)
+		m.Created = m.Created.Add(time.Duration(ms) * time.Millisecond)
+		m.Name = snapshotName(m.ViewsFormat, m.AppliedSeq, m.Created)
+	}
+}
+
+// Every bad snapshot is refused with its reason, logged, and the older good
+// one is used; once no snapshot passes, Restore says why for each.
+func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
+	e := ledgertest.New(t)
+	other := ledgertest.New(t) // another ledger: same stream name, other history
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 2)
+	early := builtViews(t, ctx, e) // left at s1
+	s1, err := early.Applied()
+	require.NoError(t, err)
+	e.WriteCalls(t, ctx, 40, 2)
+	live := builtViews(t, ctx, e)
+	last, err := live.Applied()
+	require.NoError(t, err)
+
+	other.Scenario(t, 6)
+	otherViews := builtViews(t, ctx, other)
+	otherSeq, err := otherViews.Applied()
+	require.NoError(t, err)
+	require.Less(t, s1, otherSeq, "the other ledger's snapshot must sort before the good one")
+	require.LessOrEqual(t, otherSeq, last, "and the stream must reach its sequence")
+	// Ahead of the stream: the other ledger, once longer than this one.
+	other.WriteCalls(t, ctx, 60, 2)
+	otherAhead := builtViews(t, ctx, other)
+
+	for kind, tg := range targets(t, ctx, e, "snaps_refuse") {
+		t.Run(kind, func(t *testing.T) {
+			opts := TakeOptions{Stream: ledgerStream}
+			good, err := take(ctx, early, tg, opts, nil)
+			require.NoError(t, err)
+			require.Equal(t, s1, good.AppliedSeq)
+			fromOther, err := Take(ctx, otherViews, tg, opts)
+			require.NoError(t, err)
+			flipped, err := Take(ctx, live, tg, opts)
+			require.NoError(t, err)
+			tamper(t, ctx, tg, flipped)
+			format, err := take(ctx, live, tg, opts, later(1, func(m *Manifest) { m.ViewsFormat = projector.ViewsFormat - 1 }))
+			require.NoError(t, err)
+			version, err := take(ctx, live, tg, opts, later(2, func(m *Manifest) { m.Version = Version + 1 }))
+			require.NoError(t, err)
+			stream, err := take(ctx, live, tg, opts, later(3, func(m *Manifest) { m.Stream = "OTHER" }))
+			require.NoError(t, err)
+			ahead, err := Take(ctx, otherAhead, tg, opts)
+			require.NoError(t, err)
+			require.Greater(t, ahead.AppliedSeq, last)
+
+			var logs bytes.Buffer
+			o := restoreOpts(e)
+			o.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+			dir := filepath.Join(t.TempDir(), "views")
+			got, err := Restore(ctx, tg, dir, o)
+			require.NoError(t, err)
+			require.Equal(t, good.Name, got.Name, "the older good snapshot is used")
+			want := map[string]string{
+				ahead.Name:     "cannot continue from the snapshot's sequence",
+				flipped.Name:   "",
+				format.Name:    "views format",
+				version.Name:   "snapshot layout version",
+				stream.Name:    `taken from stream "OTHER"`,
+				fromOther.Name: "chain check",
+			}
+			refusals := refusalsLogged(t, &logs)
+			require.Len(t, refusals, len(want), "%v", refusals)
+			for name, reason := range want {
+				require.Contains(t, refusals, name)
+				require.Contains(t, refusals[name], reason)
+			}
+			// A flipped byte fails the file's SHA-256 (directory) or the
+			// object store's own digest as the body is read.
+			require.Regexp(t, "sha256|digest", refusals[flipped.Name])
+
+			d, err := openViews(t, dir).Digest()
+			require.NoError(t, err)
+			require.Equal(t, good.Digest, d)
+		})
+	}
+
+	// Once the stream no longer holds what follows the good snapshot (its retention let it go), no
+	// snapshot passes: each is listed with its reason.
+	s, err := e.JS.Stream(ctx, ledgerStream)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	// A retention limit (the stream denies purges) drops the entries after s1.
+	cfg.MaxMsgs, cfg.Discard = int64(last-s1-5), jetstream.DiscardOld
+	_, err = e.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	// The limit applies as the next entry is stored.
+	_, err = e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "late", WorkerTarget: "worker-late"})
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Greater(t, info.State.FirstSeq, s1+1)
+	d, err := NewDir(filepath.Join(t.TempDir(), "one"))
+	require.NoError(t, err)
+	good, err := Take(ctx, early, d, TakeOptions{Stream: ledgerStream})
+	require.NoError(t, err)
+	_, err = Restore(ctx, d, filepath.Join(t.TempDir(), "views"), restoreOpts(e))
+	require.ErrorIs(t, err, ErrNoSnapshot)
+	var refused *RefusedError
+	require.True(t, errors.As(err, &refused))
+	require.Equal(t, []Refusal{{Name: good.Name, Reason: refused.Refused[0].Reason}}, refused.Refused)
+	require.Contains(t, refused.Refused[0].Reason, "cannot continue from the snapshot's sequence")
+}
+
+// refusalsLogged reads the JSON log lines of refused snapshots: name -> reason.
+func refusalsLogged(t *testing.T, logs *bytes.Buffer) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Msg      string `json:"msg"`
+			Snapshot string `json:"snapshot"`
+			Reason   string `json:"reason"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if rec.Msg == "views snapshot refused" {
+			out[rec.Snapshot] = rec.Reason
+		}
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package snapshot
+
+import (
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/ledger/ledgertest"
+)
+
+// A restored snapshot caught up from its sequence is the same views as a
+// rebuild from sequence 1, and the chain verifies against the stream.
+func TestRestoreThenCatchUpEqualsRebuild(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 12)
+	live := builtViews(t, ctx, e)
+	for kind, tg := range targets(t, ctx, e, "snaps_rebuild") {
+		t.Run(kind, func(t *testing.T) {
+			m, err := Take(ctx, live, tg, TakeOptions{Stream: ledgerStream, Host: "h1", TempDir: t.TempDir()})
+			require.NoError(t, err)
+			applied, err := live.Applied()
+			require.NoError(t, err)
+			require.Equal(t, applied, m.AppliedSeq)
+			require.NotEmpty(t, m.Files)
+			listed, err := tg.List(ctx)
+			require.NoError(t, err)
+			require.Equal(t, []string{m.Name}, names(listed))
+			require.True(t, sameManifest(m, listed[0]), "the listed manifest is the one taken")
+
+			// The ledger goes on after the snapshot.
+			e.WriteCalls(t, ctx, 6, 2)
+
+			dir := filepath.Join(t.TempDir(), "restored")
+			got, err := Restore(ctx, tg, dir, restoreOpts(e))
+			require.NoError(t, err)
+			require.Equal(t, m.Name, got.Name)
+			s := openViews(t, dir)
+			d, err := s.Digest()
+			require.NoError(t, err)
+			require.Equal(t, m.Digest, d, "the restored views are the snapshot's")
+			catchUp(t, ctx, e, s)
+			d, err = s.Digest()
+			require.NoError(t, err)
+			require.Equal(t, rebuiltDigest(t, ctx, e), d, "restore + catch-up = rebuild from seq 1")
+			rep, err := s.VerifyStream(ctx, e.JS, ledgerStream)
+			require.NoError(t, err)
+			require.True(t, rep.OK, "verify: %+v", rep)
+		})
+	}
+}
+
+// Two replicas restoring the same snapshot at once both get whole views,
+// the same ones.
+func TestTwoRestoresOfOneSnapshotAtOnce(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 8)
+	live := builtViews(t, ctx, e)
+	for kind, tg := range targets(t, ctx, e, "snaps_twice") {
+		t.Run(kind, func(t *testing.T) {
+			m, err := Take(ctx, live, tg, TakeOptions{Stream: ledgerStream})
+			require.NoError(t, err)
+			base := t.TempDir()
+			dirs := []string{filepath.Join(base, "a", "views"), filepath.Join(base, "b", "views")}
+			errs := make([]error, len(dirs))
+			var wg sync.WaitGroup
+			for i, dir := range dirs {
+				wg.Go(func() {
+					_, errs[i] = Restore(ctx, tg, dir, restoreOpts(e))
+				})
+			}
+			wg.Wait()
+			for i, dir := range dirs {
+				require.NoError(t, errs[i])
+				d, err := openViews(t, dir).Digest()
+				require.NoError(t, err)
+				require.Equal(t, m.Digest, d, dir)
+			}
+		})
+	}
+}
