@@ -128,7 +128,7 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 
 	s = startServer(t, data, np, hp)
 	after := caughtUpDigest(t, s)
-	require.Contains(t, s.Log.String(), "views restored from a snapshot")
+	waitLog(t, s.Log, "views restored from a snapshot", time.Minute)
 	require.Contains(t, s.Log.String(), m.Name)
 	require.Equal(t, before, after, "restored and caught up, the views are the ones serve had")
 
@@ -170,7 +170,9 @@ func TestViewsSnapshotSurvivesKillsDuringSnapshotAndRestore(t *testing.T) {
 
 	s = startServer(t, data, np, hp, every...)
 	require.Equal(t, before, caughtUpDigest(t, s), "restored (at the first start or this one) and caught up, the views are the ones serve had")
-	require.True(t, strings.Contains(log.String()+s.Log.String(), "views restored from a snapshot"), "a snapshot was restored")
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String()+s.Log.String(), "views restored from a snapshot")
+	}, time.Minute, 10*time.Millisecond, "a snapshot was restored")
 	_, err := os.Stat(filepath.Join(data, "views.replaced"))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing of the restore is left beside the views")
 	_, err = os.Stat(filepath.Join(data, "views.restoring"))
@@ -237,8 +239,8 @@ func TestViewsOfAnotherFormatRestoreASnapshot(t *testing.T) {
 	setViewsFormat(t, data, projector.ViewsFormat-1)
 	s = startServer(t, data, np, hp)
 	require.Equal(t, before, caughtUpDigest(t, s))
+	waitLog(t, s.Log, "views restored from a snapshot", time.Minute)
 	require.Contains(t, s.Log.String(), fmt.Sprintf(`"why":"views of format %d`, projector.ViewsFormat-1))
-	require.Contains(t, s.Log.String(), "views restored from a snapshot")
 	require.NotContains(t, s.Log.String(), "views format changed: rebuilding")
 	_, err := os.Stat(filepath.Join(data, "views.replaced"))
 	require.ErrorIs(t, err, os.ErrNotExist, "the replaced views are removed")
@@ -247,6 +249,6 @@ func TestViewsOfAnotherFormatRestoreASnapshot(t *testing.T) {
 	setViewsFormat(t, data, projector.ViewsFormat-1)
 	s = startServer(t, data, np, hp, "--views-snapshot-dir", t.TempDir())
 	require.Equal(t, before, caughtUpDigest(t, s))
+	waitLog(t, s.Log, "views format changed: rebuilding", time.Minute)
 	require.Contains(t, s.Log.String(), "views: no snapshot passes its checks", "moved aside, tried, put back")
-	require.Contains(t, s.Log.String(), "views format changed: rebuilding")
 }
