@@ -92,8 +92,10 @@ func Restore(ctx context.Context, t Target, viewsDir string, o RestoreOptions) (
 	return Manifest{}, &RefusedError{Refused: refused}
 }
 
-// installError is a failure to move a checked snapshot into place: a
-// problem of this host, not of the snapshot, so Restore stops there.
+// installError is a failure that is not the snapshot's: the stream cannot
+// be read, the temporary directory cannot be made, the checked snapshot
+// cannot be moved into place. Every other snapshot would fail the same
+// way, so Restore stops there.
 type installError struct{ err error }
 
 func (e *installError) Error() string { return e.err.Error() }
@@ -106,7 +108,7 @@ func restoreOne(ctx context.Context, t Target, m Manifest, viewsDir, tempDir, pr
 	}
 	first, last, err := streamRange(ctx, o.JS, o.Stream)
 	if err != nil {
-		return err
+		return &installError{err}
 	}
 	if first > m.AppliedSeq+1 || last < m.AppliedSeq {
 		return fmt.Errorf("stream %s holds entries %d to %d: it cannot continue from the snapshot's sequence %d", o.Stream, first, last, m.AppliedSeq)
@@ -221,6 +223,12 @@ func install(unpacked, viewsDir string) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(viewsDir), 0o755); err != nil {
+		return fmt.Errorf("snapshot: restore: %w", err)
+	}
+	// An empty directory is removed first (os.Remove refuses a non-empty
+	// one): rename does not replace a directory. A crash between the two
+	// leaves no views, which the next start restores again.
+	if err := os.Remove(viewsDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("snapshot: restore: %w", err)
 	}
 	if err := os.Rename(unpacked, viewsDir); err != nil {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -81,4 +82,42 @@ func TestTwoRestoresOfOneSnapshotAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Restore installs into a missing or empty directory and leaves a
+// non-empty one as it is.
+func TestRestoreOnlyIntoAnEmptyDirectory(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 2)
+	tg, err := NewDir(filepath.Join(t.TempDir(), "snapshots"))
+	require.NoError(t, err)
+	m, err := Take(ctx, builtViews(t, ctx, e), tg, TakeOptions{Stream: ledgerStream})
+	require.NoError(t, err)
+
+	empty := filepath.Join(t.TempDir(), "views")
+	require.NoError(t, os.Mkdir(empty, 0o755))
+	got, err := Restore(ctx, tg, empty, restoreOpts(e))
+	require.NoError(t, err)
+	require.Equal(t, m.Name, got.Name)
+	d, err := openViews(t, empty).Digest()
+	require.NoError(t, err)
+	require.Equal(t, m.Digest, d)
+
+	full := filepath.Join(t.TempDir(), "views")
+	require.NoError(t, os.Mkdir(full, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(full, "old"), []byte("old views"), 0o644))
+	_, err = Restore(ctx, tg, full, restoreOpts(e))
+	require.ErrorContains(t, err, "is not empty")
+	require.NotErrorIs(t, err, ErrNoSnapshot)
+	ents, err := os.ReadDir(full)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "the old views are left as they are")
+
+	_, err = Restore(ctx, tg, filepath.Join(t.TempDir(), "views"), RestoreOptions{Stream: ledgerStream})
+	require.Error(t, err, "a JetStream context is required")
+	_, err = Restore(ctx, tg, filepath.Join(t.TempDir(), "views"), RestoreOptions{Stream: "OTHER", JS: e.JS, Log: restoreOpts(e).Log})
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.Contains(t, refused.Refused[0].Reason, `taken from stream "CG_LEDGER", not "OTHER"`)
 }

@@ -62,7 +62,10 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
 			return fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
 		}
 		delete(want, rel)
-		if hdr.Typeflag != tar.TypeReg || hdr.Size != f.Size {
+		if hdr.Typeflag != tar.TypeReg {
+			return fmt.Errorf("body: file %s is not a regular file (tar type %q)", rel, hdr.Typeflag)
+		}
+		if hdr.Size != f.Size {
 			return fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(rel))
