@@ -143,8 +143,15 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	log.Info("views: restoring the newest snapshot that passes its checks", "why", why, "from", target.String())
 	start := time.Now()
 	tmp := filepath.Join(data, viewsRestoreTmp)
-	m, err := snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
-		Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
+	var m snapshot.Manifest
+	// A cluster electing a leader is waited for, as every start-up step
+	// that talks to JetStream: a fresh replica started then restores
+	// instead of rebuilding from sequence 1.
+	err := untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
+		m, err = snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
+			Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
+		})
+		return err
 	})
 	if rerr := os.RemoveAll(tmp); rerr != nil {
 		log.Warn("views: remove the directory snapshots were unpacked in", "dir", tmp, "err", rerr)
