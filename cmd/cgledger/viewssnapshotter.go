@@ -176,13 +176,14 @@ func (c *viewsSnapshotter) refusal() string {
 	case st.storeBroken.Load():
 		return "the view store failed a write"
 	}
-	if reason, _ := st.projErr.Load().(string); reason != "" {
-		return "the projector is stopped: " + reason
-	}
 	if st.guard != nil {
+		// Before the projector's state: a short disk stops it too.
 		if err := st.guard.Check(); err != nil {
 			return fmt.Sprintf("free disk space is short: %v", err)
 		}
+	}
+	if reason, _ := st.projErr.Load().(string); reason != "" {
+		return "the projector is stopped: " + reason
 	}
 	return ""
 }

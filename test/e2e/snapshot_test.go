@@ -252,3 +252,29 @@ func TestViewsOfAnotherFormatRestoreASnapshot(t *testing.T) {
 	waitLog(t, s.Log, "views format changed: rebuilding", time.Minute)
 	require.Contains(t, s.Log.String(), "views: no snapshot passes its checks", "moved aside, tried, put back")
 }
+
+// TestViewsSnapshotRefusedWhenTheDiskIsShort: with free space below the
+// reserve no snapshot starts (views.snapshot answers why, exit 1, counted
+// refused) and serve goes on; with room again one is taken.
+func TestViewsSnapshotRefusedWhenTheDiskIsShort(t *testing.T) {
+	data := mountTmpfs(t, 64)
+	s := startServer(t, data, servetest.FreePort(t), servetest.FreePort(t))
+	snapshotCalls(t, s, "a", 1)
+	filler := fillTo(t, data, 2<<20)
+	require.Eventually(t, func() bool {
+		code, reason := readiness(t, s)
+		return code == http.StatusServiceUnavailable && strings.Contains(reason, "storage nearly full")
+	}, time.Minute, 50*time.Millisecond, "serve sees the full disk")
+	_, errOut, code := s.runAll(t, "views", "snapshot")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "free disk space is short")
+	require.Equal(t, 1.0, metricValue(t, s, `cgledger_views_snapshots_total{result="refused"}`))
+	require.Nil(t, s.Cmd.ProcessState, "serve is still running")
+
+	require.NoError(t, os.Remove(filler))
+	caughtUpDigest(t, s)
+	out, code := s.run(t, "views", "snapshot")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "snapshot views-f")
+	require.Equal(t, 1.0, metricValue(t, s, `cgledger_views_snapshots_total{result="ok"}`))
+}
