@@ -343,7 +343,11 @@ func (c *viewStoreComponent) Start(ctx context.Context) error {
 	// Views missing, or of another format, are restored from a snapshot
 	// when one passes its checks (views_restore), else rebuilt.
 	tryRestore := st.s.ViewsRestore
-	if tryRestore && dirEmpty(views) {
+	none, err := dirEmpty(views)
+	if err != nil {
+		return err
+	}
+	if tryRestore && none {
 		tryRestore = false
 		if _, err := st.restoreViews(ctx, "no views"); err != nil {
 			return err

@@ -44,7 +44,11 @@ func settleRestore(data string) error {
 	if _, err := os.Stat(aside); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if !dirEmpty(views) {
+	empty, err := dirEmpty(views)
+	if err != nil {
+		return err
+	}
+	if !empty {
 		// The rename that installs a restored store is atomic: a views
 		// directory here is the whole snapshot.
 		if err := os.RemoveAll(aside); err != nil {
@@ -61,10 +65,17 @@ func settleRestore(data string) error {
 	return syncDir(data)
 }
 
-// dirEmpty reports whether dir is missing or holds nothing.
-func dirEmpty(dir string) bool {
+// dirEmpty reports whether dir is missing or holds nothing; a directory
+// that cannot be read is an error, never taken for empty.
+func dirEmpty(dir string) (bool, error) {
 	entries, err := os.ReadDir(dir)
-	return err != nil && errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s: %w", dir, err)
+	}
+	return len(entries) == 0, nil
 }
 
 // syncDir fsyncs a directory, so that renames and removals in it survive a
@@ -129,7 +140,11 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 		log.Warn("views: cannot read the snapshots: rebuilding the views from the ledger", "why", why, "err", err)
 		return false, nil
 	}
-	moved := !dirEmpty(views)
+	empty, err := dirEmpty(views)
+	if err != nil {
+		return false, err
+	}
+	moved := !empty
 	if moved {
 		if err := os.Rename(views, aside); err != nil {
 			return false, fmt.Errorf("move the views aside to restore a snapshot: %w", err)
@@ -147,7 +162,7 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	// A cluster electing a leader is waited for, as every start-up step
 	// that talks to JetStream: a fresh replica started then restores
 	// instead of rebuilding from sequence 1.
-	err := untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
+	err = untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
 		m, err = snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
 			Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
 		})
