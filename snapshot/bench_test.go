@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,7 +22,8 @@ import (
 // CGLEDGER_SNAPSHOT_BENCH_CALLS sets the number of calls (3000).
 func BenchmarkRestoreAgainstRebuild(b *testing.B) {
 	e := ledgertest.New(b)
-	ctx := ledgertest.Ctx(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
 	calls := 3000
 	if v := os.Getenv("CGLEDGER_SNAPSHOT_BENCH_CALLS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -30,7 +32,9 @@ func BenchmarkRestoreAgainstRebuild(b *testing.B) {
 	}
 	e.WriteCalls(b, ctx, calls, 4)
 	src := openViewsB(b, filepath.Join(b.TempDir(), "views"))
-	catchUpB(b, e, src)
+	p, err := projector.New(src, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
+	require.NoError(b, err)
+	require.NoError(b, p.CatchUp(ctx))
 	d, err := NewDir(filepath.Join(b.TempDir(), "snapshots"))
 	require.NoError(b, err)
 	o, err := NewObjectStore(ctx, e.JS, "snaps_bench", 1)
@@ -40,20 +44,25 @@ func BenchmarkRestoreAgainstRebuild(b *testing.B) {
 		_, err := Take(ctx, src, tg, TakeOptions{Stream: ledgerStream})
 		require.NoError(b, err)
 	}
+	require.NoError(b, src.Close())
 	var rebuild time.Duration
 	restore := make([]time.Duration, len(tgs))
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		catchUpB(b, e, openViewsB(b, filepath.Join(b.TempDir(), "views")))
+		s := openViewsB(b, filepath.Join(b.TempDir(), "views"))
+		catchUpB(b, e, s)
 		rebuild += time.Since(start)
+		closeB(b, s)
 		for i, tg := range tgs {
 			start := time.Now()
 			dir := filepath.Join(b.TempDir(), "views")
 			_, err := Restore(ctx, tg, dir, restoreOpts(e))
 			require.NoError(b, err)
-			catchUpB(b, e, openViewsB(b, dir))
+			s := openViewsB(b, dir)
+			catchUpB(b, e, s)
 			restore[i] += time.Since(start)
+			closeB(b, s)
 		}
 	}
 	b.StopTimer()
@@ -65,7 +74,6 @@ func BenchmarkRestoreAgainstRebuild(b *testing.B) {
 func openViewsB(b *testing.B, dir string) *projector.Store {
 	s, err := projector.OpenStore(dir, projector.StoreOptions{})
 	require.NoError(b, err)
-	b.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
@@ -73,4 +81,12 @@ func catchUpB(b *testing.B, e *ledgertest.Env, s *projector.Store) {
 	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
 	require.NoError(b, err)
 	require.NoError(b, p.CatchUp(ledgertest.Ctx(b)))
+}
+
+// closeB closes s outside the measured time (Close waits for running
+// compactions) and before the next measurement (they must not run into it).
+func closeB(b *testing.B, s *projector.Store) {
+	b.StopTimer()
+	require.NoError(b, s.Close())
+	b.StartTimer()
 }
