@@ -63,7 +63,7 @@ func (c *viewsSnapshotter) Start(context.Context) error {
 	c.busy = make(chan struct{}, 1)
 	c.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cgledger_views_snapshots_total",
-		Help: "Snapshots of the views this process tried, by result: ok, failed (logged with why), refused (not started: the views catching up, or free disk space below the reserve).",
+		Help: "Snapshots of the views this process tried, by result: ok, failed (logged with why), refused (not started: the views catching up or stopped, or free disk space below the reserve).",
 	}, []string{"result"})
 	for _, r := range []string{"ok", "failed", "refused"} {
 		c.total.WithLabelValues(r)
@@ -98,8 +98,8 @@ func (c *viewsSnapshotter) Start(context.Context) error {
 	return nil
 }
 
-// Stop ends the schedule after the snapshot in progress, before the views
-// close.
+// Stop ends the schedule, abandoning a snapshot in progress, and waits
+// until none runs: the views close after it.
 func (c *viewsSnapshotter) Stop(context.Context) error {
 	c.stop()
 	<-c.done
