@@ -94,7 +94,8 @@ func kill9(t *testing.T, cmd *exec.Cmd) {
 // snapshot` answers the manifest of views at the ledger's sequence; serve
 // started again with its views removed restores that snapshot from the
 // Object Store, catches up past it, and ends ready with the digest the
-// views had before.
+// views had before, which verify and a rebuild (replay of an export) agree
+// with.
 func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	data, np, hp := t.TempDir(), servetest.FreePort(t), servetest.FreePort(t)
 	s := startServer(t, data, np, hp)
@@ -131,6 +132,19 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	waitLog(t, s.Log, "views restored from a snapshot", time.Minute)
 	require.Contains(t, s.Log.String(), m.Name)
 	require.Equal(t, before, after, "restored and caught up, the views are the ones serve had")
+
+	// The chain verifies, and an export replayed into fresh views (a
+	// rebuild from sequence 1) has the restored views' digest.
+	out, code = s.run(t, "verify", "--json")
+	require.Equal(t, 0, code, out)
+	var live map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &live))
+	require.Equal(t, true, live["ok"])
+	export := filepath.Join(t.TempDir(), "ledger.jsonl")
+	out, code = s.run(t, "export", "--out", export)
+	require.Equal(t, 0, code, out)
+	out, code = s.run(t, "replay", export, "--json", "--expect", after.Digest)
+	require.Equal(t, 0, code, "a rebuild's digest is the restored views': %s", out)
 
 	// The restored views serve what came after the snapshot.
 	out, code = s.run(t, "call", "--project", "demo", "--agent", "alice", "--tool", "echo", "--args", `{"text":"b1"}`, "--turn", "t-b", "--call-id", "b1")
