@@ -377,6 +377,16 @@ func (c *Client) ViewsSnapshot(ctx context.Context) (protocol.ViewsSnapshotResul
 	return out, c.call(ctx, msg, &out)
 }
 
+// ViewsSnapshotList lists the snapshots of the views where one of the serve
+// processes running the projector keeps them, newest first
+// (docs/protocol.md#viewssnapshotlist); it needs an admin credential of
+// every project.
+func (c *Client) ViewsSnapshotList(ctx context.Context) (protocol.ViewsSnapshotListResult, error) {
+	var out protocol.ViewsSnapshotListResult
+	msg := &nats.Msg{Subject: protocol.APISubject(protocol.GlobalProject, c.actor, protocol.OpViewsSnapshotList), Data: []byte("{}")}
+	return out, c.call(ctx, msg, &out)
+}
+
 // Commit commits a prepared call as its agent's worker (see Ledger.Commit).
 func (c *Client) Commit(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
 	return c.decide(ctx, protocol.OpCommit, req)

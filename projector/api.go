@@ -37,6 +37,9 @@ type APIConfig struct {
 	// it in. Nil answers every views.snapshot with an internal error saying
 	// this process takes no snapshots.
 	Snapshot func(ctx context.Context) (protocol.ViewsSnapshotResult, error)
+	// SnapshotList lists the snapshots for a views.snapshot.list request,
+	// likewise passed in by serve; nil answers it as Snapshot's nil does.
+	SnapshotList func(ctx context.Context) (protocol.ViewsSnapshotListResult, error)
 	// SnapshotTimeout bounds one views.snapshot request instead of
 	// RequestTimeout: a snapshot copies the whole store. Zero means 10m.
 	SnapshotTimeout time.Duration
@@ -44,7 +47,7 @@ type APIConfig struct {
 
 // viewOps are the API operations handle answers; ServeAPI checks them
 // against the operation table's.
-var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet, protocol.OpViewsSnapshot}
+var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet, protocol.OpViewsSnapshot, protocol.OpViewsSnapshotList}
 
 // RefusalRecorder records the refusal of a request nobody can be told of
 // (the ledger's RecordRefusal): the views write nothing themselves.
@@ -52,8 +55,8 @@ type RefusalRecorder interface {
 	RecordRefusal(ctx context.Context, op string, c protocol.Caller, m *nats.Msg, e *protocol.Error) error
 }
 
-// APIServer answers inbox.list, approval.list, approval.get and
-// views.snapshot until Stop.
+// APIServer answers inbox.list, approval.list, approval.get,
+// views.snapshot and views.snapshot.list until Stop.
 type APIServer struct {
 	p    *Projector
 	l    RefusalRecorder
@@ -69,14 +72,14 @@ type APIServer struct {
 	stopped bool
 }
 
-// ServeAPI subscribes inbox.list, approval.list, approval.get and
-// views.snapshot (cgledger.v1.*.*.<op>, in a queue group) on nc, which must be a connection of the ledger's account (where
+// ServeAPI subscribes inbox.list, approval.list, approval.get,
+// views.snapshot and views.snapshot.list (cgledger.v1.*.*.<op>, in a queue group) on nc, which must be a connection of the ledger's account (where
 // the API subjects arrive), and answers it from the projector's views. l
 // records the refusals nobody can be told of (no reply subject, or one that
 // is not an inbox), as the ledger's API server records them for its own
 // operations; it is required. Who may call which is NATS permissions'
 // (internal/auth: inbox.list a worker's, the approval reads an approver's,
-// auditor's or admin's, views.snapshot an admin's of every project); the body's project must be the subject's. ctx bounds the server's life as Stop does.
+// auditor's or admin's, the views.snapshot operations an admin's of every project); the body's project must be the subject's. ctx bounds the server's life as Stop does.
 func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l RefusalRecorder, cfg APIConfig) (*APIServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("projector api: %w", err)
@@ -178,6 +181,8 @@ func (s *APIServer) handle(op string, m *nats.Msg) {
 				res, asOf, ledgerSeq = page, page.AsOfSeq, page.LedgerSeq
 			case protocol.OpViewsSnapshot:
 				res, err = s.viewsSnapshot(ctx, m.Data)
+			case protocol.OpViewsSnapshotList:
+				res, err = s.viewsSnapshotList(ctx, m.Data)
 			case protocol.OpApprovalGet:
 				var got protocol.ApprovalGetResult
 				got, err = s.approvalGet(ctx, c, m.Data)

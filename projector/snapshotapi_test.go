@@ -70,6 +70,19 @@ func TestViewsSnapshotAPI(t *testing.T) {
 	require.Equal(t, []string{"subject"}, fields(r.Error.Violations))
 	stop()
 
+	// The listing answers what APIConfig.SnapshotList lists.
+	wantList := protocol.ViewsSnapshotListResult{Target: "directory /x", Snapshots: []protocol.ViewsSnapshotResult{want}}
+	api, err := p.ServeAPI(ctx, e.NC, e.L, projector.APIConfig{SnapshotList: func(context.Context) (protocol.ViewsSnapshotListResult, error) {
+		return wantList, nil
+	}})
+	require.NoError(t, err)
+	gotList, err := c.ViewsSnapshotList(ctx)
+	require.NoError(t, err)
+	require.Equal(t, wantList, gotList)
+	r = reply(protocol.APISubject(protocol.GlobalProject, "oncall", protocol.OpViewsSnapshotList), `"x"`)
+	require.Equal(t, protocol.CodeBadRequest, r.Error.Code)
+	api.Stop()
+
 	stop = serve(nil)
 	defer stop()
 	_, err = c.ViewsSnapshot(ctx)
@@ -77,4 +90,8 @@ func TestViewsSnapshotAPI(t *testing.T) {
 	require.True(t, ok, "%v", err)
 	require.Equal(t, protocol.CodeInternal, pe.Code)
 	require.Contains(t, pe.Message, "takes no snapshots")
+	_, err = c.ViewsSnapshotList(ctx)
+	pe, ok = protocol.AsError(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, protocol.CodeInternal, pe.Code)
 }

@@ -48,6 +48,9 @@ const (
 	// that answers it (docs/protocol.md#viewssnapshot). It is global, like
 	// projector.skip: its subject's project token is "_".
 	OpViewsSnapshot = "views.snapshot"
+	// OpViewsSnapshotList lists the snapshots of the views where the
+	// answering serve process keeps them; global, an admin's.
+	OpViewsSnapshotList = "views.snapshot.list"
 )
 
 // Writes an executor in another process makes besides its reports: finishing

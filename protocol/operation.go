@@ -118,6 +118,7 @@ var Operations = []Operation{
 	{Name: OpConformanceObserve, Roles: adminOnly, AdminOnly: true, Server: ServerLedger},
 	{Name: OpProjectorSkip, Global: true, Roles: adminOnly, Server: ServerLedger},
 	{Name: OpViewsSnapshot, Global: true, Roles: adminOnly, Server: ServerViews},
+	{Name: OpViewsSnapshotList, Global: true, Roles: adminOnly, Server: ServerViews},
 }
 
 var opByName = func() map[string]Operation {

@@ -42,7 +42,20 @@ type ViewsSnapshotResult struct {
 	Pruned []string `json:"pruned,omitempty"`
 }
 
-// ParseViewsSnapshotRequest reads a views.snapshot body, which names
+// ViewsSnapshotListResult is the answer of views.snapshot.list: the
+// snapshots where the answering serve process keeps them, newest first
+// (the fields of each as views.snapshot answers them, without DurationMS
+// and Pruned).
+type ViewsSnapshotListResult struct {
+	// Target is where they are kept: "object store <bucket>" or
+	// "directory <path>".
+	Target string `json:"target"`
+	// Snapshots are newest first: by applied_seq, then created.
+	Snapshots []ViewsSnapshotResult `json:"snapshots"`
+}
+
+// ParseViewsSnapshotRequest reads a views.snapshot or views.snapshot.list
+// body, which names
 // nothing but must be a JSON object when sent; an empty body is the same
 // as {}.
 func ParseViewsSnapshotRequest(body []byte) Violations {

@@ -41,6 +41,7 @@ Usage:
   cgledger projector skip --seq N --reason TEXT
                                                record an audited skip of an entry the projector cannot apply
   cgledger views snapshot                      take a snapshot of the views now (restored by a serve without views)
+  cgledger views snapshots                     list the snapshots of the views, newest first
   cgledger mcp serve --project P --agent A     the ledger as an MCP server on stdio (also /mcp/P/A on serve's HTTP)
   cgledger bench [--inflight 1,16,256] [--sync-always]
                                                measure a tool call against raw JetStream, side by side

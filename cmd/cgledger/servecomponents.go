@@ -76,6 +76,8 @@ type serveState struct {
 	// snapshotNow takes a snapshot of the views now (views.snapshot); nil
 	// until the views snapshotter starts.
 	snapshotNow func(context.Context) (protocol.ViewsSnapshotResult, error)
+	// snapshotList lists the snapshots in the target (views.snapshot.list).
+	snapshotList func(context.Context) (protocol.ViewsSnapshotListResult, error)
 	// stopSnapshots abandons a snapshot of the views in progress at the
 	// shutdown's first step, so that it does not hold the shutdown.
 	stopSnapshots context.CancelFunc
@@ -664,7 +666,7 @@ type inboxAPIComponent struct {
 
 // Start subscribes.
 func (c *inboxAPIComponent) Start(context.Context) error {
-	api, err := c.st.proj.ServeAPI(c.st.life, c.st.nc, c.st.l, projector.APIConfig{Snapshot: c.st.snapshotNow})
+	api, err := c.st.proj.ServeAPI(c.st.life, c.st.nc, c.st.l, projector.APIConfig{Snapshot: c.st.snapshotNow, SnapshotList: c.st.snapshotList})
 	if err != nil {
 		return err
 	}

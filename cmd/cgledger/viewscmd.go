@@ -11,16 +11,19 @@ import (
 
 func viewsCmd(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, "Usage:\n  cgledger views snapshot [--json]   take a snapshot of the views now (a serve without views restores the newest)\n")
+		fmt.Fprint(os.Stderr, "Usage:\n  cgledger views snapshot [--json]    take a snapshot of the views now (a serve without views restores the newest)\n  cgledger views snapshots [--json]   list the snapshots, newest first\n")
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
 	}
-	if args[0] == "snapshot" {
+	switch args[0] {
+	case "snapshot":
 		return viewsSnapshot(args[1:])
+	case "snapshots":
+		return viewsSnapshots(args[1:])
 	}
-	return failf(exitUsage, "views: unknown subcommand %q (snapshot)", args[0])
+	return failf(exitUsage, "views: unknown subcommand %q (snapshot, snapshots)", args[0])
 }
 
 func viewsSnapshot(args []string) int {
@@ -64,6 +67,44 @@ Needs an admin credential of every project (the embedded admin credential is one
 		res.Name, res.AppliedSeq, res.Digest, res.Size, res.Files, res.Target, res.DurationMS)
 	for _, name := range res.Pruned {
 		fmt.Fprintf(stdout, "pruned %s\n", name)
+	}
+	return exitOK
+}
+
+func viewsSnapshots(args []string) int {
+	fs := newFlagSet("views snapshots", "views snapshots [--actor NAME] [--json]",
+		`List the snapshots of the views where a running serve (one that runs the projector) keeps
+them, newest first: name, checkpoint sequence, size, when and where taken. The one a serve
+without views restores is the newest that passes its checks (docs/views.md, "Snapshots").
+Needs an admin credential of every project (the embedded admin credential is one).`)
+	var cf clientFlags
+	cf.register(fs)
+	actor := fs.String("actor", envOr("USER", "operator"), "who asks (the actor token of the request; an identifier)")
+	if _, code, ok := parseOrExit(fs, args, 0); !ok {
+		return code
+	}
+	if !protocol.ValidIdentifier(*actor) {
+		return failf(exitUsage, "views snapshots: --actor %q is not an identifier", *actor)
+	}
+	nc, err := cf.connect()
+	if err != nil {
+		return failf(exitFor(err), "views snapshots: %v", err)
+	}
+	defer nc.Close()
+	ctx, cancel := cf.context(time.Minute)
+	defer cancel()
+	res, err := client.New(nc, client.WithActor(*actor)).ViewsSnapshotList(ctx)
+	if err != nil {
+		err = cf.explain(ctx, err)
+		return failf(exitFor(err), "views snapshots: %v", err)
+	}
+	if cf.asJSON {
+		printJSON(res)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "%d snapshots in %s\n", len(res.Snapshots), res.Target)
+	for _, m := range res.Snapshots {
+		fmt.Fprintf(stdout, "%s  seq %d  %d bytes  %s  %s\n", m.Name, m.AppliedSeq, m.Size, m.Created.Format(time.RFC3339), m.Host)
 	}
 	return exitOK
 }

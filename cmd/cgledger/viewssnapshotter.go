@@ -86,6 +86,7 @@ func (c *viewsSnapshotter) Start(context.Context) error {
 		return fmt.Errorf("remove the checkpoint of a snapshot that did not finish: %w", err)
 	}
 	st.snapshotNow = func(ctx context.Context) (protocol.ViewsSnapshotResult, error) { return c.take(ctx, "asked") }
+	st.snapshotList = c.list
 	c.ctx, c.stop = context.WithCancel(st.life)
 	c.done = make(chan struct{})
 	st.stopSnapshots = c.stop
@@ -265,4 +266,22 @@ func manifestResult(m snapshot.Manifest, target string) protocol.ViewsSnapshotRe
 		ChainHead: m.ChainHead, Digest: m.Digest, Created: m.Created, Host: m.Host, Size: m.Size, Files: len(m.Files),
 		Target: target,
 	}
+}
+
+// list answers views.snapshot.list: the snapshots in the target, newest
+// first.
+func (c *viewsSnapshotter) list(ctx context.Context) (protocol.ViewsSnapshotListResult, error) {
+	target, err := c.openTarget(ctx)
+	if err != nil {
+		return protocol.ViewsSnapshotListResult{}, fmt.Errorf("open the snapshot target: %w", err)
+	}
+	ms, err := target.List(ctx)
+	if err != nil {
+		return protocol.ViewsSnapshotListResult{}, fmt.Errorf("list the snapshots in %s: %w", target, err)
+	}
+	out := protocol.ViewsSnapshotListResult{Target: target.String(), Snapshots: make([]protocol.ViewsSnapshotResult, 0, len(ms))}
+	for _, m := range ms {
+		out.Snapshots = append(out.Snapshots, manifestResult(m, out.Target))
+	}
+	return out, nil
 }

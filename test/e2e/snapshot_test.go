@@ -119,6 +119,15 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	}
 	require.Equal(t, 1.0, metricValue(t, s, `cgledger_views_snapshots_total{result="ok"}`))
 	require.Equal(t, float64(m.AppliedSeq), metricValue(t, s, "cgledger_views_snapshot_last_seq"))
+	out, code = s.run(t, "views", "snapshots", "--json")
+	require.Equal(t, 0, code, out)
+	var list protocol.ViewsSnapshotListResult
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list.Snapshots, 1)
+	listed := list.Snapshots[0]
+	require.Equal(t, m.Name, listed.Name)
+	require.Equal(t, m.Digest, listed.Digest)
+	require.Equal(t, m.Size, listed.Size)
 
 	// Calls after the snapshot: the restored views catch up past it.
 	snapshotCalls(t, s, "b", 2)
@@ -206,6 +215,9 @@ func TestViewsSnapshotNeedsAnAdminOfEveryProject(t *testing.T) {
 	} {
 		c := s.issue(t, args...)
 		_, errOut, code := s.runAll(t, "views", "snapshot", "--creds", c.Path, "--timeout", "1m")
+		require.Equal(t, 1, code, "%v", args)
+		require.Contains(t, errOut, "may not do this", "%v", args)
+		_, errOut, code = s.runAll(t, "views", "snapshots", "--creds", c.Path)
 		require.Equal(t, 1, code, "%v", args)
 		require.Contains(t, errOut, "may not do this", "%v", args)
 
