@@ -367,6 +367,26 @@ func (c *Client) Skip(ctx context.Context, seq uint64, reason string) (protocol.
 	return out, c.call(ctx, msg, &out)
 }
 
+// ViewsSnapshot asks one of the serve processes running the projector to
+// take a snapshot of its views now (docs/protocol.md#viewssnapshot); it
+// needs an admin credential of every project. A snapshot copies the whole
+// view store: give ctx minutes, not seconds.
+func (c *Client) ViewsSnapshot(ctx context.Context) (protocol.ViewsSnapshotResult, error) {
+	var out protocol.ViewsSnapshotResult
+	msg := &nats.Msg{Subject: protocol.APISubject(protocol.GlobalProject, c.actor, protocol.OpViewsSnapshot), Data: []byte("{}")}
+	return out, c.call(ctx, msg, &out)
+}
+
+// ViewsSnapshotList lists the snapshots of the views where one of the serve
+// processes running the projector keeps them, newest first
+// (docs/protocol.md#viewssnapshotlist); it needs an admin credential of
+// every project.
+func (c *Client) ViewsSnapshotList(ctx context.Context) (protocol.ViewsSnapshotListResult, error) {
+	var out protocol.ViewsSnapshotListResult
+	msg := &nats.Msg{Subject: protocol.APISubject(protocol.GlobalProject, c.actor, protocol.OpViewsSnapshotList), Data: []byte("{}")}
+	return out, c.call(ctx, msg, &out)
+}
+
 // Commit commits a prepared call as its agent's worker (see Ledger.Commit).
 func (c *Client) Commit(ctx context.Context, req protocol.DecisionRequest) (protocol.DecisionResult, error) {
 	return c.decide(ctx, protocol.OpCommit, req)

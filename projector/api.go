@@ -31,11 +31,23 @@ type APIConfig struct {
 	// the views as they stand (as_of_seq then says how far they got). Zero
 	// means 5s.
 	MaxWait time.Duration
+	// Snapshot takes a snapshot of the views for a views.snapshot request
+	// (an admin's) and answers its manifest. The views cannot take one
+	// themselves: the snapshot package builds on this one, so serve passes
+	// it in. Nil answers every views.snapshot with an internal error saying
+	// this process takes no snapshots.
+	Snapshot func(ctx context.Context) (protocol.ViewsSnapshotResult, error)
+	// SnapshotList lists the snapshots for a views.snapshot.list request,
+	// likewise passed in by serve; nil answers it as Snapshot's nil does.
+	SnapshotList func(ctx context.Context) (protocol.ViewsSnapshotListResult, error)
+	// SnapshotTimeout bounds one views.snapshot request instead of
+	// RequestTimeout: a snapshot copies the whole store. Zero means 10m.
+	SnapshotTimeout time.Duration
 }
 
 // viewOps are the API operations handle answers; ServeAPI checks them
 // against the operation table's.
-var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet}
+var viewOps = []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet, protocol.OpViewsSnapshot, protocol.OpViewsSnapshotList}
 
 // RefusalRecorder records the refusal of a request nobody can be told of
 // (the ledger's RecordRefusal): the views write nothing themselves.
@@ -43,7 +55,8 @@ type RefusalRecorder interface {
 	RecordRefusal(ctx context.Context, op string, c protocol.Caller, m *nats.Msg, e *protocol.Error) error
 }
 
-// APIServer answers inbox.list, approval.list and approval.get until Stop.
+// APIServer answers inbox.list, approval.list, approval.get,
+// views.snapshot and views.snapshot.list until Stop.
 type APIServer struct {
 	p    *Projector
 	l    RefusalRecorder
@@ -59,14 +72,14 @@ type APIServer struct {
 	stopped bool
 }
 
-// ServeAPI subscribes inbox.list, approval.list and approval.get
-// (cgledger.v1.*.*.<op>, in a queue group) on nc, which must be a connection of the ledger's account (where
+// ServeAPI subscribes inbox.list, approval.list, approval.get,
+// views.snapshot and views.snapshot.list (cgledger.v1.*.*.<op>, in a queue group) on nc, which must be a connection of the ledger's account (where
 // the API subjects arrive), and answers it from the projector's views. l
 // records the refusals nobody can be told of (no reply subject, or one that
 // is not an inbox), as the ledger's API server records them for its own
 // operations; it is required. Who may call which is NATS permissions'
 // (internal/auth: inbox.list a worker's, the approval reads an approver's,
-// auditor's or admin's); the body's project must be the subject's. ctx bounds the server's life as Stop does.
+// auditor's or admin's, the views.snapshot operations an admin's of every project); the body's project must be the subject's. ctx bounds the server's life as Stop does.
 func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l RefusalRecorder, cfg APIConfig) (*APIServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("projector api: %w", err)
@@ -85,6 +98,9 @@ func (p *Projector) ServeAPI(ctx context.Context, nc *nats.Conn, l RefusalRecord
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 5 * time.Second
+	}
+	if cfg.SnapshotTimeout <= 0 {
+		cfg.SnapshotTimeout = 10 * time.Minute
 	}
 	sctx, stop := context.WithCancel(ctx)
 	s := &APIServer{p: p, l: l, q: NewQueries(p.store), cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight), ctx: sctx, stop: stop}
@@ -137,7 +153,11 @@ func (s *APIServer) handle(op string, m *nats.Msg) {
 	}
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+		timeout := s.cfg.RequestTimeout
+		if op == protocol.OpViewsSnapshot {
+			timeout = s.cfg.SnapshotTimeout
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, timeout)
 		defer cancel()
 		c, answer, err := protocol.CheckReadRequest(op, m)
 		if err == nil && !answer {
@@ -159,6 +179,10 @@ func (s *APIServer) handle(op string, m *nats.Msg) {
 				var page protocol.ApprovalListResult
 				page, err = s.approvalList(ctx, c, m.Data)
 				res, asOf, ledgerSeq = page, page.AsOfSeq, page.LedgerSeq
+			case protocol.OpViewsSnapshot:
+				res, err = s.viewsSnapshot(ctx, m.Data)
+			case protocol.OpViewsSnapshotList:
+				res, err = s.viewsSnapshotList(ctx, m.Data)
 			case protocol.OpApprovalGet:
 				var got protocol.ApprovalGetResult
 				got, err = s.approvalGet(ctx, c, m.Data)

@@ -26,6 +26,7 @@ func (c APIConfig) Validate() error {
 	configcheck.NonNegative(&vs, "RequestTimeout", c.RequestTimeout)
 	configcheck.NonNegative(&vs, "MaxInFlight", c.MaxInFlight)
 	configcheck.NonNegative(&vs, "MaxWait", c.MaxWait)
+	configcheck.NonNegative(&vs, "SnapshotTimeout", c.SnapshotTimeout)
 	return protocol.BadRequest("projector API config", vs)
 }
 

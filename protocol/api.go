@@ -44,6 +44,13 @@ const (
 	// projector) answer it, not the ledger, whose call records are keyed
 	// by call, not by agent (docs/decisions.md, "Recovering missed wakeups").
 	OpInboxList = "inbox.list"
+	// OpViewsSnapshot takes a snapshot of the views of the serve process
+	// that answers it (docs/protocol.md#viewssnapshot). It is global, like
+	// projector.skip: its subject's project token is "_".
+	OpViewsSnapshot = "views.snapshot"
+	// OpViewsSnapshotList lists the snapshots of the views where the
+	// answering serve process keeps them; global, an admin's.
+	OpViewsSnapshotList = "views.snapshot.list"
 )
 
 // Writes an executor in another process makes besides its reports: finishing

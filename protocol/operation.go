@@ -117,6 +117,8 @@ var Operations = []Operation{
 	{Name: OpConformanceCommand, Write: true, Roles: adminOnly, AdminOnly: true, Server: ServerLedger},
 	{Name: OpConformanceObserve, Roles: adminOnly, AdminOnly: true, Server: ServerLedger},
 	{Name: OpProjectorSkip, Global: true, Roles: adminOnly, Server: ServerLedger},
+	{Name: OpViewsSnapshot, Global: true, Roles: adminOnly, Server: ServerViews},
+	{Name: OpViewsSnapshotList, Global: true, Roles: adminOnly, Server: ServerViews},
 }
 
 var opByName = func() map[string]Operation {

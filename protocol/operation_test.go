@@ -36,14 +36,14 @@ func TestOperationsTable(t *testing.T) {
 	}
 	_, ok := protocol.Op("no.such.op")
 	require.False(t, ok)
-	require.Equal(t, []string{protocol.OpProjectorSkip}, protocol.GlobalOps())
+	require.Equal(t, []string{protocol.OpProjectorSkip, protocol.OpViewsSnapshot, protocol.OpViewsSnapshotList}, protocol.GlobalOps())
 }
 
 // TestCheckServed names every operation a server leaves unanswered and every
 // handler that is no operation of its.
 func TestCheckServed(t *testing.T) {
-	require.NoError(t, protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet}))
-	err := protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalGet, protocol.OpDispatch, "nope"})
+	require.NoError(t, protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalList, protocol.OpApprovalGet, protocol.OpViewsSnapshot, protocol.OpViewsSnapshotList}))
+	err := protocol.CheckServed(protocol.ServerViews, []string{protocol.OpInboxList, protocol.OpApprovalGet, protocol.OpViewsSnapshot, protocol.OpViewsSnapshotList, protocol.OpDispatch, "nope"})
 	require.EqualError(t, err, "views API: approval.list has no handler; dispatch is not an operation the views answers; nope is not an operation the views answers")
 	require.NoError(t, protocol.CheckServed(protocol.ServerLedger, protocol.OpsServedBy(protocol.ServerLedger)))
 }

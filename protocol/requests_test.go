@@ -64,6 +64,12 @@ var requestParsers = map[string]func(td *datadriven.TestData, h nats.Header, bod
 	protocol.OpToolGet:            bodyParser(protocol.ParseToolGetRequest),
 	protocol.OpToolList:           bodyParser(protocol.ParseToolListRequest),
 	protocol.OpProjectorSkip:      bodyParser(protocol.ParseSkipRequest),
+	protocol.OpViewsSnapshot: func(_ *datadriven.TestData, _ nats.Header, body []byte) (protocol.Violations, error) {
+		return protocol.ParseViewsSnapshotRequest(body), nil
+	},
+	protocol.OpViewsSnapshotList: func(_ *datadriven.TestData, _ nats.Header, body []byte) (protocol.Violations, error) {
+		return protocol.ParseViewsSnapshotRequest(body), nil
+	},
 	protocol.OpToolConsumer: func(_ *datadriven.TestData, _ nats.Header, body []byte) (protocol.Violations, error) {
 		return protocol.ParseToolConsumerRequest(body), nil
 	},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,6 +61,19 @@ type Settings struct {
 	Retention   string   `json:"retention" yaml:"retention"`
 	ArchiveSeal string   `json:"archive_seal_age" yaml:"archive_seal_age"`
 	MCPBridge   string   `json:"mcp_bridge" yaml:"mcp_bridge"`
+	// ViewsSnapshotEvery is how often the projector role snapshots its
+	// views (docs/views.md#snapshots): a duration of at least 10s, or 0 or
+	// off for never; empty is defaultViewsSnapshotEvery.
+	ViewsSnapshotEvery string `json:"views_snapshot_every" yaml:"views_snapshot_every"`
+	// ViewsSnapshotKeep is how many snapshots pruning keeps, 1 to 1000.
+	ViewsSnapshotKeep int `json:"views_snapshot_keep" yaml:"views_snapshot_keep"`
+	// ViewsSnapshotDir keeps snapshots in a directory; empty keeps them in
+	// the JetStream Object Store bucket of the ledger stream
+	// (snapshot.BucketName), which every replica on the cluster reads.
+	ViewsSnapshotDir string `json:"views_snapshot_dir" yaml:"views_snapshot_dir"`
+	// ViewsRestore restores the newest snapshot that passes its checks when
+	// the views are missing, empty or of another views format.
+	ViewsRestore bool `json:"views_restore" yaml:"views_restore"`
 
 	// restartInPlace lets serve exec itself to reopen storage that a failed
 	// write broke; only the serve command sets it (bench runs serve inside
@@ -108,6 +122,8 @@ var settings = func() []setting {
 		mk("retention", "retention", "how long the ledger stream keeps entries (e.g. 30d or 720h; empty or 0 keeps everything): older entries live on in sealed segments under <data>/archive, copied before they expire (docs/durability.md)", func(s *Settings) *string { return &s.Retention }),
 		mk("archive_seal_age", "archive-seal-age", "with retention, seal an archive segment once its first entry is this old (empty means a tenth of retention, at most 1h); at least 100ms and at most half of retention", func(s *Settings) *string { return &s.ArchiveSeal }),
 		mk("mcp_bridge", "mcp-bridge", "MCP bridge configuration file (docs/mcp.md) the mcp role serves", func(s *Settings) *string { return &s.MCPBridge }),
+		mk("views_snapshot_every", "views-snapshot-every", "how often the projector role takes a snapshot of its views, which a serve without views restores (docs/views.md#snapshots): a duration of at least 10s such as 1h; 0 or off for never", func(s *Settings) *string { return &s.ViewsSnapshotEvery }),
+		mk("views_snapshot_dir", "views-snapshot-dir", "keep view snapshots in this directory instead of the JetStream Object Store bucket cgledger_views_<stream> of the ledger's account", func(s *Settings) *string { return &s.ViewsSnapshotDir }),
 		mk("tls_ca", "tls-ca", "PEM CA bundle: verify NATS servers (with --nats-url) and, when serving TLS, require client certificates signed by it", func(s *Settings) *string { return &s.TLSCA }),
 	}
 	pw := mk("nats_password", "nats-password", "NATS password (with --nats-url; prefer the environment variable)", func(s *Settings) *string { return &s.NATSPassword })
@@ -123,6 +139,22 @@ var settings = func() []setting {
 				}
 				return err
 			}, get: func(s *Settings) string { return strconv.Itoa(s.Replicas) }},
+		setting{key: "views_snapshot_keep", flag: "views-snapshot-keep", env: "CGLEDGER_VIEWS_SNAPSHOT_KEEP", usage: "how many view snapshots to keep (older ones are pruned after each snapshot), 1 to 1000",
+			set: func(s *Settings, v string) error {
+				n, err := strconv.Atoi(v)
+				if err == nil {
+					s.ViewsSnapshotKeep = n
+				}
+				return err
+			}, get: func(s *Settings) string { return strconv.Itoa(s.ViewsSnapshotKeep) }},
+		setting{key: "views_restore", flag: "views-restore", env: "CGLEDGER_VIEWS_RESTORE", usage: "restore the newest view snapshot that passes its checks when the views are missing, empty or of another views format, instead of rebuilding them from the ledger (false to always rebuild)",
+			set: func(s *Settings, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err == nil {
+					s.ViewsRestore = b
+				}
+				return err
+			}, get: func(s *Settings) string { return strconv.FormatBool(s.ViewsRestore) }},
 		setting{key: "sync_always", flag: "sync-always", env: "CGLEDGER_SYNC_ALWAYS", usage: "fsync every JetStream write before acknowledging it (see docs/durability.md)",
 			set: func(s *Settings, v string) error {
 				b, err := strconv.ParseBool(v)
@@ -181,7 +213,8 @@ func parseGCPercent(v string) (int, error) {
 
 func defaultSettings() Settings {
 	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: "1GiB", GCPercent: defaultGCPercent,
-		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor"}
+		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor",
+		ViewsSnapshotEvery: defaultViewsSnapshotEvery, ViewsSnapshotKeep: 3, ViewsRestore: true}
 }
 
 // configFlags registers every setting as a flag (with no default: unset
@@ -193,6 +226,12 @@ func configFlags(fs *flag.FlagSet) (configPath *string) {
 	for _, st := range settings {
 		if st.key == "sync_always" || st.key == "no_auth" {
 			fs.Bool(st.flag, false, st.usage+" (env "+st.env+")")
+			continue
+		}
+		if st.key == "views_restore" {
+			// A boolean flag whose default is true: --views-restore=false
+			// turns it off.
+			fs.Bool(st.flag, false, st.usage+" (env "+st.env+") (default true)")
 			continue
 		}
 		usage := st.usage + " (env " + st.env + ")"
@@ -378,6 +417,17 @@ func (s Settings) validate() protocol.Violations {
 	if s.DiskReserve != "" && s.DiskReserve != "off" {
 		if _, err := diskspace.ParseSize(s.DiskReserve); err != nil {
 			vs.Add("disk_reserve", protocol.VInvalidValue, "must be a size such as 64MiB, or off; got %q", s.DiskReserve)
+		}
+	}
+	if _, err := parseSnapshotEvery(s.ViewsSnapshotEvery); err != nil {
+		vs.Add("views_snapshot_every", protocol.VInvalidValue, "must be a duration of at least 10s such as 1h, or 0 or off for never; got %q", s.ViewsSnapshotEvery)
+	}
+	if s.ViewsSnapshotKeep < 1 || s.ViewsSnapshotKeep > 1000 {
+		vs.Add("views_snapshot_keep", protocol.VInvalidValue, "must be between 1 and 1000, got %d", s.ViewsSnapshotKeep)
+	}
+	if s.ViewsSnapshotDir != "" && s.Data != "" {
+		if inside(s.ViewsSnapshotDir, filepath.Join(s.Data, "views")) {
+			vs.Add("views_snapshot_dir", protocol.VInvalidValue, "must not be inside the views directory %s, which a restore replaces; got %q", filepath.Join(s.Data, "views"), s.ViewsSnapshotDir)
 		}
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {

@@ -160,7 +160,7 @@ func TestServeComponentsOrder(t *testing.T) {
 	require.Equal(t, []string{
 		"data directory lock", "http listener", "security", "embedded nats-server", "nats connection",
 		"view store", "ledger", "archive", "storage supervisor", "work context",
-		"projector", "inbox API", "ledger API", "deadline keeper", "approval keeper", "report sweeper",
+		"projector", "views snapshotter", "inbox API", "ledger API", "deadline keeper", "approval keeper", "report sweeper",
 		"pprof", "http server", "projector catch-up", "executor", "mcp bridge", "serving",
 	}, names(s))
 
@@ -173,7 +173,7 @@ func TestServeComponentsOrder(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"serving", "executor", "projector catch-up", "http server",
-		"report sweeper", "approval keeper", "deadline keeper", "ledger API", "inbox API", "projector",
+		"report sweeper", "approval keeper", "deadline keeper", "ledger API", "inbox API", "views snapshotter", "projector",
 		"work context", "storage supervisor", "archive", "ledger", "view store",
 		"nats connection", "embedded nats-server", "security", "http listener", "data directory lock",
 	}, stops)

@@ -40,6 +40,8 @@ Usage:
                                                issue a scoped, short-lived NATS credential
   cgledger projector skip --seq N --reason TEXT
                                                record an audited skip of an entry the projector cannot apply
+  cgledger views snapshot                      take a snapshot of the views now (restored by a serve without views)
+  cgledger views snapshots                     list the snapshots of the views, newest first
   cgledger mcp serve --project P --agent A     the ledger as an MCP server on stdio (also /mcp/P/A on serve's HTTP)
   cgledger bench [--inflight 1,16,256] [--sync-always]
                                                measure a tool call against raw JetStream, side by side
@@ -47,7 +49,7 @@ Usage:
                                                serve the tools of MCP servers as ledger tools
   cgledger version                             print the build version and commit
 
-Every command takes --help. Client verbs (call, tools, approvals, calls, conformance, audit, export, verify, projector, mcp)
+Every command takes --help. Client verbs (call, tools, approvals, calls, conformance, audit, export, verify, projector, views, mcp)
 share the connection flags --nats-url, --server, --creds, --nats-user, --nats-password,
 --nats-token, --tls-ca, --tls-cert, --tls-key and their CGLEDGER_* variables. Exit codes:
 0 ok, 1 the operation said no (call not success, verification failed, request refused),
@@ -87,6 +89,8 @@ func run(args []string) int {
 		return mcpCmd(args[1:])
 	case "projector":
 		return projectorCmd(args[1:])
+	case "views":
+		return viewsCmd(args[1:])
 	case "creds":
 		return creds(args[1:])
 	case "export":

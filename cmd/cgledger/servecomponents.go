@@ -73,7 +73,15 @@ type serveState struct {
 	life context.Context
 
 	proj *projector.Projector
-	hs   *http.Server
+	// snapshotNow takes a snapshot of the views now (views.snapshot); nil
+	// until the views snapshotter starts.
+	snapshotNow func(context.Context) (protocol.ViewsSnapshotResult, error)
+	// snapshotList lists the snapshots in the target (views.snapshot.list).
+	snapshotList func(context.Context) (protocol.ViewsSnapshotListResult, error)
+	// stopSnapshots abandons a snapshot of the views in progress at the
+	// shutdown's first step, so that it does not hold the shutdown.
+	stopSnapshots context.CancelFunc
+	hs            *http.Server
 	// stopPprof closes pprof once it serves (--pprof).
 	stopPprof func()
 
@@ -117,6 +125,7 @@ func serveComponents(st *serveState) *group {
 	g.add("work context", &lifeComponent{st: st})
 	if s.has("projector") {
 		g.add("projector", &projectorComponent{st: st})
+		g.add("views snapshotter", &viewsSnapshotter{st: st})
 		g.add("inbox API", &inboxAPIComponent{st: st})
 	} else {
 		st.ready0.Store(true)
@@ -330,16 +339,57 @@ type viewStoreComponent struct{ st *serveState }
 func (c *viewStoreComponent) Start(ctx context.Context) error {
 	st, log := c.st, c.st.log
 	views := filepath.Join(st.s.Data, "views")
+	if err := settleRestore(st.s.Data); err != nil {
+		return err
+	}
+	// Views missing, or of another format, are restored from a snapshot
+	// when one passes its checks (views_restore), else rebuilt.
+	tryRestore := st.s.ViewsRestore
+	none, err := dirEmpty(views)
+	if err != nil {
+		return err
+	}
+	if tryRestore && none {
+		tryRestore = false
+		if _, err := st.restoreViews(ctx, "no views"); err != nil {
+			return err
+		}
+	}
 	// Views of another format are emptied and rebuilt from the ledger:
 	// first make sure that the ledger still has every entry they hold.
 	opts := projector.StoreOptions{BeforeRebuild: func(fc projector.FormatChange) error {
+		if tryRestore {
+			return errRestoreFirst{fc: fc}
+		}
 		return untilClusterAnswers(ctx, log, "check the ledger before rebuilding the views", func() error {
 			return checkRebuild(ctx, st.js, st.s.Data, views, fc)
 		})
 	}}
 	store, err := projector.OpenStore(views, opts)
+	var first errRestoreFirst
+	if errors.As(err, &first) {
+		tryRestore = false
+		if _, err := st.restoreViews(ctx, fmt.Sprintf("views of format %d: %s", first.fc.From, first.fc.Reason)); err != nil {
+			return err
+		}
+		store, err = projector.OpenStore(views, opts)
+	}
 	if err != nil {
 		return err
+	}
+	if applied, aerr := store.Applied(); tryRestore && aerr == nil && applied == 0 && store.FormatChange() == nil {
+		// Views that never applied an entry (a start killed before its
+		// first batch) are as good as none.
+		tryRestore = false
+		if err := store.Close(); err != nil {
+			return fmt.Errorf("close empty views to restore a snapshot: %w", err)
+		}
+		if _, err := st.restoreViews(ctx, "empty views"); err != nil {
+			return err
+		}
+		if store, err = projector.OpenStore(views, opts); err != nil {
+			return err
+		}
 	}
 	st.store = store
 	if fc := store.FormatChange(); fc != nil {
@@ -605,8 +655,10 @@ func (st *serveState) catchUpOnShutdown(context.Context) error {
 	return nil
 }
 
-// inboxAPIComponent answers inbox.list: a worker's recovery of the results
-// whose wakeups it missed, from the Inbox view (docs/protocol.md#inboxlist).
+// inboxAPIComponent answers the views' API operations: inbox.list (a
+// worker's recovery of the results whose wakeups it missed, from the Inbox
+// view, docs/protocol.md#inboxlist), the approval reads, and
+// views.snapshot (the views snapshotter's).
 type inboxAPIComponent struct {
 	st  *serveState
 	api *projector.APIServer
@@ -614,7 +666,7 @@ type inboxAPIComponent struct {
 
 // Start subscribes.
 func (c *inboxAPIComponent) Start(context.Context) error {
-	api, err := c.st.proj.ServeAPI(c.st.life, c.st.nc, c.st.l, projector.APIConfig{})
+	api, err := c.st.proj.ServeAPI(c.st.life, c.st.nc, c.st.l, projector.APIConfig{Snapshot: c.st.snapshotNow, SnapshotList: c.st.snapshotList})
 	if err != nil {
 		return err
 	}
@@ -898,6 +950,9 @@ func (c *servingComponent) Start(context.Context) error {
 // up until the calls in flight are reported.
 func (c *servingComponent) Stop(context.Context) error {
 	c.st.shuttingDown.Store(true)
+	if c.st.stopSnapshots != nil {
+		c.st.stopSnapshots()
+	}
 	c.st.log.Info("shutting down: finishing calls in flight; HTTP and the API stay up until they are reported")
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
@@ -87,14 +88,14 @@ func TestViewsOfAnOlderFormatAreRebuiltOnlyWhenTheLedgerHasThem(t *testing.T) {
 	require.NoError(t, db.Set(append([]byte("lost\x00"), be.BigEndian.AppendUint64(nil, 2)...), be.BigEndian.AppendUint64(nil, 3), pebble.Sync))
 	require.NoError(t, db.Close())
 	s = startServer(t, data, np, hp, "--no-auth")
-	require.Contains(t, s.Log.String(), "views format changed: rebuilding the views from the ledger")
+	waitLog(t, s.Log, "views format changed: rebuilding the views from the ledger", time.Minute)
 	s.kill(t)
 
 	// Without the loss, the views are rebuilt from the ledger.
 	formatOneViews(t, views, last)
 	require.NoError(t, os.Remove(marker))
 	s = startServer(t, data, np, hp, "--no-auth")
-	require.Contains(t, s.Log.String(), "views format changed: rebuilding the views from the ledger")
+	waitLog(t, s.Log, "views format changed: rebuilding the views from the ledger", time.Minute)
 	require.Equal(t, 200, getOpen(t, s.httpURL()+"/readyz", &rz))
 	require.Equal(t, last, rz.AppliedSeq)
 	var tl struct {

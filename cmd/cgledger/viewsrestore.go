@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/snapshot"
+	"github.com/cgledger/cgledger/stream"
+)
+
+// The paths a restore uses beside <data>/views. A restore moves the views
+// it replaces to viewsAsideDir and removes them only once the snapshot is
+// in place; the snapshot is unpacked under viewsRestoreTmp first, so a kill
+// at any step leaves either the old views (put back at the next start) or
+// a whole restored store.
+const (
+	viewsAsideDir   = "views.replaced"
+	viewsRestoreTmp = "views.restoring"
+)
+
+// errRestoreFirst stops OpenStore before it empties views of another
+// format: serve tries a snapshot of this release's format first.
+type errRestoreFirst struct{ fc projector.FormatChange }
+
+func (e errRestoreFirst) Error() string {
+	return "views of another format: restore a snapshot before rebuilding (" + e.fc.Reason + ")"
+}
+
+// settleRestore finishes what a restore killed half-way left: views moved
+// aside and no whole store in their place are put back; views moved aside
+// with a restored store in place are removed; a partial unpack is removed.
+func settleRestore(data string) error {
+	views, aside := filepath.Join(data, "views"), filepath.Join(data, viewsAsideDir)
+	if err := os.RemoveAll(filepath.Join(data, viewsRestoreTmp)); err != nil {
+		return fmt.Errorf("remove the unpack of a restore that did not finish: %w", err)
+	}
+	if _, err := os.Stat(aside); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	empty, err := dirEmpty(views)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		// The rename that installs a restored store is atomic: a views
+		// directory here is the whole snapshot.
+		if err := os.RemoveAll(aside); err != nil {
+			return fmt.Errorf("remove the views a restore replaced: %w", err)
+		}
+		return nil
+	}
+	if err := os.RemoveAll(views); err != nil {
+		return fmt.Errorf("remove an empty views directory: %w", err)
+	}
+	if err := os.Rename(aside, views); err != nil {
+		return fmt.Errorf("put back the views a restore that did not finish moved aside: %w", err)
+	}
+	return syncDir(data)
+}
+
+// dirEmpty reports whether dir is missing or holds nothing; a directory
+// that cannot be read is an error, never taken for empty.
+func dirEmpty(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s: %w", dir, err)
+	}
+	return len(entries) == 0, nil
+}
+
+// syncDir fsyncs a directory, so that renames and removals in it survive a
+// power loss.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// errNoSnapshotTarget says the Object Store bucket of snapshots does not
+// exist: nothing to restore, and a restore creates nothing.
+var errNoSnapshotTarget = errors.New("no snapshot bucket")
+
+// snapshotTarget opens where snapshots are kept: views_snapshot_dir, else
+// the Object Store bucket of the ledger stream, created when create is set
+// (the snapshotter) and errNoSnapshotTarget when missing otherwise (a
+// restore).
+func (st *serveState) snapshotTarget(ctx context.Context, create bool) (snapshot.Target, error) {
+	if dir := st.s.ViewsSnapshotDir; dir != "" {
+		if !create {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return nil, errNoSnapshotTarget
+			}
+		}
+		return snapshot.NewDir(dir)
+	}
+	bucket := snapshot.BucketName(stream.DefaultName)
+	if !create {
+		if _, err := st.js.ObjectStore(ctx, bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, errNoSnapshotTarget
+		} else if err != nil {
+			return nil, fmt.Errorf("snapshot bucket %s: %w", bucket, err)
+		}
+	}
+	return snapshot.NewObjectStore(ctx, st.js, bucket, st.s.Replicas)
+}
+
+// restoreViews installs the newest snapshot that passes every check as the
+// views (docs/views.md#snapshots). Views there already (of another format)
+// are moved aside and removed only once the snapshot is in place; when no
+// snapshot passes they are put back and the caller goes on as without
+// snapshots. It reports whether it restored; its errors are the ones that
+// leave the data directory in a state serve cannot go on from.
+func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error) {
+	data, log := st.s.Data, st.log
+	views, aside := filepath.Join(data, "views"), filepath.Join(data, viewsAsideDir)
+	var target snapshot.Target
+	if err := untilClusterAnswers(ctx, log, "open the views snapshots", func() (err error) {
+		target, err = st.snapshotTarget(ctx, false)
+		return err
+	}); errors.Is(err, errNoSnapshotTarget) {
+		log.Info("views: no snapshot to restore: rebuilding them from the ledger", "why", why)
+		return false, nil
+	} else if err != nil {
+		log.Warn("views: cannot read the snapshots: rebuilding the views from the ledger", "why", why, "err", err)
+		return false, nil
+	}
+	empty, err := dirEmpty(views)
+	if err != nil {
+		return false, err
+	}
+	moved := !empty
+	if moved {
+		if err := os.Rename(views, aside); err != nil {
+			return false, fmt.Errorf("move the views aside to restore a snapshot: %w", err)
+		}
+	} else if err := os.RemoveAll(views); err != nil {
+		return false, fmt.Errorf("remove the empty views directory to restore a snapshot: %w", err)
+	}
+	if err := syncDir(data); err != nil {
+		return false, err
+	}
+	log.Info("views: restoring the newest snapshot that passes its checks", "why", why, "from", target.String())
+	start := time.Now()
+	tmp := filepath.Join(data, viewsRestoreTmp)
+	var m snapshot.Manifest
+	// A cluster electing a leader is waited for, as every start-up step
+	// that talks to JetStream: a fresh replica started then restores
+	// instead of rebuilding from sequence 1.
+	err = untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
+		m, err = snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
+			Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
+		})
+		return err
+	})
+	if rerr := os.RemoveAll(tmp); rerr != nil {
+		log.Warn("views: remove the directory snapshots were unpacked in", "dir", tmp, "err", rerr)
+	}
+	if err == nil {
+		log.Info("views restored from a snapshot: catching up from its sequence", "snapshot", m.Name, "applied_seq", m.AppliedSeq,
+			"digest", m.Digest, "created", m.Created, "host", m.Host, "size", m.Size, "duration", time.Since(start).Round(time.Millisecond))
+		if err := os.RemoveAll(aside); err != nil {
+			return true, fmt.Errorf("remove the views the snapshot replaced: %w", err)
+		}
+		return true, syncDir(data)
+	}
+	var refused *snapshot.RefusedError
+	switch {
+	case errors.Is(err, snapshot.ErrNoSnapshot) || errors.As(err, &refused):
+		log.Warn("views: no snapshot passes its checks: rebuilding the views from the ledger", "why", why, "err", err)
+	default:
+		log.Warn("views: restore failed: rebuilding the views from the ledger", "why", why, "err", err)
+	}
+	if err := os.RemoveAll(views); err != nil {
+		return false, fmt.Errorf("remove a restore that failed: %w", err)
+	}
+	if moved {
+		if err := os.Rename(aside, views); err != nil {
+			return false, fmt.Errorf("put back the views moved aside for a restore: %w", err)
+		}
+	}
+	return false, syncDir(data)
+}
