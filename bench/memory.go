@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -27,10 +28,22 @@ type MemorySample struct {
 	Calls int `json:"calls"`
 	// ElapsedS is the seconds since the first call was recorded.
 	ElapsedS float64 `json:"elapsed_s"`
-	// RSSMB is the resident set (VmRSS) as found, before any collection.
+	// RSSMB is the resident set (VmRSS) as found, before any collection:
+	// with serve's gc_percent (400) the heap grows towards memory_limit
+	// between collections, so this shows the limit more than what is held.
 	RSSMB float64 `json:"rss_mb"`
-	// HeapMB is the live Go heap right after a forced collection.
+	// HeldMB is the resident set right after a collection that returned
+	// every free page to the system (debug.FreeOSMemory): what the process
+	// holds, Go heap and the rest (stacks, Pebble's manual memory, the
+	// runtime's own).
+	HeldMB float64 `json:"rss_held_mb"`
+	// HeapMB is the live Go heap right after that collection.
 	HeapMB float64 `json:"heap_live_mb"`
+	// GoMB is what the Go runtime then keeps from the system (Sys less
+	// HeapReleased: heap spans in use, stacks, GC metadata); HeldMB less
+	// GoMB is the rest, chiefly Pebble's block cache and memtables (C
+	// memory with cgo) and the binary.
+	GoMB float64 `json:"go_runtime_mb"`
 	// StreamEntries and StreamSubjects are what the ledger stream holds
 	// (the window), StreamCalls the entries as calls (entries / entries per
 	// call so far).
@@ -57,6 +70,7 @@ type MemoryReport struct {
 	// been full, and expiring, for a whole window.
 	FitFrom        int     `json:"fit_from_calls"`
 	RSSSlopeKB     float64 `json:"rss_slope_kb_per_call"`
+	HeldSlopeKB    float64 `json:"rss_held_slope_kb_per_call"`
 	HeapSlopeKB    float64 `json:"heap_slope_kb_per_call"`
 	EntriesPerCall float64 `json:"entries_per_call"`
 	// ProfileDir holds a heap profile per sample (Config.MemProfile).
@@ -91,8 +105,8 @@ func measureMemory(ctx context.Context, e *env, tools *toolWorkload, cfg Config)
 			return err
 		}
 		rep.Samples = append(rep.Samples, s)
-		fmt.Fprintf(cfg.Progress, "bench --memory: %d calls in %s: RSS %.0f MB, Go heap live %.0f MB, stream %d entries (%.0f calls), %d subjects, archived to %d\n",
-			done, time.Since(start).Round(time.Second), s.RSSMB, s.HeapMB, s.StreamEntries, s.StreamCalls, s.StreamSubjects, s.ArchivedSeq)
+		fmt.Fprintf(cfg.Progress, "bench --memory: %d calls in %s: RSS %.0f MB, held %.0f MB, Go heap live %.0f MB, Go runtime %.0f MB, stream %d entries (%.0f calls), %d subjects, archived to %d\n",
+			done, time.Since(start).Round(time.Second), s.RSSMB, s.HeldMB, s.HeapMB, s.GoMB, s.StreamEntries, s.StreamCalls, s.StreamSubjects, s.ArchivedSeq)
 		if cfg.MemProfile != "" {
 			if err := writeHeapProfile(filepath.Join(cfg.MemProfile, fmt.Sprintf("heap-%07d.prof", done))); err != nil {
 				return fmt.Errorf("--memprofile: %w", err)
@@ -135,21 +149,23 @@ func measureMemory(ctx context.Context, e *env, tools *toolWorkload, cfg Config)
 	if s, err := e.js.Stream(ctx, stream.DefaultName); err == nil {
 		rep.EntriesPerCall = float64(s.CachedInfo().State.LastSeq) / float64(calls)
 	}
-	rep.RSSSlopeKB, rep.HeapSlopeKB = memorySlopes(rep.Samples, rep.FitFrom)
+	rep.RSSSlopeKB, rep.HeldSlopeKB, rep.HeapSlopeKB = memorySlopes(rep.Samples, rep.FitFrom)
 	return rep, nil
 }
 
-// memorySlopes fits RSS and live heap against calls by least squares over
-// the samples from fitFrom calls on, in KiB per call; 0 with fewer than
-// two such samples (Config.Validate asks for enough calls to have them).
-func memorySlopes(samples []MemorySample, fitFrom int) (rss, heap float64) {
-	var xs, rs, hs []float64
+// memorySlopes fits RSS as found, RSS held and live heap against calls by
+// least squares over the samples from fitFrom calls on, in KiB per call; 0
+// with fewer than two such samples (Config.Validate asks for enough calls
+// to have them).
+func memorySlopes(samples []MemorySample, fitFrom int) (rss, held, heap float64) {
+	var xs, rs, ds, hs []float64
 	for _, s := range samples {
 		if s.Calls >= fitFrom {
-			xs, rs, hs = append(xs, float64(s.Calls)), append(rs, s.RSSMB), append(hs, s.HeapMB)
+			xs = append(xs, float64(s.Calls))
+			rs, ds, hs = append(rs, s.RSSMB), append(ds, s.HeldMB), append(hs, s.HeapMB)
 		}
 	}
-	return slope(xs, rs) * 1024, slope(xs, hs) * 1024
+	return slope(xs, rs) * 1024, slope(xs, ds) * 1024, slope(xs, hs) * 1024
 }
 
 // slope is the least-squares slope of ys against xs; 0 with fewer than
@@ -206,14 +222,17 @@ func recordCalls(ctx context.Context, tools *toolWorkload, n int) error {
 	}
 }
 
-// sampleMemory reads the RSS as it is, then collects and reads the live
-// heap, the ledger stream's state and the archive's sealed sequence.
+// sampleMemory reads the RSS as it is, then collects, returns free pages
+// to the system and reads the RSS again and the live heap, then the ledger
+// stream's state and the archive's sealed sequence.
 func (e *env) sampleMemory(ctx context.Context, done int, elapsed time.Duration) (MemorySample, error) {
 	rss, _ := residentMB()
-	runtime.GC()
+	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s := MemorySample{Calls: done, ElapsedS: elapsed.Seconds(), RSSMB: rss, HeapMB: float64(ms.HeapAlloc) / (1 << 20)}
+	held, _ := residentMB()
+	s := MemorySample{Calls: done, ElapsedS: elapsed.Seconds(), RSSMB: rss, HeldMB: held, HeapMB: float64(ms.HeapAlloc) / (1 << 20),
+		GoMB: float64(ms.Sys-ms.HeapReleased) / (1 << 20)}
 	st, err := e.js.Stream(ctx, stream.DefaultName)
 	if err != nil {
 		return s, fmt.Errorf("ledger stream info: %w", err)
@@ -249,14 +268,14 @@ func (m MemoryReport) WriteText(w io.Writer) error {
 		m.Calls, m.Rate, m.AchievedRate, m.Window, m.Retention, m.EntriesPerCall); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "%9s %8s %8s %12s %12s %12s %12s %12s\n", "calls", "s", "RSS MB", "heap MB", "stream ent", "stream calls", "subjects", "archived"); err != nil {
+	if _, err := fmt.Fprintf(w, "%9s %8s %8s %8s %8s %8s %12s %12s %12s %12s\n", "calls", "s", "RSS MB", "held MB", "heap MB", "go MB", "stream ent", "stream calls", "subjects", "archived"); err != nil {
 		return err
 	}
 	for _, s := range m.Samples {
-		if _, err := fmt.Fprintf(w, "%9d %8.0f %8.0f %12.0f %12d %12.0f %12d %12d\n", s.Calls, s.ElapsedS, s.RSSMB, s.HeapMB, s.StreamEntries, s.StreamCalls, s.StreamSubjects, s.ArchivedSeq); err != nil {
+		if _, err := fmt.Fprintf(w, "%9d %8.0f %8.0f %8.0f %8.0f %8.0f %12d %12.0f %12d %12d\n", s.Calls, s.ElapsedS, s.RSSMB, s.HeldMB, s.HeapMB, s.GoMB, s.StreamEntries, s.StreamCalls, s.StreamSubjects, s.ArchivedSeq); err != nil {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "\nslope from %d calls on (least squares): RSS %.3f KB per call, Go heap live %.3f KB per call\n", m.FitFrom, m.RSSSlopeKB, m.HeapSlopeKB)
+	_, err := fmt.Fprintf(w, "\nslope from %d calls on (least squares), KB per call: RSS as found %.3f, RSS held (after returning free pages) %.3f, Go heap live %.3f\n", m.FitFrom, m.RSSSlopeKB, m.HeldSlopeKB, m.HeapSlopeKB)
 	return err
 }
