@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -62,8 +63,22 @@ type Config struct {
 	// <workload>-<in flight>-<n>.prof; `go tool pprof` merges several.
 	CPUProfileEach string
 	// MemProfile, when set with Rebuild, is the file a heap profile is
-	// written to once the calls are recorded.
+	// written to once the calls are recorded; with Memory, the directory
+	// that receives one heap profile per sample, heap-<calls>.prof.
 	MemProfile string
+	// Memory, when above zero, measures memory instead of the call
+	// workloads: it records this many calls at Rate against a serve whose
+	// retention holds about Window of them (Window / Rate seconds), samples
+	// RSS and the live heap every twentieth of the run and fits the slope
+	// past the window (MemoryReport). Retention must then be empty.
+	Memory int
+	// Window is the calls the retention window holds, with Memory; zero
+	// means Memory / 10. Memory must be at least 3 Windows, so that the
+	// fit (from 2 Windows on) has samples.
+	Window int
+	// Rate is the recording pace in calls per second, with Memory; zero
+	// means DefaultMemoryRate.
+	Rate float64
 	// Progress receives the rebuild's progress lines; nil discards them.
 	Progress io.Writer
 	// Serve runs the stack under test. Required.
@@ -111,6 +126,21 @@ func (c Config) Validate() error {
 	if c.Rebuild < 0 {
 		vs.Add("Rebuild", protocol.VInvalidValue, "must be a number of calls, got %d", c.Rebuild)
 	}
+	if c.Memory < 0 {
+		vs.Add("Memory", protocol.VInvalidValue, "must be a number of calls, got %d", c.Memory)
+	}
+	if c.Memory > 0 && c.Rebuild > 0 {
+		vs.Add("Memory", protocol.VInvalidValue, "measures memory instead of the rebuild: not both")
+	}
+	if c.Memory > 0 && c.Retention != "" {
+		vs.Add("Retention", protocol.VInvalidValue, "is derived from Window and Rate with Memory: leave it empty, got %q", c.Retention)
+	}
+	if c.Window < 0 || (c.Window > 0 && c.Memory == 0) || (c.Memory > 0 && c.Window > 0 && c.Memory < 3*c.Window) {
+		vs.Add("Window", protocol.VInvalidValue, "must be a number of calls with Memory, at most a third of it (got %d of %d)", c.Window, c.Memory)
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || (c.Rate > 0 && c.Memory == 0) {
+		vs.Add("Rate", protocol.VInvalidValue, "must be a number of calls per second with Memory, got %v", c.Rate)
+	}
 	for i, w := range c.Workloads {
 		if !slices.Contains(Workloads, w) {
 			vs.Add(fmt.Sprintf("Workloads[%d]", i), protocol.VInvalidValue, "must be one of %s, got %q", strings.Join(Workloads, ", "), w)
@@ -139,6 +169,15 @@ func (c Config) withDefaults() Config {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	if c.Memory > 0 {
+		if c.Window == 0 {
+			c.Window = max(c.Memory/10, 1)
+		}
+		if c.Rate == 0 {
+			c.Rate = DefaultMemoryRate
+		}
+		c.Retention = memoryRetention(c.Window, c.Rate).String()
+	}
 	return c
 }
 
@@ -150,10 +189,15 @@ type Report struct {
 	Rounds     int    `json:"rounds"`
 	Rows       []Row  `json:"rows"`
 	SyncAlways bool   `json:"sync_always"`
+	// Memory is a Config.Memory run's result (then Rows is empty).
+	Memory *MemoryReport `json:"memory,omitempty"`
 }
 
 // WriteText writes the report as the table `cgledger bench` prints.
 func (r Report) WriteText(w io.Writer) error {
+	if r.Memory != nil {
+		return r.Memory.WriteText(w)
+	}
 	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit,\np99 x lim / cpu x lim = cgledger p99 / CPU per call against the limit's)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
 		return err
 	}

@@ -71,15 +71,17 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	rows, err := run(ctx, cfg)
+	var mem *MemoryReport
+	rows, err := run(ctx, cfg, &mem)
 	if err != nil {
 		return Report{}, err
 	}
-	return Report{Duration: cfg.Duration.String(), Retention: cfg.Retention, Rounds: cfg.Rounds, Rows: rows, SyncAlways: cfg.SyncAlways}, nil
+	return Report{Duration: cfg.Duration.String(), Retention: cfg.Retention, Rounds: cfg.Rounds, Rows: rows, SyncAlways: cfg.SyncAlways, Memory: mem}, nil
 }
 
-// run starts the stack and measures every workload.
-func run(ctx context.Context, cfg Config) ([]Row, error) {
+// run starts the stack and measures every workload, or with cfg.Memory
+// the memory, into *mem.
+func run(ctx context.Context, cfg Config, mem **MemoryReport) ([]Row, error) {
 	d, rounds, inflight := cfg.Duration, cfg.Rounds, cfg.InFlight
 	dir, err := os.MkdirTemp("", "cgledger-bench-")
 	if err != nil {
@@ -174,6 +176,10 @@ func run(ctx context.Context, cfg Config) ([]Row, error) {
 	defer tools.close()
 	if cfg.Rebuild > 0 {
 		return measureRebuild(ctx, e, tools, cfg)
+	}
+	if cfg.Memory > 0 {
+		*mem, err = measureMemory(ctx, e, tools, cfg)
+		return nil, err
 	}
 	external := func(ctx context.Context) error { return e.callTool(ctx, extTool) }
 	sideEffect := func(ctx context.Context) error { return e.callTool(ctx, sideEffectTool) }

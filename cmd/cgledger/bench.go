@@ -60,10 +60,19 @@ projector batch commits per call. See BENCHMARKS.md.
 report: about five entries each), then alternates a raw ordered read of the whole ledger
 stream with the projector rebuilding fresh views from it (as after the views directory is
 removed), printing entries per second (cg/s, raw/s), the time of each (p50 ms) and the CPU
-per entry.`
+per entry.
+
+--memory CALLS measures what serve holds as history grows past its retention window: it
+records CALLS calls at --rate calls/s (default 1000) against a serve whose retention is
+--window / --rate seconds (--window defaults to CALLS/10), so the stream holds about
+--window calls at a time and the archiver runs as in serve; every twentieth of the run it
+prints the resident memory, the live Go heap after a collection, what the stream holds
+and the archive's sealed sequence, then the least-squares slope of RSS and heap in KB per
+call over the samples from 2 windows on. With --memprofile DIR, a heap profile per sample
+(heap-<calls>.prof) for go tool pprof -base.`
 
 func bench(args []string) int {
-	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--workloads LIST] [--cpuprofile FILE | --cpuprofile-each DIR] [--rebuild CALLS]", benchHelp)
+	fs := newFlagSet("bench", "bench [--duration 2s] [--rounds 3] [--inflight 1,16,256] [--sync-always] [--retention D] [--json] [--workloads LIST] [--cpuprofile FILE | --cpuprofile-each DIR] [--rebuild CALLS] [--memory CALLS [--window CALLS] [--rate N] [--memprofile DIR]]", benchHelp)
 	duration := fs.Duration("duration", 2*time.Second, "length of each measured run")
 	rounds := fs.Int("rounds", 3, "rounds per in-flight level (medians are printed)")
 	levels := fs.String("inflight", "1,16,256", "comma-separated in-flight levels")
@@ -72,9 +81,12 @@ func bench(args []string) int {
 	workloads := fs.String("workloads", "", "comma-separated workloads to measure, of "+strings.Join(benchpkg.Workloads, ",")+" (default all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both sides) to this file")
 	cpuProfileEach := fs.String("cpuprofile-each", "", "write one CPU profile per measured cgledger run (not the baselines') into this directory")
-	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded")
+	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded; with --memory: a directory that receives a heap profile per sample")
 	retention := fs.String("retention", "", "run serve with this retention window (e.g. 1h): the archiver copies every entry beside the calls, as with serve --retention")
 	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
+	memory := fs.Int("memory", 0, "instead of the call workloads: record this many calls at --rate against a serve whose retention holds --window of them, sampling memory, and print the slope past the window")
+	window := fs.Int("window", 0, "with --memory: the calls the retention window holds (default a tenth of --memory)")
+	rate := fs.Float64("rate", 0, "with --memory: the recording pace in calls per second (default 1000)")
 	if _, code, ok := parseOrExit(fs, args, 0); !ok {
 		return code
 	}
@@ -106,12 +118,21 @@ func bench(args []string) int {
 	if *rebuild < 0 {
 		return failf(exitUsage, "bench: --rebuild must be a number of calls")
 	}
+	if *memory < 0 || *window < 0 || *rate < 0 || ((*window > 0 || *rate > 0) && *memory == 0) {
+		return failf(exitUsage, "bench: --memory, --window and --rate are numbers; --window and --rate go with --memory")
+	}
+	if *memory > 0 && (*rebuild > 0 || *retention != "") {
+		return failf(exitUsage, "bench: --memory derives the retention from --window and --rate: not with --rebuild or --retention")
+	}
+	if *memory > 0 && *memory < 3*max(*window, 1) {
+		return failf(exitUsage, "bench: --memory must be at least three --window")
+	}
 	if d, err := parseDays(*retention); err != nil || d < 0 || (d > 0 && d < time.Second) {
 		return failf(exitUsage, "bench: --retention: %q is not a duration of at least 1s", *retention)
 	}
 	report, err := benchpkg.Run(context.Background(), benchpkg.Config{
 		Duration: *duration, Rounds: *rounds, InFlight: inflight, Workloads: selected, SyncAlways: *syncAlways, Retention: *retention,
-		Rebuild: *rebuild, CPUProfile: *cpuProfile, CPUProfileEach: *cpuProfileEach, MemProfile: *memProfile, Progress: os.Stderr, Serve: benchServe,
+		Rebuild: *rebuild, CPUProfile: *cpuProfile, CPUProfileEach: *cpuProfileEach, MemProfile: *memProfile, Memory: *memory, Window: *window, Rate: *rate, Progress: os.Stderr, Serve: benchServe,
 	})
 	if err != nil {
 		return failf(exitFailed, "bench: %v", err)
