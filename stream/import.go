@@ -20,6 +20,10 @@ type ImportConfig struct {
 	// Progress, when set, is called after each entry is published, with the
 	// number published so far.
 	Progress func(entries uint64)
+	// Verified, when set, is called with each entry once it has verified,
+	// before it is published (a replay projects it from there rather than
+	// reading it back from the stream); an error stops the import.
+	Verified func(e ExportEntry) error
 }
 
 // errStopImport ends the read of the file at the first entry that fails
@@ -88,6 +92,11 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
+		if cfg.Verified != nil {
+			if err := cfg.Verified(e); err != nil {
+				return err
+			}
+		}
 		// Each publish states the sequence it must get: JetStream refuses it
 		// (and so every later one) if anything else was stored between.
 		ack, err := js.PublishMsgAsync(importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
@@ -119,13 +128,19 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 // a replayed Nats-Msg-Id could be deduplicated away, and the chain does
 // not cover them).
 func importMsg(e ExportEntry) *nats.Msg {
-	msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
-	for k, v := range e.Headers {
+	return &nats.Msg{Subject: e.Subject, Data: e.Data, Header: ImportedHeaders(e.Headers)}
+}
+
+// ImportedHeaders are the headers an import stores of an entry's: all but
+// JetStream's own Nats-* headers (see importMsg).
+func ImportedHeaders(h map[string][]string) nats.Header {
+	out := make(nats.Header, len(h))
+	for k, v := range h {
 		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-			msg.Header[k] = v
+			out[k] = v
 		}
 	}
-	return msg
+	return out
 }
 
 // Import appends the entries of a full export file (from sequence 1) to an
