@@ -75,10 +75,20 @@ func applyFloor(entries []protocol.Entry, dir string) (*projector.Store, error) 
 
 // replayFloor is a replay's floor: a fresh embedded server in dir (as a
 // replay starts one) storing the entries raw (asynchronous publishes, at
-// most 1024 awaiting their ack, as the import's window) while, on the other
+// most rawInFlight awaiting their ack, as the import's window) while, on the other
 // goroutine, the projector applies them from memory into a fresh store
-// (applyFloor). It returns the store, open, for its digest.
-func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (*projector.Store, error) {
+// (applyFloor); then the views' digest, which a replay reports. It returns
+// the digest.
+func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (string, error) {
+	store, err := replayFloorStore(ctx, entries, dir)
+	if err != nil {
+		return "", err
+	}
+	return digestOf(store)
+}
+
+// replayFloorStore is replayFloor up to the digest.
+func replayFloorStore(ctx context.Context, entries []protocol.Entry, dir string) (*projector.Store, error) {
 	srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "jetstream"), ServerName: "cgledger-bench-floor"})
 	if err != nil {
 		return nil, err
@@ -89,7 +99,7 @@ func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (*pr
 		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1024))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4*rawInFlight))
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +131,21 @@ func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (*pr
 // storeRaw publishes entries as the import stores them (subject, data,
 // headers without JetStream's own Nats-*), pipelined, until every ack is in.
 func storeRaw(ctx context.Context, js jetstream.JetStream, entries []protocol.Entry) error {
+	var window []jetstream.PubAckFuture
+	// settle waits for the oldest acks until at most keep await theirs.
+	settle := func(keep int) error {
+		for len(window) > keep {
+			select {
+			case <-window[0].Ok():
+			case err := <-window[0].Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			window = window[1:]
+		}
+		return nil
+	}
 	for _, e := range entries {
 		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
 		for k, v := range e.Headers {
@@ -128,17 +153,21 @@ func storeRaw(ctx context.Context, js jetstream.JetStream, entries []protocol.En
 				m.Header[k] = v
 			}
 		}
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		ack, err := js.PublishMsgAsync(m)
+		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.Seq, err)
 		}
+		window = append(window, ack)
+		if err := settle(rawInFlight - 1); err != nil {
+			return err
+		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return settle(0)
 }
+
+// rawInFlight is how many raw publishes await their ack at most, as the
+// import's window.
+const rawInFlight = 1024
 
 // exportStream writes a full export of the ledger stream to path, what
 // `cgledger export` writes and `cgledger replay` reads.

@@ -168,7 +168,8 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 		}
 		rp = append(rp, r)
 		if r, err = timed("replay floor", func(dir string) (func() (string, error), error) {
-			return ofStore(replayFloor(ctx, entries, dir))
+			d, err := replayFloor(ctx, entries, dir)
+			return func() (string, error) { return d, nil }, err
 		}); err != nil {
 			return nil, err
 		}
