@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -147,12 +146,7 @@ func storeRaw(ctx context.Context, js jetstream.JetStream, entries []protocol.En
 		return nil
 	}
 	for _, e := range entries {
-		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
-		for k, v := range e.Headers {
-			if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-				m.Header[k] = v
-			}
-		}
+		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: stream.ImportedHeaders(e.Headers)}
 		ack, err := js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.Seq, err)

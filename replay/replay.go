@@ -169,9 +169,7 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 			report()
 		},
 		Verified: func(e stream.ExportEntry) error {
-			en := e.Entry
-			en.Headers = stream.ImportedHeaders(e.Headers)
-			chunk = append(chunk, en)
+			chunk = append(chunk, e.Entry)
 			if len(chunk) == applyChunk {
 				select {
 				case chunks <- chunk:

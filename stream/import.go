@@ -21,8 +21,10 @@ type ImportConfig struct {
 	// number published so far.
 	Progress func(entries uint64)
 	// Verified, when set, is called with each entry once it has verified,
-	// before it is published (a replay projects it from there rather than
-	// reading it back from the stream); an error stops the import.
+	// before it is published, with the headers the import stores (without
+	// Nats-*; the map is the one published, to be read, not changed): a
+	// replay projects it from there rather than reading it back from the
+	// stream. An error stops the import.
 	Verified func(e ExportEntry) error
 }
 
@@ -92,14 +94,17 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
+		msg := importMsg(e)
 		if cfg.Verified != nil {
-			if err := cfg.Verified(e); err != nil {
+			stored := e
+			stored.Headers = msg.Header
+			if err := cfg.Verified(stored); err != nil {
 				return err
 			}
 		}
 		// Each publish states the sequence it must get: JetStream refuses it
 		// (and so every later one) if anything else was stored between.
-		ack, err := js.PublishMsgAsync(importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
 		if err != nil {
 			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
 		}
