@@ -198,6 +198,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.Memory != nil {
 		return r.Memory.WriteText(w)
 	}
+	if slices.ContainsFunc(r.Rows, func(r Row) bool { return r.Floor != nil }) {
+		return r.writeFloors(w)
+	}
 	if _, err := fmt.Fprintf(w, "cgledger bench: %d rounds of %s, sync_always=%v retention=%q (medians; raw = the workload's raw baseline, limit = the protocol's own limit;\nratio = cgledger / raw, p99 x = cgledger p99 / raw p99, ratio lim = cgledger / limit,\np99 x lim / cpu x lim = cgledger p99 / CPU per call against the limit's)\n\n", r.Rounds, r.Duration, r.SyncAlways, r.Retention); err != nil {
 		return err
 	}
@@ -254,4 +257,46 @@ type Row struct {
 	LimitP99Ratio float64 `json:"ratio_p99_protocol_limit,omitempty"`
 	// LimitCPURatio is the CPU per call against the protocol limit's.
 	LimitCPURatio float64 `json:"ratio_cpu_protocol_limit,omitempty"`
+	// Floor is, for the rows of --rebuild (rebuild, replay), the same work
+	// done from entries held in memory, measured in the same run: the
+	// projector applying them without NATS for a rebuild; that and storing
+	// them raw in a fresh server, side by side, for a replay. FloorRatio is
+	// cgledger / floor in entries per second.
+	Floor      *Result `json:"floor,omitempty"`
+	FloorRatio float64 `json:"ratio_floor,omitempty"`
+}
+
+// withFloor adds the floor's medians and the ratio to it.
+func withFloor(r Row, floor []Result) Row {
+	f := median(floor)
+	r.Floor = &f
+	if f.PerSecond > 0 {
+		r.FloorRatio = r.CgLedger.PerSecond / f.PerSecond
+	}
+	return r
+}
+
+// writeFloors writes the rows of --rebuild: each against the raw ordered
+// read of the stream and against its own floor.
+func (r Report) writeFloors(w io.Writer) error {
+	if _, err := fmt.Fprintf(w, "cgledger bench --rebuild: %d rounds (medians; raw = a raw ordered read of the whole stream, floor = the same work from entries in memory;\nx raw = cg/s / raw/s, x floor = cg/s / floor/s; p50 ms is one whole run; cpu us is process CPU per entry)\n\n", r.Rounds); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "%-24s | %10s %9s %7s | %10s %9s %7s | %10s %9s %7s | %7s %7s\n",
+		"workload", "cg/s", "p50 ms", "cpu us", "raw/s", "p50 ms", "cpu us", "floor/s", "p50 ms", "cpu us", "x raw", "x floor"); err != nil {
+		return err
+	}
+	for _, r := range r.Rows {
+		floor, ratio := fmt.Sprintf("%10s %9s %7s", "-", "-", "-"), "      -"
+		if r.Floor != nil {
+			floor = fmt.Sprintf("%10.0f %9.0f %7.2f", r.Floor.PerSecond, r.Floor.P50Ms, r.Floor.CPUMicros)
+			ratio = fmt.Sprintf("%7.3f", r.FloorRatio)
+		}
+		if _, err := fmt.Fprintf(w, "%-24s | %10.0f %9.0f %7.2f | %10.0f %9.0f %7.2f | %s | %7.3f %s\n",
+			r.Workload, r.CgLedger.PerSecond, r.CgLedger.P50Ms, r.CgLedger.CPUMicros,
+			r.Raw.PerSecond, r.Raw.P50Ms, r.Raw.CPUMicros, floor, r.Ratio, ratio); err != nil {
+			return err
+		}
+	}
+	return nil
 }

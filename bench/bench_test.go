@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -84,4 +85,20 @@ func TestFloorCopiesAnEntryForAnotherCall(t *testing.T) {
 	require.Equal(t, "2026-11-27T01:45:08Z", m.Header.Get("CG-Time"))
 	require.Equal(t, "call-7", tmpl.Header.Get("CG-Tool-Call-Id"), "the template is unchanged")
 	require.Equal(t, tmpl.Data, m.Data)
+}
+
+func TestWriteTextFloors(t *testing.T) {
+	rb := withFloor(row("rebuild 10 entries", 0, []Result{{PerSecond: 800, P50Ms: 12, CPUMicros: 40}}, []Result{{PerSecond: 4000, P50Ms: 2.5, CPUMicros: 6}}),
+		[]Result{{PerSecond: 900, P50Ms: 11, CPUMicros: 30}, {PerSecond: 1000, P50Ms: 10, CPUMicros: 31}, {PerSecond: 1100, P50Ms: 9, CPUMicros: 32}})
+	require.InDelta(t, 0.8, rb.FloorRatio, 1e-12, "against the floors' median")
+	r := Report{Rounds: 3, Rows: []Row{rb}}
+	var b bytes.Buffer
+	require.NoError(t, r.WriteText(&b))
+	lines := strings.Split(b.String(), "\n")
+	require.Equal(t, "workload                 |       cg/s    p50 ms  cpu us |      raw/s    p50 ms  cpu us |    floor/s    p50 ms  cpu us |   x raw x floor", lines[3])
+	require.Equal(t, "rebuild 10 entries       |        800        12   40.00 |       4000         2    6.00 |       1000        10   31.00 |   0.200   0.800", lines[4])
+	j, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Contains(t, string(j), `"floor":{"calls":0,"per_second":1000,`)
+	require.Contains(t, string(j), `"ratio_floor":0.8`)
 }

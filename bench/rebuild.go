@@ -18,10 +18,13 @@ import (
 	"github.com/cgledger/cgledger/stream"
 )
 
-// measureRebuild records cfg.Rebuild calls (dispatch, result card, report: about
-// five entries each) and then, round after round, measures a raw ordered
-// read of the whole ledger stream against the projector rebuilding fresh
-// views from it. Both read the same stream on the same server.
+// measureRebuild records cfg.Rebuild calls (dispatch, result card, report:
+// about five entries each) and then, round after round, measures a raw
+// ordered read of the whole ledger stream, the projector rebuilding fresh
+// views from it and its floor (the same entries applied from memory), and
+// a replay of an export of it and its floor (the entries applied from
+// memory while a fresh server stores them raw). All read the same stream
+// on the same server, and every run's view digest must be the same.
 func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config) ([]Row, error) {
 	calls, rounds := cfg.Rebuild, cfg.Rounds
 	// The process's resident memory as the history grows (serve and the
@@ -37,7 +40,9 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 	}
 	memory(0)
 	for done := 0; done < calls; {
-		n := min(calls-done, 5000)
+		// Small enough chunks that a loaded machine reports every call
+		// before its deadline (the reports go last dispatched first).
+		n := min(calls-done, 1000)
 		if err := tools.prepare(ctx, n, 128); err != nil {
 			return nil, err
 		}
@@ -81,25 +86,99 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 		return nil, err
 	}
 	last := s.CachedInfo().State.LastSeq
-	var cg, rw []Result
+	// The floors' entries, and the export a replay reads, are made once,
+	// outside the timing.
+	entries, err := memEntries(ctx, e.js, last)
+	if err != nil {
+		return nil, fmt.Errorf("read entries into memory: %w", err)
+	}
+	work, err := os.MkdirTemp("", "cgledger-rebuild-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	export := filepath.Join(work, "ledger.export")
+	if err := exportStream(ctx, e.js, export); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	// Every run must end with the same views: a faster path that built
+	// other rows would not be measured against its floor.
+	want := ""
+	same := func(what, digest string) error {
+		if want == "" {
+			want = digest
+		}
+		if digest != want {
+			return fmt.Errorf("%s: view digest %s differs from %s", what, digest, want)
+		}
+		return nil
+	}
+	var cg, rw, floor, rp, rpFloor []Result
+	// timed measures op in a fresh directory under work; op returns the
+	// views' digest, computed outside the timing.
+	timed := func(what string, op func(dir string) (func() (string, error), error)) (Result, error) {
+		dir, err := os.MkdirTemp(work, "run-")
+		if err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(dir)
+		var digest func() (string, error)
+		r, err := measureOnce(last, func() (err error) {
+			digest, err = op(dir)
+			return err
+		})
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", what, err)
+		}
+		d, err := digest()
+		if err != nil {
+			return r, fmt.Errorf("%s: digest: %w", what, err)
+		}
+		return r, same(what, d)
+	}
+	ofStore := func(store *projector.Store, err error) (func() (string, error), error) {
+		if err != nil {
+			return nil, err
+		}
+		return func() (string, error) { return digestOf(store) }, nil
+	}
 	for range rounds {
 		r, err := measureOnce(last, func() error { return rawRead(ctx, e.js, last) })
 		if err != nil {
 			return nil, fmt.Errorf("raw read: %w", err)
 		}
 		rw = append(rw, r)
-		dir, err := os.MkdirTemp("", "cgledger-rebuild-")
-		if err != nil {
+		if r, err = timed("rebuild", func(dir string) (func() (string, error), error) {
+			return ofStore(rebuildViews(ctx, e.js, filepath.Join(dir, "views")))
+		}); err != nil {
 			return nil, err
 		}
-		r, err = measureOnce(last, func() error { return rebuildViews(ctx, e.js, filepath.Join(dir, "views")) })
-		os.RemoveAll(dir)
-		if err != nil {
-			return nil, fmt.Errorf("rebuild: %w", err)
-		}
 		cg = append(cg, r)
+		if r, err = timed("rebuild floor", func(dir string) (func() (string, error), error) {
+			return ofStore(applyFloor(entries, filepath.Join(dir, "views")))
+		}); err != nil {
+			return nil, err
+		}
+		floor = append(floor, r)
+		if r, err = timed("replay", func(dir string) (func() (string, error), error) {
+			d, err := replayOnce(ctx, export, dir)
+			return func() (string, error) { return d, nil }, err
+		}); err != nil {
+			return nil, err
+		}
+		rp = append(rp, r)
+		if r, err = timed("replay floor", func(dir string) (func() (string, error), error) {
+			d, err := replayFloor(ctx, entries, dir)
+			return func() (string, error) { return d, nil }, err
+		}); err != nil {
+			return nil, err
+		}
+		rpFloor = append(rpFloor, r)
 	}
-	return []Row{row(fmt.Sprintf("rebuild %d entries", last), 0, cg, rw)}, nil
+	return []Row{
+		withFloor(row(fmt.Sprintf("rebuild %d entries", last), 0, cg, rw), floor),
+		withFloor(row(fmt.Sprintf("replay %d entries", last), 0, rp, rw), rpFloor),
+	}, nil
 }
 
 // measureOnce times op, which handles n entries.
@@ -149,20 +228,24 @@ func rawRead(ctx context.Context, js jetstream.JetStream, last uint64) error {
 
 // rebuildViews builds views from sequence 1 into an empty store, as a
 // server does whose views directory was removed.
-func rebuildViews(ctx context.Context, js jetstream.JetStream, dir string) error {
+// It returns the store, open, for its digest.
+func rebuildViews(ctx context.Context, js jetstream.JetStream, dir string) (*projector.Store, error) {
 	store, err := projector.OpenStore(dir, projector.StoreOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer store.Close()
 	p, err := projector.New(store, js, projector.Config{Stream: stream.DefaultName})
+	if err == nil {
+		err = p.CatchUp(ctx)
+	}
+	if err == nil {
+		err = store.Sync()
+	}
 	if err != nil {
-		return err
+		store.Close()
+		return nil, err
 	}
-	if err := p.CatchUp(ctx); err != nil {
-		return err
-	}
-	return store.Sync()
+	return store, nil
 }
 
 // residentMB is the process's resident set (VmRSS) and the Go heap in use,

@@ -7,53 +7,10 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/protocol"
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // SetAfterCommit installs the commit hook (tests only).
 func (p *Projector) SetAfterCommit(f func(applied uint64) error) { p.afterCommit = f }
-
-// ApplyEntries applies entries (which must continue the store's sequence)
-// in batches of batch, without NATS (benchmarks build large views with it).
-func ApplyEntries(s *Store, entries []protocol.Entry, batch int) error {
-	cp, err := s.checkpoint()
-	if err != nil {
-		return err
-	}
-	all := entries
-	// Skips are looked up among the given entries, as the projector looks
-	// them up in the stream.
-	find := func(seq uint64) (protocol.SkipRecord, bool, error) {
-		for _, e := range all {
-			if rec, ok := protocol.ParseSkip(e.Seq, e.Subject, e.Headers, e.Data, seq); ok {
-				return rec, true, nil
-			}
-		}
-		return protocol.SkipRecord{}, false, nil
-	}
-	for len(entries) > 0 {
-		n := min(batch, len(entries))
-		a := newApplier(s, cp)
-		var pending []pendingEntry
-		for _, e := range entries[:n] {
-			var pe pendingEntry
-			var err error
-			if a, pe, err = applyOrSkip(s, a, cp, pending, e, find); err != nil {
-				_ = a.b.Close()
-				return err
-			}
-			pending = append(pending, pe)
-		}
-		a.seal()
-		if err := a.b.Commit(pebble.NoSync); err != nil {
-			return err
-		}
-		a.committed()
-		_ = a.b.Close()
-		cp, entries = a.cp, entries[n:]
-	}
-	return nil
-}
 
 // SettleCompactions waits until Pebble has run no compaction for a second,
 // or ctx ends: a benchmark then queries the LSM a running server settles

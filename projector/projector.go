@@ -506,12 +506,25 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		}
 	}
 	// A read-ahead floor keeps tiny batch sizes from starving the client's
-	// pull loop (which then waits out a missed heartbeat).
-	it, err := cons.Messages(jetstream.PullMaxMessages(max(2*p.cfg.BatchSize, 256)))
+	// pull loop (which then waits out a missed heartbeat). A catch-up reads
+	// further ahead: it knows the entries are there.
+	pull := max(2*p.cfg.BatchSize, 256)
+	if until > 0 {
+		pull = max(pull, catchUpPull)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(pull))
 	if err != nil {
 		return fmt.Errorf("projector: messages: %w", err)
 	}
 	defer it.Stop()
+	// A catch-up takes its entries from a goroutine that reads them ahead
+	// (the client's delivery, metadata and entry on the other core) while
+	// this one applies; following the tail, it reads them itself.
+	var ahead *readAhead
+	if until > 0 {
+		ahead = startReadAhead(ctx, it, until)
+		defer ahead.stop()
+	}
 
 	// Following the tail (until == 0), a batch that reached it is held open
 	// until lingerUntil for the entries that arrive right after: a call
@@ -524,6 +537,27 @@ func (p *Projector) consume(ctx context.Context, until uint64) error {
 		// ctx is done, and it would be applied first.
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if ahead != nil {
+			f, err := ahead.next()
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("projector: next entry: %w", err)
+			}
+			if f.e.Seq > a.cp.Applied+1 && p.cfg.Archive != nil {
+				// Entries expired between the start of this read and
+				// their delivery: they are in the archive.
+				np := f.numPending
+				if stopped, err := fromArchive(f.e.Seq-1, func(uint64) uint64 { return np + 1 }); stopped || err != nil {
+					return err
+				}
+			}
+			if done, err := handle(f.e, f.numPending, false); done || err != nil {
+				return err
+			}
+			continue
 		}
 		var m jetstream.Msg
 		if !lingerUntil.IsZero() {

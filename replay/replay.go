@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/internal/natsserver"
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/stream"
 )
 
@@ -52,6 +52,13 @@ type Progress struct {
 	Imported, Projected  uint64
 }
 
+// applyChunk entries go to the applier at a time, and at most applyQueue
+// chunks wait for it: the import runs at most that far ahead of the views.
+const (
+	applyChunk = 256
+	applyQueue = 16
+)
+
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
@@ -65,8 +72,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // Run replays the export at path in one pass over the file: each entry is
-// verified as it is read and imported with pipelined publishes, while the
-// projector follows the stream and projects what is imported. A file that
+// verified as it is read, imported with pipelined publishes, and projected
+// on another goroutine from the entry as decoded (not read back from the
+// stream); an entry the views cannot take (a corrupt one) is left to a
+// projector catching up from the stream, which finds its skip entry as
+// serve's does. A file that
 // fails verification stops the import at the bad entry and is an error
 // (the result's File says where).
 func Run(ctx context.Context, path string, o Options) (*Result, error) {
@@ -108,61 +118,89 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer store.Close()
-	p, err := projector.New(store, js, projector.Config{})
+	// The file is decoded once: each verified entry is projected from
+	// there, on another goroutine, while the import stores it (a
+	// projector following the stream would read every entry back).
+	x, err := projector.NewEntryApplier(store, projector.DefaultBatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	// The projector follows the stream while the file is imported.
-	pctx, stopProj := context.WithCancel(ctx)
-	projDone := make(chan error, 1)
+	chunks := make(chan []protocol.Entry, applyQueue)
+	applied := make(chan error, 1)
 	go func() {
-		err := p.CatchUp(pctx)
-		if err == nil {
-			err = p.Run(pctx)
+		var err error
+		for c := range chunks {
+			if err == nil {
+				err = x.Apply(c...)
+			}
 		}
-		projDone <- err
+		if cerr := x.Close(); err == nil {
+			err = cerr
+		}
+		applied <- err
 	}()
-	stopProjector := func() error {
-		stopProj()
-		err := <-projDone
-		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
-			err = nil // stopped by us
+	var chunk []protocol.Entry
+	endApply := func() error {
+		if len(chunk) > 0 {
+			chunks <- chunk
+			chunk = nil
+		}
+		close(chunks)
+		err := <-applied
+		if projector.Fatal(err) {
+			// A gap or a corrupt entry: the store stops just before it,
+			// and the projector below takes it from there as it does
+			// from the stream (a skip entry later in the file is found).
+			err = nil
 		}
 		return err
 	}
+	var projected func() uint64 = x.Applied
 	cr := &countingReader{r: f}
 	var imported atomic.Uint64
 	report := func() {
 		if o.Progress != nil {
-			o.Progress(Progress{BytesRead: cr.n.Load(), FileBytes: st.Size(), Imported: imported.Load(), Projected: p.Applied()})
+			o.Progress(Progress{BytesRead: cr.n.Load(), FileBytes: st.Size(), Imported: imported.Load(), Projected: projected()})
 		}
 	}
-	rep, err := stream.ImportVerified(ctx, js, stream.DefaultName, cr, stream.ImportConfig{Progress: func(n uint64) {
-		imported.Store(n)
-		report()
-	}})
+	rep, err := stream.ImportVerified(ctx, js, stream.DefaultName, cr, stream.ImportConfig{
+		Progress: func(n uint64) {
+			imported.Store(n)
+			report()
+		},
+		Verified: func(e stream.ExportEntry) error {
+			chunk = append(chunk, e.Entry)
+			if len(chunk) == applyChunk {
+				select {
+				case chunks <- chunk:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				chunk = make([]protocol.Entry, 0, applyChunk)
+			}
+			return nil
+		},
+	})
 	res := &Result{File: rep, Entries: imported.Load()}
+	aerr := endApply()
 	if err != nil {
-		_ = stopProjector()
 		return res, fmt.Errorf("replay: %w", err)
 	}
 	if !rep.OK {
-		_ = stopProjector()
 		return res, fmt.Errorf("replay: export file fails verification at seq %d: %s", rep.FirstBadSeq, rep.Reason)
 	}
-	// Wait until the projector has applied the last imported entry.
-	for p.Applied() < rep.LastSeq {
-		select {
-		case err := <-projDone:
-			projDone <- err
-			return res, fmt.Errorf("replay: project: %w", err)
-		case <-ctx.Done():
-			_ = stopProjector()
-			return res, fmt.Errorf("replay: %w", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
+	if aerr != nil {
+		return res, fmt.Errorf("replay: project: %w", aerr)
 	}
-	if err := stopProjector(); err != nil {
+	// What the applier did not project (it stopped on an entry it could
+	// not apply) the projector takes from the stream, with its skip
+	// entries; otherwise it has nothing to do.
+	p, err := projector.New(store, js, projector.Config{})
+	if err != nil {
+		return res, fmt.Errorf("replay: %w", err)
+	}
+	projected = p.Applied
+	if err := p.CatchUp(ctx); err != nil {
 		return res, fmt.Errorf("replay: project: %w", err)
 	}
 	report()

@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -30,6 +33,7 @@ func TestAppendExportLineMatchesEncodingJSON(t *testing.T) {
 	payloads := [][]byte{nil, {}, []byte("null"), []byte(`{"a":1}`), []byte(`{"a": 1}`), []byte(`[1,2,3]`), []byte(`"x<y"`),
 		[]byte(`{"s":"\u2028"}`), []byte("\xff\xfe"), []byte("plain text"), []byte(`{"n":1.5e3,"t":true,"z":null}`), []byte(`  {}`), []byte(`{"k":"é"}`)}
 	zones := []*time.Location{time.UTC, time.FixedZone("X", 3600), time.FixedZone("Y", -5*3600-1800)}
+	var lines [][]byte
 	for i := range 20000 {
 		e := ExportEntry{Entry: protocol.Entry{Seq: r.Uint64() >> uint(r.IntN(64)), Subject: str(30)}, Link: str(70)}
 		if r.IntN(4) > 0 {
@@ -70,5 +74,96 @@ func TestAppendExportLineMatchesEncodingJSON(t *testing.T) {
 		if werr == nil && string(got) != string(want) {
 			t.Fatalf("entry %d differs:\n got %s\nwant %s", i, got, want)
 		}
+		if werr == nil {
+			lines = append(lines, got)
+		}
+	}
+	checkReadExportLine(t, r, lines)
+}
+
+// checkReadExportLine checks the hand-written line reader against
+// encoding/json over lines and over damaged copies of them (bytes changed,
+// cut, or whitespace put in): whenever it takes a line, encoding/json
+// reads the line without error into the same entry.
+func checkReadExportLine(t *testing.T, r *rand.Rand, lines [][]byte) int {
+	t.Helper()
+	viaJSON := func(b []byte) (ExportEntry, error) {
+		var al anyLine
+		var e ExportEntry
+		if err := json.Unmarshal(b, &al); err != nil {
+			return e, err
+		}
+		if al.End {
+			return e, errors.New("end")
+		}
+		err := al.entry(&e)
+		return e, err
+	}
+	fast, damaged := 0, 0
+	check := func(i int, b []byte) bool {
+		var got ExportEntry
+		if !readExportLine(b, &got) {
+			return false
+		}
+		want, err := viaJSON(b)
+		if err != nil {
+			t.Fatalf("line %d: the hand-written reader takes %q, encoding/json refuses it: %v", i, b, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("line %d %q:\n got %#v\nwant %#v", i, b, got, want)
+		}
+		return true
+	}
+	marks := []byte{' ', '"', '\\', ',', ':', '{', '}', '[', ']', 'n', '0', '1', 'e', '-', 0x80, 0xff}
+	for i, b := range lines {
+		if check(i, b) {
+			fast++
+		}
+		for range 5 {
+			d := bytes.Clone(b)
+			switch r.IntN(3) {
+			case 0:
+				d[r.IntN(len(d))] = marks[r.IntN(len(marks))]
+			case 1:
+				d = d[:r.IntN(len(d))]
+			default:
+				j := r.IntN(len(d))
+				d = append(d[:j:j], append([]byte{' '}, d[j:]...)...)
+			}
+			if check(i, d) {
+				damaged++
+			}
+		}
+	}
+	t.Logf("hand-written reader: %d of %d lines, %d damaged copies taken (each equal to encoding/json's)", fast, len(lines), damaged)
+	return fast
+}
+
+// TestReadExportLineTakesTheLedgersLines checks that the hand-written
+// reader takes lines as the ledger writes them (no escapes, UTC times,
+// JSON and binary payloads), each read as encoding/json reads it.
+func TestReadExportLineTakesTheLedgersLines(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	word := func(n int) string {
+		b := make([]byte, 1+r.IntN(n))
+		for i := range b {
+			b[i] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.é"[r.IntN(64)]
+		}
+		return string(b)
+	}
+	payloads := [][]byte{[]byte(`{"a":1,"time":"x"}`), []byte(`[1,2,3]`), []byte(`{"n":1.5e3,"t":true,"z":null}`), []byte("\x00\x01binary"), []byte(`"s"`), nil}
+	var lines [][]byte
+	for range 2000 {
+		e := ExportEntry{Entry: protocol.Entry{Seq: 1 + r.Uint64N(1<<40), Subject: "cg.v1." + word(20),
+			Headers: map[string][]string{"CG-Kind": {word(10)}, "Nats-Msg-Id": {word(30)}, "CG-Multi": {word(5), word(5)}},
+			Data:    payloads[r.IntN(len(payloads))], Time: time.Unix(r.Int64N(1<<33), r.Int64N(1e9)).UTC()}, Link: word(64)}
+		b, err := AppendExportLine(nil, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, b)
+	}
+	if n := checkReadExportLine(t, r, lines); n != len(lines) {
+		t.Fatalf("the hand-written reader took %d of %d lines as the ledger writes them", n, len(lines))
 	}
 }

@@ -20,6 +20,12 @@ type ImportConfig struct {
 	// Progress, when set, is called after each entry is published, with the
 	// number published so far.
 	Progress func(entries uint64)
+	// Verified, when set, is called with each entry once it has verified,
+	// before it is published, with the headers the import stores (without
+	// Nats-*; the map is the one published, to be read, not changed): a
+	// replay projects it from there rather than reading it back from the
+	// stream. An error stops the import.
+	Verified func(e ExportEntry) error
 }
 
 // errStopImport ends the read of the file at the first entry that fails
@@ -88,9 +94,17 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
+		msg := importMsg(e)
+		if cfg.Verified != nil {
+			stored := e
+			stored.Headers = msg.Header
+			if err := cfg.Verified(stored); err != nil {
+				return err
+			}
+		}
 		// Each publish states the sequence it must get: JetStream refuses it
 		// (and so every later one) if anything else was stored between.
-		ack, err := js.PublishMsgAsync(importMsg(e), jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
+		ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
 		if err != nil {
 			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
 		}
@@ -119,13 +133,19 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 // a replayed Nats-Msg-Id could be deduplicated away, and the chain does
 // not cover them).
 func importMsg(e ExportEntry) *nats.Msg {
-	msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{}}
-	for k, v := range e.Headers {
+	return &nats.Msg{Subject: e.Subject, Data: e.Data, Header: ImportedHeaders(e.Headers)}
+}
+
+// ImportedHeaders are the headers an import stores of an entry's: all but
+// JetStream's own Nats-* headers (see importMsg).
+func ImportedHeaders(h map[string][]string) nats.Header {
+	out := make(nats.Header, len(h))
+	for k, v := range h {
 		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
-			msg.Header[k] = v
+			out[k] = v
 		}
 	}
-	return msg
+	return out
 }
 
 // Import appends the entries of a full export file (from sequence 1) to an

@@ -58,9 +58,12 @@ projector batch commits per call. See BENCHMARKS.md.
 
 --rebuild CALLS measures the views instead: it records CALLS calls (dispatch, result card,
 report: about five entries each), then alternates a raw ordered read of the whole ledger
-stream with the projector rebuilding fresh views from it (as after the views directory is
-removed), printing entries per second (cg/s, raw/s), the time of each (p50 ms) and the CPU
-per entry.
+stream, the projector rebuilding fresh views from it (as after the views directory is
+removed) and its floor (the same entries applied from memory, without NATS), a replay of an
+export of the stream and its floor (the entries applied from memory while a fresh server
+stores them raw). It prints entries per second (cg/s, raw/s, floor/s), the time of each
+(p50 ms), the CPU per entry and the ratios x raw and x floor; every run must end with the
+same view digest.
 
 --memory CALLS measures what serve holds as history grows past its retention window: it
 records CALLS calls at --rate calls/s (default 1000) against a serve whose retention is
@@ -83,7 +86,7 @@ func bench(args []string) int {
 	cpuProfileEach := fs.String("cpuprofile-each", "", "write one CPU profile per measured cgledger run (not the baselines') into this directory")
 	memProfile := fs.String("memprofile", "", "with --rebuild: write a heap profile to this file once the calls are recorded; with --memory: a directory that receives a heap profile per sample")
 	retention := fs.String("retention", "", "run serve with this retention window (e.g. 1h): the archiver copies every entry beside the calls, as with serve --retention")
-	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream against a raw ordered read of the same stream")
+	rebuild := fs.Int("rebuild", 0, "instead of the call workloads: record this many calls (about 5 entries each), then measure the projector rebuilding its views from the stream, and a replay of an export of it, each against its floor (the same entries from memory) and a raw ordered read of the stream")
 	memory := fs.Int("memory", 0, "instead of the call workloads: record this many calls at --rate against a serve whose retention holds --window of them, sampling memory, and print the slope past the window")
 	window := fs.Int("window", 0, "with --memory: the calls the retention window holds (default a tenth of --memory)")
 	rate := fs.Float64("rate", 0, "with --memory: the recording pace in calls per second (default 1000)")
