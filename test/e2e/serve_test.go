@@ -402,3 +402,30 @@ func TestBenchRunsAndReportsRatios(t *testing.T) {
 	require.NotContains(t, out, "e2e external")
 	require.NotContains(t, out, "floor ")
 }
+
+// TestBenchRebuildMeasuresEachAgainstItsFloor: bench --rebuild prints the
+// rebuild and the replay against their floors, and the time to ready of a
+// fresh replica from a snapshot against the full rebuild; the bench itself
+// fails when any of them ends with other views than the rebuild's.
+func TestBenchRebuildMeasuresEachAgainstItsFloor(t *testing.T) {
+	s := addrs(servetest.FreePort(t), servetest.FreePort(t))
+	out, code := s.run(t, "bench", "--rebuild", "200", "--rounds", "1", "--json")
+	require.Equal(t, 0, code, out)
+	var res struct {
+		Rows []struct {
+			Workload string              `json:"workload"`
+			Floor    *struct{}           `json:"floor"`
+			Ratio    float64             `json:"ratio_floor"`
+			CgLedger struct{ Calls int } `json:"cgledger"`
+		} `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Len(t, res.Rows, 3, out)
+	for i, prefix := range []string{"rebuild ", "replay ", "ready, snapshot@"} {
+		r := res.Rows[i]
+		require.True(t, strings.HasPrefix(r.Workload, prefix), "row %d is %q", i, r.Workload)
+		require.NotNil(t, r.Floor, r.Workload)
+		require.Positive(t, r.Ratio, r.Workload)
+		require.Positive(t, r.CgLedger.Calls, r.Workload)
+	}
+}
