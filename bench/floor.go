@@ -35,8 +35,9 @@ import (
 //     report, two sequential appends as the ledger does on one replica,
 //     then the wakeup entry, then replies) and acks the command;
 //   - the deadline keeper (a second durable consumer of the commands) gets
-//     the command, hands it back with a delay (NakWithDelay), gets it again
-//     and acks it;
+//     the command, hands it back with a delay (NakWithDelay) and acks it on
+//     the same delivery's reply subject, as the ledger's keeper does for a
+//     call its process reports;
 //   - the worker waits for the wakeup (a core subscription to the wakeup
 //     entries' subject, as a worker subscribes), then sends inbox.consume
 //     (request/reply; the responder appends the consumed entry, replies);
@@ -84,10 +85,9 @@ const (
 	floorAPI        = "floorapi."
 	floorCmdFilter  = "floor.cmd.>"
 	floorWakeFilter = "floor.wake.*"
-	// floorKeeperDelay is the keeper's hand-back delay. The ledger's is the
-	// call's deadline plus grace (35 s by default), so its second delivery
-	// and ack land in later runs; the floor's land in its own run, so its
-	// CPU figure holds every message of its calls.
+	// floorKeeperDelay is the keeper's hand-back delay; the ack that
+	// follows it at once (as the ledger's keeper acks a call its process
+	// reported) makes it matter only for a lost ack.
 	floorKeeperDelay = 100 * time.Millisecond
 )
 
@@ -160,7 +160,12 @@ func (f *floorWorkload) start(ctx context.Context) error {
 	}
 	kc, err := keeper.Consume(func(m jetstream.Msg) {
 		if md, err := m.Metadata(); err == nil && md.NumDelivered == 1 {
+			// The ledger's keeper hands a command back until its deadline
+			// and acknowledges it, on the same delivery's reply subject,
+			// once its process reports the call (ledger/keeperacks.go):
+			// two messages and no second delivery.
 			_ = m.NakWithDelay(floorKeeperDelay)
+			_ = f.ledger.Publish(m.Reply(), []byte("+ACK"))
 			return
 		}
 		_ = m.Ack()
