@@ -36,8 +36,9 @@ type ViewsSnapshotResult struct {
 	// Target is where it was kept: "object store <bucket>" or
 	// "directory <path>".
 	Target string `json:"target"`
-	// DurationMS is how long taking and storing it took, in milliseconds.
-	DurationMS int64 `json:"duration_ms"`
+	// DurationMS is how long taking and storing it took, in milliseconds;
+	// absent in a listing.
+	DurationMS int64 `json:"duration_ms,omitempty"`
 	// Pruned names the older snapshots removed after it (views_snapshot_keep).
 	Pruned []string `json:"pruned,omitempty"`
 }

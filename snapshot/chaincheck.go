@@ -36,10 +36,16 @@ func checkChain(ctx context.Context, views *projector.Store, m Manifest, first u
 	if m.AppliedSeq >= chainCheckEntries {
 		start = max(start, m.AppliedSeq-chainCheckEntries+1)
 	}
-	if start > m.AppliedSeq {
-		// The stream holds no entry up to the snapshot's sequence: nothing
-		// to recompute (the catch-up starts right after it).
+	if m.AppliedSeq == 0 {
+		// Views that applied nothing hold nothing of any ledger.
 		return nil
+	}
+	if start > m.AppliedSeq {
+		// The stream holds no entry up to the snapshot's sequence (its
+		// retention dropped them): nothing ties the snapshot to this
+		// ledger, and a snapshot of another one would pass every other
+		// check. A rebuild reads those entries from the archive instead.
+		return fmt.Errorf("chain check: stream %s holds no entry up to the snapshot's seq %d (its first is %d): the snapshot cannot be tied to this ledger", o.Stream, m.AppliedSeq, first)
 	}
 	prev := protocol.Genesis
 	if start > 1 {

@@ -131,11 +131,32 @@ func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
 		})
 	}
 
-	// Once the stream no longer holds what follows the good snapshot (its retention let it go), no
-	// snapshot passes: each is listed with its reason.
+	// Once the stream holds nothing up to the good snapshot's sequence (its retention let it go)
+	// but all that follows, nothing ties the snapshot to this ledger: refused (another ledger's
+	// snapshot would pass every other check).
 	s, err := e.JS.Stream(ctx, ledgerStream)
 	require.NoError(t, err)
 	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = int64(last+1-s1), jetstream.DiscardOld
+	_, err = e.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "untied", WorkerTarget: "worker-untied"})
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, s1+1, info.State.FirstSeq, "the stream holds exactly what follows the snapshot")
+	untied, err := NewDir(filepath.Join(t.TempDir(), "untied"))
+	require.NoError(t, err)
+	_, err = Take(ctx, early, untied, TakeOptions{Stream: ledgerStream})
+	require.NoError(t, err)
+	_, err = Restore(ctx, untied, filepath.Join(t.TempDir(), "views"), restoreOpts(e))
+	var untiedErr *RefusedError
+	require.True(t, errors.As(err, &untiedErr), "%v", err)
+	require.Contains(t, untiedErr.Refused[0].Reason, "cannot be tied to this ledger")
+
+	// Once the stream no longer holds what follows the good snapshot (its retention let it go), no
+	// snapshot passes: each is listed with its reason.
+	last = info.State.LastSeq
 	// A retention limit (the stream denies purges) drops the entries after s1.
 	cfg.MaxMsgs, cfg.Discard = int64(last-s1-5), jetstream.DiscardOld
 	_, err = e.JS.UpdateStream(ctx, cfg)
@@ -143,7 +164,7 @@ func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
 	// The limit applies as the next entry is stored.
 	_, err = e.L.SetRoster(ctx, protocol.RosterEntry{ProjectID: "proj", AgentID: "late", WorkerTarget: "worker-late"})
 	require.NoError(t, err)
-	info, err := s.Info(ctx)
+	info, err = s.Info(ctx)
 	require.NoError(t, err)
 	require.Greater(t, info.State.FirstSeq, s1+1)
 	d, err := NewDir(filepath.Join(t.TempDir(), "one"))

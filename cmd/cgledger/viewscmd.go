@@ -11,7 +11,7 @@ import (
 
 func viewsCmd(args []string) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, "Usage:\n  cgledger views snapshot [--json]    take a snapshot of the views now (a serve without views restores the newest)\n  cgledger views snapshots [--json]   list the snapshots, newest first\n")
+		fmt.Fprint(os.Stderr, "Usage:\n  cgledger views snapshot [--actor NAME] [--timeout 10m] [--json]  take a snapshot of the views now (a serve without views restores the newest)\n  cgledger views snapshots [--json]  list the snapshots, newest first\n")
 		if len(args) == 0 {
 			return exitUsage
 		}

@@ -144,14 +144,28 @@ func (c *viewsSnapshotter) newestAge(ctx context.Context) (time.Duration, bool) 
 	if err != nil || len(list) == 0 {
 		return 0, false
 	}
-	newest := list[0].Created
-	for _, m := range list[1:] {
+	now := time.Now()
+	var newest time.Time
+	for _, m := range list {
+		// A snapshot dated ahead of this clock by more than a skew (a
+		// replica's wrong clock, a planted manifest) says nothing of when
+		// the last one was taken: trusted, it would put every turn off.
+		if m.Created.After(now.Add(snapshotClockSkew)) {
+			continue
+		}
 		if m.Created.After(newest) {
 			newest = m.Created
 		}
 	}
-	return time.Since(newest), true
+	if newest.IsZero() {
+		return 0, false
+	}
+	return max(now.Sub(newest), 0), true
 }
+
+// snapshotClockSkew is how far ahead of this clock a snapshot's creation
+// time may be and still count for the schedule.
+const snapshotClockSkew = time.Minute
 
 // openTarget opens the target once (creating the Object Store bucket).
 func (c *viewsSnapshotter) openTarget(ctx context.Context) (snapshot.Target, error) {

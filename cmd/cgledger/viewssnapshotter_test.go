@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cgledger/cgledger/snapshot"
+)
+
+// TestScheduleIgnoresSnapshotsFromTheFuture: the schedule skips a turn
+// when the newest snapshot in the target is younger than its period, and a
+// snapshot dated ahead of this clock (a replica's wrong clock, a planted
+// manifest) does not count: trusted, it would put every turn off for years.
+func TestScheduleIgnoresSnapshotsFromTheFuture(t *testing.T) {
+	ctx := context.Background()
+	d, err := snapshot.NewDir(t.TempDir())
+	require.NoError(t, err)
+	put := func(seq uint64, created time.Time) {
+		m := snapshot.Manifest{Name: fmt.Sprintf("views-f4-%020d-%d", seq, created.UnixMilli()), Version: snapshot.Version,
+			ViewsFormat: 4, Stream: "CG_LEDGER", AppliedSeq: seq, Created: created, Size: 3}
+		require.NoError(t, d.Put(ctx, m, strings.NewReader("abc")))
+	}
+	c := &viewsSnapshotter{target: d}
+	_, ok := c.newestAge(ctx)
+	require.False(t, ok, "an empty target has no newest snapshot")
+
+	put(9, time.Now().AddDate(3, 0, 0))
+	_, ok = c.newestAge(ctx)
+	require.False(t, ok, "a snapshot from the future is not the newest")
+
+	put(5, time.Now().Add(-10*time.Minute))
+	age, ok := c.newestAge(ctx)
+	require.True(t, ok)
+	require.GreaterOrEqual(t, age, 10*time.Minute, "the age of the newest snapshot dated in the past")
+	require.Less(t, age, time.Hour)
+}
