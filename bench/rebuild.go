@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/projector"
+	"github.com/cgledger/cgledger/snapshot"
 	"github.com/cgledger/cgledger/stream"
 )
 
@@ -113,11 +114,17 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 		}
 		return nil
 	}
-	snaps, snap, err := snapshotSource(ctx, entries, work)
-	if err != nil {
-		return nil, err
+	snaps := make([]*snapshot.Dir, len(snapshotShares))
+	snapSeqs := make([]uint64, len(snapshotShares))
+	for i, share := range snapshotShares {
+		t, m, err := snapshotSource(ctx, entries, share, work)
+		if err != nil {
+			return nil, err
+		}
+		snaps[i], snapSeqs[i] = t, m.AppliedSeq
 	}
-	var cg, rw, floor, rp, rpFloor, ready []Result
+	var cg, rw, floor, rp, rpFloor []Result
+	ready := make([][]Result, len(snaps))
 	// timed measures op in a fresh directory under work; op returns the
 	// views' digest, computed outside the timing.
 	timed := func(what string, op func(dir string) (func() (string, error), error)) (Result, error) {
@@ -178,20 +185,25 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 			return nil, err
 		}
 		rpFloor = append(rpFloor, r)
-		if r, err = timed("ready from a snapshot", func(dir string) (func() (string, error), error) {
-			return ofStore(readyFromSnapshot(ctx, e.js, snaps, dir))
-		}); err != nil {
-			return nil, err
+		for i, t := range snaps {
+			if r, err = timed("ready from a snapshot", func(dir string) (func() (string, error), error) {
+				return ofStore(readyFromSnapshot(ctx, e.js, t, dir))
+			}); err != nil {
+				return nil, err
+			}
+			ready[i] = append(ready[i], r)
 		}
-		ready = append(ready, r)
 	}
-	return []Row{
+	rows := []Row{
 		withFloor(row(fmt.Sprintf("rebuild %d entries", last), 0, cg, rw), floor),
 		withFloor(row(fmt.Sprintf("replay %d entries", last), 0, rp, rw), rpFloor),
+	}
+	for i := range snaps {
 		// Its floor column is the full rebuild: x floor is how many times
 		// sooner a fresh replica is ready than by rebuilding (aim >= 10).
-		withFloor(row(fmt.Sprintf("ready, snapshot@%d", snap.AppliedSeq), 0, ready, rw), cg),
-	}, nil
+		rows = append(rows, withFloor(row(fmt.Sprintf("ready, snapshot@%d", snapSeqs[i]), 0, ready[i], rw), cg))
+	}
+	return rows, nil
 }
 
 // measureOnce times op, which handles n entries.

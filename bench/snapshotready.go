@@ -15,23 +15,24 @@ import (
 	"github.com/cgledger/cgledger/stream"
 )
 
-// snapshotShare is the part of the recorded entries the snapshot of
-// --rebuild's "ready from a snapshot" row holds: a replica restoring it
-// catches up the rest from the stream, as one restoring a snapshot taken
-// on a schedule does.
-const snapshotShare = 0.9
+// snapshotShares are the parts of the recorded entries the snapshots of
+// --rebuild's "ready" rows hold: all of them (the restore alone: checks,
+// open), and nine tenths, which a replica restoring it catches up from the
+// stream, as one restoring a snapshot taken on a schedule does.
+var snapshotShares = []float64{1, 0.9}
 
 // snapshotSource takes, outside any timing, the snapshot a fresh replica
-// restores: views of the first snapshotShare of entries, applied from
-// memory under work, kept in a directory target under work.
-func snapshotSource(ctx context.Context, entries []protocol.Entry, work string) (*snapshot.Dir, snapshot.Manifest, error) {
-	n := int(float64(len(entries)) * snapshotShare)
-	src, err := applyFloor(entries[:n], filepath.Join(work, "snapshot-source"))
+// restores: views of the first share of entries, applied from memory under
+// work, kept in a directory target of its own under work.
+func snapshotSource(ctx context.Context, entries []protocol.Entry, share float64, work string) (*snapshot.Dir, snapshot.Manifest, error) {
+	n := int(float64(len(entries)) * share)
+	name := fmt.Sprintf("snapshot-%d", n)
+	src, err := applyFloor(entries[:n], filepath.Join(work, name+"-source"))
 	if err != nil {
 		return nil, snapshot.Manifest{}, fmt.Errorf("views to snapshot: %w", err)
 	}
 	defer src.Close()
-	t, err := snapshot.NewDir(filepath.Join(work, "snapshots"))
+	t, err := snapshot.NewDir(filepath.Join(work, name))
 	if err != nil {
 		return nil, snapshot.Manifest{}, err
 	}

@@ -63,8 +63,8 @@ removed) and its floor (the same entries applied from memory, without NATS), a r
 export of the stream and its floor (the entries applied from memory while a fresh server
 stores them raw). It prints entries per second (cg/s, raw/s, floor/s), the time of each
 (p50 ms), the CPU per entry and the ratios x raw and x floor; and the time to ready of a
-fresh replica restoring a snapshot of 90% of the entries and catching up, against the full
-rebuild (its floor column). Every run must end with the same view digest.
+fresh replica restoring a snapshot of all the entries, and one of 90% and catching up the
+rest, against the full rebuild (their floor column). Every run must end with the same view digest.
 
 --memory CALLS measures what serve holds as history grows past its retention window: it
 records CALLS calls at --rate calls/s (default 1000) against a serve whose retention is

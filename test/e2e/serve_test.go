@@ -420,8 +420,8 @@ func TestBenchRebuildMeasuresEachAgainstItsFloor(t *testing.T) {
 		} `json:"rows"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
-	require.Len(t, res.Rows, 3, out)
-	for i, prefix := range []string{"rebuild ", "replay ", "ready, snapshot@"} {
+	require.Len(t, res.Rows, 4, out)
+	for i, prefix := range []string{"rebuild ", "replay ", "ready, snapshot@", "ready, snapshot@"} {
 		r := res.Rows[i]
 		require.True(t, strings.HasPrefix(r.Workload, prefix), "row %d is %q", i, r.Workload)
 		require.NotNil(t, r.Floor, r.Workload)
