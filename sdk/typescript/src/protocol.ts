@@ -644,6 +644,8 @@ export const OPS: readonly string[] = Object.freeze([
   "tool.pause",
   "tool.register",
   "tool.resume",
+  "views.snapshot",
+  "views.snapshot.list",
 ]);
 
 /** The API subject of an operation: `cgledger.v1.<project>.<actor>.<op>`. */
