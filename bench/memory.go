@@ -187,7 +187,7 @@ func slope(xs, ys []float64) float64 {
 }
 
 // recordCalls records n calls (dispatch and result card, then the report)
-// with 128 in flight, as Config.Rebuild records them.
+// with 128 in flight: --rebuild and --memory record their history with it.
 func recordCalls(ctx context.Context, tools *toolWorkload, n int) error {
 	if err := tools.prepare(ctx, n, 128); err != nil {
 		return err

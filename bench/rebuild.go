@@ -9,7 +9,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,35 +43,8 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 		// Small enough chunks that a loaded machine reports every call
 		// before its deadline (the reports go last dispatched first).
 		n := min(calls-done, 1000)
-		if err := tools.prepare(ctx, n, 128); err != nil {
+		if err := recordCalls(ctx, tools, n); err != nil {
 			return nil, err
-		}
-		var wg sync.WaitGroup
-		errs := make(chan error, 128)
-		for range 128 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					err := tools.report(ctx)
-					if err == errPoolEmpty {
-						return
-					}
-					if err != nil {
-						select {
-						case errs <- err:
-						default:
-						}
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		select {
-		case err := <-errs:
-			return nil, fmt.Errorf("record calls: %w", err)
-		default:
 		}
 		done += n
 		memory(done)
