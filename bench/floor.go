@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,8 +57,7 @@ type floorWorkload struct {
 	stop                 []func()
 	seq                  atomic.Int64
 
-	mu      sync.Mutex
-	waiters map[string]chan struct{}
+	waiters waiters
 
 	t floorTemplates
 }
@@ -92,7 +90,7 @@ const (
 )
 
 func newFloorWorkload(ctx context.Context, e *env, connect func(auth.Grant) (*nats.Conn, error)) (*floorWorkload, error) {
-	f := &floorWorkload{waiters: map[string]chan struct{}{}}
+	f := &floorWorkload{}
 	var err error
 	if f.t, err = floorTemplatesOf(ctx, e); err != nil {
 		return nil, fmt.Errorf("a real call to copy: %w", err)
@@ -208,14 +206,7 @@ func (f *floorWorkload) start(ctx context.Context) error {
 	f.stop = append(f.stop, tc.Stop)
 	// The worker's wakeups.
 	ws, err := f.worker.Subscribe(floorWakeFilter, func(m *nats.Msg) {
-		id := m.Header.Get(protocol.HeaderToolCallID)
-		f.mu.Lock()
-		ch := f.waiters[id]
-		delete(f.waiters, id)
-		f.mu.Unlock()
-		if ch != nil {
-			close(ch)
-		}
+		f.waiters.wake(m.Header.Get(protocol.HeaderToolCallID))
 	})
 	if err != nil {
 		return err
@@ -233,15 +224,8 @@ func (f *floorWorkload) start(ctx context.Context) error {
 // wakeup, consume.
 func (f *floorWorkload) call(ctx context.Context) error {
 	id := "call-" + strconv.FormatInt(f.seq.Add(1), 10)
-	woken := make(chan struct{})
-	f.mu.Lock()
-	f.waiters[id] = woken
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.waiters, id)
-		f.mu.Unlock()
-	}()
+	woken := f.waiters.expect(id)
+	defer f.waiters.forget(id)
 	if err := f.request(ctx, f.worker, f.t.dispatchReq, id); err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}

@@ -39,8 +39,7 @@ type env struct {
 	profileDir string
 	profiles   int
 
-	mu      sync.Mutex
-	waiters map[string]chan struct{}
+	waiters waiters
 	seq     atomic.Int64
 }
 
@@ -122,7 +121,7 @@ func run(ctx context.Context, cfg Config, mem **MemoryReport) ([]Row, error) {
 		}
 		return nats.Connect(a.NATS, opts...)
 	}
-	e := &env{httpURL: a.HTTP, srv: a.Embedded, waiters: map[string]chan struct{}{}, profileDir: cfg.CPUProfileEach}
+	e := &env{httpURL: a.HTTP, srv: a.Embedded, profileDir: cfg.CPUProfileEach}
 	if e.worker, err = connect(auth.Grant{Role: auth.RoleWorker, Project: "bench"}); err != nil {
 		return nil, err
 	}
@@ -365,14 +364,7 @@ func (e *env) setup(ctx context.Context) error {
 		return fmt.Errorf("roster: %w", err)
 	}
 	_, err := e.worker.Subscribe(protocol.WakeupSubject(protocol.DefaultVersion, "bench", "*", "bench-worker"), func(m *nats.Msg) {
-		id := m.Header.Get(protocol.HeaderToolCallID)
-		e.mu.Lock()
-		ch := e.waiters[id]
-		delete(e.waiters, id)
-		e.mu.Unlock()
-		if ch != nil {
-			close(ch)
-		}
+		e.waiters.wake(m.Header.Get(protocol.HeaderToolCallID))
 	})
 	if err != nil {
 		return err
@@ -388,15 +380,8 @@ func (e *env) call(ctx context.Context) error { return e.callTool(ctx, "echo") }
 func (e *env) callTool(ctx context.Context, tool string) error {
 	turn, id := e.nextCall()
 	// The wakeup can come before Dispatch returns: wait for it from before.
-	woken := make(chan struct{})
-	e.mu.Lock()
-	e.waiters[id] = woken
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.waiters, id)
-		e.mu.Unlock()
-	}()
+	woken := e.waiters.expect(id)
+	defer e.waiters.forget(id)
 	if _, err := e.dispatch(ctx, tool, turn, id); err != nil {
 		return err
 	}
@@ -561,8 +546,7 @@ type rawWorkload struct {
 	cc      []jetstream.ConsumeContext
 	kv      jetstream.KeyValue // the failing create's bucket
 	calls   jetstream.KeyValue // the protocol limit's call keys
-	mu      sync.Mutex
-	waiters map[string]chan struct{}
+	waiters waiters
 	seq     atomic.Int64
 	// pending holds the consumers' publishes awaiting their acks, in the
 	// order they were sent; done stops the goroutine that settles them.
@@ -600,7 +584,7 @@ func newRawWorkload(ctx context.Context, js0 jetstream.JetStream) (*rawWorkload,
 	if err != nil {
 		return nil, err
 	}
-	r := &rawWorkload{js: js, nc: js.Conn(), waiters: map[string]chan struct{}{}, pending: make(chan rawPending, rawMaxPending), done: make(chan struct{})}
+	r := &rawWorkload{js: js, nc: js.Conn(), pending: make(chan rawPending, rawMaxPending), done: make(chan struct{})}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{rawSubjects}, Storage: jetstream.FileStorage}); err != nil {
 		return nil, fmt.Errorf("raw stream: %w", err)
 	}
@@ -722,29 +706,11 @@ func (r *rawWorkload) resultsInFlight() int { return int(r.maxInFlight.Swap(0)) 
 
 // expect registers a waiter for id's answer before anything is sent, since
 // the answer can come before the send returns.
-func (r *rawWorkload) expect(id string) chan struct{} {
-	done := make(chan struct{})
-	r.mu.Lock()
-	r.waiters[id] = done
-	r.mu.Unlock()
-	return done
-}
+func (r *rawWorkload) expect(id string) chan struct{} { return r.waiters.expect(id) }
 
-func (r *rawWorkload) forget(id string) {
-	r.mu.Lock()
-	delete(r.waiters, id)
-	r.mu.Unlock()
-}
+func (r *rawWorkload) forget(id string) { r.waiters.forget(id) }
 
-func (r *rawWorkload) wake(id string) {
-	r.mu.Lock()
-	ch := r.waiters[id]
-	delete(r.waiters, id)
-	r.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
-}
+func (r *rawWorkload) wake(id string) { r.waiters.wake(id) }
 
 // report: the floor of a report, an append that only the first may make
 // (expected-last-subject-sequence 0 on a subject of its own) and a core

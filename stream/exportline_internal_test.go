@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
