@@ -104,10 +104,3 @@ func (a *keeperAcks) done(key string) {
 func (a *keeperAcks) ack(reply string) {
 	_ = a.nc.Publish(reply, []byte("+ACK"))
 }
-
-// len is the number of commands waiting for an early acknowledgement.
-func (a *keeperAcks) len() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.waiting)
-}
