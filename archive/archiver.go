@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cgledger/cgledger/internal/backoff"
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 	"github.com/cgledger/cgledger/stream"
 
 	"github.com/nats-io/nats.go"
@@ -524,7 +525,7 @@ func (w *segmentWriter) seal() error {
 	if err := os.Rename(w.tmpPath(), filepath.Join(w.arch.dir, segmentName(w.first, w.next-1))); err != nil {
 		return fmt.Errorf("archive: seal segment: %w", err)
 	}
-	if err := syncDir(w.arch.dir); err != nil {
+	if err := fsyncdir.Sync(w.arch.dir); err != nil {
 		return err
 	}
 	w.head = head
@@ -561,17 +562,5 @@ func writeFileSync(path string, b []byte) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("archive: write %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("archive: sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("archive: sync dir %s: %w", dir, err)
-	}
-	return nil
+	return fsyncdir.Sync(filepath.Dir(path))
 }

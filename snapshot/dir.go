@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 )
 
 // Dir is a Target keeping snapshots as files in one directory: the body as
@@ -73,7 +75,7 @@ func (d *Dir) Put(ctx context.Context, m Manifest, body io.Reader) error {
 		_ = os.Remove(tmpMan)
 		return fmt.Errorf("snapshot: put %s: %w", m.Name, err)
 	}
-	if err := syncDir(d.path); err != nil {
+	if err := fsyncdir.Sync(d.path); err != nil {
 		return fmt.Errorf("snapshot: put %s: %w", m.Name, err)
 	}
 	return nil
@@ -172,7 +174,7 @@ func (d *Dir) Delete(ctx context.Context, name string) error {
 			return fmt.Errorf("snapshot: delete %s from %s: %w", name, d, err)
 		}
 	}
-	if err := syncDir(d.path); err != nil {
+	if err := fsyncdir.Sync(d.path); err != nil {
 		return fmt.Errorf("snapshot: delete %s: %w", name, err)
 	}
 	return nil

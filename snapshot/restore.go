@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 	"github.com/cgledger/cgledger/projector"
 )
 
@@ -234,7 +235,7 @@ func install(unpacked, viewsDir string) error {
 	if err := os.Rename(unpacked, viewsDir); err != nil {
 		return fmt.Errorf("snapshot: restore: move the views into place: %w", err)
 	}
-	if err := syncDir(filepath.Dir(viewsDir)); err != nil {
+	if err := fsyncdir.Sync(filepath.Dir(viewsDir)); err != nil {
 		return fmt.Errorf("snapshot: restore: %w", err)
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"time"
+
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 )
 
 // unpack reads the body r of the snapshot listed with m into dir (which
@@ -88,7 +90,7 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
 		return fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := fsyncdir.Sync(d); err != nil {
 			return fmt.Errorf("unpack: %w", err)
 		}
 	}
@@ -128,20 +130,4 @@ func sameManifest(a, b Manifest) bool {
 	}
 	a.Created, b.Created = time.Time{}, time.Time{}
 	return reflect.DeepEqual(a, b)
-}
-
-// syncDir fsyncs a directory, so the names in it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/snapshot"
 	"github.com/cgledger/cgledger/stream"
@@ -62,7 +63,7 @@ func settleRestore(data string) error {
 	if err := os.Rename(aside, views); err != nil {
 		return fmt.Errorf("put back the views a restore that did not finish moved aside: %w", err)
 	}
-	return syncDir(data)
+	return fsyncdir.Sync(data)
 }
 
 // dirEmpty reports whether dir is missing or holds nothing; a directory
@@ -76,20 +77,6 @@ func dirEmpty(dir string) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", dir, err)
 	}
 	return len(entries) == 0, nil
-}
-
-// syncDir fsyncs a directory, so that renames and removals in it survive a
-// power loss.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // errNoSnapshotTarget says the Object Store bucket of snapshots does not
@@ -152,7 +139,7 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	} else if err := os.RemoveAll(views); err != nil {
 		return false, fmt.Errorf("remove the empty views directory to restore a snapshot: %w", err)
 	}
-	if err := syncDir(data); err != nil {
+	if err := fsyncdir.Sync(data); err != nil {
 		return false, err
 	}
 	log.Info("views: restoring the newest snapshot that passes its checks", "why", why, "from", target.String())
@@ -177,7 +164,7 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 		if err := os.RemoveAll(aside); err != nil {
 			return true, fmt.Errorf("remove the views the snapshot replaced: %w", err)
 		}
-		return true, syncDir(data)
+		return true, fsyncdir.Sync(data)
 	}
 	var refused *snapshot.RefusedError
 	switch {
@@ -194,5 +181,5 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 			return false, fmt.Errorf("put back the views moved aside for a restore: %w", err)
 		}
 	}
-	return false, syncDir(data)
+	return false, fsyncdir.Sync(data)
 }
