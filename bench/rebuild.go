@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/projector"
-	"github.com/cgledger/cgledger/snapshot"
 	"github.com/cgledger/cgledger/stream"
 )
 
@@ -86,14 +85,9 @@ func measureRebuild(ctx context.Context, e *env, tools *toolWorkload, cfg Config
 		}
 		return nil
 	}
-	snaps := make([]*snapshot.Dir, len(snapshotShares))
-	snapSeqs := make([]uint64, len(snapshotShares))
-	for i, share := range snapshotShares {
-		t, m, err := snapshotSource(ctx, entries, share, work)
-		if err != nil {
-			return nil, err
-		}
-		snaps[i], snapSeqs[i] = t, m.AppliedSeq
+	snaps, snapSeqs, err := snapshotSources(ctx, entries, work)
+	if err != nil {
+		return nil, err
 	}
 	var cg, rw, floor, rp, rpFloor []Result
 	ready := make([][]Result, len(snaps))

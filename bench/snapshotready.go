@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,26 +23,43 @@ import (
 // stream, as one restoring a snapshot taken on a schedule does.
 var snapshotShares = []float64{1, 0.9}
 
-// snapshotSource takes, outside any timing, the snapshot a fresh replica
-// restores: views of the first share of entries, applied from memory under
-// work, kept in a directory target of its own under work.
-func snapshotSource(ctx context.Context, entries []protocol.Entry, share float64, work string) (*snapshot.Dir, snapshot.Manifest, error) {
-	n := int(float64(len(entries)) * share)
-	name := fmt.Sprintf("snapshot-%d", n)
-	src, err := applyFloor(entries[:n], filepath.Join(work, name+"-source"))
+// snapshotSources takes, outside any timing, the snapshots a fresh replica
+// restores, one per share of snapshotShares (in its order): views of that
+// share of the entries, applied from memory under work in one pass (each
+// snapshot taken when the pass reaches its share), each kept in a
+// directory target of its own under work. It returns the targets and the
+// sequence each snapshot is at.
+func snapshotSources(ctx context.Context, entries []protocol.Entry, work string) ([]*snapshot.Dir, []uint64, error) {
+	order := make([]int, len(snapshotShares))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(snapshotShares[a], snapshotShares[b]) })
+	src, err := projector.OpenStore(filepath.Join(work, "snapshot-source"), projector.StoreOptions{})
 	if err != nil {
-		return nil, snapshot.Manifest{}, fmt.Errorf("views to snapshot: %w", err)
+		return nil, nil, fmt.Errorf("views to snapshot: %w", err)
 	}
 	defer src.Close()
-	t, err := snapshot.NewDir(filepath.Join(work, name))
-	if err != nil {
-		return nil, snapshot.Manifest{}, err
+	targets := make([]*snapshot.Dir, len(snapshotShares))
+	seqs := make([]uint64, len(snapshotShares))
+	applied := 0
+	for _, i := range order {
+		n := int(float64(len(entries)) * snapshotShares[i])
+		if err := projector.ApplyEntries(src, entries[applied:n], projector.DefaultBatchSize); err != nil {
+			return nil, nil, fmt.Errorf("views to snapshot: %w", err)
+		}
+		applied = n
+		t, err := snapshot.NewDir(filepath.Join(work, fmt.Sprintf("snapshot-%d", n)))
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := snapshot.Take(ctx, src, t, snapshot.TakeOptions{Stream: stream.DefaultName, TempDir: work})
+		if err != nil {
+			return nil, nil, fmt.Errorf("take snapshot: %w", err)
+		}
+		targets[i], seqs[i] = t, m.AppliedSeq
 	}
-	m, err := snapshot.Take(ctx, src, t, snapshot.TakeOptions{Stream: stream.DefaultName, TempDir: work})
-	if err != nil {
-		return nil, snapshot.Manifest{}, fmt.Errorf("take snapshot: %w", err)
-	}
-	return t, m, nil
+	return targets, seqs, nil
 }
 
 // readyFromSnapshot is what a fresh replica does before it is ready with

@@ -2,8 +2,6 @@ package projector
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 
@@ -47,21 +45,15 @@ func (s *Store) DigestNow() (DigestResult, error) {
 		return res, fmt.Errorf("projector: digest: %w", err)
 	}
 	defer it.Close()
-	h := sha256.New()
-	var n [8]byte
+	h := newRowHasher()
 	for ok := it.First(); ok; ok = it.Next() {
-		binary.BigEndian.PutUint64(n[:], uint64(len(it.Key())))
-		h.Write(n[:])
-		h.Write(it.Key())
-		v := it.Value()
-		binary.BigEndian.PutUint64(n[:], uint64(len(v)))
-		h.Write(n[:])
-		h.Write(v)
+		h.row(it.Key(), it.Value())
 	}
+	sum := h.finish()
 	if err := it.Error(); err != nil {
 		return res, fmt.Errorf("projector: digest: %w", err)
 	}
-	res.Digest = hex.EncodeToString(h.Sum(nil))
+	res.Digest = hex.EncodeToString(sum)
 	return res, nil
 }
 

@@ -127,14 +127,22 @@ func restoreOne(ctx context.Context, t Target, m Manifest, viewsDir, tempDir, pr
 	if err != nil {
 		return err
 	}
-	err = unpack(ctx, body, m, unpacked)
+	written, err := unpack(ctx, body, m, unpacked)
 	if cerr := body.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("body: %w", cerr)
 	}
 	if err != nil {
 		return err
 	}
-	if err := checkViews(ctx, unpacked, m, first, o); err != nil {
+	// The writeback of what was unpacked (I/O) runs beside the checks
+	// (mostly the digest, CPU) and must end before the rename.
+	synced := make(chan error, 1)
+	go func() { synced <- syncWritten(written) }()
+	err = checkViews(ctx, unpacked, m, first, o)
+	if serr := <-synced; serr != nil {
+		return &installError{serr}
+	}
+	if err != nil {
 		return err
 	}
 	if err := install(unpacked, viewsDir); err != nil {

@@ -14,30 +14,31 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/cgledger/cgledger/internal/fsyncdir"
 )
 
 // unpack reads the body r of the snapshot listed with m into dir (which
 // exists and is empty) and checks it against m: the manifest inside equals
 // the listed one, every member is a file m lists with its size and SHA-256,
-// none is missing and the body is m.Size bytes. Every file and directory
-// written is fsynced. The error says which check failed.
-func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
+// none is missing and the body is m.Size bytes. The error says which check
+// failed. It returns every file and directory written, for syncWritten:
+// nothing is fsynced here, so the writeback runs beside the checks that
+// follow instead of before them.
+func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written []string, err error) {
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
 	hdr, err := tr.Next()
 	if err != nil {
-		return fmt.Errorf("body: first member: %w", err)
+		return nil, fmt.Errorf("body: first member: %w", err)
 	}
 	if hdr.Name != manifestMember {
-		return fmt.Errorf("body: first member is %q, not %s", hdr.Name, manifestMember)
+		return nil, fmt.Errorf("body: first member is %q, not %s", hdr.Name, manifestMember)
 	}
 	var inner Manifest
 	if err := json.NewDecoder(io.LimitReader(tr, 64<<20)).Decode(&inner); err != nil {
-		return fmt.Errorf("body: manifest: %w", err)
+		return nil, fmt.Errorf("body: manifest: %w", err)
 	}
 	if !sameManifest(inner, m) {
-		return errors.New("body: the manifest inside differs from the one listed beside it")
+		return nil, errors.New("body: the manifest inside differs from the one listed beside it")
 	}
 	want := make(map[string]File, len(m.Files))
 	for _, f := range m.Files {
@@ -46,60 +47,59 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) error {
 	dirs := map[string]bool{dir: true}
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("body: %w", err)
+			return nil, fmt.Errorf("body: %w", err)
 		}
 		rel, err := memberName(hdr.Name)
 		if err != nil {
-			return fmt.Errorf("body: %w", err)
+			return nil, fmt.Errorf("body: %w", err)
 		}
 		f, ok := want[rel]
 		if !ok {
-			return fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
+			return nil, fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
 		}
 		delete(want, rel)
 		if hdr.Typeflag != tar.TypeReg {
-			return fmt.Errorf("body: file %s is not a regular file (tar type %q)", rel, hdr.Typeflag)
+			return nil, fmt.Errorf("body: file %s is not a regular file (tar type %q)", rel, hdr.Typeflag)
 		}
 		if hdr.Size != f.Size {
-			return fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
+			return nil, fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("unpack: %w", err)
+			return nil, fmt.Errorf("unpack: %w", err)
 		}
 		dirs[filepath.Dir(p)] = true
 		if err := writeChecked(tr, p, f); err != nil {
-			return err
+			return nil, err
 		}
+		written = append(written, p)
 		stepHook("unpacking")
 	}
 	for name := range want {
-		return fmt.Errorf("body: file %s of the manifest is missing", name)
+		return nil, fmt.Errorf("body: file %s of the manifest is missing", name)
 	}
 	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return fmt.Errorf("body: %w", err)
+		return nil, fmt.Errorf("body: %w", err)
 	}
 	if cr.n != m.Size {
-		return fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
+		return nil, fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
 	}
 	for d := range dirs {
-		if err := fsyncdir.Sync(d); err != nil {
-			return fmt.Errorf("unpack: %w", err)
-		}
+		written = append(written, d)
 	}
 	stepHook("unpacked")
-	return nil
+	return written, nil
 }
 
-// writeChecked writes r to a new file at p, fsyncs it, and fails unless
-// its bytes have f's SHA-256.
+// writeChecked writes r to a new file at p and fails unless its bytes have
+// f's SHA-256.
 func writeChecked(r io.Reader, p string, f File) error {
 	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -107,9 +107,6 @@ func writeChecked(r io.Reader, p string, f File) error {
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(out, h), r)
-	if err == nil {
-		err = out.Sync()
-	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -118,6 +115,26 @@ func writeChecked(r io.Reader, p string, f File) error {
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
 		return fmt.Errorf("body: file %s: sha256 %s, the manifest says %s", f.Name, got, f.SHA256)
+	}
+	return nil
+}
+
+// syncWritten fsyncs every file and directory unpack wrote (files first,
+// then the directories that name them), so a rename of the unpacked views
+// into place survives a crash with their contents.
+func syncWritten(paths []string) error {
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("unpack: sync: %w", err)
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("unpack: sync %s: %w", p, err)
+		}
 	}
 	return nil
 }
