@@ -3,7 +3,6 @@ package snapshot
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/pipehash"
 )
 
 // unpack reads the body r of the snapshot listed with m into dir (which
@@ -105,15 +105,16 @@ func writeChecked(r io.Reader, p string, f File) error {
 	if err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
-	h := sha256.New()
+	h := pipehash.New()
 	_, err = io.Copy(io.MultiWriter(out, h), r)
+	sum := h.Sum()
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("body: file %s: %w", f.Name, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+	if got := hex.EncodeToString(sum); got != f.SHA256 {
 		return fmt.Errorf("body: file %s: sha256 %s, the manifest says %s", f.Name, got, f.SHA256)
 	}
 	return nil
