@@ -157,18 +157,19 @@ func (c *clientFlags) from(name string) string {
 
 func (c *clientFlags) connect() (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("cgledger-cli"), nats.Timeout(5 * time.Second)}
+	inboxPrefix := nats.InboxPrefix
 	if c.creds != "" {
 		_, inbox, err := auth.ReadCreds(c.creds)
 		if err != nil {
 			return nil, fmt.Errorf("%w: credentials %s (from %s): %v", errBadArg, c.creds, c.from("creds"), err)
 		}
 		opts = append(opts, nats.UserCredentials(c.creds), nats.CustomInboxPrefix(inbox))
+		inboxPrefix = inbox + "."
 	}
 	if c.refuse != nil {
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
-				c.refuse(fmt.Errorf("%w: %v: the %s (from %s) may not do this; issue one of the right project, role and agent or tool (cgledger creds issue) and pass --creds",
-					errRefused, err, c.credName(), c.from("creds")))
+				c.refuse(c.refusal(err, inboxPrefix))
 			}
 		}))
 	}
@@ -194,6 +195,21 @@ func (c *clientFlags) connect() (*nats.Conn, error) {
 		return nil, fmt.Errorf("%w: cannot reach NATS at %s (from %s): %v; is cgledger serve running there? Set --nats-url or CGLEDGER_NATS_URL", errUnreachable, c.natsURL, c.from("nats-url"), err)
 	}
 	return nc, nil
+}
+
+// refusal is the error a permissions violation reported on the connection
+// ends a verb with. A refused subscription to the client's own reply inbox
+// is not the credential's choice of project or role (every credential may
+// take its inbox): it comes from the server the client reconnected to, a
+// serve restarted while the verb waited, so the message says to run it
+// again rather than to issue another credential.
+func (c *clientFlags) refusal(err error, inboxPrefix string) error {
+	if strings.Contains(err.Error(), `Subscription to "`+inboxPrefix) {
+		return fmt.Errorf("%w: %v: NATS refused this client's reply inbox after it reconnected, which a cgledger serve restarted while the command waited does (the %s is not at fault); run the command again",
+			errRefused, err, c.credName())
+	}
+	return fmt.Errorf("%w: %v: the %s (from %s) may not do this; issue one of the right project, role and agent or tool (cgledger creds issue) and pass --creds",
+		errRefused, err, c.credName(), c.from("creds"))
 }
 
 // errUnreachable marks failures to reach the server (exit code 3).

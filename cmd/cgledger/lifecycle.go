@@ -18,6 +18,9 @@ type component interface {
 // once, as the list, and a failed start unwinds exactly what had started.
 type group struct {
 	parts []namedComponent
+	// starting, when set, is told the name of each component before its
+	// Start (what /readyz names while serve starts).
+	starting func(name string)
 }
 
 type namedComponent struct {
@@ -41,6 +44,9 @@ func (g *group) add(name string, c component) {
 // it cancelled ctx.
 func (g *group) Run(ctx context.Context) error {
 	for i, p := range g.parts {
+		if g.starting != nil {
+			g.starting(p.name)
+		}
 		if err := p.c.Start(ctx); err != nil {
 			if serr := g.stop(ctx, i); serr != nil {
 				return errors.Join(err, serr)

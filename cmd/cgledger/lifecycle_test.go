@@ -158,7 +158,7 @@ func TestServeComponentsOrder(t *testing.T) {
 	s.Roles = []string{"api", "executor", "projector", "mcp"}
 	s.PProf = "127.0.0.1:0"
 	require.Equal(t, []string{
-		"data directory lock", "http listener", "security", "embedded nats-server", "nats connection",
+		"data directory lock", "http listener", "security", "http while starting", "embedded nats-server", "nats connection",
 		"view store", "ledger", "archive", "storage supervisor", "work context",
 		"projector", "views snapshotter", "inbox API", "ledger API", "deadline keeper", "approval keeper", "report sweeper",
 		"pprof", "http server", "projector catch-up", "executor", "mcp bridge", "serving",
@@ -175,14 +175,14 @@ func TestServeComponentsOrder(t *testing.T) {
 		"serving", "executor", "projector catch-up", "http server",
 		"report sweeper", "approval keeper", "deadline keeper", "ledger API", "inbox API", "views snapshotter", "projector",
 		"work context", "storage supervisor", "archive", "ledger", "view store",
-		"nats connection", "embedded nats-server", "security", "http listener", "data directory lock",
+		"nats connection", "embedded nats-server", "http while starting", "security", "http listener", "data directory lock",
 	}, stops)
 
 	// An external server and only the API: no embedded server, no views.
 	s = defaultSettings()
 	s.NATSURL, s.Roles = "nats://127.0.0.1:4222", []string{"api"}
 	require.Equal(t, []string{
-		"data directory lock", "http listener", "security", "nats connection",
+		"data directory lock", "http listener", "security", "http while starting", "nats connection",
 		"ledger", "archive", "storage supervisor", "work context",
 		"ledger API", "deadline keeper", "approval keeper", "report sweeper", "http server", "serving",
 	}, names(s))

@@ -204,8 +204,10 @@ func runProjector(ctx context.Context, proj *projector.Projector, log *slog.Logg
 		if ctx.Err() != nil || err == nil {
 			return
 		}
-		ready.Store(false)
+		// The reason first: /readyz reads a not-ready projector without
+		// one as still catching up at start.
 		reason.Store(err.Error())
+		ready.Store(false)
 		log.Error("projector stopped", "err", err)
 		if errors.Is(err, projector.ErrStoreBroken) {
 			storeBroken.Store(true)

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cgledger/cgledger/archive"
 	"github.com/cgledger/cgledger/executor"
@@ -82,6 +81,8 @@ type serveState struct {
 	// shutdown's first step, so that it does not hold the shutdown.
 	stopSnapshots context.CancelFunc
 	hs            *http.Server
+	// router is serve's whole HTTP handler (serveHTTPHandler).
+	router http.Handler
 	// stopPprof closes pprof once it serves (--pprof).
 	stopPprof func()
 
@@ -89,10 +90,20 @@ type serveState struct {
 	// projErr why it is not; storeBroken the view store failed a write.
 	ready0, storeBroken atomic.Bool
 	projErr             atomic.Value
-	// serving is set once HTTP serves, shuttingDown once the shutdown
-	// began: the steps that only a started serve takes on its way down
-	// (the projector's catch-up, HTTP's grace) check them.
+	// serving is set once HTTP serves the whole router, shuttingDown once
+	// the shutdown began: the steps that only a started serve takes on its
+	// way down (the projector's catch-up, HTTP's grace) check them.
 	serving, shuttingDown atomic.Bool
+
+	// handler is what HTTP serves: startingHandler until servingComponent
+	// puts the whole router there. conn is nc for the HTTP handlers, which
+	// run beside the start-up (set once connected).
+	handler atomic.Pointer[handlerSlot]
+	conn    atomic.Pointer[nats.Conn]
+	// startPart names the component being started and startStep the step
+	// (restoringStep while the views are restored), for /readyz while
+	// serve starts.
+	startPart, startStep atomic.Value
 }
 
 // serveComponents lists serve's components in start order; reversed, it is
@@ -108,10 +119,11 @@ type serveState struct {
 // embedded server stops last.
 func serveComponents(st *serveState) *group {
 	s := st.s
-	g := &group{}
+	g := &group{starting: func(name string) { st.startPart.Store(name) }}
 	g.add("data directory lock", &lockComponent{st: st})
 	g.add("http listener", &listenerComponent{st: st})
 	g.add("security", hooks{start: st.setupSecurity})
+	g.add("http while starting", &startingHTTPComponent{st: st})
 	if st.embedded {
 		g.add("embedded nats-server", &embeddedNATS{st: st})
 	}
@@ -308,8 +320,7 @@ func (c *natsComponent) Start(context.Context) error {
 		return fmt.Errorf("connect %s: %w", st.url, err)
 	}
 	st.nc = nc
-	st.reg = prometheus.NewRegistry()
-	st.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st.conn.Store(nc)
 	if st.js, err = jetstream.New(nc); err != nil {
 		c.close()
 		return fmt.Errorf("jetstream: %w", err)
@@ -810,17 +821,14 @@ func (c *pprofComponent) Stop(context.Context) error {
 // reported and visible: a client polling for its result reads it.
 const httpGrace = time.Second
 
-// httpComponent is the HTTP server. Start builds it (serveHTTPHandler);
-// servingComponent, last in the start order, serves it.
+// httpComponent is the HTTP server's whole router. Start builds it
+// (serveHTTPHandler); servingComponent, last in the start order, puts it
+// in the place of the start-up handler (startingHTTPComponent).
 type httpComponent struct{ st *serveState }
 
-// Start builds the handler and the server.
+// Start builds the whole router (servingComponent serves it).
 func (c *httpComponent) Start(context.Context) error {
-	st := c.st
-	if st.serverTLS != nil {
-		st.ln = tls.NewListener(st.ln, st.serverTLS)
-	}
-	st.hs = &http.Server{Handler: serveHTTPHandler(st), ReadHeaderTimeout: 5 * time.Second}
+	c.st.router = serveHTTPHandler(c.st)
 	return nil
 }
 
@@ -914,11 +922,12 @@ func (c *mcpComponent) Stop(context.Context) error {
 }
 
 // servingComponent opens the door once everything else runs: pprof (with
-// --pprof) and HTTP serve, the log says so and ready is told. Its stop, the
+// --pprof) serves, HTTP serves the whole router, the log says so and ready
+// is told. Its stop, the
 // first of the shutdown, makes readiness say "shutting down".
 type servingComponent struct{ st *serveState }
 
-// Start serves pprof and HTTP.
+// Start serves pprof and HTTP's whole router.
 func (c *servingComponent) Start(context.Context) error {
 	st, s := c.st, c.st.s
 	if s.PProf != "" {
@@ -928,20 +937,12 @@ func (c *servingComponent) Start(context.Context) error {
 		}
 		st.stopPprof = stop
 	}
-	go func() {
-		if err := st.hs.Serve(st.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			st.log.Error("http server", "err", err)
-		}
-	}()
+	st.handler.Store(&handlerSlot{h: st.router})
 	st.serving.Store(true)
-	httpScheme := "http://"
-	if st.serverTLS != nil {
-		httpScheme = "https://"
-	}
-	st.log.Info("cgledger serving", "nats", st.url, "http", httpScheme+st.ln.Addr().String(), "data", s.Data, "auth", !s.NoAuth,
+	st.log.Info("cgledger serving", "nats", st.url, "http", st.httpURL(), "data", s.Data, "auth", !s.NoAuth,
 		"roles", s.Roles, "stream", st.l.StreamName(), "replicas", s.Replicas, "sync_always", s.SyncAlways)
 	if st.ready != nil {
-		st.ready(serving{HTTP: httpScheme + st.ln.Addr().String(), NATS: st.url, Embedded: st.srv})
+		st.ready(serving{HTTP: st.httpURL(), NATS: st.url, Embedded: st.srv})
 	}
 	return nil
 }

@@ -88,11 +88,16 @@ func serveHTTPHandler(st *serveState) http.Handler {
 		}
 		cancel()
 		if st.shuttingDown.Load() {
-			body["status"], body["reason"] = "not ready", "shutting down"
+			body["status"], body["reason"], body["step"] = "not ready", "shutting down", shuttingDownStep
 			return body, false
 		}
 		if !st.ready0.Load() || !nc.IsConnected() {
 			reason, _ := st.projErr.Load().(string)
+			if !st.ready0.Load() && reason == "" {
+				// The projector's first catch-up (a rebuild included): its
+				// reason is empty until it is ready or fails.
+				body["step"] = catchingUpStep
+			}
 			if reason == "" {
 				reason = "projector catching up"
 			}

@@ -116,6 +116,9 @@ func (st *serveState) snapshotTarget(ctx context.Context, create bool) (snapshot
 func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error) {
 	data, log := st.s.Data, st.log
 	views, aside := filepath.Join(data, "views"), filepath.Join(data, viewsAsideDir)
+	// HTTP answers while this runs: /readyz names the step.
+	st.startStep.Store(restoringStep)
+	defer st.startStep.Store(startingStep)
 	var target snapshot.Target
 	if err := untilClusterAnswers(ctx, log, "open the views snapshots", func() (err error) {
 		target, err = st.snapshotTarget(ctx, false)

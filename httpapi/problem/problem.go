@@ -37,6 +37,10 @@ const (
 	CodeUnauthenticated = "unauthenticated"
 	// CodeForbidden: the credential may not make this request (403).
 	CodeForbidden = "forbidden"
+	// CodeStarting: serve is still starting (restoring its views, waiting
+	// for the cluster) and answers only health, readiness and metrics
+	// (503, with Retry-After).
+	CodeStarting = "starting"
 )
 
 // Violation is one problem with a request, as the protocol reports it.
@@ -85,6 +89,7 @@ var titles = map[string]string{
 	CodeMethodNotAllowed: "Method not allowed",
 	CodeUnauthenticated:  "Authentication required",
 	CodeForbidden:        "Forbidden",
+	CodeStarting:         "Starting",
 }
 
 // Title is the short text of code; an unknown code gets the status's text.

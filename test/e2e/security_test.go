@@ -192,6 +192,9 @@ func TestOperatorSkipsACorruptEntry(t *testing.T) {
 	ack, err = js.PublishMsg(corrupt)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { c, _ := readyz(); return c == http.StatusServiceUnavailable }, time.Minute, 50*time.Millisecond)
+	_, body := readyz()
+	require.NotContains(t, body, "step", "a stopped projector is a fault, not a step of serve's start: %v", body)
+	require.NotEmpty(t, body["reason"])
 
 	out, code := s.run(t, "projector", "skip", "--seq", fmt.Sprint(ack.Sequence+100), "--reason", "typo")
 	require.Equal(t, 1, code, "a skip past the end is refused: %s", out)

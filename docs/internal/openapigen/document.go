@@ -404,10 +404,11 @@ func buildDocument() obj {
 			params: path("project", "tool"), body: jsonBody("The operator's reason.", sch(executor.ToolPauseBody{})),
 			ok: ok("The resume entry and the calls released.", protocol.ToolPauseResult{}), errs: []string{"400", "401", "403", "404", "409", "500"}},
 		{method: "get", path: "/healthz", id: "health", tag: "operations", open: true,
-			summary: "Liveness", desc: "The process and its NATS connection.",
+			summary: "Liveness", desc: "The process and its NATS connection. Answered from the start of serve, while it restores its views or waits for the cluster (200 before the connection is made).",
 			ok: obj{"200": jsonBody("Alive and connected.", ref("Health")), "503": jsonBody("NATS disconnected.", ref("Health"))}},
 		{method: "get", path: "/readyz", id: "ready", tag: "operations", open: true,
-			summary: "Readiness", desc: "Ready once the projector caught up at start; 503 with a reason otherwise (catching up, stopped on a gap or corrupt entry, storage trouble, shutting down).",
+			summary: "Readiness", desc: "Ready once the projector caught up at start; 503 with a reason otherwise (catching up, stopped on a gap or corrupt entry, storage trouble, shutting down). " +
+				"Answered from the start of serve: while it starts (restoring its views, waiting for the cluster) every path but /healthz, /readyz, /metrics and /v1/openapi.json answers 503 problem starting (Retry-After).",
 			ok: obj{"200": jsonBody("Ready.", ref("Readiness")), "503": jsonBody("Not ready.", ref("Readiness"))}},
 		{method: "get", path: "/metrics", id: "metrics", tag: "operations", open: true,
 			summary: "Prometheus metrics", desc: "The Prometheus text exposition (docs/operations.md).",
@@ -417,8 +418,10 @@ func buildDocument() obj {
 	s.defs["Health"] = obj{"type": "object", "required": []string{"status"}, "properties": obj{
 		"status": obj{"type": "string", "description": "ok, or nats disconnected."}}}
 	s.defs["Readiness"] = obj{"type": "object", "required": []string{"status", "roles"}, "properties": obj{
-		"status":      obj{"type": "string", "enum": []string{"ready", "not ready"}},
-		"reason":      obj{"type": "string", "description": "Why not ready."},
+		"status": obj{"type": "string", "enum": []string{"ready", "not ready"}},
+		"reason": obj{"type": "string", "description": "Why not ready."},
+		"step": obj{"type": "string", "enum": []string{"starting", "restoring_views", "catching_up", "shutting_down"},
+			"description": "With a 503 for a step of serve's own life rather than a fault (absent for a fault): a start-up part runs or waits for the cluster, a views snapshot is restored, the projector's catch-up at start (a rebuild included), the shutdown."},
 		"roles":       obj{"type": "array", "items": obj{"type": "string"}, "description": "The roles this process runs (api, executor, projector)."},
 		"applied_seq": obj{"type": "integer", "minimum": 0, "description": "The projector's applied sequence (with the projector role)."},
 		"last_seq":    obj{"type": "integer", "minimum": 0, "description": "The ledger stream's last sequence (absent when the stream cannot be read within a second): with applied_seq, how far a catch-up has to go."},
