@@ -300,6 +300,8 @@ export interface Readiness {
   /** The roles this process runs (api, executor, projector). */
   "roles": Array<string>;
   "status": "ready" | "not ready";
+  /** With a 503 for a step of serve's own life rather than a fault (absent for a fault): a start-up part runs or waits for the cluster, a views snapshot is restored, the projector's catch-up at start (a rebuild included), the shutdown. */
+  "step"?: "starting" | "restoring_views" | "catching_up" | "shutting_down";
 }
 
 export interface RedriveBody {
