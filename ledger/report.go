@@ -421,7 +421,8 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: roster: %w", in.id.AgentTurnID, in.id.ToolCallID, pre.rostErr)
 		}
 		appended := time.Now()
-		if err := l.wake(ctx, by, next, pre.roster); err != nil {
+		woke, err := l.wake(ctx, by, next, pre.roster)
+		if err != nil {
 			return protocol.ReportOutcome{}, fmt.Errorf("report %s/%s: wakeup: %w", in.id.AgentTurnID, in.id.ToolCallID, err)
 		}
 		if err := l.step(stepWoken); err != nil {
@@ -444,7 +445,10 @@ func (l *Ledger) report(ctx context.Context, by *protocol.Caller, in *reportInpu
 			}
 			return l.finishReport(ctx, by, next, in, false)
 		}
-		if in.swept {
+		if in.swept && woke {
+			// A takeover that outlived its lease lets another one take
+			// over and publish the same wakeup: the one that stored it
+			// finished the report.
 			in.tookOver = true
 			l.m.sweptReports.Inc()
 		}
@@ -673,14 +677,16 @@ func (l *Ledger) claimFromEntry(m *jetstream.RawStreamMsg) (*protocol.Claim, err
 
 // wake publishes the wakeup to the agent's worker target (read when the
 // report arrived), or records that the agent has none. It fills the claim's
-// wakeup fields.
-func (l *Ledger) wake(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, roster *protocol.RosterResult) error {
+// wakeup fields, and says whether this call stored the entry: not when the
+// stream already held it (a takeover whose writer outlived its lease
+// published it too).
+func (l *Ledger) wake(ctx context.Context, by *protocol.Caller, rec *protocol.CallRecord, roster *protocol.RosterResult) (bool, error) {
 	c := rec.Claim
 	if roster == nil {
 		data, merr := json.Marshal(protocol.WakeupSkippedEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 			AgentTurnID: rec.AgentTurnID, ToolCallID: rec.ToolCallID, ReportSeq: c.Seq, Reason: protocol.NoRosterEntry})
 		if merr != nil {
-			return merr
+			return false, merr
 		}
 		subj := protocol.WakeupSkippedSubject(l.version, rec.ProjectID, rec.ChannelID, rec.AgentTurnID, rec.ToolCallID)
 		msg := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
@@ -690,36 +696,38 @@ func (l *Ledger) wake(ctx context.Context, by *protocol.Caller, rec *protocol.Ca
 		msg.Header.Set(protocol.HeaderAgentTurnID, rec.AgentTurnID)
 		msg.Header.Set(protocol.HeaderToolCallID, rec.ToolCallID)
 		ack, err := l.appendEntry(ctx, by, protocol.KindWakeupSkipped, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		stored := false
 		switch {
 		case err == nil:
 			if !ack.Duplicate {
+				stored = true
 				l.m.wakeupsSkipped.Inc()
 			}
 		case isWrongLastSeq(err):
 		default:
-			return err
+			return false, err
 		}
 		c.WakeupSkipped, c.WakeupSubject, c.WorkerTarget, c.WakeupSeq = true, "", "", 0
-		return nil
+		return stored, nil
 	}
 	data, err := json.Marshal(protocol.WakeupEntry{ProjectID: rec.ProjectID, ChannelID: rec.ChannelID, AgentID: rec.AgentID,
 		WorkerTarget: roster.WorkerTarget, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID,
 		Status: c.Status, ToolResultCardID: c.ToolResultCardID, EffectiveAfterExecution: c.EffectiveAfterExecution, ReportSeq: c.Seq})
 	if err != nil {
-		return err
+		return false, err
 	}
 	subj := protocol.WakeupSubject(l.version, rec.ProjectID, rec.ChannelID, roster.WorkerTarget)
 	msg := &nats.Msg{Subject: subj, Data: data, Header: protocol.Identity{AgentID: rec.AgentID, AgentTurnID: rec.AgentTurnID, TurnEpoch: rec.TurnEpoch, ToolCallID: rec.ToolCallID, StepID: rec.StepID}.Header()}
 	msg.Header.Set(protocol.HeaderMsgID, "wakeup."+rec.ProjectID+"."+rec.AgentTurnID+"."+rec.ToolCallID)
 	ack, err := l.appendEntry(ctx, by, protocol.KindWakeup, msg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !ack.Duplicate {
 		l.m.wakeups.Inc()
 	}
 	c.WakeupSubject, c.WorkerTarget, c.WakeupSeq, c.WakeupSkipped = subj, roster.WorkerTarget, ack.Sequence, false
-	return nil
+	return !ack.Duplicate, nil
 }
 
 // finishReport builds the outcome and, for a duplicate, records it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cgledger/cgledger/internal/configcheck"
 	"github.com/cgledger/cgledger/protocol"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -219,6 +220,7 @@ func (l *Ledger) readOrdered(ctx context.Context, from, last uint64, headersOnly
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil
 	}
+	next, empty := from, 0
 	for {
 		// Entries are pending (above, and NumPending of the last one
 		// read): a fetch that waits returns them as they come.
@@ -237,21 +239,50 @@ func (l *Ledger) readOrdered(ctx context.Context, from, last uint64, headersOnly
 			if seq > last {
 				return nil
 			}
+			next = seq + 1
 			if fn(m, seq, meta.Timestamp) || seq == last || meta.NumPending == 0 {
 				return nil
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("read the stream: %w", err)
+		// No responders: the fetch's pull request reached a server that
+		// did not know its consumer yet (below).
+		berr := batch.Error()
+		lostPull := errors.Is(berr, nats.ErrNoResponders)
+		if berr != nil && !lostPull && !errors.Is(berr, jetstream.ErrNoMessages) {
+			return fmt.Errorf("read the stream: %w", berr)
 		}
-		if n == 0 {
-			return nil
+		if n > 0 {
+			empty = 0
+		} else {
+			// Each ordered fetch reads with a consumer of its own, made
+			// from the entry after the last one read: when that consumer
+			// had nothing pending, nothing is left (the rest expired).
+			if info := cons.CachedInfo(); !lostPull && info != nil && info.NumPending == 0 {
+				return nil
+			}
+			// Entries are left and none came: the fetch's pull request was
+			// lost or the server took longer than the wait. In a cluster,
+			// a new consumer's creation is answered over the system
+			// account's route, which can overtake its interest on the
+			// account's own route: its first pull request then finds no
+			// responder. Ending here would let the sweep store its
+			// watermark past reports it never read: the read fetches
+			// again, and after readOrderedEmptyFetches fails.
+			empty++
+			if empty >= readOrderedEmptyFetches {
+				return fmt.Errorf("read the stream: no entry from seq %d in %d fetches though entries are left", next, empty)
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
 }
+
+// readOrderedEmptyFetches is how many fetches in a row readOrdered lets
+// come back empty, entries being left, before it fails: a lost pull
+// request costs one, and each fetch makes a new consumer.
+const readOrderedEmptyFetches = 5
 
 // sweptWithin reports whether the watermark was stored less than d ago (by
 // any process). A failed read says no: the sweep then reads it again.

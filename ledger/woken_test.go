@@ -368,3 +368,74 @@ func sweepConcurrently(t *testing.T, ctx context.Context, ls []*ledger.Ledger, w
 	})
 	return finished
 }
+
+// TestWokenTakeoverOutlivingItsLeaseIsNotCounted: a sweep's takeover that
+// stalls past its lease after locking lets another sweep take over and
+// publish the wakeup; the stalled one's wakeup is then the stream's
+// duplicate. One wakeup is stored, and only the sweep that stored it
+// counts the report finished.
+func TestWokenTakeoverOutlivingItsLeaseIsNotCounted(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	_, err := e.l.SetRoster(ctx, protocol.RosterEntry{ProjectID: project, AgentID: agent, WorkerTarget: "w-stall"})
+	require.NoError(t, err)
+	c := newCall("turn-sweep-stall", "call-1", 1)
+	rc := e.dispatchAndResult(t, c, protocol.StatusSuccess)
+	crashAfterAppend(t, e.l, c, rc.CardID)
+
+	stalled, other := wokenOpen(t, e), wokenOpen(t, e)
+	locked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stalled.SetAfterStep(func(s ledger.Step) error {
+		if s == ledger.StepMarkedWoken {
+			once.Do(func() {
+				close(locked)
+				<-release
+			})
+		}
+		return nil
+	})
+	type result struct {
+		res ledger.SweepResult
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		// Sweeps leave the report alone until it is older than the lease;
+		// the first sweep after that locks it and stalls.
+		for {
+			res, err := stalled.Sweep(ctx)
+			select {
+			case <-locked:
+			default:
+				if err == nil {
+					continue
+				}
+			}
+			first <- result{res, err}
+			return
+		}
+	}()
+	select {
+	case <-locked:
+	case r := <-first:
+		t.Fatalf("the first sweep ended without locking the takeover: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("the first sweep never locked the takeover")
+	}
+	// The other sweep waits out the stalled takeover's lease, then takes
+	// over and publishes the wakeup.
+	res, err := other.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Finished, "the other sweep stored the wakeup")
+	close(release)
+	var r result
+	select {
+	case r = <-first:
+	case <-ctx.Done():
+		t.Fatal("the stalled sweep never ended")
+	}
+	require.NoError(t, r.err)
+	require.Zero(t, r.res.Finished, "the stalled sweep's wakeup was a duplicate")
+	require.Len(t, wakeupEntries(t, e, c), 1, "one wakeup stored")
+}
