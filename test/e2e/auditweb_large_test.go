@@ -7,19 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cgledger/cgledger/client"
-	"github.com/cgledger/cgledger/internal/auth"
 	"github.com/cgledger/cgledger/internal/servetest"
 	"github.com/cgledger/cgledger/internal/testenv"
-	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestAuditwebLargeTurn loads a turn of 1,000 calls in the audit page and
@@ -38,47 +33,8 @@ func TestAuditwebLargeTurn(t *testing.T) {
 
 	// The calls, dispatched as the admin from a few connections at once;
 	// the built-in echo runs and reports each.
-	creds := filepath.Join(s.Data, "auth", "admin.creds")
-	_, inbox, err := auth.ReadCreds(creds)
-	require.NoError(t, err)
-	nc, err := nats.Connect(s.natsURL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	cl := client.New(nc, client.WithActor("alice"), client.WithTimeout(30*time.Second))
 	started := time.Now()
-	ids := make(chan int)
-	errs := make(chan error, calls)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range ids {
-				id := fmt.Sprintf("c%04d", i)
-				card := "cc-big-" + id
-				_, err := cl.Dispatch(context.Background(), protocol.DispatchRequest{
-					Subject:  protocol.ToolCommandSubject(protocol.DefaultVersion, "demo", "main", "echo"),
-					Identity: protocol.Identity{AgentID: "alice", AgentTurnID: "big", TurnEpoch: 1, ToolCallID: id},
-					Card: protocol.Card{CardID: card, ProjectID: "demo", Type: protocol.CardToolCall, AuthorID: "alice", AgentTurnID: "big", ToolCallID: id,
-						Content:  json.RawMessage(fmt.Sprintf(`{"tool_name":"echo","arguments":{"i":%d}}`, i)),
-						Metadata: protocol.CardMetadata{TraceID: fmt.Sprintf("%032x", i+1), ParentStepID: "big", StepID: "step-" + id}},
-					Payload: protocol.ToolCommandPayload{ToolCallCardID: card, ToolName: "echo", AfterExecution: protocol.AfterSuspend, TimeoutMS: 60000},
-				})
-				if err != nil {
-					errs <- fmt.Errorf("dispatch %s: %w", id, err)
-				}
-			}
-		}()
-	}
-	for i := range calls {
-		ids <- i
-	}
-	close(ids)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	dispatchEchoCalls(t, s, "big", calls)
 	auditor := s.issue(t, "--project", "demo", "--role", "auditor")
 	// Every call reported and its wakeup decided, in the views, before the
 	// page looks (so that the answer it renders is the whole turn).
