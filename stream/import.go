@@ -21,10 +21,13 @@ type ImportConfig struct {
 	// caller's).
 	Progress func(entries uint64)
 	// Verified, when set, is called with each entry once it has verified,
-	// before it is published, with the headers the import stores (without
-	// Nats-*; the map is the caller's, not the one published): a replay
-	// projects it from there rather than reading it back from the stream.
-	// An error stops the import. It is called on the goroutine that called
+	// before it is published, with the headers the stream then holds: the
+	// file's without Nats-*, and the two that make JetStream check the
+	// entry's sequence (Nats-Expected-Stream, Nats-Expected-Last-Sequence;
+	// the views keep neither). The map is the one published, read on
+	// another goroutine: to be read, not changed. A replay projects the
+	// entry from there rather than reading it back from the stream. An
+	// error stops the import. It is called on the goroutine that called
 	// ImportVerified; Progress on another one.
 	Verified func(e ExportEntry) error
 }
@@ -76,14 +79,15 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
+		msg := importMsgOwned(e, stream)
 		if cfg.Verified != nil {
 			stored := e
-			stored.Headers = ImportedHeaders(e.Headers)
+			stored.Headers = msg.Header
 			if err := cfg.Verified(stored); err != nil {
 				return err
 			}
 		}
-		chunk = append(chunk, importItem{seq: e.Seq, msg: importMsgOwned(e, stream)})
+		chunk = append(chunk, importItem{seq: e.Seq, msg: msg})
 		if len(chunk) == importChunk {
 			if err := pub.send(chunk); err != nil {
 				return err
