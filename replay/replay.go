@@ -53,10 +53,13 @@ type Progress struct {
 }
 
 // applyChunk entries go to the applier at a time, and at most applyQueue
-// chunks wait for it: the import runs at most that far ahead of the views.
+// chunks wait for it: the import runs at most that far ahead of the views
+// (16k entries, some 16 MB of a ledger's): room enough that a pause on one
+// side (a Pebble commit, the server's writes) does not stop the other, as
+// in the floor, where each side has every entry from the start.
 const (
 	applyChunk = 256
-	applyQueue = 16
+	applyQueue = 64
 )
 
 // countingReader counts the bytes read through it.

@@ -13,10 +13,11 @@ import (
 
 // importChunk verified entries go to the publisher at a time, and at most
 // importQueue chunks wait for it: the read runs at most that far ahead of
-// the publishes (which run at most InFlight ahead of their acks).
+// the publishes (which run at most InFlight ahead of their acks), so that
+// a pause of the server's does not stop the read (nor a replay's views).
 const (
 	importChunk = 256
-	importQueue = 8
+	importQueue = 32
 )
 
 // importItem is one verified entry to publish: the sequence it must get.
