@@ -42,7 +42,9 @@ type Options struct {
 	Inspect func(store *projector.Store, q *projector.Queries) error
 	// Progress, when set, is called after each entry is imported and once
 	// at the end: bytes of the file read of its size, entries imported, and
-	// entries projected. It is called often; it should be cheap.
+	// entries projected. It is called often (during the import from the
+	// goroutine that publishes, never two calls at once); it should be
+	// cheap.
 	Progress func(Progress)
 }
 
