@@ -42,7 +42,9 @@ type Options struct {
 	Inspect func(store *projector.Store, q *projector.Queries) error
 	// Progress, when set, is called after each entry is imported and once
 	// at the end: bytes of the file read of its size, entries imported, and
-	// entries projected. It is called often; it should be cheap.
+	// entries projected. It is called often (during the import from the
+	// goroutine that publishes, never two calls at once); it should be
+	// cheap.
 	Progress func(Progress)
 }
 
@@ -53,10 +55,13 @@ type Progress struct {
 }
 
 // applyChunk entries go to the applier at a time, and at most applyQueue
-// chunks wait for it: the import runs at most that far ahead of the views.
+// chunks wait for it: the import runs at most that far ahead of the views
+// (16k entries, some 16 MB of a ledger's): room enough that a pause on one
+// side (a Pebble commit, the server's writes) does not stop the other, as
+// in the floor, where each side has every entry from the start.
 const (
 	applyChunk = 256
-	applyQueue = 16
+	applyQueue = 64
 )
 
 // countingReader counts the bytes read through it.

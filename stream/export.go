@@ -241,6 +241,21 @@ func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEn
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
+		// An entry line as the ledger writes it is read by hand; any
+		// other line (the trailer, an escape, another layout) by
+		// encoding/json, to the same entry (readExportLine). A line read
+		// by hand has no repeated key (its keys are in one order, its
+		// header names compared as they are, its payload opaque), so the
+		// scan below is only for the others.
+		if line > 1 && trailer == nil {
+			var e ExportEntry
+			if readExportLine(b, &e) {
+				if err := fn(e); err != nil {
+					return hdr, trailer, err
+				}
+				continue
+			}
+		}
 		// A repeated key would let the file show one value to a person
 		// (or a reader that keeps the first copy) while this reader, which
 		// keeps the last, verifies another. An entry's json payload is the
@@ -264,18 +279,6 @@ func ReadExport(r io.Reader, onHeader func(ExportHeader) error, fn func(ExportEn
 		}
 		if trailer != nil {
 			return hdr, trailer, fmt.Errorf("%w: line %d follows the trailer", ErrBadExport, line)
-		}
-		// An entry line as the ledger writes it is read by hand; any
-		// other line (the trailer, an escape, another layout) by
-		// encoding/json, to the same entry (readExportLine).
-		if trailer == nil {
-			var e ExportEntry
-			if readExportLine(b, &e) {
-				if err := fn(e); err != nil {
-					return hdr, trailer, err
-				}
-				continue
-			}
 		}
 		// One decode per line: replay and verify read every entry of a
 		// file, and decoding each line twice was most of their reading.

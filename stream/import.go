@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/cgledger/cgledger/protocol"
 	"github.com/nats-io/nats.go"
@@ -18,13 +17,18 @@ type ImportConfig struct {
 	// 1024. Negative is refused (Validate).
 	InFlight int
 	// Progress, when set, is called after each entry is published, with the
-	// number published so far.
+	// number published so far, from the goroutine that publishes (not the
+	// caller's).
 	Progress func(entries uint64)
 	// Verified, when set, is called with each entry once it has verified,
-	// before it is published, with the headers the import stores (without
-	// Nats-*; the map is the one published, to be read, not changed): a
-	// replay projects it from there rather than reading it back from the
-	// stream. An error stops the import.
+	// before it is published, with the headers the stream then holds: the
+	// file's without Nats-*, and the two that make JetStream check the
+	// entry's sequence (Nats-Expected-Stream, Nats-Expected-Last-Sequence;
+	// the views keep neither). The map is the one published, read on
+	// another goroutine: to be read, not changed. A replay projects the
+	// entry from there rather than reading it back from the stream. An
+	// error stops the import. It is called on the goroutine that called
+	// ImportVerified; Progress on another one.
 	Verified func(e ExportEntry) error
 }
 
@@ -56,31 +60,12 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 	if last := s.CachedInfo().State.LastSeq; last != 0 {
 		return rep, fmt.Errorf("import: stream %s is not empty (last seq %d)", stream, last)
 	}
-	type pending struct {
-		seq uint64
-		ack jetstream.PubAckFuture
-	}
-	var window []pending
-	// settle waits for the oldest publishes until at most keep remain.
-	settle := func(keep int) error {
-		for len(window) > keep {
-			p := window[0]
-			select {
-			case ack := <-p.ack.Ok():
-				if ack.Sequence != p.seq {
-					return fmt.Errorf("import: entry %d was stored as %d", p.seq, ack.Sequence)
-				}
-			case err := <-p.ack.Err():
-				return fmt.Errorf("import: entry %d: %w", p.seq, err)
-			case <-ctx.Done():
-				return fmt.Errorf("import: %w", ctx.Err())
-			}
-			window = window[1:]
-		}
-		return nil
-	}
+	// The file is read and verified here while another goroutine publishes
+	// what has verified and waits for the acks: the read (and the views a
+	// replay projects from it, Verified) does not stall on the window.
+	pub := startImportPublisher(ctx, js, stream, inFlight, cfg.Progress)
 	var v *protocol.ChainVerifier
-	var published uint64
+	chunk := make([]importItem, 0, importChunk)
 	hdr, tr, err := ReadExport(r, func(h ExportHeader) (err error) {
 		if h.FromSeq != 1 {
 			return fmt.Errorf("%w: a replay needs a full export (from_seq 1), this one starts at %d", ErrBadExport, h.FromSeq)
@@ -94,7 +79,7 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 		if !v.Add(e.Seq, e.Subject, nats.Header(e.Headers), e.Data, &file) {
 			return errStopImport
 		}
-		msg := importMsg(e)
+		msg := importMsgOwned(e, stream)
 		if cfg.Verified != nil {
 			stored := e
 			stored.Headers = msg.Header
@@ -102,27 +87,34 @@ func ImportVerified(ctx context.Context, js jetstream.JetStream, stream string, 
 				return err
 			}
 		}
-		// Each publish states the sequence it must get: JetStream refuses it
-		// (and so every later one) if anything else was stored between.
-		ack, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequence(e.Seq-1))
-		if err != nil {
-			return fmt.Errorf("import: entry %d: %w", e.Seq, err)
-		}
-		window = append(window, pending{seq: e.Seq, ack: ack})
-		if err := settle(inFlight - 1); err != nil {
-			return err
-		}
-		published++
-		if cfg.Progress != nil {
-			cfg.Progress(published)
+		chunk = append(chunk, importItem{seq: e.Seq, msg: msg})
+		if len(chunk) == importChunk {
+			if err := pub.send(chunk); err != nil {
+				return err
+			}
+			chunk = make([]importItem, 0, importChunk)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errStopImport) {
-		return rep, err
+	if err == nil || errors.Is(err, errStopImport) {
+		if len(chunk) > 0 {
+			err = pub.send(chunk)
+		} else {
+			err = nil
+		}
 	}
-	if err := settle(0); err != nil {
+	// The publisher always finishes (what it was sent, every ack) before
+	// this returns: the caller may close the connection next.
+	pub.close()
+	perr := pub.wait()
+	switch {
+	case errors.Is(err, errPublisherStopped):
+		// The publisher's own error says what went wrong.
+		return rep, perr
+	case err != nil:
 		return rep, err
+	case perr != nil:
+		return rep, perr
 	}
 	verdict(&rep, hdr, v, tr, 0)
 	return rep, nil
@@ -141,7 +133,7 @@ func importMsg(e ExportEntry) *nats.Msg {
 func ImportedHeaders(h map[string][]string) nats.Header {
 	out := make(nats.Header, len(h))
 	for k, v := range h {
-		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+		if !isNatsHeader(k) {
 			out[k] = v
 		}
 	}
