@@ -25,6 +25,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// credentialTTL is how long the load generator's credentials last: longer
+// than any run (a 1M-call --rebuild records for most of an hour on a
+// loaded 2-core machine, and an expired credential ends the run with
+// "authentication expired").
+const credentialTTL = 7 * 24 * time.Hour
+
 // env is the server under test and the clients that load it.
 type env struct {
 	httpURL string
@@ -111,7 +117,7 @@ func run(ctx context.Context, cfg Config, mem **MemoryReport) ([]Row, error) {
 		return nil, err
 	}
 	connect := func(g auth.Grant) (*nats.Conn, error) {
-		c, err := is.Issue(g, time.Hour, time.Now())
+		c, err := is.Issue(g, credentialTTL, time.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +256,7 @@ func run(ctx context.Context, cfg Config, mem **MemoryReport) ([]Row, error) {
 		// The MCP front door: a tools/call of echo through /mcp beside the
 		// same call of an echo MCP server in this process.
 		mb, err := newMCPWorkload(ctx, a.HTTP, func(g auth.Grant) (string, error) {
-			c, err := is.Issue(g, time.Hour, time.Now())
+			c, err := is.Issue(g, credentialTTL, time.Now())
 			return c.JWT, err
 		})
 		if err != nil {
