@@ -73,7 +73,7 @@ var Codes = []CodeInfo{
 	{Kind: KindProblem, Code: string(CodeNotFound), Status: 404, Meaning: "nothing found, no such endpoint, or a role this process does not run (violation not_served)"},
 	{Kind: KindProblem, Code: "method_not_allowed", Status: 405, Meaning: "the path is served, not for this method (Allow lists those it is)"},
 	{Kind: KindProblem, Code: string(CodeInternal), Status: 500, Meaning: "the server could not finish", Retry: true},
-	{Kind: KindProblem, Code: "starting", Status: 503, Meaning: "serve is still starting (restoring its views, waiting for the cluster): only /healthz, /readyz and /metrics answer", Retry: true},
+	{Kind: KindProblem, Code: "starting", Status: 503, Meaning: "serve is still starting (restoring its views, waiting for the cluster): only /healthz, /readyz, /metrics and /v1/openapi.json answer", Retry: true},
 }
 
 // CodesOf lists the catalogue's codes of kind, in its order.

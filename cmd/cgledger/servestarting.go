@@ -38,8 +38,9 @@ type handlerSlot struct{ h http.Handler }
 
 // startingHTTPComponent serves HTTP from the start, before the views are
 // restored or opened and before the cluster answers: /healthz says the
-// process is alive, /readyz answers 503 naming the step serve is at, and
-// /metrics serves the registry as it fills; every other request is
+// process is alive, /readyz answers 503 naming the step serve is at,
+// /metrics serves the registry as it fills and /v1/openapi.json the API's
+// description; every other request is
 // answered 503 (problem "starting") rather than left waiting, since no view
 // or ledger is there to answer it. servingComponent puts the whole router
 // in its place. Its stop closes what a start that failed (or was stopped
@@ -69,7 +70,7 @@ func (c *startingHTTPComponent) Start(context.Context) error {
 			st.log.Error("http server", "err", err)
 		}
 	}()
-	st.log.Info("http answers /healthz, /readyz and /metrics while serve starts", "http", st.httpURL())
+	st.log.Info("http answers /healthz, /readyz, /metrics and /v1/openapi.json while serve starts", "http", st.httpURL())
 	return nil
 }
 
@@ -119,7 +120,7 @@ func startingHandler(st *serveState) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(startingRetryAfter))
 		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeStarting,
-			"cgledger serve is starting (see /readyz): only /healthz, /readyz and /metrics answer until it serves", nil))
+			"cgledger serve is starting (see /readyz): only /healthz, /readyz, /metrics and /v1/openapi.json answer until it serves", nil))
 	})
 	var h http.Handler = mux
 	if st.sa != nil {

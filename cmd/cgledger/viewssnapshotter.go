@@ -205,16 +205,16 @@ func (c *viewsSnapshotter) refusal() string {
 
 // take takes one snapshot, stores it, prunes the older ones and answers
 // its manifest; why ("scheduled", "asked") is logged.
-func (c *viewsSnapshotter) take(ctx context.Context, why string) (protocol.ViewsSnapshotResult, error) {
+func (c *viewsSnapshotter) take(asked context.Context, why string) (protocol.ViewsSnapshotResult, error) {
 	log := c.st.log
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(asked)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
 	select {
 	case c.busy <- struct{}{}:
 		defer func() { <-c.busy }()
 	case <-ctx.Done():
-		return protocol.ViewsSnapshotResult{}, fmt.Errorf("waiting for the snapshot in progress: %w", ctx.Err())
+		return protocol.ViewsSnapshotResult{}, c.interrupted(asked, fmt.Errorf("waiting for the snapshot in progress: %w", ctx.Err()))
 	}
 	if reason := c.refusal(); reason != "" {
 		c.total.WithLabelValues("refused").Inc()
@@ -225,6 +225,7 @@ func (c *viewsSnapshotter) take(ctx context.Context, why string) (protocol.Views
 	start := time.Now()
 	res, err := c.takeStored(ctx)
 	if err != nil {
+		err = c.interrupted(asked, err)
 		c.total.WithLabelValues("failed").Inc()
 		log.Error("views snapshot failed", "why", why, "err", err, "duration", time.Since(start).Round(time.Millisecond))
 		return res, err
@@ -238,6 +239,22 @@ func (c *viewsSnapshotter) take(ctx context.Context, why string) (protocol.Views
 	log.Info("views snapshot taken", "why", why, "snapshot", res.Name, "applied_seq", res.AppliedSeq, "size", res.Size,
 		"duration", took.Round(time.Millisecond), "target", res.Target, "pruned", res.Pruned)
 	return res, nil
+}
+
+// interrupted says why a snapshot asked with the context asked was cut
+// short, when it was, rather than leave the asker a bare "context
+// canceled" (docs/protocol.md#viewssnapshot: the message says why no
+// snapshot could be taken). The snapshotter stops at the shutdown's first
+// step, and views.snapshot's API server with serve's life: a request's
+// context is canceled, rather than past its deadline, only by that.
+func (c *viewsSnapshotter) interrupted(asked context.Context, err error) error {
+	switch {
+	case c.ctx.Err() != nil || errors.Is(asked.Err(), context.Canceled):
+		return fmt.Errorf("serve shut down while taking the snapshot (ask again once a serve runs): %w", err)
+	case errors.Is(asked.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("the snapshot took longer than the request's time: %w", err)
+	}
+	return err
 }
 
 // takeStored makes the checkpoint under the data directory, stores it in

@@ -39,3 +39,38 @@ func TestScheduleIgnoresSnapshotsFromTheFuture(t *testing.T) {
 	require.GreaterOrEqual(t, age, 10*time.Minute, "the age of the newest snapshot dated in the past")
 	require.Less(t, age, time.Hour)
 }
+
+// TestSnapshotCutShortSaysWhy: a snapshot asked for and cut short says why
+// rather than a bare "context canceled" (docs/protocol.md#viewssnapshot):
+// the snapshotter stopped or the request's context canceled is serve
+// shutting down, the request's deadline is its time running out. Each is
+// asked while another snapshot holds the snapshotter, so take waits until
+// its context ends.
+func TestSnapshotCutShortSaysWhy(t *testing.T) {
+	busy := func() *viewsSnapshotter {
+		c := &viewsSnapshotter{st: &serveState{}, busy: make(chan struct{}, 1)}
+		c.busy <- struct{}{}
+		c.ctx, c.stop = context.WithCancel(context.Background())
+		t.Cleanup(c.stop)
+		return c
+	}
+
+	c := busy()
+	c.stop()
+	_, err := c.take(context.Background(), "asked")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Contains(t, err.Error(), "serve shut down while taking the snapshot", "the snapshotter stopped")
+
+	asked, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = busy().take(asked, "asked")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Contains(t, err.Error(), "serve shut down while taking the snapshot", "the API server stopped")
+
+	asked, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = busy().take(asked, "asked")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "the snapshot took longer than the request's time")
+	require.NotContains(t, err.Error(), "shut down")
+}

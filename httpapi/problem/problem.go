@@ -38,8 +38,8 @@ const (
 	// CodeForbidden: the credential may not make this request (403).
 	CodeForbidden = "forbidden"
 	// CodeStarting: serve is still starting (restoring its views, waiting
-	// for the cluster) and answers only health, readiness and metrics
-	// (503, with Retry-After).
+	// for the cluster) and answers only /healthz, /readyz, /metrics and
+	// /v1/openapi.json (503, with Retry-After).
 	CodeStarting = "starting"
 )
 

@@ -422,9 +422,12 @@ func buildDocument() obj {
 		"reason": obj{"type": "string", "description": "Why not ready."},
 		"step": obj{"type": "string", "enum": []string{"starting", "restoring_views", "catching_up", "shutting_down"},
 			"description": "With a 503 for a step of serve's own life rather than a fault (absent for a fault): a start-up part runs or waits for the cluster, a views snapshot is restored, the projector's catch-up at start (a rebuild included), the shutdown."},
-		"roles":       obj{"type": "array", "items": obj{"type": "string"}, "description": "The roles this process runs (api, executor, projector)."},
-		"applied_seq": obj{"type": "integer", "minimum": 0, "description": "The projector's applied sequence (with the projector role)."},
-		"last_seq":    obj{"type": "integer", "minimum": 0, "description": "The ledger stream's last sequence (absent when the stream cannot be read within a second): with applied_seq, how far a catch-up has to go."},
+		"roles":                obj{"type": "array", "items": obj{"type": "string"}, "description": "The roles this process runs (api, executor, projector)."},
+		"applied_seq":          obj{"type": "integer", "minimum": 0, "description": "The projector's applied sequence (with the projector role)."},
+		"last_seq":             obj{"type": "integer", "minimum": 0, "description": "The ledger stream's last sequence (absent when the stream cannot be read within a second): with applied_seq, how far a catch-up has to go."},
+		"first_seq":            obj{"type": "integer", "minimum": 1, "description": "With retention set, or an archive written before: the first sequence the stream still keeps (tool definitions and roster entries are kept for good, so it can stay low); absent when the stream cannot be read within a second."},
+		"archived_seq":         obj{"type": "integer", "minimum": 0, "description": "With retention set or an archive written before: the last sequence in a sealed archive segment (docs/durability.md#history-beyond-one-stream)."},
+		"archive_lost_entries": obj{"type": "integer", "minimum": 1, "description": "How many entries expired before they were archived (absent when none did; docs/durability.md#history-beyond-one-stream)."},
 	}}
 
 	paths := obj{}
@@ -440,6 +443,12 @@ func buildDocument() obj {
 		}
 		for _, code := range o.errs {
 			responses[code] = resp(errorResponses[code].name)
+		}
+		// Every operation but the open ones is answered 503 starting
+		// while serve starts (cmd/cgledger/servestarting.go): only the
+		// open endpoints are served before the whole router.
+		if !o.open {
+			responses["503"] = resp(errorResponses["503"].name)
 		}
 		operation := obj{"operationId": o.id, "tags": []string{o.tag}, "summary": o.summary, "description": o.desc, "responses": responses}
 		if len(o.params) > 0 {
@@ -459,6 +468,7 @@ func buildDocument() obj {
 		responses[r.name] = obj{"description": r.desc, "content": obj{problem.ContentType: obj{"schema": ref("Problem")}}}
 	}
 	responses["MethodNotAllowed"].(obj)["headers"] = obj{"Allow": obj{"description": "The methods the path is served for.", "schema": obj{"type": "string"}}}
+	responses["Starting"].(obj)["headers"] = obj{"Retry-After": obj{"description": "Seconds to wait before retrying (1).", "schema": obj{"type": "integer", "minimum": 0}}}
 
 	return obj{
 		"openapi": "3.1.0",
@@ -513,6 +523,7 @@ var errorResponses = map[string]errorResponse{
 	"409": {"Conflict", "conflict or mismatch: the call was decided, reported or resolved already (or is not in the state the operation needs: the violations say which), or the card or digest is not the call's."},
 	"405": {"MethodNotAllowed", "method_not_allowed: the path is served for other methods (Allow)."},
 	"500": {"Internal", "internal: the server could not answer; retry."},
+	"503": {"Starting", "starting: serve is still starting (restoring its views, waiting for the cluster) and answers only /healthz, /readyz, /metrics and /v1/openapi.json until it serves; retry after Retry-After seconds (/readyz names the step)."},
 }
 
 // DecisionBody is the body of POST .../approve and .../deny.

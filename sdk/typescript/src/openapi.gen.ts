@@ -293,6 +293,12 @@ export interface ProjectInfoPage {
 export interface Readiness {
   /** The projector's applied sequence (with the projector role). */
   "applied_seq"?: number;
+  /** How many entries expired before they were archived (absent when none did; docs/durability.md#history-beyond-one-stream). */
+  "archive_lost_entries"?: number;
+  /** With retention set or an archive written before: the last sequence in a sealed archive segment (docs/durability.md#history-beyond-one-stream). */
+  "archived_seq"?: number;
+  /** With retention set, or an archive written before: the first sequence the stream still keeps (tool definitions and roster entries are kept for good, so it can stay low); absent when the stream cannot be read within a second. */
+  "first_seq"?: number;
   /** The ledger stream's last sequence (absent when the stream cannot be read within a second): with applied_seq, how far a catch-up has to go. */
   "last_seq"?: number;
   /** Why not ready. */
