@@ -31,6 +31,17 @@ func snapshotCalls(t *testing.T, s *server, prefix string, n int) {
 	}
 }
 
+// takeViewsSnapshot runs `cgledger views snapshot --json` against s and
+// answers the snapshot it took.
+func takeViewsSnapshot(t *testing.T, s *server) protocol.ViewsSnapshotResult {
+	t.Helper()
+	out, code := s.run(t, "views", "snapshot", "--json")
+	require.Equal(t, 0, code, out)
+	var m protocol.ViewsSnapshotResult
+	require.NoError(t, json.Unmarshal([]byte(out), &m))
+	return m
+}
+
 // caughtUpDigest waits until s is ready with its views at the stream's
 // last sequence, and answers their digest.
 func caughtUpDigest(t *testing.T, s *server) projector.DigestResult {
@@ -102,10 +113,7 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	snapshotCalls(t, s, "a", 4)
 	at := caughtUpDigest(t, s)
 
-	out, code := s.run(t, "views", "snapshot", "--json")
-	require.Equal(t, 0, code, out)
-	var m protocol.ViewsSnapshotResult
-	require.NoError(t, json.Unmarshal([]byte(out), &m))
+	m := takeViewsSnapshot(t, s)
 	require.GreaterOrEqual(t, m.AppliedSeq, at.AppliedSeq)
 	require.Equal(t, projector.ViewsFormat, m.ViewsFormat)
 	require.Equal(t, "CG_LEDGER", m.Stream)
@@ -119,7 +127,7 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	}
 	require.Equal(t, 1.0, metricValue(t, s, `cgledger_views_snapshots_total{result="ok"}`))
 	require.Equal(t, float64(m.AppliedSeq), metricValue(t, s, "cgledger_views_snapshot_last_seq"))
-	out, code = s.run(t, "views", "snapshots", "--json")
+	out, code := s.run(t, "views", "snapshots", "--json")
 	require.Equal(t, 0, code, out)
 	var list protocol.ViewsSnapshotListResult
 	require.NoError(t, json.Unmarshal([]byte(out), &list))

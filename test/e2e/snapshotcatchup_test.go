@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/internal/servetest"
-	"github.com/cgledger/cgledger/protocol"
 )
 
 // TestViewsRestoreKilledDuringItsCatchUp: serve without views restores a
@@ -24,10 +22,7 @@ func TestViewsRestoreKilledDuringItsCatchUp(t *testing.T) {
 	data, np, hp := t.TempDir(), servetest.FreePort(t), servetest.FreePort(t)
 	s := startServer(t, data, np, hp)
 	snapshotCalls(t, s, "a", 2)
-	out, code := s.run(t, "views", "snapshot", "--json")
-	require.Equal(t, 0, code, out)
-	var m protocol.ViewsSnapshotResult
-	require.NoError(t, json.Unmarshal([]byte(out), &m))
+	m := takeViewsSnapshot(t, s)
 	// Enough entries after the snapshot that its catch-up takes a while.
 	dispatchEchoCalls(t, s, "after", 3000)
 	before := caughtUpDigest(t, s)
@@ -50,6 +45,6 @@ func TestViewsRestoreKilledDuringItsCatchUp(t *testing.T) {
 	s = startServer(t, data, np, hp)
 	require.Equal(t, before, caughtUpDigest(t, s), "the restored views, caught up after the kill, are the ones serve had")
 	require.NotContains(t, s.Log.String(), "views: restoring", "views that are there (restored, partly caught up) are not restored again")
-	out, code = s.run(t, "verify", "--json")
+	out, code := s.run(t, "verify", "--json")
 	require.Equal(t, 0, code, out)
 }

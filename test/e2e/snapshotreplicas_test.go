@@ -118,10 +118,7 @@ func TestServeAnswersProbesWhileItRestoresViews(t *testing.T) {
 	a := startReplica(t, "a", c.Node(0).URL(), "--replicas", "3")
 	replicaReady(t, a)
 	snapshotCalls(t, a, "a", 3)
-	out, code := a.run(t, "views", "snapshot", "--json")
-	require.Equal(t, 0, code, out)
-	var m protocol.ViewsSnapshotResult
-	require.NoError(t, json.Unmarshal([]byte(out), &m))
+	m := takeViewsSnapshot(t, a)
 	snapshotCalls(t, a, "b", 2)
 	want := openDigest(t, a)
 	require.Greater(t, want.AppliedSeq, m.AppliedSeq, "the restored views have entries to catch up with")
@@ -203,10 +200,7 @@ func TestTwoReplicasRestoreOneSnapshotAtOnce(t *testing.T) {
 	a := startReplica(t, "a", ns.URL(), keep...)
 	replicaReady(t, a)
 	snapshotCalls(t, a, "a", 3)
-	out, code := a.run(t, "views", "snapshot", "--json")
-	require.Equal(t, 0, code, out)
-	var m protocol.ViewsSnapshotResult
-	require.NoError(t, json.Unmarshal([]byte(out), &m))
+	m := takeViewsSnapshot(t, a)
 	snapshotCalls(t, a, "b", 2)
 	want := openDigest(t, a)
 
@@ -236,9 +230,8 @@ func TestTwoReplicasRestoreOneSnapshotAtOnce(t *testing.T) {
 	stopServe(t, cc)
 
 	// A last snapshot (A's): after its prune the bucket holds keep.
-	out, code = a.run(t, "views", "snapshot", "--json")
-	require.Equal(t, 0, code, out)
-	out, code = a.run(t, "views", "snapshots", "--json")
+	takeViewsSnapshot(t, a)
+	out, code := a.run(t, "views", "snapshots", "--json")
 	require.Equal(t, 0, code, out)
 	var list protocol.ViewsSnapshotListResult
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
