@@ -22,8 +22,9 @@ import (
 // the stream, from the export file) is what the ratio shows.
 
 // memEntries reads the ledger stream, sequences 1 to last, into memory as
-// the projector receives it (outside any timing).
-func memEntries(ctx context.Context, js jetstream.JetStream, last uint64) ([]protocol.Entry, error) {
+// the projector receives it (outside any timing), held encoded
+// (heldEntries): the floors decode them as they go, inside their timing.
+func memEntries(ctx context.Context, js jetstream.JetStream, last uint64) (*heldEntries, error) {
 	s, err := js.Stream(ctx, stream.DefaultName)
 	if err != nil {
 		return nil, err
@@ -37,8 +38,8 @@ func memEntries(ctx context.Context, js jetstream.JetStream, last uint64) ([]pro
 		return nil, err
 	}
 	defer it.Stop()
-	entries := make([]protocol.Entry, 0, last)
-	for uint64(len(entries)) < last {
+	entries := newHeldEntries(int(last))
+	for uint64(entries.len()) < last {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return nil, err
@@ -47,7 +48,7 @@ func memEntries(ctx context.Context, js jetstream.JetStream, last uint64) ([]pro
 		if err != nil {
 			return nil, err
 		}
-		entries = append(entries, protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
+		entries.add(protocol.Entry{Seq: meta.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
 	}
 	return entries, nil
 }
@@ -56,12 +57,12 @@ func memEntries(ctx context.Context, js jetstream.JetStream, last uint64) ([]pro
 // memory into a fresh store in dir, with the projector's batch size and
 // pipelined commits, then the store synced (as a rebuild ends). It
 // returns the store, open, for its digest.
-func applyFloor(entries []protocol.Entry, dir string) (*projector.Store, error) {
+func applyFloor(entries *heldEntries, dir string) (*projector.Store, error) {
 	store, err := projector.OpenStore(dir, projector.StoreOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if err := projector.ApplyEntries(store, entries, projector.DefaultBatchSize); err != nil {
+	if err := applyHeld(store, entries, 0, entries.len()); err != nil {
 		store.Close()
 		return nil, err
 	}
@@ -72,13 +73,28 @@ func applyFloor(entries []protocol.Entry, dir string) (*projector.Store, error) 
 	return store, nil
 }
 
+// applyHeld applies entries from to to (exclusive) to store as the
+// projector does (projector.EntryApplier: its batch size, pipelined
+// commits), decoding them as it goes.
+func applyHeld(store *projector.Store, entries *heldEntries, from, to int) error {
+	x, err := projector.NewEntryApplier(store, projector.DefaultBatchSize)
+	if err != nil {
+		return err
+	}
+	if err := entries.each(from, to, func(batch []protocol.Entry) error { return x.Apply(batch...) }); err != nil {
+		_ = x.Close()
+		return err
+	}
+	return x.Close()
+}
+
 // replayFloor is a replay's floor: a fresh embedded server in dir (as a
 // replay starts one) storing the entries raw (asynchronous publishes, at
 // most rawInFlight awaiting their ack, as the import's window) while, on the other
 // goroutine, the projector applies them from memory into a fresh store
 // (applyFloor); then the views' digest, which a replay reports. It returns
 // the digest.
-func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (string, error) {
+func replayFloor(ctx context.Context, entries *heldEntries, dir string) (string, error) {
 	store, err := replayFloorStore(ctx, entries, dir)
 	if err != nil {
 		return "", err
@@ -87,7 +103,7 @@ func replayFloor(ctx context.Context, entries []protocol.Entry, dir string) (str
 }
 
 // replayFloorStore is replayFloor up to the digest.
-func replayFloorStore(ctx context.Context, entries []protocol.Entry, dir string) (*projector.Store, error) {
+func replayFloorStore(ctx context.Context, entries *heldEntries, dir string) (*projector.Store, error) {
 	srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(dir, "jetstream"), ServerName: "cgledger-bench-floor"})
 	if err != nil {
 		return nil, err
@@ -129,7 +145,7 @@ func replayFloorStore(ctx context.Context, entries []protocol.Entry, dir string)
 
 // storeRaw publishes entries as the import stores them (subject, data,
 // headers without JetStream's own Nats-*), pipelined, until every ack is in.
-func storeRaw(ctx context.Context, js jetstream.JetStream, entries []protocol.Entry) error {
+func storeRaw(ctx context.Context, js jetstream.JetStream, entries *heldEntries) error {
 	var window []jetstream.PubAckFuture
 	// settle waits for the oldest acks until at most keep await theirs.
 	settle := func(keep int) error {
@@ -145,16 +161,22 @@ func storeRaw(ctx context.Context, js jetstream.JetStream, entries []protocol.En
 		}
 		return nil
 	}
-	for _, e := range entries {
-		m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: stream.ImportedHeaders(e.Headers)}
-		ack, err := js.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("entry %d: %w", e.Seq, err)
+	err := entries.each(0, entries.len(), func(batch []protocol.Entry) error {
+		for _, e := range batch {
+			m := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: stream.ImportedHeaders(e.Headers)}
+			ack, err := js.PublishMsgAsync(m)
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.Seq, err)
+			}
+			window = append(window, ack)
+			if err := settle(rawInFlight - 1); err != nil {
+				return err
+			}
 		}
-		window = append(window, ack)
-		if err := settle(rawInFlight - 1); err != nil {
-			return err
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return settle(0)
 }

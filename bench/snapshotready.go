@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cgledger/cgledger/projector"
-	"github.com/cgledger/cgledger/protocol"
 	"github.com/cgledger/cgledger/snapshot"
 	"github.com/cgledger/cgledger/stream"
 )
@@ -29,7 +28,7 @@ var snapshotShares = []float64{1, 0.9}
 // snapshot taken when the pass reaches its share), each kept in a
 // directory target of its own under work. It returns the targets and the
 // sequence each snapshot is at.
-func snapshotSources(ctx context.Context, entries []protocol.Entry, work string) ([]*snapshot.Dir, []uint64, error) {
+func snapshotSources(ctx context.Context, entries *heldEntries, work string) ([]*snapshot.Dir, []uint64, error) {
 	order := make([]int, len(snapshotShares))
 	for i := range order {
 		order[i] = i
@@ -44,8 +43,8 @@ func snapshotSources(ctx context.Context, entries []protocol.Entry, work string)
 	seqs := make([]uint64, len(snapshotShares))
 	applied := 0
 	for _, i := range order {
-		n := int(float64(len(entries)) * snapshotShares[i])
-		if err := projector.ApplyEntries(src, entries[applied:n], projector.DefaultBatchSize); err != nil {
+		n := int(float64(entries.len()) * snapshotShares[i])
+		if err := applyHeld(src, entries, applied, n); err != nil {
 			return nil, nil, fmt.Errorf("views to snapshot: %w", err)
 		}
 		applied = n
