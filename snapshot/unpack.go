@@ -73,7 +73,7 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written [
 		}
 		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("unpack: %w", err)
+			return nil, &installError{fmt.Errorf("unpack: %w", err)}
 		}
 		dirs[filepath.Dir(p)] = true
 		if err := writeChecked(tr, p, f); err != nil {
@@ -99,25 +99,43 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written [
 }
 
 // writeChecked writes r to a new file at p and fails unless its bytes have
-// f's SHA-256.
+// f's SHA-256. A failure to write the file (a full disk) is an
+// installError: it is the host's, not the snapshot's, and every other
+// snapshot would meet it too.
 func writeChecked(r io.Reader, p string, f File) error {
 	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return fmt.Errorf("unpack: %w", err)
+		return &installError{fmt.Errorf("unpack: %w", err)}
 	}
 	h := pipehash.New()
-	_, err = io.Copy(io.MultiWriter(out, h), r)
+	_, err = io.Copy(io.MultiWriter(localWriter{out}, h), r)
 	sum := h.Sum()
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	if cerr := out.Close(); err == nil && cerr != nil {
+		err = &installError{cerr}
 	}
 	if err != nil {
+		var inst *installError
+		if errors.As(err, &inst) {
+			return &installError{fmt.Errorf("unpack: file %s: %w", f.Name, inst.err)}
+		}
 		return fmt.Errorf("body: file %s: %w", f.Name, err)
 	}
 	if got := hex.EncodeToString(sum); got != f.SHA256 {
 		return fmt.Errorf("body: file %s: sha256 %s, the manifest says %s", f.Name, got, f.SHA256)
 	}
 	return nil
+}
+
+// localWriter marks the errors of writing the local file as installErrors,
+// apart from those of reading the body.
+type localWriter struct{ f *os.File }
+
+func (w localWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		err = &installError{err}
+	}
+	return n, err
 }
 
 // syncWritten fsyncs every file and directory unpack wrote (files first,

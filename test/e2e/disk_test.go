@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,14 +22,7 @@ import (
 // where the machine does not allow it.
 func mountTmpfs(t *testing.T, sizeMB int) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "small")
-	require.NoError(t, os.Mkdir(dir, 0o700))
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+itoa(sizeMB)+"m", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		testenv.Skip(t, "cannot mount a tmpfs here (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	return dir
+	return testenv.MountTmpfs(t, sizeMB<<10)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
