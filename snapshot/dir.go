@@ -180,9 +180,11 @@ func (d *Dir) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// PurgeOrphans removes what interrupted Puts and Deletes left: temporary
-// files, and bodies without a manifest, once they are an hour old (a
-// younger one may be a Put still running). It returns the names removed.
+// PurgeOrphans removes what interrupted Puts and Deletes left, and
+// snapshots that are not whole: temporary files, bodies without a manifest,
+// and manifests whose body is missing or of another size (with that body),
+// once they are an hour old (a younger one may be a Put still running). It
+// returns the names removed.
 func (d *Dir) PurgeOrphans(ctx context.Context) ([]string, error) {
 	ents, err := os.ReadDir(d.path)
 	if err != nil {
@@ -195,6 +197,18 @@ func (d *Dir) PurgeOrphans(ctx context.Context) ([]string, error) {
 		if name, ok := strings.CutSuffix(n, bodyExt); ok && checkName(name) == nil {
 			_, err := os.Stat(d.file(name + manifestExt))
 			orphan = errors.Is(err, fs.ErrNotExist)
+		}
+		// A manifest whose snapshot is not whole (its body truncated or
+		// missing) is never listed, so no prune would reach it. Put renames
+		// the body into place before the manifest, so it is no Put still
+		// running. Its body, named after it in the listing, is then a body
+		// without a manifest and goes too.
+		if name, ok := strings.CutSuffix(n, manifestExt); ok && checkName(name) == nil {
+			_, whole, err := d.manifest(name)
+			if err != nil {
+				return removed, fmt.Errorf("snapshot: purge %s: %w", d, err)
+			}
+			orphan = !whole
 		}
 		if !orphan {
 			continue

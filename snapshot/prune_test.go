@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -35,6 +36,15 @@ func TestPruneKeepsTheNewestAndRemovesOrphans(t *testing.T) {
 				for _, n := range orphans {
 					require.NoError(t, os.WriteFile(filepath.Join(tg.path, n), []byte("partial"), 0o644))
 				}
+				// A snapshot whose body was truncated: never listed, so
+				// only the purge removes it, manifest and body.
+				truncated := taken[0]
+				truncated.Name = snapshotName(4, 98, taken[0].Created)
+				raw, err := json.Marshal(truncated)
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(tg.path, truncated.Name+manifestExt), raw, 0o644))
+				require.NoError(t, os.WriteFile(filepath.Join(tg.path, truncated.Name+bodyExt), []byte("cut short"), 0o644))
+				orphans = append(orphans, truncated.Name+manifestExt, truncated.Name+bodyExt)
 			case *ObjectStore:
 				tg.orphanAfter = 0
 				subj := "$O." + tg.bucket + ".C.ORPHANNUID"
