@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/fsyncdir"
 	"github.com/cgledger/cgledger/internal/pipehash"
 )
 
@@ -23,22 +24,22 @@ import (
 // failed. It returns every file and directory written, for syncWritten:
 // nothing is fsynced here, so the writeback runs beside the checks that
 // follow instead of before them.
-func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written []string, err error) {
+func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written writtenPaths, err error) {
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
 	hdr, err := tr.Next()
 	if err != nil {
-		return nil, fmt.Errorf("body: first member: %w", err)
+		return writtenPaths{}, fmt.Errorf("body: first member: %w", err)
 	}
 	if hdr.Name != manifestMember {
-		return nil, fmt.Errorf("body: first member is %q, not %s", hdr.Name, manifestMember)
+		return writtenPaths{}, fmt.Errorf("body: first member is %q, not %s", hdr.Name, manifestMember)
 	}
 	var inner Manifest
 	if err := json.NewDecoder(io.LimitReader(tr, 64<<20)).Decode(&inner); err != nil {
-		return nil, fmt.Errorf("body: manifest: %w", err)
+		return writtenPaths{}, fmt.Errorf("body: manifest: %w", err)
 	}
 	if !sameManifest(inner, m) {
-		return nil, errors.New("body: the manifest inside differs from the one listed beside it")
+		return writtenPaths{}, errors.New("body: the manifest inside differs from the one listed beside it")
 	}
 	want := make(map[string]File, len(m.Files))
 	for _, f := range m.Files {
@@ -47,52 +48,52 @@ func unpack(ctx context.Context, r io.Reader, m Manifest, dir string) (written [
 	dirs := map[string]bool{dir: true}
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return writtenPaths{}, err
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("body: %w", err)
+			return writtenPaths{}, fmt.Errorf("body: %w", err)
 		}
 		rel, err := memberName(hdr.Name)
 		if err != nil {
-			return nil, fmt.Errorf("body: %w", err)
+			return writtenPaths{}, fmt.Errorf("body: %w", err)
 		}
 		f, ok := want[rel]
 		if !ok {
-			return nil, fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
+			return writtenPaths{}, fmt.Errorf("body: file %s is not in the manifest (or appears twice)", rel)
 		}
 		delete(want, rel)
 		if hdr.Typeflag != tar.TypeReg {
-			return nil, fmt.Errorf("body: file %s is not a regular file (tar type %q)", rel, hdr.Typeflag)
+			return writtenPaths{}, fmt.Errorf("body: file %s is not a regular file (tar type %q)", rel, hdr.Typeflag)
 		}
 		if hdr.Size != f.Size {
-			return nil, fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
+			return writtenPaths{}, fmt.Errorf("body: file %s: %d bytes, the manifest says %d", rel, hdr.Size, f.Size)
 		}
 		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, &installError{fmt.Errorf("unpack: %w", err)}
+			return writtenPaths{}, &installError{fmt.Errorf("unpack: %w", err)}
 		}
 		dirs[filepath.Dir(p)] = true
 		if err := writeChecked(tr, p, f); err != nil {
-			return nil, err
+			return writtenPaths{}, err
 		}
-		written = append(written, p)
+		written.files = append(written.files, p)
 		stepHook("unpacking")
 	}
 	for name := range want {
-		return nil, fmt.Errorf("body: file %s of the manifest is missing", name)
+		return writtenPaths{}, fmt.Errorf("body: file %s of the manifest is missing", name)
 	}
 	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return nil, fmt.Errorf("body: %w", err)
+		return writtenPaths{}, fmt.Errorf("body: %w", err)
 	}
 	if cr.n != m.Size {
-		return nil, fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
+		return writtenPaths{}, fmt.Errorf("body: %d bytes, the manifest says %d", cr.n, m.Size)
 	}
 	for d := range dirs {
-		written = append(written, d)
+		written.dirs = append(written.dirs, d)
 	}
 	stepHook("unpacked")
 	return written, nil
@@ -138,11 +139,15 @@ func (w localWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// writtenPaths is what unpack wrote: the files, and the directories that name
+// them.
+type writtenPaths struct{ files, dirs []string }
+
 // syncWritten fsyncs every file and directory unpack wrote (files first,
-// then the directories that name them), so a rename of the unpacked views
-// into place survives a crash with their contents.
-func syncWritten(paths []string) error {
-	for _, p := range paths {
+// then the directories that name them, through fsyncdir), so a rename of
+// the unpacked views into place survives a crash with their contents.
+func syncWritten(w writtenPaths) error {
+	for _, p := range w.files {
 		f, err := os.Open(p)
 		if err != nil {
 			return fmt.Errorf("unpack: sync: %w", err)
@@ -153,6 +158,11 @@ func syncWritten(paths []string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("unpack: sync %s: %w", p, err)
+		}
+	}
+	for _, d := range w.dirs {
+		if err := fsyncdir.Sync(d); err != nil {
+			return fmt.Errorf("unpack: %w", err)
 		}
 	}
 	return nil

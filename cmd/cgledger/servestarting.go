@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,7 +71,7 @@ func (c *startingHTTPComponent) Start(context.Context) error {
 			st.log.Error("http server", "err", err)
 		}
 	}()
-	st.log.Info("http answers /healthz, /readyz, /metrics and /v1/openapi.json while serve starts", "http", st.httpURL())
+	st.log.Info("http answers "+startingPathsText+" while serve starts", "http", st.httpURL())
 	return nil
 }
 
@@ -89,6 +90,12 @@ func (st *serveState) httpURL() string {
 	}
 	return "http://" + st.ln.Addr().String()
 }
+
+// startingPaths are the paths served while serve starts (GET), and
+// startingPathsText names them for the log and the problem detail.
+var startingPaths = []string{"/healthz", "/readyz", "/metrics", "/v1/openapi.json"}
+
+var startingPathsText = strings.Join(startingPaths[:len(startingPaths)-1], ", ") + " and " + startingPaths[len(startingPaths)-1]
 
 // startingHandler is what HTTP answers while serve starts: the open
 // endpoints behind the same authentication policy and origin check as the
@@ -114,13 +121,13 @@ func startingHandler(st *serveState) http.Handler {
 		Metrics: promhttp.HandlerFor(st.reg, promhttp.HandlerOpts{}),
 	})
 	mux := http.NewServeMux()
-	for _, p := range []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /v1/openapi.json"} {
-		mux.Handle(p, router)
+	for _, p := range startingPaths {
+		mux.Handle("GET "+p, router)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(startingRetryAfter))
 		problem.Write(w, problem.New(http.StatusServiceUnavailable, problem.CodeStarting,
-			"cgledger serve is starting (see /readyz): only /healthz, /readyz, /metrics and /v1/openapi.json answer until it serves", nil))
+			"cgledger serve is starting (see /readyz): only "+startingPathsText+" answer until it serves", nil))
 	})
 	var h http.Handler = mux
 	if st.sa != nil {
