@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/internal/fsyncdir"
 	"github.com/cgledger/cgledger/projector"
 	"github.com/cgledger/cgledger/snapshot"
@@ -152,14 +155,30 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	// A cluster electing a leader is waited for, as every start-up step
 	// that talks to JetStream: a fresh replica started then restores
 	// instead of rebuilding from sequence 1.
-	err = untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
-		m, err = snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
-			Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
+	for {
+		err = untilClusterAnswers(ctx, log, "restore the views from a snapshot", func() (err error) {
+			m, err = snapshot.Restore(ctx, target, views, snapshot.RestoreOptions{
+				Stream: stream.DefaultName, JS: st.js, Log: log, TempDir: tmp,
+			})
+			return err
 		})
-		return err
-	})
-	if rerr := os.RemoveAll(tmp); rerr != nil {
-		log.Warn("views: remove the directory snapshots were unpacked in", "dir", tmp, "err", rerr)
+		if rerr := os.RemoveAll(tmp); rerr != nil {
+			log.Warn("views: remove the directory snapshots were unpacked in", "dir", tmp, "err", rerr)
+		}
+		// A rebuild needs as much room as the snapshot, and would fill
+		// the same disk hours later: wait for space instead.
+		if !noSpace(err) || ctx.Err() != nil {
+			break
+		}
+		if werr := waitForRoom(ctx, log, data, err); werr != nil {
+			err = werr
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		// Stopped (a signal) while restoring: the next start settles
+		// what is left and tries again.
+		return false, ctx.Err()
 	}
 	if err == nil {
 		log.Info("views restored from a snapshot: catching up from its sequence", "snapshot", m.Name, "applied_seq", m.AppliedSeq,
@@ -186,3 +205,41 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	}
 	return false, fsyncdir.Sync(data)
 }
+
+// noSpace reports whether err is the disk's lack of room (or of quota).
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// restoreRoomPoll is how often a restore waiting for disk space looks again.
+const restoreRoomPoll = 2 * time.Second
+
+// waitForRoom waits until the file system of dir has more free space than
+// after the restore that failed for want of it (err), or ctx ends. Any
+// space that comes back is worth another try: the restore removed its
+// partial unpack, so what it needs is its own size and no more.
+func waitForRoom(ctx context.Context, log *slog.Logger, dir string, err error) error {
+	g := diskspace.New(dir, 0, true)
+	g.Room() // measures
+	base := g.Free()
+	log.Warn("views: no room on the disk to unpack a snapshot: waiting for free space, then restoring again (a rebuild would need as much room)",
+		"dir", dir, "free_bytes", base, "err", err)
+	t := time.NewTicker(restoreRoomPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		g.Room()
+		if free := g.Free(); free > base+restoreRoomStep {
+			log.Info("views: free space came back: restoring again", "dir", dir, "free_bytes", free)
+			return nil
+		}
+	}
+}
+
+// restoreRoomStep is how much free space must come back before a restore
+// is tried again: more than the file system's own churn.
+const restoreRoomStep = 1 << 20
