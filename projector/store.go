@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/cgledger/cgledger/internal/lru"
 
@@ -61,6 +63,12 @@ type StoreOptions struct {
 	// and OpenStore returns it. serve checks there that the ledger can give
 	// back every entry they hold.
 	BeforeRebuild func(FormatChange) error
+	// BackgroundError, when set, is told of each failure of a write Pebble
+	// makes on its own (a memtable flush, a compaction); nil drops them.
+	// Pebble retries a failed flush at once and for as long as it fails,
+	// and OpenStore waits for the flush of the write-ahead log it replays:
+	// on a disk without room for it, this is the only sign of the wait.
+	BackgroundError func(error)
 }
 
 // OpenStore opens (creating if needed) the view database in dir. Views of
@@ -163,8 +171,23 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 	if o.FS != nil {
 		opts.FS = o.FS
 	}
+	opts.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
+		if o.BackgroundError != nil {
+			o.BackgroundError(err)
+		}
+		// Pebble tries a failed flush again at once, in a loop that would
+		// take a core for as long as the disk is full.
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			time.Sleep(noSpaceRetryPause)
+		}
+	}}
 	return opts
 }
+
+// noSpaceRetryPause slows Pebble's retries of a background write that
+// failed for want of disk space. It runs under Pebble's lock, which reads
+// take too, so it stays short.
+const noSpaceRetryPause = 250 * time.Millisecond
 
 // Close closes the store. It does not flush the memtable first: the
 // write-ahead log holds it, and the next open replays it. A flush rotates

@@ -2,7 +2,10 @@ package projector_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,4 +161,68 @@ func TestCloseOnAFullDiskReturns(t *testing.T) {
 	applied, err := s.Applied()
 	require.NoError(t, err)
 	require.Equal(t, p.Applied(), applied, "the committed views are back from the log")
+}
+
+// TestOpenWaitsOutAFlushThatFindsNoRoom: views closed with their last
+// batches in the write-ahead log are flushed when they are opened again.
+// When that flush cannot write its table (a full disk), Pebble retries it
+// and OpenStore waits; BackgroundError says why, and once writes go through
+// the store opens with every committed batch.
+func TestOpenWaitsOutAFlushThatFindsNoRoom(t *testing.T) {
+	e := ledgertest.New(t)
+	e.Scenario(t, 3)
+	ctx := ledgertest.Ctx(t)
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := projector.OpenStore(dir, projector.StoreOptions{})
+	require.NoError(t, err)
+	p, err := projector.New(s, e.JS, projector.Config{Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	require.NoError(t, p.CatchUp(ctx))
+	require.NoError(t, s.Sync())
+	require.NoError(t, s.Close())
+
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".sst") {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})}
+	full.On()
+	failures := make(chan error, 1)
+	opened := make(chan error, 1)
+	var reopened *projector.Store
+	go func() {
+		var err error
+		reopened, err = projector.OpenStore(dir, projector.StoreOptions{FS: errorfs.Wrap(vfs.Default, full), BackgroundError: func(err error) {
+			select {
+			case failures <- err:
+			default:
+			}
+		}})
+		opened <- err
+	}()
+	select {
+	case err := <-failures:
+		require.ErrorIs(t, err, syscall.ENOSPC, "the failed flush is reported")
+	case err := <-opened:
+		require.Failf(t, "the store opened while no table could be written", "err %v", err)
+	case <-time.After(time.Minute):
+		require.Fail(t, "no failed flush reported")
+	}
+	select {
+	case err := <-opened:
+		require.Failf(t, "the store opened while no table could be written", "err %v", err)
+	default:
+	}
+	full.Off()
+	select {
+	case err := <-opened:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		require.Fail(t, "the store did not open once tables could be written")
+	}
+	defer reopened.Close()
+	applied, err := reopened.Applied()
+	require.NoError(t, err)
+	require.Equal(t, p.Applied(), applied, "every committed batch is there")
 }

@@ -104,6 +104,9 @@ func Start(tb testing.TB, bin, data string, natsPort, httpPort int, extra ...str
 	}
 	tb.Cleanup(func() {
 		if s.Cmd.ProcessState == nil {
+			if tb.Failed() {
+				dumpGoroutines(s.Cmd)
+			}
 			_ = s.Cmd.Process.Kill()
 			_ = s.Cmd.Wait()
 		}
@@ -131,6 +134,27 @@ func Start(tb testing.TB, bin, data string, natsPort, httpPort int, extra ...str
 	}
 	return s
 }
+
+// dumpGoroutines asks a serve still running after a failed test for its
+// goroutines (SIGQUIT: the Go runtime writes every stack to standard error,
+// into the log, and exits), so a hang leaves its cause. It waits at most
+// dumpWait for the process to exit.
+func dumpGoroutines(cmd *exec.Cmd) {
+	if cmd.Process.Signal(syscall.SIGQUIT) != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(dumpWait):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// dumpWait bounds how long a SIGQUIT's dump may take.
+const dumpWait = 10 * time.Second
 
 // Kill kills serve (SIGKILL, as a crash) and waits for it to exit.
 func (s *Server) Kill(tb testing.TB) {
