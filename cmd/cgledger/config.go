@@ -111,7 +111,7 @@ var settings = func() []setting {
 		mk("tool_ack_wait", "tool-ack-wait", "ack wait of the consumers the ledger keeps for tool services (tool.consumer's ack_wait_ms): how long a command held by a service that stopped waits before it is delivered again; empty means 30s", func(s *Settings) *string { return &s.ToolAckWait }),
 		mk("mcp_stream_poll_after", "mcp-stream-poll-after", "end the SSE stream of an MCP tools/call on /mcp still waiting this long, the client resuming it (SEP-1699 polling) and getting the answer when it comes; empty or off keeps streams open", func(s *Settings) *string { return &s.MCPStreamPollAfter }),
 		mk("disk_reserve", "disk-reserve", "free space kept on the data directory's file system: ledger and view writes stop below it (e.g. 64MiB; empty means the smaller of 64MiB and 10% of the file system; off disables the check)", func(s *Settings) *string { return &s.DiskReserve }),
-		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 2GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
+		mk("memory_limit", "memory-limit", "soft limit on the process's Go memory: near it the garbage collector works harder instead of the heap growing (e.g. 4GiB; auto: a quarter of the memory the process may use, its cgroup's limit or the machine's, at least 1GiB; off for none; GOMEMLIMIT in the environment wins)", func(s *Settings) *string { return &s.MemoryLimit }),
 		mk("gc_percent", "gc-percent", "garbage collector target: the heap grows this many percent over what it holds before a collection (higher spends less CPU on collecting and more memory, memory_limit still caps it; empty keeps the Go runtime's 100; off collects only near memory_limit; GOGC in the environment wins)", func(s *Settings) *string { return &s.GCPercent }),
 		mk("log_format", "log-format", "log format: text or json", func(s *Settings) *string { return &s.LogFormat }),
 		mk("log_level", "log-level", "log level: debug, info, warn or error", func(s *Settings) *string { return &s.LogLevel }),
@@ -212,7 +212,7 @@ func parseGCPercent(v string) (int, error) {
 }
 
 func defaultSettings() Settings {
-	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: "1GiB", GCPercent: defaultGCPercent,
+	return Settings{Data: "./data", NATSListen: "127.0.0.1:4222", HTTPListen: "127.0.0.1:8080", Replicas: 1, MemoryLimit: memoryLimitAuto, GCPercent: defaultGCPercent,
 		LogFormat: "text", LogLevel: "info", Roles: []string{"api", "executor", "projector"}, SourceID: "cgledger.executor",
 		ViewsSnapshotEvery: defaultViewsSnapshotEvery, ViewsSnapshotKeep: 3, ViewsRestore: true}
 }
@@ -404,9 +404,9 @@ func (s Settings) validate() protocol.Violations {
 			vs.Add("archive_seal_age", protocol.VInvalidValue, "must be at most half of retention (%s) so that every entry is sealed well before it expires, got %q", retention, s.ArchiveSeal)
 		}
 	}
-	if s.MemoryLimit != "" && s.MemoryLimit != "off" {
+	if s.MemoryLimit != "" && s.MemoryLimit != "off" && s.MemoryLimit != memoryLimitAuto {
 		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
-			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size of at least 64MiB such as 1GiB, or off; got %q", s.MemoryLimit)
+			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size of at least 64MiB such as 4GiB, auto or off; got %q", s.MemoryLimit)
 		}
 	}
 	if _, err := parseGCPercent(s.GCPercent); err != nil {

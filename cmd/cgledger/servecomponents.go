@@ -227,13 +227,15 @@ func (st *serveState) setupSecurity(context.Context) error {
 	if st.serverTLS, err = loadTLS(s.TLSCert, s.TLSKey, s.TLSCA, true); err != nil {
 		return err
 	}
-	// A soft memory limit keeps the heap near what it holds rather than
-	// twice that: the ledger's memory grows with history (the stream's
-	// subject index), so headroom the collector could reclaim is not left
-	// to grow with it.
-	if s.MemoryLimit != "" && s.MemoryLimit != "off" && os.Getenv("GOMEMLIMIT") == "" {
-		limit, _ := diskspace.ParseSize(s.MemoryLimit) // validated
+	// A soft memory limit bounds the heap that gc_percent lets grow. auto
+	// scales it with the machine: what the ledger holds grows with history
+	// (the stream's subject index), and a limit close to it makes the
+	// collector run without pause (docs/decisions.md).
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+	} else if limit, from := resolveMemoryLimit(s.MemoryLimit); limit > 0 {
 		debug.SetMemoryLimit(int64(limit))
+		log.Info("memory limit", "mib", limit>>20, "from", from)
 	}
 	// Most of what a tool call allocates is garbage by the time it is
 	// answered while the live heap stays small, so at Go's default target
@@ -368,7 +370,7 @@ func (c *viewStoreComponent) Start(ctx context.Context) error {
 	}
 	// Views of another format are emptied and rebuilt from the ledger:
 	// first make sure that the ledger still has every entry they hold.
-	opts := projector.StoreOptions{BeforeRebuild: func(fc projector.FormatChange) error {
+	opts := projector.StoreOptions{BackgroundError: backgroundErrorLog(log), BeforeRebuild: func(fc projector.FormatChange) error {
 		if tryRestore {
 			return errRestoreFirst{fc: fc}
 		}

@@ -123,6 +123,7 @@ func TestValidateGCPercent(t *testing.T) {
 		{"400", "1GiB", true}, {"", "1GiB", true}, {"100", "off", true}, {"off", "1GiB", true},
 		{"off", "off", false}, {"off", "", false}, {"0", "1GiB", false}, {"9", "1GiB", false},
 		{"10001", "1GiB", false}, {"-1", "1GiB", false}, {"lots", "1GiB", false},
+		{"off", "auto", true}, {"400", "auto", true},
 	} {
 		s := defaultSettings()
 		s.GCPercent, s.MemoryLimit = c.pct, c.limit
