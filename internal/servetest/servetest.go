@@ -105,7 +105,7 @@ func Start(tb testing.TB, bin, data string, natsPort, httpPort int, extra ...str
 	tb.Cleanup(func() {
 		if s.Cmd.ProcessState == nil {
 			if tb.Failed() {
-				dumpGoroutines(s.Cmd)
+				DumpGoroutines(s.Cmd)
 			}
 			_ = s.Cmd.Process.Kill()
 			_ = s.Cmd.Wait()
@@ -135,11 +135,11 @@ func Start(tb testing.TB, bin, data string, natsPort, httpPort int, extra ...str
 	return s
 }
 
-// dumpGoroutines asks a serve still running after a failed test for its
+// DumpGoroutines asks a serve still running after a failed test for its
 // goroutines (SIGQUIT: the Go runtime writes every stack to standard error,
 // into the log, and exits), so a hang leaves its cause. It waits at most
 // dumpWait for the process to exit.
-func dumpGoroutines(cmd *exec.Cmd) {
+func DumpGoroutines(cmd *exec.Cmd) {
 	if cmd.Process.Signal(syscall.SIGQUIT) != nil {
 		return
 	}

@@ -85,6 +85,9 @@ func startUnready(t *testing.T, data string, natsPort, httpPort int, extra ...st
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			if t.Failed() {
+				servetest.DumpGoroutines(cmd)
+			}
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
