@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cgledger/cgledger/executor"
@@ -316,9 +317,15 @@ func TestBadCommandsAreAnsweredNotDropped(t *testing.T) {
 	require.NoError(t, err)
 	r.start(t, executor.Config{Registerer: prometheusNoop()}, nil)
 
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return r.count(t, "cg.v1.>") > 0 && r.commandRejections(t) == 2
-	}, time.Minute, 20*time.Millisecond)
+	}, time.Minute, 20*time.Millisecond, "both bad commands are rejected") {
+		// What the ledger holds, for the next time this fails.
+		for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
+			t.Logf("rejection seq %d %s: %s", e.Seq, e.Subject, e.Data)
+		}
+		t.FailNow()
+	}
 	var codes []string
 	for _, e := range r.entriesOfKind(t, protocol.KindRejection) {
 		var re protocol.RejectionEntry
