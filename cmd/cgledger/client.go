@@ -121,7 +121,10 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	str(&c.natsURL, "nats-url", "CGLEDGER_NATS_URL", "nats://127.0.0.1:4222", "NATS URL of the running server")
 	str(&c.server, "server", "CGLEDGER_SERVER", "http://127.0.0.1:8080", "HTTP base URL of the running server")
 	fs.StringVar(&c.creds, "creds", defaultCreds(), "credentials FILE from cgledger creds issue, used for NATS and as the HTTP bearer token (env CGLEDGER_NATS_CREDS; default ./data/auth/admin.creds if it exists, under CGLEDGER_DATA)")
-	c.source["creds"] = "the default (./data/auth/admin.creds under CGLEDGER_DATA)"
+	c.source["creds"] = "the default (" + filepath.Join("./data", "auth", auth.AdminCredsFile) + "; set CGLEDGER_DATA to serve's data directory)"
+	if d := os.Getenv("CGLEDGER_DATA"); d != "" {
+		c.source["creds"] = "the default (" + filepath.Join(d, "auth", auth.AdminCredsFile) + ", under CGLEDGER_DATA)"
+	}
 	if os.Getenv("CGLEDGER_NATS_CREDS") != "" {
 		c.source["creds"] = "environment variable CGLEDGER_NATS_CREDS"
 	}
