@@ -273,7 +273,11 @@ func (c *viewsSnapshotter) takeStored(ctx context.Context) (protocol.ViewsSnapsh
 	if err != nil {
 		return protocol.ViewsSnapshotResult{}, fmt.Errorf("snapshot checkpoint directory: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		_ = os.RemoveAll(tmp)
+		// Removed only when empty: no other snapshot is being taken.
+		_ = os.Remove(root)
+	}()
 	host, _ := os.Hostname()
 	m, err := snapshot.Take(ctx, st.store, target, snapshot.TakeOptions{Stream: st.l.StreamName(), Host: host, TempDir: tmp})
 	if err != nil {
