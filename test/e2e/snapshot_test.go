@@ -117,6 +117,7 @@ func TestViewsSnapshotOnDemandRestoresAServeWithoutViews(t *testing.T) {
 	at := caughtUpDigest(t, s)
 
 	m := takeViewsSnapshot(t, s)
+	require.NoDirExists(t, filepath.Join(data, "snapshots.tmp"), "the checkpoint's directory goes with it")
 	require.GreaterOrEqual(t, m.AppliedSeq, at.AppliedSeq)
 	require.Equal(t, projector.ViewsFormat, m.ViewsFormat)
 	require.Equal(t, "CG_LEDGER", m.Stream)
