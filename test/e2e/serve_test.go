@@ -330,6 +330,38 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	require.Less(t, strings.Index(log, "projector stopped"), strings.Index(log, "embedded nats-server stopped"))
 }
 
+// TestServeLogsItsMemoryLimit: the default memory_limit (auto) is logged
+// with the value it took and why; a size is logged as set; GOMEMLIMIT wins.
+func TestServeLogsItsMemoryLimit(t *testing.T) {
+	memLine := func(log string) map[string]any {
+		for _, line := range strings.Split(log, "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(fmt.Sprint(m["msg"]), "memory limit") {
+				return m
+			}
+		}
+		require.Fail(t, "no memory limit line", log)
+		return nil
+	}
+	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
+	m := memLine(s.Log.String())
+	require.Contains(t, m["from"], "auto")
+	require.GreaterOrEqual(t, m["mib"], float64(1024), "auto is at least 1 GiB")
+	s.kill(t)
+
+	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
+	m = memLine(s.Log.String())
+	require.Equal(t, float64(3072), m["mib"])
+	require.Equal(t, "memory_limit", m["from"])
+	s.kill(t)
+
+	t.Setenv("GOMEMLIMIT", "2GiB")
+	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
+	m = memLine(s.Log.String())
+	require.Equal(t, "memory limit from GOMEMLIMIT", m["msg"])
+	require.Equal(t, float64(2<<30), m["bytes"])
+}
+
 // TestBenchRunsAndReportsRatios: `cgledger bench` measures both sides in one
 // run and prints ratios (a smoke test: the figures belong in BENCHMARKS.md,
 // not in assertions). The whole-call workloads are compared with two
