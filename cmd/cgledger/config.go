@@ -192,6 +192,21 @@ var settings = func() []setting {
 // memory the larger target lets the heap take.
 const defaultGCPercent = "400"
 
+// gcInForce reports whether the collector will be off, and whether a
+// memory limit will be set, once the environment's GOGC and GOMEMLIMIT
+// (which win over the settings) are taken into account.
+func gcInForce(s Settings) (gcOff, limit bool) {
+	gcOff = s.GCPercent == "off"
+	if v, ok := os.LookupEnv("GOGC"); ok && v != "" {
+		gcOff = v == "off"
+	}
+	limit = s.MemoryLimit != "" && s.MemoryLimit != "off"
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok && v != "" {
+		limit = v != "off"
+	}
+	return gcOff, limit
+}
+
 // parseGCPercent reads gc_percent: -1 for off, 0 for empty (keep the
 // runtime's own), else the percentage.
 func parseGCPercent(v string) (int, error) {
@@ -276,7 +291,7 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 		if err != nil {
 			// Listed with every other problem; the environment and the flags
 			// are still read.
-			vs.Add("config", protocol.VInvalidValue, "config file %s (from %s): %v", configPath, cfgSource, err)
+			vs.Add("config", protocol.VInvalidValue, "file %s (from %s): %v", configPath, cfgSource, err)
 			m = nil
 		}
 		keys := make([]string, 0, len(m))
@@ -405,18 +420,25 @@ func (s Settings) validate() protocol.Violations {
 		}
 	}
 	if s.MemoryLimit != "" && s.MemoryLimit != "off" && s.MemoryLimit != memoryLimitAuto {
-		if n, err := diskspace.ParseSize(s.MemoryLimit); err != nil || n < 64<<20 {
-			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size of at least 64MiB such as 4GiB, auto or off; got %q", s.MemoryLimit)
+		switch n, err := diskspace.ParseSize(s.MemoryLimit); {
+		case errors.Is(err, diskspace.ErrSizeTooLarge):
+			vs.Add("memory_limit", protocol.VInvalidValue, "must be at most %d bytes; got %q", uint64(diskspace.MaxSize), s.MemoryLimit)
+		case err != nil:
+			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size such as 4GiB (units KiB, MiB, GiB, TiB), auto or off; got %q", s.MemoryLimit)
+		case n < 64<<20:
+			vs.Add("memory_limit", protocol.VInvalidValue, "must be at least 64MiB; got %q", s.MemoryLimit)
 		}
 	}
 	if _, err := parseGCPercent(s.GCPercent); err != nil {
 		vs.Add("gc_percent", protocol.VInvalidValue, "must be a whole number from 10 to 10000 such as 400, off, or empty for the Go runtime's 100; got %q", s.GCPercent)
-	} else if s.GCPercent == "off" && (s.MemoryLimit == "" || s.MemoryLimit == "off") {
-		vs.Add("gc_percent", protocol.VInvalidValue, "off needs a memory_limit: without one the heap would grow without bound")
+	} else if gcOff, limit := gcInForce(s); gcOff && !limit {
+		vs.Add("gc_percent", protocol.VInvalidValue, "off (gc_percent, or GOGC in the environment, which wins) needs a memory limit (memory_limit, or GOMEMLIMIT in the environment, which wins): without one the heap would grow without bound")
 	}
 	if s.DiskReserve != "" && s.DiskReserve != "off" {
-		if _, err := diskspace.ParseSize(s.DiskReserve); err != nil {
-			vs.Add("disk_reserve", protocol.VInvalidValue, "must be a size such as 64MiB, or off; got %q", s.DiskReserve)
+		if _, err := diskspace.ParseSize(s.DiskReserve); errors.Is(err, diskspace.ErrSizeTooLarge) {
+			vs.Add("disk_reserve", protocol.VInvalidValue, "must be at most %d bytes; got %q", uint64(diskspace.MaxSize), s.DiskReserve)
+		} else if err != nil {
+			vs.Add("disk_reserve", protocol.VInvalidValue, "must be a size such as 64MiB (units KiB, MiB, GiB, TiB), or off; got %q", s.DiskReserve)
 		}
 	}
 	if _, err := parseSnapshotEvery(s.ViewsSnapshotEvery); err != nil {

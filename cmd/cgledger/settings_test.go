@@ -252,3 +252,31 @@ func sortedCopy(in []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestGCOffNeedsALimitInForce: the environment's GOGC and GOMEMLIMIT win
+// over the settings, so the check of gc_percent off against a memory limit
+// looks at what will be in force.
+func TestGCOffNeedsALimitInForce(t *testing.T) {
+	s := defaultSettings()
+	s.GCPercent, s.MemoryLimit = "off", "off"
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	require.Empty(t, fields(s.validate()), "GOMEMLIMIT gives the limit")
+
+	s.GCPercent, s.MemoryLimit = "400", "off"
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "off")
+	require.Equal(t, []string{"gc_percent"}, fields(s.validate()), "GOGC=off with no limit")
+
+	s.MemoryLimit = "auto"
+	t.Setenv("GOMEMLIMIT", "off")
+	require.Equal(t, []string{"gc_percent"}, fields(s.validate()), "GOGC=off with GOMEMLIMIT=off")
+}
+
+// TestSizesTooLargeAreRefused: a size past what an int64 holds would wrap.
+func TestSizesTooLargeAreRefused(t *testing.T) {
+	s := defaultSettings()
+	s.MemoryLimit, s.DiskReserve = "17179869185GiB", "18446744073709551615"
+	require.Equal(t, []string{"disk_reserve", "memory_limit"}, fields(s.validate()))
+	s.MemoryLimit, s.DiskReserve = "2TiB", "1TiB"
+	require.Empty(t, fields(s.validate()))
+}

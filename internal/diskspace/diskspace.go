@@ -17,11 +17,11 @@ import (
 // ErrLow is returned (wrapped) while free space is below the reserve.
 var ErrLow = errors.New("storage nearly full")
 
-// ParseSize reads a byte count: an integer, optionally followed by KiB, MiB
-// or GiB.
+// ParseSize reads a byte count: an integer, optionally followed by KiB, MiB,
+// GiB or TiB, of at most MaxSize bytes.
 func ParseSize(s string) (uint64, error) {
 	mult := uint64(1)
-	for suffix, m := range map[string]uint64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+	for suffix, m := range map[string]uint64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40} {
 		if strings.HasSuffix(s, suffix) {
 			s, mult = strings.TrimSuffix(s, suffix), m
 			break
@@ -29,9 +29,23 @@ func ParseSize(s string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("not a size such as 64MiB: %w", err)
+		return 0, fmt.Errorf("not a size such as 64MiB (units KiB, MiB, GiB, TiB): %w", err)
+	}
+	if n > MaxSize/mult {
+		return 0, fmt.Errorf("%w: %s%s is more than %d bytes", ErrSizeTooLarge, strings.TrimSpace(s), unitOf(mult), uint64(MaxSize))
 	}
 	return n * mult, nil
+}
+
+// MaxSize is the largest size ParseSize reads: what an int64 holds, as file
+// sizes and the Go runtime's memory limit are.
+const MaxSize = 1<<63 - 1
+
+// ErrSizeTooLarge is a size past MaxSize.
+var ErrSizeTooLarge = errors.New("size too large")
+
+func unitOf(mult uint64) string {
+	return map[uint64]string{1: "", 1 << 10: "KiB", 1 << 20: "MiB", 1 << 30: "GiB", 1 << 40: "TiB"}[mult]
 }
 
 // Guard reports whether a directory's file system still has room. The zero

@@ -24,3 +24,23 @@ func TestReserveIsTheOneInForce(t *testing.T) {
 	require.NoError(t, off.Check())
 	require.Zero(t, off.Reserve())
 }
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{
+		"0": 0, "64MiB": 64 << 20, "1GiB": 1 << 30, "2TiB": 2 << 40, "65536KiB": 64 << 20,
+		"9223372036854775807": MaxSize, "8388607TiB": 8388607 << 40,
+	} {
+		got, err := ParseSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"9223372036854775808", "18446744073709551615", "8589934592GiB", "17179869185GiB", "8388608TiB"} {
+		_, err := ParseSize(in)
+		require.ErrorIs(t, err, ErrSizeTooLarge, in)
+	}
+	for _, in := range []string{"lots", "-1GiB", "1PiB", "1.5GiB", "64MB"} {
+		_, err := ParseSize(in)
+		require.Error(t, err, in)
+		require.NotErrorIs(t, err, ErrSizeTooLarge, in)
+	}
+}
