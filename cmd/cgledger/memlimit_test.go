@@ -37,6 +37,16 @@ func TestAvailableMemoryTakesTheLowerOfCgroupAndMachine(t *testing.T) {
 		{"cgroup v1 without a limit", map[string]string{"proc/meminfo": meminfo24G, "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"}, 24 << 30, "MemTotal"},
 		{"cgroup limit, machine unknown", map[string]string{"sys/fs/cgroup/memory.max": "2147483648"}, 2 << 30, "/sys/fs/cgroup/memory.max"},
 		{"nothing readable", map[string]string{"proc/meminfo": "MemTotal: lots kB\n"}, 0, ""},
+		{"cgroup v2 limit on the process's own cgroup", map[string]string{"proc/meminfo": meminfo24G,
+			"proc/self/cgroup": "0::/system.slice/cgledger.service\n", "sys/fs/cgroup/memory.max": "max\n",
+			"sys/fs/cgroup/system.slice/cgledger.service/memory.max": "3221225472\n"}, 3 << 30, "/sys/fs/cgroup/system.slice/cgledger.service/memory.max"},
+		{"cgroup v2 ancestor lower than its child", map[string]string{"proc/meminfo": meminfo24G,
+			"proc/self/cgroup": "0::/system.slice/cgledger.service\n", "sys/fs/cgroup/system.slice/memory.max": "2147483648\n",
+			"sys/fs/cgroup/system.slice/cgledger.service/memory.max": "3221225472\n"}, 2 << 30, "/sys/fs/cgroup/system.slice/memory.max"},
+		{"cgroup v1 limit on the process's own cgroup", map[string]string{"proc/meminfo": meminfo24G,
+			"proc/self/cgroup":                                         "9:name=systemd:/\n5:memory:/process_api/x\n4:cpu,cpuacct:/\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":               "9223372036854771712\n",
+			"sys/fs/cgroup/memory/process_api/x/memory.limit_in_bytes": "8589934592\n"}, 8 << 30, "/sys/fs/cgroup/memory/process_api/x/memory.limit_in_bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,6 +69,10 @@ func TestResolveMemoryLimit(t *testing.T) {
 	sysRoot = sysTree(t, map[string]string{"proc/meminfo": meminfo24G, "sys/fs/cgroup/memory.max": "2147483648"})
 	n, _ = resolveMemoryLimit("auto")
 	require.Equal(t, uint64(1<<30), n, "never below 1 GiB")
+
+	sysRoot = sysTree(t, map[string]string{"proc/meminfo": meminfo24G, "sys/fs/cgroup/memory.max": "536870912"})
+	n, _ = resolveMemoryLimit("auto")
+	require.Equal(t, uint64(256<<20), n, "a small cgroup: never more than half of it")
 
 	sysRoot = t.TempDir()
 	n, from = resolveMemoryLimit("auto")

@@ -232,9 +232,12 @@ func (st *serveState) setupSecurity(context.Context) error {
 	// (the stream's subject index), and a limit close to it makes the
 	// collector run without pause (docs/decisions.md).
 	if os.Getenv("GOMEMLIMIT") != "" {
-		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
-	} else if limit, from := resolveMemoryLimit(s.MemoryLimit); limit > 0 {
-		debug.SetMemoryLimit(int64(limit))
+		log.Info("memory limit", "mib", debug.SetMemoryLimit(-1)>>20, "from", "GOMEMLIMIT in the environment")
+	} else {
+		limit, from := resolveMemoryLimit(s.MemoryLimit)
+		if limit > 0 {
+			debug.SetMemoryLimit(int64(limit))
+		}
 		log.Info("memory limit", "mib", limit>>20, "from", from)
 	}
 	// Most of what a tool call allocates is garbage by the time it is

@@ -331,7 +331,8 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 }
 
 // TestServeLogsItsMemoryLimit: the default memory_limit (auto) is logged
-// with the value it took and why; a size is logged as set; GOMEMLIMIT wins.
+// with the value it took and why; a size is logged as set; GOMEMLIMIT wins;
+// off is logged as no limit.
 func TestServeLogsItsMemoryLimit(t *testing.T) {
 	memLine := func(log string) map[string]any {
 		for _, line := range strings.Split(log, "\n") {
@@ -358,8 +359,15 @@ func TestServeLogsItsMemoryLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "2GiB")
 	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
 	m = memLine(s.Log.String())
-	require.Equal(t, "memory limit from GOMEMLIMIT", m["msg"])
-	require.Equal(t, float64(2<<30), m["bytes"])
+	require.Equal(t, "GOMEMLIMIT in the environment", m["from"])
+	require.Equal(t, float64(2048), m["mib"])
+	s.kill(t)
+
+	t.Setenv("GOMEMLIMIT", "")
+	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "off")
+	m = memLine(s.Log.String())
+	require.Equal(t, float64(0), m["mib"], "no limit")
+	require.Contains(t, m["from"], "off")
 }
 
 // TestBenchRunsAndReportsRatios: `cgledger bench` measures both sides in one
