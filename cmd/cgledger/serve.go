@@ -56,7 +56,7 @@ func serve(args []string) int {
 	if vs = append(vs, s.validate()...); len(vs) > 0 {
 		for _, v := range vs {
 			from := ""
-			if src := source[v.Field]; src != "" && src != "default" && !strings.Contains(v.Message, " from ") {
+			if src := source[v.Field]; src != "" && src != "default" && !strings.Contains(v.Message, "\" from ") {
 				from = " (set by " + src + ")"
 			}
 			fmt.Fprintf(os.Stderr, "cgledger serve: %s: %s%s\n", v.Field, v.Message, from)
