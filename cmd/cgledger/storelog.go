@@ -26,8 +26,10 @@ func backgroundErrorLog(log *slog.Logger) func(error) {
 			skipped++
 			return
 		}
+		// The message alone: formatted as a value, Pebble's errors carry
+		// their stack traces (kilobytes on every line).
 		log.Warn("view store: a background write failed; Pebble tries it again (on a full disk, serve waits for room)",
-			"err", err, "left_out", skipped)
+			"err", err.Error(), "left_out", skipped)
 		last, skipped = time.Now(), 0
 	}
 }

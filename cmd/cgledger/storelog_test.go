@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -20,4 +21,24 @@ func TestBackgroundErrorLogIsRateLimited(t *testing.T) {
 	}
 	require.Equal(t, 1, strings.Count(buf.String(), "a background write failed"), buf.String())
 	require.Contains(t, buf.String(), "no space left on device")
+
+	// Pebble's errors print their stack trace with %+v: the line keeps the
+	// message only.
+	buf.Reset()
+	f = backgroundErrorLog(slog.New(slog.NewTextHandler(&buf, nil)))
+	f(stackErr{})
+	require.NotContains(t, buf.String(), "stack trace")
+}
+
+// stackErr formats like a cockroachdb/errors error: its stack only with %+v.
+type stackErr struct{}
+
+func (stackErr) Error() string { return "write 000020.sst: no space left on device" }
+
+func (e stackErr) Format(s fmt.State, verb rune) {
+	if verb == 'v' && s.Flag('+') {
+		fmt.Fprint(s, e.Error()+"\n(1) attached stack trace\n  -- stack trace:")
+		return
+	}
+	fmt.Fprint(s, e.Error())
 }
