@@ -123,7 +123,10 @@ func lowestLimit(base, path, file, root string) (uint64, string) {
 	from := ""
 	for dir := filepath.Join(base, filepath.Clean("/"+path)); ; dir = filepath.Dir(dir) {
 		if n := readLimit(filepath.Join(dir, file)); n > 0 && (best == 0 || n < best) {
-			best, from = n, "/"+strings.TrimPrefix(filepath.Join(dir, file), filepath.Clean(root)+"/")
+			best, from = n, filepath.Join(dir, file)
+			if rel, err := filepath.Rel(root, from); err == nil {
+				from = "/" + rel
+			}
 		}
 		if dir == base || !strings.HasPrefix(dir, base) {
 			return best, from

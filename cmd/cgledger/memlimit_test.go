@@ -57,6 +57,17 @@ func TestAvailableMemoryTakesTheLowerOfCgroupAndMachine(t *testing.T) {
 	}
 }
 
+// On the host itself (root /) the file is named as it is, not //sys/...
+func TestLowestLimitNamesTheFileFromRoot(t *testing.T) {
+	root := sysTree(t, map[string]string{"sys/fs/cgroup/a/memory.max": "1073741824"})
+	n, from := lowestLimit(filepath.Join(root, "sys", "fs", "cgroup"), "/a", "memory.max", root)
+	require.Equal(t, uint64(1<<30), n)
+	require.Equal(t, "/sys/fs/cgroup/a/memory.max", from)
+	n, from = lowestLimit("/nonexistent-cgroup-root", "/a", "memory.max", "/")
+	require.Zero(t, n)
+	require.Empty(t, from)
+}
+
 func TestResolveMemoryLimit(t *testing.T) {
 	old := sysRoot
 	t.Cleanup(func() { sysRoot = old })
