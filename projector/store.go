@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/cgledger/cgledger/internal/diskspace"
 	"github.com/cgledger/cgledger/internal/lru"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -177,7 +177,7 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 		}
 		// Pebble tries a failed flush again at once, in a loop that would
 		// take a core for as long as the disk is full.
-		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		if diskspace.NoSpace(err) {
 			time.Sleep(noSpaceRetryPause)
 		}
 	}}

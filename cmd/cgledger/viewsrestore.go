@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -167,7 +166,7 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 		}
 		// A rebuild needs as much room as the snapshot, and would fill
 		// the same disk hours later: wait for space instead.
-		if !noSpace(err) || ctx.Err() != nil {
+		if !diskspace.NoSpace(err) || ctx.Err() != nil {
 			break
 		}
 		if werr := waitForRoom(ctx, log, data, err); werr != nil {
@@ -206,11 +205,6 @@ func (st *serveState) restoreViews(ctx context.Context, why string) (bool, error
 	return false, fsyncdir.Sync(data)
 }
 
-// noSpace reports whether err is the disk's lack of room (or of quota).
-func noSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}
-
 // restoreRoomPoll is how often a restore waiting for disk space looks again.
 const restoreRoomPoll = 2 * time.Second
 
@@ -219,9 +213,8 @@ const restoreRoomPoll = 2 * time.Second
 // space that comes back is worth another try: the restore removed its
 // partial unpack, so what it needs is its own size and no more.
 func waitForRoom(ctx context.Context, log *slog.Logger, dir string, err error) error {
-	g := diskspace.New(dir, 0, true)
-	g.Room() // measures
-	base := g.Free()
+	// A file system that cannot be measured is looked at again below.
+	base, _, _ := diskspace.Space(dir)
 	log.Warn("views: no room on the disk to unpack a snapshot: waiting for free space, then restoring again (a rebuild would need as much room)",
 		"dir", dir, "free_bytes", base, "err", err)
 	t := time.NewTicker(restoreRoomPoll)
@@ -232,8 +225,7 @@ func waitForRoom(ctx context.Context, log *slog.Logger, dir string, err error) e
 			return ctx.Err()
 		case <-t.C:
 		}
-		g.Room()
-		if free := g.Free(); free > base+restoreRoomStep {
+		if free, _, serr := diskspace.Space(dir); serr == nil && free > base+restoreRoomStep {
 			log.Info("views: free space came back: restoring again", "dir", dir, "free_bytes", free)
 			return nil
 		}

@@ -17,13 +17,19 @@ import (
 // ErrLow is returned (wrapped) while free space is below the reserve.
 var ErrLow = errors.New("storage nearly full")
 
+// units are the suffixes ParseSize reads, with their multipliers.
+var units = []struct {
+	suffix string
+	mult   uint64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}}
+
 // ParseSize reads a byte count: an integer, optionally followed by KiB, MiB,
 // GiB or TiB, of at most MaxSize bytes.
 func ParseSize(s string) (uint64, error) {
-	mult := uint64(1)
-	for suffix, m := range map[string]uint64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40} {
-		if strings.HasSuffix(s, suffix) {
-			s, mult = strings.TrimSuffix(s, suffix), m
+	mult, unit := uint64(1), ""
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult, unit = strings.TrimSuffix(s, u.suffix), u.mult, u.suffix
 			break
 		}
 	}
@@ -32,7 +38,7 @@ func ParseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("not a size such as 64MiB (units KiB, MiB, GiB, TiB): %w", err)
 	}
 	if n > MaxSize/mult {
-		return 0, fmt.Errorf("%w: %s%s is more than %d bytes", ErrSizeTooLarge, strings.TrimSpace(s), unitOf(mult), uint64(MaxSize))
+		return 0, fmt.Errorf("%w: %s%s is more than %d bytes", ErrSizeTooLarge, strings.TrimSpace(s), unit, uint64(MaxSize))
 	}
 	return n * mult, nil
 }
@@ -44,8 +50,19 @@ const MaxSize = 1<<63 - 1
 // ErrSizeTooLarge is a size past MaxSize.
 var ErrSizeTooLarge = errors.New("size too large")
 
-func unitOf(mult uint64) string {
-	return map[uint64]string{1: "", 1 << 10: "KiB", 1 << 20: "MiB", 1 << 30: "GiB", 1 << 40: "TiB"}[mult]
+// NoSpace reports whether err is a write refused for want of disk space
+// (or of quota).
+func NoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// Space returns the free and total bytes of the file system that holds dir.
+func Space(dir string) (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("diskspace: statfs %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
 // Guard reports whether a directory's file system still has room. The zero
@@ -122,15 +139,13 @@ func (g *Guard) Reserve() uint64 {
 }
 
 func (g *Guard) measure() error {
-	var st syscall.Statfs_t
-	g.unknown = syscall.Statfs(g.dir, &st) != nil
+	free, total, err := Space(g.dir)
+	g.unknown = err != nil
 	if g.unknown {
 		// Not knowing is not a reason to stop writing: the writes report
 		// their own errors.
 		return nil
 	}
-	free := st.Bavail * uint64(st.Bsize)
-	total := st.Blocks * uint64(st.Bsize)
 	g.free = free
 	reserve := g.reserve
 	if reserve == 0 {
