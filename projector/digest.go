@@ -2,11 +2,8 @@ package projector
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-
-	"github.com/cgledger/cgledger/internal/pipehash"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -43,28 +40,9 @@ func (s *Store) DigestNow() (DigestResult, error) {
 		}
 	}
 	res.AppliedSeq, res.ChainHead = cp.Applied, cp.Head.String()
-	it, err := snap.NewIter(nil)
+	sum, err := s.hashRows(snap)
 	if err != nil {
-		return res, fmt.Errorf("projector: digest: %w", err)
-	}
-	defer it.Close()
-	// The walk and the SHA-256 each take about half of a digest: hashed on
-	// a goroutine of their own, a restore's digest check (and taking a
-	// snapshot) takes the longer of the two rather than their sum.
-	h := pipehash.New()
-	var n [8]byte
-	for ok := it.First(); ok; ok = it.Next() {
-		binary.BigEndian.PutUint64(n[:], uint64(len(it.Key())))
-		h.Write(n[:])
-		h.Write(it.Key())
-		v := it.Value()
-		binary.BigEndian.PutUint64(n[:], uint64(len(v)))
-		h.Write(n[:])
-		h.Write(v)
-	}
-	sum := h.Sum()
-	if err := it.Error(); err != nil {
-		return res, fmt.Errorf("projector: digest: %w", err)
+		return res, err
 	}
 	res.Digest = hex.EncodeToString(sum)
 	return res, nil

@@ -1,7 +1,7 @@
 // Package pipehash is a SHA-256 that hashes on a goroutine of its own, so
-// that producing the bytes and hashing them run on two cores. The view
-// digest's walk of the rows and a snapshot restore's per-file check each
-// spend about as long producing their bytes as hashing them.
+// that producing the bytes and hashing them run on two cores: a snapshot
+// restore's per-file check spends about as long reading and writing its
+// bytes as hashing them.
 package pipehash
 
 import (
