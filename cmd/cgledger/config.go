@@ -88,6 +88,8 @@ type setting struct {
 	set                   func(*Settings, string) error
 	get                   func(*Settings) string
 	secret                bool
+	// list: a config file may give the setting as a YAML list.
+	list bool
 }
 
 func str(f func(*Settings) *string) (func(*Settings, string) error, func(*Settings) string) {
@@ -171,7 +173,7 @@ var settings = func() []setting {
 				}
 				return err
 			}, get: func(s *Settings) string { return strconv.FormatBool(s.NoAuth) }},
-		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", usage: "comma-separated roles to run: api, executor, projector, mcp (the MCP bridge of mcp_bridge)",
+		setting{key: "roles", flag: "roles", env: "CGLEDGER_ROLES", list: true, usage: "comma-separated roles to run: api, executor, projector, mcp (the MCP bridge of mcp_bridge)",
 			set: func(s *Settings, v string) error {
 				s.Roles = nil
 				for _, r := range strings.Split(v, ",") {
@@ -198,13 +200,25 @@ const defaultGCPercent = "400"
 func gcInForce(s Settings) (gcOff, limit bool) {
 	gcOff = s.GCPercent == "off"
 	if v, ok := os.LookupEnv("GOGC"); ok && v != "" {
-		gcOff = v == "off"
+		// The runtime reads a negative GOGC as off too.
+		n, err := strconv.Atoi(v)
+		gcOff = v == "off" || (err == nil && n < 0)
 	}
 	limit = s.MemoryLimit != "" && s.MemoryLimit != "off"
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok && v != "" {
 		limit = v != "off"
 	}
 	return gcOff, limit
+}
+
+// validGOGC reports whether the Go runtime reads v as GOGC: empty, off or
+// a whole number; it silently ignores anything else.
+func validGOGC(v string) bool {
+	if v == "" || v == "off" {
+		return true
+	}
+	_, err := strconv.Atoi(v)
+	return err == nil
 }
 
 // parseGCPercent reads gc_percent: -1 for off, 0 for empty (keep the
@@ -307,12 +321,23 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 			}
 			v := m[k]
 			text := fmt.Sprint(v)
-			if list, ok := v.([]any); ok {
-				parts := make([]string, len(list))
-				for i, x := range list {
-					parts[i] = fmt.Sprint(x)
+			switch x := v.(type) {
+			case nil:
+				// "key:" with nothing after it: no value, as an empty one.
+				text = ""
+			case []any:
+				if !st.list {
+					vs.Add(k, protocol.VInvalidValue, "must be a single value, not a list, in config file %s", configPath)
+					continue
+				}
+				parts := make([]string, len(x))
+				for i, e := range x {
+					parts[i] = fmt.Sprint(e)
 				}
 				text = strings.Join(parts, ",")
+			case map[string]any:
+				vs.Add(k, protocol.VInvalidValue, "must be a single value, not a mapping, in config file %s", configPath)
+				continue
 			}
 			if err := st.set(&s, text); err != nil {
 				bad(k, "config file "+configPath, text, err)
@@ -431,6 +456,8 @@ func (s Settings) validate() protocol.Violations {
 	}
 	if _, err := parseGCPercent(s.GCPercent); err != nil {
 		vs.Add("gc_percent", protocol.VInvalidValue, "must be a whole number from 10 to 10000 such as 400, off, or empty for the Go runtime's 100; got %q", s.GCPercent)
+	} else if v := os.Getenv("GOGC"); !validGOGC(v) {
+		vs.Add("gc_percent", protocol.VInvalidValue, "GOGC in the environment (which wins over gc_percent) must be a whole number or off; got %q, which the Go runtime would ignore for its 100", v)
 	} else if gcOff, limit := gcInForce(s); gcOff && !limit {
 		vs.Add("gc_percent", protocol.VInvalidValue, "off (gc_percent, or GOGC in the environment, which wins) needs a memory limit (memory_limit, or GOMEMLIMIT in the environment, which wins): without one the heap would grow without bound")
 	}

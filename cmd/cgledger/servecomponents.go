@@ -244,10 +244,14 @@ func (st *serveState) setupSecurity(context.Context) error {
 	// answered while the live heap stays small, so at Go's default target
 	// the collector runs often for little: a larger target trades memory
 	// (capped by the limit above) for CPU.
-	if os.Getenv("GOGC") == "" {
-		if pct, _ := parseGCPercent(s.GCPercent); pct != 0 { // validated
-			debug.SetGCPercent(pct)
-		}
+	switch pct, _ := parseGCPercent(s.GCPercent); { // validated
+	case os.Getenv("GOGC") != "":
+		log.Info("gc percent", "value", os.Getenv("GOGC"), "from", "GOGC in the environment")
+	case pct == 0:
+		log.Info("gc percent", "value", "100", "from", "the Go runtime's default (gc_percent empty)")
+	default:
+		debug.SetGCPercent(pct)
+		log.Info("gc percent", "value", s.GCPercent, "from", "gc_percent")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -279,4 +280,66 @@ func TestSizesTooLargeAreRefused(t *testing.T) {
 	require.Equal(t, []string{"disk_reserve", "memory_limit"}, fields(s.validate()))
 	s.MemoryLimit, s.DiskReserve = "2TiB", "1TiB"
 	require.Empty(t, fields(s.validate()))
+}
+
+// TestGOGCTheRuntimeWouldIgnoreIsRefused: the Go runtime silently reads a
+// GOGC that is not a whole number or off as 100; serve says so instead.
+// A negative GOGC is off to the runtime, so it needs a limit.
+func TestGOGCTheRuntimeWouldIgnoreIsRefused(t *testing.T) {
+	s := defaultSettings()
+	for _, v := range []string{"lots", "4oo", "1e3", " 100"} {
+		t.Setenv("GOGC", v)
+		vs := s.validate()
+		require.Equal(t, []string{"gc_percent"}, fields(vs), "GOGC %q", v)
+		require.Contains(t, vs[0].Message, fmt.Sprintf("got %q", v))
+	}
+	for _, v := range []string{"", "off", "50", "-1"} {
+		t.Setenv("GOGC", v)
+		require.Empty(t, fields(s.validate()), "GOGC %q", v)
+	}
+	s.MemoryLimit = "off"
+	t.Setenv("GOGC", "-1")
+	require.Equal(t, []string{"gc_percent"}, fields(s.validate()), "GOGC=-1 is off, with no limit")
+}
+
+// TestConfigFileValuesOfTheWrongShape: a list or a mapping where a single
+// value is wanted is refused, naming the setting; a list is read for
+// roles; a key with no value reads as empty (for memory_limit and
+// gc_percent, a documented value).
+func TestConfigFileValuesOfTheWrongShape(t *testing.T) {
+	clearEnv(t)
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("memory_limit: [1GiB]\ndisk_reserve: {size: 1GiB}\nroles: [api, projector]\ngc_percent:\n"), 0o600))
+	_, _, err := loadWith(t, "--config", cfg)
+	require.Equal(t, []string{"disk_reserve", "memory_limit"}, sortedCopy(violationtest.ConfigFields(t, err)))
+	e, ok := protocol.AsError(err)
+	require.True(t, ok)
+	for _, v := range e.Violations {
+		require.NotContains(t, v.Message, "<nil>")
+		switch v.Field {
+		case "memory_limit":
+			require.Contains(t, v.Message, "a single value, not a list")
+		case "disk_reserve":
+			require.Contains(t, v.Message, "a single value, not a mapping")
+		}
+	}
+
+	require.NoError(t, os.WriteFile(cfg, []byte("roles: [api, projector]\ngc_percent:\nmemory_limit:\n"), 0o600))
+	s, src, err := loadWith(t, "--config", cfg)
+	require.NoError(t, err, "loading reads an empty value; validation judges it")
+	require.Equal(t, []string{"api", "projector"}, s.Roles)
+	require.Empty(t, s.GCPercent)
+	require.Equal(t, "file "+cfg, src["gc_percent"])
+	require.Empty(t, s.MemoryLimit)
+	require.Empty(t, fields(s.validate()), "empty is a documented value of both: no limit, the runtime's own target")
+}
+
+// TestSizesAllowSpacesAround: a size read from a file or the environment
+// may carry spaces around it, or between the number and its unit.
+func TestSizesAllowSpacesAround(t *testing.T) {
+	s := defaultSettings()
+	for _, v := range []string{" 2GiB", "2GiB ", " 2 GiB ", "2147483648\t"} {
+		s.MemoryLimit, s.DiskReserve = v, v
+		require.Empty(t, fields(s.validate()), "%q", v)
+	}
 }

@@ -24,8 +24,10 @@ var units = []struct {
 }{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}}
 
 // ParseSize reads a byte count: an integer, optionally followed by KiB, MiB,
-// GiB or TiB, of at most MaxSize bytes.
+// GiB or TiB, of at most MaxSize bytes. Spaces around it, or between the
+// number and its unit, are ignored.
 func ParseSize(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
 	mult, unit := uint64(1), ""
 	for _, u := range units {
 		if strings.HasSuffix(s, u.suffix) {

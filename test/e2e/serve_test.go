@@ -332,40 +332,54 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 
 // TestServeLogsItsMemoryLimit: the default memory_limit (auto) is logged
 // with the value it took and why; a size is logged as set; GOMEMLIMIT wins;
-// off is logged as no limit.
+// off is logged as no limit. The collector's target is logged beside it,
+// with where it came from.
 func TestServeLogsItsMemoryLimit(t *testing.T) {
-	memLine := func(log string) map[string]any {
+	line := func(log, msg string) map[string]any {
 		for _, line := range strings.Split(log, "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(fmt.Sprint(m["msg"]), "memory limit") {
+			if json.Unmarshal([]byte(line), &m) == nil && fmt.Sprint(m["msg"]) == msg {
 				return m
 			}
 		}
-		require.Fail(t, "no memory limit line", log)
+		require.Fail(t, "no "+msg+" line", log)
 		return nil
 	}
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
 	s := startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t))
-	m := memLine(s.Log.String())
+	m := line(s.Log.String(), "memory limit")
 	require.Contains(t, m["from"], "auto")
 	require.GreaterOrEqual(t, m["mib"], float64(1024), "auto is at least 1 GiB")
+	gc := line(s.Log.String(), "gc percent")
+	require.Equal(t, "400", gc["value"], "gc_percent's default")
+	require.Equal(t, "gc_percent", gc["from"])
 	s.kill(t)
 
-	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
-	m = memLine(s.Log.String())
+	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB", "--gc-percent", "")
+	m = line(s.Log.String(), "memory limit")
 	require.Equal(t, float64(3072), m["mib"])
 	require.Equal(t, "memory_limit", m["from"])
+	gc = line(s.Log.String(), "gc percent")
+	require.Equal(t, "100", gc["value"])
+	require.Contains(t, gc["from"], "Go runtime")
 	s.kill(t)
 
 	t.Setenv("GOMEMLIMIT", "2GiB")
+	t.Setenv("GOGC", "250")
 	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
-	m = memLine(s.Log.String())
+	m = line(s.Log.String(), "memory limit")
 	require.Equal(t, "GOMEMLIMIT in the environment", m["from"])
 	require.Equal(t, float64(2048), m["mib"])
+	gc = line(s.Log.String(), "gc percent")
+	require.Equal(t, "250", gc["value"])
+	require.Equal(t, "GOGC in the environment", gc["from"])
 	s.kill(t)
 
 	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "")
 	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "off")
-	m = memLine(s.Log.String())
+	m = line(s.Log.String(), "memory limit")
 	require.Equal(t, float64(0), m["mib"], "no limit")
 	require.Contains(t, m["from"], "off")
 }
