@@ -153,11 +153,23 @@ func (s *Store) hashRows(snap *pebble.Snapshot) ([]byte, error) {
 
 // walkSpan serialises the rows of sp into buffers from bufs, sent on
 // sp.out; it stops early, without error, once done is closed.
-func walkSpan(snap *pebble.Snapshot, sp *span, bufs func() []byte, done <-chan struct{}) error {
+func walkSpan(snap *pebble.Snapshot, sp *span, bufs func() []byte, done <-chan struct{}) (err error) {
+	// Pebble's fatal log panics (quietLogger); on a walker's goroutine
+	// nothing above would recover it, so it becomes the walk's error.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("projector: digest: %w", asStoreFatal(r))
+		}
+	}()
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: sp.lo, UpperBound: sp.hi})
 	if err != nil {
 		return fmt.Errorf("projector: digest: %w", err)
 	}
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("projector: digest: %w", cerr)
+		}
+	}()
 	buf := bufs()
 	send := func() bool {
 		select {
@@ -168,28 +180,21 @@ func walkSpan(snap *pebble.Snapshot, sp *span, bufs func() []byte, done <-chan s
 			return false
 		}
 	}
-	sent := true
 	for ok := it.First(); ok; ok = it.Next() {
 		k, v := it.Key(), it.Value()
-		if len(buf) > 0 && len(buf)+16+len(k)+len(v) > cap(buf) {
-			if sent = send(); !sent {
-				break
-			}
+		if len(buf) > 0 && len(buf)+16+len(k)+len(v) > cap(buf) && !send() {
+			return nil
 		}
 		buf = binary.BigEndian.AppendUint64(buf, uint64(len(k)))
 		buf = append(buf, k...)
 		buf = binary.BigEndian.AppendUint64(buf, uint64(len(v)))
 		buf = append(buf, v...)
 	}
-	if sent && len(buf) > 0 {
-		send()
-	}
-	err = it.Error()
-	if cerr := it.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := it.Error(); err != nil {
 		return fmt.Errorf("projector: digest: %w", err)
+	}
+	if len(buf) > 0 {
+		send()
 	}
 	return nil
 }

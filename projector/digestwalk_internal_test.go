@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -148,4 +149,64 @@ func TestDigestWalkFailsOnAReadErrorAndStops(t *testing.T) {
 	d, err := s.Digest()
 	require.NoError(t, err)
 	require.Equal(t, want, d, "once reads work, the same store digests as before")
+}
+
+// flipInLargestSST flips one byte in the middle of the largest sstable of
+// the (closed) store in dir: inside a data block, so its checksum fails.
+func flipInLargestSST(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var big string
+	var bigSize int64
+	for _, e := range ents {
+		info, err := e.Info()
+		require.NoError(t, err)
+		if strings.HasSuffix(e.Name(), ".sst") && info.Size() > bigSize {
+			big, bigSize = filepath.Join(dir, e.Name()), info.Size()
+		}
+	}
+	require.NotEmpty(t, big)
+	f, err := os.OpenFile(big, os.O_RDWR, 0)
+	require.NoError(t, err)
+	b := []byte{0}
+	_, err = f.ReadAt(b, bigSize/3)
+	require.NoError(t, err)
+	b[0] ^= 0x20
+	_, err = f.WriteAt(b, bigSize/3)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// A corrupt block is an error of the read that finds it, not the end of
+// the process (Pebble's default for corruption is a fatal log): the digest
+// of a checkpoint with one fails, and an open store tells Corruption.
+func TestCorruptionFailsTheDigestAndDoesNotPanic(t *testing.T) {
+	shrinkDigestWalk(t)
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := OpenStore(dir, StoreOptions{})
+	require.NoError(t, err)
+	fillLevels(t, s)
+	require.NoError(t, s.db.Flush())
+	require.NoError(t, s.Close())
+	flipInLargestSST(t, dir)
+
+	cp, err := OpenCheckpoint(dir)
+	require.NoError(t, err)
+	_, err = cp.DigestNow()
+	require.ErrorContains(t, err, "checksum mismatch")
+	require.True(t, pebble.IsCorruptionError(err), "%v", err)
+	require.NoError(t, cp.Close())
+
+	var told atomic.Int64
+	s, err = OpenStore(dir, StoreOptions{Corruption: func(err error) {
+		if pebble.IsCorruptionError(err) {
+			told.Add(1)
+		}
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Digest()
+	require.ErrorContains(t, err, "checksum mismatch")
+	require.Positive(t, told.Load(), "Corruption hears of it")
 }

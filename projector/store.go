@@ -69,6 +69,12 @@ type StoreOptions struct {
 	// and OpenStore waits for the flush of the write-ahead log it replays:
 	// on a disk without room for it, this is the only sign of the wait.
 	BackgroundError func(error)
+	// Corruption, when set, is told of each corruption Pebble finds while
+	// reading (a block whose checksum does not match): the read that found
+	// it fails with the same error. nil drops them. Without it Pebble's
+	// default ends the process, which would leave a replica that restores
+	// a damaged snapshot crashing on every start.
+	Corruption func(error)
 }
 
 // OpenStore opens (creating if needed) the view database in dir. Views of
@@ -179,6 +185,11 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 		// take a core for as long as the disk is full.
 		if diskspace.NoSpace(err) {
 			time.Sleep(noSpaceRetryPause)
+		}
+	}, DataCorruption: func(info pebble.DataCorruptionInfo) {
+		// Called on the read path, which then returns the error itself.
+		if o.Corruption != nil {
+			o.Corruption(info.Details)
 		}
 	}}
 	return opts

@@ -3,6 +3,8 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -195,4 +197,75 @@ func refusalsLogged(t *testing.T, logs *bytes.Buffer) map[string]string {
 		}
 	}
 	return out
+}
+
+// corruptUnderMatchingHashes flips a byte a third of the way into the
+// largest sstable of m's body and writes that file's new SHA-256 into both
+// manifests, so the body passes every file check and only a read of the
+// block finds it.
+func corruptUnderMatchingHashes(t *testing.T, ctx context.Context, tg Target, m Manifest) {
+	t.Helper()
+	r, err := tg.Open(ctx, m.Name)
+	require.NoError(t, err)
+	body, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	raw, err := json.Marshal(m)
+	require.NoError(t, err)
+	off := memberSize(int64(len(raw)))
+	big, bigAt, bigOff := File{}, -1, int64(0)
+	for i, f := range m.Files {
+		if strings.HasSuffix(f.Name, ".sst") && f.Size > big.Size {
+			big, bigAt, bigOff = f, i, off+tarBlock
+		}
+		off += memberSize(f.Size)
+	}
+	require.Positive(t, big.Size)
+	body[bigOff+big.Size/3] ^= 0x20
+	sum := sha256.Sum256(body[bigOff : bigOff+big.Size])
+	fresh := hex.EncodeToString(sum[:])
+	require.Equal(t, 1, bytes.Count(body[:memberSize(int64(len(raw)))], []byte(big.SHA256)))
+	copy(body[:memberSize(int64(len(raw)))], bytes.Replace(body[:memberSize(int64(len(raw)))], []byte(big.SHA256), []byte(fresh), 1))
+	m.Files = append([]File(nil), m.Files...)
+	m.Files[bigAt].SHA256 = fresh
+	require.NoError(t, tg.Delete(ctx, m.Name))
+	require.NoError(t, tg.Put(ctx, m, bytes.NewReader(body)))
+}
+
+// A snapshot with a corrupt sstable under hashes that match it (damaged
+// before it was hashed, or written so) passes every file check; the
+// digest's read of the block finds the bad checksum. It is refused with
+// that reason and the older good snapshot is used: Pebble's default for
+// corruption, a fatal log, would have ended the process on every start.
+func TestRestoreRefusesACorruptSSTableUnderMatchingHashes(t *testing.T) {
+	e := ledgertest.New(t)
+	ctx := ledgertest.Ctx(t)
+	e.Scenario(t, 2)
+	early := builtViews(t, ctx, e)
+	e.WriteCalls(t, ctx, 40, 2)
+	live := builtViews(t, ctx, e)
+	for kind, tg := range targets(t, ctx, e, "snaps_corrupt") {
+		t.Run(kind, func(t *testing.T) {
+			good, err := Take(ctx, early, tg, TakeOptions{Stream: ledgerStream})
+			require.NoError(t, err)
+			bad, err := Take(ctx, live, tg, TakeOptions{Stream: ledgerStream})
+			require.NoError(t, err)
+			corruptUnderMatchingHashes(t, ctx, tg, bad)
+
+			var logs bytes.Buffer
+			o := restoreOpts(e)
+			o.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+			dir := filepath.Join(t.TempDir(), "views")
+			got, err := Restore(ctx, tg, dir, o)
+			require.NoError(t, err)
+			require.Equal(t, good.Name, got.Name, "the older good snapshot is used")
+			refusals := refusalsLogged(t, &logs)
+			require.Len(t, refusals, 1, "%v", refusals)
+			require.Contains(t, refusals[bad.Name], "checksum mismatch")
+			require.NotContains(t, refusals[bad.Name], "failed write", "corruption is not a write that failed")
+			d, err := openViews(t, dir).Digest()
+			require.NoError(t, err)
+			require.Equal(t, good.Digest, d)
+		})
+	}
 }

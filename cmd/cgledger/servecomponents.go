@@ -377,7 +377,7 @@ func (c *viewStoreComponent) Start(ctx context.Context) error {
 	}
 	// Views of another format are emptied and rebuilt from the ledger:
 	// first make sure that the ledger still has every entry they hold.
-	opts := projector.StoreOptions{BackgroundError: backgroundErrorLog(log), BeforeRebuild: func(fc projector.FormatChange) error {
+	opts := projector.StoreOptions{BackgroundError: backgroundErrorLog(log), Corruption: corruptionLog(log), BeforeRebuild: func(fc projector.FormatChange) error {
 		if tryRestore {
 			return errRestoreFirst{fc: fc}
 		}

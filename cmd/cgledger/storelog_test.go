@@ -42,3 +42,17 @@ func (e stackErr) Format(s fmt.State, verb rune) {
 	}
 	fmt.Fprint(s, e.Error())
 }
+
+// Corruption found on reads is an error, logged once per interval however
+// many reads hit it, with the way out.
+func TestCorruptionLogIsAnErrorAndRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	f := corruptionLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	for range 50 {
+		f(errors.New("pebble: file 000032: block 998979/1581: crc32c checksum mismatch"))
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), "\n"), buf.String())
+	require.Contains(t, buf.String(), `"level":"ERROR"`)
+	require.Contains(t, buf.String(), "checksum mismatch")
+	require.Contains(t, buf.String(), "remove <data>/views")
+}
