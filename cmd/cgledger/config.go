@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -209,6 +208,20 @@ func gcInForce(s Settings) (gcOff, limit bool) {
 		limit = v != "off"
 	}
 	return gcOff, limit
+}
+
+// minMemoryLimit is the smallest memory limit serve runs under: below it
+// the collector would run without pause.
+const minMemoryLimit = 64 << 20
+
+// parseGoMemLimit reads GOMEMLIMIT as the Go runtime does: a byte count
+// with an optional unit, B or KiB to TiB. (A malformed one stops the
+// runtime before serve starts, so an error here is not reported.)
+func parseGoMemLimit(v string) (uint64, error) {
+	if n, ok := strings.CutSuffix(v, "B"); ok && !strings.HasSuffix(n, "i") {
+		v = n
+	}
+	return diskspace.ParseSize(v)
 }
 
 // validGOGC reports whether the Go runtime reads v as GOGC: empty, off or
@@ -450,8 +463,13 @@ func (s Settings) validate() protocol.Violations {
 			vs.Add("memory_limit", protocol.VInvalidValue, "must be at most %d bytes; got %q", uint64(diskspace.MaxSize), s.MemoryLimit)
 		case err != nil:
 			vs.Add("memory_limit", protocol.VInvalidValue, "must be a size such as 4GiB (units KiB, MiB, GiB, TiB), auto or off; got %q", s.MemoryLimit)
-		case n < 64<<20:
+		case n < minMemoryLimit:
 			vs.Add("memory_limit", protocol.VInvalidValue, "must be at least 64MiB; got %q", s.MemoryLimit)
+		}
+	}
+	if v := os.Getenv("GOMEMLIMIT"); v != "" && v != "off" {
+		if n, err := parseGoMemLimit(v); err == nil && n < minMemoryLimit {
+			vs.Add("memory_limit", protocol.VInvalidValue, "GOMEMLIMIT in the environment (which wins over memory_limit) must be at least 64MiB, or off; got %q", v)
 		}
 	}
 	if _, err := parseGCPercent(s.GCPercent); err != nil {
@@ -475,8 +493,8 @@ func (s Settings) validate() protocol.Violations {
 		vs.Add("views_snapshot_keep", protocol.VInvalidValue, "must be between 1 and 1000, got %d", s.ViewsSnapshotKeep)
 	}
 	if s.ViewsSnapshotDir != "" && s.Data != "" {
-		if inside(s.ViewsSnapshotDir, filepath.Join(s.Data, "views")) {
-			vs.Add("views_snapshot_dir", protocol.VInvalidValue, "must not be inside the views directory %s, which a restore replaces; got %q", filepath.Join(s.Data, "views"), s.ViewsSnapshotDir)
+		if clash := snapshotDirClash(s.ViewsSnapshotDir, s.Data); clash != "" {
+			vs.Add("views_snapshot_dir", protocol.VInvalidValue, "must not be the data directory, nor inside a directory serve removes or replaces there (views, views.restoring, views.replaced, snapshots.tmp, jetstream): it is %s; got %q", clash, s.ViewsSnapshotDir)
 		}
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {

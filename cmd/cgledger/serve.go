@@ -53,10 +53,13 @@ func serve(args []string) int {
 	} else if err != nil {
 		return failf(exitUsage, "serve: %v", err)
 	}
+	// A value that could not be read names where it came from; a value
+	// read but invalid is named by where the value in force was set.
+	unread := len(vs)
 	if vs = append(vs, s.validate()...); len(vs) > 0 {
-		for _, v := range vs {
+		for i, v := range vs {
 			from := ""
-			if src := source[v.Field]; src != "" && src != "default" && !strings.Contains(v.Message, "\" from ") {
+			if src := source[v.Field]; i >= unread && src != "" && src != "default" {
 				from = " (set by " + src + ")"
 			}
 			fmt.Fprintf(os.Stderr, "cgledger serve: %s: %s%s\n", v.Field, v.Message, from)

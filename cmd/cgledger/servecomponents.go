@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -232,7 +233,12 @@ func (st *serveState) setupSecurity(context.Context) error {
 	// (the stream's subject index), and a limit close to it makes the
 	// collector run without pause (docs/decisions.md).
 	if os.Getenv("GOMEMLIMIT") != "" {
-		log.Info("memory limit", "mib", debug.SetMemoryLimit(-1)>>20, "from", "GOMEMLIMIT in the environment")
+		// The runtime's "no limit" is the largest int64: logged as 0, none.
+		limit, from := debug.SetMemoryLimit(-1), "GOMEMLIMIT in the environment"
+		if limit == math.MaxInt64 {
+			limit, from = 0, "GOMEMLIMIT in the environment: off, no limit"
+		}
+		log.Info("memory limit", "mib", limit>>20, "from", from)
 	} else {
 		limit, from := resolveMemoryLimit(s.MemoryLimit)
 		if limit > 0 {

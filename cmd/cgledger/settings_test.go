@@ -343,3 +343,20 @@ func TestSizesAllowSpacesAround(t *testing.T) {
 		require.Empty(t, fields(s.validate()), "%q", v)
 	}
 }
+
+// TestGOMEMLIMITBelowTheFloorIsRefused: GOMEMLIMIT wins over memory_limit,
+// so the floor memory_limit keeps (64MiB) holds for it too; off and larger
+// limits pass, in the runtime's own spelling.
+func TestGOMEMLIMITBelowTheFloorIsRefused(t *testing.T) {
+	s := defaultSettings()
+	for _, v := range []string{"0", "1000", "1000B", "1MiB", "67108863"} {
+		t.Setenv("GOMEMLIMIT", v)
+		vs := s.validate()
+		require.Equal(t, []string{"memory_limit"}, fields(vs), "GOMEMLIMIT %q", v)
+		require.Contains(t, vs[0].Message, "GOMEMLIMIT")
+	}
+	for _, v := range []string{"", "off", "64MiB", "67108864B", "2GiB"} {
+		t.Setenv("GOMEMLIMIT", v)
+		require.Empty(t, fields(s.validate()), "GOMEMLIMIT %q", v)
+	}
+}

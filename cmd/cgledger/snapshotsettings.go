@@ -38,12 +38,57 @@ func parseSnapshotEvery(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// serveOwned are the entries of the data directory that serve removes or
+// replaces: a snapshot directory there would lose its snapshots.
+var serveOwned = []string{"views", viewsRestoreTmp, viewsAsideDir, snapshotTmpDir, "jetstream"}
+
+// snapshotDirClash names the directory serve owns that dir is, or lies
+// under, with the data directory itself: "" when there is none. Symbolic
+// links are followed as far as the paths exist.
+func snapshotDirClash(dir, data string) string {
+	if same(dir, data) {
+		return data
+	}
+	for _, name := range serveOwned {
+		if owned := filepath.Join(data, name); inside(dir, owned) {
+			return owned
+		}
+	}
+	return ""
+}
+
+// same reports whether a and b name one directory.
+func same(a, b string) bool {
+	ra, rb := resolved(a), resolved(b)
+	return ra != "" && ra == rb
+}
+
 // inside reports whether path is dir or lies under it.
 func inside(path, dir string) bool {
-	p, err1 := filepath.Abs(path)
-	d, err2 := filepath.Abs(dir)
-	if err1 != nil || err2 != nil {
+	p, d := resolved(path), resolved(dir)
+	if p == "" || d == "" {
 		return false
 	}
 	return p == d || strings.HasPrefix(p, d+string(filepath.Separator))
+}
+
+// resolved is path made absolute, with the symbolic links of its longest
+// existing ancestor followed; "" when it cannot be made absolute.
+func resolved(path string) string {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	rest := ""
+	for {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Join(p, rest)
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }

@@ -43,6 +43,35 @@ func TestValidateViewsSnapshotSettings(t *testing.T) {
 	require.Empty(t, s.validate(), "a directory beside the views")
 }
 
+// TestSnapshotDirMayNotBeWhereServeRemovesThings: serve removes its
+// checkpoint and restore directories and replaces the views, so a snapshot
+// directory there (or the data directory itself, or one reached by a
+// symbolic link into them) would lose every snapshot it holds.
+func TestSnapshotDirMayNotBeWhereServeRemovesThings(t *testing.T) {
+	s := defaultSettings()
+	s.Data = t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.MkdirAll(filepath.Join(s.Data, "views"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(s.Data, "views"), link))
+	for _, dir := range []string{
+		s.Data, s.Data + "/", filepath.Join(s.Data, "views"), filepath.Join(s.Data, "views", "snaps"),
+		filepath.Join(s.Data, "snapshots.tmp"), filepath.Join(s.Data, "views.restoring"),
+		filepath.Join(s.Data, "views.replaced", "x"), filepath.Join(s.Data, "jetstream"),
+		filepath.Join(s.Data, "views", "..", "snapshots.tmp"), filepath.Join(link, "snaps"),
+	} {
+		s.ViewsSnapshotDir = dir
+		vs := s.validate()
+		require.Equal(t, []string{"views_snapshot_dir"}, fields(vs), dir)
+		require.Contains(t, vs[0].Message, "serve removes or replaces", dir)
+	}
+	for _, dir := range []string{
+		filepath.Join(s.Data, "snapshots"), filepath.Join(s.Data, "views-snapshots"), filepath.Join(s.Data, "viewsx"), t.TempDir(),
+	} {
+		s.ViewsSnapshotDir = dir
+		require.Empty(t, s.validate(), dir)
+	}
+}
+
 // TestLoadViewsSnapshotSettings: the defaults (hourly, keep 3, the Object
 // Store, restore on), and each set from the file, the environment and
 // flags; --views-restore=false turns the restore off.

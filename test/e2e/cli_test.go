@@ -111,6 +111,21 @@ func TestCLIErrorsNameTheSettingAndItsSource(t *testing.T) {
 	require.Contains(t, stderr.String(), `"abc" from environment variable CGLEDGER_REPLICAS`)
 	require.NotContains(t, stderr.String(), "strconv")
 
+	// A value the file gives in the wrong shape is the file's, even when
+	// the environment sets the value in force; an invalid value in force
+	// is named by where it was set.
+	shape := filepath.Join(t.TempDir(), "shape.yaml")
+	require.NoError(t, os.WriteFile(shape, []byte("gc_percent: [1]\n"), 0o600))
+	cmd = exec.Command(binary, "serve", "--data", t.TempDir(), "--config", shape)
+	cmd.Env = append(os.Environ(), "CGLEDGER_GC_PERCENT=abc")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	require.ErrorAs(t, cmd.Run(), &ee)
+	require.Equal(t, 2, ee.ExitCode())
+	lines := strings.Split(stderr.String(), "\n")
+	require.Contains(t, lines, "cgledger serve: gc_percent: must be a single value, not a list, in config file "+shape, stderr.String())
+	require.Contains(t, stderr.String(), `got "abc" (set by env CGLEDGER_GC_PERCENT)`)
+
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("colour: blue\nflavour: mint\nreplicas: many\n"), 0o600))
 	out, code = s.run(t, "check-config", "--config", cfg)

@@ -376,8 +376,15 @@ func TestServeLogsItsMemoryLimit(t *testing.T) {
 	require.Equal(t, "GOGC in the environment", gc["from"])
 	s.kill(t)
 
-	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOMEMLIMIT", "off")
 	t.Setenv("GOGC", "")
+	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "3GiB")
+	m = line(s.Log.String(), "memory limit")
+	require.Equal(t, float64(0), m["mib"], "GOMEMLIMIT=off: no limit, logged as 0")
+	require.Equal(t, "GOMEMLIMIT in the environment: off, no limit", m["from"])
+	s.kill(t)
+
+	t.Setenv("GOMEMLIMIT", "")
 	s = startServer(t, t.TempDir(), servetest.FreePort(t), servetest.FreePort(t), "--memory-limit", "off")
 	m = line(s.Log.String(), "memory limit")
 	require.Equal(t, float64(0), m["mib"], "no limit")
