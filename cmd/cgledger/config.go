@@ -338,6 +338,9 @@ func loadSettings(fs *flag.FlagSet, configPath string) (Settings, map[string]str
 			case nil:
 				// "key:" with nothing after it: no value, as an empty one.
 				text = ""
+			case float64:
+				// YAML reads 1e9 as a float: written out whole, not "1e+09".
+				text = strconv.FormatFloat(x, 'f', -1, 64)
 			case []any:
 				if !st.list {
 					vs.Add(k, protocol.VInvalidValue, "must be a single value, not a list, in config file %s", configPath)

@@ -324,6 +324,11 @@ func TestConfigFileValuesOfTheWrongShape(t *testing.T) {
 		}
 	}
 
+	require.NoError(t, os.WriteFile(cfg, []byte("memory_limit: 1e9\n"), 0o600))
+	s, _, err := loadWith(t, "--config", cfg)
+	require.NoError(t, err)
+	require.Equal(t, "1000000000", s.MemoryLimit, "a YAML float is written out whole")
+
 	require.NoError(t, os.WriteFile(cfg, []byte("roles: [api, projector]\ngc_percent:\nmemory_limit:\n"), 0o600))
 	s, src, err := loadWith(t, "--config", cfg)
 	require.NoError(t, err, "loading reads an empty value; validation judges it")
