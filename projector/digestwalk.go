@@ -14,7 +14,8 @@ import (
 
 // The digest is one SHA-256 over every row in key order, so the hash
 // cannot be split; but the walk that produces the rows (reading and
-// decompressing blocks, stepping the iterator) costs about twice the hash.
+// decompressing blocks, stepping the iterator) costs about three times the
+// hash (a 200k-call profile: 3.2 s of CPU against 0.9 s).
 // So the key range is cut into spans that walkers serialise at once, each
 // span into its own bounded queue, and one goroutine hashes the queues in
 // key order. A walker ahead of the span being hashed serialises at most
@@ -34,8 +35,8 @@ var (
 	digestRowBuf = 128 << 10
 	// digestSpanQueue is how many buffers of one span may wait unhashed.
 	digestSpanQueue = (32 << 20) / (128 << 10)
-	// digestMaxWalkers bounds the walkers: with the hash about twice as
-	// fast as one walker, a third walker is the most that can keep it busy.
+	// digestMaxWalkers bounds the walkers: with the hash about three times
+	// as fast as one walker, three walkers are the most it can keep up with.
 	digestMaxWalkers = 3
 )
 
