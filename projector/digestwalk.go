@@ -192,7 +192,7 @@ func walkSpan(snap *pebble.Snapshot, sp *span, bufs func() []byte, done <-chan s
 		buf = append(buf, v...)
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("projector: digest: %w", err)
+		return fmt.Errorf("projector: digest: %w", oneLine(err))
 	}
 	if len(buf) > 0 {
 		send()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -196,6 +197,7 @@ func TestCorruptionFailsTheDigestAndDoesNotPanic(t *testing.T) {
 	_, err = cp.DigestNow()
 	require.ErrorContains(t, err, "checksum mismatch")
 	require.True(t, pebble.IsCorruptionError(err), "%v", err)
+	require.NotContains(t, err.Error(), "\n", "one line, without Pebble's detail carrier")
 	require.NoError(t, cp.Close())
 
 	var told atomic.Int64
@@ -209,4 +211,20 @@ func TestCorruptionFailsTheDigestAndDoesNotPanic(t *testing.T) {
 	_, err = s.Digest()
 	require.ErrorContains(t, err, "checksum mismatch")
 	require.Positive(t, told.Load(), "Corruption hears of it")
+}
+
+// A compaction that meets a corrupt block fails each time Pebble retries
+// it, at once and without end: the views' listener slows each retry (a few
+// a second, not a core's worth) and does not report it as a failed write,
+// which Corruption covers; other failed writes are still reported.
+func TestBackgroundErrorOnACorruptFileIsSlowedAndNotAFailedWrite(t *testing.T) {
+	var failedWrites atomic.Int64
+	opts := dbOptions(StoreOptions{BackgroundError: func(error) { failedWrites.Add(1) }}, nil, viewsComparer, new(atomic.Bool))
+	corrupt := fmt.Errorf("compaction: block 3/12: checksum mismatch: %w", pebble.ErrCorruption)
+	start := time.Now()
+	opts.EventListener.BackgroundError(corrupt)
+	require.GreaterOrEqual(t, time.Since(start), backgroundRetryPause, "the retry is slowed")
+	require.Zero(t, failedWrites.Load(), "corruption is not a failed write")
+	opts.EventListener.BackgroundError(errors.New("write 000012.sst: input/output error"))
+	require.Equal(t, int64(1), failedWrites.Load())
 }

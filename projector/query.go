@@ -184,7 +184,7 @@ func get(r reader, k []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, oneLine(err)
 	}
 	defer closer.Close()
 	return append([]byte(nil), v...), true, nil

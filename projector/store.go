@@ -64,7 +64,8 @@ type StoreOptions struct {
 	// back every entry they hold.
 	BeforeRebuild func(FormatChange) error
 	// BackgroundError, when set, is told of each failure of a write Pebble
-	// makes on its own (a memtable flush, a compaction); nil drops them.
+	// makes on its own (a memtable flush, a compaction), except those that
+	// met a corrupt file, which Corruption hears of; nil drops them.
 	// Pebble retries a failed flush at once and for as long as it fails,
 	// and OpenStore waits for the flush of the write-ahead log it replays:
 	// on a disk without room for it, this is the only sign of the wait.
@@ -178,13 +179,18 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 		opts.FS = o.FS
 	}
 	opts.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
+		// Pebble tries a failed flush or compaction again at once, in a
+		// loop that would take a core for as long as the disk is full, or
+		// for ever on a corrupt file (which Corruption heard of already).
+		if pebble.IsCorruptionError(err) {
+			time.Sleep(backgroundRetryPause)
+			return
+		}
 		if o.BackgroundError != nil {
 			o.BackgroundError(err)
 		}
-		// Pebble tries a failed flush again at once, in a loop that would
-		// take a core for as long as the disk is full.
 		if diskspace.NoSpace(err) {
-			time.Sleep(noSpaceRetryPause)
+			time.Sleep(backgroundRetryPause)
 		}
 	}, DataCorruption: func(info pebble.DataCorruptionInfo) {
 		// Called on the read path, which then returns the error itself.
@@ -195,10 +201,10 @@ func dbOptions(o StoreOptions, cache *pebble.Cache, cmp *pebble.Comparer, broken
 	return opts
 }
 
-// noSpaceRetryPause slows Pebble's retries of a background write that
-// failed for want of disk space. It runs under Pebble's lock, which reads
-// take too, so it stays short.
-const noSpaceRetryPause = 250 * time.Millisecond
+// backgroundRetryPause slows Pebble's retries of a background write that
+// failed for want of disk space or on a corrupt file. It runs under
+// Pebble's lock, which reads take too, so it stays short.
+const backgroundRetryPause = 250 * time.Millisecond
 
 // Close closes the store. It does not flush the memtable first: the
 // write-ahead log holds it, and the next open replays it. A flush rotates
