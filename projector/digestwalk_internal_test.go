@@ -116,13 +116,7 @@ func TestDigestWalkInSpansEqualsOneSequentialHash(t *testing.T) {
 // A read that fails in any span fails the digest with the read's error,
 // and every walker ends.
 func TestDigestWalkFailsOnAReadErrorAndStops(t *testing.T) {
-	shrinkDigestWalk(t)
-	dir := filepath.Join(t.TempDir(), "views")
-	s, err := OpenStore(dir, StoreOptions{})
-	require.NoError(t, err)
-	fillLevels(t, s)
-	require.NoError(t, s.db.Flush())
-	require.NoError(t, s.Close())
+	dir := closedFilledStore(t)
 
 	broken := errors.New("read: input/output error")
 	var reads atomic.Int64
@@ -135,7 +129,7 @@ func TestDigestWalkFailsOnAReadErrorAndStops(t *testing.T) {
 		}
 		return nil
 	})}
-	s, err = OpenStore(dir, StoreOptions{FS: errorfs.Wrap(vfs.Default, fail)})
+	s, err := OpenStore(dir, StoreOptions{FS: errorfs.Wrap(vfs.Default, fail)})
 	require.NoError(t, err)
 	defer s.Close()
 	fail.On()
@@ -150,6 +144,20 @@ func TestDigestWalkFailsOnAReadErrorAndStops(t *testing.T) {
 	d, err := s.Digest()
 	require.NoError(t, err)
 	require.Equal(t, want, d, "once reads work, the same store digests as before")
+}
+
+// closedFilledStore is the directory of a closed store filled by
+// fillLevels and flushed, with the digest walk shrunk for the test.
+func closedFilledStore(t *testing.T) string {
+	t.Helper()
+	shrinkDigestWalk(t)
+	dir := filepath.Join(t.TempDir(), "views")
+	s, err := OpenStore(dir, StoreOptions{})
+	require.NoError(t, err)
+	fillLevels(t, s)
+	require.NoError(t, s.db.Flush())
+	require.NoError(t, s.Close())
+	return dir
 }
 
 // flipInLargestSST flips one byte in the middle of the largest sstable of
@@ -183,13 +191,7 @@ func flipInLargestSST(t *testing.T, dir string) {
 // the process (Pebble's default for corruption is a fatal log): the digest
 // of a checkpoint with one fails, and an open store tells Corruption.
 func TestCorruptionFailsTheDigestAndDoesNotPanic(t *testing.T) {
-	shrinkDigestWalk(t)
-	dir := filepath.Join(t.TempDir(), "views")
-	s, err := OpenStore(dir, StoreOptions{})
-	require.NoError(t, err)
-	fillLevels(t, s)
-	require.NoError(t, s.db.Flush())
-	require.NoError(t, s.Close())
+	dir := closedFilledStore(t)
 	flipInLargestSST(t, dir)
 
 	cp, err := OpenCheckpoint(dir)
@@ -201,7 +203,7 @@ func TestCorruptionFailsTheDigestAndDoesNotPanic(t *testing.T) {
 	require.NoError(t, cp.Close())
 
 	var told atomic.Int64
-	s, err = OpenStore(dir, StoreOptions{Corruption: func(err error) {
+	s, err := OpenStore(dir, StoreOptions{Corruption: func(err error) {
 		if pebble.IsCorruptionError(err) {
 			told.Add(1)
 		}

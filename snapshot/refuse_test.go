@@ -22,27 +22,37 @@ import (
 	"github.com/cgledger/cgledger/protocol"
 )
 
-// tamper replaces the body of m in t with one whose largest file has a
-// byte flipped in the middle, under the same manifest.
-func tamper(t *testing.T, ctx context.Context, tg Target, m Manifest) {
+// largestMember reads the body of m from tg and finds the largest of its
+// files whose name has the suffix: its index in m.Files and its offset in
+// the body. It also returns the size of the first member (the manifest).
+func largestMember(t *testing.T, ctx context.Context, tg Target, m Manifest, suffix string) (body []byte, at int, off, manifestSize int64) {
 	t.Helper()
 	r, err := tg.Open(ctx, m.Name)
 	require.NoError(t, err)
-	body, err := io.ReadAll(r)
+	body, err = io.ReadAll(r)
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
 	raw, err := json.Marshal(m)
 	require.NoError(t, err)
-	off := memberSize(int64(len(raw)))
-	big, bigOff := File{}, int64(0)
-	for _, f := range m.Files {
-		if f.Size > big.Size {
-			big, bigOff = f, off+tarBlock
+	manifestSize = memberSize(int64(len(raw)))
+	at, pos := -1, manifestSize
+	for i, f := range m.Files {
+		if strings.HasSuffix(f.Name, suffix) && (at < 0 || f.Size > m.Files[at].Size) {
+			at, off = i, pos+tarBlock
 		}
-		off += memberSize(f.Size)
+		pos += memberSize(f.Size)
 	}
-	require.Positive(t, big.Size)
-	body[bigOff+big.Size/2] ^= 0x20
+	require.GreaterOrEqual(t, at, 0)
+	require.Positive(t, m.Files[at].Size)
+	return body, at, off, manifestSize
+}
+
+// tamper replaces the body of m in t with one whose largest file has a
+// byte flipped in the middle, under the same manifest.
+func tamper(t *testing.T, ctx context.Context, tg Target, m Manifest) {
+	t.Helper()
+	body, at, off, _ := largestMember(t, ctx, tg, m, "")
+	body[off+m.Files[at].Size/2] ^= 0x20
 	require.NoError(t, tg.Delete(ctx, m.Name))
 	require.NoError(t, tg.Put(ctx, m, bytes.NewReader(body)))
 }
@@ -205,29 +215,16 @@ func refusalsLogged(t *testing.T, logs *bytes.Buffer) map[string]string {
 // block finds it.
 func corruptUnderMatchingHashes(t *testing.T, ctx context.Context, tg Target, m Manifest) {
 	t.Helper()
-	r, err := tg.Open(ctx, m.Name)
-	require.NoError(t, err)
-	body, err := io.ReadAll(r)
-	require.NoError(t, err)
-	require.NoError(t, r.Close())
-	raw, err := json.Marshal(m)
-	require.NoError(t, err)
-	off := memberSize(int64(len(raw)))
-	big, bigAt, bigOff := File{}, -1, int64(0)
-	for i, f := range m.Files {
-		if strings.HasSuffix(f.Name, ".sst") && f.Size > big.Size {
-			big, bigAt, bigOff = f, i, off+tarBlock
-		}
-		off += memberSize(f.Size)
-	}
-	require.Positive(t, big.Size)
-	body[bigOff+big.Size/3] ^= 0x20
-	sum := sha256.Sum256(body[bigOff : bigOff+big.Size])
+	body, at, off, manifestSize := largestMember(t, ctx, tg, m, ".sst")
+	big := m.Files[at]
+	body[off+big.Size/3] ^= 0x20
+	sum := sha256.Sum256(body[off : off+big.Size])
 	fresh := hex.EncodeToString(sum[:])
-	require.Equal(t, 1, bytes.Count(body[:memberSize(int64(len(raw)))], []byte(big.SHA256)))
-	copy(body[:memberSize(int64(len(raw)))], bytes.Replace(body[:memberSize(int64(len(raw)))], []byte(big.SHA256), []byte(fresh), 1))
+	inner := body[:manifestSize]
+	require.Equal(t, 1, bytes.Count(inner, []byte(big.SHA256)))
+	copy(inner, bytes.Replace(inner, []byte(big.SHA256), []byte(fresh), 1))
 	m.Files = append([]File(nil), m.Files...)
-	m.Files[bigAt].SHA256 = fresh
+	m.Files[at].SHA256 = fresh
 	require.NoError(t, tg.Delete(ctx, m.Name))
 	require.NoError(t, tg.Put(ctx, m, bytes.NewReader(body)))
 }
