@@ -112,12 +112,7 @@ func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
 			require.NoError(t, err)
 			require.Greater(t, ahead.AppliedSeq, last)
 
-			var logs bytes.Buffer
-			o := restoreOpts(e)
-			o.Log = slog.New(slog.NewJSONHandler(&logs, nil))
-			dir := filepath.Join(t.TempDir(), "views")
-			got, err := Restore(ctx, tg, dir, o)
-			require.NoError(t, err)
+			got, refusals, dir := restoreLogged(t, ctx, e, tg)
 			require.Equal(t, good.Name, got.Name, "the older good snapshot is used")
 			want := map[string]string{
 				ahead.Name:     "cannot continue from the snapshot's sequence",
@@ -127,7 +122,6 @@ func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
 				stream.Name:    `taken from stream "OTHER"`,
 				fromOther.Name: "chain check",
 			}
-			refusals := refusalsLogged(t, &logs)
 			require.Len(t, refusals, len(want), "%v", refusals)
 			for name, reason := range want {
 				require.Contains(t, refusals, name)
@@ -191,6 +185,19 @@ func TestRestoreRefusesBadSnapshotsAndUsesTheNextGoodOne(t *testing.T) {
 	require.Contains(t, refused.Refused[0].Reason, "cannot continue from the snapshot's sequence")
 }
 
+// restoreLogged restores from tg into a new views directory, which it
+// returns with the restored manifest and the refusals the restore logged.
+func restoreLogged(t *testing.T, ctx context.Context, e *ledgertest.Env, tg Target) (Manifest, map[string]string, string) {
+	t.Helper()
+	var logs bytes.Buffer
+	o := restoreOpts(e)
+	o.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	dir := filepath.Join(t.TempDir(), "views")
+	got, err := Restore(ctx, tg, dir, o)
+	require.NoError(t, err)
+	return got, refusalsLogged(t, &logs), dir
+}
+
 // refusalsLogged reads the JSON log lines of refused snapshots: name -> reason.
 func refusalsLogged(t *testing.T, logs *bytes.Buffer) map[string]string {
 	t.Helper()
@@ -249,14 +256,8 @@ func TestRestoreRefusesACorruptSSTableUnderMatchingHashes(t *testing.T) {
 			require.NoError(t, err)
 			corruptUnderMatchingHashes(t, ctx, tg, bad)
 
-			var logs bytes.Buffer
-			o := restoreOpts(e)
-			o.Log = slog.New(slog.NewJSONHandler(&logs, nil))
-			dir := filepath.Join(t.TempDir(), "views")
-			got, err := Restore(ctx, tg, dir, o)
-			require.NoError(t, err)
+			got, refusals, dir := restoreLogged(t, ctx, e, tg)
 			require.Equal(t, good.Name, got.Name, "the older good snapshot is used")
-			refusals := refusalsLogged(t, &logs)
 			require.Len(t, refusals, 1, "%v", refusals)
 			require.Contains(t, refusals[bad.Name], "checksum mismatch")
 			require.NotContains(t, refusals[bad.Name], "failed write", "corruption is not a write that failed")

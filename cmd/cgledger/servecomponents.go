@@ -250,9 +250,10 @@ func (st *serveState) setupSecurity(context.Context) error {
 	// answered while the live heap stays small, so at Go's default target
 	// the collector runs often for little: a larger target trades memory
 	// (capped by the limit above) for CPU.
+	gogc := os.Getenv("GOGC")
 	switch pct, _ := parseGCPercent(s.GCPercent); { // validated
-	case os.Getenv("GOGC") != "":
-		log.Info("gc percent", "value", os.Getenv("GOGC"), "from", "GOGC in the environment")
+	case gogc != "":
+		log.Info("gc percent", "value", gogc, "from", "GOGC in the environment")
 	case pct == 0:
 		log.Info("gc percent", "value", "100", "from", "the Go runtime's default (gc_percent empty)")
 	default:

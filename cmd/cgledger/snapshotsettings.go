@@ -46,30 +46,20 @@ var serveOwned = []string{"views", viewsRestoreTmp, viewsAsideDir, snapshotTmpDi
 // under, with the data directory itself: "" when there is none. Symbolic
 // links are followed as far as the paths exist.
 func snapshotDirClash(dir, data string) string {
-	if same(dir, data) {
+	d := resolved(dir)
+	if d == "" {
+		return ""
+	}
+	if d == resolved(data) {
 		return data
 	}
 	for _, name := range serveOwned {
-		if owned := filepath.Join(data, name); inside(dir, owned) {
+		owned := filepath.Join(data, name)
+		if o := resolved(owned); o != "" && (d == o || strings.HasPrefix(d, o+string(filepath.Separator))) {
 			return owned
 		}
 	}
 	return ""
-}
-
-// same reports whether a and b name one directory.
-func same(a, b string) bool {
-	ra, rb := resolved(a), resolved(b)
-	return ra != "" && ra == rb
-}
-
-// inside reports whether path is dir or lies under it.
-func inside(path, dir string) bool {
-	p, d := resolved(path), resolved(dir)
-	if p == "" || d == "" {
-		return false
-	}
-	return p == d || strings.HasPrefix(p, d+string(filepath.Separator))
 }
 
 // resolved is path made absolute, with the symbolic links of its longest
