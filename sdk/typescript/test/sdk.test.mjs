@@ -191,8 +191,9 @@ describe("worker and tool service", () => {
         });
       }));
     const w = await worker("agent-deadline");
-    // Long enough that a loaded machine still picks the command up before the deadline.
-    const d = await w.dispatch({ tool: "ts_slow", turnId: "t1", callId: "d1", timeoutMs: 2_500 });
+    // Long enough that a loaded machine (CI runs every package at once on 2 cores) still picks
+    // the command up, and arms the handler's deadline, well before the deadline passes.
+    const d = await w.dispatch({ tool: "ts_slow", turnId: "t1", callId: "d1", timeoutMs: 8_000 });
     const r = await w.awaitResult({ turnId: "t1", callId: "d1" }, { timeoutMs: 30_000 });
     assert.equal(r.status, "timeout");
     assert.equal(r.card.content.error.code, "tool_timeout");
